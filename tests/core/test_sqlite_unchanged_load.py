@@ -20,8 +20,13 @@ import anyio
 import attrs
 import pytest
 
-from agentium_harness import EraseTarget, OpContext, SessionKey
-from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore, SQLiteStorageError
+from agentium_harness import EraseTarget, OpContext, OperationCancelledError, SessionKey
+from agentium_harness.adapters.sqlite import (
+    SQLiteArchive,
+    SQLiteConfig,
+    SQLiteSessionStore,
+    SQLiteStorageError,
+)
 from agentium_harness.plugin_api import seal_snapshot
 from agentium_harness.testing import scoped_snapshot
 
@@ -365,3 +370,91 @@ async def test_a_save_resumed_after_an_erase_does_not_bring_the_erased_row_back(
         assert await store.load(KEY, OpContext()) is None  # erased: never served from memory
     finally:
         await store.aclose()
+
+
+async def _joint_commit(
+    store: SQLiteSessionStore, archive: SQLiteArchive, snapshot: Any, revision: int, ctx: OpContext
+) -> int:
+    new, _ = await store.commit_with_archive(archive, KEY, [], snapshot, revision, ctx)
+    return new
+
+
+@pytest.mark.parametrize("write", ["save", "joint commit"])
+async def test_an_uncontended_write_after_a_write_sets_no_busy_timeout(tmp_path: Path, write: str) -> None:
+    # A write leaves the busy timeout at 0 for the loads' peeks; the next write asks for the lock
+    # without waiting first, and sets its busy timeout only if another writer holds the lock.
+    store, archive = SQLiteSessionStore(_config(tmp_path)), SQLiteArchive(_config(tmp_path))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        conn = store._conn
+        assert conn is not None
+        ran: list[str] = []
+        conn.set_trace_callback(ran.append)
+        newer = _next("b")
+        if write == "save":
+            assert await store.save(KEY, newer, revision, OpContext.with_timeout(30)) == revision + 1
+        else:
+            assert (
+                await _joint_commit(store, archive, newer, revision, OpContext.with_timeout(30))
+                == revision + 1
+            )
+        conn.set_trace_callback(None)
+        assert "BEGIN IMMEDIATE" in ran and "COMMIT" in ran
+        assert [s for s in ran if "busy_timeout" in s] == []
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == revision + 1 and loaded.snapshot == newer
+    finally:
+        await store.aclose()
+        await archive.aclose()
+
+
+async def test_a_joint_commit_after_a_write_still_waits_for_another_writers_lock(tmp_path: Path) -> None:
+    store, archive = SQLiteSessionStore(_config(tmp_path)), SQLiteArchive(_config(tmp_path))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        blocker = sqlite3.connect(str(tmp_path / "agentium.db"), isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def release() -> None:
+                    await anyio.sleep(0.3)
+                    blocker.execute("ROLLBACK")
+
+                tg.start_soon(release)
+                newer = _next("b")
+                assert await _joint_commit(store, archive, newer, revision, OpContext.with_timeout(30)) == (
+                    revision + 1
+                )
+        finally:
+            blocker.close()
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == revision + 1 and loaded.snapshot == newer
+    finally:
+        await store.aclose()
+        await archive.aclose()
+
+
+async def test_a_joint_commit_after_a_write_fails_within_its_deadline_while_the_lock_is_held(
+    tmp_path: Path,
+) -> None:
+    # The busy timeout (5 s here) is capped by the deadline when the write finds the lock held.
+    store, archive = SQLiteSessionStore(_config(tmp_path)), SQLiteArchive(_config(tmp_path))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        blocker = sqlite3.connect(str(tmp_path / "agentium.db"), isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(OperationCancelledError):
+                await _joint_commit(store, archive, _next("b"), revision, OpContext.with_timeout(0.4))
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == revision  # nothing was written
+        assert await _joint_commit(store, archive, _next("c"), revision, OpContext.with_timeout(30)) == (
+            revision + 1
+        )
+    finally:
+        await store.aclose()
+        await archive.aclose()

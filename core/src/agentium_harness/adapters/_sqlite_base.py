@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ClassVar, Final, TypeVar
 
 import anyio.to_thread
@@ -65,6 +66,11 @@ _PROGRESS_STEPS: Final = 1000
 # open, and then neither checkpoints: the file alone would lack every commit until the next
 # open. Closing in turn makes the last one to close do it.
 _CLOSE_LOCK: Final = threading.Lock()
+
+
+#: Set around a write whose work begins with :meth:`SQLiteAdapterBase.begin_immediate`, which waits for
+#: another writer's lock itself (see there). The worker thread runs in a copy of the caller's context.
+WAITS_ITSELF: Final[ContextVar[bool]] = ContextVar("agentium_sqlite_write_waits_itself", default=False)
 
 
 def _path_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -145,6 +151,8 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         self._busy_ms = -1
         # The connection once WAL mode, its pragmas and the schema are set (the first call's work).
         self._prepared: sqlite3.Connection | None = None
+        # The call's context while its lock wait is left to ``begin_immediate`` (see ``call_guard``).
+        self._wait_ctx: OpContext | None = None
         # The cursor ``_peek_data_version`` reuses, with the connection it belongs to (a cursor
         # made per peek was a sixth of its cost). Used only under the connection lock.
         self._peek_cursor: tuple[sqlite3.Connection, sqlite3.Cursor] | None = None
@@ -244,7 +252,13 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
     @contextmanager
     def call_guard(self, conn: sqlite3.Connection, ctx: OpContext) -> Iterator[None]:
         """Cap the lock wait by the deadline and abort a running statement when the call is cancelled."""
-        self._apply_deadline(conn, ctx)
+        if self._prepared is conn and self._busy_ms == 0 and WAITS_ITSELF.get():
+            # A write that begins with ``begin_immediate`` on a connection left at a busy timeout of
+            # 0 (by its last write, for the loads' peeks): the timeout is set only if the write
+            # lock is taken, so an uncontended write runs no pragma before it nor after it.
+            self._wait_ctx = ctx
+        else:
+            self._apply_deadline(conn, ctx)
         if self._prepared is not conn:  # the first call on this connection
             # Before the progress handler: the schema's transaction removes it before its COMMIT.
             try:
@@ -258,9 +272,32 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         try:
             yield
         finally:
+            self._wait_ctx = None
             conn.set_progress_handler(None, 0)
-            if self.peeks_after_writes and conn.total_changes != changes:
+            if self.peeks_after_writes and self._busy_ms != 0 and conn.total_changes != changes:
                 self._zero_busy_timeout(conn)
+
+    def begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``, waiting for another writer's lock within the call's deadline.
+
+        For a write run under :data:`WAITS_ITSELF`: when ``call_guard`` left
+        the connection's busy timeout at 0, the lock is first asked for
+        without waiting; only if another connection holds it is the busy
+        timeout set as every other call sets it (the busy timeout, capped by
+        the deadline) and the lock asked for again, waiting. Otherwise a plain
+        ``BEGIN IMMEDIATE`` under the timeout ``call_guard`` already set.
+        """
+        ctx, self._wait_ctx = self._wait_ctx, None
+        if ctx is None:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                raise
+            self._apply_deadline(conn, ctx)
+            conn.execute("BEGIN IMMEDIATE")
 
     def _zero_busy_timeout(self, conn: sqlite3.Connection) -> None:
         """Set the busy timeout to 0 (every call sets its own first); a failure leaves it as it was."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
@@ -284,14 +284,20 @@ def read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 @contextmanager
-def immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+def immediate_transaction(
+    conn: sqlite3.Connection, begin: Callable[[sqlite3.Connection], None] | None = None
+) -> Iterator[None]:
     """Run the block in a ``BEGIN IMMEDIATE`` transaction; roll back on any exception.
 
     ``IMMEDIATE`` takes the write lock up front, so a read-then-write
     (compare-and-set, conflict check) cannot be overtaken by another writer
-    between its read and its write.
+    between its read and its write. ``begin``: what runs the ``BEGIN
+    IMMEDIATE`` instead (``SQLiteAdapterBase.begin_immediate``).
     """
-    conn.execute("BEGIN IMMEDIATE")
+    if begin is None:
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        begin(conn)
     try:
         yield
     except BaseException:

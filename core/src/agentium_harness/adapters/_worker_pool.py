@@ -18,7 +18,6 @@ the contract suite's leak check does not count it as a running call.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import os
 import queue
@@ -39,7 +38,49 @@ ENV_EXIT_TIMEOUT = "AGENTIUM_ADAPTER_EXIT_TIMEOUT"
 
 _log = logging.getLogger("agentium.engine.lifecycle")
 
-_Item = tuple["concurrent.futures.Future[None]", Callable[[], object]]
+_Item = tuple["Job", Callable[[], "Callable[[], object] | None"]]
+
+# A job's states, changed only under its pool's lock.
+_PENDING, _RUNNING, _DONE, _CANCELLED = 0, 1, 2, 3
+
+
+class Job:
+    """One submitted call: whether it started, ended or was cancelled before it started.
+
+    What ``_hop`` needs of a :class:`concurrent.futures.Future` (``cancel``,
+    ``done``, and a bounded wait for its end), without one: a future's
+    condition variable, made on every call, and its locked state changes were
+    a measurable part of a call's hand-over on both threads. The state changes
+    under the pool's lock, which the worker takes at the end of each call anyway.
+    """
+
+    __slots__ = ("_ended", "_pool", "state")
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self._pool = pool
+        self.state = _PENDING
+        self._ended: threading.Event | None = None  # made only when someone waits for the end
+
+    def cancel(self) -> bool:
+        """Cancel the call unless its thread started it; True if it will never run."""
+        with self._pool._lock:
+            if self.state == _PENDING:
+                self.state = _CANCELLED
+            return self.state == _CANCELLED
+
+    def done(self) -> bool:
+        """True once the call ended, or was cancelled before it started."""
+        return self.state >= _DONE
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for the call to end (a worker thread's wait); True if it did."""
+        with self._pool._lock:
+            if self.state >= _DONE:
+                return True
+            if self._ended is None:
+                self._ended = threading.Event()
+            ended = self._ended
+        return ended.wait(timeout)
 
 
 def exit_timeout() -> float:
@@ -70,23 +111,32 @@ class WorkerPool:
         self._limit = limit
         self._prefix = name_prefix
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
-        self._idle = threading.Semaphore(0)  # released by a worker each time it is free again
         self._lock = threading.Lock()
         self._ended = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
+        # Workers free for a new call, each counted once when it finished a call (under the lock):
+        # what a semaphore released by each worker would count, without its Python-level condition.
+        self._idle = 0
         self._pending = 0  # submitted calls not ended yet
         self._shut = False
 
-    def submit(self, call: Callable[[], object]) -> concurrent.futures.Future[None]:
-        """Run ``call`` in a worker thread; the future ends when it has (``call`` must not raise)."""
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    def submit(self, call: Callable[[], Callable[[], object] | None]) -> Job:
+        """Run ``call`` in a worker thread; the job says when it has ended (``call`` must not raise).
+
+        What ``call`` returns, if not ``None``, is called once the pool has
+        noted the call's end: the caller's wake-up goes last, so the woken
+        caller does not wait for this thread's bookkeeping to let go of the GIL.
+        """
+        job = Job(self)
         with self._lock:
             if self._shut:
                 raise RuntimeError("cannot start an adapter call after interpreter shutdown began")
             self._pending += 1
-            self._queue.put((future, call))
+            self._queue.put((job, call))
             # A free worker takes it; else a new thread, as long as the limit allows.
-            if not self._idle.acquire(blocking=False) and len(self._threads) < self._limit:
+            if self._idle:
+                self._idle -= 1
+            elif len(self._threads) < self._limit:
                 worker = threading.Thread(
                     # The loop is C code: an idle worker's stack holds no Agentium frame.
                     target=deque,
@@ -96,23 +146,36 @@ class WorkerPool:
                 )
                 worker.start()
                 self._threads.append(worker)
-        return future
+        return job
 
     def _run(self, item: _Item) -> None:
-        future, call = item
+        job, call = item
+        then: Callable[[], object] | None = None
+        with self._lock:
+            started = job.state == _PENDING  # a call cancelled before it started never runs
+            if started:
+                job.state = _RUNNING
         try:
-            if future.set_running_or_notify_cancel():  # a call cancelled before it started never runs
+            if started:
                 try:
-                    call()
-                except BaseException as exc:  # kept in the future: nothing may end the worker's loop
-                    future.set_exception(exc)
-                else:
-                    future.set_result(None)
+                    then = call()
+                except BaseException:  # noqa: S110 - nothing may end the worker's loop (call must not raise)
+                    pass
         finally:
             with self._lock:
+                if started:
+                    job.state = _DONE
+                if job._ended is not None:
+                    job._ended.set()
                 self._pending -= 1
-                self._ended.notify_all()
-            self._idle.release()
+                self._idle += 1
+                if self._shut:
+                    self._ended.notify_all()
+        if then is not None:
+            try:
+                then()
+            except BaseException:  # noqa: S110 - as for the call: nothing may end the worker's loop
+                pass
 
     def at_exit(self) -> None:
         """Stop idle workers; wait for calls in flight up to :func:`exit_timeout`, then leave them."""

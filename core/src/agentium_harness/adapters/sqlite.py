@@ -77,6 +77,7 @@ from ._sqlite_archive import RECENT_BYTES, SQLiteArchive
 from ._sqlite_base import (
     SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
+    WAITS_ITSELF,
     SQLiteAdapterBase,
     SQLiteConfig,
     SQLiteRevisionFloorError,
@@ -398,7 +399,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         rows = split_snapshot(snapshot, data)
 
         def work(conn: sqlite3.Connection) -> tuple[int, int]:
-            with immediate_transaction(conn):
+            with immediate_transaction(conn, self.begin_immediate):
                 # Inside the write transaction no one else can commit, and this
                 # connection's own commit leaves its data_version as it is.
                 version = data_version(conn)
@@ -406,7 +407,11 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 return revision, version
 
         began = self._forget(key)
-        revision, version = await self.run(ctx, "session save", work)
+        waits = WAITS_ITSELF.set(True)  # its BEGIN IMMEDIATE waits for another writer itself
+        try:
+            revision, version = await self.run(ctx, "session save", work)
+        finally:
+            WAITS_ITSELF.reset(waits)
         # Forget again now the write is over, and remember the row unless another write began since
         # this one (see _remember_written): a load that read the row before this write but finishes
         # after it must not remember the older row (see _forget).
@@ -457,14 +462,18 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         prefix = _session_prefix(self._location_prefix(), key)  # the archive's: same file (checked above)
 
         def work(conn: sqlite3.Connection) -> tuple[int, list[ArchiveReceipt], int]:
-            with immediate_transaction(conn):
+            with immediate_transaction(conn, self.begin_immediate):
                 version = data_version(conn)  # as in save
                 # The evicted groups' resident rows become the archive's as they are (adopted).
                 revision, receipts = save_snapshot(conn, key, rows, expected_revision, evicted, prefix)
                 return revision, receipts, version
 
         began = self._forget(key)
-        revision, receipts, version = await self.run(ctx, "session commit with archive", work)
+        waits = WAITS_ITSELF.set(True)  # as in save
+        try:
+            revision, receipts, version = await self.run(ctx, "session commit with archive", work)
+        finally:
+            WAITS_ITSELF.reset(waits)
         self._remember_written(began, key, revision, data, snapshot, version)  # as in save
         return revision, receipts
 

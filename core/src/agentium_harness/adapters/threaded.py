@@ -75,7 +75,6 @@ steps, so a long batch stops at the next step once the deadline passes.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import math
 import os
@@ -167,6 +166,20 @@ def _resolve(
         waiter.set_exception(error)
     if wake is not None:
         wake()
+
+
+def _hand_back(
+    loop: asyncio.AbstractEventLoop,
+    waiter: asyncio.Future[Any],
+    value: Any,
+    error: BaseException | None,
+    wake: Callable[[], None] | None,
+) -> None:
+    """In the worker thread, last: hand the call's outcome to the caller's loop (see :func:`_resolve`)."""
+    try:
+        loop.call_soon_threadsafe(_resolve, waiter, value, error, wake)
+    except RuntimeError:  # the loop has closed: nobody is left waiting
+        pass
 
 
 def _workers() -> WorkerPool:
@@ -347,8 +360,8 @@ class ThreadBoundAdapter(Generic[ConnT]):
         :func:`host_task_cancelled` tells it when its caller stopped waiting.
         A cancelled caller then gives the thread ``cancel_grace_s`` to stop
         (unless ``abandon_on_cancel``), as on trio; a call cancelled before its
-        thread started it never runs (its future is cancelled), so there is
-        nothing to wait for. The thread's future says when it has stopped: no
+        thread started it never runs (its job is cancelled), so there is
+        nothing to wait for. The pool's job says when the thread has stopped: no
         event is made for that on every call.
         """
         hop = _Hop()
@@ -356,9 +369,10 @@ class ThreadBoundAdapter(Generic[ConnT]):
         waiter: asyncio.Future[T] = loop.create_future()
         wake = caller_waker()
 
-        def in_worker() -> None:
-            # The thread resolves the caller's future itself (one call_soon_threadsafe): what
-            # asyncio.wrap_future would do through two chained futures and their callbacks.
+        def in_worker() -> Callable[[], None]:
+            # Runs the call; what it returns resolves the caller's future (one call_soon_threadsafe,
+            # what asyncio.wrap_future would do through two chained futures and their callbacks),
+            # called by the pool once it noted the call's end (see ``WorkerPool.submit``).
             _running.hop = hop
             value: T | None = None
             error: BaseException | None = None
@@ -368,23 +382,18 @@ class ThreadBoundAdapter(Generic[ConnT]):
                 error = exc
             finally:
                 _running.hop = None
-            try:
-                loop.call_soon_threadsafe(_resolve, waiter, value, error, wake)
-            except RuntimeError:  # the loop has closed: nobody is left waiting
-                pass
+            return partial(_hand_back, loop, waiter, value, error, wake)
 
-        future = _workers().submit(partial(contextvars.copy_context().run, in_worker))
+        job = _workers().submit(partial(contextvars.copy_context().run, in_worker))
         try:
             return await waiter
         except asyncio.CancelledError:
             hop.cancelled = True
             # A call its thread has not started yet never runs: nothing to wait for.
-            future.cancel()
-            if not self.abandon_on_cancel and not future.done():
+            job.cancel()
+            if not self.abandon_on_cancel and not job.done():
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(
-                        concurrent.futures.wait, (future,), self.cancel_grace_s, abandon_on_cancel=True
-                    )
+                    await anyio.to_thread.run_sync(job.wait, self.cancel_grace_s, abandon_on_cancel=True)
             raise
 
     def _run_in_thread(self, ctx: OpContext, operation: str, work: Callable[[ConnT], T]) -> T:
