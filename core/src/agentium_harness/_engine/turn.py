@@ -18,6 +18,7 @@ raises and can always be stored.
 from __future__ import annotations
 
 import json
+import operator
 from typing import Any
 
 import attrs
@@ -245,12 +246,17 @@ async def run_turn(
         if not room_for_reply(len(turn), MAX_TOOL_CALLS):
             diagnostics.append(message_limit(len(turn), made))  # its reply could not all be committed
             break
+        asked = tuple(turn)
         request = ModelRequest(
-            instructions=instructions, sources=sources, history=history, turn=tuple(turn), tools=specs
+            instructions=instructions, sources=sources, history=history, turn=asked, tools=specs
         )
-        sent = ModelRequest(
-            instructions=instructions, sources=sources, history=shown_history, turn=tuple(shown), tools=specs
-        )
+        told = tuple(shown)
+        if shown_history is history and all(map(operator.is_, told, asked)):
+            sent = request  # every message is handed as it is (frozen, nothing to copy): the same request
+        else:
+            sent = ModelRequest(
+                instructions=instructions, sources=sources, history=shown_history, turn=told, tools=specs
+            )
         try:
             reply, usage = await _complete(
                 ticket, provider, request, sent, may_call_tools, budget, limits.model_timeout_s
