@@ -97,9 +97,9 @@ def break_adapter() -> None:
     original = sqlite_module.immediate_transaction
 
     @contextmanager
-    def ack_before_commit(conn: Any) -> Iterator[None]:
+    def ack_before_commit(conn: Any, *begin: Any) -> Iterator[None]:
         global _pending
-        with original(conn):
+        with original(conn, *begin):  # ``begin``: how the store's writes begin (begin_immediate)
             yield
             if _pending is not None:
                 emit(_pending)
