@@ -224,13 +224,13 @@ async def test_pop_refuses_a_message_of_several_items_changing_nothing(runtime: 
     # The host retracts the answer and both results: the last message is the assistant's
     # text with its two calls, three items of one message.
     await runtime.retract(ANA, "chat-1", count=3, reason="host")
-    assert await session.get_items() == EXPECTED[:4]
+    assert await session.get_items() == EXPECTED[:2]  # the calls, answered no more, are left out
     before = await runtime.inspect_session(ANA, "chat-1")
     with pytest.raises(PopRefusedError, match="3 SDK items"):
         await session.pop_item()
     after = await runtime.inspect_session(ANA, "chat-1")
     assert (after.next_seq, after.retracted) == (before.next_seq, before.retracted)
-    assert await session.get_items() == EXPECTED[:4]
+    assert await session.get_items() == EXPECTED[:2]
     # Whole messages go with the runtime's retract; then the user's message pops as one item.
     await runtime.retract(ANA, "chat-1", count=1, reason="host")
     assert await session.pop_item() == EXPECTED[0]
@@ -262,18 +262,80 @@ def test_message_to_item_names_a_message_of_several_items() -> None:
     assert message_to_item(result, "m") == {"type": "function_call_output", "call_id": "c1", "output": "out"}
 
 
-async def test_a_call_whose_result_the_host_retracted_is_read_as_it_is_and_the_runner_drops_it(
+async def test_a_call_whose_result_the_host_retracted_is_left_out_of_every_read(
     runtime: HarnessRuntime,
 ) -> None:
     await runtime.retract(ANA, "chat-1", count=3, reason="host")  # the answer and both results
     session = AgentiumSession(runtime, ANA, "chat-1")
-    assert await session.get_items() == EXPECTED[:4]  # shown as it is, as the SDK's session would
+    # A function_call without its function_call_output, sent to the Responses API as get_items
+    # returned it, is refused there: it is left out, as the SDK's runner and run() drop it.
+    assert await session.get_items() == EXPECTED[:2]
+    for limit in (1, 2, 3, 4):
+        assert await session.get_items(limit) == EXPECTED[:2][-limit:], limit
     model = ScriptedModel([[assistant_message("ok")]])
     await Runner.run(Agent(name="assistant", model=model), "And now?", session=session)
     seen = model.calls[-1].input
     assert isinstance(seen, list)
-    # The SDK's runner drops a call without its output before the model sees it, as run() does.
     assert seen == [*EXPECTED[:2], {"role": "user", "content": "And now?"}]
+
+
+async def test_a_call_whose_result_was_retracted_counts_as_no_item_so_limits_read_whole(
+    tmp_path: Path,
+) -> None:
+    # A plain turn, then the two-call turn; the host retracts the answer and c2's result. c2's
+    # call is left out, and no longer counts toward a limit: get_items(5) still reaches "hi" in
+    # the group before (counted as an item, c2 made the read drop that group and return 4).
+    async with tool_runtime(tmp_path / "a.db", "hi", TWO_CALLS, ANSWER) as runtime:
+        for text in ("hello", QUESTION):
+            await runtime.run(ANA, "chat-1", text, grants=["fetch"])
+        await runtime.retract(ANA, "chat-1", count=2, reason="host")
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        everything = await session.get_items()
+        assert everything == [
+            {"role": "user", "content": "hello"},
+            {"role": "assistant", "content": "hi"},
+            *EXPECTED[:3],  # the question, LOOKING and c1's call
+            EXPECTED[4],  # c1's output
+        ]
+        for limit in range(1, 8):
+            got = await session.get_items(limit)
+            # A limit of 1 would start at c1's output, inside the exchange: nothing is read.
+            assert got == (everything[-limit:] if limit > 1 else []), limit
+            assert pairs_whole(got)
+        model = ScriptedModel([[assistant_message("ok")]])
+        await Runner.run(Agent(name="assistant", model=model), "And now?", session=session)
+        assert model.calls[-1].input == [*everything, {"role": "user", "content": "And now?"}]
+
+
+async def test_a_call_id_used_again_in_a_later_turn_pairs_with_its_own_turns_result(tmp_path: Path) -> None:
+    # The model names its call c9 in both turns; the first turn's result and answer are
+    # retracted. Pairing is within each turn's group: the first c9 is left out as unanswered,
+    # the second is read with its own output (pairing by id across turns would take the second
+    # turn's output for the first call, and leave the second call out).
+    async with tool_runtime(tmp_path / "a.db", ONE_CALL, "done", ONE_CALL, "done again") as runtime:
+        await runtime.run(ANA, "chat-1", "look", grants=["fetch"])
+        await runtime.retract(ANA, "chat-1", count=2, reason="host")
+        await runtime.run(ANA, "chat-1", "look again", grants=["fetch"])
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        call = {
+            "type": "function_call",
+            "call_id": "c9",
+            "name": "fetch",
+            "arguments": '{"url":"https://c.example"}',
+        }
+        output = {"type": "function_call_output", "call_id": "c9", "output": f"https://c.example: {INJECTED}"}
+        everything = [
+            {"role": "user", "content": "look"},
+            {"role": "user", "content": "look again"},
+            call,
+            output,
+            {"role": "assistant", "content": "done again"},
+        ]
+        assert await session.get_items() == everything
+        for limit in range(1, 7):
+            got = await session.get_items(limit)
+            assert got == (everything[-limit:] if limit != 2 else everything[-1:]), limit
+            assert pairs_whole(got)
 
 
 def sdk_turn(n: int) -> list[dict[str, Any]]:

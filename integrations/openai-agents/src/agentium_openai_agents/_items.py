@@ -299,14 +299,27 @@ def item_count(message: Message) -> int:
 
 
 def items_count(messages: Sequence[Message]) -> int:
-    """How many SDK items ``messages`` read back as: the sum of :func:`item_count`, with fewer calls.
+    """How many SDK items one group's shown ``messages`` read back as (:func:`view_items`), unmade.
 
-    A message with a payload is one item: only a native message (no payload) is counted by a call.
+    A message with a payload is one item: only a native message (no payload) is counted by a
+    call. A native ``function_call`` counts only once a result of its group answers it: a call
+    whose result was retracted is not read back (see :func:`view_items`), so it is no item.
     """
     count = len(messages)
+    unanswered: dict[str | None, int] | None = None  # native call id -> its calls not yet answered
     for message in messages:
-        if message.payload_format is None:
-            count += item_count(message) - 1
+        if message.payload_format is not None:
+            continue
+        if message.role is Role.TOOL:
+            if unanswered and unanswered.get(message.tool_call_id):
+                unanswered[message.tool_call_id] -= 1
+                count += 1  # its call, read back now that it is answered
+        elif message.tool_calls:
+            count -= 0 if message.content else 1  # its text is an item only if it has text
+            if unanswered is None:
+                unanswered = {}
+            for call in message.tool_calls:
+                unanswered[call.id] = unanswered.get(call.id, 0) + 1
     return count
 
 
@@ -363,38 +376,60 @@ def sdk_items(messages: Sequence[Message], limit: int | None) -> list[dict[str, 
     return list(map(copy_plain_json, payloads))
 
 
-def _exchange_starts(messages: Sequence[Message], groups: Sequence[int]) -> tuple[list[int], set[int]]:
-    """For each item of ``messages``, the index of the first item that must be read with it; and orphans.
+def _exchange_starts(
+    messages: Sequence[Message], groups: Sequence[int]
+) -> tuple[list[int], set[int], dict[int, set[int]]]:
+    """For each item read back, the index of the first item that must be read with it; orphans; hidden calls.
 
     A native ``function_call_output`` must be read with its ``function_call``
     (matched in its own group, the earliest call with its id still
-    unanswered, as core pairs them); every other item only with itself. An
-    item this SDK stored is left as the SDK stored it, unpaired, as the
-    SDK's own sessions do. Nothing is converted: a read converts only the
-    items it returns. The second value holds the indexes of native tool
-    results answering no earlier call of their group (damage: core commits
-    no such group), each with start ``-1``.
+    unanswered, as core pairs them: a call id a model used again in another
+    turn pairs with its own turn's result); every other item only with
+    itself. A native call no result of its group answers (the host retracted
+    its result) is not read back: the third value maps a message's index to
+    the indexes, among its :func:`message_to_items`, of such calls; the
+    first value has no entry for them. An item this SDK stored is left as
+    the SDK stored it, unpaired, as the SDK's own sessions do. Nothing is
+    converted. The second value holds the indexes of native tool results
+    answering no earlier call of their group (damage: core commits no such
+    group), each with start ``-1``.
     """
-    starts: list[int] = []
+    open_calls: dict[tuple[int, str | None], list[tuple[int, int]]] = {}  # (group, id) -> (message, item)
+    answers: dict[int, tuple[int, int]] = {}  # a native result's message -> the call it answers
     orphans: set[int] = set()
-    open_calls: dict[tuple[int, str | None], list[int]] = {}  # (group, call id) -> unanswered calls
     for at, (message, group) in enumerate(zip(messages, groups, strict=True)):
         if message.payload_format is not None:
-            starts.append(len(starts))
-        elif message.role is Role.TOOL:
+            continue
+        if message.role is Role.TOOL:
             pending = open_calls.get((group, message.tool_call_id))
             if pending:
-                starts.append(pending.pop(0))
+                answers[at] = pending.pop(0)
             else:
                 orphans.add(at)
-                starts.append(-1)
+        elif message.tool_calls:
+            first = 1 if message.content else 0  # its text, if it has any, is its first item
+            for n, call in enumerate(message.tool_calls):
+                open_calls.setdefault((group, call.id), []).append((at, first + n))
+    hidden: dict[int, set[int]] = {}
+    for pending in open_calls.values():
+        for at, n in pending:
+            hidden.setdefault(at, set()).add(n)
+    starts: list[int] = []
+    call_items: dict[tuple[int, int], int] = {}  # (message, item) of a call -> its index among the items
+    for at, message in enumerate(messages):
+        if message.payload_format is not None:
+            starts.append(len(starts))
+        elif at in answers:
+            starts.append(call_items[answers[at]])
+        elif at in orphans:
+            starts.append(-1)
         else:
-            for _ in range(item_count(message) - len(message.tool_calls)):  # its text, if it is an item
-                starts.append(len(starts))
-            for call in message.tool_calls:
-                open_calls.setdefault((group, call.id), []).append(len(starts))
-                starts.append(len(starts))
-    return starts, orphans
+            dropped = hidden.get(at, ())
+            for n in range(item_count(message)):
+                if n not in dropped:
+                    call_items[at, n] = len(starts)
+                    starts.append(len(starts))
+    return starts, orphans, hidden
 
 
 def view_items(
@@ -406,10 +441,13 @@ def view_items(
     would begin between a native ``function_call`` and its
     ``function_call_output`` (the output sent without its call is an API
     error), the read begins after that exchange instead: fewer items, never
-    more than ``limit``, never half an exchange. Only the items returned are
-    made, so damage before them does not fail the read.
+    more than ``limit``, never half an exchange. A native ``function_call``
+    that no result of its group answers in the view (the host retracted the
+    result) is left out: sent without its output, it is an API error too
+    (the SDK's runner and ``run()`` drop it as well). Only the items
+    returned are made, so damage before them does not fail the read.
     """
-    starts, orphans = _exchange_starts(messages, groups)
+    starts, orphans, hidden = _exchange_starts(messages, groups)
     begin = 0
     if limit is not None:
         begin = len(starts)
@@ -421,7 +459,8 @@ def view_items(
     items: list[dict[str, Any]] = []
     offset = 0  # the index of the message's first item
     for at, message in enumerate(messages):
-        count = item_count(message)
+        dropped = hidden.get(at)
+        count = item_count(message) - (len(dropped) if dropped else 0)
         if offset + count > begin:
             if at in orphans:
                 # Core commits no group holding a result without its call, and a read takes whole
@@ -430,6 +469,9 @@ def view_items(
                     f"{where(at)} is a tool result answering no earlier call of its group; the history is "
                     "damaged (read it with read_history(view=False) to audit it)"
                 )
-            items.extend(message_to_items(message, partial(where, at))[max(0, begin - offset) :])
+            made = message_to_items(message, partial(where, at))
+            if dropped:
+                made = [item for n, item in enumerate(made) if n not in dropped]
+            items.extend(made[max(0, begin - offset) :])
         offset += count
     return items
