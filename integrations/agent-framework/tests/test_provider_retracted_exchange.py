@@ -347,3 +347,49 @@ async def test_a_result_answers_the_latest_unanswered_call_of_its_id_not_an_olde
         ("assistant", ["Both pages are about cats."]),
     ]
     assert halves_in_order(await run_agent(read_only(runtime))) == []
+
+
+def two_calls_answered_later(together: bool) -> list[list[AFMessage]]:
+    """Three saves: the question and a call; a second call; then the results and the answer.
+
+    The results are one message each, or (``together``) one message holding both.
+    """
+    a = AFMessage(
+        "assistant", ["First.", Content.from_function_call(call_id="w1", name="weather", arguments={})]
+    )
+    b = AFMessage(
+        "assistant", ["Second.", Content.from_function_call(call_id="w2", name="weather", arguments={})]
+    )
+    r1 = Content.from_function_result(call_id="w1", result="sunny")
+    r2 = Content.from_function_result(call_id="w2", result="rainy")
+    results = (
+        [AFMessage("tool", [r1, r2])] if together else [AFMessage("tool", [r1]), AFMessage("tool", [r2])]
+    )
+    return [
+        [AFMessage("user", ["Weather?"]), a],
+        [b],
+        [*results, AFMessage("assistant", ["Sunny, then rain."])],
+    ]
+
+
+@pytest.mark.parametrize("together", [False, True])
+@pytest.mark.parametrize("bound", [2, 3, 4, 5])
+async def test_a_host_replaying_a_load_whose_bound_cut_off_a_call_stores_only_its_new_message(
+    runtime: HarnessRuntime, bound: int, together: bool
+) -> None:
+    # A load bounded to its newest groups can begin after w1's call (at 4: w2's call, both results
+    # and the answer) and keep w1's result, which it then leaves out (kept, the chat APIs would
+    # refuse it): the replay lacks a message in the middle of what is stored (or, results saved
+    # together, has that message without w1's result). It must still be found as the stored
+    # messages, or the replayed transcript (calls, results, answer) is stored a second time.
+    provider = AgentiumHistoryProvider(runtime, ANA)
+    for saved in two_calls_answered_later(together):
+        await provider.save_messages("chat-1", saved)
+    before = await provider.get_messages("chat-1")
+    bounded = AgentiumHistoryProvider(runtime, ANA, max_messages=bound)
+    loaded = await bounded.get_messages("chat-1")
+    assert halves_in_order(loaded) == []
+    await provider.save_messages("chat-1", [*loaded, AFMessage("user", ["And now?"])])
+    newest = (await runtime.read_history(ANA, "chat-1", max_groups=1)).groups[-1]
+    assert [m.content for m in newest.messages] == ["And now?"]
+    assert kinds(await provider.get_messages("chat-1")) == [*kinds(before), ("user", ["And now?"])]

@@ -27,7 +27,7 @@ from agent_framework import Message as AFMessage
 
 from agentium_harness import Message, Role
 
-__all__ = ["as_loaded", "whole_exchanges", "without_half_exchanges"]
+__all__ = ["as_loaded", "pair_results", "whole_exchanges", "without_half_exchanges"]
 
 _log: Final = logging.getLogger("agentium.agent_framework")
 
@@ -65,21 +65,28 @@ def whole_exchanges(messages: list[Message]) -> list[Message]:
     return messages[begin:]
 
 
-def _unpaired(messages: Sequence[AFMessage | None]) -> set[tuple[int, int]]:
-    """The (message, content) indexes of the calls and results that have no other half in ``messages``.
+def pair_results(
+    messages: Sequence[AFMessage | None],
+) -> tuple[dict[tuple[int, int], int], set[tuple[int, int]]]:
+    """Each result's call in ``messages``, and the calls no result answers there.
 
-    A result answers the latest call of its ``call_id`` before it still
-    unanswered: models use a call id again (another turn, another run), so
-    an id answered once is no proof that a later call of it was, a call
-    left unanswered (its result retracted, or never saved) is no call a
-    later result of its id answers (the result answers the call the model
-    just made), and a second result of an answered call answers nothing.
-    (Within one group of ``run()`` every call is answered before the next
-    assistant message, so this pairs them as core does.) A call the
-    framework never runs itself (:func:`_needs_result`) is never unpaired.
+    The first value maps a ``function_result``'s (message, content) indexes
+    to the index of the message holding the call it answers, ``-1`` when it
+    answers none there; the second holds the (message, content) indexes of
+    the calls left unanswered that the framework would run itself
+    (:func:`_needs_result`). A result answers the latest call of its
+    ``call_id`` before it still unanswered: models use a call id again
+    (another turn, another run), so an id answered once is no proof that a
+    later call of it was, a call left unanswered (its result retracted, or
+    never saved) is no call a later result of its id answers (the result
+    answers the call the model just made), and a second result of an
+    answered call answers nothing. (Within one group of ``run()`` every call
+    is answered before the next assistant message, so this pairs them as
+    core does.) Pairing ``messages[j:]`` alone gives the same pairs, but
+    for the results whose call is before ``j``, which answer none there.
     """
     pending: dict[str, list[tuple[int, int, Content]]] = {}  # call id -> its unanswered calls, oldest first
-    out: set[tuple[int, int]] = set()
+    answers: dict[tuple[int, int], int] = {}
     for at, message in enumerate(messages):
         if message is None:  # another framework's message (a save's replay check): no call of ours
             continue
@@ -89,13 +96,21 @@ def _unpaired(messages: Sequence[AFMessage | None]) -> set[tuple[int, int]]:
                 pending.setdefault(call_id, []).append((at, index, content))
             elif content.type == "function_result":
                 calls = pending.get(call_id) if call_id is not None else None
-                if calls:
-                    calls.pop()
-                else:
-                    out.add((at, index))
-    for calls in pending.values():
-        out.update((at, index) for at, index, call in calls if _needs_result(call))
-    return out
+                answers[at, index] = calls.pop()[0] if calls else -1
+    unanswered = {
+        (at, index) for calls in pending.values() for at, index, call in calls if _needs_result(call)
+    }
+    return answers, unanswered
+
+
+def _unpaired(messages: Sequence[AFMessage | None]) -> set[tuple[int, int]]:
+    """The (message, content) indexes of the calls and results that have no other half in ``messages``.
+
+    Paired by :func:`pair_results`. A call the framework never runs itself
+    (:func:`_needs_result`) is never unpaired.
+    """
+    answers, unanswered = pair_results(messages)
+    return unanswered | {place for place, call in answers.items() if call < 0}
 
 
 def without_half_exchanges(messages: Sequence[AFMessage]) -> list[AFMessage]:

@@ -539,7 +539,7 @@ class AgentiumHistoryProvider(HistoryProvider):
         step = 1  # groups a page reads: one first (it usually decides), then twice as many each page
         while True:
             # Each group shown holds at least one message: never more groups than messages still wanted.
-            wanted = count - len(tail)
+            wanted = max(1, count - len(tail))  # covers() may want more than count
             # No copy: the messages are only compared, never kept or changed.
             if first is None:
                 asked = 1
@@ -569,7 +569,7 @@ class AgentiumHistoryProvider(HistoryProvider):
                     except ForeignMessageError:  # another framework's message: it repeats nothing of ours
                         older.append(None)
             tail.prepend(older)
-            if page.next_before_seq is None or len(tail) >= count or tail.decided(incoming):
+            if page.next_before_seq is None or tail.covers(count) or tail.decided(incoming):
                 return tail.repeated(incoming), first.snapshot_revision
             if len(page.groups) < asked or used >= budget:  # core stopped at the bound: undecided
                 raise _replay_refused(sid, budget)

@@ -12,12 +12,13 @@ an id is kept (a user may say the same thing twice).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 
 from agent_framework import Message as AFMessage
 
-from ._exchanges import as_loaded
+from ._exchanges import as_loaded, pair_results
 
 __all__ = ["Tail", "decided", "message_identity", "new_messages"]
 
@@ -98,15 +99,33 @@ def decided(existing: Sequence[Identity | None], incoming: Sequence[Identity]) -
     return got.find("".join(c for c in have if c is not None), 1) == -1
 
 
+def _found_past_first(tokens: Sequence[str | int], got: str) -> bool:
+    """Whether ``tokens`` match a run of ``got`` beginning at 1 or later (an int: up to that many of any).
+
+    A simulation over the positions reached (no backtracking): linear in ``got`` per token.
+    """
+    reached = set(range(1, len(got) + 1))
+    for token in tokens:
+        if isinstance(token, int):
+            reached = {p + d for p in reached for d in range(min(token, len(got) - p) + 1)}
+        else:
+            reached = {p + 1 for p in reached if p < len(got) and got[p] == token}
+        if not reached:
+            return False
+    return True
+
+
 class Tail:
     """The view's last messages a save's replay check has read, oldest first (``None``: another framework's).
 
     A host may replay what a load handed it, and a load leaves out the calls
-    no result answers (what a partial retraction leaves, :mod:`._exchanges`):
-    such a message must still be found as the one stored, or the whole
-    replayed transcript would be stored again. So the tail is compared both
-    as stored and as a load hands it out (:func:`._exchanges.as_loaded`),
-    and the longer overlap found is taken.
+    no result answers (what a partial retraction leaves) and the results
+    whose call is before the load's first message (where its bound cut),
+    :mod:`._exchanges`: such a message must still be found as the one
+    stored, or the whole replayed transcript would be stored again. So the
+    tail is compared as stored, as a load of all of it hands it out
+    (:func:`._exchanges.as_loaded`), and as a load beginning at each of its
+    messages would hand it out; the longest overlap found is taken.
     """
 
     def __init__(self) -> None:
@@ -123,6 +142,18 @@ class Tail:
         self._identities[:0] = [None if m is None else message_identity(m) for m in older]
         self._roles[:0] = [None if m is None else str(m.role) for m in older]
 
+    def covers(self, count: int) -> bool:
+        """Whether the tail holds ``count`` messages a load cannot leave out whole: enough to decide.
+
+        A message only of calls and results is left out of a load when each lost its other half.
+        """
+        solid = sum(
+            1
+            for m in self._messages
+            if m is None or any(c.type not in ("function_call", "function_result") for c in m.contents)
+        )
+        return solid >= count
+
     def _loaded(self) -> tuple[list[Identity | None], list[str | None]] | None:
         """The identities and roles of the tail as a load hands it out; ``None``: as stored."""
         shown = as_loaded(self._messages)
@@ -133,12 +164,98 @@ class Tail:
             [None if m is None else str(m.role) for m in shown],
         )
 
+    def _shown(
+        self, at: int, out: frozenset[int], made: dict[tuple[int, frozenset[int]], Identity]
+    ) -> Identity | None:
+        """The identity of message ``at`` without its contents ``out``; ``None``: nothing is left of it."""
+        message = self._messages[at]
+        assert message is not None  # another framework's message has no contents of ours to leave out
+        if not out:
+            return self._identities[at]
+        if len(out) == len(message.contents):
+            return None
+        if (at, out) not in made:
+            trimmed = copy.copy(message)
+            trimmed.contents = [c for i, c in enumerate(message.contents) if i not in out]
+            made[at, out] = message_identity(trimmed)
+        return made[at, out]
+
+    def _loads_from(self, longest: int) -> list[tuple[list[Identity | None], list[str | None]]]:
+        """The tail from each message a bounded load could begin at, as that load hands it out.
+
+        Only the beginnings that leave a result out for its call before them (the others are
+        the tail as loaded, compared already), and only loads of ``longest`` messages at most.
+        """
+        answers, unanswered = pair_results(self._messages)
+        starts = {j for (at, _), call in answers.items() for j in range(call + 1, at + 1)}
+        made: dict[tuple[int, frozenset[int]], Identity] = {}
+        loads: list[tuple[list[Identity | None], list[str | None]]] = []
+        for begin in sorted(starts, reverse=True):
+            identities: list[Identity | None] = []
+            roles: list[str | None] = []
+            for at in range(begin, len(self._messages)):
+                message = self._messages[at]
+                if message is None:
+                    identities.append(None)
+                    roles.append(None)
+                    continue
+                out = frozenset(
+                    index
+                    for index in range(len(message.contents))
+                    if (at, index) in unanswered or answers.get((at, index), begin) < begin
+                )
+                identity = self._shown(at, out, made)
+                if identity is not None:  # else nothing is left of it: the load leaves it out
+                    identities.append(identity)
+                    roles.append(str(message.role))
+            if len(identities) > longest:
+                break  # an earlier beginning leaves out no more: it loads no fewer messages
+            loads.append((identities, roles))
+        return loads
+
+    def _older_loads_decided(self, incoming: Sequence[Identity]) -> bool:
+        """Whether no load beginning before the tail can hold the tail inside ``incoming`` past its first.
+
+        Such a load hands the tail out as loaded, less some of the results whose call is before
+        the tail (which, depends on where it began): each message holding one is taken as any
+        one message or none.
+        """
+        answers, unanswered = pair_results(self._messages)
+        open_ended = {at for (at, _), call in answers.items() if call < 0}
+        if not open_ended:
+            return True  # the tail as loaded: compared already
+        codes: dict[Identity, str] = {}
+        for identity in incoming:
+            codes.setdefault(identity, chr(len(codes)))
+        made: dict[tuple[int, frozenset[int]], Identity] = {}
+        tokens: list[str | int] = []  # a code, or how many messages may stand for any one or none
+        for at, message in enumerate(self._messages):
+            if at in open_ended:
+                if tokens and isinstance(tokens[-1], int):
+                    tokens[-1] += 1
+                else:
+                    tokens.append(1)
+                continue
+            if message is None:
+                return True  # another framework's message repeats nothing of ours
+            out = frozenset(index for index in range(len(message.contents)) if (at, index) in unanswered)
+            shown = self._shown(at, out, made)
+            if shown is None:
+                continue  # only calls no result answers: every load leaves it out
+            code = codes.get(shown)
+            if code is None:
+                return True  # found nowhere in the incoming ones: no such load repeats it
+            tokens.append(code)
+        return not _found_past_first(tokens, "".join(codes[i] for i in incoming))
+
     def decided(self, incoming: Sequence[Identity]) -> bool:
-        """Whether the tail read decides :meth:`repeated`, both as stored and as loaded (:func:`decided`)."""
+        """Whether the tail read decides :meth:`repeated`: as stored, as loaded, as loads from before it."""
         if not decided(self._identities, incoming):
             return False
         loaded = self._loaded()
-        return loaded is None or decided(loaded[0], incoming)
+        if loaded is not None and not decided(loaded[0], incoming):
+            return False
+        return self._older_loads_decided(incoming)
 
     def repeated(self, incoming: Sequence[Identity]) -> int:
         """How many of the first ``incoming`` repeat the tail (:func:`new_messages`), stored or loaded."""
@@ -147,4 +264,13 @@ class Tail:
         loaded = self._loaded()
         if loaded is not None:
             skip = max(skip, new_messages(loaded[0][-count:], loaded[1][-count:], incoming))
+        for identities, roles in self._loads_from(count):
+            # A replay of that load holds it whole, first: its first messages are the load's.
+            size = len(identities)
+            if (
+                size > skip
+                and list(incoming[:size]) == identities
+                and not (size == 1 and _lone_user_repeat(identities, roles))
+            ):
+                skip = size
         return skip
