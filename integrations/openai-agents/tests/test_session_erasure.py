@@ -25,9 +25,13 @@ from agentium_harness import (
     Message,
     OperatorAttestation,
     Role,
+    ToolCall,
     VerifiedIdentity,
+    create_harness_runtime,
 )
-from agentium_openai_agents import AgentiumSession, ForeignItemError
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_openai_agents import AgentiumSession, ForeignItemError, PopRefusedError
 
 pytestmark = pytest.mark.anyio
 
@@ -185,3 +189,48 @@ async def test_clear_session_across_an_erasure_and_reuse_clears_the_new_sessions
         "new 0",
         "reset_view",
     ]
+
+
+class RevisionReusingStore(InMemorySessionStore):
+    """The in-memory store, but a session created after an erasure starts again at revision 1.
+
+    Core's stores never hand a revision out twice for a key; a store of a host's own may.
+    """
+
+    async def erase(self, *args: Any, **kwargs: Any) -> Any:
+        report = await super().erase(*args, **kwargs)
+        self._floor = 0
+        return report
+
+
+async def test_pop_item_refusing_the_message_it_retracted_says_it_was_retracted() -> None:
+    # pop_item reads the last item at revision 2; the session is erased and its id used again,
+    # and with revisions starting again at 1 the new session is at revision 2 when the retraction
+    # lands: it takes the new session's last message, a tool result of run(), for which no item can
+    # be returned. The error said "nothing was retracted"; the retraction was committed.
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["(not called)"]),
+        archive=InMemoryArchive(),
+        session_store=RevisionReusingStore(),
+    )
+    async with runtime:
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        for n in range(2):
+            await session.add_items([item(f"old {n}")])
+
+        async def reuse_the_id() -> None:
+            await session.add_items([item("new 0")])
+            call = Message(Role.ASSISTANT, "", (ToolCall("c1", "fetch", {}),))
+            await runtime.append(ANA, "chat-1", [call, Message(Role.TOOL, "page", tool_call_id="c1")])
+
+        with pytest.MonkeyPatch.context() as patch:
+            erase_after_first_read(runtime, patch, reuse_the_id)
+            with pytest.raises(PopRefusedError) as refused:
+                await session.pop_item()
+        assert refused.value.commit_state is CommitState.COMMITTED
+        said = str(refused.value)
+        assert "nothing was retracted" not in said and "retracted it all the same" in said
+        audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+        assert [g.control.kind.value for g in audit.groups if g.control] == ["retract"]
+        # The call, its result retracted, is left out of the view's items (the API refuses it alone).
+        assert await session.get_items() == [item("new 0")]

@@ -29,7 +29,11 @@ class PopRefusedError(ForeignItemError):
     output in the view. Either is refused: ``clear_session()`` starts the
     view afresh, and the runtime's ``retract(identity, session_id,
     count=n, reason=...)`` takes out the last ``n`` whole messages and
-    returns them all.
+    returns them all. The one exception is the one ``ForeignItemError``
+    names: if the retraction took another message than the one read (an
+    erasure and the id used again came between, on a store that hands out
+    a revision twice), it was retracted, the error says so and its
+    ``commit_state`` is ``committed``.
     """
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final, cast
 
-from agentium_harness import InvalidArgumentError, Message, Role
+from agentium_harness import CommitState, InvalidArgumentError, Message, Role
 from agentium_harness.plugin_api import copy_plain_json
 
 from ._errors import ForeignItemError, PopRefusedError
@@ -323,30 +323,54 @@ def items_count(messages: Sequence[Message]) -> int:
     return count
 
 
-def pop_item_of(message: Message, where: str) -> dict[str, Any]:
+def pop_item_of(message: Message, where: str, *, retracted: bool = False) -> dict[str, Any]:
     """The one item ``pop_item`` may retract ``message`` as; :class:`PopRefusedError` when there is none.
 
     Core retracts whole messages. A message of Agentium's own ``run()`` that stands for
     several items (an assistant's text and its tool calls) would take items out without
     returning them; a tool result alone would leave its call without output in the view
-    (read back, an API error). Both are refused before anything is retracted.
+    (read back, an API error). Both are refused before anything is retracted. ``retracted``:
+    the message was retracted already (the retraction's own result holds it: an erasure
+    and the id used again came between ``pop_item``'s read and its retraction), so an
+    error says so, not that nothing was, and its ``commit_state`` is ``committed``.
     """
-    items = message_to_items(message, where)
+    try:
+        items = message_to_items(message, where)
+    except ForeignItemError as exc:
+        if not retracted:
+            raise
+        refused = ForeignItemError(f"{exc}; {_RETRACTED_ALREADY}")
+        refused.commit_state = CommitState.COMMITTED
+        raise refused from exc
+    outcome = _RETRACTED_ALREADY if retracted else "so nothing was retracted"
+    refusal: PopRefusedError | None = None
     if message.payload_format is None and message.role is Role.TOOL:
-        raise PopRefusedError(
+        refusal = PopRefusedError(
             f"{where} is a tool result of Agentium's own run() (a function_call_output); retracting "
-            "it alone would leave its function_call without output in the view, so nothing was "
-            "retracted: clear_session() starts the view afresh, or the runtime's retract(identity, "
+            f"it alone would leave its function_call without output in the view, {outcome}: "
+            "clear_session() starts the view afresh, or the runtime's retract(identity, "
             "session_id, count=n, reason=...) takes out the last n whole messages, the call's included"
         )
-    if len(items) != 1:
-        raise PopRefusedError(
+    elif len(items) != 1:
+        refusal = PopRefusedError(
             f"{where} was committed by Agentium's own run() and stands for {len(items)} SDK items (an "
             "assistant's text and its tool calls); pop_item retracts one message and returns one item, "
-            "so nothing was retracted: clear_session() starts the view afresh, or the runtime's "
+            f"{outcome}: clear_session() starts the view afresh, or the runtime's "
             "retract(identity, session_id, count=n, reason=...) takes out the last n whole messages"
         )
+    if refusal is not None:
+        if retracted:
+            refusal.commit_state = CommitState.COMMITTED
+        raise refusal
     return items[0]
+
+
+#: What a refusal of a message ``pop_item`` retracted already says (see :func:`pop_item_of`).
+_RETRACTED_ALREADY: Final = (
+    "pop_item retracted it all the same (the session was erased and its id used again between "
+    "pop_item's read and its retraction, which took the new session's last message): it left the view, "
+    "nothing was deleted (read_history(view=False) shows it), and no item is returned"
+)
 
 
 #: A message's ``payload_format`` and ``payload``, read at C speed by ``map`` (no frame per message).

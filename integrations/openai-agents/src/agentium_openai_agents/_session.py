@@ -33,7 +33,7 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import SessionKey
 
-from ._errors import ForeignItemError, HistoryChangedError, SessionClosedError
+from ._errors import HistoryChangedError, SessionClosedError
 from ._items import check_item_shape, item_to_message, items_count, pop_item_of, sdk_items, view_items
 
 if TYPE_CHECKING:
@@ -488,14 +488,9 @@ class AgentiumSession:
         """
         if taken == read:
             return cast("TResponseInputItem", item)
-        try:
-            return cast(
-                "TResponseInputItem",
-                pop_item_of(taken, f"the message pop_item retracted from session {self.session_id!r}"),
-            )
-        except ForeignItemError as exc:
-            exc.commit_state = CommitState.COMMITTED  # retracted (nothing deleted), but no item to return
-            raise
+        # Retracted (nothing deleted), as the retraction's own result says: any refusal says so.
+        where = f"the message pop_item retracted from session {self.session_id!r}"
+        return cast("TResponseInputItem", pop_item_of(taken, where, retracted=True))
 
     def _check_open(self) -> None:
         if self._closed:
