@@ -403,3 +403,44 @@ async def test_an_sdk_item_whose_payload_is_no_item_fails_the_reads_that_reach_i
             ForeignItemError, match=r"of the view of session .chat-1. has payload_format .* payload is a list"
         ):
             await session.get_items(limit)
+
+
+async def test_a_call_id_reused_across_turns_reaches_the_model_paired_with_its_own_output(
+    tmp_path: Path,
+) -> None:
+    # Both run() turns call c9. The SDK dedupes its input by call id (the first call's place, the
+    # latest call's value, the latest output): the model saw turn 1 holding turn 2's call and no
+    # output of its own. The older exchange gets an id of its own in the items read; the newest
+    # keeps the stored one, in every read that returns it.
+    other = {
+        "content": "",
+        "tool_calls": [{"id": "c9", "name": "fetch", "arguments": {"url": "https://d.example"}}],
+    }
+    async with tool_runtime(tmp_path / "a.db", ONE_CALL, "done", other, "done again", resident=1) as runtime:
+        await runtime.run(ANA, "chat-1", "look", grants=["fetch"])
+        await runtime.run(ANA, "chat-1", "look again", grants=["fetch"])
+        session = AgentiumSession(runtime, ANA, "chat-1")
+
+        def exchange(call_id: str, url: str) -> list[dict[str, Any]]:
+            arguments = f'{{"url":"{url}"}}'
+            return [
+                {"type": "function_call", "call_id": call_id, "name": "fetch", "arguments": arguments},
+                {"type": "function_call_output", "call_id": call_id, "output": f"{url}: {INJECTED}"},
+            ]
+
+        everything = [
+            {"role": "user", "content": "look"},
+            *exchange("c9#1", "https://c.example"),
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "look again"},
+            *exchange("c9", "https://d.example"),
+            {"role": "assistant", "content": "done again"},
+        ]
+        assert await session.get_items() == everything
+        for limit in range(1, 9):
+            got = await session.get_items(limit)
+            assert got == everything[8 - limit if limit not in (2, 6) else 9 - limit :], limit
+        model = ScriptedModel([[assistant_message("ok")]])
+        await Runner.run(Agent(name="assistant", model=model), "And now?", session=session)
+        # Every exchange reaches the model whole, each call with its own output.
+        assert model.calls[-1].input == [*everything, {"role": "user", "content": "And now?"}]

@@ -33,6 +33,7 @@ from typing import Any, Final, cast
 from agentium_harness import CommitState, InvalidArgumentError, Message, Role
 from agentium_harness.plugin_api import copy_plain_json
 
+from ._call_ids import distinct_call_ids
 from ._errors import ForeignItemError, PopRefusedError
 
 __all__ = [
@@ -465,7 +466,9 @@ def view_items(
     would begin between a native ``function_call`` and its
     ``function_call_output`` (the output sent without its call is an API
     error), the read begins after that exchange instead: fewer items, never
-    more than ``limit``, never half an exchange. A native ``function_call``
+    more than ``limit``, never half an exchange. A native exchange whose call
+    id a later call of the items uses again gets an id of its own
+    (:func:`._call_ids.distinct_call_ids`). A native ``function_call``
     that no result of its group answers in the view (the host retracted the
     result) is left out: sent without its output, it is an API error too
     (the SDK's runner and ``run()`` drop it as well). Only the items
@@ -481,6 +484,7 @@ def view_items(
             if lowest >= at:
                 begin = at
     items: list[dict[str, Any]] = []
+    native: dict[int, int] = {}  # a returned native call or output item -> its call's (distinct_call_ids)
     offset = 0  # the index of the message's first item
     for at, message in enumerate(messages):
         dropped = hidden.get(at)
@@ -496,6 +500,13 @@ def view_items(
             made = message_to_items(message, partial(where, at))
             if dropped:
                 made = [item for n, item in enumerate(made) if n not in dropped]
-            items.extend(made[max(0, begin - offset) :])
+            skipped = max(0, begin - offset)
+            if message.payload_format is None and (message.tool_calls or message.role is Role.TOOL):
+                for n in range(offset + skipped, offset + len(made)):  # its items' indexes in the view
+                    if made[n - offset].get("type") in ("function_call", "function_call_output"):
+                        native[n - begin] = starts[n] - begin  # a call's start is itself
+            items.extend(made[skipped:])
         offset += count
+    if native:
+        distinct_call_ids(items, native)
     return items
