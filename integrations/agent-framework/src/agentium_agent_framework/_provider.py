@@ -525,7 +525,7 @@ class AgentiumHistoryProvider(HistoryProvider):
         """How many of the first ``incoming`` repeat the view's last messages, and the revision read at.
 
         The tail is read newest first, whole groups, only until it decides (:func:`._replay.decided`,
-        or ``len(incoming)`` messages, or the whole view), and within the replay bound: up to
+        or :meth:`Tail.covers` ``len(incoming)``, or the whole view), and within the replay bound: up to
         ``max(max_bytes, MAX_APPEND_BYTES)`` canonical bytes, and past them one group (core stops a
         page there) and each later page's seam again. Past the bound the save is refused
         (:class:`ReplayCheckLimitError`): storing could store a message twice, dropping could lose

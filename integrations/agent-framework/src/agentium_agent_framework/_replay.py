@@ -180,35 +180,46 @@ class Tail:
             made[at, out] = message_identity(trimmed)
         return made[at, out]
 
-    def _loads_from(self, longest: int) -> list[tuple[list[Identity | None], list[str | None]]]:
+    def _loads_from(
+        self, incoming: Sequence[Identity]
+    ) -> list[tuple[list[Identity | None], list[str | None]]]:
         """The tail from each message a bounded load could begin at, as that load hands it out.
 
         Only the beginnings that leave a result out for its call before them (the others are
-        the tail as loaded, compared already), and only loads of ``longest`` messages at most.
+        the tail as loaded, compared already), whose first message is the first of ``incoming``
+        (a replay of the load begins with it; a message the load leaves out whole answers no
+        call, so the load from the next one is the same), and of ``len(incoming)`` messages at most.
         """
         answers, unanswered = pair_results(self._messages)
         starts = {j for (at, _), call in answers.items() for j in range(call + 1, at + 1)}
         made: dict[tuple[int, frozenset[int]], Identity] = {}
         loads: list[tuple[list[Identity | None], list[str | None]]] = []
+
+        def shown(at: int, begin: int) -> Identity | None:
+            message = self._messages[at]
+            if message is None:
+                return None
+            out = frozenset(
+                index
+                for index in range(len(message.contents))
+                if (at, index) in unanswered or answers.get((at, index), begin) < begin
+            )
+            return self._shown(at, out, made)
+
         for begin in sorted(starts, reverse=True):
+            if not incoming or shown(begin, begin) != incoming[0]:
+                continue
             identities: list[Identity | None] = []
             roles: list[str | None] = []
             for at in range(begin, len(self._messages)):
-                message = self._messages[at]
+                message, identity = self._messages[at], shown(at, begin)
                 if message is None:
                     identities.append(None)
                     roles.append(None)
-                    continue
-                out = frozenset(
-                    index
-                    for index in range(len(message.contents))
-                    if (at, index) in unanswered or answers.get((at, index), begin) < begin
-                )
-                identity = self._shown(at, out, made)
-                if identity is not None:  # else nothing is left of it: the load leaves it out
+                elif identity is not None:  # else nothing is left of it: the load leaves it out
                     identities.append(identity)
                     roles.append(str(message.role))
-            if len(identities) > longest:
+            if len(identities) > len(incoming):
                 break  # an earlier beginning leaves out no more: it loads no fewer messages
             loads.append((identities, roles))
         return loads
@@ -264,7 +275,7 @@ class Tail:
         loaded = self._loaded()
         if loaded is not None:
             skip = max(skip, new_messages(loaded[0][-count:], loaded[1][-count:], incoming))
-        for identities, roles in self._loads_from(count):
+        for identities, roles in self._loads_from(incoming):
             # A replay of that load holds it whole, first: its first messages are the load's.
             size = len(identities)
             if (
