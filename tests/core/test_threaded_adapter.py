@@ -127,6 +127,21 @@ async def test_backend_errors_become_the_ports_family_and_agentium_errors_pass_t
     await store.aclose()
 
 
+async def test_a_call_raising_stop_iteration_ends_with_an_error_instead_of_waiting_forever() -> None:
+    # An asyncio future refuses StopIteration; the caller got no outcome at all and waited for good.
+    store = BlobStore()
+
+    def stop(conn: BlockingClient) -> str:
+        raise StopIteration
+
+    with anyio.fail_after(30):
+        with pytest.raises(RuntimeError, match="StopIteration") as info:
+            await store.run(OpContext(), "stop", stop)
+    assert isinstance(info.value.__cause__, StopIteration)
+    assert await store.run(OpContext(), "get", lambda c: c.call("get", "k")) == ""  # the adapter still works
+    await store.aclose()
+
+
 async def test_a_backend_error_after_the_deadline_reports_the_deadline() -> None:
     store = BlobStore()
     ctx = OpContext.with_timeout(0.05)

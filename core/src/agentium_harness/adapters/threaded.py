@@ -168,6 +168,18 @@ def _resolve(
         wake()
 
 
+def _stop_iteration_error(exc: StopIteration) -> RuntimeError:
+    """What the caller gets for a call that raised StopIteration: the RuntimeError trio's hop raises.
+
+    An asyncio future refuses StopIteration (``set_exception`` raises
+    TypeError in the loop's callback), which would leave the caller waiting
+    for an outcome that never comes.
+    """
+    error = RuntimeError("coroutine raised StopIteration")
+    error.__cause__ = exc
+    return error
+
+
 def _hand_back(
     loop: asyncio.AbstractEventLoop,
     waiter: asyncio.Future[Any],
@@ -379,7 +391,7 @@ class ThreadBoundAdapter(Generic[ConnT]):
             try:
                 value = self._run_in_thread(ctx, operation, work)
             except BaseException as exc:  # handed to the caller, as a concurrent future would
-                error = exc
+                error = exc if not isinstance(exc, StopIteration) else _stop_iteration_error(exc)
             finally:
                 _running.hop = None
             return partial(_hand_back, loop, waiter, value, error, wake)
