@@ -444,3 +444,34 @@ async def test_a_call_id_reused_across_turns_reaches_the_model_paired_with_its_o
         await Runner.run(Agent(name="assistant", model=model), "And now?", session=session)
         # Every exchange reaches the model whole, each call with its own output.
         assert model.calls[-1].input == [*everything, {"role": "user", "content": "And now?"}]
+
+
+async def test_a_run_call_reusing_the_id_of_an_earlier_call_the_sdk_stored_reaches_the_model_paired(
+    tmp_path: Path,
+) -> None:
+    # A Runner turn stored an exchange of c9 as SDK items; a later run() turn's model called c9 again.
+    # SDK items are never renamed and the newest native call kept c9: the SDK's dedupe then showed the
+    # model run()'s call in the SDK call's place, with run()'s output only (the SDK turn's was gone).
+    sdk_exchange = [
+        {
+            "type": "function_call",
+            "call_id": "c9",
+            "name": "fetch",
+            "arguments": '{"url":"https://s.example"}',
+        },
+        {"type": "function_call_output", "call_id": "c9", "output": "from the sdk turn"},
+    ]
+    async with tool_runtime(tmp_path / "a.db", ONE_CALL, "done", resident=1) as runtime:
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        await session.add_items([{"role": "user", "content": "sdk turn"}, *sdk_exchange])
+        await runtime.run(ANA, "chat-1", "look", grants=["fetch"])
+        items = await session.get_items()
+        assert items[:3] == [{"role": "user", "content": "sdk turn"}, *sdk_exchange]  # as stored
+        native = items[4:6]
+        assert [item["type"] for item in native] == ["function_call", "function_call_output"]
+        assert native[0]["call_id"] == native[1]["call_id"] != "c9"
+        assert native[1]["output"] == f"https://c.example: {INJECTED}"
+        model = ScriptedModel([[assistant_message("ok")]])
+        await Runner.run(Agent(name="assistant", model=model), "And now?", session=session)
+        # Each exchange reaches the model whole: both calls, each with its own output.
+        assert model.calls[-1].input == [*items, {"role": "user", "content": "And now?"}]

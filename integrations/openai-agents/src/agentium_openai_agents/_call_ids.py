@@ -20,7 +20,7 @@ __all__ = ["distinct_call_ids"]
 
 
 def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) -> None:
-    """Rename, in place, the native exchanges whose call id a later ``function_call`` in ``items`` uses.
+    """Rename, in place, the native exchanges whose call id another ``function_call`` in ``items`` uses.
 
     ``native`` maps the index of each native ``function_call`` item to itself
     and each native ``function_call_output`` item to its call's index. A call
@@ -29,11 +29,20 @@ def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) ->
     outputs. ``items`` is the newest of the view (a read's items are always
     its newest), so every later call is in it: an exchange gets the same id
     in every read that returns it, until a later turn uses its id again; the
-    newest call of an id keeps it as stored.
+    newest call of an id keeps it as stored, unless an earlier call the SDK
+    stored is in ``items`` with it: that one is never renamed, so the native
+    call becomes ``"<id>#0"`` (the SDK's dedupe would otherwise put it, with
+    its output, in the SDK call's place and drop that call's output).
     """
     later: dict[str, int] = {}  # call id -> the calls of it after the item looked at
     renamed: dict[int, str] = {}  # a native call's index -> its id of its own
     used: set[object] | None = None
+    # Call id -> the index of the first function_call the SDK stored with it (never renamed).
+    sdk_first: dict[str, int] = {}
+    for at, item in enumerate(items):
+        call_id = item.get("call_id")
+        if item.get("type") == "function_call" and isinstance(call_id, str) and native.get(at) != at:
+            sdk_first.setdefault(call_id, at)
     for at in range(len(items) - 1, -1, -1):
         item = items[at]
         call_id = item.get("call_id")
@@ -41,7 +50,7 @@ def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) ->
             continue
         seen = later.get(call_id, 0)
         later[call_id] = seen + 1
-        if seen and native.get(at) == at:
+        if native.get(at) == at and (seen or sdk_first.get(call_id, at) < at):
             if used is None:
                 used = {other.get("call_id") for other in items}
             own = f"{call_id}#{seen}"
