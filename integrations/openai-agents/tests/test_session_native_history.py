@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from agents import Agent, Runner, function_tool, set_tracing_disabled
-from agents.testing import ScriptedModel, assistant_message
+from agents.testing import ScriptedModel, assistant_message, function_call
 from sdk_sessions import ANA
 
 from agentium_harness import (
@@ -68,15 +68,20 @@ ONE_CALL = {
 EXPECTED = [
     {"role": "user", "content": QUESTION},
     {"role": "assistant", "content": LOOKING},
-    {"type": "function_call", "call_id": "c1", "name": "fetch", "arguments": '{"url":"https://a.example/é"}'},
     {
         "type": "function_call",
-        "call_id": "c2",
+        "call_id": "c1#0",
+        "name": "fetch",
+        "arguments": '{"url":"https://a.example/é"}',
+    },
+    {
+        "type": "function_call",
+        "call_id": "c2#0",
         "name": "fetch",
         "arguments": '{"raw":true,"url":"https://b.example"}',
     },
-    {"type": "function_call_output", "call_id": "c1", "output": f"https://a.example/é: {INJECTED}"},
-    {"type": "function_call_output", "call_id": "c2", "output": f"https://b.example: {INJECTED}"},
+    {"type": "function_call_output", "call_id": "c1#0", "output": f"https://a.example/é: {INJECTED}"},
+    {"type": "function_call_output", "call_id": "c2#0", "output": f"https://b.example: {INJECTED}"},
     {"role": "assistant", "content": ANSWER},
 ]
 
@@ -143,11 +148,11 @@ async def test_a_call_without_text_is_only_its_function_call(tmp_path: Path) -> 
         {"role": "user", "content": "look"},
         {
             "type": "function_call",
-            "call_id": "c9",
+            "call_id": "c9#0",
             "name": "fetch",
             "arguments": '{"url":"https://c.example"}',
         },
-        {"type": "function_call_output", "call_id": "c9", "output": f"https://c.example: {INJECTED}"},
+        {"type": "function_call_output", "call_id": "c9#0", "output": f"https://c.example: {INJECTED}"},
         {"role": "assistant", "content": "done"},
     ]
 
@@ -319,11 +324,15 @@ async def test_a_call_id_used_again_in_a_later_turn_pairs_with_its_own_turns_res
         session = AgentiumSession(runtime, ANA, "chat-1")
         call = {
             "type": "function_call",
-            "call_id": "c9",
+            "call_id": "c9#0",
             "name": "fetch",
             "arguments": '{"url":"https://c.example"}',
         }
-        output = {"type": "function_call_output", "call_id": "c9", "output": f"https://c.example: {INJECTED}"}
+        output = {
+            "type": "function_call_output",
+            "call_id": "c9#0",
+            "output": f"https://c.example: {INJECTED}",
+        }
         everything = [
             {"role": "user", "content": "look"},
             {"role": "user", "content": "look again"},
@@ -410,8 +419,8 @@ async def test_a_call_id_reused_across_turns_reaches_the_model_paired_with_its_o
 ) -> None:
     # Both run() turns call c9. The SDK dedupes its input by call id (the first call's place, the
     # latest call's value, the latest output): the model saw turn 1 holding turn 2's call and no
-    # output of its own. The older exchange gets an id of its own in the items read; the newest
-    # keeps the stored one, in every read that returns it.
+    # output of its own. Each exchange gets an id of its own in the items read (c9#<later calls of
+    # c9>), the same in every read that returns it.
     other = {
         "content": "",
         "tool_calls": [{"id": "c9", "name": "fetch", "arguments": {"url": "https://d.example"}}],
@@ -433,7 +442,7 @@ async def test_a_call_id_reused_across_turns_reaches_the_model_paired_with_its_o
             *exchange("c9#1", "https://c.example"),
             {"role": "assistant", "content": "done"},
             {"role": "user", "content": "look again"},
-            *exchange("c9", "https://d.example"),
+            *exchange("c9#0", "https://d.example"),
             {"role": "assistant", "content": "done again"},
         ]
         assert await session.get_items() == everything
@@ -450,7 +459,8 @@ async def test_a_run_call_reusing_the_id_of_an_earlier_call_the_sdk_stored_reach
     tmp_path: Path,
 ) -> None:
     # A Runner turn stored an exchange of c9 as SDK items; a later run() turn's model called c9 again.
-    # SDK items are never renamed and the newest native call kept c9: the SDK's dedupe then showed the
+    # SDK items are never renamed and the newest native call kept c9 (before the newest was renamed
+    # too): the SDK's dedupe then showed the
     # model run()'s call in the SDK call's place, with run()'s output only (the SDK turn's was gone).
     sdk_exchange = [
         {
@@ -475,3 +485,35 @@ async def test_a_run_call_reusing_the_id_of_an_earlier_call_the_sdk_stored_reach
         await Runner.run(Agent(name="assistant", model=model), "And now?", session=session)
         # Each exchange reaches the model whole: both calls, each with its own output.
         assert model.calls[-1].input == [*items, {"role": "user", "content": "And now?"}]
+
+
+async def test_a_run_call_whose_id_the_models_next_call_uses_again_reaches_it_paired(tmp_path: Path) -> None:
+    # run() committed an exchange of c9; in the next Runner run the model (numbering its calls per
+    # response, as local models do) calls c9 again. The newest native exchange kept c9, so the SDK's
+    # dedupe of the run's next model input put the new call in its place and dropped its output.
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return "looked up"
+
+    async with tool_runtime(tmp_path / "a.db", ONE_CALL, "done", resident=1) as runtime:
+        await runtime.run(ANA, "chat-1", "look", grants=["fetch"])
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        history = await session.get_items()
+        model = ScriptedModel(
+            [[function_call("lookup", {"q": "z"}, call_id="c9")], [assistant_message("fin")]]
+        )
+        await Runner.run(Agent(name="assistant", model=model, tools=[lookup]), "again", session=session)
+        given = model.calls[-1].input
+        assert isinstance(given, list)
+        # The history reaches the model whole (run()'s call with its own output), then the new exchange.
+        assert given[: len(history)] == history
+        assert history[1]["arguments"] == '{"url":"https://c.example"}'
+        assert history[2]["output"] == f"https://c.example: {INJECTED}"
+        assert history[1]["call_id"] == history[2]["call_id"] != "c9"
+        new = given[len(history) :]
+        assert [(i.get("type"), i.get("call_id")) for i in new[1:]] == [
+            ("function_call", "c9"),
+            ("function_call_output", "c9"),
+        ]
+        assert new[2]["output"] == "looked up"

@@ -7,8 +7,8 @@ the latest ``function_call_output``: two turns of one id reach the model
 mispaired (the first turn shows the second turn's call, its own output is
 gone). The SDK's own session stores and returns its items so; items this
 SDK stored are returned exactly as given, so they stay so. The items a read
-makes for ``run()``'s native exchanges are this integration's own, and get
-an id of their own instead where a later call of the read uses theirs.
+makes for ``run()``'s native exchanges are this integration's own, and each
+gets an id of its own instead, which no later call of the read uses.
 """
 
 from __future__ import annotations
@@ -20,29 +20,24 @@ __all__ = ["distinct_call_ids"]
 
 
 def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) -> None:
-    """Rename, in place, the native exchanges whose call id another ``function_call`` in ``items`` uses.
+    """Give, in place, every native exchange in ``items`` a call id of its own: ``"<id>#<n>"``.
 
     ``native`` maps the index of each native ``function_call`` item to itself
-    and each native ``function_call_output`` item to its call's index. A call
-    whose id ``n`` later calls in ``items`` use (native or not) becomes
-    ``"<id>#<n>"`` (``#`` added until no item uses it), and so do its
-    outputs. ``items`` is the newest of the view (a read's items are always
-    its newest), so every later call is in it: an exchange gets the same id
-    in every read that returns it, until a later turn uses its id again; the
-    newest call of an id keeps it as stored, unless an earlier call the SDK
-    stored is in ``items`` with it: that one is never renamed, so the native
-    call becomes ``"<id>#0"`` (the SDK's dedupe would otherwise put it, with
-    its output, in the SDK call's place and drop that call's output).
+    and each native ``function_call_output`` item to its call's index. A
+    native call whose id ``n`` later calls in ``items`` use (native or not)
+    becomes ``"<id>#<n>"`` (``#`` added until no item uses it), and so do its
+    outputs. The newest is renamed too (``"<id>#0"``): the model's next call
+    may use its id again (local models number their calls per response), in
+    the very run that read it, and the SDK's dedupe would then show the
+    model that call in this exchange's place, this exchange's output gone;
+    so would an earlier call the SDK stored with its id (never renamed).
+    ``items`` is the newest of the view (a read's items are always its
+    newest), so every later call is in it: an exchange gets the same id in
+    every read that returns it, until a later turn uses its id again.
     """
     later: dict[str, int] = {}  # call id -> the calls of it after the item looked at
     renamed: dict[int, str] = {}  # a native call's index -> its id of its own
     used: set[object] | None = None
-    # Call id -> the index of the first function_call the SDK stored with it (never renamed).
-    sdk_first: dict[str, int] = {}
-    for at, item in enumerate(items):
-        call_id = item.get("call_id")
-        if item.get("type") == "function_call" and isinstance(call_id, str) and native.get(at) != at:
-            sdk_first.setdefault(call_id, at)
     for at in range(len(items) - 1, -1, -1):
         item = items[at]
         call_id = item.get("call_id")
@@ -50,7 +45,7 @@ def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) ->
             continue
         seen = later.get(call_id, 0)
         later[call_id] = seen + 1
-        if native.get(at) == at and (seen or sdk_first.get(call_id, at) < at):
+        if native.get(at) == at:
             if used is None:
                 used = {other.get("call_id") for other in items}
             own = f"{call_id}#{seen}"
@@ -58,7 +53,6 @@ def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) ->
                 own += "#"
             used.add(own)
             renamed[at] = own
-    if renamed:
-        for at, call in native.items():
-            if call in renamed:
-                items[at]["call_id"] = renamed[call]
+    for at, call in native.items():
+        if call in renamed:
+            items[at]["call_id"] = renamed[call]

@@ -466,9 +466,8 @@ def view_items(
     would begin between a native ``function_call`` and its
     ``function_call_output`` (the output sent without its call is an API
     error), the read begins after that exchange instead: fewer items, never
-    more than ``limit``, never half an exchange. A native exchange whose call
-    id a later call of the items uses again gets an id of its own
-    (:func:`._call_ids.distinct_call_ids`). A native ``function_call``
+    more than ``limit``, never half an exchange. Each native exchange gets a
+    call id of its own (:func:`._call_ids.distinct_call_ids`). A native ``function_call``
     that no result of its group answers in the view (the host retracted the
     result) is left out: sent without its output, it is an API error too
     (the SDK's runner and ``run()`` drop it as well). Only the items
