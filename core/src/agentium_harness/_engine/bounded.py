@@ -6,7 +6,9 @@ in a worker thread that does not abandon on cancellation
 until the thread returns, so a scope around it would hold the run for as long
 as the thread runs and then hand back its late result as if it were on time.
 
-So the engine never awaits an adapter in its own task. :func:`bounded` runs
+So the engine never awaits an adapter in its own task (but calls that wait for
+nothing except a thread hop, whose hop keeps these bounds itself:
+:mod:`.inline_call`). :func:`bounded` runs
 the call as a separate task of the event loop (an asyncio task, or a trio
 system task through :func:`spawn`) and waits for its completion up to the deadline.
 Past it, the call's own cancel scope is cancelled and the engine waits a short
@@ -40,7 +42,15 @@ from .._observe.spans import error_type
 from .._text import error_text
 from .loops import ThreadSafeEvent, cancel_scope, current_library
 
-__all__ = ["ABANDON_GRACE_S", "Overrun", "bounded", "caller_waker", "spawn"]
+__all__ = [
+    "ABANDON_GRACE_S",
+    "SETTLE_ITERATIONS",
+    "Overrun",
+    "bounded",
+    "caller_waker",
+    "loop_deadlines",
+    "spawn",
+]
 
 T = TypeVar("T")
 
@@ -445,6 +455,11 @@ async def bounded(
         call.left = True
         spawn(lambda: call._discard(on_late, call.value))  # type: ignore[arg-type]
     raise Overrun(timeout_s, abandoned=not stopped)
+
+
+#: For :mod:`.inline_call`, which keeps the same bounds: the settle iterations and a loop's deadlines.
+SETTLE_ITERATIONS = _SETTLE_ITERATIONS
+loop_deadlines = _deadlines
 
 
 async def _leave(

@@ -334,7 +334,9 @@ async def _save(
     """
     expected = _expected(stored)
     try:
-        answer = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
+        answer = await ticket.call(
+            "session save", lambda ctx: store.save(key, snapshot, expected, ctx), hops_only=(store, "save")
+        )
         revision = check_revision(answer, expected)
     except Exception as exc:
         settled = await settle_save(ticket, store, key, snapshot, expected, new_groups, exc, archive)
@@ -442,6 +444,7 @@ async def _joint_commit(
         answer, raw = await ticket.call(
             "session commit with archive",
             lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),
+            hops_only=(store, "commit_with_archive"),
         )
         # Checked like separate calls, although after the commit: a store that
         # answers wrongly here is broken, and the run says so loudly.

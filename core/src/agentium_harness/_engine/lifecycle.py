@@ -38,8 +38,9 @@ from .._ports.erasure import EraseTarget
 from .._scope import SessionKey
 from .._text import error_text
 from .bounded import ABANDON_GRACE_S, Overrun, bounded
+from .inline_call import bounded_inline
 from .late_calls import LateCalls, LateScope, covers
-from .loops import LoopHandle, ThreadSafeEvent, cancel_scope
+from .loops import LoopHandle, ThreadSafeEvent, cancel_scope, current_library
 from .results import Diagnostic, Severity
 
 __all__ = [
@@ -164,6 +165,7 @@ class Ticket:
         on_late: Callable[[T], Awaitable[None]] | None = None,
         traced: bool = True,
         late_scope: LateScope | None = None,
+        hops_only: tuple[object, str] | None = None,
     ) -> T:
         """Run one adapter call under its deadline (R10, R12) and walk away from it past the deadline.
 
@@ -179,6 +181,10 @@ class Ticket:
         opens its own spans (several adapter calls under one deadline).
         ``late_scope``: what an abandoned call may still write into when the
         operation has no session (a host document's owner, a memory fact): erasure waits for it too.
+        ``hops_only``: ``(adapter, method)`` when ``work`` is one call of that method; if the
+        adapter's own class (not a subclass) lists it in ``_agentium_hops_only`` (it awaits
+        nothing but its thread hops), the call runs in this task on asyncio
+        (:func:`~.inline_call.bounded_inline`), under the same deadline and grace.
         """
         timeout = self.op_timeout_s if timeout_s is None else timeout_s
         # What ``self.context(timeout, ...)`` makes, without the extra call (six adapter calls a turn).
@@ -191,13 +197,21 @@ class Ticket:
         # The call's span is current while it runs, so an instrumented client's spans nest under it.
         with observe.adapter_call(operation) if traced else observe.NULL as span:
             try:
-                value = await bounded(
-                    partial(work, ctx),
-                    timeout,
-                    on_deadline=partial(ctx.signal.cancel, "deadline passed"),
-                    on_late=on_late,
-                    on_abandon=on_abandon,
-                )
+                if hops_only is not None and on_late is None and _hops_only(*hops_only):
+                    value = await bounded_inline(
+                        partial(work, ctx),
+                        timeout,
+                        on_deadline=partial(ctx.signal.cancel, "deadline passed"),
+                        on_abandon=on_abandon,
+                    )
+                else:
+                    value = await bounded(
+                        partial(work, ctx),
+                        timeout,
+                        on_deadline=partial(ctx.signal.cancel, "deadline passed"),
+                        on_late=on_late,
+                        on_abandon=on_abandon,
+                    )
             except Overrun as over:
                 if over.abandoned:
                     self.abandoned.append(abandonment(operation, timeout))
@@ -220,6 +234,16 @@ class Ticket:
             return result
         notes: tuple[Diagnostic, ...] = getattr(result, "diagnostics")  # noqa: B009 - any report record
         return attrs.evolve(result, diagnostics=(*notes, *self.abandonment_diagnostics()))  # type: ignore[misc]
+
+
+def _hops_only(adapter: object, method: str) -> bool:
+    """Whether ``adapter.method`` waits for nothing but thread hops, on asyncio (see ``Ticket.call``).
+
+    Only the adapter's own class vouches (its ``__dict__``): a subclass may
+    override the method, or the hop, with code that waits for anything.
+    """
+    listed = type(adapter).__dict__.get("_agentium_hops_only")
+    return listed is not None and method in listed and current_library() == "asyncio"
 
 
 def abandonment(operation: str, timeout_s: float) -> str:

@@ -158,6 +158,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
     storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
     adapter_name: ClassVar[str] = "sqlite session store"
     peeks_after_writes: ClassVar[bool] = True  # the next load of a session it wrote peeks first
+    # Methods whose only wait is their thread hop (``run``): the engine may run them in its own task,
+    # under the same deadline (``Ticket.call``'s ``hops_only``). Keep every await out of them but ``run``.
+    _agentium_hops_only: ClassVar[frozenset[str]] = frozenset({"commit_with_archive", "save"})
 
     def __init__(self, config: SQLiteConfig | None = None) -> None:
         super().__init__(config)

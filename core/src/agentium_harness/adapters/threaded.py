@@ -89,6 +89,7 @@ import anyio.from_thread
 import anyio.to_thread
 
 from .._engine.bounded import caller_waker
+from .._engine.inline_call import inline_call
 from .._engine.loops import PerLoop, current_library
 from .._errors import AgentiumError, OperationCancelledError
 from .._ports import OpContext
@@ -140,17 +141,20 @@ class _Borrower:
 
 
 class _Hop:
-    """One call handed to a worker thread on asyncio; ``cancelled`` once its caller stopped waiting."""
+    """One call handed to a worker thread on asyncio; ``cancelled`` once its caller stopped waiting.
 
-    __slots__ = ("cancelled",)
+    ``waiter``: what the thread's outcome resolves, read on the loop when it
+    arrives (an inline bounded call swaps it once it waits only for the end).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("cancelled", "waiter")
+
+    def __init__(self, waiter: Any) -> None:
         self.cancelled = False
+        self.waiter = waiter
 
 
-def _resolve(
-    waiter: asyncio.Future[Any], value: Any, error: BaseException | None, wake: Callable[[], None] | None
-) -> None:
+def _resolve(hop: _Hop, value: Any, error: BaseException | None, wake: Callable[[], None] | None) -> None:
     """On the caller's loop: hand a worker thread's outcome to the caller, unless it stopped waiting.
 
     ``wake`` (:func:`~agentium_harness._engine.bounded.caller_waker`) then
@@ -158,6 +162,7 @@ def _resolve(
     same loop iteration as the call's own task: one iteration less from the
     thread's end to the engine's resumption.
     """
+    waiter = hop.waiter
     if waiter.done():
         return
     if error is None:
@@ -182,14 +187,14 @@ def _stop_iteration_error(exc: StopIteration) -> RuntimeError:
 
 def _hand_back(
     loop: asyncio.AbstractEventLoop,
-    waiter: asyncio.Future[Any],
+    hop: _Hop,
     value: Any,
     error: BaseException | None,
     wake: Callable[[], None] | None,
 ) -> None:
     """In the worker thread, last: hand the call's outcome to the caller's loop (see :func:`_resolve`)."""
     try:
-        loop.call_soon_threadsafe(_resolve, waiter, value, error, wake)
+        loop.call_soon_threadsafe(_resolve, hop, value, error, wake)
     except RuntimeError:  # the loop has closed: nobody is left waiting
         pass
 
@@ -376,10 +381,12 @@ class ThreadBoundAdapter(Generic[ConnT]):
         nothing to wait for. The pool's job says when the thread has stopped: no
         event is made for that on every call.
         """
-        hop = _Hop()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
-        wake = caller_waker()
+        hop = _Hop(waiter)
+        # Part of an inline bounded call (the engine's, in its own task): it keeps the deadline here.
+        inline = inline_call()
+        wake = caller_waker() if inline is None else None
 
         def in_worker() -> Callable[[], None]:
             # Runs the call; what it returns resolves the caller's future (one call_soon_threadsafe,
@@ -394,9 +401,13 @@ class ThreadBoundAdapter(Generic[ConnT]):
                 error = exc if not isinstance(exc, StopIteration) else _stop_iteration_error(exc)
             finally:
                 _running.hop = None
-            return partial(_hand_back, loop, waiter, value, error, wake)
+            return partial(_hand_back, loop, hop, value, error, wake)
 
         job = _workers().submit(partial(contextvars.copy_context().run, in_worker))
+        if inline is not None:
+            # With abandon_on_cancel the hop gives its thread no time at all after a cancellation.
+            grace = 0.0 if self.abandon_on_cancel else self.cancel_grace_s
+            return await inline.wait(loop, hop, job, grace)  # type: ignore[no-any-return]
         try:
             return await waiter
         except asyncio.CancelledError:
