@@ -1,8 +1,8 @@
 """Bounds of an adapter call the engine runs in its own task (``Ticket.call``'s ``hops_only``).
 
-The built-in SQLite store's ``commit_with_archive`` waits for nothing but
-its thread hop, so on asyncio the engine runs it without a task of its own
-(:func:`~agentium_harness._engine.bounded.bounded_inline`): the hop itself
+The built-in SQLite store's ``load``, ``save`` and ``commit_with_archive``
+wait for nothing but their thread hop, so on asyncio the engine runs them without a task of their own
+(:func:`~agentium_harness._engine.inline_call.bounded_inline`): the hop itself
 keeps the deadline. Here its worker thread blocks where cancellation cannot
 reach it, as in ``test_blocked_threads``: the caller still gets its typed
 timeout at the deadline, the call is reported abandoned, the thread is told
@@ -137,6 +137,31 @@ async def test_a_cancelled_caller_leaves_a_commit_blocked_in_its_thread(
     assert scope.cancelled_caught
     assert time.monotonic() - started < 0.3 + SLACK_S
     told[0] = False
+    gate.set()
+    await rt.aclose()
+
+
+async def test_a_load_blocked_in_its_thread_times_out_at_its_deadline_and_is_abandoned(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, gate: threading.Event
+) -> None:
+    short_only_for(monkeypatch, "session load")
+    first = _runtime(tmp_path, ROOMY_S)
+    await first.append(ANA, "s1", MESSAGES)
+    await first.aclose()
+    original = sqlite_module.read_snapshot
+
+    def read_snapshot(*args: Any, **kwargs: Any) -> Any:
+        gate.wait(BLOCK_S)  # deaf to cancellation, as a stuck client call
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(sqlite_module, "read_snapshot", read_snapshot)
+    rt = _runtime(tmp_path, 0.3)  # knows no row yet: its load reads the file in a worker thread
+    started = time.monotonic()
+    with pytest.raises(OperationTimeoutError) as info:
+        await rt.append(ANA, "s1", MESSAGES)
+    assert time.monotonic() - started < 0.3 + SLACK_S
+    assert info.value.operation == "session load"
+    assert info.value.abandoned and "abandoned" in str(info.value)
     gate.set()
     await rt.aclose()
 

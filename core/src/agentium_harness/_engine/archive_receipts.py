@@ -27,7 +27,9 @@ async def archive_groups(
 ) -> tuple[ArchiveReceipt, ...]:
     """Append and check every receipt; a wrong receipt is a contract violation, not trusted."""
     with observe.stage("eviction", {"agentium.eviction.groups": len(groups)}):
-        raw = await ticket.call("archive append", lambda ctx: archive.append(key, groups, ctx))
+        raw = await ticket.call(
+            "archive append", lambda ctx: archive.append(key, groups, ctx), hops_only=(archive, "append")
+        )
         # Read to one past the batch at most: an answer that never ends cannot hold the commit.
         given = listed(raw, len(groups), adapter_method("archive", archive, "append"), "receipts")
         return checked_receipts(groups, tuple(given))

@@ -4,7 +4,8 @@
 the engine can walk away from one blocked where cancellation cannot reach it.
 For a call that awaits nothing but thread hops of
 :class:`~agentium_harness.adapters.threaded.ThreadBoundAdapter` (the
-built-in SQLite session store's saves and commits, which vouch for it: see
+built-in SQLite session store's loads, saves and commits and the SQLite
+archive's appends, which vouch for it: see
 ``Ticket.call``'s ``hops_only``), that task and its cancel scope were about
 half the engine's cost of the call. :func:`bounded_inline` runs such work in
 the caller's task instead, and each of its hops waits for its worker thread
@@ -155,8 +156,10 @@ class Inline:
                 deadlines.add(alarm, cancelled_at + self.grace_s)
                 try:
                     await ended
-                except BaseException:  # noqa: S110 - the thread's error: only its end matters here
-                    pass
+                except BaseException:
+                    if not ended.done() or ended.cancelled():
+                        raise  # the task itself cancelled (not through anyio): as in ``_Call.stop``
+                    # Else the thread's error: only its end matters here.
                 finally:
                     deadlines.discard(alarm)
                 for _ in range(SETTLE_ITERATIONS):

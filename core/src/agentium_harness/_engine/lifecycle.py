@@ -181,7 +181,7 @@ class Ticket:
         opens its own spans (several adapter calls under one deadline).
         ``late_scope``: what an abandoned call may still write into when the
         operation has no session (a host document's owner, a memory fact): erasure waits for it too.
-        ``hops_only``: ``(adapter, method)`` when ``work`` is one call of that method; if the
+        ``hops_only``: ``(adapter, method)`` when ``work`` awaits nothing but that method; if the
         adapter's own class (not a subclass) lists it in ``_agentium_hops_only`` (it awaits
         nothing but its thread hops), the call runs in this task on asyncio
         (:func:`~.inline_call.bounded_inline`), under the same deadline and grace.

@@ -73,11 +73,21 @@ async def load_session(
         if known is not None:
             pending, found = known
         elif fence:
+            # Two loads (and their spans, opened on this thread): a store whose loads wait only for
+            # their thread hop makes them in this task (``hops_only``), both under the one deadline.
             pending, found = await ticket.call(
-                "session load", lambda ctx: _fence_and_session(ctx, store, key), traced=False
+                "session load",
+                lambda ctx: _fence_and_session(ctx, store, key),
+                traced=False,
+                hops_only=(store, "load"),
             )
         else:
-            pending, found = None, await ticket.call("session load", lambda ctx: store.load(key, ctx))
+            pending, found = (
+                None,
+                await ticket.call(
+                    "session load", lambda ctx: store.load(key, ctx), hops_only=(store, "load")
+                ),
+            )
         stored, snap = _checked(key, scope, pending, found, attest_legacy=attest_legacy, fence=fence)
         # What the fence saw, for the commit's second look (.commit_fence; checked by _checked). The
         # latest load decides: an unfenced one (erasure's own rewrites) leaves nothing to look at.

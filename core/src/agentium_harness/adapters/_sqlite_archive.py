@@ -68,6 +68,9 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
     )
     storage_error: ClassVar[type[AgentiumError]] = ArchiveError
     adapter_name: ClassVar[str] = "sqlite archive"
+    # Methods whose only wait is their thread hop (``run``): the engine may run them in its own task,
+    # under the same deadline (``Ticket.call``'s ``hops_only``). Keep every await out of them but ``run``.
+    _agentium_hops_only: ClassVar[frozenset[str]] = frozenset({"append"})
 
     def __init__(self, config: SQLiteConfig | None = None) -> None:
         super().__init__(config)

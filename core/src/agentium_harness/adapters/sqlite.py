@@ -160,7 +160,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
     peeks_after_writes: ClassVar[bool] = True  # the next load of a session it wrote peeks first
     # Methods whose only wait is their thread hop (``run``): the engine may run them in its own task,
     # under the same deadline (``Ticket.call``'s ``hops_only``). Keep every await out of them but ``run``.
-    _agentium_hops_only: ClassVar[frozenset[str]] = frozenset({"commit_with_archive", "save"})
+    _agentium_hops_only: ClassVar[frozenset[str]] = frozenset({"commit_with_archive", "load", "save"})
 
     def __init__(self, config: SQLiteConfig | None = None) -> None:
         super().__init__(config)
