@@ -19,11 +19,16 @@ pytest run of a contract suite) still gets automatic full collections past
 need a collection at a point (reference-cycle and leak checks) call
 ``gc.collect()``, which runs whatever the thresholds say. No library code
 is affected: this runs only in the test process.
+
+It also roots pytest's temporary folders in RAM where the machine has
+``/dev/shm`` (see :func:`_use_ram_for_test_folders`).
 """
 
 from __future__ import annotations
 
 import gc
+import os
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +54,30 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     # get_count()[2] counts generation-1 collections since the last full one.
     if gc.isenabled() and gc.get_count()[2] >= FULL_AFTER_YOUNG:
         gc.collect()
+
+
+#: Where ``tmp_path`` and ``tmp_path_factory`` put their folders when the machine has a RAM file system.
+# S108: pytest makes its own pytest-of-<user> folder there (mode 0o700) and refuses one it does not own.
+RAM_TEMP_ROOT = Path("/dev/shm")  # noqa: S108
+
+
+def _use_ram_for_test_folders() -> None:
+    """Root pytest's temporary folders in RAM (``/dev/shm``) when it is there and nothing else was chosen.
+
+    Most test fixtures open SQLite files in ``tmp_path``, and the SQLite
+    adapters default to ``synchronous = FULL``: every commit waits for an
+    fsync, about 2 ms on CI's virtual disk against microseconds on tmpfs.
+    The broken-adapter checks alone open tens of thousands of such files in
+    their nested pytest runs (which inherit the variable), and spent about a
+    third of their time waiting on the disk. No test can tell the two apart:
+    none cuts the power, and a SIGKILLed process's writes survive in either.
+    ``PYTEST_DEBUG_TEMPROOT`` is pytest's own setting for the root of these
+    folders; one set by the caller, or ``--basetemp``, wins.
+    """
+    if "PYTEST_DEBUG_TEMPROOT" in os.environ:
+        return
+    if RAM_TEMP_ROOT.is_dir() and os.access(RAM_TEMP_ROOT, os.W_OK | os.X_OK):
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_TEMP_ROOT)
+
+
+_use_ram_for_test_folders()
