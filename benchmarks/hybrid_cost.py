@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/hybrid_cost.py               # 1k, 10k, 100k groups (a few minutes)
-    python benchmarks/hybrid_cost.py --quick       # 200 and 2,000 groups (a smoke run)
+    python benchmarks/hybrid_cost.py --quick       # 200 and 2,000 groups, the model on 32 texts (a smoke run)
 
 Setup: the same seeded Zipf-like text as ``benchmarks/recall.py`` (one
 session, user question and assistant answer per group), one SQLite recall
@@ -118,8 +118,14 @@ async def timed_discovery(
     return statistics.median(lexical), statistics.median(hybrid)
 
 
-async def model_cost() -> str:
-    """The MiniLM embedder's own cost on a sample, or why it was not measured."""
+#: Texts the MiniLM model embeds to measure its cost: the full run's sample, and ``--quick``'s
+#: (one batch of 32; the model takes a few seconds per batch on two shared cores).
+MODEL_SAMPLE = 256
+QUICK_MODEL_SAMPLE = 32
+
+
+async def model_cost(sample: int = MODEL_SAMPLE) -> str:
+    """The MiniLM embedder's own cost on ``sample`` texts, or why it was not measured."""
     try:
         from agentium_embedder_minilm import MiniLMConfig, MiniLMEmbedder
     except ImportError:
@@ -127,7 +133,7 @@ async def model_cost() -> str:
     # Batches of 32, as the engine sends with [embedder.budget] max_batch = 32 and this max_batch.
     embedder = MiniLMEmbedder(MiniLMConfig(max_batch=32))
     generator = TextGenerator(SEED)
-    texts = [_text(g) for g in _groups(generator, 0, 256)]
+    texts = [_text(g) for g in _groups(generator, 0, sample)]
     await embedder.embed(texts[:4], OpContext())  # load the model
     began = time.perf_counter()
     for start in range(0, len(texts), 32):
@@ -145,7 +151,7 @@ async def model_cost() -> str:
     )
 
 
-async def main_async(sizes: Sequence[int], repetitions: int) -> None:
+async def main_async(sizes: Sequence[int], repetitions: int, model_sample: int = MODEL_SAMPLE) -> None:
     scope = Scope(TENANT, USER, SESSION)
     embedder = HashingEmbedder(HashingEmbedderConfig(dimension=DIMENSION))
     query_set = queries(TextGenerator(SEED))
@@ -197,19 +203,23 @@ async def main_async(sizes: Sequence[int], repetitions: int) -> None:
             p[1] for p in by_size[base]
         )
         print(f"  hybrid {sizes[-1]} / {base}: {growth:.2f}")
-    print(await model_cost())
+    print(await model_cost(model_sample))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="200 and 2,000 groups (a smoke run)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"200 and 2,000 groups, the model on {QUICK_MODEL_SAMPLE} texts (a smoke run)",
+    )
     parser.add_argument("--repetitions", type=int, default=None, help="timed rounds per size")
     args = parser.parse_args(argv)
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     repetitions = args.repetitions or (3 if args.quick else 7)
     import anyio
 
-    anyio.run(main_async, sizes, repetitions)
+    anyio.run(main_async, sizes, repetitions, QUICK_MODEL_SAMPLE if args.quick else MODEL_SAMPLE)
     return 0
 
 
