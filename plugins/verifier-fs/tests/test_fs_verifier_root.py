@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -129,27 +131,40 @@ def _directory_with_inode(parent: Path, inode: int, tries: int = 2000) -> Path |
     return found
 
 
+@pytest.fixture
+def disk_path() -> Iterator[Path]:
+    """A fresh folder under the system's temporary folder (on disk), removed afterwards.
+
+    The root conftest puts ``tmp_path`` in RAM (``/dev/shm``) where it can, and
+    tmpfs never gives a freed inode number to a new directory: the test below
+    would only ever skip there. Disk file systems (ext4, xfs) reuse them.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="vfs-inode-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 async def test_a_root_deleted_and_created_again_with_its_old_inode_number_is_refused(
-    tmp_path: Path,
+    disk_path: Path,
 ) -> None:
     # A directory is named by (device, inode) only while it exists: deleted, its inode number
     # may go to the next directory created. Without the verifier holding the root open, a new
     # workspace that got the old number passed for the pinned directory (forged evidence).
-    probe = tmp_path / "probe"
+    probe = disk_path / "probe"
     probe.mkdir()
     freed = probe.stat().st_ino
     probe.rmdir()
-    reused = _directory_with_inode(tmp_path, freed)
+    reused = _directory_with_inode(disk_path, freed)
     if reused is None:
         pytest.skip("this file system does not give a deleted directory's inode number to a new one")
     reused.rmdir()
 
-    root = _evidence(tmp_path / "workspace")
+    root = _evidence(disk_path / "workspace")
     verifier = verifier_for(root, "report.txt", records=("reports/junit.xml",))
     assert (await verifier.verify(CLAIM, context())).verdict is Verdict.PASS
     pinned = root.stat().st_ino
     shutil.rmtree(root)
-    again = _directory_with_inode(tmp_path, pinned)
+    again = _directory_with_inode(disk_path, pinned)
     if again is not None:  # the number came back: put that directory where the root was
         again.rename(root)
     _evidence(root)  # evidence that would pass, in whichever directory is there now
