@@ -10,9 +10,10 @@ data_version).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,6 +62,32 @@ def _config(tmp_path: Path) -> SQLiteConfig:
 def _next(marker: str) -> Any:
     """A different sealed snapshot of ``KEY`` (its groups carry ``marker``)."""
     return seal_snapshot(attrs.evolve(scoped_snapshot(KEY, marker), summary=None))
+
+
+@contextlib.contextmanager
+def _another_writer_holds_the_lock(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    """Another connection holds the file's write lock (``BEGIN IMMEDIATE``) until released or done."""
+    blocker = sqlite3.connect(str(tmp_path / "agentium.db"), isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        yield blocker
+    finally:
+        if blocker.in_transaction:  # the test did not release it: end the other writer's transaction
+            blocker.execute("ROLLBACK")
+        blocker.close()
+
+
+async def _write_while_the_lock_is_held_briefly(tmp_path: Path, write: Callable[[], Awaitable[T]]) -> T:
+    """Run ``write`` while another writer holds the lock, which it releases after 0.3 s."""
+    with _another_writer_holds_the_lock(tmp_path) as blocker:
+        async with anyio.create_task_group() as tg:
+
+            async def release() -> None:
+                await anyio.sleep(0.3)
+                blocker.execute("ROLLBACK")
+
+            tg.start_soon(release)
+            return await write()
 
 
 async def test_an_unchanged_session_loads_without_a_worker_thread(tmp_path: Path) -> None:
@@ -241,20 +268,10 @@ async def test_a_write_after_a_write_still_waits_for_another_writers_lock(
             store.threaded.clear()
             assert (await store.load(KEY, OpContext())) is not None
             assert store.threaded == []  # answered on the loop, as before
-        blocker = sqlite3.connect(str(tmp_path / "agentium.db"), isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
-            async with anyio.create_task_group() as tg:
-
-                async def release() -> None:
-                    await anyio.sleep(0.3)
-                    blocker.execute("ROLLBACK")
-
-                tg.start_soon(release)
-                newer = _next("b")
-                assert await store.save(KEY, newer, revision, OpContext.with_timeout(30)) == revision + 1
-        finally:
-            blocker.close()
+        newer = _next("b")
+        assert await _write_while_the_lock_is_held_briefly(
+            tmp_path, lambda: store.save(KEY, newer, revision, OpContext.with_timeout(30))
+        ) == (revision + 1)
         loaded = await store.load(KEY, OpContext())
         assert loaded is not None and loaded.revision == revision + 1 and loaded.snapshot == newer
     finally:
@@ -412,22 +429,10 @@ async def test_a_joint_commit_after_a_write_still_waits_for_another_writers_lock
     store, archive = SQLiteSessionStore(_config(tmp_path)), SQLiteArchive(_config(tmp_path))
     try:
         revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
-        blocker = sqlite3.connect(str(tmp_path / "agentium.db"), isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
-            async with anyio.create_task_group() as tg:
-
-                async def release() -> None:
-                    await anyio.sleep(0.3)
-                    blocker.execute("ROLLBACK")
-
-                tg.start_soon(release)
-                newer = _next("b")
-                assert await _joint_commit(store, archive, newer, revision, OpContext.with_timeout(30)) == (
-                    revision + 1
-                )
-        finally:
-            blocker.close()
+        newer = _next("b")
+        assert await _write_while_the_lock_is_held_briefly(
+            tmp_path, lambda: _joint_commit(store, archive, newer, revision, OpContext.with_timeout(30))
+        ) == (revision + 1)
         loaded = await store.load(KEY, OpContext())
         assert loaded is not None and loaded.revision == revision + 1 and loaded.snapshot == newer
     finally:
@@ -442,14 +447,8 @@ async def test_a_joint_commit_after_a_write_fails_within_its_deadline_while_the_
     store, archive = SQLiteSessionStore(_config(tmp_path)), SQLiteArchive(_config(tmp_path))
     try:
         revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
-        blocker = sqlite3.connect(str(tmp_path / "agentium.db"), isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
-            with pytest.raises(OperationCancelledError):
-                await _joint_commit(store, archive, _next("b"), revision, OpContext.with_timeout(0.4))
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
+        with _another_writer_holds_the_lock(tmp_path), pytest.raises(OperationCancelledError):
+            await _joint_commit(store, archive, _next("b"), revision, OpContext.with_timeout(0.4))
         loaded = await store.load(KEY, OpContext())
         assert loaded is not None and loaded.revision == revision  # nothing was written
         assert await _joint_commit(store, archive, _next("c"), revision, OpContext.with_timeout(30)) == (
