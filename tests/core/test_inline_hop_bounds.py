@@ -101,6 +101,16 @@ def _runtime(tmp_path: Any, op_timeout_s: float) -> Any:
     )
 
 
+async def _append_times_out_at_its_deadline_and_is_abandoned(rt: Any, operation: str) -> None:
+    """One more append by ``rt`` (``op_timeout_s`` 0.3) fails with ``operation``'s abandoned timeout."""
+    started = time.monotonic()
+    with pytest.raises(OperationTimeoutError) as info:
+        await rt.append(ANA, "s1", MESSAGES)
+    assert time.monotonic() - started < 0.3 + SLACK_S
+    assert info.value.operation == operation
+    assert info.value.abandoned and "abandoned" in str(info.value)
+
+
 async def test_a_commit_blocked_in_its_thread_times_out_at_its_deadline_and_is_abandoned(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, gate: threading.Event
 ) -> None:
@@ -109,12 +119,7 @@ async def test_a_commit_blocked_in_its_thread_times_out_at_its_deadline_and_is_a
     rt = _runtime(tmp_path, 0.3)
     await rt.append(ANA, "s1", MESSAGES)  # a first commit goes through
     told[0] = True
-    started = time.monotonic()
-    with pytest.raises(OperationTimeoutError) as info:
-        await rt.append(ANA, "s1", MESSAGES)
-    assert time.monotonic() - started < 0.3 + SLACK_S
-    assert info.value.operation == "session save"
-    assert info.value.abandoned and "abandoned" in str(info.value)
+    await _append_times_out_at_its_deadline_and_is_abandoned(rt, "session save")
     told[0] = False
     gate.set()
     # The released thread saw that its caller had left.
@@ -156,12 +161,7 @@ async def test_a_load_blocked_in_its_thread_times_out_at_its_deadline_and_is_aba
 
     monkeypatch.setattr(sqlite_module, "read_snapshot", read_snapshot)
     rt = _runtime(tmp_path, 0.3)  # knows no row yet: its load reads the file in a worker thread
-    started = time.monotonic()
-    with pytest.raises(OperationTimeoutError) as info:
-        await rt.append(ANA, "s1", MESSAGES)
-    assert time.monotonic() - started < 0.3 + SLACK_S
-    assert info.value.operation == "session load"
-    assert info.value.abandoned and "abandoned" in str(info.value)
+    await _append_times_out_at_its_deadline_and_is_abandoned(rt, "session load")
     gate.set()
     await rt.aclose()
 
