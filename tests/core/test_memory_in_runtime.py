@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 import attrs
 import pytest
+from _memory_support import OkProvider
 
 from agentium_harness import (
     Agent,
@@ -25,13 +26,10 @@ from agentium_harness import (
 from agentium_harness._cli import main
 from agentium_harness._config.runtime import load_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
-from agentium_harness._history import Message, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.provider import (
     ModelProvider,
     ModelRequest,
-    ModelResponse,
-    ProviderCapabilities,
     SourceKind,
 )
 from agentium_harness._ports.summary import SummaryLimits
@@ -47,20 +45,9 @@ ALICE_MEMORY = MemoryScope("acme", "alice")
 BOB_MEMORY = MemoryScope("acme", "bob")
 
 
-class Recording(ModelProvider):
-    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(deterministic=True)
-
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return ModelResponse(Message(Role.ASSISTANT, "ok"))
-
-
 def runtime_with(memory: Any, provider: ModelProvider | None = None, **kwargs: Any) -> Any:
     return create_harness_runtime(
-        provider=provider or Recording(),
+        provider=provider or OkProvider(),
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         memory=memory,
@@ -73,7 +60,7 @@ def memory_blocks(request: ModelRequest) -> list[Any]:
 
 
 async def test_host_facts_reach_the_request_as_labeled_memory_data() -> None:
-    provider = Recording()
+    provider = OkProvider()
     store = InMemoryMemoryStore()
     async with runtime_with(store, provider) as rt:
         ack = await rt.memory.remember(MemoryFact(ALICE_MEMORY, "Alice deploys on Thursdays"))
@@ -88,7 +75,7 @@ async def test_host_facts_reach_the_request_as_labeled_memory_data() -> None:
 
 
 async def test_forgotten_and_expired_facts_are_not_injected() -> None:
-    provider = Recording()
+    provider = OkProvider()
     now = datetime.now(UTC)
     async with runtime_with(InMemoryMemoryStore(), provider) as rt:
         gone = await rt.memory.remember(MemoryFact(ALICE_MEMORY, "Alice's desk is 4B"))
@@ -109,7 +96,7 @@ async def test_forgotten_and_expired_facts_are_not_injected() -> None:
 async def test_memory_over_its_budget_is_omitted_whole_and_reported() -> None:
     from agentium_harness._engine.memory.manager import MemoryLimits
 
-    provider = Recording()
+    provider = OkProvider()
     manager = MemoryManager(InMemoryMemoryStore(), limits=MemoryLimits(injection_tokens=60))
     async with runtime_with(manager, provider) as rt:
         for i in range(6):
