@@ -21,6 +21,7 @@ from agentium_harness._history import (
     estimate_tokens,
 )
 from agentium_harness._scope import Scope
+from agentium_harness._validators import MAX_SEQ
 
 SCOPE = Scope("acme", "alice", "s1", project="p")
 
@@ -117,7 +118,7 @@ def test_seq_must_be_a_non_negative_int(seq: object) -> None:
 
 def test_seq_zero_and_large_are_accepted() -> None:
     assert MessageGroup(0, ()).seq == 0
-    assert MessageGroup(2**40, ()).seq == 2**40
+    assert MessageGroup(MAX_SEQ, ()).seq == MAX_SEQ
 
 
 def test_role_converter_accepts_values_and_refuses_unknown_roles() -> None:
@@ -301,7 +302,9 @@ _retained = st.none() | st.builds(
     st.none() | st.text(),
     st.lists(st.text(), max_size=3).map(tuple),
 )
-groups = st.builds(MessageGroup, st.integers(0, 2**53), st.lists(_messages, max_size=5).map(tuple), _retained)
+groups = st.builds(
+    MessageGroup, st.integers(0, MAX_SEQ), st.lists(_messages, max_size=5).map(tuple), _retained
+)
 
 
 @given(groups)

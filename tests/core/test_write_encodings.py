@@ -76,6 +76,7 @@ from agentium_harness._ports.snapshot import (
 )
 from agentium_harness._ports.snapshot_text import PART_TEXTS as _MARKS
 from agentium_harness._ports.summary import Citation, CoverageGap, GapReason, SummaryState, TaskSummary
+from agentium_harness._validators import MAX_SEQ
 
 TEXT = st.one_of(
     st.text(max_size=30),
@@ -677,7 +678,7 @@ def text_groups(draw: st.DrawFn) -> MessageGroup:
             ),
         )
     )
-    return MessageGroup(draw(st.integers(0, 10**12)), messages, retained)
+    return MessageGroup(draw(st.integers(0, MAX_SEQ)), messages, retained)
 
 
 @settings(max_examples=400, deadline=None)

@@ -53,7 +53,7 @@ from ._history_messages import (
 from ._json import copy_plain_json
 from ._scope import Scope, exact_scope_ids
 from ._tuples import tuple_of_messages
-from ._validators import non_negative_int
+from ._validators import MAX_SEQ, seq_field
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
@@ -269,7 +269,7 @@ def appended_group(
     messages and a scope seen before, the group is built as its constructor
     would (each field set with ``object.__setattr__``, which attrs' ``__init__``
     does too) without running again what its converter and validators would
-    find (a tuple is its own tuple; an ``int`` of at least 0 is a valid seq;
+    find (a tuple is its own tuple; an ``int`` from 0 to ``MAX_SEQ`` is a valid seq;
     no control record, so no message can be in one's way), and the scope's
     retained record and its JSON are the ones built for that scope before.
     """
@@ -279,7 +279,7 @@ def appended_group(
         found is None
         or messages_json is None
         or type(seq) is not int
-        or seq < 0
+        or not 0 <= seq <= MAX_SEQ
         or type(messages) is not tuple
     ):
         return _appended_plainly(seq, messages, scope, messages_json, ids)
@@ -329,7 +329,7 @@ class MessageGroup:
 
     __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("control",)
 
-    seq: int = attrs.field(validator=non_negative_int)
+    seq: int = attrs.field(validator=seq_field)
     messages: tuple[Message, ...] = attrs.field(converter=tuple_of_messages)
     retained: RetainedRecord | None = None
     #: Set on a control group (which then has no messages): what it records.

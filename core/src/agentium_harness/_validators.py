@@ -36,6 +36,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_DURATION_S",
     "MAX_ID_LENGTH",
+    "MAX_SEQ",
     "BoundedCount",
     "BoundedDuration",
     "bounded_count",
@@ -58,6 +59,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "prose_text",
+    "seq_field",
     "seq_items",
     "require_instance",
     "require_instances",
@@ -81,6 +83,11 @@ MAX_DURATION_S: Final = 3600.0
 #: Ceiling of every count, size and budget (items, bytes, tokens, steps) unless
 #: a field documents a tighter one: 10**12, inside every backend's integers and exact as a float.
 MAX_COUNT: Final = 1_000_000_000_000
+#: Largest ``seq`` a group may have: a session holds at most :data:`MAX_COUNT` groups, so its
+#: ``next_seq`` and a seq range's exclusive end stay within :data:`MAX_COUNT` too. The one bound of
+#: every record naming a group seq (the group itself, a divergence, a receipt, an erasure record's
+#: digests): a stored record past it is damage, refused when it is decoded.
+MAX_SEQ: Final = MAX_COUNT - 1
 
 
 def exact_int(value: object) -> int | None:
@@ -242,18 +249,33 @@ def non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: obje
     keep_exact(instance, attribute, value, plain)
 
 
-def seq_items(instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
-    """Each item an ``int`` from 0 to :data:`MAX_COUNT` (``bool`` refused): group seqs.
+def seq_field(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An ``int`` from 0 to :data:`MAX_SEQ` (``bool`` refused): a group's seq.
 
-    For a tuple field (after :func:`int_tuple`): no group has a negative seq, so a stored record
-    naming one is damage, refused when it is decoded. Subclasses are kept as the exact ints they hold.
+    No group has a negative seq or one past :data:`MAX_SEQ`, so a stored record naming one is
+    damage, refused when it is decoded. An ``int`` subclass is kept as the exact ``int`` it holds.
+    """
+    seq = exact_int(value)
+    if seq is None or not 0 <= seq <= MAX_SEQ:
+        raise InvalidArgumentError(
+            f"{attribute.name} must be a non-negative integer of at most {MAX_SEQ}, got {shown_number(value)}"
+        )
+    keep_exact(instance, attribute, value, seq)
+
+
+def seq_items(instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    """Each item an ``int`` from 0 to :data:`MAX_SEQ` (``bool`` refused): group seqs.
+
+    For a tuple field (after :func:`int_tuple`): no group has a negative seq (nor one past
+    :data:`MAX_SEQ`), so a stored record naming one is damage, refused when it is decoded.
+    Subclasses are kept as the exact ints they hold.
     """
     plain = []
     for item in value:
         seq = exact_int(item)
-        if seq is None or not 0 <= seq <= MAX_COUNT:
+        if seq is None or not 0 <= seq <= MAX_SEQ:
             raise InvalidArgumentError(
-                f"{attribute.name} must hold integers from 0 to {MAX_COUNT}, got {shown_number(item)}"
+                f"{attribute.name} must hold integers from 0 to {MAX_SEQ}, got {shown_number(item)}"
             )
         plain.append(seq)
     if any(type(item) is not int for item in value):

@@ -28,6 +28,7 @@ from .._errors import InvalidArgumentError
 from .._scope import SessionKey, VerifiedIdentity
 from .._validators import (
     MAX_COUNT,
+    MAX_SEQ,
     exact_int,
     keep_exact,
     shown_number,
@@ -226,6 +227,23 @@ class StoreErasure:
     detail: str = ""
 
 
+def _seq_digests(value: Iterable[tuple[int, str]]) -> tuple[tuple[int, str], ...]:
+    """``(seq, digest)`` pairs whose seqs are group seqs (0 to ``MAX_SEQ``), as ``_pairs`` keeps them.
+
+    An erasure record is stored: a seq no group can have is damage, refused when the record is
+    decoded (and never built), rather than turned into an int and shown as a group it removed.
+    """
+    pairs = []
+    for seq, digest in value:
+        plain = exact_int(seq)  # an int subclass as its number, a bool or a float refused
+        if plain is None or not 0 <= plain <= MAX_SEQ:
+            raise InvalidArgumentError(
+                f"digests must name group seqs from 0 to {MAX_SEQ}, got {shown_number(seq)}"
+            )
+        pairs.append((plain, str(digest)))
+    return tuple(pairs)
+
+
 @attrs.frozen(slots=True)
 class ErasedGroups:
     """The groups of one session an erasure removed, over every store: never their content.
@@ -239,7 +257,7 @@ class ErasedGroups:
     session: SessionKey
     count: int = attrs.field(default=0, validator=_seq)  # a count: never negative, even when stored
     ranges: tuple[SeqRange, ...] = attrs.field(default=(), converter=_ranges_of)
-    digests: tuple[tuple[int, str], ...] = attrs.field(default=(), converter=_pairs)
+    digests: tuple[tuple[int, str], ...] = attrs.field(default=(), converter=_seq_digests)
     snapshot: bool = False
 
 

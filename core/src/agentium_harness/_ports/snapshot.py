@@ -24,7 +24,7 @@ from .._history import MessageGroup, ViewState, bytes_and_digest
 from .._history_messages import stored_messages_issue
 from .._scope import Scope, SessionKey
 from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
-from .._validators import int_tuple, require_instance, seq_items
+from .._validators import int_tuple, require_instance, seq_field, seq_items
 from .archive_marks import MAX_ARCHIVE_MARKS, ArchiveMark, add_archive_mark
 from .erasure import ErasedSession, ErasureLedger, SeqRange
 from .snapshot_text import (
@@ -89,7 +89,7 @@ class ArchiveDivergence:
 class ArchivedDigest:
     """The digest the archive acknowledged for group ``seq`` when it was evicted (its receipt's digest)."""
 
-    seq: int
+    seq: int = attrs.field(validator=seq_field)
     digest: str
 
 
