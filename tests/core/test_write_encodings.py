@@ -84,7 +84,7 @@ TEXT = st.one_of(
 )
 IDS = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
 SCOPES = st.builds(Scope, IDS, IDS, IDS, st.one_of(st.none(), IDS), st.one_of(st.none(), IDS))
-DIGESTS = st.from_regex(r"sha256:[0-9a-f]{8}", fullmatch=True)
+DIGESTS = st.from_regex(r"sha256:[0-9a-f]{64}", fullmatch=True)
 TIMES = st.datetimes(
     min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.sampled_from([UTC])
 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -36,6 +36,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_DURATION_S",
     "MAX_ID_LENGTH",
+    "DIGEST_FORM",
     "MAX_SEQ",
     "BoundedCount",
     "BoundedDuration",
@@ -60,6 +61,8 @@ __all__ = [
     "positive_int",
     "prose_text",
     "seq_field",
+    "sha256_digest",
+    "text_within",
     "seq_items",
     "require_instance",
     "require_instances",
@@ -280,6 +283,42 @@ def seq_items(instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, 
         plain.append(seq)
     if any(type(item) is not int for item in value):
         keep_exact(instance, attribute, value, tuple(plain))
+
+
+#: Every digest the engine writes (``digest_bytes``): ``sha256:`` and 64 lowercase hex digits.
+DIGEST_FORM: Final = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def sha256_digest(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Exactly a ``str`` of :data:`DIGEST_FORM`: a digest the engine computed and stored itself.
+
+    A receipt's digest is a group's, checked equal to it before it is kept: stored, any other
+    text (another hash, upper case, a ``str`` subclass) is damage. The value is not shown.
+    """
+    if type(value) is not str or DIGEST_FORM.fullmatch(value) is None:
+        shown = f"{len(value)} characters of other text" if type(value) is str else type(value).__name__
+        raise InvalidArgumentError(
+            f"{attribute.name} must be 'sha256:' and 64 lowercase hex digits, got {shown}"
+        )
+
+
+def text_within(max_bytes: int) -> Callable[[Any, attrs.Attribute[Any], object], None]:
+    """A validator: a ``str`` of at most ``max_bytes`` UTF-8 bytes (free text the engine cuts to it).
+
+    Stored text past the bound was not written by the engine: damage, refused when it is decoded.
+    A ``str`` subclass is measured as the plain text it holds. The message never shows the text.
+    """
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, str):
+            raise InvalidArgumentError(f"{attribute.name} must be a str, got {type(value).__name__}")
+        size = len(str.__str__(value).encode("utf-8", "surrogatepass"))
+        if size > max_bytes:
+            raise InvalidArgumentError(
+                f"{attribute.name} must be at most {max_bytes} UTF-8 bytes, got {size}"
+            )
+
+    return check
 
 
 def non_empty_str(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

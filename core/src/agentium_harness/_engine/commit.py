@@ -35,10 +35,10 @@ from .._ports.sessions import (
     StoredSnapshot,
     add_archive_mark,
 )
-from .._ports.snapshot import seal_new_snapshot, snapshot_bytes
+from .._ports.snapshot import MAX_DIVERGENCE_DETAIL_BYTES, seal_new_snapshot, snapshot_bytes
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
-from .._text import error_text
+from .._text import cut_text, error_text
 from .._validators import exact_int, shown_number
 from .archive_receipts import archive_groups, checked_receipts
 from .commit_fence import refuse_if_erased_since_load
@@ -181,9 +181,7 @@ async def commit(
             )
         except ArchiveConflictError as exc:
             # Nothing was written; record the divergence with a separate save below.
-            divergence = ArchiveDivergence(
-                seqs=tuple(g.seq for g in plan.evict), detail=error_text(exc, named=False)
-            )
+            divergence = _divergence(plan, exc)
             eviction = EvictionStatus.DIVERGED
             diagnostics.append(_diverged_diagnostic(divergence))
         except Exception as exc:
@@ -244,9 +242,7 @@ async def commit(
         try:
             receipts = await archive_groups(ticket, archive, key, plan.evict)
         except ArchiveConflictError as exc:
-            divergence = ArchiveDivergence(
-                seqs=tuple(g.seq for g in plan.evict), detail=error_text(exc, named=False)
-            )
+            divergence = _divergence(plan, exc)
             eviction = EvictionStatus.DIVERGED
             diagnostics.append(_diverged_diagnostic(divergence))
         except Exception as exc:
@@ -510,6 +506,12 @@ def _sealed(
         error.commit_state = CommitState.NOT_COMMITTED
         raise error
     return sealed
+
+
+def _divergence(plan: EvictionPlan, exc: ArchiveConflictError) -> ArchiveDivergence:
+    """The divergence an archive's conflict records: the groups to evict, its message cut to the bound."""
+    detail = cut_text(error_text(exc, named=False), MAX_DIVERGENCE_DETAIL_BYTES)[0]
+    return ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=detail)
 
 
 def _kept_receipts(

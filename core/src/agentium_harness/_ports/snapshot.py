@@ -24,7 +24,7 @@ from .._history import MessageGroup, ViewState, bytes_and_digest
 from .._history_messages import stored_messages_issue
 from .._scope import Scope, SessionKey
 from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
-from .._validators import int_tuple, require_instance, seq_field, seq_items
+from .._validators import int_tuple, require_instance, seq_field, seq_items, sha256_digest, text_within
 from .archive_marks import MAX_ARCHIVE_MARKS, ArchiveMark, add_archive_mark
 from .erasure import ErasedSession, ErasureLedger, SeqRange
 from .snapshot_text import (
@@ -40,6 +40,7 @@ from .summary import SummaryState
 __all__ = [
     "DIGESTED_FORMAT_VERSION",
     "FIRST_FORMAT_VERSION",
+    "MAX_DIVERGENCE_DETAIL_BYTES",
     "SNAPSHOT_FORMAT_VERSION",
     "MAX_ARCHIVE_MARKS",
     "ArchiveDivergence",
@@ -71,18 +72,24 @@ DIGESTED_FORMAT_VERSION = 3
 FIRST_FORMAT_VERSION = 1
 
 
+#: Longest divergence ``detail``, in UTF-8 bytes: the engine cuts the archive's message to it (every
+#: built-in archive's fits whole); stored, a longer one is damage.
+MAX_DIVERGENCE_DETAIL_BYTES: Final = 16 * 1024
+
+
 @attrs.frozen(slots=True)
 class ArchiveDivergence:
     """The archive holds groups that differ from this session's at seqs it never committed.
 
     ``seqs`` are the conflicting sequence numbers found when eviction was
-    attempted; ``detail`` is the archive's error message. A snapshot carrying a
+    attempted; ``detail`` is the archive's error message, cut to
+    :data:`MAX_DIVERGENCE_DETAIL_BYTES`. A snapshot carrying a
     divergence is in the ``diverged`` state: runs are refused until
     reconciliation (docs/runtime.md), and neither copy is ever dropped.
     """
 
     seqs: tuple[int, ...] = attrs.field(converter=int_tuple, validator=seq_items)
-    detail: str = ""
+    detail: str = attrs.field(default="", validator=text_within(MAX_DIVERGENCE_DETAIL_BYTES))
 
 
 @attrs.frozen(slots=True)
@@ -90,7 +97,7 @@ class ArchivedDigest:
     """The digest the archive acknowledged for group ``seq`` when it was evicted (its receipt's digest)."""
 
     seq: int = attrs.field(validator=seq_field)
-    digest: str
+    digest: str = attrs.field(validator=sha256_digest)
 
 
 def _marks(value: Iterable[ArchiveMark] | None) -> tuple[ArchiveMark, ...] | None:

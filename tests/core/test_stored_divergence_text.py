@@ -1,0 +1,171 @@
+"""A stored divergence's detail and a stored receipt's digest hold only what the engine writes.
+
+The detail is the archive's message, cut to ``MAX_DIVERGENCE_DETAIL_BYTES`` when the divergence is
+recorded; a receipt's digest is a group's, ``sha256:`` and 64 lowercase hex digits. A stored
+snapshot holding anything else is damage: refused on decode by every store (``decode_snapshot``),
+even with a matching digest, and the stored row is left as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentium_harness import VerifiedIdentity
+from agentium_harness._codec import canonical_json, digest_bytes
+from agentium_harness._engine.build import create_harness_runtime
+from agentium_harness._engine.limits import ResidentLimits
+from agentium_harness._engine.results import EvictionStatus
+from agentium_harness._engine.runtime import RuntimeLimits
+from agentium_harness._errors import ArchiveConflictError, InvalidArgumentError, SnapshotCorruptError
+from agentium_harness._history import MessageGroup
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.archive import ArchiveReceipt
+from agentium_harness._ports.snapshot import MAX_DIVERGENCE_DETAIL_BYTES, ArchivedDigest, ArchiveDivergence
+from agentium_harness._scope import SessionKey
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
+from agentium_harness.testing import scoped_snapshot
+from agentium_harness.testing.sqlite_rows import set_snapshot_row, snapshot_row
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("tenant", "user", "session")
+DIGEST = "sha256:" + "0a" * 32
+
+
+def _resealed(data: bytes, edit: Callable[[dict[str, Any]], None]) -> bytes:
+    """``data`` with ``edit`` applied and a digest matching it: only the edited value is wrong."""
+    plain = json.loads(data)
+    edit(plain)
+    plain["digest"] = None
+    plain["digest"] = digest_bytes(canonical_json(plain))
+    return canonical_json(plain)
+
+
+class _Rows:
+    """One session store holding a snapshot of ``KEY``, and its stored row as a stray tool sees it."""
+
+    def __init__(self, store: Any, read: Callable[[], Any], write: Callable[[bytes], None]) -> None:
+        self.store, self.read, self.write = store, read, write
+
+    def data(self) -> bytes:
+        found = self.read()
+        assert found is not None
+        return bytes(found[1])
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def rows(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[_Rows]:
+    if request.param == "memory":
+        memory = InMemorySessionStore()
+        await memory.save(KEY, scoped_snapshot(KEY), None, OpContext())
+
+        def put(data: bytes) -> None:
+            found = memory.raw(KEY)
+            assert found is not None
+            memory.put_raw(KEY, found[0], data)
+
+        yield _Rows(memory, lambda: memory.raw(KEY), put)
+        return
+    db = tmp_path / "agentium.db"
+    sqlite = SQLiteSessionStore(SQLiteConfig(path=str(db)))
+    try:
+        await sqlite.save(KEY, scoped_snapshot(KEY), None, OpContext())
+        yield _Rows(sqlite, lambda: snapshot_row(db, KEY), lambda data: set_snapshot_row(db, KEY, data))
+    finally:
+        await sqlite.aclose()
+
+
+async def _refused_and_left_alone(rows: _Rows, damaged: bytes) -> None:
+    rows.write(damaged)
+    before = rows.read()
+    for _ in range(2):  # refused each time: nothing was rewritten in between
+        with pytest.raises(SnapshotCorruptError, match="cannot be decoded"):
+            await rows.store.load(KEY, OpContext())
+    assert rows.read() == before
+
+
+def _with_divergence(detail: str) -> Callable[[dict[str, Any]], None]:
+    def edit(plain: dict[str, Any]) -> None:
+        plain["divergence"] = {"detail": detail, "seqs": [5]}
+
+    return edit
+
+
+async def test_a_divergence_detail_past_the_bound_is_refused_and_left_alone(rows: _Rows) -> None:
+    # The longest detail the engine writes (its cut) loads back as it was ...
+    longest = "é" * (MAX_DIVERGENCE_DETAIL_BYTES // 2)
+    rows.write(_resealed(rows.data(), _with_divergence(longest)))
+    loaded = await rows.store.load(KEY, OpContext())
+    assert loaded is not None and loaded.snapshot.divergence.detail == longest
+    # ... one byte more was not written by it.
+    await _refused_and_left_alone(rows, _resealed(rows.data(), _with_divergence(longest + "x")))
+    with pytest.raises(InvalidArgumentError, match="detail"):
+        ArchiveDivergence((5,), longest + "x")
+
+
+NOT_DIGESTS = {
+    "upper-case hex": "sha256:" + "0A" * 32,
+    "another hash": "md5:" + "0a" * 16,
+    "too short": "sha256:" + "0a" * 31,
+    "a line after it": DIGEST + "\n",
+    "free text": "conflict: see the archive",
+}
+
+
+@pytest.mark.parametrize("digest", list(NOT_DIGESTS.values()), ids=list(NOT_DIGESTS))
+async def test_a_receipt_digest_not_of_the_engines_form_is_refused_and_left_alone(
+    rows: _Rows, digest: str
+) -> None:
+    def receipts(value: str) -> Callable[[dict[str, Any]], None]:
+        def edit(plain: dict[str, Any]) -> None:
+            plain["receipts"] = [{"digest": value, "seq": 4}]
+
+        return edit
+
+    rows.write(_resealed(rows.data(), receipts(DIGEST)))
+    loaded = await rows.store.load(KEY, OpContext())
+    assert loaded is not None and loaded.snapshot.receipts == (ArchivedDigest(4, DIGEST),)
+    await _refused_and_left_alone(rows, _resealed(rows.data(), receipts(digest)))
+    with pytest.raises(InvalidArgumentError, match="digest"):
+        ArchivedDigest(4, digest)
+
+
+class _LongConflicts(InMemoryArchive):
+    """An archive whose conflicts say far more than a stored divergence keeps (a third party's may)."""
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> list[ArchiveReceipt]:
+        raise ArchiveConflictError("conflict " + "ü" * (4 * MAX_DIVERGENCE_DETAIL_BYTES))
+
+
+async def test_the_engine_cuts_a_long_conflict_message_and_the_session_loads_again() -> None:
+    # What the engine records it must read back: the detail is cut to the bound the decoder checks.
+    store = InMemorySessionStore()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=_LongConflicts(),
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    alice = VerifiedIdentity("tenant-a", "alice", "test-auth")
+    try:
+        await rt.run(alice, "s1", "q0")
+        result = await rt.run(alice, "s1", "q1")
+        assert result.eviction is EvictionStatus.DIVERGED
+        loaded = await store.load(SessionKey("tenant-a", "alice", "s1"), OpContext())
+        assert loaded is not None and loaded.snapshot.divergence is not None
+        detail = loaded.snapshot.divergence.detail
+        assert detail.startswith("conflict üü") and detail.endswith("bytes, cut]")
+        assert len(detail.encode("utf-8")) <= MAX_DIVERGENCE_DETAIL_BYTES
+        view = await rt.inspect_session(alice, "s1")
+        assert view.divergence == loaded.snapshot.divergence
+    finally:
+        await rt.aclose()
