@@ -182,7 +182,7 @@ class RevealsForeignIds(SQLiteMemoryStore):
         try:
             return await super().forget(scope, fact_id, ctx)
         except MemoryFactNotFoundError:
-            if await self._exists(fact_id, OpContext.with_timeout(5.0)):
+            if await self._exists(fact_id, OpContext.with_timeout(30.0)):
                 raise MemoryFactNotFoundError(f"fact {fact_id!r} belongs to another tenant") from None
             raise
 
@@ -191,7 +191,7 @@ class IgnoresDeadline(SQLiteMemoryStore):
     capabilities = CAPS
 
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
-        return await super().remember(fact, OpContext.with_timeout(10.0))
+        return await super().remember(fact, OpContext.with_timeout(30.0))
 
 
 class ForgetsUndeclared(SQLiteMemoryStore):

@@ -604,7 +604,7 @@ class UncappedSession(HybridSession):
         self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
     ) -> Sequence[Candidate]:
         return await self.inner.discover_hybrid(
-            query, vector, max_candidates * 10, OpContext.with_timeout(10.0)
+            query, vector, max_candidates * 10, OpContext.with_timeout(30.0)
         )
 
 

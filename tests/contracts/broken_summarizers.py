@@ -65,7 +65,7 @@ class IgnoresDeadline(ExtractiveSummarizer):
     capabilities = ExtractiveSummarizer.capabilities
 
     async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
-        return await super().summarize(previous, groups, OpContext.with_timeout(10.0))
+        return await super().summarize(previous, groups, OpContext.with_timeout(30.0))
 
 
 class FoldsPastGaps(ExtractiveSummarizer):
@@ -104,7 +104,7 @@ class ChecksCancellationAtTheEnd(ExtractiveSummarizer):
     capabilities = ExtractiveSummarizer.capabilities
 
     async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
-        answer = await super().summarize(previous, groups, OpContext.with_timeout(10.0))
+        answer = await super().summarize(previous, groups, OpContext.with_timeout(30.0))
         ctx.raise_if_expired("summarize")
         return answer
 
@@ -116,7 +116,7 @@ class ChecksCancellationAtTheStart(ExtractiveSummarizer):
 
     async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
         ctx.raise_if_expired("summarize")
-        return await super().summarize(previous, groups, OpContext.with_timeout(10.0))
+        return await super().summarize(previous, groups, OpContext.with_timeout(30.0))
 
 
 class GrowsWithoutBound(ExtractiveSummarizer):

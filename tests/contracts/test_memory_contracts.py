@@ -57,7 +57,7 @@ class TestSQLiteMemoryStoreSharingTheHarnessFile(MemoryStoreContract):
 
         path = str(tmp_path / "agentium.db")
         archive = SQLiteArchive(SQLiteConfig(path=path))
-        await archive.read_groups(SessionKey("t", "u", "s"), 0, 1, OpContext.with_timeout(5.0))
+        await archive.read_groups(SessionKey("t", "u", "s"), 0, 1, OpContext.with_timeout(30.0))
         await archive.aclose()
         store = SQLiteMemoryStore(SQLiteConfig(path=path))
         yield store

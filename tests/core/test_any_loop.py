@@ -133,7 +133,7 @@ def sqlite_runtime(tmp_path: Path, **limits: float) -> HarnessRuntime:
         summarizer=ExtractiveSummarizer(),
         limits=RuntimeLimits(
             resident=ResidentLimits(max_groups=2),
-            **{"op_timeout_s": 10.0, "settle_timeout_s": 10.0, "close_timeout_s": 5.0, **limits},
+            **{"op_timeout_s": 30.0, "settle_timeout_s": 30.0, "close_timeout_s": 30.0, **limits},
         ),
     )
 

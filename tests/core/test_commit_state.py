@@ -145,7 +145,7 @@ async def test_a_save_that_landed_and_then_timed_out_is_a_committed_run(
     kept = short_only_for(monkeypatch, "session save")
     store = LandsThenFails(hang=True)
     runtime = _runtime(store, limits=FAST)
-    with anyio.fail_after(10):
+    with anyio.fail_after(30):
         result = await runtime.run(ANA, "s1", "hello")
     assert result.commit_state is CommitState.COMMITTED and result.group_seq == 0
     assert result.has("save_settled")

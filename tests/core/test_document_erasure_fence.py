@@ -125,7 +125,7 @@ async def _index(
 
 async def _held(runtime: HarnessRuntime, owner: SourceOwner, doc_id: str) -> bool:
     """True if document ``doc_id`` of ``owner`` is indexed (it is deleted to find out)."""
-    return bool(await _store(runtime).delete_document(owner, doc_id, OpContext.with_timeout(5.0)))
+    return bool(await _store(runtime).delete_document(owner, doc_id, OpContext.with_timeout(30.0)))
 
 
 async def _erase(runtime: HarnessRuntime, user: str) -> ErasureState:

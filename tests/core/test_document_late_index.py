@@ -99,7 +99,7 @@ async def _stuck_index(runtime: HarnessRuntime) -> None:
 
 async def test_an_erasure_waits_for_an_abandoned_document_index_and_erases_what_landed() -> None:
     store = StuckIndex()
-    async with _runtime(store, settle_s=10.0) as runtime:
+    async with _runtime(store, settle_s=30.0) as runtime:
         await _stuck_index(runtime)
         assert not store.landed.is_set()
 

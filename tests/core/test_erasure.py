@@ -557,7 +557,7 @@ async def test_an_archive_write_in_flight_past_its_deadline_cannot_bring_erased_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     archive = StuckArchive()
-    rt = await _strand_an_append(archive, settle_s=10.0, monkeypatch=monkeypatch)
+    rt = await _strand_an_append(archive, settle_s=30.0, monkeypatch=monkeypatch)
     assert archive.raw(SessionKey("acme", "alice", "s1"), 0) is None
 
     async def release_later() -> None:

@@ -142,8 +142,9 @@ async def test_a_write_held_past_every_check_never_lands_on_the_reused_session(
             await slow.run(ANA, "s0", f"first {SECRET}")
             await slow.run(ANA, "s0", "second turn")
         else:
-            await slow.session_store.save(KEY, legacy_snapshot(f" {SECRET}"), None, OpContext.with_timeout(5))
-        loaded = (await slow.session_store.load(KEY, OpContext.with_timeout(5))).revision
+            snapshot = legacy_snapshot(f" {SECRET}")
+            await slow.session_store.save(KEY, snapshot, None, OpContext.with_timeout(30))
+        loaded = (await slow.session_store.load(KEY, OpContext.with_timeout(30))).revision
         gate.armed = True
         failures: list[BaseException] = []
         results: list[Any] = []
@@ -201,7 +202,7 @@ async def test_the_floor_is_store_wide_and_a_dry_run_or_groups_target_leaves_it(
         if stores == "memory"
         else SQLiteSessionStore(SQLiteConfig(path=str(tmp_path / "a.db")))
     )
-    ctx = OpContext.with_timeout(10)
+    ctx = OpContext.with_timeout(30)
     other = SessionKey("acme", "bob", "s9")
     try:
         revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, ctx)
@@ -227,7 +228,7 @@ async def test_a_database_written_before_the_floor_existed_opens_and_gains_it(tm
     db = tmp_path / "agentium.db"
     config = SQLiteConfig(path=str(db))
     store = SQLiteSessionStore(config)
-    ctx = OpContext.with_timeout(10)
+    ctx = OpContext.with_timeout(30)
     revision = await store.save(KEY, scoped_snapshot(KEY, "old"), None, ctx)
     revision = await store.save(KEY, scoped_snapshot(KEY, "old"), revision, ctx)
     await store.aclose()
@@ -254,7 +255,7 @@ async def test_a_database_written_before_the_floor_existed_opens_and_gains_it(tm
 async def test_a_damaged_floor_refuses_to_create_a_session_and_changes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "agentium.db"
     store = SQLiteSessionStore(SQLiteConfig(path=str(db)))
-    ctx = OpContext.with_timeout(10)
+    ctx = OpContext.with_timeout(30)
     try:
         await store.save(KEY, scoped_snapshot(KEY, "a"), None, ctx)
         with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -279,7 +280,7 @@ async def test_a_revision_past_sqlite_integers_is_a_typed_error_and_changes_noth
     # save must say so with a typed error, not let the driver's OverflowError escape.
     db = tmp_path / "agentium.db"
     store = SQLiteSessionStore(SQLiteConfig(path=str(db)))
-    ctx = OpContext.with_timeout(10)
+    ctx = OpContext.with_timeout(30)
     top = 2**63 - 1
     try:
         await store.save(KEY, scoped_snapshot(KEY, "a"), None, ctx)

@@ -78,7 +78,7 @@ def _runtime(provider: Any, archive: InMemoryArchive, store: InMemorySessionStor
 
 
 async def _archived(archive: InMemoryArchive) -> list[str]:
-    groups = await archive.read_groups(KEY, 0, 100, OpContext.with_timeout(5))
+    groups = await archive.read_groups(KEY, 0, 100, OpContext.with_timeout(30))
     return [repr(g) for g in groups]
 
 
@@ -130,7 +130,7 @@ async def test_a_run_loaded_before_an_erasure_archives_none_of_the_erased_sessio
                 done = await other.run(ANA, "s0", f"new turn {i}")
                 assert done.committed
             assert [r for r in await _archived(archive) if "qzfirstsecretq" in r] == []
-            groups = await archive.read_groups(KEY, 0, 100, OpContext.with_timeout(5))
+            groups = await archive.read_groups(KEY, 0, 100, OpContext.with_timeout(30))
             assert [g.seq for g in groups] == [0, 1]
             assert "new turn 0" in repr(groups[0])
     finally:
@@ -253,7 +253,7 @@ async def test_a_joint_sqlite_commit_loaded_before_an_erasure_brings_none_of_it_
         texts = repr(page)
         assert all(f"new turn {i}" in texts for i in range(5))
         assert not any(secret in texts for secret in (*SECRETS, "third turn"))
-        assert [g.seq for g in await other.archive.read_groups(KEY, 0, 100, OpContext.with_timeout(5))] == [
+        assert [g.seq for g in await other.archive.read_groups(KEY, 0, 100, OpContext.with_timeout(30))] == [
             0,
             1,
             2,

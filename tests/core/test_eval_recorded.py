@@ -92,18 +92,18 @@ def test_the_provider_itself(tmp_path: Path) -> None:
         request = ModelRequest("be brief", turn=(Message(Role.USER, "hi"),))
         replay = RecordedProvider(RecordedProviderConfig(path=str(tmp / "none.jsonl")))
         with pytest.raises(RecordingError, match="cannot read the recording"):
-            await replay.complete(request, OpContext.with_timeout(5))
+            await replay.complete(request, OpContext.with_timeout(30))
         empty = tmp / "empty.jsonl"
         empty.write_text("")
         miss = RecordedProvider(RecordedProviderConfig(path=str(empty)))
         with pytest.raises(ReplayMissError) as info:
-            await miss.complete(request, OpContext.with_timeout(5))
+            await miss.complete(request, OpContext.with_timeout(30))
         assert isinstance(info.value, ProviderError) and info.value.digest == request_digest(request)
         bad = tmp / "bad.jsonl"
         bad.write_text('{"format": "agentium.recorded/1", "digest": "x", "response": {"message": 3}}\n')
         with pytest.raises(RecordingError, match=r"bad.jsonl:1"):
             await RecordedProvider(RecordedProviderConfig(path=str(bad))).complete(
-                request, OpContext.with_timeout(5)
+                request, OpContext.with_timeout(30)
             )
 
     anyio.run(main, tmp_path)

@@ -47,8 +47,8 @@ async def test_a_validity_bound_without_a_utc_time_is_rejected_by_every_store(
         ack = await manager.remember_with_result(fact)
         assert ack.status is AckStatus.REJECTED and "out of range" in ack.reason
         with pytest.raises(MemoryRejectedError):
-            await store.remember(fact, OpContext.with_timeout(5.0))
-    assert await store.lookup(ALICE, "", 10, OpContext.with_timeout(5.0)) == []
+            await store.remember(fact, OpContext.with_timeout(30.0))
+    assert await store.lookup(ALICE, "", 10, OpContext.with_timeout(30.0)) == []
     await store.aclose()
 
 
@@ -63,9 +63,9 @@ async def test_select_and_lookup_refuse_a_bad_at_or_query(tmp_path: Path, kind: 
         with pytest.raises(InvalidArgumentError, match="at "):
             await manager.select(ALICE, "tea", at=at)  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="at "):
-            await store.lookup(ALICE, "tea", 5, OpContext.with_timeout(5.0), at=at)  # type: ignore[arg-type]
+            await store.lookup(ALICE, "tea", 5, OpContext.with_timeout(30.0), at=at)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="query"):
-        await store.lookup(ALICE, 42, 5, OpContext.with_timeout(5.0))  # type: ignore[arg-type]
+        await store.lookup(ALICE, 42, 5, OpContext.with_timeout(30.0))  # type: ignore[arg-type]
     kept, _ = await manager.select(ALICE, "tea", at=datetime.now(UTC))
     assert [f.text for f in kept] == ["tea until tomorrow"]
     await store.aclose()

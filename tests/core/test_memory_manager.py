@@ -53,7 +53,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteMemoryStore]:
 
 
 async def _all(store: SQLiteMemoryStore, scope: MemoryScope) -> list[StoredFact]:
-    return list(await store.list_facts(scope, 200, OpContext.with_timeout(5.0)))
+    return list(await store.list_facts(scope, 200, OpContext.with_timeout(30.0)))
 
 
 async def test_remember_with_result_reports_stored_duplicate_and_rejected(store: SQLiteMemoryStore) -> None:
@@ -225,7 +225,7 @@ async def test_selection_is_bounded_checked_and_host_replaceable(store: SQLiteMe
 async def test_a_forgotten_fact_is_never_selected_even_by_a_stale_selection(store: SQLiteMemoryStore) -> None:
     manager = MemoryManager(store)
     ack = await manager.remember(MemoryFact(ALICE, "stale secret"))
-    cached = list(await store.lookup(ALICE, "", 10, OpContext.with_timeout(5.0)))
+    cached = list(await store.lookup(ALICE, "", 10, OpContext.with_timeout(30.0)))
 
     async def stale(request: SelectionRequest) -> Sequence[StoredFact]:
         return cached
@@ -484,7 +484,7 @@ async def test_forgotten_ids_stay_bounded_and_keep_the_most_recent_forgets(
         ack = await manager.remember(MemoryFact(ALICE, f"fact number {i}"))
         assert ack.fact_id is not None
         ids.append(ack.fact_id)
-    cached = list(await store.lookup(ALICE, "", 50, OpContext.with_timeout(5.0)))
+    cached = list(await store.lookup(ALICE, "", 50, OpContext.with_timeout(30.0)))
 
     async def stale(request: SelectionRequest) -> Sequence[StoredFact]:
         return cached

@@ -40,13 +40,13 @@ class JoinedOwnerStore(InMemoryMemoryStore):
 
 
 async def _victim_fact(store: InMemoryMemoryStore) -> str:
-    ack = await store.remember(MemoryFact(VICTIM, "the vault code is 1234"), OpContext.with_timeout(5.0))
+    ack = await store.remember(MemoryFact(VICTIM, "the vault code is 1234"), OpContext.with_timeout(30.0))
     assert ack.fact_id is not None
     return ack.fact_id
 
 
 async def _unchanged(store: InMemoryMemoryStore, fact_id: str) -> None:
-    [fact] = await store.lookup(VICTIM, "vault", 5, OpContext.with_timeout(5.0))
+    [fact] = await store.lookup(VICTIM, "vault", 5, OpContext.with_timeout(30.0))
     assert (fact.fact_id, fact.revision, fact.text) == (fact_id, 1, "the vault code is 1234")
 
 
@@ -54,7 +54,7 @@ async def test_the_planted_store_really_lets_a_joined_id_change_the_fact() -> No
     store = JoinedOwnerStore()
     fact_id = await _victim_fact(store)
     ack = await store.correct(
-        INTRUDER, fact_id, MemoryFact(INTRUDER, "mine now"), OpContext.with_timeout(5.0)
+        INTRUDER, fact_id, MemoryFact(INTRUDER, "mine now"), OpContext.with_timeout(30.0)
     )
     assert ack.revision == 2  # the store alone does not stop it
 

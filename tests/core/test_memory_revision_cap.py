@@ -54,7 +54,7 @@ OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 7
 
 
 def _ctx() -> OpContext:
-    return OpContext.with_timeout(10.0)
+    return OpContext.with_timeout(30.0)
 
 
 def test_the_cap_leaves_room_for_the_tombstone_in_one_read() -> None:

@@ -49,7 +49,7 @@ async def test_a_session_erasure_removes_the_tombstone_of_a_fact_forgotten_earli
     await manager.forget(ANA, other.fact_id)
     [tombstone] = [r for r in await manager.history(ANA, gone.fact_id) if r.revision == 3]
     assert tombstone.fact.provenance == () and tombstone.text == ""  # nothing of it is returned
-    report = await store.erase(EraseTarget.session("acme", "ana", "s1"), OpContext.with_timeout(5.0))
+    report = await store.erase(EraseTarget.session("acme", "ana", "s1"), OpContext.with_timeout(30.0))
     assert dict((c.kind, c.count) for c in report.counts) == {"fact": 1, "revision": 3}
     with pytest.raises(MemoryFactNotFoundError):
         await manager.history(ANA, gone.fact_id)

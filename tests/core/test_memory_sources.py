@@ -36,7 +36,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteMemoryStore]:
 
 
 def _op() -> OpContext:
-    return OpContext.with_timeout(5.0)
+    return OpContext.with_timeout(30.0)
 
 
 async def test_blocks_are_labeled_memory_with_revision_validity_and_provenance(

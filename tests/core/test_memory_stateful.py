@@ -152,10 +152,10 @@ class MemoryLifecycle(RuleBasedStateMachine):
     @invariant()
     def each_tenant_sees_exactly_its_current_facts(self) -> None:
         for who, scope in TENANTS.items():
-            listed = self.call(lambda s=scope: self.store.list_facts(s, 200, OpContext.with_timeout(5.0)))
+            listed = self.call(lambda s=scope: self.store.list_facts(s, 200, OpContext.with_timeout(30.0)))
             assert sorted(f.text for f in listed) == self.current(who)
             looked = self.call(
-                lambda s=scope: self.store.lookup(s, "likes lives uses", 200, OpContext.with_timeout(5.0))
+                lambda s=scope: self.store.lookup(s, "likes lives uses", 200, OpContext.with_timeout(30.0))
             )
             assert all(f.scope == scope for f in looked)
             assert sorted(f.text for f in looked) == self.current(who)

@@ -63,7 +63,7 @@ def _codes(result: object) -> list[str]:
 
 
 async def _indexed(store: InMemoryRecallStore) -> list[int]:
-    return [g.seq for g in await store.seek_groups(KEY, 0, 1000, OpContext.with_timeout(5))]
+    return [g.seq for g in await store.seek_groups(KEY, 0, 1000, OpContext.with_timeout(30))]
 
 
 async def test_groups_archived_while_the_index_was_down_are_indexed_by_a_later_commit() -> None:
@@ -178,9 +178,9 @@ class Stripping(InMemoryArchive):
 
 async def _found(store: InMemoryRecallStore, query: str) -> list[str]:
     """The text of every source recall finds for ``query`` in ana's s1."""
-    session = await store.open(Scope.of(ANA, "s1"), RecallLimits(), OpContext.with_timeout(5))
-    candidates = await session.discover(query, 50, OpContext.with_timeout(5))
-    excerpts = await session.read([c.ref for c in candidates], 100_000, OpContext.with_timeout(5))
+    session = await store.open(Scope.of(ANA, "s1"), RecallLimits(), OpContext.with_timeout(30))
+    candidates = await session.discover(query, 50, OpContext.with_timeout(30))
+    excerpts = await session.read([c.ref for c in candidates], 100_000, OpContext.with_timeout(30))
     return [e.text for e in excerpts]
 
 

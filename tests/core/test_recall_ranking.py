@@ -49,7 +49,7 @@ OWNER = SourceOwner("acme")
 
 
 def CTX() -> OpContext:
-    return OpContext.with_timeout(10.0)
+    return OpContext.with_timeout(30.0)
 
 
 @pytest.fixture

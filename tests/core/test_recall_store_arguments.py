@@ -23,7 +23,7 @@ Call = Callable[[Any, Any, Any], Awaitable[object]]
 
 
 def ctx() -> OpContext:
-    return OpContext.with_timeout(5.0)
+    return OpContext.with_timeout(30.0)
 
 
 # Each raised TypeError, AttributeError or OverflowError (in one store or both) before the fix.

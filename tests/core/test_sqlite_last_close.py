@@ -34,16 +34,16 @@ def _open_and_close_together(path: Path) -> None:
 
     async def use() -> None:
         # Every adapter opens its connection (creating the file and its tables).
-        assert await archive.read_groups(KEY, 0, 1, OpContext.with_timeout(10.0)) == []
-        assert await store.load(KEY, OpContext.with_timeout(10.0)) is None
-        assert await recall.delete_document(SourceOwner("t"), "doc", OpContext.with_timeout(10.0)) is False
+        assert await archive.read_groups(KEY, 0, 1, OpContext.with_timeout(30.0)) == []
+        assert await store.load(KEY, OpContext.with_timeout(30.0)) is None
+        assert await recall.delete_document(SourceOwner("t"), "doc", OpContext.with_timeout(30.0)) is False
 
     anyio.run(use)
     together = threading.Barrier(len(adapters))
 
     def close(adapter: SQLiteArchive | SQLiteSessionStore | SQLiteRecallStore) -> None:
         async def main() -> None:
-            together.wait(timeout=10)
+            together.wait(timeout=30)
             await adapter.aclose()
 
         anyio.run(main)

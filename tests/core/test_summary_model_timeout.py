@@ -372,7 +372,7 @@ async def test_the_next_run_waits_for_an_update_as_long_as_the_summarys_own_dead
     rt = runtime(
         SlowSummarizer(hang=True),
         SummaryLimits(timeout_s=0.1, model_timeout_s=600),
-        model_timeout_s=5,
+        model_timeout_s=ROOMY_S,
         settle_timeout_s=0.2,  # aclose cancels the update the last run started
         close_timeout_s=ROOMY_S,
     )

@@ -100,7 +100,7 @@ async def _turns(runtime: Any, start: int, n: int) -> Any:
 
 
 async def _stored(store: Any) -> SessionSnapshot:
-    loaded = await store.load(KEY, OpContext.with_timeout(5))
+    loaded = await store.load(KEY, OpContext.with_timeout(30))
     assert loaded is not None
     return loaded.snapshot
 
@@ -229,7 +229,7 @@ async def test_a_negative_frontier_is_refused_as_the_row_is_decoded() -> None:
     """TaskSummary's own validator refuses it: a row holding one is corruption, and nothing changes."""
     store = InMemorySessionStore()
     snapshot = _snapshot(2, SummaryState(_forced(TaskSummary("text", frontier=0), frontier=-1)))
-    await store.save(KEY, snapshot, None, OpContext.with_timeout(5))
+    await store.save(KEY, snapshot, None, OpContext.with_timeout(30))
     provider = Recording()
     runtime = _runtime(ExtractiveSummarizer(), InMemoryArchive(), store, provider)
     with pytest.raises(SnapshotCorruptError, match="cannot be decoded"):
@@ -240,13 +240,13 @@ async def test_a_negative_frontier_is_refused_as_the_row_is_decoded() -> None:
 @pytest.mark.parametrize("name", sorted(IMPOSSIBLE))
 async def test_an_impossible_summary_state_is_corruption_and_never_reaches_the_model(name: str) -> None:
     store = InMemorySessionStore()
-    await store.save(KEY, IMPOSSIBLE[name], None, OpContext.with_timeout(5))
+    await store.save(KEY, IMPOSSIBLE[name], None, OpContext.with_timeout(30))
     provider = Recording()
     runtime = _runtime(ExtractiveSummarizer(), InMemoryArchive(), store, provider)
     with pytest.raises(SnapshotCorruptError, match="impossible"):
         await runtime.run(ANA, "s1", "what did the groups say?")
     assert provider.requests == []
-    loaded = await store.load(KEY, OpContext.with_timeout(5))
+    loaded = await store.load(KEY, OpContext.with_timeout(30))
     assert loaded is not None and loaded.revision == 1  # left as it is
     with pytest.raises(SnapshotCorruptError):
         await runtime.inspect_session(ANA, "s1")
@@ -258,7 +258,7 @@ async def test_a_possible_summary_state_loads() -> None:
         (CoverageGap(1, GapReason.UNAVAILABLE),),
     )
     store = InMemorySessionStore()
-    await store.save(KEY, _snapshot(2, state, (ArchivedDigest(1, DIGEST),)), None, OpContext.with_timeout(5))
+    await store.save(KEY, _snapshot(2, state, (ArchivedDigest(1, DIGEST),)), None, OpContext.with_timeout(30))
     runtime = _runtime(ExtractiveSummarizer(), InMemoryArchive(), store)
     view = await runtime.inspect_session(ANA, "s1")
     assert view.summary == state
@@ -287,7 +287,7 @@ async def test_an_orphan_tool_result_group_is_never_archived() -> None:
         SessionSnapshot(memory_scope=SCOPE, boundary=0, next_seq=2, resident=(orphan, _group(1)))
     )
     store, archive = InMemorySessionStore(), InMemoryArchive()
-    await store.save(KEY, snapshot, None, OpContext.with_timeout(5))
+    await store.save(KEY, snapshot, None, OpContext.with_timeout(30))
     runtime = create_harness_runtime(
         provider=ExtractiveProvider(),
         archive=archive,

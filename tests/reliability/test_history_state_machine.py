@@ -1038,8 +1038,8 @@ class HistoryMachine(RuleBasedStateMachine):
                 tg.start_soon(first)
                 await provider.entered.wait()
                 # Admitted by mistake, the second run would wait at the gate: bound it (a refusal is
-                # immediate, so the bound costs nothing; 10 s, as a stalled machine must not trip it).
-                with anyio.move_on_after(10) as waited, pytest.raises(SessionBusyError):
+                # immediate, so the bound costs nothing; 30 s, as a stalled machine must not trip it).
+                with anyio.move_on_after(30) as waited, pytest.raises(SessionBusyError):
                     await rt.run(identity_of(key), key.session, refused_text)
                 # The history API goes through the same door: refused too, before any read.
                 with pytest.raises(SessionBusyError):

@@ -32,8 +32,8 @@ KEY = SessionKey("acme", "alice", "a/b")
 HOLD_S = 0.3
 
 ADAPTERS = {
-    "session_store": lambda a: a.load(KEY, OpContext.with_timeout(10)),
-    "archive": lambda a: a.read_groups(KEY, 0, 1, OpContext.with_timeout(10)),
+    "session_store": lambda a: a.load(KEY, OpContext.with_timeout(30)),
+    "archive": lambda a: a.read_groups(KEY, 0, 1, OpContext.with_timeout(30)),
 }
 
 
