@@ -159,7 +159,7 @@ class StubServer:
         self.stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=30)
 
     # -- what a strict server checks -------------------------------------------------
 

@@ -36,7 +36,7 @@ async def test_a_broken_body_is_retried_then_used(stub: StubServer, fault: str) 
     stub.add(BROKEN[fault](), Reply.recorded("plain_answer"))
     provider = make_provider(stub, max_retries=1)
     try:
-        response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+        response = await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     assert response.message.content
@@ -49,7 +49,7 @@ async def test_a_broken_body_without_retries_left_is_a_typed_failure(stub: StubS
     provider = make_provider(stub, max_retries=1)
     try:
         with pytest.raises(OpenAIRetriesExhaustedError, match="connection failed") as caught:
-            await provider.complete(REQUEST, OpContext.with_timeout(10))
+            await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     assert caught.value.attempts == 2 and caught.value.status is None
@@ -61,7 +61,7 @@ async def test_a_broken_model_list_is_a_typed_probe_failure(stub: StubServer) ->
     provider = make_provider(stub)
     try:
         with pytest.raises(OpenAIConnectionError, match="broke off a model list"):
-            await provider.health(OpContext.with_timeout(10))
+            await provider.health(OpContext.with_timeout(30))
     finally:
         await provider.aclose()
 
@@ -74,7 +74,7 @@ async def test_a_broken_embeddings_body_is_retried(stub: StubServer) -> None:
     )
     embedder = OpenAIEmbedder(config, environ={KEY_ENV: stub.api_key or ""})
     try:
-        vectors = await embedder.embed(["a"], OpContext.with_timeout(10))
+        vectors = await embedder.embed(["a"], OpContext.with_timeout(30))
     finally:
         await embedder.aclose()
     assert [list(v) for v in vectors] == [[1.0, 2.0, 3.0]]
@@ -97,10 +97,10 @@ async def test_a_broken_error_answer_is_retried_not_a_raw_http_error(stub: StubS
     stub.add(BROKEN_ERRORS[fault](), BROKEN_ERRORS[fault]())
     provider = make_provider(stub, max_retries=1)
     try:
-        response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+        response = await provider.complete(REQUEST, OpContext.with_timeout(30))
         assert response.message.content
         with pytest.raises(OpenAIRetriesExhaustedError, match="connection failed") as caught:
-            await provider.complete(REQUEST, OpContext.with_timeout(10))
+            await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     assert caught.value.attempts == 2 and caught.value.status is None
@@ -112,6 +112,6 @@ async def test_a_broken_error_answer_to_the_probe_is_a_typed_probe_failure(stub:
     provider = make_provider(stub)
     try:
         with pytest.raises(OpenAIConnectionError, match="broke off its error answer"):
-            await provider.health(OpContext.with_timeout(10))
+            await provider.health(OpContext.with_timeout(30))
     finally:
         await provider.aclose()

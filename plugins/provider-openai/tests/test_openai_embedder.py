@@ -76,7 +76,7 @@ class TestOpenAIEmbedderContract(EmbedderContract):
 
 
 def _ctx() -> OpContext:
-    return OpContext.with_timeout(10.0)
+    return OpContext.with_timeout(30.0)
 
 
 async def test_the_request_is_what_a_strict_server_expects(server: StubServer) -> None:

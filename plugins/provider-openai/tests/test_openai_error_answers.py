@@ -72,7 +72,7 @@ async def test_a_flooding_retryable_error_is_cut_at_the_cap_and_retried(
 @pytest.mark.parametrize("how", HOWS)
 async def test_a_flooding_refusal_is_cut_at_the_cap_and_keeps_its_status(stub: StubServer, how: str) -> None:
     stub.add(_flood(401, how))
-    provider = make_provider(stub, max_reply_bytes=64 * 1024, max_retries=2, timeout_s=5)
+    provider = make_provider(stub, max_reply_bytes=64 * 1024, max_retries=2, timeout_s=30)
     try:
         with pytest.raises(OpenAIStatusError, match=r"HTTP 401.*passed max_reply_bytes") as caught:
             await provider.complete(REQUEST, OpContext.with_timeout(30))
@@ -98,7 +98,7 @@ async def test_an_error_answer_within_the_cap_still_quotes_the_servers_message(s
     provider = make_provider(stub, max_reply_bytes=1024)
     try:
         with pytest.raises(OpenAIStatusError, match="HTTP 400: unknown field 'seed'"):
-            await provider.complete(REQUEST, OpContext.with_timeout(10))
+            await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
 

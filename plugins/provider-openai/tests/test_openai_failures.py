@@ -112,7 +112,7 @@ async def test_a_retryable_status_is_retried_then_succeeds(stub: StubServer, sta
     )
     provider = make_provider(stub, max_retries=2)
     try:
-        response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+        response = await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     assert response.message.content == recording("plain_answer")["choices"][0]["message"]["content"]
@@ -127,7 +127,7 @@ async def test_retries_are_bounded(stub: StubServer) -> None:
     provider = make_provider(stub, max_retries=2)
     try:
         with pytest.raises(OpenAIRetriesExhaustedError) as caught:
-            await provider.complete(REQUEST, OpContext.with_timeout(10))
+            await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     assert caught.value.attempts == 3 and caught.value.status == 503
@@ -155,7 +155,7 @@ async def test_other_statuses_are_not_retried(stub: StubServer, status: int) -> 
     provider = make_provider(stub, max_retries=3)
     try:
         with pytest.raises(OpenAIStatusError) as caught:
-            await provider.complete(REQUEST, OpContext.with_timeout(10))
+            await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     assert caught.value.status == status and f"HTTP {status}" in str(caught.value)
@@ -172,7 +172,7 @@ async def test_a_redirect_is_not_followed(stub: StubServer, status: int) -> None
         provider = make_provider(stub, max_retries=2)
         try:
             with pytest.raises(OpenAIStatusError) as caught:
-                await provider.complete(REQUEST, OpContext.with_timeout(10))
+                await provider.complete(REQUEST, OpContext.with_timeout(30))
         finally:
             await provider.aclose()
         assert caught.value.status == status
@@ -186,7 +186,7 @@ async def test_the_key_never_appears_in_an_error(stub: StubServer) -> None:
     provider = make_provider(stub)
     try:
         with pytest.raises(OpenAIStatusError) as caught:
-            await provider.complete(REQUEST, OpContext.with_timeout(10))
+            await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     assert stub.api_key not in str(caught.value) and "***" in str(caught.value)
@@ -200,7 +200,7 @@ async def test_an_unreachable_server_is_retried_then_reported(stub: StubServer) 
     provider = make_provider(stub, base_url=f"http://127.0.0.1:{port}/v1", max_retries=1)
     try:
         with pytest.raises(OpenAIRetriesExhaustedError, match="connection failed") as caught:
-            await provider.complete(REQUEST, OpContext.with_timeout(10))
+            await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     assert caught.value.attempts == 2 and caught.value.status is None
@@ -224,7 +224,7 @@ async def test_malformed_tool_arguments_are_a_clear_error(stub: StubServer, prov
     """Arguments that are not valid JSON: OpenAIMalformedReplyError naming the call; no retry."""
     stub.add(Reply.recorded("malformed_arguments"))
     with pytest.raises(OpenAIMalformedReplyError, match=r"tool call 0 \('get_weather'\) are not valid JSON"):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert len(stub.completions) == 1
 
 
@@ -244,7 +244,7 @@ async def test_arguments_must_be_an_object(
     body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = arguments
     stub.add(Reply(body=body))
     with pytest.raises(OpenAIMalformedReplyError, match=expected):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
 
 
 async def test_a_tool_call_without_an_id(stub: StubServer, provider: OpenAIProvider) -> None:
@@ -253,14 +253,14 @@ async def test_a_tool_call_without_an_id(stub: StubServer, provider: OpenAIProvi
     del body["choices"][0]["message"]["tool_calls"][0]["id"]
     stub.add(Reply(body=body))
     with pytest.raises(OpenAIMalformedReplyError, match="no usable id or name"):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
 
 
 async def test_no_choices_is_a_clear_error(stub: StubServer, provider: OpenAIProvider) -> None:
     """A 200 answer with an empty choices list: OpenAIMalformedReplyError, 'no choices'."""
     stub.add(Reply.recorded("no_choices"))
     with pytest.raises(OpenAIMalformedReplyError, match="no choices"):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
 
 
 @pytest.mark.parametrize(
@@ -283,14 +283,14 @@ async def test_other_malformed_bodies(
     """Every unusable 200 body is an OpenAIMalformedReplyError, never an AttributeError or KeyError."""
     stub.add(Reply(body=body))
     with pytest.raises(OpenAIMalformedReplyError, match=expected):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
 
 
 async def test_an_event_stream_answer_is_refused_clearly(stub: StubServer, provider: OpenAIProvider) -> None:
     """A streaming-only server answers with text/event-stream: OpenAIStreamingOnlyError says what to do."""
     stub.add(Reply.event_stream())
     with pytest.raises(OpenAIStreamingOnlyError, match="event stream") as caught:
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert '"stream": false' in str(caught.value)
     assert stub.completions[0].body["stream"] is False  # we asked for one JSON answer
 
@@ -301,7 +301,7 @@ async def test_a_server_that_refuses_non_streamed_requests(
     """A 400 that says only streaming is served is reported as streaming-only, not as a bad request."""
     stub.add(Reply.error(400, "This endpoint only supports stream=true requests"))
     with pytest.raises(OpenAIStreamingOnlyError, match="refused a non-streamed request"):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert len(stub.completions) == 1
 
 
@@ -314,7 +314,7 @@ async def test_retries_and_giving_up_are_warnings_without_the_server_text(
     with caplog.at_level(logging.WARNING, logger="agentium.plugins.provider_openai"):
         try:
             with pytest.raises(OpenAIRetriesExhaustedError):
-                await provider.complete(REQUEST, OpContext.with_timeout(10))
+                await provider.complete(REQUEST, OpContext.with_timeout(30))
         finally:
             await provider.aclose()
     records = [r for r in caplog.records if r.name == "agentium.plugins.provider_openai"]

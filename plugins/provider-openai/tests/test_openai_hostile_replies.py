@@ -46,13 +46,13 @@ async def test_a_200_error_object_echoing_the_key_is_scrubbed(
     stub.add(Reply(body={"error": {"message": f"Incorrect API key provided: {key}.\x1b[2J bye"}}))
     stub.add(Reply(body={"error": {"code": 401, "param": key, "message": None}}))
     with pytest.raises(OpenAIMalformedReplyError, match="error object") as caught:
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     text = str(caught.value)
     assert key not in text and "Incorrect API key provided: ***." in text
     assert "\x1b" not in text and "***.\\x1b[2J bye" in text  # shown, not obeyed by a terminal
     # An error object without a message: nothing of it is quoted (no str() of the whole object).
     with pytest.raises(OpenAIMalformedReplyError, match="error object") as caught:
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert key not in str(caught.value) and "param" not in str(caught.value)
 
 
@@ -68,7 +68,7 @@ async def test_tool_call_texts_quoted_in_errors_are_scrubbed(
     function["arguments"] = "x" * 70 + key + ' {"a": '
     stub.add(Reply(body=body))
     with pytest.raises(OpenAIMalformedReplyError, match="not valid JSON") as caught:
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     text = str(caught.value)
     assert "'tool-***'" in text and "x" * 70 + "***" in text
     assert key[:8] not in text  # not even the part of it a cut would leave
@@ -84,7 +84,7 @@ async def test_embedding_texts_quoted_in_errors_are_scrubbed(stub: StubServer) -
     try:
         for _ in range(3):
             with pytest.raises(OpenAIEmbeddingReplyError) as caught:
-                await embedder.embed(["a"], OpContext.with_timeout(10))
+                await embedder.embed(["a"], OpContext.with_timeout(30))
             assert key not in str(caught.value) and "***" in str(caught.value)
     finally:
         await embedder.aclose()
@@ -99,7 +99,7 @@ async def test_a_finish_reason_that_is_not_text_is_malformed(
     body["choices"][0]["finish_reason"] = finish_reason
     stub.add(Reply(body=body))
     with pytest.raises(OpenAIMalformedReplyError, match="finish_reason is a JSON"):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert len(stub.completions) == 1
 
 
@@ -112,7 +112,7 @@ async def test_a_reply_in_another_speakers_name_is_malformed(
     body["choices"][0]["message"]["role"] = role
     stub.add(Reply(body=body))
     with pytest.raises(OpenAIMalformedReplyError, match=r"role is .*not 'assistant'"):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert len(stub.completions) == 1  # refused, not retried
 
 
@@ -125,7 +125,7 @@ async def test_a_reply_without_a_role_is_still_the_answer(stub: StubServer, prov
         else:
             del body["choices"][0]["message"]["role"]
         stub.add(Reply(body=body))
-        response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+        response = await provider.complete(REQUEST, OpContext.with_timeout(30))
         assert response.message.role is Role.ASSISTANT and response.message.content
 
 
@@ -144,7 +144,7 @@ async def test_a_4xx_that_says_streaming_is_required_is_streaming_only(
 ) -> None:
     stub.add(Reply.error(400, message))
     with pytest.raises(OpenAIStreamingOnlyError, match="refused a non-streamed request"):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ async def test_a_4xx_that_only_mentions_stream_is_a_status_error(
     """An error echoing the request ("stream":false) or saying "upstream" is not a streaming-only server."""
     stub.add(Reply.error(status, message))
     with pytest.raises(OpenAIStatusError) as caught:
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert not isinstance(caught.value, OpenAIStreamingOnlyError)
     assert caught.value.status == status
 
@@ -174,7 +174,7 @@ async def test_an_embedding_integer_too_large_for_a_float_is_a_typed_error(stub:
     embedder = _embedder(stub)
     try:
         with pytest.raises(OpenAIEmbeddingReplyError, match="an integer of 400 digits"):
-            await embedder.embed(["a"], OpContext.with_timeout(10))
+            await embedder.embed(["a"], OpContext.with_timeout(30))
     finally:
         await embedder.aclose()
 
@@ -190,7 +190,7 @@ async def test_a_nonsense_token_count_stays_unknown(
     body = recording("plain_answer")
     body["usage"] = {"prompt_tokens": count, "completion_tokens": 7}
     stub.add(Reply(body=body))
-    response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+    response = await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert response.usage.input_tokens is None and response.usage.output_tokens == 7
 
 
@@ -205,7 +205,7 @@ async def test_the_probe_shows_few_short_escaped_model_names(
         *(f"m{i:02}" for i in range(20)),
     ]
     stub.model_replies.append(Reply(body={"object": "list", "data": [{"id": n} for n in names]}))
-    answer = await provider.health(OpContext.with_timeout(10))
+    answer = await provider.health(OpContext.with_timeout(30))
     assert answer.isprintable() and "\n" not in answer
     assert "\\x1b[2J\\x1b[31mPWNED\\x07" in answer and "a ok: fake line" in answer
     assert len(answer) < 2000
@@ -218,7 +218,7 @@ async def test_a_model_list_without_text_ids_is_malformed(
 ) -> None:
     stub.model_replies.append(Reply(body={"object": "list", "data": data}))
     with pytest.raises(OpenAIMalformedReplyError, match="GET /models"):
-        await provider.health(OpContext.with_timeout(10))
+        await provider.health(OpContext.with_timeout(30))
 
 
 @pytest.mark.parametrize(
@@ -238,7 +238,7 @@ async def test_embedding_texts_that_are_not_strings_are_refused_before_sending(
     embedder = _embedder(stub)
     try:
         with pytest.raises(InvalidArgumentError, match=expected):
-            await embedder.embed(texts, OpContext.with_timeout(10))  # type: ignore[arg-type]
+            await embedder.embed(texts, OpContext.with_timeout(30))  # type: ignore[arg-type]
     finally:
         await embedder.aclose()
     assert not [r for r in stub.requests if r.path.endswith("/embeddings")]

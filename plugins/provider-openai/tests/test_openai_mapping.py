@@ -50,7 +50,7 @@ def _request(**changes: object) -> ModelRequest:
 async def test_a_plain_answer_with_its_usage(stub: StubServer, provider: OpenAIProvider) -> None:
     """A recorded plain answer becomes an assistant message with the server's token counts."""
     stub.add(Reply.recorded("plain_answer"))
-    response = await provider.complete(_request(), OpContext.with_timeout(10))
+    response = await provider.complete(_request(), OpContext.with_timeout(30))
     assert response.message == Message(Role.ASSISTANT, "The deploy runs from the release branch.")
     assert response.usage == Usage(input_tokens=57, output_tokens=9)
     assert stub.violations == []
@@ -64,7 +64,7 @@ async def test_source_data_stays_data_in_its_own_message(stub: StubServer, provi
     """Instructions alone are the system message; the wrapped blocks are a separate user message (R4)."""
     stub.add(Reply.recorded("plain_answer"))
     request = _request()
-    await provider.complete(request, OpContext.with_timeout(10))
+    await provider.complete(request, OpContext.with_timeout(30))
     messages = stub.completions[0].body["messages"]
     assert messages[0] == {"role": "system", "content": "You help with deploys."}
     assert [m["role"] for m in messages] == ["system", "user", "user", "assistant", "user"]
@@ -90,7 +90,7 @@ async def test_with_input_placement_keeps_sources_a_separate_part(stub: StubServ
     provider = make_provider(stub, source_placement="with_input", instructions_role="developer")
     try:
         request = _request()
-        await provider.complete(request, OpContext.with_timeout(10))
+        await provider.complete(request, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     messages = stub.completions[0].body["messages"]
@@ -107,7 +107,7 @@ async def test_sources_without_a_turn_still_go_as_a_user_message(stub: StubServe
     stub.add(Reply.recorded("plain_answer"))
     provider = make_provider(stub, source_placement="with_input")
     try:
-        await provider.complete(_request(history=(), turn=()), OpContext.with_timeout(10))
+        await provider.complete(_request(history=(), turn=()), OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     messages = stub.completions[0].body["messages"]
@@ -128,7 +128,7 @@ async def test_tool_calls_results_and_tools_in_the_wire_format(
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     tools = (ToolSpec("get_weather", "Current weather for a city.", schema), ToolSpec("noop"))
     response = await provider.complete(
-        _request(sources=(), turn=turn, tools=tools), OpContext.with_timeout(10)
+        _request(sources=(), turn=turn, tools=tools), OpContext.with_timeout(30)
     )
     assert stub.violations == []
     body = stub.completions[0].body
@@ -168,7 +168,7 @@ async def test_tool_calls_results_and_tools_in_the_wire_format(
 async def test_missing_usage_stays_unknown(stub: StubServer, provider: OpenAIProvider) -> None:
     """A server that reports no usage (some local servers) gives None counts, never invented zeros."""
     stub.add(Reply.recorded("ollama_no_usage"))
-    response = await provider.complete(_request(), OpContext.with_timeout(10))
+    response = await provider.complete(_request(), OpContext.with_timeout(30))
     assert response.message.content == "Hello from a local model."
     assert response.usage == Usage(input_tokens=None, output_tokens=None)
 
@@ -182,7 +182,7 @@ async def test_a_refusal_with_null_content_is_the_answer(stub: StubServer, provi
         "refusal": "I can't help with that.",
     }
     stub.add(Reply(body=body))
-    response = await provider.complete(_request(), OpContext.with_timeout(10))
+    response = await provider.complete(_request(), OpContext.with_timeout(30))
     assert response.message.content == "I can't help with that."
 
 
@@ -194,8 +194,8 @@ async def test_options_reach_the_request_body(stub: StubServer) -> None:
     )
     plain = make_provider(stub)
     try:
-        await tuned.complete(_request(), OpContext.with_timeout(10))
-        await plain.complete(_request(), OpContext.with_timeout(10))
+        await tuned.complete(_request(), OpContext.with_timeout(30))
+        await plain.complete(_request(), OpContext.with_timeout(30))
     finally:
         await tuned.aclose()
         await plain.aclose()
@@ -216,7 +216,7 @@ async def test_a_server_without_a_key(stub: StubServer) -> None:
     stub.add(Reply.recorded("plain_answer"))
     provider = make_provider(stub, api_key_env="")
     try:
-        await provider.complete(_request(), OpContext.with_timeout(10))
+        await provider.complete(_request(), OpContext.with_timeout(30))
     finally:
         await provider.aclose()
     assert stub.completions[0].headers["authorization"] == "Bearer no-key"
@@ -226,8 +226,8 @@ async def test_a_server_without_a_key(stub: StubServer) -> None:
 async def test_it_runs_on_trio_too(stub: StubServer, provider: OpenAIProvider) -> None:
     """The runtime runs under asyncio and trio: an answer, a retry and a deadline behave the same on trio."""
     stub.add(Reply.recorded("plain_answer"), Reply.error(503, "busy"), Reply.recorded("after_tool"))
-    first = await provider.complete(_request(), OpContext.with_timeout(10))
-    second = await provider.complete(_request(), OpContext.with_timeout(10))
+    first = await provider.complete(_request(), OpContext.with_timeout(30))
+    second = await provider.complete(_request(), OpContext.with_timeout(30))
     assert first.message.content == "The deploy runs from the release branch."
     assert second.message.content == "It is 21 °C and sunny in Lisbon." and len(stub.completions) == 3
     release = threading.Event()
@@ -262,7 +262,7 @@ async def test_text_that_is_not_unicode_is_refused_before_sending(
     except InvalidArgumentError:
         pytest.skip("the core refuses this text itself")
     with pytest.raises(InvalidArgumentError, match="not valid Unicode") as caught:
-        await provider.complete(request, OpContext.with_timeout(10))
+        await provider.complete(request, OpContext.with_timeout(30))
     assert "\ud800" not in str(caught.value) and "sunny" not in str(caught.value)
     assert stub.requests == []
 

@@ -153,7 +153,7 @@ async def test_a_cut_off_answer_with_broken_arguments_is_reported_as_cut_off(
     """Arguments cut mid-string: the cause is the cut-off, not a JSON syntax error."""
     stub.add(Reply(body=tool_call_body('{"path":"app.conf","content":"por', finish_reason="length")))
     with pytest.raises(OpenAIIncompleteReplyError, match="max_completion_tokens") as caught:
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert caught.value.finish_reason == "length"
 
 
@@ -166,7 +166,7 @@ async def test_a_cut_off_text_answer_is_not_used(
     body["choices"][0]["finish_reason"] = finish_reason
     stub.add(Reply(body=body))
     with pytest.raises(OpenAIIncompleteReplyError) as caught:
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert caught.value.finish_reason == finish_reason and caught.value.tool_calls == 0
 
 
@@ -176,7 +176,7 @@ async def test_other_finish_reasons_are_answers(
 ) -> None:
     """stop, tool_calls, a missing value and a server's own spelling are complete answers."""
     stub.add(Reply(body=tool_call_body('{"path":"a"}', finish_reason=finish_reason)))  # type: ignore[arg-type]
-    response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+    response = await provider.complete(REQUEST, OpContext.with_timeout(30))
     assert response.message.tool_calls[0].arguments == {"path": "a"}
 
 
@@ -240,12 +240,12 @@ async def test_the_arguments_cap_counts_utf8_bytes_exactly(stub: StubServer) -> 
     provider = make_provider(stub, max_tool_arguments_bytes=1000)
     try:
         for _ in range(2):
-            response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+            response = await provider.complete(REQUEST, OpContext.with_timeout(30))
             assert response.message.tool_calls[0].arguments == json.loads(at_cap)
             with pytest.raises(
                 OpenAIReplyLimitError, match="1001 bytes, more than max_tool_arguments_bytes=1000"
             ):
-                await provider.complete(REQUEST, OpContext.with_timeout(10))
+                await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
 
@@ -302,7 +302,7 @@ async def test_a_lower_depth_cap_is_honoured(stub: StubServer) -> None:
     provider = make_provider(stub, max_tool_arguments_depth=3)
     try:
         with pytest.raises(OpenAIReplyLimitError, match="max_tool_arguments_depth=3"):
-            await provider.complete(REQUEST, OpContext.with_timeout(10))
+            await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
 
@@ -334,7 +334,7 @@ async def test_a_lone_surrogate_in_the_answer_text(stub: StubServer, provider: O
     """Text that no UTF-8 encoder accepts is refused here, not found later by the engine."""
     stub.add(Reply(body=json.dumps(recording("plain_answer")).replace("release", "rel\\udc00ase").encode()))
     with pytest.raises(OpenAIMalformedReplyError, match="lone surrogate"):
-        await provider.complete(REQUEST, OpContext.with_timeout(10))
+        await provider.complete(REQUEST, OpContext.with_timeout(30))
 
 
 # -- the options ---------------------------------------------------------------------
@@ -386,12 +386,12 @@ async def test_the_probe_model_list_is_capped_too(stub: StubServer) -> None:
     capped = make_provider(stub, max_reply_bytes=4096)
     try:
         with pytest.raises(OpenAIReplyLimitError, match="max_reply_bytes=4096"):
-            await capped.health(OpContext.with_timeout(10))
+            await capped.health(OpContext.with_timeout(30))
     finally:
         await capped.aclose()
     provider = make_provider(stub)
     try:
         with pytest.raises(OpenAIMalformedReplyError, match="no model list"):
-            await provider.health(OpContext.with_timeout(10))
+            await provider.health(OpContext.with_timeout(30))
     finally:
         await provider.aclose()
