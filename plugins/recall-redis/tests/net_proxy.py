@@ -114,7 +114,7 @@ class BlackHoleProxy:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        self._thread.join(30)
         self._loop.close()

@@ -139,7 +139,7 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 self._argv(chosen), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     break

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.anyio
 
 
 def ctx() -> OpContext:
-    return OpContext.with_timeout(10)
+    return OpContext.with_timeout(30)
 
 
 async def test_a_text_longer_than_the_read_cap_is_read_in_part_and_says_so(
@@ -130,9 +130,9 @@ async def test_discovery_never_fetches_titles_past_its_byte_budget(
         await store.index_document(owner, f"d{i}", "quince jam", ctx(), title="T" * 10_000)
     session = await store.open(Scope("ttl", "u", "s"), RecallLimits(), ctx())
     await admin.config_resetstat()
-    found = await session.discover("quince", 5, OpContext.with_timeout(10, remaining_bytes=500))
+    found = await session.discover("quince", 5, OpContext.with_timeout(30, remaining_bytes=500))
     assert found == []  # every candidate's title alone is over the budget
     stats = await admin.info("commandstats")
     assert "cmdstat_hget" not in stats  # sizes come from HSTRLEN; no title was read
-    assert len(await session.discover("quince", 5, OpContext.with_timeout(10, remaining_bytes=25_000))) == 2
+    assert len(await session.discover("quince", 5, OpContext.with_timeout(30, remaining_bytes=25_000))) == 2
     await session.close()

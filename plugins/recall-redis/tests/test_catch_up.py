@@ -37,7 +37,7 @@ KEY = SessionKey("acme", "ana", "s1")
 
 
 def ctx() -> OpContext:
-    return OpContext.with_timeout(10)
+    return OpContext.with_timeout(30)
 
 
 async def test_unindexed_groups_lists_the_gaps_below_a_seq(store: RedisRecallStore) -> None:

@@ -39,7 +39,7 @@ INJECTION = [
 
 
 def ctx() -> OpContext:
-    return OpContext.with_timeout(10)
+    return OpContext.with_timeout(30)
 
 
 async def _discover(store: RedisRecallStore, scope: Scope, query: str) -> list[str]:

@@ -49,7 +49,7 @@ def _everything(exc: BaseException) -> str:
 
 
 async def _open(store: RedisRecallStore) -> None:
-    session = await store.open(SCOPE, RecallLimits(), OpContext.with_timeout(5))
+    session = await store.open(SCOPE, RecallLimits(), OpContext.with_timeout(30))
     await session.close()
 
 
@@ -206,7 +206,7 @@ async def test_connection_refused_is_a_clear_connection_error() -> None:
             await _open(store)
         assert f"127.0.0.1:{port}" in str(caught.value) and SECRET not in _everything(caught.value)
         with pytest.raises(RedisRecallConnectionError):  # a failed open is retried, and fails again
-            await store.index_document(SourceOwner("acme"), "d", "text", OpContext.with_timeout(5))
+            await store.index_document(SourceOwner("acme"), "d", "text", OpContext.with_timeout(30))
     finally:
         await store.aclose()
 
@@ -244,7 +244,7 @@ async def test_a_missing_command_is_refused_at_open_and_nothing_is_written(
     store = RedisRecallStore(RedisRecallConfig(url=crippled.url))
     try:
         with pytest.raises(RedisRecallServerError, match="ZRANGE") as caught:
-            await store.index_document(SourceOwner("acme"), "d", "zebra", OpContext.with_timeout(5))
+            await store.index_document(SourceOwner("acme"), "d", "zebra", OpContext.with_timeout(30))
         assert isinstance(caught.value, RecallUnavailableError)
     finally:
         await store.aclose()
@@ -300,8 +300,8 @@ async def test_a_read_in_flight_when_the_store_closes_ends_and_leaves_no_connect
     # error and the closed store holds no connection.
     name = f"close-{new_prefix()}"
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix(), client_name=name))
-    await store.index_document(SourceOwner("cl"), "d", "kiwi text", OpContext.with_timeout(5))
-    session = await store.open(Scope("cl", "u", "s"), RecallLimits(), OpContext.with_timeout(5))
+    await store.index_document(SourceOwner("cl"), "d", "kiwi text", OpContext.with_timeout(30))
+    session = await store.open(Scope("cl", "u", "s"), RecallLimits(), OpContext.with_timeout(30))
     outcome: list[object] = []
 
     async def discover() -> None:
@@ -328,7 +328,7 @@ async def test_a_write_cut_off_by_the_close_is_settled_truthfully_and_leaves_no_
     name = f"close-{new_prefix()}"
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix(), client_name=name))
     owner = SourceOwner("cl")
-    await store.index_document(owner, "d", "kiwi text", OpContext.with_timeout(5))
+    await store.index_document(owner, "d", "kiwi text", OpContext.with_timeout(30))
     outcome: list[object] = []
 
     async def write() -> None:
@@ -346,8 +346,8 @@ async def test_a_write_cut_off_by_the_close_is_settled_truthfully_and_leaves_no_
     await anyio.sleep(2.0)  # past the pause and the settlement
     assert [c for c in await admin.client_list() if c.get("name") == name] == []
     reader = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=store.config.key_prefix))
-    session = await reader.open(Scope("cl", "u", "s"), RecallLimits(), OpContext.with_timeout(5))
-    found = await session.discover("kiwi", 5, OpContext.with_timeout(5))
+    session = await reader.open(Scope("cl", "u", "s"), RecallLimits(), OpContext.with_timeout(30))
+    found = await session.discover("kiwi", 5, OpContext.with_timeout(30))
     assert [c.ref.source_id for c in found] == ["doc/cl/~/~/~/~/d"]  # fenced: it never ran
     await reader.aclose()
 
@@ -374,13 +374,13 @@ async def test_open_reports_a_server_without_aof_as_not_durable(
     report = store.server_report
     assert report is not None and report.flavour == server.flavour
     assert (report.appendonly, report.durable) == ("no", False)
-    assert "not durable" in await store.health(OpContext.with_timeout(5))
+    assert "not durable" in await store.health(OpContext.with_timeout(30))
 
 
 async def test_open_reports_aof_always_as_durable(aof_server: ServerProcess) -> None:
     store = RedisRecallStore(RedisRecallConfig(url=aof_server.url))
     try:
-        text = await store.health(OpContext.with_timeout(5))
+        text = await store.health(OpContext.with_timeout(30))
         assert store.server_report is not None and store.server_report.durable is True
         assert "durable (appendonly yes, appendfsync always)" in text and aof_server.url in text
     finally:
@@ -393,10 +393,10 @@ async def test_durability_is_unknown_when_config_is_disabled(
     no_config = make_server("--rename-command", "CONFIG", "")
     store = RedisRecallStore(RedisRecallConfig(url=no_config.url))
     try:
-        ref = await store.index_document(SourceOwner("acme"), "d", "zebra", OpContext.with_timeout(5))
+        ref = await store.index_document(SourceOwner("acme"), "d", "zebra", OpContext.with_timeout(30))
         assert ref.source_id.startswith("doc/acme/")
         assert store.server_report is not None and store.server_report.durable is None
-        assert "durability unknown" in await store.health(OpContext.with_timeout(5))
+        assert "durability unknown" in await store.health(OpContext.with_timeout(30))
     finally:
         await store.aclose()
 
@@ -424,7 +424,7 @@ async def test_an_owned_client_is_closed_with_the_store(server: ServerProcess, a
     name = f"owned-{new_prefix()}"
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix(), client_name=name))
     assert store.owns_client
-    await store.index_document(SourceOwner("acme"), "d", "zebra", OpContext.with_timeout(5))
+    await store.index_document(SourceOwner("acme"), "d", "zebra", OpContext.with_timeout(30))
     assert await _connections_named(admin, name) >= 1
     await store.aclose()
     assert await _connections_gone(admin, name) == 0
@@ -438,13 +438,13 @@ async def test_a_lent_client_is_never_closed(server: ServerProcess) -> None:
     try:
         assert not store.owns_client and "lent client" in repr(store)
         ref = await store.index_document(
-            SourceOwner("acme"), "d", "the zebra grazes", OpContext.with_timeout(5)
+            SourceOwner("acme"), "d", "the zebra grazes", OpContext.with_timeout(30)
         )
-        session = await store.open(SCOPE, RecallLimits(), OpContext.with_timeout(5))
-        [found] = await session.discover("zebra", 4, OpContext.with_timeout(5))
+        session = await store.open(SCOPE, RecallLimits(), OpContext.with_timeout(30))
+        [found] = await session.discover("zebra", 4, OpContext.with_timeout(30))
         assert found.ref == ref  # RESP3 and decode_responses on the lent client change nothing
         # Reads too: the text and its binary block digests arrive as bytes, checked.
-        [excerpt] = await session.read([ref], 1000, OpContext.with_timeout(5))
+        [excerpt] = await session.read([ref], 1000, OpContext.with_timeout(30))
         assert excerpt.text == "the zebra grazes"
         await session.close()
         await store.aclose()

@@ -35,7 +35,7 @@ Edit = Callable[[aioredis.Redis, str], Awaitable[object]]
 
 
 def ctx() -> OpContext:
-    return OpContext.with_timeout(10)
+    return OpContext.with_timeout(30)
 
 
 async def _row(admin: aioredis.Redis, store: RedisRecallStore, ref: SourceRef) -> str:

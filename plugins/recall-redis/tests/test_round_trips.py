@@ -24,7 +24,7 @@ SENTINEL = "agentium-round-trip-sentinel"
 
 
 def ctx() -> OpContext:
-    return OpContext.with_timeout(10)
+    return OpContext.with_timeout(30)
 
 
 async def client_commands(server: ServerProcess, action: Callable[[], Awaitable[Any]]) -> list[str]:
@@ -39,7 +39,7 @@ async def client_commands(server: ServerProcess, action: Callable[[], Awaitable[
                 pass
             await action()
             await poke.echo(SENTINEL)
-            with anyio.fail_after(10):
+            with anyio.fail_after(30):
                 while True:
                     entry = await monitor.next_command()
                     if SENTINEL in entry["command"]:

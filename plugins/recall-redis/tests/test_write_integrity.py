@@ -28,7 +28,7 @@ OWNER, SCOPE = SourceOwner("wi"), Scope("wi", "u", "s")
 
 
 def ctx() -> OpContext:
-    return OpContext.with_timeout(10)
+    return OpContext.with_timeout(30)
 
 
 async def _discover(store: RedisRecallStore, query: str) -> list[str]:
