@@ -43,7 +43,7 @@ KEY = SessionKey("acme", "ana", "s1")
 WRONG = "wrong-Pa55word-never-shown"
 
 
-def _ctx(seconds: float = 10) -> OpContext:
+def _ctx(seconds: float = 30) -> OpContext:
     return OpContext.with_timeout(seconds)
 
 

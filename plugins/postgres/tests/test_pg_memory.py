@@ -236,7 +236,7 @@ async def test_concurrent_corrections_and_a_forget_of_one_fact_apply_one_after_a
                 )
                 for n, (name, call) in enumerate(calls, start=1):
                     tg.start_soon(write, name, call)
-                    with anyio.fail_after(10):
+                    with anyio.fail_after(30):
                         await waiting(n)
                 holder.rollback()
         # By name, not by finishing order: the three commit one after another in the lock's queue

@@ -206,7 +206,7 @@ async def test_two_concurrent_writes_of_one_document_leave_the_later_one_indexed
             async with anyio.create_task_group() as tg:
                 for n, name in enumerate(("one", "two"), start=1):
                     tg.start_soon(write, name)
-                    with anyio.fail_after(10):
+                    with anyio.fail_after(30):
                         await waiting(n)
                 holder.rollback()
         assert admin.execute(f'SELECT body FROM "{schema}".recall_sources').fetchall() == [("version two",)]

@@ -313,7 +313,7 @@ async def test_a_vector_whose_source_is_deleted_meanwhile_is_skipped_not_a_forei
             deleter.execute(f'DELETE FROM "{schema}".recall_sources')
             async with anyio.create_task_group() as tg:
                 tg.start_soon(index)
-                with anyio.fail_after(10):
+                with anyio.fail_after(30):
                     while True:
                         row = admin.execute(
                             "SELECT count(*) FROM pg_stat_activity "
