@@ -161,10 +161,10 @@ async def test_a_wrong_or_missing_model_file_is_refused(tmp_path: Path) -> None:
     fake = tmp_path / "model.onnx"
     fake.write_bytes(b"not the model")
     with pytest.raises(MiniLMUnavailableError, match="SHA-256"):
-        await MiniLMEmbedder(MiniLMConfig(model_path=str(fake))).embed(["x"], OpContext.with_timeout(10.0))
+        await MiniLMEmbedder(MiniLMConfig(model_path=str(fake))).embed(["x"], OpContext.with_timeout(30.0))
     with pytest.raises(MiniLMUnavailableError, match="no model file"):
         missing = MiniLMEmbedder(MiniLMConfig(model_path=str(tmp_path / "absent.onnx")))
-        await missing.embed(["x"], OpContext.with_timeout(10.0))
+        await missing.embed(["x"], OpContext.with_timeout(30.0))
 
 
 def test_the_plugin_registers_the_embedder() -> None:
