@@ -223,13 +223,13 @@ def test_runs_on_one_session_from_two_loops_admit_one() -> None:
 
     holder = threading.Thread(target=hold)
     holder.start()
-    assert provider.entered.wait(10)
+    assert provider.entered.wait(30)
     with pytest.raises(SessionBusyError):
         anyio.run(runtime.run, ANA, "one", "second", backend="trio")
     # Another session is free meanwhile, from yet another loop.
     provider.release.set()
     other = anyio.run(runtime.run, ANA, "two", "elsewhere")
-    holder.join(10)
+    holder.join(30)
     assert not holder.is_alive()
     assert [r.commit_state for r in (*first, other)] == [CommitState.COMMITTED] * 2  # type: ignore[attr-defined]
     anyio.run(runtime.aclose)
@@ -250,12 +250,12 @@ def test_aclose_from_another_loop_cancels_a_run_on_a_live_loop(closer_backend: s
 
     holder = threading.Thread(target=hold)
     holder.start()
-    assert provider.entered.wait(10)
+    assert provider.entered.wait(30)
     started = time.monotonic()
     anyio.run(runtime.aclose, backend=closer_backend)
     took = time.monotonic() - started
     provider.release.set()  # let the abandoned provider call's worker thread end
-    holder.join(10)
+    holder.join(30)
     assert not holder.is_alive()
     assert runtime.state.value == "closed"
     assert took < 0.3 + 5.0 + 5.0  # settle + cancel grace + generous slack
@@ -272,19 +272,19 @@ def test_memory_work_started_on_one_loop_is_drained_from_another() -> None:
 
     async def slow_work() -> None:
         started.set()
-        await anyio.to_thread.run_sync(release.wait, 10)
+        await anyio.to_thread.run_sync(release.wait, 30)
 
     async def owner() -> None:
         manager.start_work("slow write", "final-write", slow_work)
-        await anyio.to_thread.run_sync(release.wait, 10)
+        await anyio.to_thread.run_sync(release.wait, 30)
         await anyio.sleep(0.2)  # the loop stays alive until the work is done
 
     holder = threading.Thread(target=anyio.run, args=(owner,))
     holder.start()
-    assert started.wait(10)
+    assert started.wait(30)
     threading.Timer(0.2, release.set).start()
-    result = anyio.run(manager.drain, 10.0, backend="trio")
-    holder.join(10)
+    result = anyio.run(manager.drain, 30.0, backend="trio")
+    holder.join(30)
     assert result.completed == ("slow write",)
 
 
@@ -372,10 +372,10 @@ def test_per_loop_values_are_made_per_loop_dropped_with_their_loop_and_closed_on
     async def close_all() -> tuple[LoopClient, list[str]]:
         mine = per_loop.get()
         threading.Timer(0.2, finish.set).start()
-        return mine, await per_loop.aclose(lambda c: c.aclose(), 10.0)
+        return mine, await per_loop.aclose(lambda c: c.aclose(), 30.0)
 
     mine, problems = anyio.run(close_all)
-    holder.join(10)
+    holder.join(30)
     assert problems == []
     assert mine.closed_in == threading.get_ident()
     assert live[0].closed_in == live[0].thread != threading.get_ident()
@@ -395,7 +395,7 @@ class PausingStore(SQLiteSessionStore):
         result = await super().run(ctx, operation, work)
         if operation == "session load" and self.pause_loads:
             self.read.set()
-            await anyio.to_thread.run_sync(self.resume.wait, 10)
+            await anyio.to_thread.run_sync(self.resume.wait, 30)
         return result
 
 
@@ -417,12 +417,12 @@ def test_a_load_overtaken_by_another_loops_save_never_serves_the_older_row(tmp_p
     loaded: list[object] = []
     reader = threading.Thread(target=lambda: loaded.append(anyio.run(store.load, key, ctx())))
     reader.start()
-    assert store.read.wait(10)
+    assert store.read.wait(30)
     store.pause_loads = False
     # Another loop saves revision 2 while the load that read revision 1 has not returned yet.
     assert anyio.run(store.save, key, scoped_snapshot(key, " two"), 1, ctx(), backend="trio") == 2
     store.resume.set()
-    reader.join(10)
+    reader.join(30)
 
     async def reload() -> object:
         try:

@@ -154,13 +154,13 @@ def test_errors_reach_the_calling_thread_and_close_cancels_a_run_in_flight() -> 
 
     holder = threading.Thread(target=hold)
     holder.start()
-    assert provider.entered.wait(10)
+    assert provider.entered.wait(30)
     with pytest.raises(SessionBusyError):
         blocking.run(ANA, "busy", "second")
     started = time.monotonic()
     blocking.close()
     assert time.monotonic() - started < limits.settle_timeout_s + 5.0  # the run never answers by itself
-    holder.join(10)
+    holder.join(30)
     [error] = caught
     assert isinstance(error, RuntimeClosedError) and error.commit_state is CommitState.NOT_COMMITTED
     provider.release.set()
@@ -359,7 +359,7 @@ def test_a_call_that_meets_close_stopping_the_loop_gets_runtime_closed_error(
     def take_then_wait_for_close() -> anyio.from_thread.BlockingPortal:
         portal = take()
         took.set()
-        assert closed.wait(10)  # the race, made certain: close() runs before the call is handed over
+        assert closed.wait(30)  # the race, made certain: close() runs before the call is handed over
         return portal
 
     monkeypatch.setattr(blocking, "_portal_or_start", take_then_wait_for_close)
@@ -373,10 +373,10 @@ def test_a_call_that_meets_close_stopping_the_loop_gets_runtime_closed_error(
 
     reader = threading.Thread(target=read)
     reader.start()
-    assert took.wait(10)
+    assert took.wait(30)
     blocking.close()
     closed.set()
-    reader.join(10)
+    reader.join(30)
     [error] = caught
     assert isinstance(error, RuntimeClosedError), repr(error)
     assert error.commit_state is CommitState.NOT_COMMITTED  # it did not run
@@ -400,7 +400,7 @@ def test_after_close_a_thread_reusing_the_loop_threads_ident_is_not_taken_for_th
     together = threading.Barrier(8)
 
     def after_close() -> None:
-        together.wait(10)  # all alive at once: one of them gets the freed loop thread's stack
+        together.wait(30)  # all alive at once: one of them gets the freed loop thread's stack
         try:
             blocking.close()
             closed = "returned"
@@ -417,7 +417,7 @@ def test_after_close_a_thread_reusing_the_loop_threads_ident_is_not_taken_for_th
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(10)
+        thread.join(30)
     if not any(reused for reused, _, _ in outcomes):  # pragma: no cover - the platform never reused it
         pytest.skip("no thread got the ended loop thread's ident here")
     assert {(closed, called) for _, closed, called in outcomes} == {("returned", "RuntimeClosedError")}
@@ -449,10 +449,10 @@ def test_a_close_while_another_threads_close_is_under_way_returns_once_it_has_fi
     blocking = BlockingRuntime(runtime).start()
     first = threading.Thread(target=blocking.close)
     first.start()
-    assert archive.closing.wait(10)  # the first close is draining the runtime
+    assert archive.closing.wait(30)  # the first close is draining the runtime
     blocking.close()
     assert runtime.state.value == "closed"
-    first.join(10)
+    first.join(30)
 
 
 # -- the history, erasure and memory APIs, blocking ----------------------------------------------

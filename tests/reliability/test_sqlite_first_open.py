@@ -74,7 +74,7 @@ def _first_call_while_locked(kind: str, path: Path, *, wal: bool) -> tuple[str |
 
     thread = threading.Thread(target=writer)
     thread.start()
-    assert locked.wait(10)
+    assert locked.wait(30)
 
     async def main() -> str | None:
         adapter = _adapter(kind, path)
