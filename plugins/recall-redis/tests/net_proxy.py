@@ -41,7 +41,7 @@ class BlackHoleProxy:
     def start(self) -> BlackHoleProxy:
         """Start listening on a free loopback port."""
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
         return self
 
     async def _start(self) -> None:

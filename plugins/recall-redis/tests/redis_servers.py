@@ -160,7 +160,7 @@ class ServerProcess:
         """Send ``sig`` (SIGKILL by default) to this server's PID and wait for it to exit."""
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
-            self.proc.wait(10)
+            self.proc.wait(30)
 
     def restart(self) -> ServerProcess:
         """Start again on the same port and directory (an AOF server reloads its data)."""
@@ -176,7 +176,7 @@ class ServerProcess:
             proc.wait(5)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(5)
+            proc.wait(30)
 
 
 _prefixes = itertools.count()

@@ -297,7 +297,7 @@ async def test_a_write_cut_off_in_a_black_hole_cannot_bring_an_erased_source_bac
     When the network heals the held copy reaches the server and does nothing.
     """
     prefix = new_prefix()
-    store = RedisRecallStore(RedisRecallConfig(url=proxy.url, key_prefix=prefix, settle_timeout_s=5.0))
+    store = RedisRecallStore(RedisRecallConfig(url=proxy.url, key_prefix=prefix, settle_timeout_s=30.0))
     owner = SourceOwner("acme", "ana", "s1")
     try:
         await store.health(_ctx())
