@@ -161,7 +161,7 @@ def test_remember_and_correct_are_refused_while_the_user_is_being_erased(
     operator = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
 
     async def record_pending() -> None:
-        ticket = Ticket(None, "test", 10.0)
+        ticket = Ticket(None, "test", 30.0)
         await start(ticket, sessions, EraseTarget.user("acme", "ana"), "DSR", operator, ErasureKind.ERASURE)
         await sessions.aclose()
 

@@ -118,9 +118,10 @@ async def _index(
     runtime: HarnessRuntime, owner: SourceOwner, doc_id: str
 ) -> tuple[SourceRef, tuple[str, ...]]:
     """What ``agentium recall add`` does for one file, in the writer's process."""
-    fence = ErasureFence(runtime.session_store, 5.0)
+    fence = ErasureFence(runtime.session_store, 30.0)
     text = f"{doc_id}: the VPN certificate expires on March 3rd."
-    return await index_document_fenced(fence, Ticket(None, "test", 5.0), _store(runtime), owner, doc_id, text)
+    ticket = Ticket(None, "test", 30.0)
+    return await index_document_fenced(fence, ticket, _store(runtime), owner, doc_id, text)
 
 
 async def _held(runtime: HarnessRuntime, owner: SourceOwner, doc_id: str) -> bool:

@@ -104,14 +104,14 @@ def _hybrid(tmp_path: Path, embedder: Embedder) -> Hybrid:
 async def test_a_hostile_answer_is_an_embedding_error(tmp_path: Path, fault: str) -> None:
     hybrid = _hybrid(tmp_path, Answers(HOSTILE[fault]))
     with pytest.raises(EmbeddingError, match="dropped"):
-        await embed_query(Ticket(None, "test", 5.0), hybrid, "where are the sailboats?", 5.0)
+        await embed_query(Ticket(None, "test", 30.0), hybrid, "where are the sailboats?", 30.0)
     with pytest.raises(EmbeddingError, match="dropped"):
-        await embed_texts(Ticket(None, "test", 5.0), hybrid, ["one", "two", "three"])
+        await embed_texts(Ticket(None, "test", 30.0), hybrid, ["one", "two", "three"])
 
 
 async def test_a_healthy_answer_still_passes(tmp_path: Path) -> None:
     hybrid = _hybrid(tmp_path, Answers(lambda texts: [[3.0, 0.0, 4.0] for _ in texts]))
-    vectors = await embed_texts(Ticket(None, "test", 5.0), hybrid, ["one", "two"])
+    vectors = await embed_texts(Ticket(None, "test", 30.0), hybrid, ["one", "two"])
     assert [v.values for v in vectors] == [(0.6, 0.0, 0.8)] * 2
 
 
@@ -146,10 +146,10 @@ async def test_a_max_batch_changed_after_build_is_an_embedding_error(tmp_path: P
     hybrid = _hybrid(tmp_path, embedder)  # checked here: 4
     embedder.max_batch = changed  # type: ignore[assignment]
     with pytest.raises(EmbeddingError, match="max_batch"):
-        await embed_texts(Ticket(None, "test", 5.0), hybrid, ["one", "two"])
+        await embed_texts(Ticket(None, "test", 30.0), hybrid, ["one", "two"])
     store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "other.db")))
     with pytest.raises(EmbeddingError, match="max_batch"):
-        await index_sources(Ticket(None, "test", 5.0), hybrid, store, [(SourceRef("doc/a", "r1"), "one")])
+        await index_sources(Ticket(None, "test", 30.0), hybrid, store, [(SourceRef("doc/a", "r1"), "one")])
     await store.aclose()
 
 
@@ -164,7 +164,7 @@ async def test_a_source_blank_in_its_embedded_head_is_skipped_not_fatal_to_its_b
     store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "other.db")))
     padded = " " * (hybrid.limits.max_input_bytes + 10) + "the words come after the cut"
     sources = [(SourceRef("doc/padded", "r1"), padded), (SourceRef("doc/tea", "r1"), "tea and coffee")]
-    await index_sources(Ticket(None, "test", 5.0), hybrid, store, sources)
+    await index_sources(Ticket(None, "test", 30.0), hybrid, store, sources)
     assert seen == ["tea and coffee"]
     await store.aclose()
 
@@ -194,7 +194,7 @@ async def test_an_embedder_is_sent_only_valid_unicode(tmp_path: Path) -> None:
         return [[1.0, 2.0, 3.0] for _ in texts]
 
     hybrid = _hybrid(tmp_path, Answers(answer))
-    await embed_texts(Ticket(None, "test", 5.0), hybrid, ["tea \ud800and coffee", "short \udfff"])
+    await embed_texts(Ticket(None, "test", 30.0), hybrid, ["tea \ud800and coffee", "short \udfff"])
     assert seen == ["tea and coffee", "short "]
     assert all(t.encode("utf-8") for t in seen)  # no lone surrogate: they encode strictly
 
@@ -218,7 +218,7 @@ async def test_a_bad_count_from_index_vectors_is_a_warning_not_a_crash(
     hybrid = make_hybrid(Answers(lambda texts: [[1.0, 2.0, 3.0] for _ in texts]), None, store)
     with caplog.at_level(logging.WARNING, logger="agentium.engine.recall"):
         stored = await index_sources(
-            Ticket(None, "test", 5.0), hybrid, store, [(SourceRef("doc/a", "r1"), "tea")]
+            Ticket(None, "test", 30.0), hybrid, store, [(SourceRef("doc/a", "r1"), "tea")]
         )
     assert stored == 0
     (record,) = [r for r in caplog.records if "index_vectors returned" in r.getMessage()]

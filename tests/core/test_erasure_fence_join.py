@@ -287,12 +287,12 @@ async def test_a_clock_that_is_not_one_is_refused_before_anything_is_written() -
 
     sessions = InMemorySessionStore()
     with pytest.raises(InvalidArgumentError, match="clock must be callable, got str"):
-        ErasureFence(sessions, 5.0, clock="now")  # type: ignore[arg-type]
+        ErasureFence(sessions, 30.0, clock="now")  # type: ignore[arg-type]
     recall = InMemoryRecallStore()
     for clock, shown in ((datetime.now, "a naive datetime"), (lambda: 0.0, "float")):
-        fence = ErasureFence(sessions, 5.0, clock=clock)  # type: ignore[arg-type]
+        fence = ErasureFence(sessions, 30.0, clock=clock)  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match=f"aware datetime, got {shown}; nothing was written"):
-            await index_document_fenced(fence, Ticket(None, "test", 5.0), recall, ANA_DOC, "vpn.md", TEXT)
+            await index_document_fenced(fence, Ticket(None, "test", 30.0), recall, ANA_DOC, "vpn.md", TEXT)
         assert not await recall.delete_document(ANA_DOC, "vpn.md", OpContext.with_timeout(30.0))
 
 
