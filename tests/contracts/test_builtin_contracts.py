@@ -72,7 +72,7 @@ class TestInMemorySessionStore(SessionStoreContract):
 
 @pytest.fixture
 def db_config(tmp_path: Path) -> SQLiteConfig:
-    return SQLiteConfig(path=str(tmp_path / "contract.db"), busy_timeout_ms=10_000)
+    return SQLiteConfig(path=str(tmp_path / "contract.db"), busy_timeout_ms=30_000)
 
 
 @pytest.fixture
