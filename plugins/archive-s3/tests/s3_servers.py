@@ -148,7 +148,7 @@ class MotoServer(S3Server):
         """SIGKILL the moto process (its in-memory data goes with it)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(10)
+            self.proc.wait(30)
 
     def restart_frontend(self) -> None:
         """Start moto again on the same port (empty)."""
@@ -164,7 +164,7 @@ class MotoServer(S3Server):
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(10)
+            proc.wait(30)
 
 
 def rgw_missing() -> list[str]:

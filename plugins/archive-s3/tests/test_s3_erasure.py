@@ -290,7 +290,7 @@ def test_the_fence_refuses_covered_writes_while_an_erase_runs_and_waits_for_thos
 
     def writer() -> None:
         with fence.writing(GONE, covers(GONE), refuse):
-            released.wait(5)
+            released.wait(30)
 
     thread = threading.Thread(target=writer)
     thread.start()
@@ -303,7 +303,7 @@ def test_the_fence_refuses_covered_writes_while_an_erase_runs_and_waits_for_thos
         with fence.writing(other, covers(other), refuse):  # another user: not fenced
             pass
         released.set()
-        assert drain(5.0) is True
+        assert drain(30.0) is True
     thread.join()
     with fence.writing(GONE, covers(GONE), refuse):  # the erase is over
         pass
