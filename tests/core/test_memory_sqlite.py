@@ -62,7 +62,7 @@ async def test_a_session_erasure_meeting_a_damaged_provenance_fails_closed(
     with conn:
         conn.execute("UPDATE memory_facts SET provenance = ?", (provenance,))
     target = EraseTarget.session("tenant-a", "alice", "s1")
-    with pytest.raises(SQLiteMemoryError, match="damaged provenance"):
+    with pytest.raises(SQLiteMemoryError, match="damaged"):
         await store.erase(target, _ctx())
     assert conn.execute("SELECT count(*) FROM memory_facts").fetchone()[0] == 1
     report = await store.erase(EraseTarget.user("tenant-a", "alice"), _ctx())

@@ -33,6 +33,7 @@ __all__ = [
     "decode_row",
     "encode_row",
     "rewrite_row",
+    "verified_row",
 ]
 
 
@@ -181,18 +182,37 @@ def _opt_str(value: object, what: str) -> str | None:
     return None if value is None else _str(value, what)
 
 
+def verified_row(row: Sequence[Any]) -> Sequence[Any]:
+    """``row`` (:data:`COLUMNS`) if it matches its digest; :class:`SQLiteMemoryError` if it does not.
+
+    For reads that use a column of a row without decoding the whole of it
+    (an erasure matching provenance): a damaged value must not be acted on.
+    """
+    try:
+        _check_digest(row)
+    except (ValueError, TypeError) as exc:
+        raise SQLiteMemoryError(
+            f"sqlite memory store: a stored fact row is damaged ({exc}); nothing was changed"
+        ) from exc
+    return row
+
+
+def _check_digest(row: Sequence[Any]) -> None:
+    if len(row) != 14:
+        raise ValueError("wrong number of columns")
+    revision = row[1]
+    if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
+        raise ValueError(f"revision {revision!r}")
+    if _row_digest(list(row[:13])) != row[13]:
+        raise ValueError("the row does not match its digest")
+
+
 def decode_row(row: Sequence[Any]) -> StoredFact:
     """A row as a :class:`StoredFact`, strictly; :class:`SQLiteMemoryError` if it is damaged."""
     try:
-        if len(row) != 14:
-            raise ValueError("wrong number of columns")
+        _check_digest(row)
         fact_id = _str(row[0], "fact_id")
-        revision = row[1]
-        if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
-            raise ValueError(f"revision {revision!r}")
-        core = list(row[:13])
-        if _row_digest(core) != row[13]:
-            raise ValueError("the row does not match its digest")
+        revision: int = row[1]
         scope = MemoryScope(
             _str(row[2], "tenant"),
             _str(row[3], "user"),

@@ -78,6 +78,7 @@ from ._sqlite_memory_sql import (
     decode_row,
     encode_row,
     rewrite_row,
+    verified_row,
 )
 from ._sqlite_sql import immediate_transaction, schema_current, scrub_log
 
@@ -178,14 +179,17 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
 
         def work(conn: sqlite3.Connection) -> MemoryAck:
             with immediate_transaction(conn):
-                dup = conn.execute(
-                    "SELECT fact_id, revision FROM memory_facts WHERE tenant_id = ? AND user_id = ? "
+                row = conn.execute(
+                    f"SELECT {COLUMNS} FROM memory_facts WHERE tenant_id = ? AND user_id = ? "  # noqa: S608
                     "AND project_id IS ? AND repository_id IS ? AND status = 'current' "
                     "AND content_digest = ? LIMIT 1",
                     (s.tenant, s.user, s.project, s.repository, digest),
                 ).fetchone()
-                if dup is not None:
-                    return MemoryAck(AckStatus.DUPLICATE, str(dup[0]), int(dup[1]), durable=True)
+                if row is not None:
+                    # Decoded, not only found by its digest column: a damaged row is refused
+                    # (SQLiteMemoryError), never acknowledged as holding the fact.
+                    dup = decode_row(row)
+                    return MemoryAck(AckStatus.DUPLICATE, dup.fact_id, dup.revision, durable=True)
                 conn.execute(INSERT, values)
             return MemoryAck(AckStatus.STORED, fact_id, 1, durable=True)
 
@@ -293,8 +297,11 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                 return [str(r[0]) for r in rows]
             # The provenance is JSON text: matched here, row by row, never as a SQL pattern.
             found: set[str] = set()
-            query = f"SELECT fact_id, provenance FROM memory_facts WHERE {owner} ORDER BY fact_id"  # noqa: S608
-            for fact_id, provenance in conn.execute(query, params):
+            # Each row is checked against its digest first: a provenance changed to name another
+            # session would otherwise leave this session's fact behind, the erasure reported complete.
+            query = f"SELECT {COLUMNS} FROM memory_facts WHERE {owner} ORDER BY fact_id"  # noqa: S608
+            for row in conn.execute(query, params):
+                fact_id, provenance = verified_row(row)[0], row[10]
                 if fact_id not in found and _names_session(provenance, target.session_id, fact_id):
                     found.add(str(fact_id))
                     if len(found) > bound:
