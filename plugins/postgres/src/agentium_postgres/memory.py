@@ -4,7 +4,8 @@ One row per revision, keyed by (tenant, fact id, revision); owner key
 segments (tenant, user, optional project and repository), status, text, the
 validity window (``timestamptz``), provenance (canonical JSON), when it was
 recorded, and a digest of what makes two facts duplicates (scope, text,
-validity). Every write is one transaction:
+validity), checked on every row read back (a row changed behind the
+store's back raises ``PostgresMemoryError``). Every write is one transaction:
 
 - ``remember`` writes revision 1 under a fresh random id, unless a current
   fact of the same scope has the same content (a duplicate: nothing is
@@ -99,7 +100,7 @@ _COLUMNS: Final[LiteralString] = (
     "fact_id, revision, tenant_key, user_key, project_key, repository_key, status, "
     "CASE WHEN octet_length(text) <= {fact_cap} THEN text END, valid_from, valid_until, "
     "CASE WHEN octet_length(provenance) <= {row_cap} THEN provenance END, recorded_at, "
-    "octet_length(text), octet_length(provenance)"
+    "octet_length(text), octet_length(provenance), content_digest"
 )
 #: A provenance read alone, capped as in :data:`_COLUMNS`.
 _PROVENANCE: Final[LiteralString] = "CASE WHEN octet_length(provenance) <= {row_cap} THEN provenance END"
@@ -209,6 +210,13 @@ def _refs(raw: object) -> list[list[Any]]:
     return refs
 
 
+def _ref(raw: object) -> tuple[Any, Any, Any]:
+    """One stored provenance reference, exactly ``[session, seq, digest]`` (GroupRef checks each)."""
+    if not isinstance(raw, list) or len(raw) != 3:
+        raise ValueError("a provenance reference is not [session, seq, digest]")
+    return raw[0], raw[1], raw[2]
+
+
 def _decode(row: Sequence[Any]) -> StoredFact:
     """A row as a :class:`StoredFact`, strictly; :class:`PostgresMemoryError` if it is damaged."""
     if row[7] is None or row[10] is None:
@@ -228,9 +236,15 @@ def _decode(row: Sequence[Any]) -> StoredFact:
         if not isinstance(refs, list):
             raise ValueError("provenance is not a list")
         status = FactStatus(row[6])
+        forgotten = status is FactStatus.FORGOTTEN
         # A tombstone's provenance holds only session ids (for erasure), never returned as provenance.
-        provenance = () if status is FactStatus.FORGOTTEN else tuple(GroupRef(r[0], r[1], r[2]) for r in refs)
+        provenance = () if forgotten else tuple(GroupRef(*_ref(r)) for r in refs)
         fact = MemoryFact(scope, str(row[7]), row[8], row[9], provenance)
+        # The stored content digest is checked, not only used to find duplicates: a text, scope or
+        # validity changed behind the store's back is refused rather than returned as the fact.
+        # A forgotten revision keeps no content (and an empty digest).
+        if row[14] != ("" if forgotten else content_digest(fact)) or (forgotten and fact.text):
+            raise ValueError("the fact does not match its stored content digest")
         return StoredFact(str(row[0]), int(row[1]), status, fact, row[11])
     except (ValueError, TypeError, IndexError, KeyError, InvalidJSONError) as exc:
         raise PostgresMemoryError(
@@ -335,14 +349,17 @@ class PostgresMemoryStore(MemoryStore):
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"memory {t} {u} {digest}",))
             cursor = await conn.execute(
                 self._q(
-                    "SELECT fact_id, revision FROM {s}.memory_facts WHERE tenant_key = %s AND user_key = %s "
-                    "AND status = 'current' AND content_digest = %s LIMIT 1"
+                    "SELECT " + _COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s "  # noqa: S608
+                    "AND user_key = %s AND status = 'current' AND content_digest = %s LIMIT 1"
                 ),
                 (t, u, digest),
             )
-            dup = await cursor.fetchone()
-            if dup is not None:
-                return MemoryAck(AckStatus.DUPLICATE, str(dup[0]), int(dup[1]), durable=True)
+            row = await cursor.fetchone()
+            if row is not None:
+                # Decoded, not only found by its digest column: a row whose content was changed
+                # behind the store's back is refused, never acknowledged as holding the fact.
+                dup = _decode(row)
+                return MemoryAck(AckStatus.DUPLICATE, dup.fact_id, dup.revision, durable=True)
             await conn.execute(self._q(_INSERT), values)
             return MemoryAck(AckStatus.STORED, fact_id, 1, durable=True)
 
