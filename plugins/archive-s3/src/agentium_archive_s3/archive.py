@@ -415,7 +415,8 @@ class S3Archive(HistoryArchive):
         """
         reply = s3.head_object(Bucket=self._config.bucket, Key=object_key)
         meta: dict[str, str] = reply.get("Metadata", {})
-        if int(reply.get("ContentLength", 0)) != 0 or ERASED_META not in meta:
+        # Exactly what an erasure writes ("1", no group digest): anything else came from outside.
+        if int(reply.get("ContentLength", 0)) != 0 or meta.get(ERASED_META) != "1" or DIGEST_META in meta:
             raise ArchiveCorruptError(
                 f"{_where(key, seq, object_key)} is empty but not an erased group's marker; it was "
                 "truncated or replaced outside the archive, and the read stops here"
