@@ -188,25 +188,34 @@ async def test_a_groups_erasure_leaves_markers_so_later_groups_read_and_erased_o
         await archive.aclose()
 
 
-async def test_a_read_checks_only_the_erased_markers_a_group_links_to(
+async def test_a_read_checks_each_erased_marker_once_and_no_ordinary_group(
     server: S3Server, config: S3Config
 ) -> None:
-    """A linked marker is HEADed once (it must carry the erasure's metadata); other markers cost nothing."""
+    """Each marker a read meets is HEADed once (it must be exactly an erasure's); groups cost one GET."""
     client = raw_client(server)
-    heads: list[str] = []
-    client.meta.events.register(
-        "before-parameter-build.s3.HeadObject", lambda params, **_: heads.append(params["Key"])
-    )
+    calls: list[tuple[str, str]] = []
+    for operation in ("HeadObject", "GetObject"):
+        client.meta.events.register(
+            f"before-parameter-build.s3.{operation}",
+            lambda params, op=operation, **_: calls.append((op, params["Key"])),
+        )
     archive = S3Archive(config, client=client)
     groups = [plain_group(s, f" g{s}") for s in range(6)]
+    keys = [archive_key(config.prefix, GONE, s) for s in range(6)]
     try:
         await archive.append(GONE, groups[:1], _ctx())
         await archive.append(GONE, groups[1:], _ctx())  # groups 2 to 5 name group 1, the batch's lowest
+        calls.clear()
+        assert list(await S3Archive(config, client=client).read_groups(GONE, 0, 10, _ctx())) == groups
+        assert sorted(calls) == [("GetObject", k) for k in keys]  # no erased group: no HEAD at all
         await archive.erase(EraseTarget.groups_of(GONE, [SeqRange(1, 4)]), _ctx())
-        heads.clear()
+        calls.clear()
         fresh = S3Archive(config, client=client)
         assert [g.seq for g in await fresh.read_groups(GONE, 0, 10, _ctx())] == [0, 4, 5]
-        assert heads == [archive_key(config.prefix, GONE, 1)]  # once, though two groups link to it
+        # One HEAD per erased group (the linked marker 1 once, though two groups link to it, and
+        # the unlinked 2 and 3 too), one GET per group read, nothing more.
+        heads = [("HeadObject", keys[s]) for s in (1, 2, 3)]
+        assert sorted(calls) == [("GetObject", keys[s]) for s in (0, 4, 5)] + heads
     finally:
         await archive.aclose()
         client.close()

@@ -408,10 +408,10 @@ class S3Archive(HistoryArchive):
     def _check_marker(self, s3: S3Client, key: SessionKey, seq: int, object_key: str) -> None:
         """An empty object listed in the folder must be an erased group's marker (worker thread).
 
-        An erasure writes the marker with ``agentium-erased`` metadata; an empty
-        object without it is a group truncated outside the archive, which a read
-        must not pass over as erased (a later group's link to it would then
-        hold, and the group would vanish unnoticed).
+        An erasure writes the marker with ``agentium-erased: 1`` metadata and no
+        group digest; any other empty object is a group truncated or replaced
+        outside the archive, which a read must not pass over as erased (the
+        group would vanish from the history unnoticed, linked to or not).
         """
         reply = s3.head_object(Bucket=self._config.bucket, Key=object_key)
         meta: dict[str, str] = reply.get("Metadata", {})
@@ -431,7 +431,8 @@ class S3Archive(HistoryArchive):
         """Up to ``limit`` (seq, key, erased) of the session from ``start_seq``, ascending (worker thread).
 
         ``erased`` marks an erased group's marker (an empty object): listed, so
-        links to it hold, but not counted in ``limit`` and never fetched.
+        links to it hold, and checked, but not counted in ``limit`` and never
+        fetched. Markers past the ``limit``-th group are left to a later read.
         """
         folder = archive_prefix(self._config.prefix, key)
         found: list[tuple[int, str, bool]] = []
@@ -454,9 +455,9 @@ class S3Archive(HistoryArchive):
                         f"{self._config.max_object_bytes}; refusing to read it",
                         code="TooLarge",
                     )
-                erased = item.get("Size", 0) == 0
-                if not erased and groups == limit:
+                if groups == limit:
                     return found
+                erased = item.get("Size", 0) == 0
                 groups += not erased
                 found.append((seq, item["Key"], erased))
             token = page.get("NextContinuationToken")
@@ -479,8 +480,14 @@ class S3Archive(HistoryArchive):
         fetched: dict[int, tuple[MessageGroup, int | None]] = {}
         failures: list[BaseException] = []
 
-        async def one(seq: int, object_key: str) -> None:
+        async def one(seq: int, object_key: str, erased: bool) -> None:
             try:
+                if erased:
+                    # Every empty object met must be exactly an erasure's marker, linked to or
+                    # not: one HEAD per erased group (rare), none for an ordinary group.
+                    check = partial(self._check_marker, key=key, seq=seq, object_key=object_key)
+                    await self._link.call(ctx, "archive read", check)
+                    return
                 data, stored, link = await self._link.call(
                     ctx, "archive read", lambda s3: self._get(s3, object_key)
                 )
@@ -493,14 +500,11 @@ class S3Archive(HistoryArchive):
 
         async with anyio.create_task_group() as tg:
             for seq, object_key, erased in listed:
-                if not erased:
-                    tg.start_soon(one, seq, object_key)
+                tg.start_soon(one, seq, object_key, erased)
         if failures:
             raise first_failure(failures)
-        # An erased group's marker keeps its seq present: a group linked to it reads on.
+        # An erased group's (checked) marker keeps its seq present: a group linked to it reads on.
         present = {seq for seq, _, _ in listed}
-        markers = {seq: object_key for seq, object_key, erased in listed if erased}
-        linked: dict[int, str] = {}
         for seq, object_key, erased in listed:
             if erased:
                 continue
@@ -513,14 +517,6 @@ class S3Archive(HistoryArchive):
                     f"{_where(key, seq, object_key)} was archived after it; it was deleted outside the "
                     "archive (or partly forgotten), and the read stops here"
                 )
-            if link in markers:
-                linked[link] = markers[link]
-        # A linked group read as an empty object must be an erasure's marker, not a group truncated
-        # outside the archive: one HEAD per such link (few: one per erased range), none for the rest.
-        for seq, object_key in sorted(linked.items()):
-            await self._link.call(
-                ctx, "archive read", partial(self._check_marker, key=key, seq=seq, object_key=object_key)
-            )
         if listed:
             self._remember(key, listed[-1][0])
         return [fetched[seq][0] for seq, _, erased in listed if not erased]
