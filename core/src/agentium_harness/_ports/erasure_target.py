@@ -21,7 +21,9 @@ from .._scope import SessionKey, validate_id
 from .._validators import (
     MAX_COUNT,
     exact_int,
+    identifier,
     keep_exact,
+    optional_identifier,
     optional_plain_str,
     plain_str,
     require_instance,
@@ -103,15 +105,6 @@ def _ranges(value: Iterable[SeqRange]) -> tuple[SeqRange, ...]:
     return ranges
 
 
-def _id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    validate_id(value, attribute.name)
-
-
-def _optional_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        validate_id(value, attribute.name)
-
-
 @attrs.frozen(slots=True)
 class EraseTarget:
     """What to erase: a tenant, a user, a session, or archived groups of one session.
@@ -122,9 +115,13 @@ class EraseTarget:
     id is unique only within its user), ``groups`` a session.
     """
 
-    tenant_id: str = attrs.field(converter=plain_str, validator=_id)
-    user_id: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_optional_id)
-    session_id: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_optional_id)
+    tenant_id: str = attrs.field(converter=plain_str, validator=identifier)
+    user_id: str | None = attrs.field(
+        default=None, converter=optional_plain_str, validator=optional_identifier
+    )
+    session_id: str | None = attrs.field(
+        default=None, converter=optional_plain_str, validator=optional_identifier
+    )
     groups: tuple[SeqRange, ...] = attrs.field(default=(), converter=_ranges)
 
     def __attrs_post_init__(self) -> None:

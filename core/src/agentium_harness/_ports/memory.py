@@ -36,8 +36,17 @@ import attrs
 
 from .._codec import iso_utc, parse_iso_utc
 from .._errors import InvalidArgumentError, MemoryRejectedError
-from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity, validate_id
-from .._validators import check_count, keep_exact, key_sep, optional_plain_str, plain_str, require_instance
+from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity
+from .._validators import (
+    check_count,
+    identifier,
+    keep_exact,
+    key_sep,
+    optional_identifier,
+    optional_plain_str,
+    plain_str,
+    require_instance,
+)
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
@@ -82,15 +91,6 @@ _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _MAX_SEQ = 2**63 - 1
 
 
-def _id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    validate_id(value, attribute.name)
-
-
-def _optional_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        validate_id(value, attribute.name)
-
-
 @attrs.frozen(slots=True)
 class MemoryScope:
     """Who a fact belongs to: tenant and user, optionally narrowed to a project and a repository.
@@ -101,10 +101,14 @@ class MemoryScope:
     applies only there.
     """
 
-    tenant: str = attrs.field(converter=plain_str, validator=_id)
-    user: str = attrs.field(converter=plain_str, validator=_id)
-    project: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_optional_id)
-    repository: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_optional_id)
+    tenant: str = attrs.field(converter=plain_str, validator=identifier)
+    user: str = attrs.field(converter=plain_str, validator=identifier)
+    project: str | None = attrs.field(
+        default=None, converter=optional_plain_str, validator=optional_identifier
+    )
+    repository: str | None = attrs.field(
+        default=None, converter=optional_plain_str, validator=optional_identifier
+    )
 
     @classmethod
     def of(
@@ -175,7 +179,7 @@ def _aware(instance: Any, attribute: attrs.Attribute[Any], value: object) -> Non
 class GroupRef:
     """A message group a fact came from: its session, ``seq`` and archive digest (provenance)."""
 
-    session: str = attrs.field(converter=plain_str, validator=_id)
+    session: str = attrs.field(converter=plain_str, validator=identifier)
     seq: int = attrs.field()
     digest: str = attrs.field()
 
@@ -347,7 +351,7 @@ class StoredFact:
     only says that a fact existed and when it was forgotten.
     """
 
-    fact_id: str = attrs.field(converter=plain_str, validator=_id)
+    fact_id: str = attrs.field(converter=plain_str, validator=identifier)
     revision: int = attrs.field()
     status: FactStatus = attrs.field(converter=FactStatus)
     fact: MemoryFact
