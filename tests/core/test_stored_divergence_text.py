@@ -8,20 +8,19 @@ even with a matching digest, and the stored row is left as it is.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _stored_rows_support import KEY, KINDS, Rows, refused_and_left_alone, resealed, stored_rows
 
 from agentium_harness import VerifiedIdentity
-from agentium_harness._codec import canonical_json, digest_bytes
 from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
 from agentium_harness._engine.results import EvictionStatus
 from agentium_harness._engine.runtime import RuntimeLimits
-from agentium_harness._errors import ArchiveConflictError, InvalidArgumentError, SnapshotCorruptError
+from agentium_harness._errors import ArchiveConflictError, InvalidArgumentError
 from agentium_harness._history import MessageGroup
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.archive import ArchiveReceipt
@@ -29,66 +28,17 @@ from agentium_harness._ports.snapshot import MAX_DIVERGENCE_DETAIL_BYTES, Archiv
 from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
-from agentium_harness.testing import scoped_snapshot
-from agentium_harness.testing.sqlite_rows import set_snapshot_row, snapshot_row
 
 pytestmark = pytest.mark.anyio
 
-KEY = SessionKey("tenant", "user", "session")
+
+@pytest.fixture(params=KINDS)
+async def rows(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Rows]:
+    async with stored_rows(request.param, tmp_path) as held:
+        yield held
+
+
 DIGEST = "sha256:" + "0a" * 32
-
-
-def _resealed(data: bytes, edit: Callable[[dict[str, Any]], None]) -> bytes:
-    """``data`` with ``edit`` applied and a digest matching it: only the edited value is wrong."""
-    plain = json.loads(data)
-    edit(plain)
-    plain["digest"] = None
-    plain["digest"] = digest_bytes(canonical_json(plain))
-    return canonical_json(plain)
-
-
-class _Rows:
-    """One session store holding a snapshot of ``KEY``, and its stored row as a stray tool sees it."""
-
-    def __init__(self, store: Any, read: Callable[[], Any], write: Callable[[bytes], None]) -> None:
-        self.store, self.read, self.write = store, read, write
-
-    def data(self) -> bytes:
-        found = self.read()
-        assert found is not None
-        return bytes(found[1])
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def rows(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[_Rows]:
-    if request.param == "memory":
-        memory = InMemorySessionStore()
-        await memory.save(KEY, scoped_snapshot(KEY), None, OpContext())
-
-        def put(data: bytes) -> None:
-            found = memory.raw(KEY)
-            assert found is not None
-            memory.put_raw(KEY, found[0], data)
-
-        yield _Rows(memory, lambda: memory.raw(KEY), put)
-        return
-    db = tmp_path / "agentium.db"
-    sqlite = SQLiteSessionStore(SQLiteConfig(path=str(db)))
-    try:
-        await sqlite.save(KEY, scoped_snapshot(KEY), None, OpContext())
-        yield _Rows(sqlite, lambda: snapshot_row(db, KEY), lambda data: set_snapshot_row(db, KEY, data))
-    finally:
-        await sqlite.aclose()
-
-
-async def _refused_and_left_alone(rows: _Rows, damaged: bytes) -> None:
-    rows.write(damaged)
-    before = rows.read()
-    for _ in range(2):  # refused each time: nothing was rewritten in between
-        with pytest.raises(SnapshotCorruptError, match="cannot be decoded"):
-            await rows.store.load(KEY, OpContext())
-    assert rows.read() == before
 
 
 def _with_divergence(detail: str) -> Callable[[dict[str, Any]], None]:
@@ -98,14 +48,14 @@ def _with_divergence(detail: str) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
-async def test_a_divergence_detail_past_the_bound_is_refused_and_left_alone(rows: _Rows) -> None:
+async def test_a_divergence_detail_past_the_bound_is_refused_and_left_alone(rows: Rows) -> None:
     # The longest detail the engine writes (its cut) loads back as it was ...
     longest = "é" * (MAX_DIVERGENCE_DETAIL_BYTES // 2)
-    rows.write(_resealed(rows.data(), _with_divergence(longest)))
+    rows.write(resealed(rows.data(), _with_divergence(longest)))
     loaded = await rows.store.load(KEY, OpContext())
     assert loaded is not None and loaded.snapshot.divergence.detail == longest
     # ... one byte more was not written by it.
-    await _refused_and_left_alone(rows, _resealed(rows.data(), _with_divergence(longest + "x")))
+    await refused_and_left_alone(rows, resealed(rows.data(), _with_divergence(longest + "x")))
     with pytest.raises(InvalidArgumentError, match="detail"):
         ArchiveDivergence((5,), longest + "x")
 
@@ -121,7 +71,7 @@ NOT_DIGESTS = {
 
 @pytest.mark.parametrize("digest", list(NOT_DIGESTS.values()), ids=list(NOT_DIGESTS))
 async def test_a_receipt_digest_not_of_the_engines_form_is_refused_and_left_alone(
-    rows: _Rows, digest: str
+    rows: Rows, digest: str
 ) -> None:
     def receipts(value: str) -> Callable[[dict[str, Any]], None]:
         def edit(plain: dict[str, Any]) -> None:
@@ -129,10 +79,10 @@ async def test_a_receipt_digest_not_of_the_engines_form_is_refused_and_left_alon
 
         return edit
 
-    rows.write(_resealed(rows.data(), receipts(DIGEST)))
+    rows.write(resealed(rows.data(), receipts(DIGEST)))
     loaded = await rows.store.load(KEY, OpContext())
     assert loaded is not None and loaded.snapshot.receipts == (ArchivedDigest(4, DIGEST),)
-    await _refused_and_left_alone(rows, _resealed(rows.data(), receipts(digest)))
+    await refused_and_left_alone(rows, resealed(rows.data(), receipts(digest)))
     with pytest.raises(InvalidArgumentError, match="digest"):
         ArchivedDigest(4, digest)
 

@@ -7,16 +7,16 @@ through ``decode_snapshot`` / ``decode_archived_group``), and the stored row is 
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _stored_rows_support import KEY, KINDS, Rows, refused_and_left_alone, resealed, stored_rows
 
 from agentium_harness import VerifiedIdentity
-from agentium_harness._codec import canonical_json, digest_bytes
+from agentium_harness._codec import digest_bytes
 from agentium_harness._errors import ArchiveCorruptError, InvalidArgumentError, SnapshotCorruptError
 from agentium_harness._history import MessageGroup
 from agentium_harness._ports import OpContext
@@ -34,65 +34,22 @@ from agentium_harness._ports.snapshot import ArchivedDigest, ArchiveDivergence
 from agentium_harness._scope import SessionKey
 from agentium_harness._validators import MAX_COUNT, MAX_SEQ
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
 from agentium_harness.testing import plain_group, scoped_snapshot
-from agentium_harness.testing.sqlite_rows import set_snapshot_row, snapshot_row
 
 pytestmark = pytest.mark.anyio
 
-KEY = SessionKey("tenant", "user", "session")
+
+@pytest.fixture(params=KINDS)
+async def rows(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Rows]:
+    async with stored_rows(request.param, tmp_path) as held:
+        yield held
+
+
 GONE = SessionKey("tenant", "user", "gone")
 DIGEST = "sha256:" + "ab" * 32
 
 #: Seqs no group can have: below 0, and one past the largest.
 IMPOSSIBLE = {"negative": -1, "past MAX_SEQ": MAX_SEQ + 1}
-
-
-def _resealed(data: bytes, edit: Callable[[dict[str, Any]], None]) -> bytes:
-    """``data`` with ``edit`` applied and a digest matching it: only the edited value is wrong."""
-    plain = json.loads(data)
-    edit(plain)
-    plain["digest"] = None
-    plain["digest"] = digest_bytes(canonical_json(plain))
-    return canonical_json(plain)
-
-
-class _Rows:
-    """One session store and direct access to its stored row, as damage or a stray tool sees it."""
-
-    def __init__(self, store: Any, read: Callable[[], Any], write: Callable[[bytes], None]) -> None:
-        self.store, self.read, self.write = store, read, write
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def rows(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[_Rows]:
-    if request.param == "memory":
-        memory = InMemorySessionStore()
-        await memory.save(KEY, scoped_snapshot(KEY), None, OpContext())
-
-        def put(data: bytes) -> None:
-            found = memory.raw(KEY)
-            assert found is not None
-            memory.put_raw(KEY, found[0], data)
-
-        yield _Rows(memory, lambda: memory.raw(KEY), put)
-        return
-    db = tmp_path / "agentium.db"
-    sqlite = SQLiteSessionStore(SQLiteConfig(path=str(db)))
-    try:
-        await sqlite.save(KEY, scoped_snapshot(KEY), None, OpContext())
-        yield _Rows(sqlite, lambda: snapshot_row(db, KEY), lambda data: set_snapshot_row(db, KEY, data))
-    finally:
-        await sqlite.aclose()
-
-
-async def _refused_and_left_alone(rows: _Rows, damaged: bytes) -> None:
-    rows.write(damaged)
-    before = rows.read()
-    for _ in range(2):  # refused each time: nothing was rewritten in between
-        with pytest.raises(SnapshotCorruptError, match="cannot be decoded"):
-            await rows.store.load(KEY, OpContext())
-    assert rows.read() == before
 
 
 def _ledger_bytes(seq: int) -> bytes:
@@ -113,7 +70,7 @@ def _ledger_bytes(seq: int) -> bytes:
 
 @pytest.mark.parametrize("seq", list(IMPOSSIBLE.values()), ids=list(IMPOSSIBLE))
 async def test_an_erasure_record_naming_an_impossible_seq_is_refused_and_left_alone(
-    rows: _Rows, seq: int
+    rows: Rows, seq: int
 ) -> None:
     # The largest seq a group may have is recorded and loads back as it was.
     rows.write(_ledger_bytes(MAX_SEQ))
@@ -123,19 +80,19 @@ async def test_an_erasure_record_naming_an_impossible_seq_is_refused_and_left_al
     def edit(plain: dict[str, Any]) -> None:
         plain["ledger"]["records"][0]["sessions"][0]["digests"][0][0] = seq
 
-    await _refused_and_left_alone(rows, _resealed(_ledger_bytes(1), edit))
+    await refused_and_left_alone(rows, resealed(_ledger_bytes(1), edit))
     with pytest.raises(InvalidArgumentError, match="digests"):
         ErasedGroups(GONE, 1, (), ((seq, DIGEST),))
 
 
 @pytest.mark.parametrize("seq", list(IMPOSSIBLE.values()), ids=list(IMPOSSIBLE))
-async def test_a_receipt_naming_an_impossible_seq_is_refused_and_left_alone(rows: _Rows, seq: int) -> None:
+async def test_a_receipt_naming_an_impossible_seq_is_refused_and_left_alone(rows: Rows, seq: int) -> None:
     def edit(plain: dict[str, Any]) -> None:
         plain["receipts"] = [{"digest": DIGEST, "seq": seq}]
 
     found = rows.read()
     assert found is not None
-    await _refused_and_left_alone(rows, _resealed(found[1], edit))
+    await refused_and_left_alone(rows, resealed(found[1], edit))
     with pytest.raises(InvalidArgumentError, match="seq"):
         ArchivedDigest(seq, DIGEST)
 
@@ -152,7 +109,7 @@ async def test_a_resident_group_past_max_seq_is_refused_and_left_alone() -> None
         plain["resident"][0]["seq"] = plain["boundary"] = MAX_SEQ + 1
         plain["next_seq"] = MAX_SEQ + 2
 
-    damaged = _resealed(found[1], edit)
+    damaged = resealed(found[1], edit)
     store.put_raw(KEY, found[0], damaged)
     for _ in range(2):
         with pytest.raises(SnapshotCorruptError, match="cannot be decoded"):
