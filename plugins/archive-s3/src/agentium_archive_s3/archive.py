@@ -90,7 +90,6 @@ from .erasure import (
 from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3ObjectTooLargeError, first_failure
 from .keys import (
     DIGEST_META,
-    ERASED_META,
     LINK_META,
     MAX_SEQ,
     archive_key,
@@ -100,6 +99,7 @@ from .keys import (
     upload_key,
 )
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
+from .markers import is_erasure_marker
 from .probe import run_probe
 
 __all__ = ["ForgetReport", "S3Archive"]
@@ -363,9 +363,16 @@ class S3Archive(HistoryArchive):
             )
 
     def _compare_stored(self, s3: S3Client, upload: _Upload) -> None:
-        """The key exists: succeed if it holds these bytes, else raise ``ArchiveConflictError``."""
+        """The key exists: pass if it holds these bytes, else ``ArchiveConflictError`` (or damage)."""
         data, stored_digest, _ = self._get(s3, upload.key)
         if not data:
+            # Only an exact marker is an erasure's work (one HEAD, on this rare path only).
+            if not is_erasure_marker(s3, self._config.bucket, upload.key):
+                raise ArchiveCorruptError(
+                    f"{_where(upload.session, upload.seq, upload.key)} is empty but not an erased group's "
+                    "marker; it was truncated or replaced outside the archive, and the append is refused "
+                    "(the object is left as it is)"
+                )
             raise ArchiveConflictError(
                 f"s3 archive: group {upload.seq} at {upload.key!r} was erased (an erasure left an empty "
                 "marker there); an erased group is never archived again"
@@ -408,15 +415,11 @@ class S3Archive(HistoryArchive):
     def _check_marker(self, s3: S3Client, key: SessionKey, seq: int, object_key: str) -> None:
         """An empty object listed in the folder must be an erased group's marker (worker thread).
 
-        An erasure writes the marker with ``agentium-erased: 1`` metadata and no
-        group digest; any other empty object is a group truncated or replaced
-        outside the archive, which a read must not pass over as erased (the
-        group would vanish from the history unnoticed, linked to or not).
+        Any other empty object is a group truncated or replaced outside the
+        archive, which a read must not pass over as erased (the group would
+        vanish from the history unnoticed, linked to or not): :mod:`.markers`.
         """
-        reply = s3.head_object(Bucket=self._config.bucket, Key=object_key)
-        meta: dict[str, str] = reply.get("Metadata", {})
-        # Exactly what an erasure writes ("1", no group digest): anything else came from outside.
-        if int(reply.get("ContentLength", 0)) != 0 or meta.get(ERASED_META) != "1" or DIGEST_META in meta:
+        if not is_erasure_marker(s3, self._config.bucket, object_key):
             raise ArchiveCorruptError(
                 f"{_where(key, seq, object_key)} is empty but not an erased group's marker; it was "
                 "truncated or replaced outside the archive, and the read stops here"
