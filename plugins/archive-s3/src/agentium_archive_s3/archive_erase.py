@@ -4,6 +4,9 @@
 writes (:mod:`.erasure`) and then calls :func:`erase_archived`. A groups
 target leaves an empty marker (metadata ``agentium-erased``) at each group's
 key before deleting its versions, so later groups linked to it still read.
+An empty object in a groups target's ranges must be exactly such a marker
+(one ``HEAD`` each, :mod:`.markers`); any other fails the erasure with
+``ArchiveCorruptError`` before it changes anything.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import anyio
 import botocore.exceptions
 
 from agentium_harness.plugin_api import (
+    ArchiveCorruptError,
     EraseReport,
     EraseStatus,
     EraseTarget,
@@ -39,6 +43,7 @@ from .keys import (
     parse_archive_key,
 )
 from .link import S3Client, S3Link, error_status
+from .markers import is_erasure_marker
 
 __all__ = ["erase_archived"]
 
@@ -122,8 +127,7 @@ def _list_ranges(
             start_after=after,
             stop=past,
             wanted=lambda object_key: parse_archive_key(folder, object_key) is not None,
-            # A marker with no earlier version left: that group is erased already.
-            skip=lambda item: item.current is not None and item.size == 0 and not item.older,
+            skip=lambda item: _erased_already(config, s3, target, key, item),
         )
         found.extend(page.keys)
         versioned, note = page.versioned, page.versions_note or note
@@ -132,6 +136,37 @@ def _list_ranges(
         if len(found) >= bound and span is not target.groups[-1]:
             return found, True, versioned, note
     return found, False, versioned, note
+
+
+def _erased_already(
+    config: S3Config, s3: S3Client, target: EraseTarget, key: SessionKey, item: Listed
+) -> bool:
+    """True for an exact marker with no earlier version left; damage in range fails the erasure.
+
+    Each empty object is checked with one ``HEAD`` (of its current version)
+    and must be exactly an erasure's marker (:mod:`.markers`). Any other is a
+    group truncated or replaced outside the archive: the erasure stops while
+    still listing, before it writes or deletes anything, and the object
+    stays for someone to look at (see the README for why it is not
+    overwritten with a marker).
+    """
+    if item.current is None or item.size != 0:
+        return False
+    try:
+        exact = is_erasure_marker(s3, config.bucket, item.key, item.current)
+    except botocore.exceptions.ClientError as exc:
+        if error_status(exc) != 404:
+            raise
+        exact = True  # gone since the listing: nothing current there to erase or to check
+    if not exact:
+        seq = parse_archive_key(archive_prefix(config.prefix, key), item.key)
+        raise ArchiveCorruptError(
+            f"s3 archive: group {seq} of session {key.key()} at {item.key!r} is empty but not an "
+            "erased group's marker; it was truncated or replaced outside the archive. The erasure of "
+            f"{target.describe()} stopped before changing anything: restore the group, or erase the "
+            "whole session (which removes every object of its folder), then call again"
+        )
+    return not item.older
 
 
 async def _digests(
