@@ -523,6 +523,8 @@ def optional_identifier(instance: Any, attribute: attrs.Attribute[Any], value: o
 
 
 def _items(value: Iterable[Any], what: str) -> tuple[Any, ...]:
+    if type(value) is tuple:
+        return value  # what ``tuple(value)`` returns, without the ABC's Python-level check below
     # A lone string is iterable, so tuple("shell") would silently become
     # ("s", "h", ...): refuse it instead of guessing.
     if isinstance(value, str | bytes):

@@ -88,6 +88,9 @@ def run_scope(identity: object, session_id: object, recall_scope: object) -> Sco
 _PLAIN_COLLECTIONS: Final = frozenset({tuple, list, frozenset, set})
 
 
+_NO_GRANTS: Final[frozenset[str]] = frozenset()
+
+
 def check_grants(grants: object, tools: ToolRegistry) -> frozenset[str]:
     """Tool grants as a set of names, each a tool registered in ``tools``; anything else is refused.
 
@@ -96,6 +99,8 @@ def check_grants(grants: object, tools: ToolRegistry) -> frozenset[str]:
     too, before the run is admitted: it could grant nothing, and the turn
     would run with the model offered fewer tools than the host meant.
     """
+    if type(grants) is tuple and not grants:
+        return _NO_GRANTS  # the default, ``()``: what the checks below make of it, without their calls
     # The built-in collections pass without the ABC's Python-level check (a run's every call).
     if type(grants) not in _PLAIN_COLLECTIONS and (
         isinstance(grants, str | bytes) or not isinstance(grants, Iterable)
@@ -154,6 +159,8 @@ def check_user_input(user_input: object) -> str:
 
 def check_sources(sources: object) -> tuple[SourceBlock, ...]:
     """Host sources as a tuple of :class:`SourceBlock`, each holding only valid Unicode text."""
+    if type(sources) is tuple and not sources:
+        return ()  # the default: what the checks below make of it, without their calls
     if type(sources) not in _PLAIN_COLLECTIONS and (
         isinstance(sources, str | bytes) or not isinstance(sources, Iterable)
     ):
@@ -171,6 +178,8 @@ def check_sources(sources: object) -> tuple[SourceBlock, ...]:
 
 
 def source_uncertainty(omitted: Sequence[str]) -> tuple[str, ...]:
+    if not omitted:
+        return ()  # nearly every turn: no generator made for nothing
     return tuple(f"source {s} omitted by the source budget" for s in omitted)
 
 

@@ -197,9 +197,11 @@ async def commit_group(
                     progress.commit_state = exc.commit_state
                 span.set("agentium.commit_state", progress.commit_state.value)
                 raise
-            span.set("agentium.commit_state", CommitState.COMMITTED.value)
-            span.set("agentium.eviction.status", outcome.eviction.value)
-            span.set("agentium.snapshot.revision", outcome.revision)
+            # An enum's ``.value`` is two Python calls: none made when nothing records.
+            if span is not observe.NULL:
+                span.set("agentium.commit_state", CommitState.COMMITTED.value)
+                span.set("agentium.eviction.status", outcome.eviction.value)
+                span.set("agentium.snapshot.revision", outcome.revision)
         progress.commit_state = CommitState.COMMITTED
         progress.outcome = outcome
         done.append(outcome)
