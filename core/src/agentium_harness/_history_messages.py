@@ -23,7 +23,6 @@ from ._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds, unst
 from ._errors import EncodingError, InvalidArgumentError, InvalidIdError
 from ._history_controls import TurnInterruption
 from ._scope import Scope, validate_id
-from ._tuples import tuple_of_tool_calls
 from ._validators import plain_str, str_tuple
 from ._verdicts import VerificationRecord
 
@@ -120,7 +119,7 @@ def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     What the items are is checked where a message is committed (``append``, a provider's reply).
     """
     try:
-        return tuple_of_tool_calls(value)
+        return tuple(value)  # what tuple_of_tool_calls does (its typing is this function's), one call less
     except TypeError:
         if hasattr(type(value), "__iter__"):
             raise  # an iterable whose own iteration failed: its error, as it raised it

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Final
 
 import attrs
 
@@ -146,7 +147,8 @@ async def commit(
 
     ``told`` words what a failed save's ``commit_state`` means (a turn's words by default).
     """
-    changes = _Changes(view, summary)
+    # Nearly every commit replaces neither: the one record for that (frozen), not a new one each time.
+    changes = _NO_CHANGES if view is None and summary is None else _Changes(view, summary)
     plan = plan_eviction(resident, limits)
     if plan.evict:
         _log.debug("evicting %d group(s) over the resident bound", len(plan.evict))
@@ -268,7 +270,7 @@ async def commit(
         and stored is not None
         and not receipts
         and divergence == stored.snapshot.divergence
-        and changes == _Changes()
+        and changes == _NO_CHANGES
     ):
         return CommitOutcome(
             stored.revision,
@@ -457,6 +459,9 @@ class _Changes:
 
     view: ViewState | None = None
     summary: SummaryState | None = None
+
+
+_NO_CHANGES: Final = _Changes()
 
 
 def _sealed(

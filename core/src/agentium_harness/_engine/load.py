@@ -210,7 +210,9 @@ def _checked(
                 f"session {key.session!r} is a legacy snapshot without a memory scope; verify its "
                 "exact scope, then pass attest_legacy_memory_scope=True"
             )
-    elif scope is not None and snap.memory_scope != scope:
+    # The same object first: a run's scope is kept per ids (``run_scope``), and so is the one its
+    # last commit stored; attrs' ``!=`` is two Python calls, and a scope is equal to itself.
+    elif scope is not None and snap.memory_scope is not scope and snap.memory_scope != scope:
         raise ScopeMismatchError(
             f"session {key.session!r} belongs to a different memory scope; refused "
             "(attestation cannot override a mismatched scope)"

@@ -12,6 +12,7 @@ lifecycle events, DEBUG for decisions.
 
 from __future__ import annotations
 
+import enum
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -166,7 +167,14 @@ def _logger(stage: str) -> logging.Logger:
 def would_log(diagnostics: Iterable[Any]) -> bool:
     """True when :func:`log_diagnostics` would emit a record for any of ``diagnostics``."""
     for diagnostic in diagnostics:
-        level = _LEVELS.get(str(getattr(diagnostic.severity, "value", diagnostic.severity)), logging.DEBUG)
+        severity = diagnostic.severity
+        # A str enum's text is its value: read without ``.value``, an enum property (two Python calls).
+        text = (
+            str.__str__(severity)
+            if isinstance(severity, enum.StrEnum)
+            else str(getattr(severity, "value", severity))
+        )
+        level = _LEVELS.get(text, logging.DEBUG)
         if _logger(diagnostic_stage(diagnostic.code)).isEnabledFor(level):
             return True
     return False
