@@ -35,16 +35,38 @@ from .._validators import exact_int, shown_number
 from .erasure_ledger import pending_key, refuse_if_erasing
 from .lifecycle import Ticket
 
-__all__ = ["known_fence_and_session", "load_in_call", "load_in_call_fenced", "load_session"]
+__all__ = [
+    "known_fence_and_session",
+    "load_in_call",
+    "load_in_call_fenced",
+    "load_session",
+    "shaped_by_commit",
+]
 
-# The snapshot last found well formed (``check_snapshot_shape``) for each key, weakly. A store
-# that hands back the snapshot object it already returned (the SQLite store does for an
-# unchanged row; every store does for the snapshot it was just given to save) gets the same
+# The snapshot last found well formed (``check_snapshot_shape``) for each key, or last saved by a
+# joint commit (``shaped_by_commit``), weakly. A store that hands back that snapshot object (the
+# SQLite store does for an unchanged row, and for the row it just saved) gets the same
 # answer without the check: a snapshot is frozen, so its shape cannot have changed. It is
 # compared by identity with the live object the reference holds, so a dead snapshot's reused id
 # can never match (a weak reference costs a fraction of a finalizer per snapshot). Bounded.
 _SHAPED: dict[SessionKey, weakref.ref[SessionSnapshot]] = {}
 _MAX_SHAPED: Final = 4096
+
+
+def shaped_by_commit(key: SessionKey, snapshot: SessionSnapshot) -> None:
+    """Note ``snapshot``, which a commit of ``key`` just saved, as well formed for ``key``'s next load.
+
+    The engine built it from the snapshot its load checked, the groups it
+    keeps and the one it adds; a store that hands this very object back
+    (the SQLite store does, until anyone else commits to the file) gets the
+    answer without :func:`check_snapshot_shape`, as a snapshot already
+    checked does. Any other object (decoded again, or another store's
+    answer) is checked as before: the note is by identity, with the live
+    object its weak reference holds.
+    """
+    if len(_SHAPED) >= _MAX_SHAPED:
+        _SHAPED.clear()
+    _SHAPED[key] = weakref.ref(snapshot)
 
 
 async def load_session(
