@@ -17,6 +17,7 @@ both are re-exported here (see docs/history-api.md).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from json.encoder import encode_basestring as _json_string
 from typing import Any, ClassVar, Final
 
@@ -80,6 +81,7 @@ __all__ = [
     "message_json",
     "message_tokens",
     "tokens_and_size",
+    "tokens_and_sizes",
 ]
 
 
@@ -176,6 +178,20 @@ def tokens_and_size(group: MessageGroup) -> tuple[int, int]:
     if tokens is None:
         tokens = cached[2] = sum(map(message_tokens, group.messages))
     return tokens, len(cached[0])
+
+
+def tokens_and_sizes(groups: Sequence[MessageGroup]) -> list[tuple[int, int]]:
+    """:func:`tokens_and_size` of each of ``groups``, without a call for a group encoded and counted already.
+
+    A commit plans its eviction over every resident group, nearly all of
+    them carried on from the turn before (encoded and counted then): their
+    entries are looked up at C speed and read in place. A group not yet
+    encoded or counted (the turn's own) takes :func:`tokens_and_size`.
+    """
+    return [
+        (entry[2], len(entry[0])) if entry is not None and entry[2] is not None else tokens_and_size(group)
+        for group, entry in zip(groups, map(_ENCODED.get, map(id, groups)), strict=True)
+    ]
 
 
 def bytes_and_digest(group: MessageGroup) -> tuple[bytes, str]:

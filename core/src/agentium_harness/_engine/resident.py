@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from .._history import MessageGroup, tokens_and_size
+from .._history import MessageGroup, tokens_and_sizes
 from .limits import ResidentLimits
 
 __all__ = ["EvictionPlan", "plan_eviction"]
@@ -37,7 +37,7 @@ def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> E
     # Each group's size is measured once (a canonical encoding each) and the
     # totals kept as running sums, so planning is linear in resident groups;
     # the sums and the oversized check run at C speed (itemgetter, max).
-    sizes = list(map(tokens_and_size, resident))
+    sizes = tokens_and_sizes(resident)
     tokens = sum(map(_TOKENS, sizes))
     size = sum(map(_BYTES, sizes))
     first = 0

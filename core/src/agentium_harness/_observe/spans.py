@@ -409,7 +409,8 @@ def stage(
     name: str, attributes: Mapping[str, Any] | None = None, *, span_name: str | None = None
 ) -> Span | NullSpan:
     """The span of one stage of a turn (``agentium.<name>`` unless ``span_name``) and its duration."""
-    active = current()
+    active = _ACTIVE.get()  # what current() answers, without its call while an operation is under way
+    active = current() if active is None else active if active.on else None
     if active is None:
         return NULL
     return Span(active, span_name or f"agentium.{name}", INTERNAL_KIND, dict(attributes or {}), stage=name)
@@ -455,7 +456,8 @@ CALLER_TRACED = frozenset(
 
 def adapter_call(operation_name: str) -> Span | NullSpan:
     """The span of one adapter call through ``Ticket.call``: ``agentium.<operation>``, or a GenAI one."""
-    active = current()
+    active = _ACTIVE.get()  # as in stage()
+    active = current() if active is None else active if active.on else None
     if active is None or operation_name in CALLER_TRACED:
         return NULL
     memory = MEMORY_OPERATIONS.get(operation_name)
@@ -473,7 +475,8 @@ def chat(provider: object) -> Span | NullSpan:
     A provider may declare ``gen_ai_provider_name`` (e.g. ``"openai"``) and
     ``gen_ai_request_model``; otherwise its class name is the provider name.
     """
-    if current() is None:
+    active = _ACTIVE.get()  # as in stage()
+    if (current() if active is None else active if active.on else None) is None:
         return NULL
     name = getattr(provider, "gen_ai_provider_name", None)
     model = getattr(provider, "gen_ai_request_model", None)
