@@ -4,8 +4,10 @@ One row per revision, keyed by (tenant, fact id, revision); owner key
 segments (tenant, user, optional project and repository), status, text, the
 validity window (``timestamptz``), provenance (canonical JSON), when it was
 recorded, and a digest of what makes two facts duplicates (scope, text,
-validity), checked on every row read back (a row changed behind the
-store's back raises ``PostgresMemoryError``). Every write is one transaction:
+validity), checked on every row read back (a scope, text or validity
+changed behind the store's back raises ``PostgresMemoryError``; provenance,
+status, revision and ``recorded_at`` are not digested, so a change to them
+goes unseen). Every write is one transaction:
 
 - ``remember`` writes revision 1 under a fresh random id, unless a current
   fact of the same scope has the same content (a duplicate: nothing is
