@@ -439,12 +439,13 @@ class S3Archive(HistoryArchive):
         """
         folder = archive_prefix(self._config.prefix, key)
         found: list[tuple[int, str, bool]] = []
-        groups = 0
+        groups = markers = 0
         args: dict[str, Any] = {"Bucket": self._config.bucket, "Prefix": folder}
         if start_seq > 0:
             args["StartAfter"] = archive_key(self._config.prefix, key, start_seq - 1)
         while groups < limit:
-            page = s3.list_objects_v2(**args, MaxKeys=min(_LIST_PAGE, limit - groups))
+            # Markers do not count against ``limit``; each widens the next page (no request per marker).
+            page = s3.list_objects_v2(**args, MaxKeys=min(_LIST_PAGE, limit - groups + markers))
             for item in page.get("Contents", []):
                 seq = parse_archive_key(folder, item["Key"])
                 if seq is None:
@@ -462,6 +463,7 @@ class S3Archive(HistoryArchive):
                     return found
                 erased = item.get("Size", 0) == 0
                 groups += not erased
+                markers += erased
                 found.append((seq, item["Key"], erased))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
