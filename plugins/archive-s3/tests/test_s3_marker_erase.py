@@ -13,67 +13,26 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from s3_helpers import BUCKET, raw_client
+from s3_helpers import raw_client
+from s3_marker_damage import DAMAGE, KEY, folder_state, truncate
 from s3_servers import S3Server
 
 from agentium_archive_s3 import S3Archive, S3Config
-from agentium_archive_s3.keys import archive_key, archive_prefix
+from agentium_archive_s3.keys import archive_key
 from agentium_harness.plugin_api import (
     ArchiveCorruptError,
     EraseStatus,
     EraseTarget,
     OpContext,
     SeqRange,
-    SessionKey,
 )
 from agentium_harness.testing import plain_group
 
 pytestmark = pytest.mark.anyio
 
-KEY = SessionKey("acme", "ana", "damage")
-DAMAGE = pytest.mark.parametrize(
-    "metadata",
-    [None, {}, {"agentium-erased": "0"}, {"agentium-erased": "1", "agentium-digest": "x"}],
-    ids=["truncated-keeping-metadata", "no-metadata", "erased-0", "erased-with-digest"],
-)
-
 
 def _ctx() -> OpContext:
     return OpContext.with_timeout(30)
-
-
-def _state(admin: Any, config: S3Config) -> dict[tuple[str, str], tuple[bytes, dict[str, str]]]:
-    """Every version of every object in the session's folder: its bytes and its metadata."""
-    out: dict[tuple[str, str], tuple[bytes, dict[str, str]]] = {}
-    folder = archive_prefix(config.prefix, KEY)
-    for page in admin.get_paginator("list_object_versions").paginate(Bucket=BUCKET, Prefix=folder):
-        assert not page.get("DeleteMarkers")
-        for item in page.get("Versions", []):
-            version = str(item.get("VersionId") or "null")
-            args: dict[str, Any] = {"Bucket": BUCKET, "Key": item["Key"]}
-            if version != "null":
-                args["VersionId"] = version
-            try:
-                reply = admin.get_object(**args)
-                body = reply["Body"].read()
-            except admin.exceptions.ClientError:  # a GET of an empty object may answer 416
-                reply, body = admin.head_object(**args), b""
-            out[item["Key"], version] = (body, dict(reply.get("Metadata", {})))
-    return out
-
-
-def _damage(admin: Any, config: S3Config, seq: int, metadata: dict[str, str] | None, *, alone: bool) -> None:
-    """Truncate group ``seq`` to nothing out of band; ``alone``: keep no earlier version of it."""
-    object_key = archive_key(config.prefix, KEY, seq)
-    if metadata is None:  # truncated in place: the group's own metadata (digest, link) kept
-        metadata = dict(admin.head_object(Bucket=BUCKET, Key=object_key)["Metadata"])
-    admin.put_object(Bucket=BUCKET, Key=object_key, Body=b"", Metadata=metadata)
-    if not alone:
-        return
-    versions = admin.list_object_versions(Bucket=BUCKET, Prefix=object_key).get("Versions", [])
-    for item in versions:
-        if not item.get("IsLatest") and item.get("VersionId") not in (None, "null"):
-            admin.delete_object(Bucket=BUCKET, Key=object_key, VersionId=item["VersionId"])
 
 
 # -- groups erasure -----------------------------------------------------------------------------
@@ -92,13 +51,13 @@ async def test_a_groups_erasure_meeting_an_empty_object_that_is_not_a_marker_fai
         await archive.append(KEY, [plain_group(0)], _ctx())
         await archive.append(KEY, [plain_group(s) for s in range(1, 6)], _ctx())
         await archive.erase(EraseTarget.groups_of(KEY, [SeqRange(1, 2)]), _ctx())  # an exact marker at 1
-        _damage(admin, config, 3, metadata, alone=alone)
-        before = _state(admin, config)
+        truncate(admin, config, 3, metadata, alone=alone)
+        before = folder_state(admin, config)
         target = EraseTarget.groups_of(KEY, [SeqRange(1, 5)])
         for dry_run in (True, False):
             with pytest.raises(ArchiveCorruptError, match=r"group 3 .*not an erased group's marker"):
                 await S3Archive(config).erase(target, _ctx(), dry_run=dry_run)
-            assert _state(admin, config) == before  # nothing deleted, no marker written
+            assert folder_state(admin, config) == before  # nothing deleted, no marker written
         # The groups past the damage and the ranges short of it still erase.
         report = await archive.erase(EraseTarget.groups_of(KEY, [SeqRange(1, 3), SeqRange(4, 6)]), _ctx())
         assert report.status is EraseStatus.COMPLETE
@@ -106,7 +65,7 @@ async def test_a_groups_erasure_meeting_an_empty_object_that_is_not_a_marker_fai
         # A session erasure removes every object of the folder, the damaged one too.
         whole = await archive.erase(EraseTarget.session("acme", "ana", "damage"), _ctx())
         assert whole.status is EraseStatus.COMPLETE
-        assert _state(admin, config) == {}
+        assert folder_state(admin, config) == {}
     finally:
         await archive.aclose()
 
