@@ -46,7 +46,7 @@ from .commit_fence import refuse_if_erased_since_load
 from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
 from .limits import ResidentLimits
-from .load import shaped_by_commit
+from .load import note_well_formed
 from .resident import EvictionPlan, plan_eviction
 from .results import CommitState, Diagnostic, EvictionStatus, Severity
 from .settle import Settled, mark_commit_state, settle_save
@@ -449,7 +449,7 @@ async def _joint_commit(
         # answers wrongly here is broken, and the run says so loudly.
         receipts = checked_receipts(plan.evict, tuple(raw))
     revision = check_revision(answer, expected)
-    shaped_by_commit(key, snapshot)  # its next load, handed this object back, need not check its shape
+    note_well_formed(key, snapshot)  # its next load, handed this object back, need not check its shape
     return CommitOutcome(
         revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, (), plan.evict, kept
     )

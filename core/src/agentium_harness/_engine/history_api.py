@@ -70,7 +70,7 @@ class HistoryOperations:
         work: Callable[[HarnessRuntime, Ticket, RunProgress], Awaitable[R]],
     ) -> R:
         """Run ``work`` admitted exclusively on the session; errors marked with what was committed."""
-        runtime: HarnessRuntime = self  # type: ignore[assignment]  # _runtime() without its two calls
+        runtime = self._runtime()
         progress = RunProgress()
         key = scope.session_key
         # A span of its own (agentium.history.<kind>), parent of its load, commit and summary spans;

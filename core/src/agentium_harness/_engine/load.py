@@ -40,11 +40,11 @@ __all__ = [
     "load_in_call",
     "load_in_call_fenced",
     "load_session",
-    "shaped_by_commit",
+    "note_well_formed",
 ]
 
 # The snapshot last found well formed (``check_snapshot_shape``) for each key, or last saved by a
-# joint commit (``shaped_by_commit``), weakly. A store that hands back that snapshot object (the
+# joint commit (both :func:`note_well_formed`), weakly. A store that hands back that snapshot object (the
 # SQLite store does for an unchanged row, and for the row it just saved) gets the same
 # answer without the check: a snapshot is frozen, so its shape cannot have changed. It is
 # compared by identity with the live object the reference holds, so a dead snapshot's reused id
@@ -53,13 +53,13 @@ _SHAPED: dict[SessionKey, weakref.ref[SessionSnapshot]] = {}
 _MAX_SHAPED: Final = 4096
 
 
-def shaped_by_commit(key: SessionKey, snapshot: SessionSnapshot) -> None:
-    """Note ``snapshot``, which a commit of ``key`` just saved, as well formed for ``key``'s next load.
+def note_well_formed(key: SessionKey, snapshot: SessionSnapshot) -> None:
+    """Note ``snapshot`` as well formed for ``key``'s next load: checked by it, or saved by a commit.
 
-    The engine built it from the snapshot its load checked, the groups it
-    keeps and the one it adds; a store that hands this very object back
-    (the SQLite store does, until anyone else commits to the file) gets the
-    answer without :func:`check_snapshot_shape`, as a snapshot already
+    A commit builds the snapshot it saves from the one its load checked, the
+    groups it keeps and the one it adds; a store that hands this very object
+    back (the SQLite store does, until anyone else commits to the file) gets
+    the answer without :func:`check_snapshot_shape`, as a snapshot already
     checked does. Any other object (decoded again, or another store's
     answer) is checked as before: the note is by identity, with the live
     object its weak reference holds.
@@ -223,9 +223,7 @@ def _checked(
     shaped = _SHAPED.get(key)
     if shaped is None or shaped() is not snap:
         check_snapshot_shape(key, snap)
-        if len(_SHAPED) >= _MAX_SHAPED:
-            _SHAPED.clear()
-        _SHAPED[key] = weakref.ref(snap)
+        note_well_formed(key, snap)
     if snap.memory_scope is None:
         if scope is not None and not attest_legacy:
             raise LegacySnapshotError(
