@@ -16,6 +16,9 @@ from typing import Any, Final
 from .._codec import canonical_json, digest_bytes, from_json
 from .._errors import MemoryStoreError, RecordDecodeError
 from .._ports.memory import (
+    MAX_FACT_BYTES,
+    MAX_FACT_REVISIONS,
+    MAX_PROVENANCE,
     FactStatus,
     GroupRef,
     MemoryFact,
@@ -24,15 +27,21 @@ from .._ports.memory import (
     iso_utc,
     parse_iso_utc,
 )
+from .._validators import MAX_ID_LENGTH
 
 __all__ = [
     "COLUMNS",
+    "FACT_ID",
+    "MAX_PROVENANCE_CHARS",
+    "MAX_TOMBSTONE_CHARS",
     "SCHEMA",
     "SQLiteMemoryError",
     "content_digest",
     "decode_row",
     "encode_row",
+    "oversize_error",
     "rewrite_row",
+    "tombstone_fits",
     "verified_row",
 ]
 
@@ -80,11 +89,63 @@ SCHEMA: Final = (
     """,
 )
 
-#: Columns read back, in :func:`decode_row` order.
-COLUMNS: Final = (
-    "fact_id, revision, tenant_id, user_id, project_id, repository_id, status, text, "
-    "valid_from, valid_until, provenance, recorded_at, content_digest, row_digest"
+#: Longest text (in characters, as SQLite's ``length()`` counts them; an integer's digits) a
+#: column holds in a row this store wrote. Ids pass ``validate_id``; times are ``iso_utc``'s fixed
+#: width; digests are ``sha256:`` and 64 hex digits; a text has at most as many characters as bytes.
+_ID_CHARS: Final = MAX_ID_LENGTH
+_WHEN_CHARS: Final = len("0001-01-01T00:00:00.000000Z")
+_DIGEST_CHARS: Final = len("sha256:") + 64
+#: A session id as canonical JSON (no ASCII escapes): quoted, every character escaped at worst.
+_JSON_ID_CHARS: Final = 2 + 2 * MAX_ID_LENGTH
+#: ``[session,seq,"digest"]``: a seq is at most 19 digits (a SQLite INTEGER, never negative).
+_REF_CHARS: Final = 4 + _JSON_ID_CHARS + 19 + 2 + _DIGEST_CHARS
+#: A revision's provenance: at most ``MAX_PROVENANCE`` references, comma-separated, bracketed.
+MAX_PROVENANCE_CHARS: Final = 2 + MAX_PROVENANCE * (_REF_CHARS + 1)
+#: A tombstone's ``[[session], ...]``: every distinct session of at most ``MAX_FACT_REVISIONS``
+#: revisions (``forget`` refuses to write a longer one; see :func:`tombstone_fits`).
+MAX_TOMBSTONE_CHARS: Final = 2 + MAX_FACT_REVISIONS * MAX_PROVENANCE * (_JSON_ID_CHARS + 3)
+_PROVENANCE_BOUND: Final = (
+    f"(CASE WHEN status = 'forgotten' THEN {MAX_TOMBSTONE_CHARS} ELSE {MAX_PROVENANCE_CHARS} END)"
 )
+#: Each column read back, in :func:`decode_row` order, with its bound (an SQL expression).
+_BOUNDS: Final = (
+    ("fact_id", str(_ID_CHARS)),
+    ("revision", "20"),
+    ("tenant_id", str(_ID_CHARS)),
+    ("user_id", str(_ID_CHARS)),
+    ("project_id", str(_ID_CHARS)),
+    ("repository_id", str(_ID_CHARS)),
+    ("status", str(len("superseded"))),
+    ("text", str(MAX_FACT_BYTES)),
+    ("valid_from", str(_WHEN_CHARS)),
+    ("valid_until", str(_WHEN_CHARS)),
+    ("provenance", _PROVENANCE_BOUND),
+    ("recorded_at", str(_WHEN_CHARS)),
+    ("content_digest", str(_DIGEST_CHARS)),
+    ("row_digest", str(_DIGEST_CHARS)),
+)
+
+
+def _over(column: str, bound: str) -> str:
+    """A ``CASE`` branch naming ``column`` and its length if it is longer than ``bound``."""
+    return (
+        f"WHEN length({column}) > {bound} THEN '{column} of ' || length({column}) "
+        f"|| ' characters (at most ' || {bound} || ')'"
+    )
+
+
+#: Columns read back, in :func:`decode_row` order. A value longer than any row this store writes
+#: comes back NULL, so a row changed behind the store's back (SQLite holds up to 1 GB a value) is
+#: never transferred; the last column then names it (``None`` for a row within every bound), and
+#: :func:`decode_row` refuses the row. ``text_lower`` (never read back) is bounded as well.
+COLUMNS: Final = (
+    ", ".join(f"CASE WHEN length({c}) <= {b} THEN {c} END" for c, b in _BOUNDS)
+    + ", CASE "
+    + " ".join(_over(c, b) for c, b in (*_BOUNDS, ("text_lower", str(2 * MAX_FACT_BYTES))))
+    + " END"
+)
+#: A fact id read alone (an erasure's), as in :data:`COLUMNS`, then its length.
+FACT_ID: Final = f"CASE WHEN length(fact_id) <= {_ID_CHARS} THEN fact_id END, length(fact_id)"
 
 
 def _when(value: datetime | None) -> str | None:
@@ -188,6 +249,7 @@ def verified_row(row: Sequence[Any]) -> Sequence[Any]:
     For reads that use a column of a row without decoding the whole of it
     (an erasure matching provenance): a damaged value must not be acted on.
     """
+    _check_size(row)
     try:
         _check_digest(row)
     except (ValueError, TypeError) as exc:
@@ -197,8 +259,31 @@ def verified_row(row: Sequence[Any]) -> Sequence[Any]:
     return row
 
 
+def oversize_error(what: object) -> SQLiteMemoryError:
+    """The refusal of a row holding ``what`` (``'<column> of <n> characters (at most <m>)'``)."""
+    return SQLiteMemoryError(
+        f"sqlite memory store: a stored fact row is damaged: it holds a {what}, longer than any row "
+        "this store writes; it was not read, and nothing was changed"
+    )
+
+
+def _check_size(row: Sequence[Any]) -> None:
+    # The last column of COLUMNS: set when a value was too long to be read (it came back NULL).
+    if len(row) == 15 and row[14] is not None:
+        raise oversize_error(row[14])
+
+
+def tombstone_fits(values: Sequence[Any]) -> bool:
+    """True if a tombstone row's session list (from :func:`encode_row`) is within what reads accept.
+
+    Only a fact holding more revisions than ``MAX_FACT_REVISIONS`` (written before that cap) can
+    name more sessions than that bound allows.
+    """
+    return len(values[11]) <= MAX_TOMBSTONE_CHARS
+
+
 def _check_digest(row: Sequence[Any]) -> None:
-    if len(row) != 14:
+    if len(row) != 15:
         raise ValueError("wrong number of columns")
     revision = row[1]
     if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
@@ -209,6 +294,7 @@ def _check_digest(row: Sequence[Any]) -> None:
 
 def decode_row(row: Sequence[Any]) -> StoredFact:
     """A row as a :class:`StoredFact`, strictly; :class:`SQLiteMemoryError` if it is damaged."""
+    _check_size(row)
     try:
         _check_digest(row)
         fact_id = _str(row[0], "fact_id")

@@ -172,8 +172,11 @@ def schema_current(
     names = {m.group(1) for m in map(_CREATED.search, statements) if m is not None}
     with read_transaction(conn):
         try:
+            # A value longer than any version (changed behind the store's back) comes back NULL,
+            # unread: the caller's write transaction then reports it.
             row = conn.execute(
-                f"SELECT value FROM {meta_table} WHERE key = 'schema_version'"  # noqa: S608 - a constant
+                f"SELECT CASE WHEN length(value) <= 20 THEN value END FROM {meta_table} "  # noqa: S608 - a constant
+                "WHERE key = 'schema_version'"
             ).fetchone()
         except sqlite3.OperationalError:  # no meta table yet: a new file
             return False

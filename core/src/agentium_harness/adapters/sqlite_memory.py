@@ -20,7 +20,10 @@ missing one. Lookups filter by scope, status and validity inside the SQL
 statement, before its ``LIMIT``, so a foreign, expired or forgotten fact
 can neither be returned nor take a place. Query words are matched with
 ``instr`` on the lower-cased text, each bound as a parameter (at most
-32 words), so no query text is ever SQL or a pattern.
+32 words), so no query text is ever SQL or a pattern. Every read is bounded
+before it transfers a value: a row holding one longer than any this store
+writes (changed behind its back; SQLite holds up to 1 GB a value) is refused
+as damage unread (:data:`~._sqlite_memory_sql.COLUMNS`).
 """
 
 from __future__ import annotations
@@ -66,18 +69,21 @@ from .._ports.memory import (
     iso_utc,
 )
 from .._ports.recall_args import checked_argument, checked_ctx
-from .._scope import validate_id
+from .._scope import MAX_ID_LENGTH, validate_id
 from ._excerpts import query_terms
 from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
 from ._sqlite_memory_sql import (
     COLUMNS,
+    FACT_ID,
     INSERT,
     SCHEMA,
     SQLiteMemoryError,
     content_digest,
     decode_row,
     encode_row,
+    oversize_error,
     rewrite_row,
+    tombstone_fits,
     verified_row,
 )
 from ._sqlite_sql import immediate_transaction, schema_current, scrub_log
@@ -86,6 +92,8 @@ __all__ = ["MEMORY_SCHEMA_VERSION", "SQLiteMemoryError", "SQLiteMemoryStore", "n
 
 #: Version of the ``memory_`` tables, kept in ``memory_meta``.
 MEMORY_SCHEMA_VERSION: Final = 1
+#: The longest stored version read back (the digits of a 64-bit integer and a sign).
+_VERSION_CHARS: Final = 20
 
 
 def new_fact_id() -> str:
@@ -126,11 +134,21 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         with immediate_transaction(conn):
             for statement in SCHEMA:
                 conn.execute(statement)
-            row = conn.execute("SELECT value FROM memory_meta WHERE key = 'schema_version'").fetchone()
+            # Bounded as every read of stored data: a value changed behind the store's back may be
+            # as long as SQLite allows (1 GB), and it is not read, nor put into the message.
+            row = conn.execute(
+                f"SELECT CASE WHEN length(value) <= {_VERSION_CHARS} THEN value END, length(value) "  # noqa: S608
+                "FROM memory_meta WHERE key = 'schema_version'"
+            ).fetchone()
             if row is None:
                 conn.execute(
                     "INSERT INTO memory_meta (key, value) VALUES ('schema_version', ?)",
                     (str(MEMORY_SCHEMA_VERSION),),
+                )
+            elif row[0] is None:
+                raise SQLiteMemoryError(
+                    f"{self.adapter_name}: {self._path} has a memory schema version of {row[1]} characters, "
+                    "not one any version of agentium-harness writes: the file is damaged; nothing was changed"
                 )
             elif str(row[0]) != str(MEMORY_SCHEMA_VERSION):
                 raise SQLiteMemoryError(
@@ -247,6 +265,14 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                 tombstone = encode_row(
                     fact_id, latest.revision + 1, FactStatus.FORGOTTEN, latest.fact, now, sessions
                 )
+                if not tombstone_fits(tombstone):
+                    # A row no read would accept (see MAX_TOMBSTONE_CHARS): raised before the
+                    # transaction commits, so every revision keeps its text.
+                    raise SQLiteMemoryError(
+                        f"sqlite memory store: fact {fact_id!r} has {len(revisions)} revisions naming "
+                        f"{len(set(sessions))} sessions, more than a tombstone may hold; nothing was "
+                        "forgotten (erase its user, or its sessions, instead)"
+                    )
                 conn.execute(INSERT, tombstone)
             # The rewritten pages are in the log and the old ones (with the text) in the file until
             # a checkpoint: run it now, as an erase does, so the forgotten text leaves both. A reader
@@ -290,10 +316,15 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
 
         def covered(conn: sqlite3.Connection) -> list[str]:
             if target.session_id is None:
+                # Only the ids are read, each bounded (FACT_ID): a text, however long, is deleted unread.
                 rows = conn.execute(
-                    f"SELECT DISTINCT fact_id FROM memory_facts WHERE {owner} ORDER BY fact_id LIMIT ?",  # noqa: S608
+                    f"SELECT {FACT_ID} FROM (SELECT DISTINCT fact_id FROM memory_facts "  # noqa: S608
+                    f"WHERE {owner} ORDER BY fact_id LIMIT ?) ORDER BY fact_id",
                     (*params, bound + 1),
                 ).fetchall()
+                for r in rows:
+                    if r[0] is None:
+                        raise oversize_error(f"fact_id of {r[1]} characters (at most {MAX_ID_LENGTH})")
                 return [str(r[0]) for r in rows]
             # The provenance is JSON text: matched here, row by row, never as a SQL pattern.
             found: set[str] = set()
