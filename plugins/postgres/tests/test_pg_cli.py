@@ -88,11 +88,11 @@ def test_migrate_applies_the_schema_grants_the_role_and_a_runtime_from_config_ru
     )
     assert status == 0, err
     [report] = json.loads(out)
-    assert (report["schema"], report["from_version"], report["to_version"]) == (schema, None, 3)
+    assert (report["schema"], report["from_version"], report["to_version"]) == (schema, None, 4)
     assert report["granted"] == [APP_USER]
     assert "admin-pass" not in out and "app-pass" not in out
     status, out, err = _main(["postgres", "migrate", str(path), "--dsn-env", "TEST_PG_OWNER"])
-    assert status == 0 and "already at v3, unchanged" in out, (out, err)
+    assert status == 0 and "already at v4, unchanged" in out, (out, err)
 
     async def use() -> dict[str, str]:
         runtime = load_runtime(path)

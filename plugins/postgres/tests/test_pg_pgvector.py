@@ -156,7 +156,7 @@ async def test_pgvector_scores_in_the_database_and_ranks_as_the_adapter_does(
     status, out, err = await anyio.to_thread.run_sync(_main, argv)
     assert status == 0, err
     [made] = json.loads(out)
-    assert (made["pgvector"], made["to_version"]) == (version, 3)
+    assert (made["pgvector"], made["to_version"]) == (version, 4)
     assert (
         made["vectors"]
         == f"vectors: scored in the database by pgvector {version}; added recall_vectors.embedding_pgv"

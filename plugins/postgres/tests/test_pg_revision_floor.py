@@ -253,7 +253,7 @@ async def test_a_version_2_database_is_refused_until_migrated_then_keeps_its_ses
     assert snapshots(admin, schema) == old
 
     report = await migrate(owner, grant_to=[APP_USER])
-    assert (report.from_version, report.to_version, report.applied) == (2, 3, (3,))
+    assert (report.from_version, report.to_version, report.applied) == (2, 4, (3, 4))
     assert floor_of(admin, schema) == 0
     again = await migrate(owner, grant_to=[APP_USER])  # idempotent: nothing applied, the floor kept
     assert again.applied == () and floor_of(admin, schema) == 0

@@ -145,7 +145,7 @@ async def test_a_version_1_schema_is_refused_until_migrated_and_then_works(
     status, out, err = await anyio.to_thread.run_sync(_main, argv)  # the command runs its own event loop
     assert status == 0, err
     [report] = json.loads(out)
-    assert (report["from_version"], report["to_version"], report["applied"]) == (1, 3, [2, 3])
+    assert (report["from_version"], report["to_version"], report["applied"]) == (1, 4, [2, 3, 4])
     # The command says whether the database has pgvector and where vectors are scored.
     [installed] = admin.execute(
         "SELECT (SELECT extversion FROM pg_extension WHERE extname = 'vector')"
@@ -153,7 +153,7 @@ async def test_a_version_1_schema_is_refused_until_migrated_and_then_works(
     assert report["pgvector"] == installed
     assert report["vectors"].startswith("vectors: float32 in bytea, scored by the adapter")
     status, out, err = await anyio.to_thread.run_sync(_main, argv[:-1])
-    assert status == 0 and "already at v3, unchanged" in out and report["vectors"] in out, (out, err)
+    assert status == 0 and "already at v4, unchanged" in out and report["vectors"] in out, (out, err)
 
     recall = PostgresRecallStore(config)
     try:
@@ -165,7 +165,7 @@ async def test_a_version_1_schema_is_refused_until_migrated_and_then_works(
         await session.close()
         assert await recall.unindexed_groups(key, 2, 16, _ctx()) == [0, 1]
         probe = await recall.health(_ctx())  # what `agentium check --probe` prints
-        assert f"schema {schema!r} v3" in probe and probe.endswith(report["vectors"]), probe
+        assert f"schema {schema!r} v4" in probe and probe.endswith(report["vectors"]), probe
     finally:
         await recall.aclose()
 

@@ -39,6 +39,7 @@ from typing import Any, Final
 from psycopg import sql
 
 from agentium_harness.plugin_api import (
+    MAX_FACT_BYTES,
     ErasedSession,
     EraseReport,
     EraseStatus,
@@ -56,6 +57,7 @@ from agentium_harness.plugin_api import (
 
 from .errors import PostgresMemoryError, PostgresSessionStoreError
 from .link import Conn
+from .memory_rows import COLUMNS, verified_row
 
 __all__ = [
     "UNVACUUMED",
@@ -317,6 +319,10 @@ async def erase_memory(
     session target the facts of its user whose provenance, in any revision,
     names the session (``EraseTarget.covers_fact``); a groups target none.
     A provenance over ``row_cap`` bytes is not transferred: it reads as damaged.
+    A session target checks every row it reads against its row digest
+    (:func:`~agentium_postgres.memory_rows.verified_row`) before trusting
+    its match: a row changed outside the store stops the erasure, typed,
+    with nothing erased (tenant and user targets need no provenance).
     """
     if target.groups:
         return EraseReport()
@@ -333,16 +339,20 @@ async def erase_memory(
     else:
         # The provenance is JSON text: read row by row and matched here, never as a SQL pattern.
         # The session's id is stored raw in it; the memo keeps one scan per call, however many facts.
+        # Every row is checked against its row digest before its match is trusted: a provenance
+        # edited outside the store to name another session would otherwise be passed over, and the
+        # erasure reported complete with the fact kept.
         ids = []
         cursor = await conn.execute(
             sql.SQL(
-                "SELECT fact_id, CASE WHEN octet_length(provenance) <= {cap} THEN provenance END "
-                "FROM {s}.memory_facts WHERE {where} ORDER BY fact_id, revision"
-            ).format(s=s, where=where, cap=sql.Literal(int(row_cap))),
+                "SELECT " + COLUMNS + " FROM {s}.memory_facts WHERE {where} ORDER BY fact_id, revision"  # noqa: S608
+            ).format(s=s, where=where, fact_cap=sql.Literal(MAX_FACT_BYTES), row_cap=sql.Literal(row_cap)),
             params,
         )
-        async for fact_id, provenance in cursor:
-            if (not ids or ids[-1] != fact_id) and _names_session(provenance, target.session_id):
+        async for row in cursor:
+            fact_id, cites = row[0], _names_session(row[10], target.session_id)
+            verified_row(row)
+            if (not ids or ids[-1] != fact_id) and cites:
                 ids.append(str(fact_id))
                 if len(ids) > bound:
                     break

@@ -3,11 +3,15 @@
 One row per revision, keyed by (tenant, fact id, revision); owner key
 segments (tenant, user, optional project and repository), status, text, the
 validity window (``timestamptz``), provenance (canonical JSON), when it was
-recorded, and a digest of what makes two facts duplicates (scope, text,
-validity), checked on every row read back (a scope, text or validity
-changed behind the store's back raises ``PostgresMemoryError``; provenance,
-status, revision and ``recorded_at`` are not digested, so a change to them
-goes unseen). Every write is one transaction:
+recorded, a digest of what makes two facts duplicates (scope, text,
+validity) and a row digest over every stored field that means something
+(:mod:`agentium_postgres.memory_rows`, schema version 4). Both are checked
+on every row read back, the duplicate ``remember`` finds, the revisions
+``forget`` rewrites and the rows a session erasure matches included, before
+the row is acted on: a column changed behind the store's back (a provenance
+naming another session, a status, revision or ``recorded_at`` rewritten)
+raises ``PostgresMemoryError`` and nothing is changed. Every write is one
+transaction:
 
 - ``remember`` writes revision 1 under a fresh random id, unless a current
   fact of the same scope has the same content (a duplicate: nothing is
@@ -41,7 +45,7 @@ import functools
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Final, LiteralString
+from typing import TYPE_CHECKING, Any, ClassVar, LiteralString
 
 from agentium_harness import (
     InvalidArgumentError,
@@ -57,8 +61,6 @@ from agentium_harness.plugin_api import (
     EraseReport,
     EraseTarget,
     FactStatus,
-    GroupRef,
-    InvalidJSONError,
     MemoryAck,
     MemoryCapabilities,
     MemoryFact,
@@ -66,16 +68,12 @@ from agentium_harness.plugin_api import (
     MemoryStore,
     OpContext,
     StoredFact,
-    canonical_json,
     check_at,
     check_fact,
     check_limit,
     check_max_items,
     check_revision,
     check_target,
-    decode_json,
-    decode_segment,
-    digest_of,
     encode_segment,
     query_terms,
 )
@@ -84,7 +82,16 @@ from .archive import health_probe
 from .args import checked_argument as checked_arg
 from .args import checked_ctx
 from .config import PostgresConfig
-from .errors import PostgresMemoryError, PostgresRowTooLargeError
+from .errors import PostgresMemoryError
+from .memory_rows import (
+    COLUMNS,
+    INSERT,
+    content_digest,
+    decode,
+    provenance_refs,
+    rewritten_row_digest,
+    row_values,
+)
 
 if TYPE_CHECKING:
     from psycopg import sql
@@ -93,25 +100,6 @@ if TYPE_CHECKING:
     from .link import Conn, PgLink
 
 __all__ = ["PostgresMemoryStore", "new_fact_id"]
-
-#: Columns read back, in :func:`_decode` order. A text over ``MAX_FACT_BYTES`` or a provenance over
-#: ``max_row_bytes`` (no fact this store wrote has either) comes back NULL, with its size: a row
-#: changed behind the store's back is refused before it is transferred ({fact_cap}, {row_cap}: the
-#: two bounds as literals, see ``PostgresMemoryStore._q``).
-_COLUMNS: Final[LiteralString] = (
-    "fact_id, revision, tenant_key, user_key, project_key, repository_key, status, "
-    "CASE WHEN octet_length(text) <= {fact_cap} THEN text END, valid_from, valid_until, "
-    "CASE WHEN octet_length(provenance) <= {row_cap} THEN provenance END, recorded_at, "
-    "octet_length(text), octet_length(provenance), content_digest"
-)
-#: A provenance read alone, capped as in :data:`_COLUMNS`.
-_PROVENANCE: Final[LiteralString] = "CASE WHEN octet_length(provenance) <= {row_cap} THEN provenance END"
-
-_INSERT: Final[LiteralString] = (
-    "INSERT INTO {s}.memory_facts (tenant_key, fact_id, revision, user_key, project_key, repository_key, "
-    "status, text, text_lower, valid_from, valid_until, provenance, recorded_at, content_digest) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
 
 
 def new_fact_id() -> str:
@@ -132,56 +120,8 @@ def _not_found(fact_id: str) -> MemoryFactNotFoundError:
     return MemoryFactNotFoundError(f"no fact {fact_id!r} in this tenant and user; nothing was changed")
 
 
-def _iso(when: datetime | None) -> str | None:
-    return None if when is None else when.astimezone(UTC).isoformat(timespec="microseconds")
-
-
 def _segment(value: str | None) -> str | None:
     return None if value is None else encode_segment(value)
-
-
-def content_digest(fact: MemoryFact) -> str:
-    """What makes two facts duplicates: scope, text and validity (not provenance)."""
-    s = fact.scope
-    return digest_of(
-        [s.tenant, s.user, s.project, s.repository, fact.text, _iso(fact.valid_from), _iso(fact.valid_until)]
-    )
-
-
-def _values(
-    fact_id: str,
-    revision: int,
-    status: FactStatus,
-    fact: MemoryFact,
-    recorded_at: datetime,
-    sessions: Sequence[str] = (),
-) -> tuple[Any, ...]:
-    s = fact.scope
-    forgotten = status is FactStatus.FORGOTTEN
-    text = "" if forgotten else fact.text
-    # A tombstone keeps only the session ids its provenance named (``[[session], ...]``): erasing
-    # one of those sessions still removes it.
-    provenance = (
-        [[session] for session in sorted(set(sessions))]
-        if forgotten
-        else [[r.session, r.seq, r.digest] for r in fact.provenance]
-    )
-    return (
-        encode_segment(s.tenant),
-        fact_id,
-        revision,
-        encode_segment(s.user),
-        _segment(s.project),
-        _segment(s.repository),
-        status.value,
-        text,
-        text.lower(),
-        None if forgotten else fact.valid_from,
-        None if forgotten else fact.valid_until,
-        canonical_json(provenance).decode("utf-8"),
-        recorded_at,
-        "" if forgotten else content_digest(fact),
-    )
 
 
 @functools.cache
@@ -192,66 +132,6 @@ def _statement(template: LiteralString, schema: str, row_cap: int) -> sql.Compos
     return sql.SQL(template).format(
         s=sql.Identifier(schema), fact_cap=sql.Literal(MAX_FACT_BYTES), row_cap=sql.Literal(int(row_cap))
     )
-
-
-def _refs(raw: object) -> list[list[Any]]:
-    """A stored provenance as its list of references; :class:`PostgresMemoryError` if damaged."""
-    try:
-        if not isinstance(raw, str):  # NULL: larger than max_row_bytes (see _PROVENANCE)
-            raise ValueError("provenance is missing or larger than max_row_bytes")
-        refs = decode_json(raw.encode("utf-8"))
-        if not isinstance(refs, list) or not all(
-            isinstance(r, list) and r and isinstance(r[0], str) for r in refs
-        ):
-            raise ValueError("provenance is not a list of references")
-    except (ValueError, InvalidJSONError) as exc:
-        raise PostgresMemoryError(
-            f"postgres memory store: a stored fact's provenance is damaged ({type(exc).__name__}); "
-            "nothing was changed"
-        ) from exc
-    return refs
-
-
-def _ref(raw: object) -> tuple[Any, Any, Any]:
-    """One stored provenance reference, exactly ``[session, seq, digest]`` (GroupRef checks each)."""
-    if not isinstance(raw, list) or len(raw) != 3:
-        raise ValueError("a provenance reference is not [session, seq, digest]")
-    return raw[0], raw[1], raw[2]
-
-
-def _decode(row: Sequence[Any]) -> StoredFact:
-    """A row as a :class:`StoredFact`, strictly; :class:`PostgresMemoryError` if it is damaged."""
-    if row[7] is None or row[10] is None:
-        raise PostgresRowTooLargeError(
-            f"postgres memory store: a stored fact row holds a text of {row[12]} bytes (at most "
-            f"{MAX_FACT_BYTES}) or a provenance of {row[13]} bytes (at most max_row_bytes); no fact "
-            "this store wrote does: the row is damaged and was not transferred"
-        )
-    try:
-        scope = MemoryScope(
-            decode_segment(row[2]),
-            decode_segment(row[3]),
-            None if row[4] is None else decode_segment(row[4]),
-            None if row[5] is None else decode_segment(row[5]),
-        )
-        refs = decode_json(str(row[10]).encode("utf-8"))
-        if not isinstance(refs, list):
-            raise ValueError("provenance is not a list")
-        status = FactStatus(row[6])
-        forgotten = status is FactStatus.FORGOTTEN
-        # A tombstone's provenance holds only session ids (for erasure), never returned as provenance.
-        provenance = () if forgotten else tuple(GroupRef(*_ref(r)) for r in refs)
-        fact = MemoryFact(scope, str(row[7]), row[8], row[9], provenance)
-        # The stored content digest is checked, not only used to find duplicates: a text, scope or
-        # validity changed behind the store's back is refused rather than returned as the fact.
-        # A forgotten revision keeps no content (and an empty digest).
-        if row[14] != ("" if forgotten else content_digest(fact)) or (forgotten and fact.text):
-            raise ValueError("the fact does not match its stored content digest")
-        return StoredFact(str(row[0]), int(row[1]), status, fact, row[11])
-    except (ValueError, TypeError, IndexError, KeyError, InvalidJSONError) as exc:
-        raise PostgresMemoryError(
-            f"postgres memory store: a stored fact row is damaged ({exc}); not returned"
-        ) from exc
 
 
 class PostgresMemoryStore(MemoryStore):
@@ -305,8 +185,12 @@ class PostgresMemoryStore(MemoryStore):
     def _q(self, template: LiteralString) -> Any:
         return _statement(template, self._config.schema, self._config.max_row_bytes)
 
-    async def _latest(self, conn: Conn, scope: MemoryScope, fact_id: str, *, lock: bool) -> StoredFact:
-        """The latest revision of ``fact_id`` if ``scope``'s tenant and user own it; else not found.
+    async def _latest(
+        self, conn: Conn, scope: MemoryScope, fact_id: str, *, lock: bool
+    ) -> tuple[StoredFact, Sequence[Any]]:
+        """The latest revision of ``fact_id`` (decoded, and its verified row) if ``scope`` owns it.
+
+        Another tenant's or user's fact, or none, raises the not-found refusal.
 
         ``lock``: for a write. Writers of one fact first serialize on a
         transaction-level advisory lock, so the read below (a fresh snapshot,
@@ -323,7 +207,7 @@ class PostgresMemoryStore(MemoryStore):
             )
         cursor = await conn.execute(
             self._q(
-                "SELECT " + _COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s AND fact_id = %s "  # noqa: S608
+                "SELECT " + COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s AND fact_id = %s "  # noqa: S608
                 "ORDER BY revision DESC LIMIT 1" + (" FOR UPDATE" if lock else "")
             ),
             (encode_segment(scope.tenant), fact_id),
@@ -333,7 +217,7 @@ class PostgresMemoryStore(MemoryStore):
         # not, is refused exactly like a missing one.
         if row is None or row[3] != encode_segment(scope.user):
             raise _not_found(fact_id)
-        return _decode(row)
+        return decode(row), row
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -343,7 +227,7 @@ class PostgresMemoryStore(MemoryStore):
         check_fact(fact)
         digest = content_digest(fact)
         fact_id = new_fact_id()
-        values = _values(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))
+        values = row_values(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))
         t, u = values[0], values[3]
 
         async def work(conn: Conn) -> MemoryAck:
@@ -351,7 +235,7 @@ class PostgresMemoryStore(MemoryStore):
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"memory {t} {u} {digest}",))
             cursor = await conn.execute(
                 self._q(
-                    "SELECT " + _COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s "  # noqa: S608
+                    "SELECT " + COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s "  # noqa: S608
                     "AND user_key = %s AND status = 'current' AND content_digest = %s LIMIT 1"
                 ),
                 (t, u, digest),
@@ -360,9 +244,9 @@ class PostgresMemoryStore(MemoryStore):
             if row is not None:
                 # Decoded, not only found by its digest column: a row whose content was changed
                 # behind the store's back is refused, never acknowledged as holding the fact.
-                dup = _decode(row)
+                dup = decode(row)
                 return MemoryAck(AckStatus.DUPLICATE, dup.fact_id, dup.revision, durable=True)
-            await conn.execute(self._q(_INSERT), values)
+            await conn.execute(self._q(INSERT), values)
             return MemoryAck(AckStatus.STORED, fact_id, 1, durable=True)
 
         return await self._link.run(ctx, "memory remember", t, work)
@@ -381,7 +265,7 @@ class PostgresMemoryStore(MemoryStore):
         now = datetime.now(UTC)
 
         async def work(conn: Conn) -> MemoryAck:
-            latest = await self._latest(conn, scope, fact_id, lock=True)
+            latest, row = await self._latest(conn, scope, fact_id, lock=True)
             if latest.status is FactStatus.FORGOTTEN:
                 raise MemoryFactForgottenError(
                     f"fact {fact_id!r} was forgotten; it cannot be corrected (remember a new fact instead)"
@@ -391,13 +275,19 @@ class PostgresMemoryStore(MemoryStore):
             check_revision(latest.revision)  # raised inside the transaction: it rolls back, nothing written
             await conn.execute(
                 self._q(
-                    "UPDATE {s}.memory_facts SET status = 'superseded' "
+                    "UPDATE {s}.memory_facts SET status = 'superseded', row_digest = %s "
                     "WHERE tenant_key = %s AND fact_id = %s AND revision = %s"
                 ),
-                (encode_segment(scope.tenant), fact_id, latest.revision),
+                (
+                    rewritten_row_digest(row, FactStatus.SUPERSEDED),
+                    encode_segment(scope.tenant),
+                    fact_id,
+                    latest.revision,
+                ),
             )
             await conn.execute(
-                self._q(_INSERT), _values(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now)
+                self._q(INSERT),
+                row_values(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now),
             )
             return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
 
@@ -412,29 +302,42 @@ class PostgresMemoryStore(MemoryStore):
         tenant = encode_segment(scope.tenant)
 
         async def work(conn: Conn) -> MemoryAck:
-            latest = await self._latest(conn, scope, fact_id, lock=True)
+            latest, _ = await self._latest(conn, scope, fact_id, lock=True)
             if latest.status is FactStatus.FORGOTTEN:
                 return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
             cursor = await conn.execute(
                 self._q(
-                    "SELECT " + _PROVENANCE + " FROM {s}.memory_facts "  # noqa: S608
-                    "WHERE tenant_key = %s AND fact_id = %s"
+                    "SELECT " + COLUMNS + " FROM {s}.memory_facts "  # noqa: S608
+                    "WHERE tenant_key = %s AND fact_id = %s ORDER BY revision"
                 ),
                 (tenant, fact_id),
             )
-            sessions = [str(r[0]) for (raw,) in await cursor.fetchall() for r in _refs(raw)]
+            rows = await cursor.fetchall()
+            # Every revision is checked against its digests before its provenance is trusted: one
+            # edited to name another session would leave the tombstone without the session it cited.
+            for row in rows:
+                decode(row)
+            sessions = [str(r[0]) for row in rows for r in provenance_refs(row[10])]
+            # One UPDATE however many revisions; each row's new digest is computed from its verified
+            # keys, revision and recorded_at (all kept), with the content gone.
             await conn.execute(
                 self._q(
-                    "UPDATE {s}.memory_facts SET status = 'forgotten', text = '', text_lower = '', "
-                    "valid_from = NULL, valid_until = NULL, provenance = '[]', content_digest = '' "
-                    "WHERE tenant_key = %s AND fact_id = %s"
+                    "UPDATE {s}.memory_facts AS m SET status = 'forgotten', text = '', text_lower = '', "
+                    "valid_from = NULL, valid_until = NULL, provenance = '[]', content_digest = '', "
+                    "row_digest = d.digest FROM unnest(%s::integer[], %s::text[]) AS d(revision, digest) "
+                    "WHERE m.tenant_key = %s AND m.fact_id = %s AND m.revision = d.revision"
                 ),
-                (tenant, fact_id),
+                (
+                    [row[1] for row in rows],
+                    [rewritten_row_digest(row, FactStatus.FORGOTTEN) for row in rows],
+                    tenant,
+                    fact_id,
+                ),
             )
             tombstone = MemoryFact(latest.fact.scope, "")
             await conn.execute(
-                self._q(_INSERT),
-                _values(fact_id, latest.revision + 1, FactStatus.FORGOTTEN, tombstone, now, sessions),
+                self._q(INSERT),
+                row_values(fact_id, latest.revision + 1, FactStatus.FORGOTTEN, tombstone, now, sessions),
             )
             return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
 
@@ -456,7 +359,7 @@ class PostgresMemoryStore(MemoryStore):
         terms = list(query_terms(query))
         t, u = encode_segment(scope.tenant), encode_segment(scope.user)
         statement = self._q(
-            "SELECT " + _COLUMNS + " FROM {s}.memory_facts "  # noqa: S608
+            "SELECT " + COLUMNS + " FROM {s}.memory_facts "  # noqa: S608
             "WHERE tenant_key = %s AND user_key = %s AND status = 'current' "
             "AND (project_key IS NULL OR project_key = %s) "
             "AND (repository_key IS NULL OR repository_key = %s) "
@@ -467,7 +370,7 @@ class PostgresMemoryStore(MemoryStore):
         params = (t, u, _segment(scope.project), _segment(scope.repository), when, when, terms, limit)
 
         async def work(conn: Conn) -> list[StoredFact]:
-            return [_decode(r) for r in await (await conn.execute(statement, params)).fetchall()]
+            return [decode(r) for r in await (await conn.execute(statement, params)).fetchall()]
 
         return await self._link.run(ctx, "memory lookup", t, work, write=False)
 
@@ -478,12 +381,12 @@ class PostgresMemoryStore(MemoryStore):
         check_limit(limit)
         t, u = encode_segment(scope.tenant), encode_segment(scope.user)
         statement = self._q(
-            "SELECT " + _COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s AND user_key = %s "  # noqa: S608
+            "SELECT " + COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s AND user_key = %s "  # noqa: S608
             "AND status = 'current' ORDER BY ord DESC LIMIT %s"
         )
 
         async def work(conn: Conn) -> list[StoredFact]:
-            return [_decode(r) for r in await (await conn.execute(statement, (t, u, limit))).fetchall()]
+            return [decode(r) for r in await (await conn.execute(statement, (t, u, limit))).fetchall()]
 
         return await self._link.run(ctx, "memory list", t, work, write=False)
 
@@ -498,12 +401,12 @@ class PostgresMemoryStore(MemoryStore):
             await self._latest(conn, scope, fact_id, lock=False)  # ownership, with the not-found refusal
             cursor = await conn.execute(
                 self._q(
-                    "SELECT " + _COLUMNS + " FROM {s}.memory_facts "  # noqa: S608
+                    "SELECT " + COLUMNS + " FROM {s}.memory_facts "  # noqa: S608
                     "WHERE tenant_key = %s AND fact_id = %s ORDER BY revision LIMIT %s"
                 ),
                 (t, fact_id, MAX_LOOKUP_LIMIT),
             )
-            return [_decode(r) for r in await cursor.fetchall()]
+            return [decode(r) for r in await cursor.fetchall()]
 
         return await self._link.run(ctx, "memory history", t, work, write=False)
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from psycopg import sql
 
 from .schema_discovery import RECALL_DISCOVER, RECALL_DISCOVER_HYBRID
+from .schema_v4 import V4, bless_memory_rows
 
 __all__ = [
     "ERASE_PRIVILEGES",
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 #: The schema version this release writes and reads.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 #: The transaction-local setting holding the tenant's key segment.
 TENANT_SETTING: Final = "agentium.tenant"
@@ -369,7 +370,12 @@ MIGRATIONS: Final[dict[int, tuple[LiteralString, ...]]] = {
         "integer, integer, real[]) FROM PUBLIC",
     ),
     3: _V3,
+    # memory_facts.row_digest (schema_v4): its statements, then Python (see _AFTER_STEP).
+    4: V4,
 }
+
+#: Python run after a step's statements, in the same transaction (a digest SQL cannot compute).
+_AFTER_STEP: Final = {4: bless_memory_rows}
 
 
 def tenant_guc() -> str:
@@ -527,6 +533,8 @@ async def apply_migrations(
     for version in range(start + 1, to_version + 1):
         for template in MIGRATIONS[version]:
             await conn.execute(_compose(template, schema))
+        if version in _AFTER_STEP:
+            await _AFTER_STEP[version](conn, schema)
         applied.append(version)
     if applied:
         await conn.execute(
