@@ -21,8 +21,8 @@ in this order, and every step is durable before the next begins:
 4. **Each store erases** — recall, memory, archive, session store — in
    bounded calls until it reports ``complete``; the record keeps the
    progress after every call. Every report is checked (a store reporting a
-   group outside the target, or ``partial`` without progress, is a
-   contract violation).
+   group outside the target or a seq no group has, or ``partial`` without
+   progress, is a contract violation).
 5. **Verification**: every store is asked again (a dry run) whether it
    still holds anything of the target; what a late write left is erased
    again, a few rounds at most.
@@ -74,7 +74,7 @@ from .._ports.erasure import (
 from .._ports.sessions import SessionStore
 from .._scope import ERASURE_RECORDS_TENANT, SessionKey, VerifiedIdentity, require_identity
 from .._text import error_text
-from .._validators import lone_surrogate_at
+from .._validators import MAX_SEQ, exact_int, lone_surrogate_at, shown_number
 from .erasure_ledger import (
     header,
     load_ledger,
@@ -291,6 +291,15 @@ def _check_report(report: object, target: EraseTarget, role: str, bound: int, dr
     if not dry_run and report.status is EraseStatus.PARTIAL and items == 0:
         raise ContractViolationError(f"{name} said partial without removing anything; it would never end")
     for entry in report.sessions:
+        # A seq no group has is the store's fault, not the host's: unchecked, building the record
+        # refused it as an InvalidArgumentError.
+        for seq, _ in entry.groups if isinstance(entry, ErasedSession) else ():
+            plain = exact_int(seq)  # an int subclass as its number: its own comparisons are not trusted
+            if plain is None or not 0 <= plain <= MAX_SEQ:
+                raise ContractViolationError(
+                    f"{name} reported removing group seq {shown_number(seq)}, which no group has "
+                    f"(0 to {MAX_SEQ}); the erasure stops here"
+                )
         # The session itself too: an entry naming no group (a snapshot removed) must be in the target.
         if (
             not isinstance(entry, ErasedSession)
