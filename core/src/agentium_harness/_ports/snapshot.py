@@ -2,7 +2,8 @@
 
 A snapshot holds the session's resident (not yet archived) complete groups,
 the archive boundary and the memory scope it belongs to (the session store
-port, :mod:`.sessions`, saves and loads it). Its canonical bytes are joined
+port, :mod:`.sessions`, saves and loads it). The record itself is defined in
+:mod:`.snapshot_record` and importable from here as well. Its canonical bytes are joined
 from its groups' and parts' cached encodings, once per snapshot object; its
 digest covers them; every store writes exactly those bytes, and every load
 decodes and checks them strictly.
@@ -14,7 +15,7 @@ import hashlib
 import operator
 import weakref
 from collections.abc import Iterable
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 import attrs
 
@@ -23,10 +24,18 @@ from .._errors import RecordDecodeError, SnapshotCorruptError
 from .._history import MessageGroup, ViewState, bytes_and_digest
 from .._history_messages import stored_messages_issue
 from .._scope import Scope, SessionKey
-from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
-from .._validators import int_tuple, require_instance, seq_field, seq_items, sha256_digest, text_within
+from .._validators import require_instance
 from .archive_marks import MAX_ARCHIVE_MARKS, ArchiveMark, add_archive_mark
-from .erasure import ErasedSession, ErasureLedger, SeqRange
+from .erasure import ErasedSession
+from .snapshot_record import (
+    DIGESTED_FORMAT_VERSION,
+    FIRST_FORMAT_VERSION,
+    MAX_DIVERGENCE_DETAIL_BYTES,
+    SNAPSHOT_FORMAT_VERSION,
+    ArchivedDigest,
+    ArchiveDivergence,
+    SessionSnapshot,
+)
 from .snapshot_text import (
     EMPTY_RESIDENT,
     cut_head,
@@ -59,124 +68,6 @@ __all__ = [
     "snapshot_parts",
     "verify_snapshot",
 ]
-
-#: Current snapshot format. Version 1 snapshots had no memory scope (legacy);
-#: version 2 had no digest; version 3 carries the digest of its canonical bytes.
-SNAPSHOT_FORMAT_VERSION = 3
-
-#: First format version whose snapshots must carry a digest.
-DIGESTED_FORMAT_VERSION = 3
-
-#: The first snapshot format there ever was: a stored snapshot claiming a lower one was never
-#: written by any version of agentium-harness (damage, or another tool's record), so it is refused.
-FIRST_FORMAT_VERSION = 1
-
-
-#: Longest divergence ``detail``, in UTF-8 bytes: the engine cuts the archive's message to it (every
-#: built-in archive's fits whole); stored, a longer one is damage.
-MAX_DIVERGENCE_DETAIL_BYTES: Final = 16 * 1024
-
-
-@attrs.frozen(slots=True)
-class ArchiveDivergence:
-    """The archive holds groups that differ from this session's at seqs it never committed.
-
-    ``seqs`` are the conflicting sequence numbers found when eviction was
-    attempted; ``detail`` is the archive's error message, cut to
-    :data:`MAX_DIVERGENCE_DETAIL_BYTES`. A snapshot carrying a
-    divergence is in the ``diverged`` state: runs are refused until
-    reconciliation (docs/runtime.md), and neither copy is ever dropped.
-    """
-
-    seqs: tuple[int, ...] = attrs.field(converter=int_tuple, validator=seq_items)
-    detail: str = attrs.field(default="", validator=text_within(MAX_DIVERGENCE_DETAIL_BYTES))
-
-
-@attrs.frozen(slots=True)
-class ArchivedDigest:
-    """The digest the archive acknowledged for group ``seq`` when it was evicted (its receipt's digest)."""
-
-    seq: int = attrs.field(validator=seq_field)
-    digest: str = attrs.field(validator=sha256_digest)
-
-
-def _marks(value: Iterable[ArchiveMark] | None) -> tuple[ArchiveMark, ...] | None:
-    if value is None:
-        return None
-    marks = tuple(value)
-    return marks or None
-
-
-def _erased_ranges(value: Iterable[SeqRange] | None) -> tuple[SeqRange, ...] | None:
-    """``None`` for no range: a snapshot with nothing erased keeps the bytes it had before erasure existed."""
-    if value is None:
-        return None
-    ranges = tuple(value)
-    return ranges or None
-
-
-@attrs.frozen(slots=True)
-class SessionSnapshot:
-    """The committed state of one session.
-
-    - ``memory_scope``: the scope the history belongs to; ``None`` only for a
-      legacy snapshot, which loads only with an explicit attestation.
-    - ``boundary``: the ``seq`` of the first group still resident; every group
-      below it is in the archive.
-    - ``next_seq``: the ``seq`` the next group will get.
-    - ``resident``: the resident groups, ascending, ``boundary <= seq < next_seq``.
-    - ``digest``: ``sha256:`` of the canonical bytes of the snapshot with
-      ``digest=None``; set by :func:`seal_snapshot`, checked by :func:`verify_snapshot`.
-    - ``divergence``: set when the archive was found to hold different groups at
-      seqs this session had not archived yet (the ``diverged`` state).
-    - ``summary``: the session's task summary and its coverage gaps, when
-      summaries are configured; absent (``None``) otherwise, and then left out
-      of the canonical bytes, so snapshots written before summaries existed
-      keep their digests.
-    - ``receipts``: when summaries are configured, the digest the archive
-      acknowledged for each archived group the summary has not folded yet
-      (``summary frontier <= seq < boundary``), saved with the boundary move
-      that archived it. A summary update folds a group only if the bytes it
-      reads back have that digest, whatever digest the archive recomputes
-      for them now. Empty, and then left out of the canonical bytes, without
-      a summarizer.
-    - ``view``: which committed messages the session's view shows, after its
-      retractions and view resets (:class:`~agentium_harness._history.ViewState`);
-      derived from its control groups and saved with them. Absent (``None``,
-      left out of the canonical bytes) until the first one, so snapshots
-      written before views existed keep their digests.
-    - ``erased``: archived groups of this session that an erasure removed
-      (retention, the sources of a forgotten fact), as ascending seq ranges
-      below the boundary: summaries, reads and the recall index's catch-up
-      pass over them. Absent (``None``) until the first one.
-    - ``archived``: when groups were archived: each :class:`ArchiveMark` says
-      every group below ``below`` was archived by ``at``. Written by each
-      commit that moves the boundary, at most :data:`MAX_ARCHIVE_MARKS` of
-      them (merged marks keep the later time, so a group never looks older
-      than it is); retention by age reads them. Absent until the first move
-      after they existed.
-    - ``ledger``: only in the engine's erasure records, which the session
-      store keeps under a reserved key (docs/erasure.md); ``None`` in every
-      session's snapshot.
-    """
-
-    #: Left out of the encoding when ``None`` (see ``view``, ``erased`` and ``ledger`` above).
-    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("view", "erased", "archived", "ledger")
-
-    memory_scope: Scope | None
-    boundary: int = 0
-    next_seq: int = 0
-    resident: tuple[MessageGroup, ...] = attrs.field(default=(), converter=tuple_of_message_groups)
-    format_version: int = SNAPSHOT_FORMAT_VERSION
-    divergence: ArchiveDivergence | None = None
-    digest: str | None = None
-    summary: SummaryState | None = None
-    receipts: tuple[ArchivedDigest, ...] = attrs.field(default=(), converter=tuple_of_archived_digests)
-    view: ViewState | None = None
-    erased: tuple[SeqRange, ...] | None = attrs.field(default=None, converter=_erased_ranges)
-    archived: tuple[ArchiveMark, ...] | None = attrs.field(default=None, converter=_marks)
-    ledger: ErasureLedger | None = None
-
 
 #: Every field of a snapshot, in the constructor's order: a copy with one field changed is the
 #: constructor called with these values (what ``attrs.evolve`` does, without looking them up by name).
