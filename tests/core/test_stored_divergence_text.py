@@ -1,9 +1,10 @@
 """A stored divergence's detail and a stored receipt's digest hold only what the engine writes.
 
-The detail is the archive's message, cut to ``MAX_DIVERGENCE_DETAIL_BYTES`` when the divergence is
-recorded; a receipt's digest is a group's, ``sha256:`` and 64 lowercase hex digits. A stored
-snapshot holding anything else is damage: refused on decode by every store (``decode_snapshot``),
-even with a matching digest, and the stored row is left as it is.
+The detail is the archive's message, cut to ``MAX_DIVERGENCE_DETAIL_BYTES`` (16 KiB) when the
+divergence is recorded; earlier versions kept it whole, so a stored one loads up to
+``MAX_STORED_DIVERGENCE_DETAIL_BYTES`` (256 KiB). A receipt's digest is a group's, ``sha256:`` and
+64 lowercase hex digits. A stored snapshot holding anything else is damage: refused on decode by
+every store (``decode_snapshot``), even with a matching digest, and the stored row is left as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from agentium_harness._errors import ArchiveConflictError, InvalidArgumentError
 from agentium_harness._history import MessageGroup
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.archive import ArchiveReceipt
-from agentium_harness._ports.snapshot import MAX_DIVERGENCE_DETAIL_BYTES, ArchivedDigest, ArchiveDivergence
+from agentium_harness._ports.snapshot import (
+    MAX_DIVERGENCE_DETAIL_BYTES,
+    MAX_STORED_DIVERGENCE_DETAIL_BYTES,
+    ArchivedDigest,
+    ArchiveDivergence,
+)
 from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
@@ -48,13 +54,21 @@ def _with_divergence(detail: str) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
-async def test_a_divergence_detail_past_the_bound_is_refused_and_left_alone(rows: Rows) -> None:
+async def test_a_divergence_detail_past_the_stored_bound_is_refused_and_left_alone(rows: Rows) -> None:
     # The longest detail the engine writes (its cut) loads back as it was ...
-    longest = "é" * (MAX_DIVERGENCE_DETAIL_BYTES // 2)
-    rows.write(resealed(rows.data(), _with_divergence(longest)))
+    cut = "é" * (MAX_DIVERGENCE_DETAIL_BYTES // 2)
+    rows.write(resealed(rows.data(), _with_divergence(cut)))
     loaded = await rows.store.load(KEY, OpContext())
-    assert loaded is not None and loaded.snapshot.divergence.detail == longest
-    # ... one byte more was not written by it.
+    assert loaded is not None and loaded.snapshot.divergence.detail == cut
+    # ... and so does a longer one an earlier version recorded whole from a third-party archive
+    # (it failed the session's load as damage), up to the stored bound ...
+    older = "conflict: " + "y" * (20 * 1024)
+    for detail in (older, "é" * (MAX_STORED_DIVERGENCE_DETAIL_BYTES // 2)):
+        rows.write(resealed(rows.data(), _with_divergence(detail)))
+        loaded = await rows.store.load(KEY, OpContext())
+        assert loaded is not None and loaded.snapshot.divergence.detail == detail
+    # ... one byte more was written by no version.
+    longest = "é" * (MAX_STORED_DIVERGENCE_DETAIL_BYTES // 2)
     await refused_and_left_alone(rows, resealed(rows.data(), _with_divergence(longest + "x")))
     with pytest.raises(InvalidArgumentError, match="detail"):
         ArchiveDivergence((5,), longest + "x")

@@ -517,6 +517,8 @@ def _sealed(
 
 def _divergence(plan: EvictionPlan, exc: ArchiveConflictError) -> ArchiveDivergence:
     """The divergence an archive's conflict records: the groups to evict, its message cut to the bound."""
+    # Cut here: the record itself takes a detail up to the stored bound (earlier versions' whole
+    # messages), and no new record may hold more than MAX_DIVERGENCE_DETAIL_BYTES.
     detail = cut_text(error_text(exc, named=False), MAX_DIVERGENCE_DETAIL_BYTES)[0]
     return ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=detail)
 

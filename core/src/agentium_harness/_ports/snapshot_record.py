@@ -25,6 +25,7 @@ __all__ = [
     "DIGESTED_FORMAT_VERSION",
     "FIRST_FORMAT_VERSION",
     "MAX_DIVERGENCE_DETAIL_BYTES",
+    "MAX_STORED_DIVERGENCE_DETAIL_BYTES",
     "SNAPSHOT_FORMAT_VERSION",
     "ArchiveDivergence",
     "ArchivedDigest",
@@ -43,9 +44,13 @@ DIGESTED_FORMAT_VERSION = 3
 FIRST_FORMAT_VERSION = 1
 
 
-#: Longest divergence ``detail``, in UTF-8 bytes: the engine cuts the archive's message to it (every
-#: built-in archive's fits whole); stored, a longer one is damage.
+#: Longest divergence ``detail`` the engine records, in UTF-8 bytes: it cuts the archive's message to
+#: it (every built-in archive's fits whole), so no new record holds a longer one.
 MAX_DIVERGENCE_DETAIL_BYTES: Final = 16 * 1024
+#: Longest divergence ``detail`` a stored snapshot may hold, in UTF-8 bytes: earlier versions kept
+#: the archive's message whole, and a divergence they recorded must still load (it is what
+#: reconciliation needs); a longer one is refused as damage.
+MAX_STORED_DIVERGENCE_DETAIL_BYTES: Final = 256 * 1024
 
 
 @attrs.frozen(slots=True)
@@ -54,13 +59,16 @@ class ArchiveDivergence:
 
     ``seqs`` are the conflicting sequence numbers found when eviction was
     attempted; ``detail`` is the archive's error message, cut to
-    :data:`MAX_DIVERGENCE_DETAIL_BYTES`. A snapshot carrying a
+    :data:`MAX_DIVERGENCE_DETAIL_BYTES` when the engine records it (one an
+    earlier version recorded whole is kept, up to
+    :data:`MAX_STORED_DIVERGENCE_DETAIL_BYTES`). A snapshot carrying a
     divergence is in the ``diverged`` state: runs are refused until
     reconciliation (docs/runtime.md), and neither copy is ever dropped.
     """
 
     seqs: tuple[int, ...] = attrs.field(converter=int_tuple, validator=seq_items)
-    detail: str = attrs.field(default="", validator=text_within(MAX_DIVERGENCE_DETAIL_BYTES))
+    # The stored bound, not the engine's cut: a decode builds the record with this very validator.
+    detail: str = attrs.field(default="", validator=text_within(MAX_STORED_DIVERGENCE_DETAIL_BYTES))
 
 
 @attrs.frozen(slots=True)
