@@ -6,6 +6,8 @@ other empty object fails closed with ``ArchiveCorruptError`` naming the
 seq, before it changes anything: every version in the session's folder
 stays byte for byte, metadata included. Each empty object in range costs
 one ``HEAD``; a group costs none beyond the one for the report's digest.
+A session erasure removes every empty object, but counts only exact
+markers as ``marker`` and any other as ``damaged``.
 """
 
 from __future__ import annotations
@@ -91,3 +93,31 @@ async def test_a_groups_erasure_heads_each_empty_object_once_and_no_group_more(
     finally:
         await archive.aclose()
         client.close()
+
+
+# -- whole-session erasure ----------------------------------------------------------------------
+
+
+@DAMAGE
+async def test_a_session_erasure_counts_only_exact_markers_as_markers_and_damage_as_damaged(
+    config: S3Config, admin: Any, metadata: dict[str, str] | None
+) -> None:
+    # Every empty object at a group's key was counted as an erased group's marker, so the report
+    # (and the tombstone) said a truncated group had been erased by retention: damage hidden.
+    archive = S3Archive(config)
+    try:
+        await archive.append(KEY, [plain_group(0)], _ctx())
+        await archive.append(KEY, [plain_group(s) for s in range(1, 6)], _ctx())
+        await archive.erase(EraseTarget.groups_of(KEY, [SeqRange(1, 2)]), _ctx())  # an exact marker at 1
+        truncate(admin, config, 3, metadata, alone=True)
+        whole = EraseTarget.session("acme", "ana", "damage")
+        for dry_run in (True, False):
+            report = await S3Archive(config).erase(whole, _ctx(), dry_run=dry_run)
+            assert report.status is EraseStatus.COMPLETE
+            counts = {kind: report.count(kind) for kind in ("group", "marker", "damaged", "object")}
+            assert counts == {"group": 4, "marker": 1, "damaged": 1, "object": 0}, (dry_run, counts)
+            # The damaged key holds no group to name: only the stored groups are listed by seq.
+            assert [seq for seq, _ in report.sessions[0].groups] == [0, 2, 4, 5]
+        assert folder_state(admin, config) == {}  # removed all the same, the damage too
+    finally:
+        await archive.aclose()

@@ -6,7 +6,10 @@ target leaves an empty marker (metadata ``agentium-erased``) at each group's
 key before deleting its versions, so later groups linked to it still read.
 An empty object in a groups target's ranges must be exactly such a marker
 (one ``HEAD`` each, :mod:`.markers`); any other fails the erasure with
-``ArchiveCorruptError`` before it changes anything.
+``ArchiveCorruptError`` before it changes anything. A tenant, user or
+session target removes every empty object of its folder, but counts as a
+``marker`` only an exact one (the same ``HEAD``); any other is counted as
+``damaged``, so the report never passes damage off as an erased group.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ async def erase_archived(
     listed, more, versioned, note = await link.call(ctx, "archive erase", listing)
     rows: list[tuple[SessionKey, int, str]] = []
     groups: list[tuple[Listed, SessionKey, int]] = []
+    empty: list[Listed] = []
     markers = objects = revisions = 0
     for item in listed:
         where = _parse_group(root, item.key)
@@ -79,10 +83,22 @@ async def erase_archived(
         if where is None or item.current is None:
             objects += 1
         elif item.size == 0:
-            # An erased group's marker: a whole-scope erase removes it; a groups erase keeps it.
-            markers += 1
+            # A groups erase listed only exact markers (_erased_already); a whole-scope erase
+            # removes every empty object, but counts as a marker only what is exactly one.
+            empty.append(item)
         else:
             groups.append((item, *where))
+    damaged = 0
+    if target.groups:
+        markers = len(empty)
+    else:
+        for exact in await _check_empty(config, link, empty, ctx):
+            if exact is None:
+                objects += 1  # gone since the listing: neither a marker nor damage was seen
+            elif exact:
+                markers += 1
+            else:
+                damaged += 1
     digests = await _digests(config, link, groups, ctx)
     for (_, key, seq), digest in zip(groups, digests, strict=True):
         rows.append((key, seq, digest))
@@ -94,7 +110,7 @@ async def erase_archived(
         objects += markers
         markers = 0
     return EraseReport(
-        count_items(group=len(groups), marker=markers, object=objects, revision=revisions),
+        count_items(group=len(groups), marker=markers, damaged=damaged, object=objects, revision=revisions),
         group_sessions(rows),
         EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
         physical,
@@ -167,6 +183,40 @@ def _erased_already(
             "whole session (which removes every object of its folder), then call again"
         )
     return not item.older
+
+
+async def _check_empty(
+    config: S3Config, link: S3Link, empty: Sequence[Listed], ctx: OpContext
+) -> list[bool | None]:
+    """Whether each empty object of a whole-scope erase is an exact marker (a HEAD each, concurrently).
+
+    The same check reads use (:mod:`.markers`). The object is removed either way; the answer only
+    keeps the report truthful: damage (an empty object that is not exactly a marker) is counted as
+    ``damaged``, never as an erased group's marker. ``None``: the object was gone by the HEAD.
+    """
+    found: list[bool | None] = [None] * len(empty)
+    failures: list[BaseException] = []
+
+    def head(s3: S3Client, item: Listed) -> bool | None:
+        try:
+            return is_erasure_marker(s3, config.bucket, item.key, item.current or "")
+        except botocore.exceptions.ClientError as exc:
+            if error_status(exc) == 404:
+                return None
+            raise
+
+    async def one(index: int, item: Listed) -> None:
+        try:
+            found[index] = await link.call(ctx, "archive erase", lambda s3: head(s3, item))
+        except Exception as exc:
+            failures.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for index, item in enumerate(empty):
+            tg.start_soon(one, index, item)
+    if failures:
+        raise first_failure(failures)
+    return found
 
 
 async def _digests(
