@@ -38,6 +38,8 @@ match an older revision.
   412): ``SessionConflictError``, as for any session removed meanwhile.
 - **409**: retried ``conflict_retries`` times, then a typed error.
 
+The write and its read-backs are :mod:`.sessions_write`.
+
 - **No answer, or a 5xx** (the write may have been stored): the session is
   read back. Our bytes: the write landed (success). Unchanged after a 5xx:
   the error says nothing was written. Unchanged after no answer at all: the
@@ -59,21 +61,15 @@ state from before.
 
 from __future__ import annotations
 
-import io
-import logging
 from collections.abc import Callable
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
-import botocore.exceptions
-
-from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
     EraseReport,
     EraseTarget,
     OpContext,
     OperationCancelledError,
-    SessionConflictError,
     SessionKey,
     SessionSnapshot,
     SessionStore,
@@ -83,7 +79,6 @@ from agentium_harness.plugin_api import (
     check_target,
     checked_count,
     decode_snapshot,
-    one_line,
     snapshot_bytes,
     verify_snapshot,
 )
@@ -91,56 +86,29 @@ from agentium_harness.plugin_api import (
 from .config import S3Config
 from .erasure import WriteFence, after_saves, drain_fenced_writes
 from .errors import (
-    S3ConflictRetriesExhaustedError,
     S3CreateUnsettledError,
-    S3Error,
     S3ObjectTooLargeError,
-    S3SaveOutcomeUnknownError,
     S3SessionStoreError,
 )
 from .keys import key_too_long, parse_session_key, session_object_key, sessions_prefix
-from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
+from .link import S3Client, S3Link
 from .probe import run_probe
 from .revision_floor import read_floor
-from .sessions_create import ERASING, below_floor, settle_past_floor, unsettled
+from .sessions_create import settle_past_floor, unsettled
 from .sessions_erase import erase_snapshots
+from .sessions_write import SnapshotWrites
 from .snapshot_format import (
     MAX_REVISION,
     TOMBSTONE,
-    is_empty_range,
-    is_missing,
-    is_tombstone,
     parse_snapshot,
     read_limit,
-    revision_shown,
     snapshot_body,
 )
 
 __all__ = ["S3SessionStore"]
 
-#: Saves settled by reading back, and outcomes that stayed unknown (WARNING); never snapshot content.
-logger = logging.getLogger("agentium.plugins.archive_s3")
 
-
-def _shown_code(cause: S3Error) -> str:
-    """The failure's S3 error code for a log line, escaped: the server chose it and could forge a line."""
-    return one_line(cause.code or type(cause).__name__)
-
-
-_CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
-#: Failures with no answer from the server: the request may have been stored, or may still be.
-_NO_REPLY: Final = (
-    botocore.exceptions.ConnectionError,
-    botocore.exceptions.HTTPClientError,
-    botocore.exceptions.ResponseStreamingError,
-)
-
-
-def _is_412(exc: botocore.exceptions.ClientError) -> bool:
-    return error_code(exc) == "PreconditionFailed" or error_status(exc) == 412
-
-
-class S3SessionStore(SessionStore):
+class S3SessionStore(SnapshotWrites, SessionStore):
     """Revisioned session snapshots on S3, saved with create-only and ``IfMatch`` conditional writes.
 
     Build it from :class:`~agentium_archive_s3.config.S3Config`, optionally
@@ -174,20 +142,6 @@ class S3SessionStore(SessionStore):
         return self._link
 
     # -- load -----------------------------------------------------------------------------------
-
-    def _read(self, s3: S3Client, object_key: str, limit: int) -> tuple[bytes, str] | None:
-        """Up to ``limit`` bytes (plus one) and the ETag; ``None``: absent, or a tombstone (worker thread)."""
-        try:
-            reply = s3.get_object(Bucket=self._config.bucket, Key=object_key, Range=f"bytes=0-{limit}")
-        except botocore.exceptions.ClientError as exc:
-            if is_missing(exc):
-                return None
-            if is_empty_range(exc):
-                return b"", ""  # an empty object: damaged, reported by the parse
-            raise
-        with reply["Body"] as body:
-            data = body.read(limit + 1)
-        return None if is_tombstone(data) else (data, unquote_etag(str(reply.get("ETag", ""))))
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; a damaged object raises ``SnapshotCorruptError``."""
@@ -309,203 +263,6 @@ class S3SessionStore(SessionStore):
 
         with self._fence.writing(key, lambda target: target.covers_session(key), refuse):
             return work()
-
-    def _conflict(self, key: SessionKey, expected: int | None, detail: str) -> SessionConflictError:
-        wanted = "no snapshot" if expected is None else f"revision {expected}"
-        return SessionConflictError(
-            f"s3 session store: session {key.key()} expected {wanted} but {detail}; nothing was written"
-        )
-
-    def _write(
-        self,
-        s3: S3Client,
-        key: SessionKey,
-        object_key: str,
-        body: bytes,
-        expected: int | None,
-        known_etag: str | None,
-        ctx: OpContext,
-    ) -> str:
-        """The conditional write (worker thread); returns the new object's ETag (unquoted)."""
-        condition: dict[str, str]
-        if expected is None:
-            condition = {"IfNoneMatch": "*"}
-        else:
-            etag = known_etag
-            if etag is None:
-                # The whole object: its revision is only trusted with its checksum verified.
-                head = self._read(s3, object_key, read_limit(self._config))
-                if head is None:
-                    raise self._conflict(key, expected, "the session does not exist")
-                stored, _ = parse_snapshot(self._config, key, head[0])
-                if stored != expected:
-                    raise self._conflict(key, expected, f"it is at revision {stored}")
-                # Read after the header: a revision at or below the floor may be a new session's, created
-                # after an erasure and not yet moved past the floor (sessions_create.py), not this caller's.
-                if expected <= (floor := read_floor(s3, self._config)[0]):
-                    raise self._conflict(key, expected, below_floor(expected, floor))
-                etag = head[1]
-            condition = {"IfMatch": self._if_match(etag)}
-        flipped = False
-        conflicts = 0
-        resent = False
-        while True:
-            ctx.raise_if_expired("session save")
-            try:
-                reply = s3.put_object(
-                    Bucket=self._config.bucket,
-                    Key=object_key,
-                    # A stream: botocore sends Expect: 100-continue, so a refused condition
-                    # (412) is answered before a large snapshot is uploaded in vain.
-                    Body=io.BytesIO(body),
-                    ContentType="text/plain; charset=utf-8",
-                    **condition,  # type: ignore[arg-type]
-                )
-                return unquote_etag(str(reply.get("ETag", "")))
-            except botocore.exceptions.ClientError as exc:
-                code, status = error_code(exc), error_status(exc)
-                if code in _CONFLICT_CODES or status == 409:
-                    conflicts += 1
-                    if conflicts > self._config.conflict_retries:
-                        raise S3ConflictRetriesExhaustedError(
-                            f"s3 session store: saving session {key.key()} kept answering 409 ({code}) "
-                            f"after {conflicts} attempts; nothing was acknowledged",
-                            code=code,
-                            status=status,
-                        ) from None
-                    conflict_backoff(ctx, conflicts)
-                    continue
-                if not _is_412(exc):
-                    if expected is not None and is_missing(exc):
-                        # IfMatch on a key that is gone: AWS and moto answer 404, Ceph RGW 412 (below).
-                        raise self._conflict(key, expected, "the session was removed") from None
-                    if status is None or status >= 500:
-                        # The server answered a failure, perhaps after storing the body.
-                        return self._settle(
-                            s3, key, object_key, body, expected, condition, exc, answered=True
-                        )
-                    raise
-            except OperationCancelledError as exc:
-                # Stopped before an SDK retry was sent: an earlier attempt may still land.
-                raise OperationCancelledError(
-                    f"session save of {key.key()} stopped ({exc.reason}); a request already sent may still "
-                    "land: load the session to see its revision",
-                    exc.reason,
-                ) from None
-            except _NO_REPLY as exc:
-                if resent:
-                    return self._settle(s3, key, object_key, body, expected, condition, exc, answered=False)
-                # No answer at all: the write may have landed, or may still. Read back; if the
-                # session is unchanged, send the same write again (equal bytes, same condition:
-                # whichever copy lands, the other gets 412 and finds our bytes).
-                landed = self._settle(s3, key, object_key, body, expected, condition, exc, answered=None)
-                if landed:
-                    return landed
-                logger.warning("session save: a reply was lost, the session is unchanged; sending it again")
-                resent = True
-                continue
-            # 412: decide from what the object holds now.
-            current = self._read(s3, object_key, read_limit(self._config))
-            if current is not None and current[0] == body:
-                logger.warning("session save: a reply was lost; the read-back shows the write landed")
-                return current[1]  # our write landed; its acknowledgment was lost
-            if current is None:
-                gone = ERASING if expected is None else "the session was removed"
-                raise self._conflict(key, expected, gone)
-            if expected is None:
-                raise self._conflict(key, expected, "the session already exists")
-            if not flipped and "IfMatch" in condition and current[1] == unquote_etag(condition["IfMatch"]):
-                # Unchanged object, refused precondition: the server wants the other ETag form.
-                flipped = True
-                # The other form than the one this attempt sent (not a toggle of the shared flag:
-                # saves of other sessions, on other threads or loops, may be flipping it too).
-                self._quoted_if_match = not condition["IfMatch"].startswith('"')
-                condition = {"IfMatch": self._if_match(current[1])}
-                continue
-            now = revision_shown(current[0])
-            raise self._conflict(key, expected, f"another writer saved it first (now revision {now})")
-
-    def _settle(
-        self,
-        s3: S3Client,
-        key: SessionKey,
-        object_key: str,
-        body: bytes,
-        expected: int | None,
-        condition: dict[str, str],
-        exc: Exception,
-        *,
-        answered: bool | None,
-    ) -> str:
-        """A write that may have reached the server failed: read the session back and decide (worker thread).
-
-        Returns the ETag when our bytes are stored (the write landed). When the
-        session is unchanged: with ``answered=None`` returns ``""`` (the caller
-        sends the write again); with ``answered=True`` (the server answered the
-        failure) raises the failure, saying nothing was written. Raises
-        ``SessionConflictError`` when another writer's next revision is stored
-        (compare-and-set: then ours cannot land), and
-        :class:`S3SaveOutcomeUnknownError` when nothing else can be told.
-        """
-        cause = exc if isinstance(exc, S3Error) else self._link.translate("session save", exc)
-        where = f"s3 session store: saving session {key.key()}"
-        try:
-            current = self._read(s3, object_key, read_limit(self._config))
-        except (AgentiumError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as failed:
-            logger.warning(
-                "session save failed (%s) and the read-back failed too (%s): outcome unknown",
-                _shown_code(cause),
-                one_line(type(failed).__name__),
-                extra={"agentium_s3_code": one_line(cause.code), "agentium_http_status": cause.status},
-            )
-            raise S3SaveOutcomeUnknownError(
-                f"{where} failed ({cause}) and reading it back failed too ({type(failed).__name__}"
-                f"{' ' + error_code(failed) if error_code(failed) else ''}): the write may have landed; "
-                "load the session before retrying (its revision tells whether it did)",
-                code=cause.code,
-                status=cause.status,
-            ) from None
-        if current is not None and current[0] == body:
-            logger.warning(
-                "session save failed (%s) but the read-back shows it landed",
-                _shown_code(cause),
-                extra={"agentium_s3_code": one_line(cause.code), "agentium_http_status": cause.status},
-            )
-            return current[1]  # it landed
-        if expected is None:
-            unchanged = current is None
-        else:
-            unchanged = current is not None and current[1] == unquote_etag(condition["IfMatch"])
-        if unchanged and answered is None:
-            return ""
-        if unchanged and answered:
-            state = "absent" if expected is None else f"at revision {expected}"
-            raise type(cause)(
-                f"{cause}; nothing was written (read back after the failure: the session is still {state})",
-                code=cause.code,
-                status=cause.status,
-            ) from None
-        next_revision = revision_shown(body)  # ours: another writer's save of the same base has it too
-        if current is not None and revision_shown(current[0]) == next_revision:
-            raise self._conflict(
-                key, expected, f"another writer saved it first (now revision {next_revision})"
-            )
-        now = "removed" if current is None else f"now at revision {revision_shown(current[0])}"
-        logger.warning(
-            "session save failed (%s) and the session changed since: outcome unknown",
-            _shown_code(cause),
-            extra={"agentium_s3_code": one_line(cause.code), "agentium_http_status": cause.status},
-        )
-        raise S3SaveOutcomeUnknownError(
-            f"{where} failed ({cause}) and the session has changed since ({now}): the write may have landed "
-            "and been replaced; load the session before retrying",
-            code=cause.code,
-            status=cause.status,
-        )
-
-    def _if_match(self, etag: str) -> str:
-        bare = unquote_etag(etag)
-        return f'"{bare}"' if self._quoted_if_match else bare
 
     # -- listing, health, lifecycle -------------------------------------------------------------
 
