@@ -45,6 +45,10 @@ fetch each object with a ranged GET bounded by ``max_object_bytes``, and
 re-check every group: the bytes against the stored digest, strict decoding,
 :func:`~agentium_harness.plugin_api.check_archived_group`, and the links.
 
+An empty object listed is an erased group's marker only after one ``HEAD``
+shows it is exactly one (:mod:`.markers`); a marker this archive verified
+before, unchanged since, is not checked again (:mod:`.marker_cache`).
+
 One group's upload is :mod:`.archive_append`; the listing and the ranged GET
 are :mod:`.archive_read`.
 """
@@ -88,7 +92,8 @@ from .erasure import (
 from .errors import S3ArchiveError, first_failure
 from .keys import MAX_SEQ, read_arguments
 from .link import S3Client, S3Link
-from .markers import is_erasure_marker
+from .marker_cache import VerifiedMarkers
+from .markers import head_marker
 from .probe import run_probe
 
 __all__ = ["ForgetReport", "S3Archive"]
@@ -123,6 +128,8 @@ class S3Archive(HistoryArchive):
         self._known: OrderedDict[SessionKey, int] = OrderedDict()
         # Appends in flight per session, and the erasures running (docs: erasure.py).
         self._fence = WriteFence()
+        # Markers reads verified, unchanged since: not HEADed again (docs: marker_cache.py).
+        self._markers = VerifiedMarkers()
 
     @property
     def config(self) -> S3Config:
@@ -242,12 +249,15 @@ class S3Archive(HistoryArchive):
         Any other empty object is a group truncated or replaced outside the
         archive, which a read must not pass over as erased (the group would
         vanish from the history unnoticed, linked to or not): :mod:`.markers`.
+        An exact one is noted as verified (:mod:`.marker_cache`).
         """
-        if not is_erasure_marker(s3, self._config.bucket, item.key):
+        head = head_marker(s3, self._config.bucket, item.key)
+        if not head.exact:
             raise ArchiveCorruptError(
                 f"{where(key, item.seq, item.key)} is empty but not an erased group's marker; it was "
                 "truncated or replaced outside the archive, and the read stops here"
             )
+        self._markers.note(item.key, item.etag, item.modified, head)
 
     def _decode(
         self, key: SessionKey, seq: int, object_key: str, data: bytes, stored: str | None
@@ -272,8 +282,10 @@ class S3Archive(HistoryArchive):
             seq, object_key = item.seq, item.key
             try:
                 if item.erased:
-                    # Every empty object met must be exactly an erasure's marker, linked to or
-                    # not: one HEAD per erased group (rare), none for an ordinary group.
+                    # Every empty object met must be exactly an erasure's marker, linked to or not:
+                    # one HEAD per erased group not verified before, none for an ordinary group.
+                    if self._markers.known(object_key, item.etag, item.modified):
+                        return
                     check = partial(self._check_marker, key=key, item=item)
                     await self._link.call(ctx, "archive read", check)
                     return
