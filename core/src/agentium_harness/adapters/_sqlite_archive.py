@@ -39,11 +39,11 @@ from ._sqlite_base import (
 )
 from ._sqlite_rows import (
     append_groups,
-    archived_rows_covered,
     drop_if_empty,
     group_rows,
     read_archived,
 )
+from ._sqlite_rows_erase import archived_rows_covered
 from ._sqlite_sql import immediate_transaction, read_transaction, scrub_log
 
 #: Bytes of stored rows an adapter keeps decoded, most recently used first: the session

@@ -432,7 +432,12 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         # would read the whole file).
         conn.execute("SELECT 1").fetchone()
         mode = conn.execute("PRAGMA journal_mode").fetchone()
-        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        # Bounded: a value changed behind the store's back is not read, nor put into the answer.
+        version = conn.execute(
+            "SELECT CASE WHEN length(value) <= 20 THEN value "
+            "ELSE 'of ' || length(value) || ' characters (damaged)' END "
+            "FROM meta WHERE key = 'schema_version'"
+        ).fetchone()
         return (
             f"{self.adapter_name} ok: {os.path.basename(self._path)}, sqlite {sqlite3.sqlite_version}, "
             f"journal_mode={mode[0] if mode else '?'}, schema v{version[0] if version else '?'}"

@@ -52,19 +52,21 @@ from .._errors import (
     SnapshotCorruptError,
 )
 from .._ports.archive import ArchiveReceipt
-from .._ports.erasure import EraseTarget
 from .._ports.sessions import SessionSnapshot
 from .._ports.snapshot import GroupRow, group_rows, snapshot_parts
 from .._scope import SessionKey
-from ._sqlite_sql import revision_floor, session_filter
+from ._sqlite_bounds import DIGEST_CHARS, ID_CHARS, INT_CHARS, JSON_BYTES, bounded, bounded_select, oversize
+from ._sqlite_sql import revision_floor
 
 __all__ = [
     "SEQ_LIMIT",
     "GroupRow",
     "SessionRow",
     "SnapshotRows",
+    "KEYED_COLUMNS",
     "append_groups",
-    "archived_rows_covered",
+    "archived_where",
+    "checked_session",
     "drop_if_empty",
     "drop_snapshot",
     "find_session",
@@ -72,7 +74,6 @@ __all__ = [
     "read_archived",
     "read_snapshot",
     "save_snapshot",
-    "sessions_covered",
     "split_snapshot",
     "store_rows",
 ]
@@ -86,6 +87,8 @@ _REVISION_LIMIT: Final = 2**63 - 1
 
 _MARKER: Final = b'"resident":['
 _SEQ: Final = itemgetter(0)
+#: The last column of a group read: what is over its bound, if anything.
+_OVER: Final = itemgetter(3)
 _EMPTY: Final = b'"resident":[]'
 
 
@@ -130,7 +133,24 @@ class SessionRow(NamedTuple):
     snapshot: object
 
 
-_COLUMNS: Final = "sid, adopted, revision, boundary, next_seq, inline, snapshot"
+#: The columns of :class:`SessionRow`, each with its read bound (see :mod:`._sqlite_bounds`).
+_SESSION_BOUNDS: Final = (
+    ("sid", None),  # the rowid: always an integer
+    ("adopted", INT_CHARS),
+    ("revision", INT_CHARS),
+    ("boundary", INT_CHARS),
+    ("next_seq", INT_CHARS),
+    ("inline", INT_CHARS),
+    ("snapshot", JSON_BYTES),
+)
+#: A session's row, bounded, then the column naming a value over its bound (``None`` if none is).
+_COLUMNS: Final = bounded_select(_SESSION_BOUNDS)
+#: The same, after the session's ids (an erasure's reads, which name the sessions they cover).
+KEYED_COLUMNS: Final = bounded_select(
+    (("tenant_id", ID_CHARS), ("user_id", ID_CHARS), ("session_id", ID_CHARS), *_SESSION_BOUNDS)
+)
+#: A group's digest and data, bounded, then the column naming one over its bound.
+_GROUP_COLUMNS: Final = bounded_select((("digest", DIGEST_CHARS), ("data", JSON_BYTES)))
 
 
 def _split_range(session: SessionRow) -> range | None:
@@ -143,7 +163,7 @@ def _split_range(session: SessionRow) -> range | None:
     return range(boundary, next_seq)
 
 
-def _checked_session(
+def checked_session(
     key: SessionKey, session: SessionRow, damaged: type[AgentiumError] = SnapshotCorruptError
 ) -> SessionRow:
     """``session`` if its archive watermark is one the adapters could have written, else ``damaged``.
@@ -172,13 +192,17 @@ def find_session(
 ) -> SessionRow | None:
     """The session's row, or ``None`` when neither adapter stored anything for it.
 
-    A row whose watermark is damaged raises ``damaged`` (see :func:`_checked_session`).
+    A row whose watermark is damaged raises ``damaged`` (see :func:`checked_session`).
     """
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = ? AND user_id = ? AND session_id = ?",  # noqa: S608
         (key.tenant, key.user, key.session),
     ).fetchone()
-    return None if row is None else _checked_session(key, SessionRow(*row), damaged)
+    if row is None:
+        return None
+    if row[7] is not None:
+        raise damaged(oversize(f"the row of session {key.key()}", row[7]))
+    return checked_session(key, SessionRow(*row[:7]), damaged)
 
 
 def _session_for_write(
@@ -209,14 +233,22 @@ def drop_if_empty(conn: sqlite3.Connection, sid: int) -> None:
 # -- the archive ------------------------------------------------------------------------------------
 
 
-def _archived_digest(conn: sqlite3.Connection, session: SessionRow, seq: int) -> str | None:
+#: A group's digest alone, bounded, then its length.
+_DIGEST: Final = f"SELECT {bounded('digest', DIGEST_CHARS)}, length(digest) FROM groups WHERE id = ?"  # noqa: S608
+
+
+def _archived_digest(conn: sqlite3.Connection, key: SessionKey, session: SessionRow, seq: int) -> str | None:
     """The digest the archive holds for ``seq``: its own row's, or that of the store's row it adopted."""
-    row = conn.execute("SELECT digest FROM groups WHERE id = ?", (row_id(session.sid, seq, True),)).fetchone()
+    row = conn.execute(_DIGEST, (row_id(session.sid, seq, True),)).fetchone()
     if row is None and seq < session.adopted:
-        row = conn.execute(
-            "SELECT digest FROM groups WHERE id = ?", (row_id(session.sid, seq, False),)
-        ).fetchone()
-    return None if row is None else str(row[0])
+        row = conn.execute(_DIGEST, (row_id(session.sid, seq, False),)).fetchone()
+    if row is None:
+        return None
+    if row[0] is None:  # the column is NOT NULL: longer than any digest, not read
+        raise ArchiveCorruptError(
+            oversize(f"archived group {seq} of session {key.key()}", f"digest of length {row[1]}")
+        )
+    return str(row[0])
 
 
 def _conflict(key: SessionKey, seq: int, held: str, digest: str) -> ArchiveConflictError:
@@ -240,7 +272,7 @@ def append_groups(
     receipts: list[ArchiveReceipt] = []
     for seq, data, digest in rows:
         _check_seq(seq)
-        held = _archived_digest(conn, session, seq)
+        held = _archived_digest(conn, key, session, seq)
         if held is None:
             conn.execute(
                 "INSERT INTO groups (id, digest, data) VALUES (?, ?, ?)",
@@ -252,7 +284,7 @@ def append_groups(
     return receipts
 
 
-def _archived_where(session: SessionRow) -> tuple[str, tuple[int, ...]]:
+def archived_where(session: SessionRow) -> tuple[str, tuple[int, ...]]:
     """Rows the archive holds: its own, and the store's below ``adopted`` that it has no row for."""
     return (
         "((id & 1) = 1 OR (id < ? AND NOT EXISTS "
@@ -268,47 +300,16 @@ def read_archived(
     session = find_session(conn, key, ArchiveCorruptError)
     if session is None or limit <= 0 or start_seq >= SEQ_LIMIT:
         return []
-    archived, params = _archived_where(session)
+    archived, params = archived_where(session)
     rows = conn.execute(
-        f"SELECT id, digest, data FROM groups WHERE id >= ? AND id < ? AND {archived} ORDER BY id LIMIT ?",  # noqa: S608
+        f"SELECT id, {_GROUP_COLUMNS} FROM groups "  # noqa: S608
+        f"WHERE id >= ? AND id < ? AND {archived} ORDER BY id LIMIT ?",
         (row_id(session.sid, max(0, start_seq), False), _base(session.sid + 1), *params, limit),
     ).fetchall()
-    return [(seq_of(i), digest, data) for i, digest, data in rows]
-
-
-def archived_rows_covered(
-    conn: sqlite3.Connection, target: EraseTarget, bound: int
-) -> tuple[list[tuple[SessionKey, int, str, int, int]], bool]:
-    """The archived groups ``target`` covers (at most ``bound``), and whether more are left.
-
-    Each is ``(key, seq, digest, row id, sid)``, in session order (tenant,
-    user, session ids), seqs ascending, as the rows would be erased batch
-    after batch.
-    """
-    where, params = session_filter(target)
-    sessions = conn.execute(
-        f"SELECT tenant_id, user_id, session_id, {_COLUMNS} FROM sessions WHERE {where} "  # noqa: S608
-        "ORDER BY tenant_id, user_id, session_id",
-        params,
-    ).fetchall()
-    spans = [(r.start, min(r.stop, SEQ_LIMIT)) for r in target.groups] or [(0, SEQ_LIMIT)]
-    found: list[tuple[SessionKey, int, str, int, int]] = []
-    for tenant, user, session_id, *columns in sessions:
-        key = SessionKey(tenant, user, session_id)
-        session = _checked_session(key, SessionRow(*columns), ArchiveCorruptError)
-        sid = session.sid
-        archived, extra = _archived_where(session)
-        for start, stop in sorted(spans):
-            if start >= stop:
-                continue
-            rows = conn.execute(
-                f"SELECT id, digest FROM groups WHERE id >= ? AND id < ? AND {archived} ORDER BY id LIMIT ?",  # noqa: S608
-                (row_id(sid, start, False), row_id(sid, stop, False), *extra, bound + 1 - len(found)),
-            ).fetchall()
-            found.extend((key, seq_of(i), str(d), i, sid) for i, d in rows)
-            if len(found) > bound:
-                return found[:bound], True
-    return found, False
+    if any(map(_OVER, rows)):  # at C speed: a read of thousands of groups takes no Python loop for it
+        i, over = next((r[0], r[3]) for r in rows if r[3] is not None)
+        raise ArchiveCorruptError(oversize(f"archived group {seq_of(i)} of session {key.key()}", over))
+    return [(seq_of(i), digest, data) for i, digest, data, _ in rows]
 
 
 # -- the session store ------------------------------------------------------------------------------
@@ -383,30 +384,60 @@ def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, ob
             f"the row of session {key.key()} is damaged: a group row below the snapshot's boundary "
             f"{boundary} is above the archive's watermark (adopted {session.adopted}); nothing was changed"
         )
-    rows = conn.execute(
-        "SELECT id, data FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0 ORDER BY id",
-        (row_id(session.sid, boundary, False), row_id(session.sid, next_seq, False)),
-    ).fetchall()
-    if [seq_of(i) for i, _ in rows] != list(range(boundary, next_seq)) or not all(
-        isinstance(d, bytes) for _, d in rows
+    # Row by row: the joined snapshot's size is known as the rows come, and a value longer than
+    # anything the store writes comes back NULL, unread. Each row is at most what is left of the
+    # strict decoder's bound (JSON_BYTES) after the header; once the joined size passes that bound
+    # no further row is fetched.
+    room = JSON_BYTES - len(header)
+    size = len(header)
+    seqs: list[int] = []
+    parts: list[bytes] = []
+    for i, data, length in conn.execute(
+        "SELECT id, CASE WHEN length(data) <= ?1 THEN data END, length(data) FROM groups "
+        "WHERE id >= ?2 AND id < ?3 AND (id & 1) = 0 ORDER BY id",
+        (room, row_id(session.sid, boundary, False), row_id(session.sid, next_seq, False)),
     ):
+        size += (length or 0) + 1
+        if data is None or size > JSON_BYTES + 1:  # data is NOT NULL: None is a value over the bound
+            raise SnapshotCorruptError(
+                oversize(
+                    f"the snapshot of session {key.key()}",
+                    f"group {seq_of(i)} of length {length} (the whole at most {JSON_BYTES})",
+                )
+            )
+        if type(data) is not bytes:
+            return session.revision, None, session
+        seqs.append(seq_of(i))
+        parts.append(data)
+    if seqs != list(range(boundary, next_seq)):
         return session.revision, None, session
-    joined = b",".join(d for _, d in rows)
+    joined = b",".join(parts)
     return session.revision, header.replace(_EMPTY, _MARKER + joined + b"]", 1), session
 
 
-def store_rows(conn: sqlite3.Connection, session: SessionRow) -> dict[int, object]:
+def store_rows(conn: sqlite3.Connection, key: SessionKey, session: SessionRow) -> dict[int, object]:
     """The session store's own rows (at or above ``adopted``): seq to digest, as the column holds it.
 
     The seq is computed by SQLite (:data:`SEQ_OF_ID_SQL`) and the pairs go
     into the dict at C speed. A digest of another type than text (damage)
-    compares unequal to every digest, as its ``str`` would.
+    compares unequal to every digest, as its ``str`` would. One longer than
+    any digest is not read: it raises ``SnapshotCorruptError`` (nothing changed).
     """
     rows = conn.execute(
-        f"SELECT {SEQ_OF_ID_SQL}, digest FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",  # noqa: S608
+        f"SELECT {SEQ_OF_ID_SQL}, {bounded('digest', DIGEST_CHARS)} FROM groups "  # noqa: S608
+        "WHERE id >= ? AND id < ? AND (id & 1) = 0",
         (row_id(session.sid, session.adopted, False), _base(session.sid + 1)),
     ).fetchall()
-    return dict(rows)
+    held = dict(rows)
+    if None in held.values():  # the column is NOT NULL: a digest over its bound (at C speed)
+        seq = next(s for s, d in held.items() if d is None)
+        (length,) = conn.execute(
+            "SELECT length(digest) FROM groups WHERE id = ?", (row_id(session.sid, seq, False),)
+        ).fetchone()
+        raise SnapshotCorruptError(
+            oversize(f"group {seq} of the snapshot of session {key.key()}", f"digest of length {length}")
+        )
+    return held
 
 
 def save_snapshot(
@@ -440,12 +471,12 @@ def save_snapshot(
     if session is None:
         session = _session_for_write(conn, key)
     sid = session.sid
-    held = store_rows(conn, session)
+    held = store_rows(conn, key, session)
     adopt: set[int] = set()
     receipts: list[ArchiveReceipt] = []
     for seq, data, digest in evicted:
         _check_seq(seq)
-        found = _archived_digest(conn, session, seq)
+        found = _archived_digest(conn, key, session, seq)
         if found is not None and found != digest:
             raise _conflict(key, seq, found, digest)
         if found is None:
@@ -513,25 +544,6 @@ def _unowned(key: SessionKey, seq: int, session: SessionRow) -> SnapshotCorruptE
         f"(boundary {session.boundary!r}, next seq {session.next_seq!r}); it may be an archived "
         "group, so it is neither rewritten nor deleted, and nothing was changed"
     )
-
-
-def sessions_covered(
-    conn: sqlite3.Connection, target: EraseTarget, bound: int
-) -> tuple[list[tuple[SessionKey, SessionRow]], bool]:
-    """Sessions with a snapshot that ``target`` names (at most ``bound``, by ids), and if more are left."""
-    if target.groups:
-        return [], False  # a groups target names archived groups, never a snapshot
-    where, params = session_filter(target)
-    rows = conn.execute(
-        f"SELECT tenant_id, user_id, session_id, {_COLUMNS} FROM sessions "  # noqa: S608
-        f"WHERE {where} AND revision IS NOT NULL ORDER BY tenant_id, user_id, session_id LIMIT ?",
-        (*params, bound + 1),
-    ).fetchall()
-    found = [
-        (SessionKey(t, u, s), _checked_session(SessionKey(t, u, s), SessionRow(*rest)))
-        for t, u, s, *rest in rows
-    ]
-    return found[:bound], len(found) > bound
 
 
 def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:

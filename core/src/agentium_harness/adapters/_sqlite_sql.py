@@ -199,7 +199,17 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         return
     with immediate_transaction(conn):
         conn.execute(SCHEMA[0])
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        # Bounded as every read of stored data: a value changed behind the store's back may be as
+        # long as SQLite allows (1 GB); it is not read, nor put into the message.
+        row = conn.execute(
+            "SELECT CASE WHEN length(value) <= 20 THEN value END, length(value) FROM meta "
+            "WHERE key = 'schema_version'"
+        ).fetchone()
+        if row is not None and row[0] is None:
+            raise SchemaError(
+                f"it has a schema version of {row[1]} characters, not one any version of agentium-harness "
+                "writes: the file is damaged; nothing was changed"
+            )
         found = None if row is None else str(row[0])
         if found == "1":
             # In this transaction: a crash or an error leaves version 1 whole.
@@ -330,7 +340,10 @@ def revision_floor(conn: sqlite3.Connection, refused: str = "no session can be c
     revision chosen without it could be known never to repeat.
     """
     try:
-        row = conn.execute("SELECT floor FROM revision_floor WHERE id = 0").fetchone()
+        # Bounded: a floor changed to a huge value behind the store's back comes back NULL, unread.
+        row = conn.execute(
+            "SELECT CASE WHEN length(floor) <= 20 THEN floor END FROM revision_floor WHERE id = 0"
+        ).fetchone()
     except sqlite3.OperationalError as exc:
         if "no such table" not in str(exc):
             raise

@@ -84,14 +84,15 @@ from ._sqlite_base import (
     SQLiteStorageError,
     data_version,
 )
+from ._sqlite_bounds import ID_CHARS, bounded, oversize
 from ._sqlite_rows import (
     drop_snapshot,
     group_rows,
     read_snapshot,
     save_snapshot,
-    sessions_covered,
     split_snapshot,
 )
+from ._sqlite_rows_erase import sessions_covered
 from ._sqlite_sql import immediate_transaction, raise_revision_floor, read_transaction, scrub_log
 
 __all__ = [
@@ -494,12 +495,17 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
 
         def work(conn: sqlite3.Connection) -> list[str]:
             # BINARY collation orders UTF-8 text by code point, the same order as sorted().
+            # Bounded: an id longer than any the store writes comes back NULL, unread.
             rows = conn.execute(
-                "SELECT session_id FROM sessions WHERE tenant_id = ? AND user_id = ? "
+                f"SELECT {bounded('session_id', ID_CHARS)}, length(session_id) FROM sessions "  # noqa: S608
+                "WHERE tenant_id = ? AND user_id = ? "
                 "AND session_id > ? AND revision IS NOT NULL ORDER BY session_id LIMIT ?",
                 (tenant, user, "" if after is None else after, bound),
             ).fetchall()
-            for (session,) in rows:
+            for session, length in rows:
+                if session is None:
+                    what = f"{self.adapter_name}: a session row of tenant {tenant!r}, user {user!r}"
+                    raise SnapshotCorruptError(oversize(what, f"session_id of length {length}"))
                 if not isinstance(session, str):  # str() would make up an id ("b'...'") for a damaged row
                     raise SnapshotCorruptError(
                         f"{self.adapter_name}: a session of tenant {tenant!r}, user {user!r} in {self._path} "

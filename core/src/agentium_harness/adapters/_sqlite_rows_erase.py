@@ -1,0 +1,116 @@
+"""The erasure reads of the SQLite archive and session store: which rows a target covers.
+
+Kept apart from :mod:`._sqlite_rows` (the row layout, reads and writes),
+which these read by. Every function runs inside the caller's transaction, in
+a worker thread; identifiers are always bound as SQL parameters, and every
+value read is bounded (:mod:`._sqlite_bounds`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import AgentiumError, ArchiveCorruptError, SnapshotCorruptError
+from .._ports.erasure import EraseTarget
+from .._scope import SessionKey
+from ._sqlite_bounds import DIGEST_CHARS, bounded, oversize
+from ._sqlite_rows import (
+    KEYED_COLUMNS,
+    SEQ_LIMIT,
+    SessionRow,
+    archived_where,
+    checked_session,
+    row_id,
+    seq_of,
+)
+from ._sqlite_sql import session_filter
+
+__all__ = ["archived_rows_covered", "sessions_covered"]
+
+
+def _keyed_sessions(
+    conn: sqlite3.Connection,
+    sql: str,
+    params: Sequence[object],
+    target: EraseTarget,
+    damaged: type[AgentiumError],
+) -> list[Any]:
+    """The rows of ``sql`` (selecting :data:`KEYED_COLUMNS`), each without its last column.
+
+    A row holding a value over its bound raises ``damaged`` (that value was not read).
+    """
+    rows = conn.execute(sql, params).fetchall()
+    for row in rows:
+        if row[10] is not None:
+            raise damaged(oversize(f"a session row of tenant {target.tenant_id!r}", row[10]))
+    return [row[:10] for row in rows]
+
+
+def archived_rows_covered(
+    conn: sqlite3.Connection, target: EraseTarget, bound: int
+) -> tuple[list[tuple[SessionKey, int, str, int, int]], bool]:
+    """The archived groups ``target`` covers (at most ``bound``), and whether more are left.
+
+    Each is ``(key, seq, digest, row id, sid)``, in session order (tenant,
+    user, session ids), seqs ascending, as the rows would be erased batch
+    after batch.
+    """
+    where, params = session_filter(target)
+    sessions = _keyed_sessions(
+        conn,
+        f"SELECT {KEYED_COLUMNS} FROM sessions WHERE {where} "  # noqa: S608
+        "ORDER BY tenant_id, user_id, session_id",
+        params,
+        target,
+        ArchiveCorruptError,
+    )
+    spans = [(r.start, min(r.stop, SEQ_LIMIT)) for r in target.groups] or [(0, SEQ_LIMIT)]
+    found: list[tuple[SessionKey, int, str, int, int]] = []
+    for tenant, user, session_id, *columns in sessions:
+        key = SessionKey(tenant, user, session_id)
+        session = checked_session(key, SessionRow(*columns), ArchiveCorruptError)
+        sid = session.sid
+        archived, extra = archived_where(session)
+        for start, stop in sorted(spans):
+            if start >= stop:
+                continue
+            rows = conn.execute(
+                f"SELECT id, {bounded('digest', DIGEST_CHARS)}, length(digest) FROM groups "  # noqa: S608
+                f"WHERE id >= ? AND id < ? AND {archived} ORDER BY id LIMIT ?",
+                (row_id(sid, start, False), row_id(sid, stop, False), *extra, bound + 1 - len(found)),
+            ).fetchall()
+            for i, d, n in rows:
+                if d is None:  # NOT NULL: longer than any digest, not read (nor put into a report)
+                    raise ArchiveCorruptError(
+                        oversize(
+                            f"archived group {seq_of(i)} of session {key.key()}", f"digest of length {n}"
+                        )
+                    )
+            found.extend((key, seq_of(i), str(d), i, sid) for i, d, _ in rows)
+            if len(found) > bound:
+                return found[:bound], True
+    return found, False
+
+
+def sessions_covered(
+    conn: sqlite3.Connection, target: EraseTarget, bound: int
+) -> tuple[list[tuple[SessionKey, SessionRow]], bool]:
+    """Sessions with a snapshot that ``target`` names (at most ``bound``, by ids), and if more are left."""
+    if target.groups:
+        return [], False  # a groups target names archived groups, never a snapshot
+    where, params = session_filter(target)
+    rows = _keyed_sessions(
+        conn,
+        f"SELECT {KEYED_COLUMNS} FROM sessions "  # noqa: S608
+        f"WHERE {where} AND revision IS NOT NULL ORDER BY tenant_id, user_id, session_id LIMIT ?",
+        (*params, bound + 1),
+        target,
+        SnapshotCorruptError,
+    )
+    found = [
+        (SessionKey(t, u, s), checked_session(SessionKey(t, u, s), SessionRow(*rest)))
+        for t, u, s, *rest in rows
+    ]
+    return found[:bound], len(found) > bound

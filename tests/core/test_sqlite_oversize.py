@@ -1,0 +1,327 @@
+"""SQLite session store and archive rows holding a value far over what they write are refused unread.
+
+A column replaced outside the stores by a huge value (SQLite takes up to
+1 GB) was fetched whole into Python, then refused by its decode. Every read
+now selects the column bounded by ``length()`` (``_sqlite_bounds``) and
+refuses the row (its value never transferred) with the store's typed error,
+changing nothing. The values are built by SQLite itself (``zeroblob``,
+``printf``), so the only Python memory they could take is what a store
+reads: tracemalloc's peak tells whether it did. Stored JSON (a snapshot, a
+group's bytes) may be as long as the strict decoder reads back
+(``MAX_JSON_BYTES``, 256 MiB: a turn alone may take 128 MiB), so those values
+are just past that; a digest, an id or a version is far shorter.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from agentium_harness import (
+    ArchiveCorruptError,
+    HarnessRuntime,
+    Message,
+    ResidentLimits,
+    Role,
+    RuntimeLimits,
+    Scope,
+    SessionKey,
+    SnapshotCorruptError,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._errors import AgentiumError
+from agentium_harness._json import MAX_JSON_BYTES
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.erasure import EraseTarget
+from agentium_harness.adapters import _sqlite_rows
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import (
+    SQLiteArchive,
+    SQLiteConfig,
+    SQLiteRevisionFloorError,
+    SQLiteSessionStore,
+    SQLiteStorageError,
+)
+from agentium_harness.plugin_api import SessionSnapshot, seal_snapshot
+from agentium_harness.testing import plain_group
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+#: Just past what any stored JSON may take: a snapshot or a group's bytes this long was never written.
+OVER_JSON = MAX_JSON_BYTES + 1024
+#: For a digest, an id or a version (each far shorter).
+HUGE = 64 * 1024 * 1024
+#: Far below either: a read that fetched the value would pass it.
+PEAK = 8 * 1024 * 1024
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30.0)
+
+
+def _sql(path: Path, statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            return conn.execute(statement, params).fetchall()
+    finally:
+        conn.close()
+
+
+def _fingerprint(path: Path) -> list[object]:
+    """Every row's small columns and the size of each large one (never a huge value itself)."""
+    return [
+        _sql(
+            path,
+            "SELECT sid, tenant_id, user_id, length(session_id), adopted, revision, boundary, next_seq, "
+            "inline, length(snapshot) FROM sessions ORDER BY sid",
+        ),
+        _sql(path, "SELECT id, length(digest), length(data) FROM groups ORDER BY id"),
+        _sql(path, "SELECT key, length(value) FROM meta ORDER BY key"),
+        _sql(path, "SELECT id, length(floor) FROM revision_floor"),
+    ]
+
+
+def _group_ids(path: Path, seq: int, session: str = "s1") -> tuple[int, int]:
+    """The two row ids group ``seq`` of ``session`` may be stored under (the store's, the archive's)."""
+    [(sid,)] = _sql(path, "SELECT sid FROM sessions WHERE session_id = ?", (session,))
+    assert isinstance(sid, int)
+    return _sqlite_rows.row_id(sid, seq, False), _sqlite_rows.row_id(sid, seq, True)
+
+
+def _damage_group(path: Path, seq: int, column: str, value_sql: str, size: int) -> None:
+    """Set ``column`` of group ``seq``'s row to ``value_sql`` (SQLite builds it, ``size`` long)."""
+    _sql(path, f"UPDATE groups SET {column} = {value_sql} WHERE id IN (?, ?)", (size, *_group_ids(path, seq)))
+
+
+def _snapshot(session: str) -> SessionSnapshot:
+    return seal_snapshot(SessionSnapshot(Scope("acme", "ana", session), 0, 1, (plain_group(0),)))
+
+
+def _pair(n: int) -> list[Message]:
+    return [Message(Role.USER, f"question {n}"), Message(Role.ASSISTANT, f"answer {n}")]
+
+
+def _runtime(path: Path) -> HarnessRuntime:
+    config = SQLiteConfig(path=str(path))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["x"]),
+        archive=archive,
+        session_store=store,
+        owned=(archive, store),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+
+
+async def _seeded(path: Path) -> None:
+    """Session s1: groups 0-2 archived (adopted), 3 and 4 resident; session s2: one group."""
+    async with _runtime(path) as rt:
+        for n in range(5):
+            await rt.append(ANA, "s1", _pair(n))
+        await rt.append(ANA, "s2", _pair(0))
+
+
+async def _refused_unread(
+    call: Callable[[], Awaitable[object]], error: type[AgentiumError], match: str, what: str
+) -> None:
+    """``call`` raises ``error`` matching ``match``, with a short message, the value never read."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(error) as info:
+            await call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK, f"{what}: {peak} bytes traced, the huge value was read into Python"
+    info.match(match)
+    assert len(str(info.value)) < 1000, what
+
+
+async def test_a_huge_archived_group_is_refused_by_every_read_before_it_is_fetched(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _damage_group(path, 1, "data", "zeroblob(?)", OVER_JSON)
+    before = _fingerprint(path)
+    message = rf"data of length {OVER_JSON} \(at most {MAX_JSON_BYTES}\)"
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    async with _runtime(path) as rt:
+        await _refused_unread(
+            lambda: rt.read_history(ANA, "s1", max_groups=5), ArchiveCorruptError, message, "read_history"
+        )
+        await _refused_unread(
+            lambda: archive.read_groups(KEY, 0, 10, _ctx()), ArchiveCorruptError, message, "read_groups"
+        )
+        # The groups above the damage still read: nothing else was touched.
+        newest = await rt.read_history(ANA, "s1", max_groups=2)
+        assert [g.seq for g in newest.groups] == [3, 4]
+    await archive.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_resident_group_is_refused_by_the_load_before_it_is_fetched(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _damage_group(path, 4, "data", "zeroblob(?)", OVER_JSON)
+    before = _fingerprint(path)
+    message = rf"group 4 of length {OVER_JSON}"
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    async with _runtime(path) as rt:
+        for name, call in {
+            "load": lambda: store.load(KEY, _ctx()),
+            "read_history": lambda: rt.read_history(ANA, "s1", max_groups=2),
+            "append": lambda: rt.append(ANA, "s1", _pair(5)),
+        }.items():
+            await _refused_unread(call, SnapshotCorruptError, message, name)
+    await store.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_resident_groups_joining_past_the_bound_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each row within the bound, their join over it: the rows after the bound are not fetched.
+    path = tmp_path / "a.db"
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    groups = tuple(plain_group(seq, "x" * 4000) for seq in range(3))
+    snapshot = seal_snapshot(SessionSnapshot(Scope("acme", "ana", "s1"), 0, 3, groups))
+    await store.save(KEY, snapshot, None, _ctx())
+    await store.aclose()
+    size = len(_sql(path, "SELECT snapshot FROM sessions")[0][0])  # type: ignore[arg-type]
+    monkeypatch.setattr(_sqlite_rows, "JSON_BYTES", size + 2 * (len(groups[0].canonical_bytes()) + 1))
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    with pytest.raises(SnapshotCorruptError, match=r"group 2 of length \d+ \(the whole at most"):
+        await store.load(KEY, _ctx())
+    monkeypatch.undo()
+    loaded = await store.load(KEY, _ctx())
+    assert loaded is not None and loaded.snapshot.resident == groups
+    await store.aclose()
+
+
+async def test_a_huge_snapshot_is_refused_before_it_is_fetched(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _sql(path, "UPDATE sessions SET snapshot = zeroblob(?) WHERE session_id = 's1'", (OVER_JSON,))
+    before = _fingerprint(path)
+    message = rf"snapshot of length {OVER_JSON} \(at most {MAX_JSON_BYTES}\)"
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    async with _runtime(path) as rt:
+        for name, call, error in [
+            ("load", lambda: store.load(KEY, _ctx()), SnapshotCorruptError),
+            ("read_history", lambda: rt.read_history(ANA, "s1", max_groups=2), SnapshotCorruptError),
+            ("save", lambda: store.save(KEY, _snapshot("s1"), 1, _ctx()), SnapshotCorruptError),
+            ("read_groups", lambda: archive.read_groups(KEY, 0, 10, _ctx()), ArchiveCorruptError),
+            ("append", lambda: archive.append(KEY, [plain_group(0)], _ctx()), ArchiveCorruptError),
+        ]:
+            await _refused_unread(call, error, message, name)
+    await store.aclose()
+    await archive.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_archived_digest_is_refused_before_it_is_fetched(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _damage_group(path, 1, "digest", "printf('%.*c', ?, 'x')", HUGE)
+    before = _fingerprint(path)
+    message = rf"digest of length {HUGE}"
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    target = EraseTarget.session("acme", "ana", "s1")
+    async with _runtime(path) as rt:
+        for name, call in {
+            "read_history": lambda: rt.read_history(ANA, "s1", max_groups=5),
+            "read_groups": lambda: archive.read_groups(KEY, 0, 10, _ctx()),
+            "append": lambda: archive.append(KEY, [plain_group(1)], _ctx()),
+            "erase plan": lambda: archive.erase(target, _ctx(), dry_run=True),
+            "erase": lambda: archive.erase(target, _ctx()),
+        }.items():
+            await _refused_unread(call, ArchiveCorruptError, message, name)
+    await archive.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_resident_digest_is_refused_by_the_commit_before_it_is_fetched(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _damage_group(path, 4, "digest", "printf('%.*c', ?, 'x')", HUGE)
+    before = _fingerprint(path)
+    # The load does not read digests; the save compares the rows it holds by theirs.
+    config = SQLiteConfig(path=str(path))
+    store, archive = SQLiteSessionStore(config), SQLiteArchive(config)
+    loaded = await store.load(KEY, _ctx())
+    assert loaded is not None
+    snapshot, revision = loaded.snapshot, loaded.revision
+    for name, call in {
+        "save": lambda: store.save(KEY, snapshot, revision, _ctx()),
+        "commit": lambda: store.commit_with_archive(archive, KEY, [], snapshot, revision, _ctx()),
+    }.items():
+        await _refused_unread(call, SnapshotCorruptError, rf"digest of length {HUGE}", name)
+    await store.aclose()
+    await archive.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_session_id_is_refused_by_listings_and_erasures(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _sql(path, "UPDATE sessions SET session_id = printf('%.*c', ?, 'x') WHERE session_id = 's2'", (HUGE,))
+    before = _fingerprint(path)
+    message = rf"session_id of length {HUGE}"
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    user = EraseTarget.user("acme", "ana")
+    for name, call, error in [
+        ("list", lambda: store.list_sessions("acme", "ana", 10, _ctx()), SnapshotCorruptError),
+        ("store erase plan", lambda: store.erase(user, _ctx(), dry_run=True), SnapshotCorruptError),
+        ("store erase", lambda: store.erase(user, _ctx()), SnapshotCorruptError),
+        ("archive erase", lambda: archive.erase(user, _ctx()), ArchiveCorruptError),
+    ]:
+        await _refused_unread(call, error, message, name)
+    await store.aclose()
+    await archive.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_schema_version_is_refused_when_the_file_opens(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _sql(path, "UPDATE meta SET value = printf('%.*c', ?, '3') WHERE key = 'schema_version'", (HUGE,))
+    before = _fingerprint(path)
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    await _refused_unread(
+        lambda: store.load(KEY, _ctx()), SQLiteStorageError, rf"schema version of {HUGE} characters", "open"
+    )
+    await store.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_revision_floor_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    # The guards refuse such a value: dropped first, as a tampering would (an open makes them again).
+    for name in ("revision_floor_update_only_rises", "revision_floor_insert_only_rises"):
+        _sql(path, f"DROP TRIGGER {name}")
+    _sql(path, "UPDATE revision_floor SET floor = printf('%.*c', ?, 'x') WHERE id = 0", (HUGE,))
+    before = _fingerprint(path)
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    await _refused_unread(
+        lambda: store.save(SessionKey("acme", "ana", "s9"), _snapshot("s9"), None, _ctx()),
+        SQLiteRevisionFloorError,
+        "revision floor is damaged",
+        "create",
+    )
+    await store.aclose()
+    assert _fingerprint(path) == before
