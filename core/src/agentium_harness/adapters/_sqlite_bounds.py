@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from .._json import MAX_JSON_BYTES
+from .._ports.embedder import MAX_DIMENSION
 from .._validators import MAX_ID_LENGTH
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
     "ID_CHARS",
     "INT_CHARS",
     "JSON_BYTES",
+    "SOURCE_ID_CHARS",
+    "VECTOR_BYTES",
     "bounded",
     "bounded_select",
     "oversize",
@@ -45,6 +48,11 @@ DIGEST_CHARS: Final = len("sha256:") + 64
 INT_CHARS: Final = 20
 #: Stored JSON (a snapshot or a group's canonical bytes): what the strict decoder reads back.
 JSON_BYTES: Final = MAX_JSON_BYTES
+#: A recall source id: a kind and at most six segments, each an id whose every UTF-8 byte (at most
+#: four a character) may be ``%XX``-encoded (``document_source_id``, ``group_source_id``).
+SOURCE_ID_CHARS: Final = len("group") + 6 * (1 + 12 * MAX_ID_LENGTH)
+#: A stored vector: little-endian float32, at most ``MAX_DIMENSION`` of them.
+VECTOR_BYTES: Final = 4 * MAX_DIMENSION
 
 
 def bounded(column: str, bound: int) -> str:

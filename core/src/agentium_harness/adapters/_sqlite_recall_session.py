@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .._codec import digest_of
 from .._errors import AgentiumError, ArchiveCorruptError, InvalidArgumentError
@@ -34,6 +34,7 @@ from .._ports.recall import (
 from .._ports.recall_args import checked_count, checked_ctx, checked_refs
 from .._scope import Scope, SessionKey
 from ._excerpts import content_terms, make_excerpt
+from ._sqlite_bounds import DIGEST_CHARS, INT_CHARS, JSON_BYTES, bounded, bounded_select, oversize
 from ._sqlite_recall_sql import ranked_sources
 from ._sqlite_recall_vectors import hybrid_rows
 from ._stopwords import ENGLISH_STOPWORDS
@@ -55,6 +56,32 @@ class SQLiteRecallError(AgentiumError):
     row (left as it is), and calls on a closed store or session. Nothing was
     written by the failed call.
     """
+
+
+#: What a read takes of a source, each column bounded (:mod:`._sqlite_bounds`), then the over column.
+_READ_SQL: Final = (
+    "SELECT "  # noqa: S608 - constant text
+    + bounded_select(
+        (
+            ("s.revision", DIGEST_CHARS),
+            ("s.kind", len("document")),
+            ("s.seq", INT_CHARS),
+            ("s.receipt_digest", DIGEST_CHARS),
+            ("t.title", JSON_BYTES),
+            ("t.text", JSON_BYTES),
+            ("t.data", JSON_BYTES),
+        )
+    )
+    + " FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id WHERE s.source_id = ?"
+)
+#: A source's revision alone, bounded, then its length.
+_REVISION_SQL: Final = (
+    f"SELECT {bounded('revision', DIGEST_CHARS)}, length(revision) FROM recall_sources WHERE source_id = ?"  # noqa: S608
+)
+
+
+def _oversized(path: str, source_id: object, over: object) -> SQLiteRecallError:
+    return _damaged(path, source_id, f"it holds a {over}, longer than any the store writes (not read)")
 
 
 def _damaged(path: str, source_id: object, why: str) -> SQLiteRecallError:
@@ -287,14 +314,15 @@ class SQLiteRecallSession(RecallSession):
                 ctx.raise_if_expired("recall read")
                 if owner is None or not owner.visible_to(self._scope):
                     continue
-                row = conn.execute(
-                    "SELECT s.revision, s.kind, s.seq, s.receipt_digest, t.title, t.text, t.data "
-                    "FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id WHERE s.source_id = ?",
-                    (ref.source_id,),
-                ).fetchone()
+                row = conn.execute(_READ_SQL, (ref.source_id,)).fetchone()
+                if row is not None and row[-1] is not None:
+                    # A value over its bound was not read: a group's is archived data, as decode says.
+                    if row[1] == "group":
+                        raise ArchiveCorruptError(oversize(f"indexed source {ref.source_id!r}", row[-1]))
+                    raise _oversized(self._store.path, ref.source_id, row[-1])
                 if row is None or row[0] != ref.revision:
                     continue  # deleted or changed: validation reports it
-                text = verified_text(ref, owner, row[1:], self._store.path)
+                text = verified_text(ref, owner, row[1:-1], self._store.path)
                 excerpt = make_excerpt(ref, owner, text, terms, cap)
                 spent_bytes += len(excerpt.text.encode("utf-8"))
                 spent_tokens += estimate_tokens(excerpt.text)
@@ -331,9 +359,9 @@ class SQLiteRecallSession(RecallSession):
                     elif not owner.visible_to(self._scope):
                         out.append(Validation(ref, ValidationStatus.FORBIDDEN))
                     else:
-                        row = conn.execute(
-                            "SELECT revision FROM recall_sources WHERE source_id = ?", (ref.source_id,)
-                        ).fetchone()
+                        row = conn.execute(_REVISION_SQL, (ref.source_id,)).fetchone()
+                        if row is not None and row[0] is None:  # NOT NULL: over its bound, not read
+                            raise _oversized(self._store.path, ref.source_id, f"revision of length {row[1]}")
                         if row is None:
                             out.append(Validation(ref, ValidationStatus.DELETED))
                         elif row[0] == ref.revision:

@@ -24,13 +24,25 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from .._scope import Scope
+from ._sqlite_bounds import (
+    DIGEST_CHARS,
+    ID_CHARS,
+    INT_CHARS,
+    JSON_BYTES,
+    SOURCE_ID_CHARS,
+    bounded_select,
+    oversize,
+)
 
 __all__ = [
+    "CANDIDATE_COLUMNS",
     "CONTEXT_LINE_BYTES",
     "OWNER_COLUMNS",
     "ROWID_SPAN_SQL",
     "SCHEMA",
     "SCOPE_FILTER",
+    "SEEK_SQL",
+    "checked_rows",
     "TERM_PROBE_SQL",
     "common_term_weight",
     "discovery_sql",
@@ -45,6 +57,55 @@ __all__ = [
 
 #: Owner columns of ``recall_sources``, in :class:`SourceOwner` field order.
 OWNER_COLUMNS: Final = "tenant_id, user_id, session_id, project_id, repository_id"
+
+
+def candidate_columns(*extra: str) -> str:
+    """The select list of a discovery row: the bounded candidate columns, ``extra``, the over column.
+
+    The candidate columns are ``source_id, revision, title, size_bytes`` and
+    the five owner columns, each bounded (:mod:`._sqlite_bounds`): a value
+    longer than any the store writes comes back NULL, unread, and the last
+    column names it (see :func:`checked_rows`).
+    """
+    return bounded_select(
+        (
+            ("s.source_id", SOURCE_ID_CHARS),
+            ("s.revision", DIGEST_CHARS),
+            ("s.title", JSON_BYTES),
+            ("s.size_bytes", INT_CHARS),
+            *((f"s.{column}", ID_CHARS) for column in OWNER_COLUMNS.split(", ")),
+            *((column, None) for column in extra),
+        )
+    )
+
+
+#: :func:`candidate_columns` with the source's rowid, for a lookup of sources by id.
+CANDIDATE_COLUMNS: Final = candidate_columns("s.id")
+
+_SEEK_BOUNDS: Final = (("s.seq", INT_CHARS), ("s.receipt_digest", DIGEST_CHARS), ("t.data", JSON_BYTES))
+#: An indexed group's seq, receipt digest and canonical bytes, bounded, then the over column.
+SEEK_SQL: Final = (
+    f"SELECT {bounded_select(_SEEK_BOUNDS)} "  # noqa: S608
+    "FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+    "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? "
+    "AND s.seq >= ? ORDER BY s.seq LIMIT ?"
+)
+
+
+def checked_rows(
+    rows: Sequence[Sequence[Any]], what: str, error: Callable[[str], Exception] = sqlite3.DataError
+) -> list[tuple[Any, ...]]:
+    """``rows`` without their last column (the over column), once none names a value over its bound.
+
+    A row that does raises ``error`` (the store's typed error; a
+    ``sqlite3.DataError`` becomes its ``storage_error``, ``SQLiteRecallError``):
+    the value was not read. ``what`` names the rows in the message.
+    """
+    for row in rows:
+        if row[-1] is not None:
+            raise error(oversize(f"sqlite recall store: {what}", row[-1]))
+    return [tuple(row[:-1]) for row in rows]
+
 
 #: Every recall table is prefixed ``recall_``, so the store can share a file
 #: with the SQLite archive and session store (each creates only its own tables).
@@ -234,7 +295,7 @@ def discovery_sql(weights: Sequence[float | None]) -> str:
         )
     union = " UNION ALL ".join(parts)
     return (
-        f"SELECT s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, m.total, m.matched, s.id "  # noqa: S608
+        f"SELECT {candidate_columns('m.total', 'm.matched', 's.id')} "  # noqa: S608
         f"FROM (SELECT rid, sum(score) AS total, sum(weight) AS matched FROM ({union}) GROUP BY rid "
         "HAVING sum(weight) >= :min_matched) AS m "
         "JOIN recall_sources AS s ON s.id = m.rid "
@@ -344,7 +405,8 @@ def ranked_in_transaction(
     # A hair under the exact share, so a source matching every term passes at 1.0.
     min_matched = min_relevance * total_idf * (1 - 1e-9)
     params = discovery_params(scope, present, per_term, max_candidates, min_matched)
-    return conn.execute(discovery_sql([w for _, w, _ in present]), params).fetchall(), total_idf
+    rows = conn.execute(discovery_sql([w for _, w, _ in present]), params).fetchall()
+    return checked_rows(rows, "a source row discovery found"), total_idf
 
 
 def scope_params(scope: Scope) -> dict[str, str | None]:

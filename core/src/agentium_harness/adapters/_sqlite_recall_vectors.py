@@ -42,7 +42,14 @@ from .._errors import EmbeddingModelMismatchError
 from .._ports.embedder import EmbeddingModel, Vector
 from .._ports.recall import SourceVector, reciprocal_rank_fusion
 from .._scope import Scope
-from ._sqlite_recall_sql import OWNER_COLUMNS, SCOPE_FILTER, ranked_in_transaction, scope_params
+from ._sqlite_bounds import ID_CHARS, VECTOR_BYTES, bounded, oversize
+from ._sqlite_recall_sql import (
+    CANDIDATE_COLUMNS,
+    SCOPE_FILTER,
+    checked_rows,
+    ranked_in_transaction,
+    scope_params,
+)
 from ._vectors import cosine_scores
 
 __all__ = [
@@ -57,6 +64,9 @@ __all__ = [
 #: The ``recall_meta`` key naming the model of the stored vectors.
 MODEL_KEY: Final = "vector_model"
 
+#: The longest model key (``"<model>/<dimension>"``): an id, a slash, a dimension's digits (fewer).
+_MODEL_CHARS: Final = ID_CHARS + 1 + len(str(VECTOR_BYTES))
+
 # Rowids looked up per statement (well under SQLite's variable limit).
 _CHUNK: Final = 500
 
@@ -65,7 +75,15 @@ def stored_model(conn: sqlite3.Connection) -> str | None:
     """The model key (``"<model>/<dimension>"``) of the stored vectors, or ``None`` when there are none."""
     if conn.execute("SELECT 1 FROM recall_vectors LIMIT 1").fetchone() is None:
         return None
-    row = conn.execute("SELECT value FROM recall_meta WHERE key = ?", (MODEL_KEY,)).fetchone()
+    # Bounded: a value changed behind the store's back is not read, nor put into a message.
+    row = conn.execute(
+        f"SELECT {bounded('value', _MODEL_CHARS)}, length(value) FROM recall_meta WHERE key = ?",  # noqa: S608
+        (MODEL_KEY,),
+    ).fetchone()
+    if row is not None and row[0] is None:
+        raise sqlite3.DataError(
+            oversize("sqlite recall store: the vector model key", f"value of length {row[1]}")
+        )
     return None if row is None else str(row[0])
 
 
@@ -117,17 +135,33 @@ def write_vectors(
     return stored
 
 
-_ROW: Final = f"s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, s.id"
+#: A stored vector, bounded, then its length: a blob over the bound comes back NULL, unread.
+_VECTOR: Final = f"{bounded('v.vector', VECTOR_BYTES)}, length(v.vector)"
 
 #: The vectors of the scope's newest sources that have one (scope filter before the LIMIT): ids
 #: and blobs only; the few rows returned get their other columns afterwards.
 _NEWEST_SQL: Final = (
-    "SELECT v.id, v.vector FROM recall_sources AS s JOIN recall_vectors AS v ON v.id = s.id "  # noqa: S608
+    f"SELECT v.id, {_VECTOR} FROM recall_sources AS s JOIN recall_vectors AS v ON v.id = s.id "  # noqa: S608
     f"WHERE {SCOPE_FILTER} ORDER BY s.id DESC LIMIT :scan"
 )
 
 #: How many of the lexical pool's best rows (no floor) have their vectors scored, per ``depth``.
 _POOL_PER_DEPTH: Final = 4
+
+
+def _vectors(rows: Sequence[Sequence[Any]]) -> list[tuple[int, bytes]]:
+    """``(rowid, vector)`` of ``(rowid, bounded vector, length)`` rows; one over its bound raises.
+
+    ``sqlite3.DataError``: the store reports it as its own error; the vector was not read.
+    """
+    for rowid, blob, length in rows:
+        if blob is None:  # NOT NULL: longer than any vector the store writes
+            raise sqlite3.DataError(
+                oversize(
+                    f"sqlite recall store: the vector of source row {rowid}", f"vector of length {length}"
+                )
+            )
+    return [(int(rowid), blob) for rowid, blob, _ in rows]
 
 
 def _by_ids(conn: sqlite3.Connection, sql: str, ids: Sequence[int], check: Callable[[], None]) -> list[Any]:
@@ -184,13 +218,13 @@ def hybrid_rows(
         similar: list[int] = []  # every scored source, most similar first
         if has_vectors:
             check()
-            blobs: dict[int, bytes] = {
-                int(rowid): blob
-                for rowid, blob in conn.execute(_NEWEST_SQL, {**scope_params(scope), "scan": max_vector_scan})
-            }
+            found_blobs = conn.execute(
+                _NEWEST_SQL, {**scope_params(scope), "scan": max_vector_scan}
+            ).fetchall()
+            blobs: dict[int, bytes] = dict(_vectors(found_blobs))
             missing = [r for r in lexical if r not in blobs]
-            blob_sql = "SELECT id, vector FROM recall_vectors WHERE id IN ({marks})"
-            blobs.update((int(r), b) for r, b in _by_ids(conn, blob_sql, missing, check))
+            blob_sql = f"SELECT v.id, {_VECTOR} FROM recall_vectors AS v WHERE v.id IN ({{marks}})"  # noqa: S608
+            blobs.update(_vectors(_by_ids(conn, blob_sql, missing, check)))
             check()
             ids = list(blobs)
             scored = list(zip(ids, cosine_scores(query, [blobs[i] for i in ids]), strict=True))
@@ -207,9 +241,10 @@ def hybrid_rows(
         )
         best = [(int(key), score) for key, score in fused[:max_candidates]]
         # Only the few sources returned need their id, revision, title, size and owner.
-        row_sql = f"SELECT {_ROW} FROM recall_sources AS s WHERE s.id IN ({{marks}})"  # noqa: S608
+        row_sql = f"SELECT {CANDIDATE_COLUMNS} FROM recall_sources AS s WHERE s.id IN ({{marks}})"  # noqa: S608
         unseen = [r for r, _ in best if r not in rows]
-        rows.update((int(found[9]), tuple(found[:9])) for found in _by_ids(conn, row_sql, unseen, check))
+        looked_up = checked_rows(_by_ids(conn, row_sql, unseen, check), "a source row discovery found")
+        rows.update((int(found[9]), tuple(found[:9])) for found in looked_up)
         return [(rows[r], score) for r, score in best if r in rows]
     finally:
         if conn.in_transaction:

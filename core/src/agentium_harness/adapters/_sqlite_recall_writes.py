@@ -19,7 +19,8 @@ import attrs
 
 from .._ports.erasure import EraseTarget
 from .._ports.recall import SourceOwner
-from ._sqlite_recall_sql import CONTEXT_LINE_BYTES, OWNER_COLUMNS
+from ._sqlite_bounds import DIGEST_CHARS, ID_CHARS, INT_CHARS, JSON_BYTES, bounded, bounded_select, oversize
+from ._sqlite_recall_sql import CONTEXT_LINE_BYTES, OWNER_COLUMNS, checked_rows
 
 __all__ = ["SourceRow", "erase_sources", "group_context", "insert_groups", "insert_source", "migrate_v1"]
 
@@ -48,7 +49,11 @@ def insert_source(conn: sqlite3.Connection, row: SourceRow) -> bool:
     discovery's newest-first cap. A row at the same revision keeps its place
     and only its context is brought up to date.
     """
-    found = conn.execute("SELECT id, revision FROM recall_sources WHERE source_id = ?", (row.source_id,))
+    # Bounded: a revision longer than any digest comes back NULL, unread, and the row is replaced.
+    found = conn.execute(
+        f"SELECT id, {bounded('revision', DIGEST_CHARS)} FROM recall_sources WHERE source_id = ?",  # noqa: S608
+        (row.source_id,),
+    )
     existing = found.fetchone()
     if existing is not None:
         if existing[1] == row.revision:
@@ -116,10 +121,26 @@ def group_context(before: str | None, after: str | None) -> str:
     return "\n".join(p for p in (_edge_line(before, True), _edge_line(after, False)) if p)
 
 
+#: A stored group's rowid and text (bounded: one longer than any the store writes is not read).
 _GROUP_AT: Final = (
-    "SELECT s.id, t.text FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+    f"SELECT s.id, {bounded('t.text', JSON_BYTES)}, length(t.text) "  # noqa: S608
+    "FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
     "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? AND s.seq = ?"
 )
+
+
+def _group_at(conn: sqlite3.Connection, key: tuple[object, ...], seq: int) -> tuple[int, str] | None:
+    """Rowid and text of the stored group ``seq`` of session ``key``, if any (``seq`` below 0: none).
+
+    A text over its bound raises ``sqlite3.DataError`` (the store's error): it was not read.
+    """
+    found = conn.execute(_GROUP_AT, (*key, seq)).fetchone() if seq >= 0 else None
+    if found is None:
+        return None
+    if found[1] is None:  # NOT NULL: longer than any text the store writes
+        what = f"sqlite recall store: indexed group {seq} of a session"
+        raise sqlite3.DataError(oversize(what, f"text of length {found[2]}"))
+    return int(found[0]), str(found[1])
 
 
 def insert_groups(conn: sqlite3.Connection, rows: Sequence[SourceRow], check: Callable[[], None]) -> int:
@@ -139,8 +160,7 @@ def insert_groups(conn: sqlite3.Connection, rows: Sequence[SourceRow], check: Ca
 
     def stored_at(seq: int) -> tuple[int, str] | None:
         if seq not in stored:
-            found = conn.execute(_GROUP_AT, (*key, seq)).fetchone() if seq >= 0 else None
-            stored[seq] = (int(found[0]), str(found[1])) if found is not None else None
+            stored[seq] = _group_at(conn, key, seq)
         return stored[seq]
 
     def text_at(seq: int) -> str | None:
@@ -189,11 +209,13 @@ def migrate_v1(conn: sqlite3.Connection) -> None:
         start = 0
         while True:
             page = conn.execute(
-                "SELECT s.id, s.seq, t.text FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+                f"SELECT s.id, s.seq, {bounded_select((('t.text', JSON_BYTES),))} "  # noqa: S608
+                "FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
                 "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? "
                 "AND s.seq >= ? ORDER BY s.seq LIMIT ?",
                 (*key, start, _MIGRATION_PAGE),
             ).fetchall()
+            page = checked_rows(page, "an indexed group's text")  # a text over its bound: not read
             for rowid, seq, text in page:
                 if previous is not None:
                     after = text if seq == previous[1] + 1 else None
@@ -228,6 +250,20 @@ def _owner_filter(target: EraseTarget) -> tuple[str, list[object]]:
     return " AND ".join(clauses), params
 
 
+#: What an erasure reports of a source, bounded, then the over column.
+_ERASED_COLUMNS: Final = bounded_select(
+    (
+        ("id", None),
+        ("kind", len("document")),
+        ("tenant_id", ID_CHARS),
+        ("user_id", ID_CHARS),
+        ("session_id", ID_CHARS),
+        ("seq", INT_CHARS),
+        ("revision", DIGEST_CHARS),
+    )
+)
+
+
 def erase_sources(
     conn: sqlite3.Connection, target: EraseTarget, bound: int, *, dry_run: bool, check: Callable[[], None]
 ) -> tuple[list[tuple[Any, ...]], bool]:
@@ -243,10 +279,12 @@ def erase_sources(
     """
     where, params = _owner_filter(target)
     rows = conn.execute(
-        "SELECT id, kind, tenant_id, user_id, session_id, seq, revision FROM recall_sources "  # noqa: S608
+        f"SELECT {_ERASED_COLUMNS} FROM recall_sources "  # noqa: S608
         f"WHERE {where} ORDER BY id LIMIT ?",
         (*params, bound + 1),
     ).fetchall()
+    # Bounded: a value longer than any the store writes is not read (nor put into a report).
+    rows = checked_rows(rows, "a source row an erasure covers")
     taken = rows[:bound]
     if not dry_run and taken:
         check()
@@ -261,10 +299,10 @@ def _refresh_neighbours(conn: sqlite3.Connection, key: tuple[object, ...], erase
     """Rebuild the context of each group next to an erased one (it held a line of the erased group)."""
 
     def text_at(seq: int) -> str | None:
-        found = conn.execute(_GROUP_AT, (*key, seq)).fetchone() if seq >= 0 else None
-        return None if found is None else str(found[1])
+        found = _group_at(conn, key, seq)
+        return None if found is None else found[1]
 
     for seq in sorted({s + d for s in erased for d in (-1, 1)} - erased):
-        found = conn.execute(_GROUP_AT, (*key, seq)).fetchone() if seq >= 0 else None
+        found = _group_at(conn, key, seq)
         if found is not None:
             _set_context(conn, int(found[0]), group_context(text_at(seq - 1), text_at(seq + 1)))

@@ -35,6 +35,7 @@ __all__ = [
     "schema_current",
     "scrub_log",
     "session_filter",
+    "stored_version",
 ]
 
 #: Version of the tables :data:`SCHEMA` creates, kept in the ``meta`` table. Version 1 kept
@@ -188,6 +189,27 @@ def schema_current(
     return found == names
 
 
+def stored_version(conn: sqlite3.Connection, meta_table: str) -> str | None:
+    """The schema version ``meta_table`` (a constant of the caller's) holds, as text; ``None`` if none.
+
+    Bounded as every read of stored data: a value changed behind the store's
+    back may be as long as SQLite allows (1 GB); it is not read, nor put into
+    the message of the :class:`SchemaError` that refuses it.
+    """
+    row = conn.execute(
+        f"SELECT CASE WHEN length(value) <= 20 THEN value END, length(value) FROM {meta_table} "  # noqa: S608
+        "WHERE key = 'schema_version'"
+    ).fetchone()
+    if row is None:
+        return None
+    if row[0] is None:
+        raise SchemaError(
+            f"it has a schema version of {row[1]} characters, not one any version of agentium-harness "
+            "writes: the file is damaged; nothing was changed"
+        )
+    return str(row[0])
+
+
 def ensure_schema(conn: sqlite3.Connection) -> None:
     """Create the tables of a new file, migrate a version 1 or 2 file, refuse a newer one (one transaction).
 
@@ -199,18 +221,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         return
     with immediate_transaction(conn):
         conn.execute(SCHEMA[0])
-        # Bounded as every read of stored data: a value changed behind the store's back may be as
-        # long as SQLite allows (1 GB); it is not read, nor put into the message.
-        row = conn.execute(
-            "SELECT CASE WHEN length(value) <= 20 THEN value END, length(value) FROM meta "
-            "WHERE key = 'schema_version'"
-        ).fetchone()
-        if row is not None and row[0] is None:
-            raise SchemaError(
-                f"it has a schema version of {row[1]} characters, not one any version of agentium-harness "
-                "writes: the file is damaged; nothing was changed"
-            )
-        found = None if row is None else str(row[0])
+        found = stored_version(conn, "meta")
         if found == "1":
             # In this transaction: a crash or an error leaves version 1 whole.
             _migrate_v1(conn)

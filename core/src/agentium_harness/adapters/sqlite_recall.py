@@ -77,13 +77,14 @@ import os
 import re
 import sqlite3
 from collections.abc import Sequence
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 
 from .._codec import digest_of
 from .._errors import (
     AgentiumError,
+    ArchiveCorruptError,
     EmbeddingModelMismatchError,
     InvalidArgumentError,
     RecallUnavailableError,
@@ -126,12 +127,13 @@ from .._ports.recall_args import (
 from .._scope import Scope, SessionKey
 from .._validators import bounded_count, exact_number, keep_exact, shown_number
 from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
+from ._sqlite_bounds import JSON_BYTES
 from ._sqlite_recall_gaps import UNINDEXED_WINDOW, unindexed_seqs
 from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRecallSession
-from ._sqlite_recall_sql import SCHEMA
+from ._sqlite_recall_sql import SCHEMA, SEEK_SQL, checked_rows
 from ._sqlite_recall_vectors import write_vectors
 from ._sqlite_recall_writes import SourceRow, erase_sources, insert_groups, insert_source, migrate_v1
-from ._sqlite_sql import immediate_transaction, schema_current, scrub_log
+from ._sqlite_sql import immediate_transaction, schema_current, scrub_log, stored_version
 
 __all__ = [
     "RECALL_SCHEMA_VERSION",
@@ -253,9 +255,14 @@ def _utf8(text: str, what: str) -> int:
     if not isinstance(text, str):
         raise InvalidArgumentError(f"{what} must be a str, got {type(text).__name__}; nothing was written")
     try:
-        return len(text.encode("utf-8"))
+        size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise InvalidArgumentError(f"{what} is not valid Unicode text ({exc}); nothing was written") from exc
+    if size > JSON_BYTES:  # reads refuse a longer value as damage (see _sqlite_bounds)
+        raise InvalidArgumentError(
+            f"{what} is {size} bytes, over the {JSON_BYTES} stored; nothing was written"
+        )
+    return size
 
 
 class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
@@ -306,8 +313,7 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         with immediate_transaction(conn):
             try:
                 conn.execute(SCHEMA[0])  # recall_meta, which says what the other tables are
-                row = conn.execute("SELECT value FROM recall_meta WHERE key = 'schema_version'").fetchone()
-                found = None if row is None else str(row[0])
+                found = stored_version(conn, "recall_meta")  # bounded: a huge value is not read
                 if found not in (None, "1", str(RECALL_SCHEMA_VERSION)):
                     raise SQLiteRecallError(
                         f"{self.adapter_name}: {self._path} has recall schema version {found}, this "
@@ -419,6 +425,10 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         owner = SourceOwner.of_session(key)
         rows: list[SourceRow] = []
         for group, receipt in batch:
+            if group.size_bytes > JSON_BYTES:  # as _utf8: more than a read of the row accepts
+                raise InvalidArgumentError(
+                    f"group {group.seq} is over {JSON_BYTES} bytes; nothing was written"
+                )
             rows.append(
                 SourceRow(
                     source_id=group_source_id(key, group.seq),
@@ -571,14 +581,10 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         # A negative LIMIT would mean "no limit" to SQLite.
         limit = max(0, checked_count(max_groups, "max_groups", "recall seek"))
 
-        def work(conn: sqlite3.Connection) -> list[tuple[object, object, object]]:
-            return conn.execute(
-                "SELECT s.seq, s.receipt_digest, t.data FROM recall_sources AS s "
-                "JOIN recall_texts AS t ON t.id = s.id "
-                "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? "
-                "AND s.seq >= ? ORDER BY s.seq LIMIT ?",
-                (key.tenant, key.user, key.session, start_seq, limit),
-            ).fetchall()
+        def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            # Bounded: a value longer than any the store writes is refused unread.
+            rows = conn.execute(SEEK_SQL, (key.tenant, key.user, key.session, start_seq, limit)).fetchall()
+            return checked_rows(rows, f"an indexed group of session {key.key()}", ArchiveCorruptError)
 
         rows = await self.run(ctx, "recall seek", work)
         return [self._decode_group(key, seq, digest, data) for seq, digest, data in rows]

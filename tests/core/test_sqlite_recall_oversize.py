@@ -1,0 +1,292 @@
+"""SQLite recall rows holding a value far over what the store writes are refused before they are read.
+
+A column replaced outside the store by a huge value (SQLite takes up to
+1 GB) was fetched whole into Python, then refused by its decode or digest
+check, or returned. Every read now bounds each variable-size column by
+``length()`` in its own SELECT and refuses the row (the value never
+transferred) with the store's typed error (``ArchiveCorruptError`` for an
+indexed group's archived data, as its decode raises; ``SQLiteRecallError``
+for the rest), changing nothing. The values are built by SQLite itself
+(``zeroblob``, ``printf``), so tracemalloc's peak tells whether a read
+fetched one. A text, title or group's bytes may be as long as the strict
+decoder reads back (``MAX_JSON_BYTES``; ``index_document`` and
+``index_groups`` refuse longer), so those values are just past that.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tracemalloc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from agentium_harness._errors import AgentiumError, ArchiveCorruptError, InvalidArgumentError
+from agentium_harness._json import MAX_JSON_BYTES
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.archive import ArchiveReceipt
+from agentium_harness._ports.erasure import EraseTarget
+from agentium_harness._ports.recall import RecallLimits, SourceOwner, SourceRef, group_source_id
+from agentium_harness._scope import Scope
+from agentium_harness.adapters import sqlite_recall
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallError, SQLiteRecallStore
+from agentium_harness.plugin_api import EmbeddingModel, SourceVector, Vector
+from agentium_harness.testing import plain_group
+
+pytestmark = pytest.mark.anyio
+
+SCOPE = Scope("acme", "alice", "s1")
+KEY = SCOPE.session_key
+OWNER = SourceOwner("acme", "alice")
+MODEL = EmbeddingModel("test-model", 3)
+#: Just past what a text, a title or a group's bytes may take.
+OVER_JSON = MAX_JSON_BYTES + 1024
+#: For a digest, a revision or a vector (each far shorter).
+HUGE = 64 * 1024 * 1024
+#: Far below either: a read that fetched the value would pass it.
+PEAK = 8 * 1024 * 1024
+GROUPS = [plain_group(seq, " about the kettle") for seq in range(3)]
+TEXT_TRIGGER = "recall_texts_au"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30.0)
+
+
+def _sql(path: Path, statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            return conn.execute(statement, params).fetchall()
+    finally:
+        conn.close()
+
+
+def _fingerprint(path: Path) -> list[object]:
+    """Every row's small columns and the size of each large one (never a huge value itself)."""
+    return [
+        _sql(
+            path,
+            "SELECT id, length(source_id), kind, tenant_id, user_id, length(revision), length(title), "
+            "size_bytes, seq, length(receipt_digest) FROM recall_sources ORDER BY id",
+        ),
+        _sql(path, "SELECT id, length(title), length(text), length(data) FROM recall_texts ORDER BY id"),
+        _sql(path, "SELECT id, length(vector) FROM recall_vectors ORDER BY id"),
+        _sql(path, "SELECT key, length(value) FROM recall_meta ORDER BY key"),
+    ]
+
+
+@pytest.fixture
+async def seeded(tmp_path: Path) -> AsyncIterator[tuple[SQLiteRecallStore, Path, SourceRef]]:
+    """A store holding GROUPS (with vectors) and one document; its path and the document's ref."""
+    path = tmp_path / "recall.db"
+    store = SQLiteRecallStore(SQLiteRecallConfig(path=str(path)))
+    receipts = [ArchiveReceipt(g.seq, g.digest, f"test/{g.seq}") for g in GROUPS]
+    await store.index_groups(KEY, GROUPS, receipts, _ctx())
+    doc = await store.index_document(OWNER, "d1", "the kettle is descaled monthly", _ctx(), title="kettle")
+    refs = [SourceRef(group_source_id(KEY, g.seq), g.digest) for g in GROUPS] + [doc]
+    vectors = [
+        SourceVector(ref, Vector.normalized(MODEL, [1.0, float(i), 0.5])) for i, ref in enumerate(refs)
+    ]
+    assert await store.index_vectors(vectors, _ctx()) == 4
+    yield store, path, doc
+    await store.aclose()
+
+
+def _update_text(path: Path, column: str, value_sql: str, size: int, where: str) -> None:
+    """Set ``column`` of ``recall_texts`` as a tampering would: behind the index's back (no trigger)."""
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            (trigger,) = conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name = ?", (TEXT_TRIGGER,)
+            ).fetchone()
+            conn.execute(f"DROP TRIGGER {TEXT_TRIGGER}")
+            conn.execute(f"UPDATE recall_texts SET {column} = {value_sql} WHERE {where}", (size,))
+            conn.execute(trigger)
+    finally:
+        conn.close()
+
+
+def _group_where(seq: int) -> str:
+    return f"id = (SELECT id FROM recall_sources WHERE kind = 'group' AND seq = {seq})"
+
+
+async def _refused_unread(
+    call: Callable[[], Awaitable[object]], error: type[AgentiumError], match: str, what: str
+) -> None:
+    """``call`` raises ``error`` matching ``match``, with a short message, the value never read."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(error) as info:
+            await call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK, f"{what}: {peak} bytes traced, the huge value was read into Python"
+    info.match(match)
+    assert len(str(info.value)) < 1000, what
+
+
+async def test_huge_group_data_is_refused_by_seek_and_read_before_it_is_fetched(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    store, path, _ = seeded
+    _update_text(path, "data", "zeroblob(?)", OVER_JSON, _group_where(1))
+    before = _fingerprint(path)
+    session = await store.open(SCOPE, RecallLimits(), _ctx())
+    ref = SourceRef(group_source_id(KEY, 1), GROUPS[1].digest)
+    message = rf"data of length {OVER_JSON} \(at most {MAX_JSON_BYTES}\)"
+    await _refused_unread(lambda: store.seek_groups(KEY, 0, 10, _ctx()), ArchiveCorruptError, message, "seek")
+    await _refused_unread(lambda: session.read([ref], 4096, _ctx()), ArchiveCorruptError, message, "read")
+    assert [g.seq for g in await store.seek_groups(KEY, 2, 10, _ctx())] == [2]  # the rest still reads
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_group_text_is_refused_by_read_and_by_indexing_its_neighbour(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    store, path, _ = seeded
+    _update_text(path, "text", "printf('%.*c', ?, 'x')", OVER_JSON, _group_where(1))
+    before = _fingerprint(path)
+    session = await store.open(SCOPE, RecallLimits(), _ctx())
+    ref = SourceRef(group_source_id(KEY, 1), GROUPS[1].digest)
+    message = rf"text of length {OVER_JSON}"
+    await _refused_unread(lambda: session.read([ref], 4096, _ctx()), ArchiveCorruptError, message, "read")
+    # Indexing group 0 again (changed) reads its neighbour's text for its context.
+    changed = plain_group(0, " changed")
+    receipt = [ArchiveReceipt(0, changed.digest, "test/0")]
+    await _refused_unread(
+        lambda: store.index_groups(KEY, [changed], receipt, _ctx()), SQLiteRecallError, message, "index"
+    )
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_document_text_is_refused_by_read_before_it_is_fetched(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    store, path, doc = seeded
+    _update_text(path, "text", "printf('%.*c', ?, 'x')", OVER_JSON, "data IS NULL")
+    before = _fingerprint(path)
+    session = await store.open(SCOPE, RecallLimits(), _ctx())
+    await _refused_unread(
+        lambda: session.read([doc], 4096, _ctx()), SQLiteRecallError, rf"text of length {OVER_JSON}", "read"
+    )
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_title_is_refused_by_discovery_before_it_is_fetched(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    store, path, _ = seeded
+    _sql(
+        path, "UPDATE recall_sources SET title = printf('%.*c', ?, 'x') WHERE kind = 'document'", (OVER_JSON,)
+    )
+    before = _fingerprint(path)
+    session = await store.open(SCOPE, RecallLimits(), _ctx())
+    message = rf"title of length {OVER_JSON}"
+    query = Vector.normalized(MODEL, [1.0, 3.0, 0.5])
+    await _refused_unread(
+        lambda: session.discover("kettle", 8, _ctx()), SQLiteRecallError, message, "discover"
+    )
+    await _refused_unread(
+        lambda: session.discover_hybrid("kettle", query, 8, _ctx()), SQLiteRecallError, message, "hybrid"
+    )
+    assert _fingerprint(path) == before
+
+
+async def test_huge_digests_are_refused_before_they_are_fetched(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    store, path, doc = seeded
+    _sql(path, "UPDATE recall_sources SET receipt_digest = printf('%.*c', ?, 'x') WHERE seq = 1", (HUGE,))
+    _sql(path, "UPDATE recall_sources SET revision = printf('%.*c', ?, 'x') WHERE kind = 'document'", (HUGE,))
+    before = _fingerprint(path)
+    session = await store.open(SCOPE, RecallLimits(), _ctx())
+    receipt, revision = rf"receipt_digest of length {HUGE}", rf"revision of length {HUGE}"
+    for name, call, error, message in [
+        ("seek", lambda: store.seek_groups(KEY, 0, 10, _ctx()), ArchiveCorruptError, receipt),
+        ("validate", lambda: session.validate([doc], _ctx()), SQLiteRecallError, revision),
+        ("read", lambda: session.read([doc], 4096, _ctx()), SQLiteRecallError, revision),
+        ("discover", lambda: session.discover("kettle descaled", 8, _ctx()), SQLiteRecallError, revision),
+        (
+            "erase plan",
+            lambda: store.erase(EraseTarget.user("acme", "alice"), _ctx(), dry_run=True),
+            SQLiteRecallError,
+            revision,
+        ),
+    ]:
+        await _refused_unread(call, error, message, name)
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_vector_is_refused_by_hybrid_discovery_before_it_is_fetched(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    store, path, _ = seeded
+    _sql(
+        path,
+        "UPDATE recall_vectors SET vector = zeroblob(?) WHERE id = (SELECT max(id) FROM recall_vectors)",
+        (HUGE,),
+    )
+    before = _fingerprint(path)
+    session = await store.open(SCOPE, RecallLimits(), _ctx())
+    query = Vector.normalized(MODEL, [1.0, 3.0, 0.5])
+    await _refused_unread(
+        lambda: session.discover_hybrid("kettle", query, 8, _ctx()),
+        SQLiteRecallError,
+        rf"vector of length {HUGE}",
+        "hybrid",
+    )
+    assert _fingerprint(path) == before
+
+
+async def test_a_huge_schema_version_or_model_key_is_refused_unread(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    store, path, _ = seeded
+    _sql(path, "UPDATE recall_meta SET value = printf('%.*c', ?, 'x') WHERE key = 'vector_model'", (HUGE,))
+    before = _fingerprint(path)
+    session = await store.open(SCOPE, RecallLimits(), _ctx())
+    query = Vector.normalized(MODEL, [1.0, 3.0, 0.5])
+    await _refused_unread(
+        lambda: session.discover_hybrid("kettle", query, 8, _ctx()),
+        SQLiteRecallError,
+        rf"value of length {HUGE}",
+        "hybrid",
+    )
+    await store.aclose()
+    _sql(path, "UPDATE recall_meta SET value = printf('%.*c', ?, '2') WHERE key = 'schema_version'", (HUGE,))
+    before = _fingerprint(path)
+    reopened = SQLiteRecallStore(SQLiteRecallConfig(path=str(path)))
+    await _refused_unread(
+        lambda: reopened.seek_groups(KEY, 0, 10, _ctx()),
+        SQLiteRecallError,
+        rf"schema version of {HUGE} characters",
+        "open",
+    )
+    await reopened.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_indexing_refuses_what_reads_would_refuse(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bound, lowered: a text, a title or a group's bytes over it is never written.
+    store, path, _ = seeded
+    before = _fingerprint(path)
+    monkeypatch.setattr(sqlite_recall, "JSON_BYTES", 100)
+    with pytest.raises(InvalidArgumentError, match="text is 101 bytes, over the 100 stored"):
+        await store.index_document(OWNER, "d2", "x" * 101, _ctx())
+    with pytest.raises(InvalidArgumentError, match="title is 101 bytes, over the 100 stored"):
+        await store.index_document(OWNER, "d2", "x", _ctx(), title="x" * 101)
+    group = plain_group(3, " about the kettle")
+    with pytest.raises(InvalidArgumentError, match="group 3 is over 100 bytes"):
+        await store.index_groups(KEY, [group], [ArchiveReceipt(3, group.digest, "test/3")], _ctx())
+    assert _fingerprint(path) == before
