@@ -353,7 +353,8 @@ def revision_floor(conn: sqlite3.Connection, refused: str = "no session can be c
     try:
         # Bounded: a floor changed to a huge value behind the store's back comes back NULL, unread.
         row = conn.execute(
-            "SELECT CASE WHEN length(floor) <= 20 THEN floor END FROM revision_floor WHERE id = 0"
+            "SELECT CASE WHEN length(floor) <= 20 THEN floor END, length(floor) "
+            "FROM revision_floor WHERE id = 0"
         ).fetchone()
     except sqlite3.OperationalError as exc:
         if "no such table" not in str(exc):
@@ -365,10 +366,12 @@ def revision_floor(conn: sqlite3.Connection, refused: str = "no session can be c
             f"erased session's revisions could repeat; {refused} until an operator restores it at a "
             "revision no lower than any session's ever was; nothing was changed"
         )
-    (floor,) = row
+    floor, length = row
     if type(floor) is not int or floor < 0:
+        # NOT NULL: None is a value over its bound (not read); its length is named instead.
+        what = f"floor of length {length}" if floor is None else type(floor).__name__
         raise SQLiteRevisionFloorError(
-            f"sqlite session store: the revision floor is damaged ({type(floor).__name__}), so an erased "
+            f"sqlite session store: the revision floor is damaged ({what}), so an erased "
             f"session's revisions could repeat; {refused} until an operator repairs it (revision_floor, "
             "row id 0) at a revision no lower than any session's ever was; nothing was changed"
         )
