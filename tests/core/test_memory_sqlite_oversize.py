@@ -179,3 +179,44 @@ async def test_a_huge_schema_version_is_refused_when_the_store_opens(tmp_path: P
     )
     assert _fingerprint(db) == before
     await reopened.aclose()
+
+
+#: A NUL after one character: SQLite's ``length()`` counts the characters before the first NUL, so
+#: a bound on ``length()`` alone read this HUGE + 2 byte value as one character long.
+NUL_HUGE = "'x' || char(0) || printf('%.*c', ?, 'x')"
+
+
+async def test_a_huge_text_behind_a_nul_is_refused_by_every_read_before_it_is_fetched(
+    tmp_path: Path,
+) -> None:
+    store, db, fact_id = await _damaged(tmp_path, "text", 1)
+    _sql(db, f"UPDATE memory_facts SET text = {NUL_HUGE} WHERE revision = 2", (HUGE,))
+    before = _fingerprint(db)
+    for name, call in _reads(store, fact_id).items():
+        await _refused_unread(call, rf"text of {HUGE + 2} bytes", name)
+    assert _fingerprint(db) == before
+    await store.aclose()
+
+
+async def test_a_huge_fact_id_or_version_behind_a_nul_is_refused_before_it_is_fetched(
+    tmp_path: Path,
+) -> None:
+    store, db, _ = await _damaged(tmp_path, "fact_id", 1)
+    _sql(db, f"UPDATE memory_facts SET fact_id = {NUL_HUGE} WHERE revision = 2", (LARGE,))
+    before = _fingerprint(db)
+    user = EraseTarget.user("tenant-a", "alice")
+    message = rf"fact_id of {LARGE + 2} bytes"
+    await _refused_unread(lambda: store.erase(user, _ctx(), dry_run=True), message, "erasure plan")
+    await _refused_unread(lambda: store.list_facts(ALICE, 10, _ctx()), message, "list")
+    assert _fingerprint(db) == before
+    await store.aclose()
+    version = "'1' || char(0) || printf('%.*c', ?, '1')"
+    _sql(db, f"UPDATE memory_meta SET value = {version} WHERE key = 'schema_version'", (HUGE,))
+    before = _fingerprint(db)
+    reopened = sqlite_store(tmp_path)
+    await _refused_unread(
+        lambda: reopened.list_facts(ALICE, 10, _ctx()),
+        rf"schema version of 1 characters \({HUGE + 2} bytes\)",
+    )
+    assert _fingerprint(db) == before
+    await reopened.aclose()

@@ -95,6 +95,8 @@ SCHEMA: Final = (
 _ID_CHARS: Final = MAX_ID_LENGTH
 _WHEN_CHARS: Final = len("0001-01-01T00:00:00.000000Z")
 _DIGEST_CHARS: Final = len("sha256:") + 64
+#: Most bytes one character takes in UTF-8: a value within its bound takes at most this many per character.
+_UTF8_MAX: Final = 4
 #: A session id as canonical JSON (no ASCII escapes): quoted, every character escaped at worst.
 _JSON_ID_CHARS: Final = 2 + 2 * MAX_ID_LENGTH
 #: ``[session,seq,"digest"]``: a seq is at most 19 digits (a SQLite INTEGER, never negative).
@@ -126,11 +128,28 @@ _BOUNDS: Final = (
 )
 
 
+def _octets(column: str) -> str:
+    """``column``'s size in bytes (a blob's length is its whole size).
+
+    ``length()`` of a text counts only the characters before its first NUL: a
+    value changed behind the store's back to ``'x' || char(0) || <1 GB>``
+    passed a bound on ``length()`` alone and was read whole.
+    """
+    return f"length(CAST({column} AS BLOB))"
+
+
+def _within(column: str, bound: str) -> str:
+    """True if ``column`` is within ``bound`` characters, and within the bytes they take at most."""
+    return f"length({column}) <= {bound} AND {_octets(column)} <= {_UTF8_MAX} * {bound}"
+
+
 def _over(column: str, bound: str) -> str:
-    """A ``CASE`` branch naming ``column`` and its length if it is longer than ``bound``."""
+    """The ``CASE`` branches naming ``column`` and its length if it is longer than ``bound``."""
     return (
         f"WHEN length({column}) > {bound} THEN '{column} of ' || length({column}) "
-        f"|| ' characters (at most ' || {bound} || ')'"
+        f"|| ' characters (at most ' || {bound} || ')' "
+        f"WHEN {_octets(column)} > {_UTF8_MAX} * {bound} THEN '{column} of ' || {_octets(column)} "
+        f"|| ' bytes (at most ' || ({_UTF8_MAX} * {bound}) || ')'"
     )
 
 
@@ -139,13 +158,16 @@ def _over(column: str, bound: str) -> str:
 #: never transferred; the last column then names it (``None`` for a row within every bound), and
 #: :func:`decode_row` refuses the row. ``text_lower`` (never read back) is bounded as well.
 COLUMNS: Final = (
-    ", ".join(f"CASE WHEN length({c}) <= {b} THEN {c} END" for c, b in _BOUNDS)
+    ", ".join(f"CASE WHEN {_within(c, b)} THEN {c} END" for c, b in _BOUNDS)
     + ", CASE "
     + " ".join(_over(c, b) for c, b in (*_BOUNDS, ("text_lower", str(2 * MAX_FACT_BYTES))))
     + " END"
 )
-#: A fact id read alone (an erasure's), as in :data:`COLUMNS`, then its length.
-FACT_ID: Final = f"CASE WHEN length(fact_id) <= {_ID_CHARS} THEN fact_id END, length(fact_id)"
+#: A fact id read alone (an erasure's), as in :data:`COLUMNS`, then what is too long (or ``None``).
+FACT_ID: Final = (
+    f"CASE WHEN {_within('fact_id', str(_ID_CHARS))} THEN fact_id END, "
+    f"CASE {_over('fact_id', str(_ID_CHARS))} END"
+)
 
 
 def _when(value: datetime | None) -> str | None:

@@ -174,9 +174,11 @@ def schema_current(
     with read_transaction(conn):
         try:
             # A value longer than any version (changed behind the store's back) comes back NULL,
-            # unread: the caller's write transaction then reports it.
+            # unread: the caller's write transaction then reports it. Its bytes too: length() counts
+            # only the characters before a NUL.
             row = conn.execute(
-                f"SELECT CASE WHEN length(value) <= 20 THEN value END FROM {meta_table} "  # noqa: S608 - a constant
+                f"SELECT CASE WHEN length(value) <= 20 AND length(CAST(value AS BLOB)) <= 20 THEN value END "  # noqa: S608 - a constant
+                f"FROM {meta_table} "
                 "WHERE key = 'schema_version'"
             ).fetchone()
         except sqlite3.OperationalError:  # no meta table yet: a new file

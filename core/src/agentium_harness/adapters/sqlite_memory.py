@@ -69,7 +69,7 @@ from .._ports.memory import (
     iso_utc,
 )
 from .._ports.recall_args import checked_argument, checked_ctx
-from .._scope import MAX_ID_LENGTH, validate_id
+from .._scope import validate_id
 from ._excerpts import query_terms
 from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
 from ._sqlite_memory_sql import (
@@ -137,7 +137,9 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
             # Bounded as every read of stored data: a value changed behind the store's back may be
             # as long as SQLite allows (1 GB), and it is not read, nor put into the message.
             row = conn.execute(
-                f"SELECT CASE WHEN length(value) <= {_VERSION_CHARS} THEN value END, length(value) "  # noqa: S608
+                # The bytes as well: length() stops at a NUL, so it alone passed a huge value behind one.
+                f"SELECT CASE WHEN length(value) <= {_VERSION_CHARS} AND length(CAST(value AS BLOB)) <= "  # noqa: S608
+                f"{_VERSION_CHARS} THEN value END, length(value), length(CAST(value AS BLOB)) "
                 "FROM memory_meta WHERE key = 'schema_version'"
             ).fetchone()
             if row is None:
@@ -147,7 +149,8 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                 )
             elif row[0] is None:
                 raise SQLiteMemoryError(
-                    f"{self.adapter_name}: {self._path} has a memory schema version of {row[1]} characters, "
+                    f"{self.adapter_name}: {self._path} has a memory schema version of {row[1]} characters "
+                    f"({row[2]} bytes), "
                     "not one any version of agentium-harness writes: the file is damaged; nothing was changed"
                 )
             elif str(row[0]) != str(MEMORY_SCHEMA_VERSION):
@@ -324,7 +327,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                 ).fetchall()
                 for r in rows:
                     if r[0] is None:
-                        raise oversize_error(f"fact_id of {r[1]} characters (at most {MAX_ID_LENGTH})")
+                        raise oversize_error(r[1])
                 return [str(r[0]) for r in rows]
             # The provenance is JSON text: matched here, row by row, never as a SQL pattern.
             found: set[str] = set()
