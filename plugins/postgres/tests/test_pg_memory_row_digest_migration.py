@@ -148,3 +148,30 @@ async def test_a_version_3_database_is_refused_then_migrated_with_its_rows_bless
         assert after == before
     finally:
         await store.aclose()
+
+
+async def test_the_upgrade_digests_facts_at_the_validity_bounds_whatever_the_owners_time_zone(
+    pg_server: PostgresServer, admin: psycopg.Connection[Any], owner: tuple[str, str]
+) -> None:
+    # In the owner's zone (here its role's setting) a bound of 0001-01-01 UTC is a BC date,
+    # which psycopg cannot load: the step failed reading the row, and the upgrade with it.
+    schema, owner_dsn = owner
+    config = PostgresConfig(dsn=owner_dsn, schema=schema)
+    await migrate(config, grant_to=[APP_USER], to_version=3)
+    first = datetime(1, 1, 1, tzinfo=UTC)
+    fact = MemoryFact(ALICE, "valid from the first instant", valid_from=first)
+    values = (
+        *(encode_segment("acme"), "m-first", 1, encode_segment("alice"), None, None, "current"),
+        *(fact.text, fact.text.lower(), first, None, "[]", WHEN, content_digest(fact)),
+    )
+    admin.execute(sql.SQL(V3_INSERT).format(sql.Identifier(schema)), values)
+    role = sql.Identifier(f"owner_{schema}")
+    admin.execute(sql.SQL("ALTER ROLE {} SET TimeZone = 'America/New_York'").format(role))
+    report = await migrate(config, grant_to=[APP_USER])
+    assert report.applied == (4,)
+    store = PostgresMemoryStore(PostgresConfig(dsn=pg_server.app_dsn(), schema=schema, min_pool_size=0))
+    try:
+        (read,) = await store.list_facts(ALICE, 10, _ctx())
+        assert (read.fact_id, read.fact.valid_from) == ("m-first", first)
+    finally:
+        await store.aclose()

@@ -60,6 +60,10 @@ async def bless_memory_rows(conn: psycopg.AsyncConnection[Any], schema: str) -> 
         "FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[]) AS d(t, f, r, digest) "
         "WHERE m.tenant_key = d.t AND m.fact_id = d.f AND m.revision = d.r"
     ).format(s=s)
+    # Times read in UTC for this transaction: in the session's own zone a validity bound of
+    # 0001-01-01 UTC (west of it) or late 9999-12-31 UTC (east of it) is BC or in year 10000,
+    # which psycopg cannot load, and the upgrade failed on the first such fact.
+    await conn.execute("SELECT set_config('TimeZone', 'UTC', true)")
     after: tuple[str, str, int] = ("", "", 0)
     blessed = 0
     while True:
