@@ -40,7 +40,7 @@ import logging
 import math
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, LiteralString, TypeVar
 
 import anyio
 import psycopg
@@ -73,6 +73,11 @@ from .schema import TENANT_SETTING
 from .translate import translate_error
 
 __all__ = ["Conn", "PgLink", "ServerFacts", "require_asyncio"]
+
+#: Every transaction reads times in UTC: in the session's own zone a time at a validity bound
+#: (0001-01-01 UTC west of it, 9999-12-31 late UTC east of it) comes back BC or in year 10000,
+#: which psycopg cannot load, and every read of such a fact failed.
+_UTC: Final[LiteralString] = "set_config('TimeZone', 'UTC', true)"
 
 #: Commits whose outcome stayed unknown, discarded connections (WARNING); never statements or rows.
 logger = logging.getLogger("agentium.plugins.postgres")
@@ -376,7 +381,7 @@ class PgLink:
         try:
             await conn.execute("BEGIN")
             await conn.execute(
-                "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true)",
+                "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true), " + _UTC,
                 (str(timeout_ms), TENANT_SETTING, tenant_key or ""),
             )
             result = await work(conn)
@@ -464,7 +469,7 @@ class PgLink:
         await tx.__aenter__()
         try:
             await conn.execute(
-                "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true)",
+                "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true), " + _UTC,
                 (str(timeout_ms), TENANT_SETTING, tenant_key or ""),
             )
             result = await work(conn)
