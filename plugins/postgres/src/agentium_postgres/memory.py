@@ -52,6 +52,7 @@ from agentium_harness import (
     InvalidIdError,
     MemoryFactForgottenError,
     MemoryFactNotFoundError,
+    MemoryRejectedError,
 )
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
@@ -185,6 +186,18 @@ class PostgresMemoryStore(MemoryStore):
     def _q(self, template: LiteralString) -> Any:
         return _statement(template, self._config.schema, self._config.max_row_bytes)
 
+    def _over_cap(self, values: Sequence[Any]) -> str | None:
+        """Why no read would take the row of ``values`` (:func:`row_values`), or ``None``.
+
+        Reads refuse a provenance over ``max_row_bytes`` (see ``COLUMNS``), which may be as
+        small as 1 KiB: a row written past it could never be read, corrected or forgotten.
+        """
+        size = len(str(values[11]).encode("utf-8"))
+        cap = self._config.max_row_bytes
+        if size <= cap:
+            return None
+        return f"its provenance takes {size} bytes stored, over max_row_bytes ({cap})"
+
     async def _latest(
         self, conn: Conn, scope: MemoryScope, fact_id: str, *, lock: bool
     ) -> tuple[StoredFact, Sequence[Any]]:
@@ -228,6 +241,8 @@ class PostgresMemoryStore(MemoryStore):
         digest = content_digest(fact)
         fact_id = new_fact_id()
         values = row_values(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))
+        if (why := self._over_cap(values)) is not None:
+            raise MemoryRejectedError(f"the fact cannot be stored: {why}; nothing was written")
         t, u = values[0], values[3]
 
         async def work(conn: Conn) -> MemoryAck:
@@ -273,6 +288,9 @@ class PostgresMemoryStore(MemoryStore):
             if content_digest(latest.fact) == digest:
                 return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
             check_revision(latest.revision)  # raised inside the transaction: it rolls back, nothing written
+            values = row_values(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now)
+            if (why := self._over_cap(values)) is not None:
+                raise MemoryRejectedError(f"the replacement cannot be stored: {why}; nothing was written")
             await conn.execute(
                 self._q(
                     "UPDATE {s}.memory_facts SET status = 'superseded', row_digest = %s "
@@ -285,10 +303,7 @@ class PostgresMemoryStore(MemoryStore):
                     latest.revision,
                 ),
             )
-            await conn.execute(
-                self._q(INSERT),
-                row_values(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now),
-            )
+            await conn.execute(self._q(INSERT), values)
             return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
 
         return await self._link.run(ctx, "memory correct", encode_segment(scope.tenant), work)
@@ -318,6 +333,16 @@ class PostgresMemoryStore(MemoryStore):
             for row in rows:
                 decode(row)
             sessions = [str(r[0]) for row in rows for r in provenance_refs(row[10])]
+            empty = MemoryFact(latest.fact.scope, "")
+            tombstone = row_values(fact_id, latest.revision + 1, FactStatus.FORGOTTEN, empty, now, sessions)
+            if (why := self._over_cap(tombstone)) is not None:
+                # Checked before any revision is rewritten: a tombstone no read takes would leave
+                # the fact unreadable, its history included.
+                raise PostgresMemoryError(
+                    f"fact {fact_id!r} cannot be forgotten: the tombstone naming the {len(set(sessions))} "
+                    f"sessions its revisions cite: {why}; nothing was forgotten (erase its user or its "
+                    "sessions instead, or raise max_row_bytes)"
+                )
             # One UPDATE however many revisions; each row's new digest is computed from its verified
             # keys, revision and recorded_at (all kept), with the content gone.
             await conn.execute(
@@ -334,11 +359,7 @@ class PostgresMemoryStore(MemoryStore):
                     fact_id,
                 ),
             )
-            tombstone = MemoryFact(latest.fact.scope, "")
-            await conn.execute(
-                self._q(INSERT),
-                row_values(fact_id, latest.revision + 1, FactStatus.FORGOTTEN, tombstone, now, sessions),
-            )
+            await conn.execute(self._q(INSERT), tombstone)
             return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
 
         return await self._link.run(ctx, "memory forget", tenant, work)
