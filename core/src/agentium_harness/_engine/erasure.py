@@ -46,7 +46,6 @@ import attrs
 
 from .._errors import (
     CapabilityError,
-    ContractViolationError,
     ErasureIncompleteError,
     ErasureInProgressError,
     ErasureRefusedError,
@@ -57,24 +56,18 @@ from .._ports._base import capabilities_of
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
     MAX_ERASURE_REASON_BYTES,  # defined with the record, whose decode holds stored reasons to it too
-    ErasedCount,
-    ErasedGroups,
-    ErasedSession,
     EraseLevel,
-    EraseReport,
     EraseStatus,
     EraseTarget,
     ErasureKind,
     ErasureLedger,
     ErasureRecord,
     ErasureState,
-    SeqRange,
-    StoreErasure,
 )
 from .._ports.sessions import SessionStore
 from .._scope import ERASURE_RECORDS_TENANT, SessionKey, VerifiedIdentity, require_identity
 from .._text import error_text
-from .._validators import MAX_SEQ, exact_int, lone_surrogate_at, shown_number
+from .._validators import lone_surrogate_at
 from .erasure_ledger import (
     header,
     load_ledger,
@@ -84,6 +77,7 @@ from .erasure_ledger import (
     save_joined,
     update_ledger_from,
 )
+from .erasure_reports import check_report, merge_report, merge_sessions
 from .erasure_resume import (
     Saved,
     Stray,
@@ -92,9 +86,8 @@ from .erasure_resume import (
     progress_over,
     save_progress,
     stored_record,
-    unite_sessions,
 )
-from .erasure_scrub import PHYSICAL_RANK, defers_scrub
+from .erasure_scrub import defers_scrub
 from .lifecycle import LateScope, Ticket, covers, overlaps
 
 __all__ = [
@@ -113,8 +106,6 @@ __all__ = [
 _VERIFY_ROUNDS: Final = 3
 #: Items one dry run counts per store at most (the report then says ``partial``: at least that many).
 _PLAN_ITEMS: Final = 100_000
-#: Where the physical outcomes rank: a record keeps the weakest any call reported.
-_WEAKER: Final = PHYSICAL_RANK
 
 Stores = Sequence[tuple[str, Any]]
 
@@ -241,77 +232,6 @@ def new_record(
     )
 
 
-# -- merging what stores report ----------------------------------------------------------------------
-
-
-def merge_report(record: ErasureRecord, role: str, adapter: str, report: EraseReport) -> ErasureRecord:
-    """``record`` with one store call's report added: counts summed, sessions' groups united."""
-    old = record.store(role) or StoreErasure(role, adapter)
-    counts: dict[str, int] = {c.kind: c.count for c in old.counts}
-    for item in report.counts:
-        counts[item.kind] = counts.get(item.kind, 0) + item.count
-    physical = max(old.physical, report.physical, key=_WEAKER.__getitem__)
-    entry = StoreErasure(
-        role,
-        adapter,
-        tuple(ErasedCount(k, n) for k, n in counts.items()),
-        report.status,
-        physical,
-        report.detail or old.detail,
-    )
-    stores = tuple(entry if s.role == role else s for s in record.stores)
-    if record.store(role) is None:
-        stores = (*stores, entry)
-    return merge_sessions(attrs.evolve(record, stores=stores), role, report.sessions)
-
-
-def merge_sessions(record: ErasureRecord, role: str, found: Sequence[ErasedSession]) -> ErasureRecord:
-    """``record`` with the groups of ``found`` united into its sessions (ranges exact, digests budgeted)."""
-    # One store call's groups as the record's shape (a one-seq range and a digest each), so the
-    # union, the digest budget and the omitted count are the one resume uses too.
-    snapshot = role == "session_store"
-    groups = tuple(
-        ErasedGroups(
-            e.session, len(e.groups), tuple(SeqRange(seq, seq + 1) for seq, _ in e.groups), e.groups, snapshot
-        )
-        for e in found
-    )
-    sessions, omitted = unite_sessions(record, groups)
-    return attrs.evolve(record, sessions=sessions, omitted_sessions=omitted)
-
-
-def _check_report(report: object, target: EraseTarget, role: str, bound: int, dry_run: bool) -> EraseReport:
-    """The store's report if it keeps the port's contract, else :class:`ContractViolationError`."""
-    name = f"the {role} store's erase"
-    if not isinstance(report, EraseReport):
-        raise ContractViolationError(f"{name} returned {type(report).__name__}, not an EraseReport")
-    items = report.removed - report.count("revision")
-    if items > bound:
-        raise ContractViolationError(f"{name} reported {items} items for a call bounded to {bound}")
-    if not dry_run and report.status is EraseStatus.PARTIAL and items == 0:
-        raise ContractViolationError(f"{name} said partial without removing anything; it would never end")
-    for entry in report.sessions:
-        # A seq no group has is the store's fault, not the host's: unchecked, building the record
-        # refused it as an InvalidArgumentError.
-        for seq, _ in entry.groups if isinstance(entry, ErasedSession) else ():
-            plain = exact_int(seq)  # an int subclass as its number: its own comparisons are not trusted
-            if plain is None or not 0 <= plain <= MAX_SEQ:
-                raise ContractViolationError(
-                    f"{name} reported removing group seq {shown_number(seq)}, which no group has "
-                    f"(0 to {MAX_SEQ}); the erasure stops here"
-                )
-        # The session itself too: an entry naming no group (a snapshot removed) must be in the target.
-        if (
-            not isinstance(entry, ErasedSession)
-            or not covers(target, entry.session)
-            or not all(target.covers_group(entry.session, seq) for seq, _ in entry.groups)
-        ):
-            raise ContractViolationError(
-                f"{name} reported removing groups outside {target.describe()}; the erasure stops here"
-            )
-    return report
-
-
 # -- the steps -------------------------------------------------------------------------------------
 
 
@@ -342,7 +262,7 @@ async def plan(ticket: Ticket, stores: Stores, record: ErasureRecord) -> Erasure
         raw = await ticket.call(
             f"{role} erase (dry run)", _erase_call(store, record.target, True, _PLAN_ITEMS)
         )
-        report = _check_report(raw, record.target, role, _PLAN_ITEMS, True)
+        report = check_report(raw, record.target, role, _PLAN_ITEMS, True)
         record = merge_report(record, role, type(store).__name__, report)
     return record
 
@@ -441,7 +361,7 @@ async def inventory(ticket: Ticket, stores: Stores, record: ErasureRecord) -> Er
         raw = await ticket.call(
             f"{role} erase (inventory)", _erase_call(store, record.target, True, _PLAN_ITEMS)
         )
-        report = _check_report(raw, record.target, role, _PLAN_ITEMS, True)
+        report = check_report(raw, record.target, role, _PLAN_ITEMS, True)
         record = merge_sessions(record, role, report.sessions)
     return record
 
@@ -510,7 +430,7 @@ async def carry_out(
                     if done is not None:
                         return done, None
                     raw = await ticket.call(f"{role} erase", _erase_call(store, target, False, batch))
-                    report = _check_report(raw, target, role, batch, False)
+                    report = check_report(raw, target, role, batch, False)
                     adapter = type(store).__name__
                     record = merge_report(record, role, adapter, report)
                     unsaved = Stray(record.erasure_id, role, adapter, report) if report.removed else None
@@ -583,7 +503,7 @@ async def still_held(ticket: Ticket, stores: Stores, target: EraseTarget) -> lis
     left: list[str] = []
     for role, store in stores:
         raw = await ticket.call(f"{role} erase (check)", _erase_call(store, target, True, 1))
-        report = _check_report(raw, target, role, 1, True)
+        report = check_report(raw, target, role, 1, True)
         if report.removed:
             left.append(role)
     return left

@@ -299,7 +299,7 @@ def unite_sessions(
 ) -> tuple[tuple[ErasedGroups, ...], int]:
     """``stored``'s sessions with ``found``'s united in (ranges exact, digests budgeted); sessions omitted.
 
-    Both a store call's report (:func:`.erasure.merge_sessions`) and a resumed
+    Both a store call's report (:func:`.erasure_reports.merge_sessions`) and a resumed
     call's progress (:func:`merge_progress`, whose own omitted count is
     ``found_omitted``: sessions it counted and did not list) go through it.
 

@@ -36,7 +36,6 @@ from .erasure import (
     OperatorAttestation,
     carry_out,
     inventory,
-    merge_report,
     settle_late,
     start,
     still_held,
@@ -44,6 +43,7 @@ from .erasure import (
 from .erasure_events import erasure_event, spanned
 from .erasure_ledger import pending_records
 from .erasure_owed import Owed, clean_up_own, warn_overtaken
+from .erasure_reports import merge_report
 from .erasure_resume import Stray, Tried, finished_elsewhere, save_progress, stored_record
 from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_status import as_pending
