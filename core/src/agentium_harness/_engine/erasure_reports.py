@@ -16,6 +16,9 @@ import attrs
 
 from .._errors import ContractViolationError
 from .._ports.erasure import (
+    MAX_KIND_BYTES,
+    MAX_REPORT_DETAIL_BYTES,
+    MAX_REPORT_KINDS,
     ErasedCount,
     ErasedGroups,
     ErasedSession,
@@ -26,7 +29,8 @@ from .._ports.erasure import (
     SeqRange,
     StoreErasure,
 )
-from .._validators import MAX_SEQ, exact_int, shown_number
+from .._scope import SessionKey
+from .._validators import DIGEST_FORM, MAX_COUNT, MAX_SEQ, exact_int, lone_surrogate_at, shown_number
 from .erasure_resume import unite_sessions
 from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import covers
@@ -40,6 +44,14 @@ def merge_report(record: ErasureRecord, role: str, adapter: str, report: EraseRe
     counts: dict[str, int] = {c.kind: c.count for c in old.counts}
     for item in report.counts:
         counts[item.kind] = counts.get(item.kind, 0) + item.count
+    # Each report is within the bounds (check_report); the store's entry, summed over its calls, must
+    # be too: past them a store's counts are not believed, nor kept (building the entry would refuse
+    # the sum as the host's bad input).
+    if len(counts) > MAX_REPORT_KINDS or any(n > MAX_COUNT for n in counts.values()):
+        raise ContractViolationError(
+            f"the {role} store's erase reported, over its calls, {len(counts)} kinds of items or a count "
+            f"past {MAX_COUNT} (at most {MAX_REPORT_KINDS} kinds); the erasure stops here"
+        )
     physical = max(old.physical, report.physical, key=PHYSICAL_RANK.__getitem__)
     entry = StoreErasure(
         role,
@@ -71,32 +83,93 @@ def merge_sessions(record: ErasureRecord, role: str, found: Sequence[ErasedSessi
 
 
 def check_report(report: object, target: EraseTarget, role: str, bound: int, dry_run: bool) -> EraseReport:
-    """The store's report if it keeps the port's contract, else :class:`ContractViolationError`."""
+    """The store's report if it keeps the port's contract, else :class:`ContractViolationError`.
+
+    What goes into the stored record is held to its form and bounds here, before anything of
+    the report is kept: the counts (:data:`MAX_REPORT_KINDS` kinds at most, each a short name,
+    each count an ``int`` from 0 to ``MAX_COUNT``), the ``detail`` (at most
+    :data:`MAX_REPORT_DETAIL_BYTES`), the sessions (one per item at most: ``bound``) and each
+    group's seq and digest.
+    """
     name = f"the {role} store's erase"
     if not isinstance(report, EraseReport):
         raise ContractViolationError(f"{name} returned {type(report).__name__}, not an EraseReport")
+    _check_counts(report.counts, name)
+    _check_text(report.detail, f"{name}'s detail", MAX_REPORT_DETAIL_BYTES)
     items = report.removed - report.count("revision")
     if items > bound:
         raise ContractViolationError(f"{name} reported {items} items for a call bounded to {bound}")
     if not dry_run and report.status is EraseStatus.PARTIAL and items == 0:
         raise ContractViolationError(f"{name} said partial without removing anything; it would never end")
+    # Each session listed stands for an item removed (a group, a snapshot): never more than the bound.
+    if len(report.sessions) > bound:
+        raise ContractViolationError(
+            f"{name} listed {len(report.sessions)} sessions for a call bounded to {bound} items"
+        )
     for entry in report.sessions:
-        # A seq no group has is the store's fault, not the host's: unchecked, building the record
-        # refused it as an InvalidArgumentError.
-        for seq, _ in entry.groups if isinstance(entry, ErasedSession) else ():
-            plain = exact_int(seq)  # an int subclass as its number: its own comparisons are not trusted
-            if plain is None or not 0 <= plain <= MAX_SEQ:
-                raise ContractViolationError(
-                    f"{name} reported removing group seq {shown_number(seq)}, which no group has "
-                    f"(0 to {MAX_SEQ}); the erasure stops here"
-                )
+        if not isinstance(entry, ErasedSession) or not isinstance(entry.session, SessionKey):
+            raise ContractViolationError(
+                f"{name} listed {type(entry).__name__} entries naming no session key; the erasure stops here"
+            )
+        for seq, digest in entry.groups:
+            _check_group(seq, digest, name)
         # The session itself too: an entry naming no group (a snapshot removed) must be in the target.
-        if (
-            not isinstance(entry, ErasedSession)
-            or not covers(target, entry.session)
-            or not all(target.covers_group(entry.session, seq) for seq, _ in entry.groups)
+        if not covers(target, entry.session) or not all(
+            target.covers_group(entry.session, seq) for seq, _ in entry.groups
         ):
             raise ContractViolationError(
                 f"{name} reported removing groups outside {target.describe()}; the erasure stops here"
             )
     return report
+
+
+def _check_group(seq: object, digest: object, name: str) -> None:
+    # A seq no group has is the store's fault, not the host's: unchecked, building the record
+    # refused it as an InvalidArgumentError.
+    plain = exact_int(seq)  # an int subclass as its number: its own comparisons are not trusted
+    if plain is None or not 0 <= plain <= MAX_SEQ:
+        raise ContractViolationError(
+            f"{name} reported removing group seq {shown_number(seq)}, which no group has "
+            f"(0 to {MAX_SEQ}); the erasure stops here"
+        )
+    # The digest goes into the tombstone as it came: any other text (100 MB of it, another hash,
+    # upper case) would be kept for good. Its text is never shown: a backend may fill it with content.
+    if type(digest) is not str or DIGEST_FORM.fullmatch(digest) is None:
+        shown = f"{len(digest)} characters of other text" if type(digest) is str else type(digest).__name__
+        raise ContractViolationError(
+            f"{name} reported group seq {plain} with a digest that is not 'sha256:' and 64 lowercase "
+            f"hex digits ({shown}); the erasure stops here"
+        )
+
+
+def _check_counts(counts: object, name: str) -> None:
+    # Summed into the store's entry of the stored record, kind by kind: each kind is kept there.
+    if not isinstance(counts, tuple) or len(counts) > MAX_REPORT_KINDS:
+        shown = f"{len(counts)} counts" if isinstance(counts, tuple) else type(counts).__name__
+        raise ContractViolationError(
+            f"{name} reported {shown}; at most {MAX_REPORT_KINDS} kinds are kept. The erasure stops here"
+        )
+    for item in counts:
+        if not isinstance(item, ErasedCount):
+            raise ContractViolationError(f"{name} reported a {type(item).__name__} among its counts")
+        _check_text(item.kind, f"{name}'s count kind", MAX_KIND_BYTES, name=True)
+        plain = exact_int(item.count)
+        if plain is None or not 0 <= plain <= MAX_COUNT:
+            raise ContractViolationError(
+                f"{name} reported a count of {shown_number(item.count)} (0 to {MAX_COUNT}); "
+                "the erasure stops here"
+            )
+
+
+def _check_text(value: object, what: str, max_bytes: int, *, name: bool = False) -> None:
+    """``value`` is text of at most ``max_bytes`` UTF-8 bytes the record can hold (a ``name``: one line)."""
+    text = str.__str__(value) if isinstance(value, str) else None  # a subclass as the text it holds
+    if text is None:
+        raise ContractViolationError(f"{what} is a {type(value).__name__}, not a str; the erasure stops here")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes or (name and size == 0):
+        raise ContractViolationError(
+            f"{what} is {size} UTF-8 bytes ({1 if name else 0} to {max_bytes}); the erasure stops here"
+        )
+    if "\x00" in text or lone_surrogate_at(text) is not None or (name and not text.isprintable()):
+        raise ContractViolationError(f"{what} is not valid text; the erasure stops here")

@@ -43,7 +43,10 @@ from .erasure_target import (
 from .erasure_target import count_field as _seq
 
 __all__ = [
+    "MAX_KIND_BYTES",
     "MAX_RECORD_DIGESTS",
+    "MAX_REPORT_DETAIL_BYTES",
+    "MAX_REPORT_KINDS",
     "MAX_RECORD_SESSIONS",
     "ErasedGroups",
     "ErasureKind",
@@ -112,6 +115,14 @@ def _sessions(value: Iterable[ErasedSession]) -> tuple[ErasedSession, ...]:
     return tuple(value)
 
 
+#: Kinds of items one store's reports may count (over all its calls for one erasure): each is kept.
+MAX_REPORT_KINDS: Final = 32
+#: Longest kind of item a report counts (``group``, ``snapshot`` …), in UTF-8 bytes: one printable line.
+MAX_KIND_BYTES: Final = 64
+#: Longest ``detail`` of a report, in UTF-8 bytes (no NUL): the erasure record keeps it.
+MAX_REPORT_DETAIL_BYTES: Final = 4096
+
+
 @attrs.frozen(slots=True)
 class EraseReport:
     """What one ``erase`` call removed (or, for a dry run, would remove).
@@ -123,6 +134,13 @@ class EraseReport:
       item bound (the engine calls again; a dry run's counts are then a lower bound).
     - ``physical``: how physical the removal was; ``detail`` says what is
       left where it is not ``removed`` (free pages, earlier versions …).
+
+    The engine keeps it in the erasure's record, so it checks it first
+    (a report out of form is a ``ContractViolationError``): each digest is
+    ``sha256:`` and 64 lowercase hex digits, each seq a group seq, every
+    session in the target and no more listed than the call's ``max_items``;
+    at most 32 kinds over the store's calls, each a printable name of 1 to
+    64 bytes; a ``detail`` of at most 4,096 UTF-8 bytes, no NUL.
     """
 
     counts: tuple[ErasedCount, ...] = attrs.field(default=(), converter=_counts)
