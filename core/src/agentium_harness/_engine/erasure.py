@@ -20,9 +20,10 @@ in this order, and every step is durable before the next begins:
    still running at the bound, the erasure stops here (pending) and says so.
 4. **Each store erases** — recall, memory, archive, session store — in
    bounded calls until it reports ``complete``; the record keeps the
-   progress after every call. Every report is checked (a store reporting a
-   group outside the target or a seq no group has, or ``partial`` without
-   progress, is a contract violation).
+   progress after every call. Every report is checked
+   (:func:`.erasure_reports.check_report`: a store reporting a group outside
+   the target, a seq no group has, a digest or a field out of the record's
+   form or bounds, or ``partial`` without progress, is a contract violation).
 5. **Verification**: every store is asked again (a dry run) whether it
    still holds anything of the target; what a late write left is erased
    again, a few rounds at most.
