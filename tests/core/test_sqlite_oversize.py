@@ -325,3 +325,48 @@ async def test_a_huge_revision_floor_is_refused_unread(tmp_path: Path) -> None:
     )
     await store.aclose()
     assert _fingerprint(path) == before
+
+
+# -- erasure: damage never stops the erasure of what holds it ---------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["snapshot", "resident group"])
+async def test_a_user_erasure_removes_a_session_whose_snapshot_is_huge_unread(
+    tmp_path: Path, damage: str
+) -> None:
+    # The oversized snapshot (or resident row) stopped the session store's erasure and the archive's
+    # (which never reads the snapshot) with a *CorruptError: no user or tenant erasure could ever
+    # remove that session. A damaged snapshot is erased all the same, reported with no groups.
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    if damage == "snapshot":
+        _sql(path, "UPDATE sessions SET snapshot = zeroblob(?) WHERE session_id = 's1'", (OVER_JSON,))
+    else:
+        _damage_group(path, 4, "data", "zeroblob(?)", OVER_JSON)
+    config = SQLiteConfig(path=str(path))
+    store, archive = SQLiteSessionStore(config), SQLiteArchive(config)
+    user = EraseTarget.user("acme", "ana")
+    tracemalloc.start()
+    try:
+        plans = [
+            await store.erase(user, _ctx(), dry_run=True),
+            await archive.erase(user, _ctx(), dry_run=True),
+        ]
+        done = [await store.erase(user, _ctx()), await archive.erase(user, _ctx())]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await store.aclose()
+        await archive.aclose()
+    assert peak < PEAK, f"{peak} bytes traced: the huge value was read into Python"
+    for stored, archived in (plans, done):
+        assert stored.count("snapshot") == 2
+        # The damaged snapshot's groups cannot be vouched for: none named; s2's one group is.
+        assert {s.session.session: [seq for seq, _ in s.groups] for s in stored.sessions} == {
+            "s1": [],
+            "s2": [0],
+        }
+        assert archived.count("group") == 3
+        assert [seq for seq, _ in archived.sessions[0].groups] == [0, 1, 2]
+    assert _sql(path, "SELECT count(*) FROM sessions") == [(0,)]
+    assert _sql(path, "SELECT count(*) FROM groups") == [(0,)]

@@ -71,6 +71,7 @@ __all__ = [
     "drop_snapshot",
     "find_session",
     "group_rows",
+    "joined_snapshot",
     "read_archived",
     "read_snapshot",
     "save_snapshot",
@@ -145,9 +146,18 @@ _SESSION_BOUNDS: Final = (
 )
 #: A session's row, bounded, then the column naming a value over its bound (``None`` if none is).
 _COLUMNS: Final = bounded_select(_SESSION_BOUNDS)
-#: The same, after the session's ids (an erasure's reads, which name the sessions they cover).
+#: The same, after the session's ids (an erasure's reads, which name the sessions they cover). A
+#: snapshot over its bound comes back NULL, unread, but is no damage that stops an erasure: the
+#: erasure deletes it unread and reports it with no groups (as any damaged snapshot), so a user or
+#: tenant erasure can still remove it.
 KEYED_COLUMNS: Final = bounded_select(
-    (("tenant_id", ID_CHARS), ("user_id", ID_CHARS), ("session_id", ID_CHARS), *_SESSION_BOUNDS)
+    (
+        ("tenant_id", ID_CHARS),
+        ("user_id", ID_CHARS),
+        ("session_id", ID_CHARS),
+        *_SESSION_BOUNDS[:-1],
+        (bounded("snapshot", JSON_BYTES), None),
+    )
 )
 #: A group's digest and data, bounded, then the column naming one over its bound.
 _GROUP_COLUMNS: Final = bounded_select((("digest", DIGEST_CHARS), ("data", JSON_BYTES)))
@@ -360,6 +370,17 @@ def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, ob
     session = find_session(conn, key)
     if session is None or session.revision is None:
         return None
+    return joined_snapshot(conn, key, session)
+
+
+def joined_snapshot(
+    conn: sqlite3.Connection, key: SessionKey, session: SessionRow, *, erasing: bool = False
+) -> tuple[object, object, SessionRow]:
+    """:func:`read_snapshot` of ``session``'s row (which holds a snapshot), already read.
+
+    ``erasing``: a resident row over its bound gives bytes ``None`` (unread) instead of raising,
+    so an erasure deletes the damaged snapshot rather than stopping on it.
+    """
     if session.inline:
         return session.revision, session.snapshot, session
     boundary, next_seq, header = session.boundary, session.next_seq, session.snapshot
@@ -399,6 +420,8 @@ def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, ob
     ):
         size += (length or 0) + 1
         if data is None or size > JSON_BYTES + 1:  # data is NOT NULL: None is a value over the bound
+            if erasing:
+                return session.revision, None, session
             raise SnapshotCorruptError(
                 oversize(
                     f"the snapshot of session {key.key()}",

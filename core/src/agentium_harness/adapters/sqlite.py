@@ -88,6 +88,7 @@ from ._sqlite_bounds import ID_CHARS, bounded, oversize
 from ._sqlite_rows import (
     drop_snapshot,
     group_rows,
+    joined_snapshot,
     read_snapshot,
     save_snapshot,
     split_snapshot,
@@ -550,10 +551,11 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
             found: list[tuple[SessionKey, bytes]] = []
             with immediate_transaction(conn):
                 taken, more = sessions_covered(conn, target, bound)
-                for key, _ in taken:
-                    # The whole snapshot, for the report (its resident groups' seqs and digests).
-                    stored = read_snapshot(conn, key)
-                    data = stored[1] if stored is not None else None
+                for key, session in taken:
+                    # The whole snapshot, for the report (its resident groups' seqs and digests);
+                    # one over its bound is not read, and is erased all the same (reported with no
+                    # groups, as any damaged snapshot).
+                    data = joined_snapshot(conn, key, session, erasing=True)[1]
                     found.append((key, data if isinstance(data, bytes) else str(data or "").encode()))
                 if not dry_run and taken:
                     ctx.raise_if_expired("session store erase")
