@@ -245,12 +245,24 @@ async def test_a_huge_archived_digest_is_refused_before_it_is_fetched(tmp_path: 
             "read_history": lambda: rt.read_history(ANA, "s1", max_groups=5),
             "read_groups": lambda: archive.read_groups(KEY, 0, 10, _ctx()),
             "append": lambda: archive.append(KEY, [plain_group(1)], _ctx()),
-            "erase plan": lambda: archive.erase(target, _ctx(), dry_run=True),
-            "erase": lambda: archive.erase(target, _ctx()),
         }.items():
             await _refused_unread(call, ArchiveCorruptError, message, name)
-    await archive.aclose()
     assert _fingerprint(path) == before
+    # An erasure is not stopped by it (it stopped every session, user and tenant erasure): the group
+    # is reported with digest "" (unread, nothing vouches for it) and removed with the others.
+    tracemalloc.start()
+    try:
+        reports = [await archive.erase(target, _ctx(), dry_run=True), await archive.erase(target, _ctx())]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await archive.aclose()
+    assert peak < PEAK, f"{peak} bytes traced: the huge digest was read into Python"
+    for report in reports:
+        digests = dict(report.sessions[0].groups)
+        assert sorted(digests) == [0, 1, 2] and digests[1] == ""
+        assert digests[0].startswith("sha256:") and digests[2].startswith("sha256:")
+    assert _sql(path, "SELECT count(*) FROM groups WHERE length(digest) > 71") == [(0,)]
 
 
 async def test_a_huge_resident_digest_is_refused_by_the_commit_before_it_is_fetched(tmp_path: Path) -> None:
