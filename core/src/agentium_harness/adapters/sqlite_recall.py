@@ -555,7 +555,10 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
                 if dry_run or not taken or not scrub
                 else scrub_log(conn, time_left=ctx.time_left())
             )
-            groups = [(SessionKey(t, u, s), seq, rev) for kind, t, u, s, seq, rev in taken if kind == "group"]
+            # A revision over its bound was not read (None): reported as "" (see _ERASED_COLUMNS).
+            groups = [
+                (SessionKey(t, u, s), seq, rev or "") for kind, t, u, s, seq, rev in taken if kind == "group"
+            ]
             return EraseReport(
                 count_items(group=len(groups), document=len(taken) - len(groups)),
                 group_sessions(groups),
