@@ -307,3 +307,38 @@ async def test_a_user_erasure_removes_sources_whose_revision_is_huge_unread(
         assert (report.count("group"), report.count("document")) == (3, 1)
         assert list(report.sessions[0].groups) == [(0, GROUPS[0].digest), (1, ""), (2, GROUPS[2].digest)]
     assert _sql(path, "SELECT count(*) FROM recall_sources") == [(0,)]
+
+
+@pytest.mark.parametrize("column", ["session_id", "seq"])
+async def test_a_huge_id_or_seq_is_refused_unread_by_the_version_1_migration(
+    tmp_path: Path, column: str
+) -> None:
+    # The migration read every session's ids, and each group's seq, whole (a text seq passes the
+    # column's CHECK): a 64 MiB id was fetched into Python, a huge seq crashed it with ValueError.
+    from test_recall_ranking import write_v1_file
+
+    path = tmp_path / "v1.db"
+    write_v1_file(path, GROUPS, "a document")
+    _sql(path, f"UPDATE recall_sources SET {column} = printf('%.*c', ?, 'x') WHERE seq = 1", (HUGE,))
+
+    def state() -> list[object]:  # a version-1 file has no recall_vectors table for _fingerprint
+        return [
+            _sql(
+                path, "SELECT id, length(session_id), length(seq), revision FROM recall_sources ORDER BY id"
+            ),
+            _sql(path, "SELECT id, length(text) FROM recall_texts ORDER BY id"),
+            _sql(path, "SELECT key, value FROM recall_meta ORDER BY key"),
+        ]
+
+    before = state()
+    store = SQLiteRecallStore(SQLiteRecallConfig(path=str(path)))
+    try:
+        await _refused_unread(
+            lambda: store.index_document(OWNER, "d2", "text", _ctx()),
+            SQLiteRecallError,
+            rf"{column} of length {HUGE}",
+            "migration",
+        )
+    finally:
+        await store.aclose()
+    assert state() == before  # still version 1, untouched

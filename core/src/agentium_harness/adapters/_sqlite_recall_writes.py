@@ -200,22 +200,25 @@ def migrate_v1(conn: sqlite3.Connection) -> None:
         conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
     conn.execute("DROP TABLE IF EXISTS recall_fts")
     conn.execute("ALTER TABLE recall_texts ADD COLUMN context TEXT NOT NULL DEFAULT ''")
+    # Bounded as every read (an id, a seq over its bound is not read): a text seq passes the
+    # column's CHECK (text sorts above every number), so it is bounded like any value.
+    ids = (("tenant_id", ID_CHARS), ("user_id", ID_CHARS), ("session_id", ID_CHARS))
     sessions = conn.execute(
-        "SELECT DISTINCT tenant_id, user_id, session_id FROM recall_sources WHERE kind = 'group'"
+        f"SELECT DISTINCT {bounded_select(ids)} FROM recall_sources WHERE kind = 'group'"  # noqa: S608
     ).fetchall()
-    for key in sessions:
+    for key in checked_rows(sessions, "an indexed group's session"):
         previous: tuple[int, int, str] | None = None  # (id, seq, text) of the last group seen
         before: str | None = None  # the text of the group before ``previous``, if adjacent
         start = 0
         while True:
             page = conn.execute(
-                f"SELECT s.id, s.seq, {bounded_select((('t.text', JSON_BYTES),))} "  # noqa: S608
+                f"SELECT s.id, {bounded_select((('s.seq', INT_CHARS), ('t.text', JSON_BYTES)))} "  # noqa: S608
                 "FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
                 "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? "
                 "AND s.seq >= ? ORDER BY s.seq LIMIT ?",
                 (*key, start, _MIGRATION_PAGE),
             ).fetchall()
-            page = checked_rows(page, "an indexed group's text")  # a text over its bound: not read
+            page = checked_rows(page, "an indexed group's row")  # a seq or text over its bound: not read
             for rowid, seq, text in page:
                 if previous is not None:
                     after = text if seq == previous[1] + 1 else None
