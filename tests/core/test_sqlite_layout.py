@@ -354,3 +354,28 @@ async def test_an_erase_with_a_reader_holding_the_log_says_unreferenced_within_i
         assert report.count("group") == 1
         # The connection's own busy timeout is as it was: a writer still waits for the lock.
         assert (await runtime.run(ANA, "s1", TEXT)).committed
+
+
+async def test_a_version_1_file_with_a_huge_seq_is_refused_without_reading_it(tmp_path: Path) -> None:
+    # A text seq passes version 1's CHECK (text sorts above every number); the refusal fetched it
+    # whole and put its repr into the SchemaError: a 64 MiB value read, a 64 MiB message.
+    import tracemalloc
+
+    path = tmp_path / "agentium.db"
+    _v1_file(path, [(KEY, 0), (KEY, 1)], [])
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE archive_groups SET seq = printf('%.*c', ?, 'x') WHERE seq = 1", (64 << 20,))
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    tracemalloc.start()
+    try:
+        with pytest.raises(SQLiteStorageError, match="cannot be migrated") as caught:
+            await store.load(KEY, OpContext())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await store.aclose()
+    assert peak < 8 << 20, f"{peak} bytes traced: the huge seq was read into Python"
+    assert len(str(caught.value)) < 1000
+    assert f"seq of {64 << 20} characters" in str(caught.value)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == "1"

@@ -19,6 +19,7 @@ from typing import Final
 
 from .._errors import SessionStoreError, SnapshotCorruptError
 from .._ports.erasure import EraseTarget, PhysicalErasure
+from .._validators import MAX_ID_LENGTH
 
 __all__ = [
     "FLOOR_GUARDS",
@@ -258,14 +259,20 @@ def _migrate_v1(conn: sqlite3.Connection) -> None:
     """
     for statement in SCHEMA[1:]:
         conn.execute(statement)
+    # Bounded as every read: a text seq passes version 1's CHECK (text sorts above every number),
+    # and neither it nor an id of that row may be fetched whole or put whole into the message.
     bad = conn.execute(
-        "SELECT tenant_id, user_id, session_id, seq FROM archive_groups "
-        "WHERE typeof(seq) != 'integer' OR seq < 0 OR seq >= ? LIMIT 1",
-        (1 << 32,),
+        "SELECT CASE WHEN length(tenant_id) <= ?2 THEN tenant_id END, "
+        "CASE WHEN length(user_id) <= ?2 THEN user_id END, "
+        "CASE WHEN length(session_id) <= ?2 THEN session_id END, "
+        "CASE WHEN length(seq) <= 20 THEN seq END, length(seq) FROM archive_groups "
+        "WHERE typeof(seq) != 'integer' OR seq < 0 OR seq >= ?1 LIMIT 1",
+        (1 << 32, MAX_ID_LENGTH),
     ).fetchone()
     if bad is not None:
+        seq = f"{bad[3]!r}" if bad[3] is not None else f"with a seq of {bad[4]} characters"
         raise SchemaError(
-            f"it cannot be migrated to schema version {SCHEMA_VERSION}: archived group {bad[3]!r} of session "
+            f"it cannot be migrated to schema version {SCHEMA_VERSION}: archived group {seq} of session "
             f"{bad[:3]!r} has a seq this version cannot store (at most 2**32 - 1); nothing was changed"
         )
     conn.execute(
