@@ -251,9 +251,12 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                 if dry_run or not scrub
                 else scrub_log(conn, time_left=ctx.time_left())
             )
+            # A session whose id is over its bound (key None) cannot be named: its groups are
+            # counted as damaged, erased all the same.
+            named = [(key, seq, digest) for key, seq, digest, _, _ in taken if key is not None]
             return EraseReport(
-                count_items(group=len(taken)),
-                group_sessions((key, seq, digest) for key, seq, digest, _, _ in taken),
+                count_items(group=len(named), damaged=len(taken) - len(named)),
+                group_sessions(named),
                 EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
                 physical,
                 detail,

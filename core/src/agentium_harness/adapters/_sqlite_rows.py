@@ -146,18 +146,23 @@ _SESSION_BOUNDS: Final = (
 )
 #: A session's row, bounded, then the column naming a value over its bound (``None`` if none is).
 _COLUMNS: Final = bounded_select(_SESSION_BOUNDS)
-#: The same, after the session's ids (an erasure's reads, which name the sessions they cover). A
-#: snapshot over its bound comes back NULL, unread, but is no damage that stops an erasure: the
-#: erasure deletes it unread and reports it with no groups (as any damaged snapshot), so a user or
-#: tenant erasure can still remove it.
-KEYED_COLUMNS: Final = bounded_select(
-    (
-        ("tenant_id", ID_CHARS),
-        ("user_id", ID_CHARS),
-        ("session_id", ID_CHARS),
-        *_SESSION_BOUNDS[:-1],
-        (bounded("snapshot", JSON_BYTES), None),
+_IDS: Final = ("tenant_id", "user_id", "session_id")
+#: The same, after the session's ids (an erasure's reads, which name the sessions they cover), and
+#: one more column: whether an id is over its bound. Neither such an id nor a snapshot over its
+#: bound is read (each comes back NULL), but neither stops an erasure, so a user or tenant erasure
+#: can always remove what it covers: a snapshot is deleted unread and reported with no groups (as
+#: any damaged snapshot); a session no key can name (an id over its bound, matched by the target's
+#: other ids) has its rows deleted unread and counted as ``damaged``.
+KEYED_COLUMNS: Final = (
+    bounded_select(
+        (
+            *((bounded(column, ID_CHARS), None) for column in _IDS),
+            *_SESSION_BOUNDS[:-1],
+            (bounded("snapshot", JSON_BYTES), None),
+        )
     )
+    + ", "
+    + " OR ".join(f"length({column}) > {ID_CHARS}" for column in _IDS)
 )
 #: A group's digest and data, bounded, then the column naming one over its bound.
 _GROUP_COLUMNS: Final = bounded_select((("digest", DIGEST_CHARS), ("data", JSON_BYTES)))
@@ -174,7 +179,7 @@ def _split_range(session: SessionRow) -> range | None:
 
 
 def checked_session(
-    key: SessionKey, session: SessionRow, damaged: type[AgentiumError] = SnapshotCorruptError
+    key: SessionKey | None, session: SessionRow, damaged: type[AgentiumError] = SnapshotCorruptError
 ) -> SessionRow:
     """``session`` if its archive watermark is one the adapters could have written, else ``damaged``.
 
@@ -190,8 +195,9 @@ def checked_session(
         or not 0 <= adopted <= SEQ_LIMIT
         or (split is not None and adopted > split.start)
     ):
+        named = "with an id over its bound" if key is None else key.key()
         raise damaged(
-            f"the row of session {key.key()} is damaged: its archive watermark (adopted) is "
+            f"the row of session {named} is damaged: its archive watermark (adopted) is "
             f"{adopted!r}, its snapshot's boundary {session.boundary!r}; nothing was changed"
         )
     return session

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
 from .._errors import AgentiumError, ArchiveCorruptError, SnapshotCorruptError
 from .._ports.erasure import EraseTarget
@@ -36,26 +35,33 @@ def _keyed_sessions(
     params: Sequence[object],
     target: EraseTarget,
     damaged: type[AgentiumError],
-) -> list[Any]:
-    """The rows of ``sql`` (selecting :data:`KEYED_COLUMNS`), each without its last column.
+) -> list[tuple[SessionKey | None, SessionRow]]:
+    """The rows of ``sql`` (selecting :data:`KEYED_COLUMNS`): each session's key and row, checked.
 
-    A row holding a value over its bound raises ``damaged`` (that value was not read).
+    A row holding a value over its bound raises ``damaged`` (that value was
+    not read), except an id (the key is then ``None``: no key can name the
+    session, which the target covers by the ids its filter matched) and the
+    snapshot (``None`` in the row), which the erasure removes unread.
     """
     rows = conn.execute(sql, params).fetchall()
+    found: list[tuple[SessionKey | None, SessionRow]] = []
     for row in rows:
         if row[10] is not None:
             raise damaged(oversize(f"a session row of tenant {target.tenant_id!r}", row[10]))
-    return [row[:10] for row in rows]
+        key = None if row[11] else SessionKey(*row[:3])
+        found.append((key, checked_session(key, SessionRow(*row[3:10]), damaged)))
+    return found
 
 
 def archived_rows_covered(
     conn: sqlite3.Connection, target: EraseTarget, bound: int
-) -> tuple[list[tuple[SessionKey, int, str, int, int]], bool]:
+) -> tuple[list[tuple[SessionKey | None, int, str, int, int]], bool]:
     """The archived groups ``target`` covers (at most ``bound``), and whether more are left.
 
     Each is ``(key, seq, digest, row id, sid)``, in session order (tenant,
     user, session ids), seqs ascending, as the rows would be erased batch
-    after batch.
+    after batch. ``key`` is ``None`` for a session whose id is over its
+    bound (damage: its rows are erased unread, counted as ``damaged``).
     """
     where, params = session_filter(target)
     sessions = _keyed_sessions(
@@ -67,10 +73,8 @@ def archived_rows_covered(
         ArchiveCorruptError,
     )
     spans = [(r.start, min(r.stop, SEQ_LIMIT)) for r in target.groups] or [(0, SEQ_LIMIT)]
-    found: list[tuple[SessionKey, int, str, int, int]] = []
-    for tenant, user, session_id, *columns in sessions:
-        key = SessionKey(tenant, user, session_id)
-        session = checked_session(key, SessionRow(*columns), ArchiveCorruptError)
+    found: list[tuple[SessionKey | None, int, str, int, int]] = []
+    for key, session in sessions:
         sid = session.sid
         archived, extra = archived_where(session)
         for start, stop in sorted(spans):
@@ -93,12 +97,15 @@ def archived_rows_covered(
 
 def sessions_covered(
     conn: sqlite3.Connection, target: EraseTarget, bound: int
-) -> tuple[list[tuple[SessionKey, SessionRow]], bool]:
-    """Sessions with a snapshot that ``target`` names (at most ``bound``, by ids), and if more are left."""
+) -> tuple[list[tuple[SessionKey | None, SessionRow]], bool]:
+    """Sessions with a snapshot that ``target`` names (at most ``bound``, by ids), and if more are left.
+
+    The key is ``None`` for a session whose id is over its bound (see :func:`_keyed_sessions`).
+    """
     if target.groups:
         return [], False  # a groups target names archived groups, never a snapshot
     where, params = session_filter(target)
-    rows = _keyed_sessions(
+    found = _keyed_sessions(
         conn,
         f"SELECT {KEYED_COLUMNS} FROM sessions "  # noqa: S608
         f"WHERE {where} AND revision IS NOT NULL ORDER BY tenant_id, user_id, session_id LIMIT ?",
@@ -106,8 +113,4 @@ def sessions_covered(
         target,
         SnapshotCorruptError,
     )
-    found = [
-        (SessionKey(t, u, s), checked_session(SessionKey(t, u, s), SessionRow(*rest)))
-        for t, u, s, *rest in rows
-    ]
     return found[:bound], len(found) > bound

@@ -545,13 +545,15 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         checked_argument(scrub, bool, "scrub", "session store erase")
         bound = check_max_items(max_items)
 
-        Found = tuple[list[tuple[SessionKey, bytes]], bool, PhysicalErasure, str]
+        Found = tuple[list[tuple[SessionKey, bytes]], int, bool, PhysicalErasure, str]
 
         def work(conn: sqlite3.Connection) -> Found:
             found: list[tuple[SessionKey, bytes]] = []
             with immediate_transaction(conn):
                 taken, more = sessions_covered(conn, target, bound)
                 for key, session in taken:
+                    if key is None:
+                        continue  # an id over its bound: no key names it; counted as damaged below
                     # The whole snapshot, for the report (its resident groups' seqs and digests);
                     # one over its bound is not read, and is erased all the same (reported with no
                     # groups, as any damaged snapshot).
@@ -570,19 +572,19 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 if dry_run or not scrub
                 else scrub_log(conn, time_left=ctx.time_left())
             )
-            return found, more, physical, detail
+            return found, len(taken) - len(found), more, physical, detail
 
         if not dry_run:
             # Before the write, like a save: an erase that raised may still have committed, and
             # this connection's own commits leave its data_version as it is (see ``load``).
             self._forget_all()
         try:
-            found, more, physical, detail = await self.run(ctx, "session store erase", work)
+            found, damaged, more, physical, detail = await self.run(ctx, "session store erase", work)
         finally:
             if not dry_run:
                 self._forget_all()  # and after it, as a save does (see _forget)
         return EraseReport(
-            count_items(snapshot=len(found)),
+            count_items(snapshot=len(found), damaged=damaged),
             tuple(snapshot_erasure(key, data) for key, data in found),
             EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
             physical,
