@@ -342,3 +342,28 @@ async def test_a_huge_id_or_seq_is_refused_unread_by_the_version_1_migration(
     finally:
         await store.aclose()
     assert state() == before  # still version 1, untouched
+
+
+async def test_a_tenant_erasure_removes_sources_whose_ids_or_seq_are_huge_unread(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    # An owner id or a seq over its bound stopped every tenant (and user) erasure for good. Now the
+    # source is erased unread: a group no key or seq can name counts as damaged, a document as one.
+    store, path, _ = seeded
+    huge = "printf('%.*c', ?, 'x')"
+    _sql(path, f"UPDATE recall_sources SET session_id = {huge} WHERE seq = 1", (HUGE,))
+    _sql(path, f"UPDATE recall_sources SET seq = {huge} WHERE seq = 2", (HUGE,))
+    _sql(path, f"UPDATE recall_sources SET user_id = {huge} WHERE kind = 'document'", (HUGE,))
+    tenant = EraseTarget.tenant("acme")
+    tracemalloc.start()
+    try:
+        reports = [await store.erase(tenant, _ctx(), dry_run=True), await store.erase(tenant, _ctx())]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK, f"{peak} bytes traced: a huge value was read into Python"
+    for report in reports:
+        counts = {kind: report.count(kind) for kind in ("group", "damaged", "document")}
+        assert counts == {"group": 1, "damaged": 2, "document": 1}
+        assert list(report.sessions[0].groups) == [(0, GROUPS[0].digest)]
+    assert _sql(path, "SELECT count(*) FROM recall_sources") == [(0,)]

@@ -253,19 +253,29 @@ def _owner_filter(target: EraseTarget) -> tuple[str, list[object]]:
     return " AND ".join(clauses), params
 
 
+_OWNER_IDS: Final = ("tenant_id", "user_id", "session_id")
 #: What an erasure reports of a source, bounded, then the over column. A revision over its bound
 #: comes back NULL, unread, but stops nothing: the source is erased all the same (a group's is
 #: reported with digest "", nothing vouching for it; a document's revision is never reported), so
 #: damage in what an operator asked to remove never stops a user or tenant erasure.
+#: Likewise an owner id or a seq over its bound (the column after the revision says so): the source is erased
+#: unread, a group counted as ``damaged`` (no key or seq names it), a document as a document.
 _ERASED_COLUMNS: Final = bounded_select(
     (
         ("id", None),
         ("kind", len("document")),
-        ("tenant_id", ID_CHARS),
-        ("user_id", ID_CHARS),
-        ("session_id", ID_CHARS),
-        ("seq", INT_CHARS),
+        *((bounded(column, ID_CHARS), None) for column in _OWNER_IDS),
+        (bounded("seq", INT_CHARS), None),
         (bounded("revision", DIGEST_CHARS), None),
+        (
+            "("
+            + " OR ".join(
+                [f"coalesce(length({column}), 0) > {ID_CHARS}" for column in _OWNER_IDS]
+                + [f"coalesce(length(seq), 0) > {INT_CHARS}"]
+            )
+            + ")",
+            None,
+        ),
     )
 )
 
@@ -275,7 +285,8 @@ def erase_sources(
 ) -> tuple[list[tuple[Any, ...]], bool]:
     """Select (unless ``dry_run``: and delete) at most ``bound`` sources ``target`` covers, in a transaction.
 
-    Rows are ``(kind, tenant, user, session, seq, revision)`` in id order;
+    Rows are ``(kind, tenant, user, session, seq, revision, damaged)`` in id order
+    (``damaged``: an owner id or the seq is over its bound, so was not read);
     the second value says whether more are left. Deleting a source deletes
     its text and its index entry (the triggers). For a groups target the
     remaining neighbours of every erased group get their indexed context

@@ -555,12 +555,17 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
                 if dry_run or not taken or not scrub
                 else scrub_log(conn, time_left=ctx.time_left())
             )
-            # A revision over its bound was not read (None): reported as "" (see _ERASED_COLUMNS).
+            # A revision over its bound was not read (None): reported as "". A group whose owner
+            # ids or seq were over theirs (not read) cannot be named: counted as damaged
+            # (see _ERASED_COLUMNS).
             groups = [
-                (SessionKey(t, u, s), seq, rev or "") for kind, t, u, s, seq, rev in taken if kind == "group"
+                (SessionKey(t, u, s), seq, rev or "")
+                for kind, t, u, s, seq, rev, bad in taken
+                if kind == "group" and not bad
             ]
+            damaged = sum(1 for row in taken if row[0] == "group" and row[6])
             return EraseReport(
-                count_items(group=len(groups), document=len(taken) - len(groups)),
+                count_items(group=len(groups), damaged=damaged, document=len(taken) - len(groups) - damaged),
                 group_sessions(groups),
                 EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
                 physical,
