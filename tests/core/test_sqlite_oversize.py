@@ -34,7 +34,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness._errors import AgentiumError
+from agentium_harness._errors import AgentiumError, InvalidArgumentError
 from agentium_harness._json import MAX_JSON_BYTES
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.erasure import EraseTarget
@@ -396,3 +396,26 @@ async def test_a_user_erasure_removes_a_session_whose_snapshot_is_huge_unread(
         assert [seq for seq, _ in archived.sessions[0].groups] == [0, 1, 2]
     assert _sql(path, "SELECT count(*) FROM sessions") == [(0,)]
     assert _sql(path, "SELECT count(*) FROM groups") == [(0,)]
+
+
+async def test_an_append_refuses_a_group_longer_than_reads_accept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A host's direct append stored a group over MAX_JSON_BYTES, which every read then refused as
+    # damage: the group lost for good. The bound is lowered here, as building a 256 MiB group would
+    # take a gigabyte; the append checks the same constant the reads are built from.
+    from agentium_harness.adapters import _sqlite_archive
+
+    path = tmp_path / "a.db"
+    small, large = plain_group(0), plain_group(1, "x" * 4000)
+    monkeypatch.setattr(_sqlite_archive, "JSON_BYTES", large.size_bytes - 1, raising=False)
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    try:
+        with pytest.raises(
+            InvalidArgumentError, match=rf"group 1 is {large.size_bytes} bytes.*nothing was written"
+        ):
+            await archive.append(KEY, [small, large], _ctx())
+        assert await archive.read_groups(KEY, 0, 10, _ctx()) == []
+        assert [r.seq for r in await archive.append(KEY, [small], _ctx())] == [0]  # within the bound
+    finally:
+        await archive.aclose()

@@ -15,6 +15,7 @@ from typing import ClassVar, Final
 from .._errors import (
     AgentiumError,
     ArchiveError,
+    InvalidArgumentError,
 )
 from .._history import MessageGroup
 from .._ports import OpContext
@@ -37,6 +38,7 @@ from ._sqlite_base import (
     SQLiteConfig,
     data_version,
 )
+from ._sqlite_bounds import JSON_BYTES
 from ._sqlite_rows import (
     append_groups,
     drop_if_empty,
@@ -101,6 +103,14 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         key = checked_key(key, "archive append")
         for group in checked_sequence(groups, "groups", "archive append"):
             checked_argument(group, MessageGroup, "each of groups", "archive append")
+        for group in groups:
+            if group.size_bytes > JSON_BYTES:
+                # Every read refuses a longer row as damage unread (_sqlite_bounds), and the strict
+                # decoder could not read it back either: stored, the group would be lost for good.
+                raise InvalidArgumentError(
+                    f"archive append: group {group.seq} is {group.size_bytes} bytes, over the {JSON_BYTES} "
+                    "an archived group may take (MAX_JSON_BYTES); nothing was written"
+                )
         rows = group_rows(groups)
         prefix = f"{self._location_prefix()}#{key.key()}"
 

@@ -15,8 +15,9 @@ Every bound is the longest value the stores write: ids are at most
 ``sha256:`` and 64 hex digits, integers at most 20 characters, and stored
 JSON (a snapshot, a group's bytes) at most
 :data:`~agentium_harness._json.MAX_JSON_BYTES`, what the strict decoder reads
-back (the engine refuses to save a larger snapshot; no group is larger than
-the snapshot that held it).
+back (the engine refuses to save a larger snapshot; no group it evicts is
+larger than the snapshot that held it, and the archive's ``append`` refuses
+a larger one from a host).
 """
 
 from __future__ import annotations
