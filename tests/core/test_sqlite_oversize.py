@@ -419,3 +419,33 @@ async def test_an_append_refuses_a_group_longer_than_reads_accept(
         assert [r.seq for r in await archive.append(KEY, [small], _ctx())] == [0]  # within the bound
     finally:
         await archive.aclose()
+
+
+@pytest.mark.parametrize("column", ["revision", "boundary", "next_seq", "inline"])
+async def test_a_user_erasure_removes_a_session_whose_snapshot_columns_are_huge_unread(
+    tmp_path: Path, column: str
+) -> None:
+    # A snapshot column over its bound stopped the store's erasure and the archive's (which reads
+    # none of them) for good. Only the watermark decides whose rows are whose; the rest of the
+    # row is erased unread (a revision that is not an integer is left out of the floor, as before).
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _sql(path, f"UPDATE sessions SET {column} = printf('%.*c', ?, 'x') WHERE session_id = 's1'", (HUGE,))
+    config = SQLiteConfig(path=str(path))
+    store, archive = SQLiteSessionStore(config), SQLiteArchive(config)
+    user = EraseTarget.user("acme", "ana")
+    tracemalloc.start()
+    try:
+        stored = await store.erase(user, _ctx())
+        archived = await archive.erase(user, _ctx())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await store.aclose()
+        await archive.aclose()
+    assert peak < PEAK, f"{peak} bytes traced: the huge value was read into Python"
+    assert stored.count("snapshot") == 2 and archived.count("group") == 3
+    assert _sql(path, "SELECT count(*) FROM sessions") == [(0,)]
+    assert _sql(path, "SELECT count(*) FROM groups") == [(0,)]
+    # s1 was at revision 5, s2 at 1: a damaged revision is left out of the floor, no load returning it.
+    assert _sql(path, "SELECT floor FROM revision_floor") == [(1 if column == "revision" else 5,)]

@@ -148,17 +148,19 @@ _SESSION_BOUNDS: Final = (
 _COLUMNS: Final = bounded_select(_SESSION_BOUNDS)
 _IDS: Final = ("tenant_id", "user_id", "session_id")
 #: The same, after the session's ids (an erasure's reads, which name the sessions they cover), and
-#: one more column: whether an id is over its bound. Neither such an id nor a snapshot over its
-#: bound is read (each comes back NULL), but neither stops an erasure, so a user or tenant erasure
-#: can always remove what it covers: a snapshot is deleted unread and reported with no groups (as
-#: any damaged snapshot); a session no key can name (an id over its bound, matched by the target's
-#: other ids) has its rows deleted unread and counted as ``damaged``.
+#: one more column: whether an id is over its bound. Only the watermark (``adopted``, which decides
+#: whose rows are whose) over its bound stops an erasure; any other value over its bound comes back
+#: NULL, unread, and the erasure goes on, so a user or tenant erasure can always remove what it
+#: covers: a snapshot is deleted unread and reported with no groups (as any damaged snapshot), a
+#: revision that is not an integer is left out of the revision floor (as before), and a session no
+#: key can name (an id over its bound, matched by the target's other ids) has its rows deleted
+#: unread and counted as ``damaged``.
 KEYED_COLUMNS: Final = (
     bounded_select(
         (
             *((bounded(column, ID_CHARS), None) for column in _IDS),
-            *_SESSION_BOUNDS[:-1],
-            (bounded("snapshot", JSON_BYTES), None),
+            *_SESSION_BOUNDS[:2],
+            *((bounded(column, bound), None) for column, bound in _SESSION_BOUNDS[2:] if bound is not None),
         )
     )
     + ", "
