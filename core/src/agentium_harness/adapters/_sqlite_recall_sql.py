@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from .._scope import Scope
+from .._scope import Scope, SessionKey
 from ._sqlite_bounds import (
     DIGEST_CHARS,
     ID_CHARS,
@@ -43,6 +43,7 @@ __all__ = [
     "SCOPE_FILTER",
     "SEEK_SQL",
     "checked_rows",
+    "erased_groups",
     "TERM_PROBE_SQL",
     "common_term_weight",
     "discovery_sql",
@@ -105,6 +106,21 @@ def checked_rows(
         if row[-1] is not None:
             raise error(oversize(f"sqlite recall store: {what}", row[-1]))
     return [tuple(row[:-1]) for row in rows]
+
+
+def erased_groups(taken: Sequence[tuple[Any, ...]]) -> tuple[list[tuple[SessionKey, int, str]], int]:
+    """The groups of erase_sources rows as ``(key, seq, digest)``, and how many are damaged.
+
+    A revision over its bound was not read (``None``): reported as ``""``. A group whose owner ids
+    or seq were over theirs (not read) cannot be named: it is counted as damaged (see
+    ``_sqlite_recall_writes._ERASED_COLUMNS``).
+    """
+    groups = [
+        (SessionKey(t, u, s), seq, rev or "")
+        for kind, t, u, s, seq, rev, bad in taken
+        if kind == "group" and not bad
+    ]
+    return groups, sum(1 for row in taken if row[0] == "group" and row[6])
 
 
 #: Every recall table is prefixed ``recall_``, so the store can share a file

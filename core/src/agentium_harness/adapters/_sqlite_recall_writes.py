@@ -22,7 +22,14 @@ from .._ports.recall import SourceOwner
 from ._sqlite_bounds import DIGEST_CHARS, ID_CHARS, INT_CHARS, JSON_BYTES, bounded, bounded_select, oversize
 from ._sqlite_recall_sql import CONTEXT_LINE_BYTES, OWNER_COLUMNS, checked_rows
 
-__all__ = ["SourceRow", "erase_sources", "group_context", "insert_groups", "insert_source", "migrate_v1"]
+__all__ = [
+    "SourceRow",
+    "erase_sources",
+    "group_context",
+    "insert_groups",
+    "insert_source",
+    "migrate_v1",
+]
 
 
 @attrs.frozen(slots=True)

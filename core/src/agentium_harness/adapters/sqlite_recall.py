@@ -130,7 +130,7 @@ from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
 from ._sqlite_bounds import JSON_BYTES
 from ._sqlite_recall_gaps import UNINDEXED_WINDOW, unindexed_seqs
 from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRecallSession
-from ._sqlite_recall_sql import SCHEMA, SEEK_SQL, checked_rows
+from ._sqlite_recall_sql import SCHEMA, SEEK_SQL, checked_rows, erased_groups
 from ._sqlite_recall_vectors import write_vectors
 from ._sqlite_recall_writes import SourceRow, erase_sources, insert_groups, insert_source, migrate_v1
 from ._sqlite_sql import immediate_transaction, schema_current, scrub_log, stored_version
@@ -555,15 +555,7 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
                 if dry_run or not taken or not scrub
                 else scrub_log(conn, time_left=ctx.time_left())
             )
-            # A revision over its bound was not read (None): reported as "". A group whose owner
-            # ids or seq were over theirs (not read) cannot be named: counted as damaged
-            # (see _ERASED_COLUMNS).
-            groups = [
-                (SessionKey(t, u, s), seq, rev or "")
-                for kind, t, u, s, seq, rev, bad in taken
-                if kind == "group" and not bad
-            ]
-            damaged = sum(1 for row in taken if row[0] == "group" and row[6])
+            groups, damaged = erased_groups(taken)
             return EraseReport(
                 count_items(group=len(groups), damaged=damaged, document=len(taken) - len(groups) - damaged),
                 group_sessions(groups),
