@@ -121,7 +121,7 @@ BAD_DIGESTS = {
     "another hash": "sha512:" + "0" * 64,
     "no prefix": "0" * 64,
     "upper-case hex": "sha256:" + "A" * 64,
-    "empty": "",
+    "a NUL": "\x00",
 }
 
 BAD_FIELDS: dict[str, Tamper] = {
@@ -235,4 +235,15 @@ async def test_a_report_with_well_formed_digests_and_bounded_fields_completes() 
     result = await rt.erase(S1, reason="request", attestation=OPERATOR)
     assert result.tombstone is not None
     assert (SEQ, GOOD) in next(s for s in result.record.sessions if s.session == KEY).digests
+    await rt.aclose()
+
+
+async def test_a_group_reported_with_no_digest_is_erased_and_recorded_with_none() -> None:
+    # "" is the store saying it found no digest it can vouch for (S3 metadata gone, a damaged
+    # SQLite digest): damage the operator asked to remove never stops the erasure.
+    rt = _runtime(_BadReportArchive(_with_digest(""), "real"))
+    await rt.run(ALICE, "s1", "turn")
+    result = await rt.erase(S1, reason="request", attestation=OPERATOR)
+    assert result.tombstone is not None
+    assert (SEQ, "") in next(s for s in result.record.sessions if s.session == KEY).digests
     await rt.aclose()

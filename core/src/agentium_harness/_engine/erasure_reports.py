@@ -134,11 +134,14 @@ def _check_group(seq: object, digest: object, name: str) -> None:
         )
     # The digest goes into the tombstone as it came: any other text (100 MB of it, another hash,
     # upper case) would be kept for good. Its text is never shown: a backend may fill it with content.
-    if type(digest) is not str or DIGEST_FORM.fullmatch(digest) is None:
+    # "" is the one other form: the store found no digest it can vouch for (the S3 archive's group
+    # whose metadata is gone, a SQLite row whose digest is damaged, both erased all the same), and
+    # the record says so rather than the erasure stopping on damage the operator asked to remove.
+    if type(digest) is not str or (digest and DIGEST_FORM.fullmatch(digest) is None):
         shown = f"{len(digest)} characters of other text" if type(digest) is str else type(digest).__name__
         raise ContractViolationError(
-            f"{name} reported group seq {plain} with a digest that is not 'sha256:' and 64 lowercase "
-            f"hex digits ({shown}); the erasure stops here"
+            f"{name} reported group seq {plain} with a digest that is neither 'sha256:' and 64 "
+            f"lowercase hex digits nor empty ({shown}); the erasure stops here"
         )
 
 

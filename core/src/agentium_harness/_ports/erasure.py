@@ -137,7 +137,8 @@ class EraseReport:
 
     The engine keeps it in the erasure's record, so it checks it first
     (a report out of form is a ``ContractViolationError``): each digest is
-    ``sha256:`` and 64 lowercase hex digits, each seq a group seq, every
+    ``sha256:`` and 64 lowercase hex digits, or ``""`` for a group whose
+    stored digest the store cannot vouch for, each seq a group seq, every
     session in the target and no more listed than the call's ``max_items``;
     at most 32 kinds over the store's calls, each a printable name of 1 to
     64 bytes; a ``detail`` of at most 4,096 UTF-8 bytes, no NUL.
