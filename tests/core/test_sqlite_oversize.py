@@ -155,7 +155,7 @@ async def test_a_huge_archived_group_is_refused_by_every_read_before_it_is_fetch
     await _seeded(path)
     _damage_group(path, 1, "data", "zeroblob(?)", OVER_JSON)
     before = _fingerprint(path)
-    message = rf"data of length {OVER_JSON} \(at most {MAX_JSON_BYTES}\)"
+    message = rf"data of length {OVER_JSON} bytes \(at most {MAX_JSON_BYTES}\)"
     archive = SQLiteArchive(SQLiteConfig(path=str(path)))
     async with _runtime(path) as rt:
         await _refused_unread(
@@ -202,7 +202,7 @@ async def test_resident_groups_joining_past_the_bound_are_refused(
     size = len(_sql(path, "SELECT snapshot FROM sessions")[0][0])  # type: ignore[arg-type]
     monkeypatch.setattr(_sqlite_rows, "JSON_BYTES", size + 2 * (len(groups[0].canonical_bytes()) + 1))
     store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
-    with pytest.raises(SnapshotCorruptError, match=r"group 2 of length \d+ \(the whole at most"):
+    with pytest.raises(SnapshotCorruptError, match=r"group 2 of length \d+ bytes \(the whole at most"):
         await store.load(KEY, _ctx())
     monkeypatch.undo()
     loaded = await store.load(KEY, _ctx())
@@ -215,7 +215,7 @@ async def test_a_huge_snapshot_is_refused_before_it_is_fetched(tmp_path: Path) -
     await _seeded(path)
     _sql(path, "UPDATE sessions SET snapshot = zeroblob(?) WHERE session_id = 's1'", (OVER_JSON,))
     before = _fingerprint(path)
-    message = rf"snapshot of length {OVER_JSON} \(at most {MAX_JSON_BYTES}\)"
+    message = rf"snapshot of length {OVER_JSON} bytes \(at most {MAX_JSON_BYTES}\)"
     store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
     archive = SQLiteArchive(SQLiteConfig(path=str(path)))
     async with _runtime(path) as rt:
@@ -346,7 +346,7 @@ async def test_a_huge_revision_floor_is_refused_unread(tmp_path: Path) -> None:
     await _refused_unread(
         lambda: store.save(SessionKey("acme", "ana", "s9"), _snapshot("s9"), None, _ctx()),
         SQLiteRevisionFloorError,
-        rf"revision floor is damaged \(floor of length {HUGE}\)",
+        rf"revision floor is damaged \(floor of length {HUGE} characters",
         "create",
     )
     await store.aclose()

@@ -142,7 +142,7 @@ async def test_huge_group_data_is_refused_by_seek_and_read_before_it_is_fetched(
     before = _fingerprint(path)
     session = await store.open(SCOPE, RecallLimits(), _ctx())
     ref = SourceRef(group_source_id(KEY, 1), GROUPS[1].digest)
-    message = rf"data of length {OVER_JSON} \(at most {MAX_JSON_BYTES}\)"
+    message = rf"data of length {OVER_JSON} bytes \(at most {MAX_JSON_BYTES}\)"
     await _refused_unread(lambda: store.seek_groups(KEY, 0, 10, _ctx()), ArchiveCorruptError, message, "seek")
     await _refused_unread(lambda: session.read([ref], 4096, _ctx()), ArchiveCorruptError, message, "read")
     assert [g.seq for g in await store.seek_groups(KEY, 2, 10, _ctx())] == [2]  # the rest still reads

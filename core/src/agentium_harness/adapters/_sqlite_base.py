@@ -434,8 +434,10 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         mode = conn.execute("PRAGMA journal_mode").fetchone()
         # Bounded: a value changed behind the store's back is not read, nor put into the answer.
         version = conn.execute(
-            "SELECT CASE WHEN length(value) <= 20 THEN value "
-            "ELSE 'of ' || length(value) || ' characters (damaged)' END "
+            # The bytes too: length() of a text stops at its first NUL.
+            "SELECT CASE WHEN length(value) <= 20 AND length(CAST(value AS BLOB)) <= 20 THEN value "
+            "ELSE 'of ' || length(value) || ' characters, ' || length(CAST(value AS BLOB)) "
+            "|| ' bytes (damaged)' END "
             "FROM meta WHERE key = 'schema_version'"
         ).fetchone()
         return (

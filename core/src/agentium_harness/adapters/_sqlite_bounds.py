@@ -3,12 +3,20 @@
 SQLite holds up to 1 GB a value, and a file can be changed behind a store's
 back (tampering, a bug in another version). A read that fetched such a value
 would pull it whole into Python before any check could refuse it. So each
-read selects a variable-size column as ``CASE WHEN length(col) <= bound THEN
-col END`` (a longer value comes back NULL, unread), and one more column that
-names the first value over its bound and its length (``None`` for a row within
-every bound): the caller refuses such a row as damage, with its store's typed
-error, before it decodes anything. ``length()`` of a BLOB is its size, read
-from the record header; of a TEXT its characters, counted inside SQLite.
+read selects a variable-size column as ``CASE WHEN <within its bound> THEN col
+END`` (a longer value comes back NULL, unread), and one more column that names
+the first value over its bound and its size (``None`` for a row within every
+bound): the caller refuses such a row as damage, with its store's typed error,
+before it decodes anything.
+
+A bound counts bytes or characters. ``length()`` of a TEXT counts only the
+characters before its first NUL, so a value changed to ``'x' || char(0) ||
+<1 GB>`` (as TEXT, even in a BLOB-declared column: SQLite is dynamically
+typed) has ``length()`` 1; every bound therefore checks the value's bytes,
+``length(CAST(col AS BLOB))`` (of a BLOB its size, read from the record
+header). A byte bound (:class:`ByteBound`: stored JSON, a vector) checks only
+those; a character bound checks ``length()`` and at most four bytes a
+character (UTF-8's most).
 
 Every bound is the longest value the stores write: ids are at most
 :data:`~agentium_harness._validators.MAX_ID_LENGTH` characters, digests
@@ -31,6 +39,7 @@ from .._validators import MAX_ID_LENGTH
 
 __all__ = [
     "DIGEST_CHARS",
+    "ByteBound",
     "ID_CHARS",
     "INT_CHARS",
     "JSON_BYTES",
@@ -38,8 +47,17 @@ __all__ = [
     "VECTOR_BYTES",
     "bounded",
     "bounded_select",
+    "exceeds",
+    "over_check",
     "oversize",
 ]
+
+
+class ByteBound(int):
+    """A bound in bytes (any other bound counts characters): :func:`bounded` checks the value's bytes only."""
+
+    __slots__ = ()
+
 
 #: A stored id (tenant, user, session, source): ``validate_id``'s limit, in characters.
 ID_CHARS: Final = MAX_ID_LENGTH
@@ -48,30 +66,58 @@ DIGEST_CHARS: Final = len("sha256:") + 64
 #: An integer column (a revision, a seq, a watermark): a 64-bit integer's digits and its sign.
 INT_CHARS: Final = 20
 #: Stored JSON (a snapshot or a group's canonical bytes): what the strict decoder reads back.
-JSON_BYTES: Final = MAX_JSON_BYTES
+JSON_BYTES: Final = ByteBound(MAX_JSON_BYTES)
 #: A recall source id: a kind and at most six segments, each an id whose every UTF-8 byte (at most
 #: four a character) may be ``%XX``-encoded (``document_source_id``, ``group_source_id``).
 SOURCE_ID_CHARS: Final = len("group") + 6 * (1 + 12 * MAX_ID_LENGTH)
 #: A stored vector: little-endian float32, at most ``MAX_DIMENSION`` of them.
-VECTOR_BYTES: Final = 4 * MAX_DIMENSION
+VECTOR_BYTES: Final = ByteBound(4 * MAX_DIMENSION)
+#: Most bytes one character takes in UTF-8: a value within a character bound takes at most this many each.
+UTF8_MAX: Final = 4
+
+
+def _octets(column: str) -> str:
+    # A TEXT's bytes, NULs and all (a BLOB's size from the record header): length() of a TEXT stops
+    # at its first NUL, so it alone passed a huge value behind one.
+    return f"length(CAST({column} AS BLOB))"
+
+
+def _limits(column: str, bound: int) -> list[tuple[str, str, int]]:
+    # (size expression, unit, bound) checked in turn: the first exceeded names the value.
+    if isinstance(bound, ByteBound):
+        return [(_octets(column), "bytes", int(bound))]
+    return [(f"length({column})", "characters", bound), (_octets(column), "bytes", UTF8_MAX * bound)]
 
 
 def bounded(column: str, bound: int) -> str:
-    """``column`` as a read selects it: NULL, unread, when it is longer than ``bound``."""
-    return f"CASE WHEN length({column}) <= {bound} THEN {column} END"
+    """``column`` as a read selects it: NULL, unread, when over ``bound`` (a :class:`ByteBound`: in bytes)."""
+    within = " AND ".join(f"{size} <= {limit}" for size, _, limit in _limits(column, bound))
+    return f"CASE WHEN {within} THEN {column} END"
+
+
+def exceeds(column: str, bound: int) -> str:
+    """A SQL condition: ``column`` is over ``bound`` (NULL for a NULL value), as :func:`bounded` has it."""
+    return "(" + " OR ".join(f"{size} > {limit}" for size, _, limit in _limits(column, bound)) + ")"
 
 
 def _over(column: str, bound: int) -> str:
     # The label is the column's own name (a constant of the caller's, never data), unqualified.
     label = column.rpartition(".")[2]
-    length = f"length({column})"
-    return f"WHEN {length} > {bound} THEN '{label} of length ' || {length} || ' (at most {bound})'"
+    return " ".join(
+        f"WHEN {size} > {limit} THEN '{label} of length ' || {size} || ' {unit} (at most {limit})'"
+        for size, unit, limit in _limits(column, bound)
+    )
+
+
+def over_check(column: str, bound: int) -> str:
+    """A SQL expression naming ``column`` and its size if it is over ``bound``, else NULL."""
+    return f"CASE {_over(column, bound)} END"
 
 
 def bounded_select(columns: Sequence[tuple[str, int | None]]) -> str:
     """The select list reading ``columns`` (name, bound; ``None``: a fixed-size column), then one more.
 
-    The last column names the first value over its bound and its length, or
+    The last column names the first value over its bound and its size, or
     is NULL when every value is within its bound. Only constant names and
     numbers go into the text.
     """
@@ -81,7 +127,7 @@ def bounded_select(columns: Sequence[tuple[str, int | None]]) -> str:
 
 
 def oversize(what: str, over: object) -> str:
-    """The message refusing ``what`` (a row), which holds ``over`` (``'<column> of length <n> ...'``)."""
+    """The message refusing ``what`` (a row), which holds ``over`` (``'<column> of length <n> <unit>'``)."""
     return (
         f"{what} is damaged: it holds a {over}, longer than any the store writes; it was not read, "
         "and nothing was changed"

@@ -34,7 +34,7 @@ from .._ports.recall import (
 from .._ports.recall_args import checked_count, checked_ctx, checked_refs
 from .._scope import Scope, SessionKey
 from ._excerpts import content_terms, make_excerpt
-from ._sqlite_bounds import DIGEST_CHARS, INT_CHARS, JSON_BYTES, bounded, bounded_select, oversize
+from ._sqlite_bounds import DIGEST_CHARS, INT_CHARS, JSON_BYTES, bounded_select, oversize
 from ._sqlite_recall_sql import ranked_sources
 from ._sqlite_recall_vectors import hybrid_rows
 from ._stopwords import ENGLISH_STOPWORDS
@@ -74,9 +74,9 @@ _READ_SQL: Final = (
     )
     + " FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id WHERE s.source_id = ?"
 )
-#: A source's revision alone, bounded, then its length.
+#: A source's revision alone, bounded, then what is over its bound (or NULL).
 _REVISION_SQL: Final = (
-    f"SELECT {bounded('revision', DIGEST_CHARS)}, length(revision) FROM recall_sources WHERE source_id = ?"  # noqa: S608
+    f"SELECT {bounded_select((('revision', DIGEST_CHARS),))} FROM recall_sources WHERE source_id = ?"  # noqa: S608
 )
 
 
@@ -361,7 +361,7 @@ class SQLiteRecallSession(RecallSession):
                     else:
                         row = conn.execute(_REVISION_SQL, (ref.source_id,)).fetchone()
                         if row is not None and row[0] is None:  # NOT NULL: over its bound, not read
-                            raise _oversized(self._store.path, ref.source_id, f"revision of length {row[1]}")
+                            raise _oversized(self._store.path, ref.source_id, row[1])
                         if row is None:
                             out.append(Validation(ref, ValidationStatus.DELETED))
                         elif row[0] == ref.revision:

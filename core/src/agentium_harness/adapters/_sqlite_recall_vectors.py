@@ -42,7 +42,7 @@ from .._errors import EmbeddingModelMismatchError
 from .._ports.embedder import EmbeddingModel, Vector
 from .._ports.recall import SourceVector, reciprocal_rank_fusion
 from .._scope import Scope
-from ._sqlite_bounds import ID_CHARS, VECTOR_BYTES, bounded, oversize
+from ._sqlite_bounds import ID_CHARS, VECTOR_BYTES, bounded_select, oversize
 from ._sqlite_recall_sql import (
     CANDIDATE_COLUMNS,
     SCOPE_FILTER,
@@ -77,13 +77,11 @@ def stored_model(conn: sqlite3.Connection) -> str | None:
         return None
     # Bounded: a value changed behind the store's back is not read, nor put into a message.
     row = conn.execute(
-        f"SELECT {bounded('value', _MODEL_CHARS)}, length(value) FROM recall_meta WHERE key = ?",  # noqa: S608
+        f"SELECT {bounded_select((('value', _MODEL_CHARS),))} FROM recall_meta WHERE key = ?",  # noqa: S608
         (MODEL_KEY,),
     ).fetchone()
     if row is not None and row[0] is None:
-        raise sqlite3.DataError(
-            oversize("sqlite recall store: the vector model key", f"value of length {row[1]}")
-        )
+        raise sqlite3.DataError(oversize("sqlite recall store: the vector model key", row[1]))
     return None if row is None else str(row[0])
 
 
@@ -135,8 +133,8 @@ def write_vectors(
     return stored
 
 
-#: A stored vector, bounded, then its length: a blob over the bound comes back NULL, unread.
-_VECTOR: Final = f"{bounded('v.vector', VECTOR_BYTES)}, length(v.vector)"
+#: A stored vector, bounded, then what is over: a value over the bound comes back NULL, unread.
+_VECTOR: Final = bounded_select((("v.vector", VECTOR_BYTES),))
 
 #: The vectors of the scope's newest sources that have one (scope filter before the LIMIT): ids
 #: and blobs only; the few rows returned get their other columns afterwards.
@@ -150,17 +148,13 @@ _POOL_PER_DEPTH: Final = 4
 
 
 def _vectors(rows: Sequence[Sequence[Any]]) -> list[tuple[int, bytes]]:
-    """``(rowid, vector)`` of ``(rowid, bounded vector, length)`` rows; one over its bound raises.
+    """``(rowid, vector)`` of ``(rowid, bounded vector, over)`` rows; one over its bound raises.
 
     ``sqlite3.DataError``: the store reports it as its own error; the vector was not read.
     """
-    for rowid, blob, length in rows:
+    for rowid, blob, over in rows:
         if blob is None:  # NOT NULL: longer than any vector the store writes
-            raise sqlite3.DataError(
-                oversize(
-                    f"sqlite recall store: the vector of source row {rowid}", f"vector of length {length}"
-                )
-            )
+            raise sqlite3.DataError(oversize(f"sqlite recall store: the vector of source row {rowid}", over))
     return [(int(rowid), blob) for rowid, blob, _ in rows]
 
 

@@ -19,7 +19,16 @@ import attrs
 
 from .._ports.erasure import EraseTarget
 from .._ports.recall import SourceOwner
-from ._sqlite_bounds import DIGEST_CHARS, ID_CHARS, INT_CHARS, JSON_BYTES, bounded, bounded_select, oversize
+from ._sqlite_bounds import (
+    DIGEST_CHARS,
+    ID_CHARS,
+    INT_CHARS,
+    JSON_BYTES,
+    bounded,
+    bounded_select,
+    exceeds,
+    oversize,
+)
 from ._sqlite_recall_sql import CONTEXT_LINE_BYTES, OWNER_COLUMNS, checked_rows
 
 __all__ = [
@@ -130,7 +139,7 @@ def group_context(before: str | None, after: str | None) -> str:
 
 #: A stored group's rowid and text (bounded: one longer than any the store writes is not read).
 _GROUP_AT: Final = (
-    f"SELECT s.id, {bounded('t.text', JSON_BYTES)}, length(t.text) "  # noqa: S608
+    f"SELECT s.id, {bounded_select((('t.text', JSON_BYTES),))} "  # noqa: S608
     "FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
     "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? AND s.seq = ?"
 )
@@ -146,7 +155,7 @@ def _group_at(conn: sqlite3.Connection, key: tuple[object, ...], seq: int) -> tu
         return None
     if found[1] is None:  # NOT NULL: longer than any text the store writes
         what = f"sqlite recall store: indexed group {seq} of a session"
-        raise sqlite3.DataError(oversize(what, f"text of length {found[2]}"))
+        raise sqlite3.DataError(oversize(what, found[2]))
     return int(found[0]), str(found[1])
 
 
@@ -277,8 +286,8 @@ _ERASED_COLUMNS: Final = bounded_select(
         (
             "("
             + " OR ".join(
-                [f"coalesce(length({column}), 0) > {ID_CHARS}" for column in _OWNER_IDS]
-                + [f"coalesce(length(seq), 0) > {INT_CHARS}"]
+                [f"coalesce({exceeds(column, ID_CHARS)}, 0)" for column in _OWNER_IDS]
+                + [f"coalesce({exceeds('seq', INT_CHARS)}, 0)"]
             )
             + ")",
             None,

@@ -55,7 +55,17 @@ from .._ports.archive import ArchiveReceipt
 from .._ports.sessions import SessionSnapshot
 from .._ports.snapshot import GroupRow, group_rows, snapshot_parts
 from .._scope import SessionKey
-from ._sqlite_bounds import DIGEST_CHARS, ID_CHARS, INT_CHARS, JSON_BYTES, bounded, bounded_select, oversize
+from ._sqlite_bounds import (
+    DIGEST_CHARS,
+    ID_CHARS,
+    INT_CHARS,
+    JSON_BYTES,
+    bounded,
+    bounded_select,
+    exceeds,
+    over_check,
+    oversize,
+)
 from ._sqlite_sql import revision_floor
 
 __all__ = [
@@ -164,7 +174,7 @@ KEYED_COLUMNS: Final = (
         )
     )
     + ", "
-    + " OR ".join(f"length({column}) > {ID_CHARS}" for column in _IDS)
+    + " OR ".join(exceeds(column, ID_CHARS) for column in _IDS)
 )
 #: A group's digest and data, bounded, then the column naming one over its bound.
 _GROUP_COLUMNS: Final = bounded_select((("digest", DIGEST_CHARS), ("data", JSON_BYTES)))
@@ -251,8 +261,8 @@ def drop_if_empty(conn: sqlite3.Connection, sid: int) -> None:
 # -- the archive ------------------------------------------------------------------------------------
 
 
-#: A group's digest alone, bounded, then its length.
-_DIGEST: Final = f"SELECT {bounded('digest', DIGEST_CHARS)}, length(digest) FROM groups WHERE id = ?"  # noqa: S608
+#: A group's digest alone, bounded, then what is over its bound (or NULL).
+_DIGEST: Final = f"SELECT {bounded_select((('digest', DIGEST_CHARS),))} FROM groups WHERE id = ?"  # noqa: S608
 
 
 def _archived_digest(conn: sqlite3.Connection, key: SessionKey, session: SessionRow, seq: int) -> str | None:
@@ -263,9 +273,7 @@ def _archived_digest(conn: sqlite3.Connection, key: SessionKey, session: Session
     if row is None:
         return None
     if row[0] is None:  # the column is NOT NULL: longer than any digest, not read
-        raise ArchiveCorruptError(
-            oversize(f"archived group {seq} of session {key.key()}", f"digest of length {row[1]}")
-        )
+        raise ArchiveCorruptError(oversize(f"archived group {seq} of session {key.key()}", row[1]))
     return str(row[0])
 
 
@@ -416,13 +424,14 @@ def joined_snapshot(
     # Row by row: the joined snapshot's size is known as the rows come, and a value longer than
     # anything the store writes comes back NULL, unread. Each row is at most what is left of the
     # strict decoder's bound (JSON_BYTES) after the header; once the joined size passes that bound
-    # no further row is fetched.
+    # no further row is fetched. Sizes are bytes: length() of a text would stop at its first NUL.
     room = JSON_BYTES - len(header)
     size = len(header)
     seqs: list[int] = []
     parts: list[bytes] = []
     for i, data, length in conn.execute(
-        "SELECT id, CASE WHEN length(data) <= ?1 THEN data END, length(data) FROM groups "
+        "SELECT id, CASE WHEN length(CAST(data AS BLOB)) <= ?1 THEN data END, length(CAST(data AS BLOB)) "
+        "FROM groups "
         "WHERE id >= ?2 AND id < ?3 AND (id & 1) = 0 ORDER BY id",
         (room, row_id(session.sid, boundary, False), row_id(session.sid, next_seq, False)),
     ):
@@ -433,7 +442,7 @@ def joined_snapshot(
             raise SnapshotCorruptError(
                 oversize(
                     f"the snapshot of session {key.key()}",
-                    f"group {seq_of(i)} of length {length} (the whole at most {JSON_BYTES})",
+                    f"group {seq_of(i)} of length {length} bytes (the whole at most {JSON_BYTES})",
                 )
             )
         if type(data) is not bytes:
@@ -462,12 +471,11 @@ def store_rows(conn: sqlite3.Connection, key: SessionKey, session: SessionRow) -
     held = dict(rows)
     if None in held.values():  # the column is NOT NULL: a digest over its bound (at C speed)
         seq = next(s for s, d in held.items() if d is None)
-        (length,) = conn.execute(
-            "SELECT length(digest) FROM groups WHERE id = ?", (row_id(session.sid, seq, False),)
+        (over,) = conn.execute(
+            f"SELECT {over_check('digest', DIGEST_CHARS)} FROM groups WHERE id = ?",  # noqa: S608
+            (row_id(session.sid, seq, False),),
         ).fetchone()
-        raise SnapshotCorruptError(
-            oversize(f"group {seq} of the snapshot of session {key.key()}", f"digest of length {length}")
-        )
+        raise SnapshotCorruptError(oversize(f"group {seq} of the snapshot of session {key.key()}", over))
     return held
 
 

@@ -19,7 +19,7 @@ from typing import Final
 
 from .._errors import SessionStoreError, SnapshotCorruptError
 from .._ports.erasure import EraseTarget, PhysicalErasure
-from .._validators import MAX_ID_LENGTH
+from ._sqlite_bounds import ID_CHARS, INT_CHARS, bounded, bounded_select
 
 __all__ = [
     "FLOOR_GUARDS",
@@ -199,16 +199,17 @@ def stored_version(conn: sqlite3.Connection, meta_table: str) -> str | None:
     back may be as long as SQLite allows (1 GB); it is not read, nor put into
     the message of the :class:`SchemaError` that refuses it.
     """
+    # The bytes as well: length() of a text stops at its first NUL (a version's digits are ASCII).
     row = conn.execute(
-        f"SELECT CASE WHEN length(value) <= 20 THEN value END, length(value) FROM {meta_table} "  # noqa: S608
-        "WHERE key = 'schema_version'"
+        "SELECT CASE WHEN length(value) <= 20 AND length(CAST(value AS BLOB)) <= 20 THEN value END, "  # noqa: S608
+        f"length(value), length(CAST(value AS BLOB)) FROM {meta_table} WHERE key = 'schema_version'"
     ).fetchone()
     if row is None:
         return None
     if row[0] is None:
         raise SchemaError(
-            f"it has a schema version of {row[1]} characters, not one any version of agentium-harness "
-            "writes: the file is damaged; nothing was changed"
+            f"it has a schema version of {row[1]} characters ({row[2]} bytes), not one any version of "
+            "agentium-harness writes: the file is damaged; nothing was changed"
         )
     return str(row[0])
 
@@ -262,15 +263,14 @@ def _migrate_v1(conn: sqlite3.Connection) -> None:
     # Bounded as every read: a text seq passes version 1's CHECK (text sorts above every number),
     # and neither it nor an id of that row may be fetched whole or put whole into the message.
     bad = conn.execute(
-        "SELECT CASE WHEN length(tenant_id) <= ?2 THEN tenant_id END, "
-        "CASE WHEN length(user_id) <= ?2 THEN user_id END, "
-        "CASE WHEN length(session_id) <= ?2 THEN session_id END, "
-        "CASE WHEN length(seq) <= 20 THEN seq END, length(seq) FROM archive_groups "
+        f"SELECT {bounded('tenant_id', ID_CHARS)}, {bounded('user_id', ID_CHARS)}, "  # noqa: S608 - constants
+        f"{bounded('session_id', ID_CHARS)}, {bounded('seq', INT_CHARS)}, length(seq), "
+        "length(CAST(seq AS BLOB)) FROM archive_groups "
         "WHERE typeof(seq) != 'integer' OR seq < 0 OR seq >= ?1 LIMIT 1",
-        (1 << 32, MAX_ID_LENGTH),
+        (1 << 32,),
     ).fetchone()
     if bad is not None:
-        seq = f"{bad[3]!r}" if bad[3] is not None else f"with a seq of {bad[4]} characters"
+        seq = f"{bad[3]!r}" if bad[3] is not None else f"with a seq of {bad[4]} characters ({bad[5]} bytes)"
         raise SchemaError(
             f"it cannot be migrated to schema version {SCHEMA_VERSION}: archived group {seq} of session "
             f"{bad[:3]!r} has a seq this version cannot store (at most 2**32 - 1); nothing was changed"
@@ -362,8 +362,7 @@ def revision_floor(conn: sqlite3.Connection, refused: str = "no session can be c
     try:
         # Bounded: a floor changed to a huge value behind the store's back comes back NULL, unread.
         row = conn.execute(
-            "SELECT CASE WHEN length(floor) <= 20 THEN floor END, length(floor) "
-            "FROM revision_floor WHERE id = 0"
+            f"SELECT {bounded_select((('floor', INT_CHARS),))} FROM revision_floor WHERE id = 0"  # noqa: S608
         ).fetchone()
     except sqlite3.OperationalError as exc:
         if "no such table" not in str(exc):
@@ -375,10 +374,10 @@ def revision_floor(conn: sqlite3.Connection, refused: str = "no session can be c
             f"erased session's revisions could repeat; {refused} until an operator restores it at a "
             "revision no lower than any session's ever was; nothing was changed"
         )
-    floor, length = row
+    floor, over = row
     if type(floor) is not int or floor < 0:
-        # NOT NULL: None is a value over its bound (not read); its length is named instead.
-        what = f"floor of length {length}" if floor is None else type(floor).__name__
+        # NOT NULL: None is a value over its bound (not read); its size is named instead.
+        what = str(over) if floor is None else type(floor).__name__
         raise SQLiteRevisionFloorError(
             f"sqlite session store: the revision floor is damaged ({what}), so an erased "
             f"session's revisions could repeat; {refused} until an operator repairs it (revision_floor, "

@@ -84,7 +84,7 @@ from ._sqlite_base import (
     SQLiteStorageError,
     data_version,
 )
-from ._sqlite_bounds import ID_CHARS, bounded, oversize
+from ._sqlite_bounds import ID_CHARS, bounded_select, oversize
 from ._sqlite_rows import (
     drop_snapshot,
     group_rows,
@@ -498,15 +498,15 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
             # BINARY collation orders UTF-8 text by code point, the same order as sorted().
             # Bounded: an id longer than any the store writes comes back NULL, unread.
             rows = conn.execute(
-                f"SELECT {bounded('session_id', ID_CHARS)}, length(session_id) FROM sessions "  # noqa: S608
+                f"SELECT {bounded_select((('session_id', ID_CHARS),))} FROM sessions "  # noqa: S608
                 "WHERE tenant_id = ? AND user_id = ? "
                 "AND session_id > ? AND revision IS NOT NULL ORDER BY session_id LIMIT ?",
                 (tenant, user, "" if after is None else after, bound),
             ).fetchall()
-            for session, length in rows:
+            for session, over in rows:
                 if session is None:
                     what = f"{self.adapter_name}: a session row of tenant {tenant!r}, user {user!r}"
-                    raise SnapshotCorruptError(oversize(what, f"session_id of length {length}"))
+                    raise SnapshotCorruptError(oversize(what, over))
                 if not isinstance(session, str):  # str() would make up an id ("b'...'") for a damaged row
                     raise SnapshotCorruptError(
                         f"{self.adapter_name}: a session of tenant {tenant!r}, user {user!r} in {self._path} "
