@@ -2,8 +2,9 @@
 
 A column replaced outside the stores by a huge value (SQLite takes up to
 1 GB) was fetched whole into Python, then refused by its decode. Every read
-now selects the column bounded by ``length()`` (``_sqlite_bounds``) and
-refuses the row (its value never transferred) with the store's typed error,
+now selects the column bounded by ``length()`` and its bytes (``length()``
+of a text stops at its first NUL; ``_sqlite_bounds``) and refuses the row
+(its value never transferred) with the store's typed error,
 changing nothing. The values are built by SQLite itself (``zeroblob``,
 ``printf``), so the only Python memory they could take is what a store
 reads: tracemalloc's peak tells whether it did. Stored JSON (a snapshot, a
@@ -60,6 +61,10 @@ OVER_JSON = MAX_JSON_BYTES + 1024
 HUGE = 64 * 1024 * 1024
 #: Far below either: a read that fetched the value would pass it.
 PEAK = 8 * 1024 * 1024
+#: A TEXT (even in a BLOB column: SQLite is dynamically typed) whose length() is 1, as SQLite counts
+#: characters only up to the first NUL, and whose bytes are the size given and 2 more: a bound on
+#: length() alone passed it, and the read took it whole.
+NUL_TEXT = "'x' || char(0) || printf('%.*c', ?, 'x')"
 
 
 @pytest.fixture
@@ -86,10 +91,15 @@ def _fingerprint(path: Path) -> list[object]:
         _sql(
             path,
             "SELECT sid, tenant_id, user_id, length(session_id), adopted, revision, boundary, next_seq, "
-            "inline, length(snapshot) FROM sessions ORDER BY sid",
+            "inline, length(snapshot), length(CAST(session_id AS BLOB)), length(CAST(snapshot AS BLOB)), "
+            "typeof(snapshot) FROM sessions ORDER BY sid",
         ),
-        _sql(path, "SELECT id, length(digest), length(data) FROM groups ORDER BY id"),
-        _sql(path, "SELECT key, length(value) FROM meta ORDER BY key"),
+        _sql(
+            path,
+            "SELECT id, length(digest), length(data), length(CAST(digest AS BLOB)), "
+            "length(CAST(data AS BLOB)), typeof(data) FROM groups ORDER BY id",
+        ),
+        _sql(path, "SELECT key, length(value), length(CAST(value AS BLOB)) FROM meta ORDER BY key"),
         _sql(path, "SELECT id, length(floor) FROM revision_floor"),
     ]
 
@@ -262,7 +272,7 @@ async def test_a_huge_archived_digest_is_refused_before_it_is_fetched(tmp_path: 
         digests = dict(report.sessions[0].groups)
         assert sorted(digests) == [0, 1, 2] and digests[1] == ""
         assert digests[0].startswith("sha256:") and digests[2].startswith("sha256:")
-    assert _sql(path, "SELECT count(*) FROM groups WHERE length(digest) > 71") == [(0,)]
+    assert _sql(path, "SELECT count(*) FROM groups WHERE length(CAST(digest AS BLOB)) > 71") == [(0,)]
 
 
 async def test_a_huge_resident_digest_is_refused_by_the_commit_before_it_is_fetched(tmp_path: Path) -> None:
@@ -349,6 +359,108 @@ async def test_a_huge_revision_floor_is_refused_unread(tmp_path: Path) -> None:
         rf"revision floor is damaged \(floor of length {HUGE} characters",
         "create",
     )
+    await store.aclose()
+    assert _fingerprint(path) == before
+
+
+# -- a value whose length() stops at a NUL: its bytes are bounded too --------------------------------
+
+
+@pytest.mark.parametrize("where", ["archived group", "resident group", "snapshot"])
+async def test_stored_json_hiding_its_size_behind_a_nul_is_refused_unread(tmp_path: Path, where: str) -> None:
+    # length() was 1, within every bound: the 256 MiB text was read whole into Python.
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    size = rf"of length {OVER_JSON + 2} bytes"
+    if where == "snapshot":
+        _sql(path, f"UPDATE sessions SET snapshot = {NUL_TEXT} WHERE session_id = 's1'", (OVER_JSON,))
+    else:
+        _damage_group(path, 1 if where == "archived group" else 4, "data", NUL_TEXT, OVER_JSON)
+    assert _sql(path, "SELECT count(*) FROM groups WHERE typeof(data) = 'text'") == [
+        (0 if where == "snapshot" else 1,)
+    ]
+    before = _fingerprint(path)
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    async with _runtime(path) as rt:
+        if where == "archived group":
+            message = rf"data {size} \(at most {MAX_JSON_BYTES}\)"
+            call = lambda: rt.read_history(ANA, "s1", max_groups=5)  # noqa: E731
+            await _refused_unread(call, ArchiveCorruptError, message, "read_history")
+        else:
+            message = rf"group 4 {size}" if where == "resident group" else rf"snapshot {size}"
+            await _refused_unread(lambda: store.load(KEY, _ctx()), SnapshotCorruptError, message, "load")
+            await _refused_unread(
+                lambda: rt.append(ANA, "s1", _pair(5)), SnapshotCorruptError, message, "append"
+            )
+    await store.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_a_digest_hiding_its_size_behind_a_nul_is_refused_unread_and_erased(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _damage_group(path, 1, "digest", NUL_TEXT, HUGE)
+    before = _fingerprint(path)
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    message = rf"digest of length {HUGE + 2} bytes \(at most {4 * 71}\)"
+    async with _runtime(path) as rt:
+        for name, call in {
+            "read_history": lambda: rt.read_history(ANA, "s1", max_groups=5),
+            "read_groups": lambda: archive.read_groups(KEY, 0, 10, _ctx()),
+        }.items():
+            await _refused_unread(call, ArchiveCorruptError, message, name)
+    assert _fingerprint(path) == before
+    tracemalloc.start()
+    try:
+        report = await archive.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await archive.aclose()
+    assert peak < PEAK, f"{peak} bytes traced: the huge digest was read into Python"
+    assert dict(report.sessions[0].groups)[1] == ""
+    assert _sql(path, "SELECT count(*) FROM groups WHERE length(CAST(digest AS BLOB)) > 71") == [(0,)]
+
+
+async def test_a_session_id_hiding_its_size_behind_a_nul_is_refused_by_listings_and_erased(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _sql(path, f"UPDATE sessions SET session_id = {NUL_TEXT} WHERE session_id = 's1'", (HUGE,))
+    before = _fingerprint(path)
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    user = EraseTarget.user("acme", "ana")
+    list_sessions = lambda: store.list_sessions("acme", "ana", 10, _ctx())  # noqa: E731
+    message = rf"session_id of length {HUGE + 2} bytes \(at most {4 * 256}\)"
+    await _refused_unread(list_sessions, SnapshotCorruptError, message, "list")
+    assert _fingerprint(path) == before
+    tracemalloc.start()
+    try:
+        done = [await store.erase(user, _ctx()), await archive.erase(user, _ctx())]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await store.aclose()
+        await archive.aclose()
+    assert peak < PEAK, f"{peak} bytes traced: the huge id was read into Python"
+    stored, archived = done
+    assert (stored.count("snapshot"), stored.count("damaged")) == (1, 1)
+    assert (archived.count("group"), archived.count("damaged")) == (0, 3)
+    assert _sql(path, "SELECT count(*) FROM sessions") == [(0,)]
+
+
+async def test_a_schema_version_hiding_its_size_behind_a_nul_is_refused_when_the_file_opens(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _sql(path, f"UPDATE meta SET value = {NUL_TEXT} WHERE key = 'schema_version'", (HUGE,))
+    before = _fingerprint(path)
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    message = rf"schema version of 1 characters \({HUGE + 2} bytes\)"
+    await _refused_unread(lambda: store.load(KEY, _ctx()), SQLiteStorageError, message, "open")
     await store.aclose()
     assert _fingerprint(path) == before
 

@@ -3,7 +3,8 @@
 A column replaced outside the store by a huge value (SQLite takes up to
 1 GB) was fetched whole into Python, then refused by its decode or digest
 check, or returned. Every read now bounds each variable-size column by
-``length()`` in its own SELECT and refuses the row (the value never
+``length()`` and its bytes (``length()`` of a text stops at its first NUL)
+in its own SELECT and refuses the row (the value never
 transferred) with the store's typed error (``ArchiveCorruptError`` for an
 indexed group's archived data, as its decode raises; ``SQLiteRecallError``
 for the rest), changing nothing. The values are built by SQLite itself
@@ -48,6 +49,10 @@ HUGE = 64 * 1024 * 1024
 PEAK = 8 * 1024 * 1024
 GROUPS = [plain_group(seq, " about the kettle") for seq in range(3)]
 TEXT_TRIGGER = "recall_texts_au"
+#: A TEXT (even in a BLOB column: SQLite is dynamically typed) whose length() is 1, as SQLite counts
+#: characters only up to the first NUL, and whose bytes are the size given and 2 more: a bound on
+#: length() alone passed it, and the read took it whole.
+NUL_TEXT = "'x' || char(0) || printf('%.*c', ?, 'x')"
 
 
 @pytest.fixture
@@ -74,11 +79,16 @@ def _fingerprint(path: Path) -> list[object]:
         _sql(
             path,
             "SELECT id, length(source_id), kind, tenant_id, user_id, length(revision), length(title), "
-            "size_bytes, seq, length(receipt_digest) FROM recall_sources ORDER BY id",
+            "size_bytes, seq, length(receipt_digest), length(CAST(revision AS BLOB)) FROM recall_sources "
+            "ORDER BY id",
         ),
-        _sql(path, "SELECT id, length(title), length(text), length(data) FROM recall_texts ORDER BY id"),
-        _sql(path, "SELECT id, length(vector) FROM recall_vectors ORDER BY id"),
-        _sql(path, "SELECT key, length(value) FROM recall_meta ORDER BY key"),
+        _sql(
+            path,
+            "SELECT id, length(title), length(text), length(data), length(CAST(text AS BLOB)) "
+            "FROM recall_texts ORDER BY id",
+        ),
+        _sql(path, "SELECT id, length(vector), length(CAST(vector AS BLOB)) FROM recall_vectors ORDER BY id"),
+        _sql(path, "SELECT key, length(value), length(CAST(value AS BLOB)) FROM recall_meta ORDER BY key"),
     ]
 
 
@@ -263,6 +273,71 @@ async def test_a_huge_schema_version_or_model_key_is_refused_unread(
         lambda: reopened.seek_groups(KEY, 0, 10, _ctx()),
         SQLiteRecallError,
         rf"schema version of {HUGE} characters",
+        "open",
+    )
+    await reopened.aclose()
+    assert _fingerprint(path) == before
+
+
+async def test_texts_hiding_their_size_behind_a_nul_are_refused_unread(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    # length() was 1, within every bound: the 256 MiB text was read whole into Python.
+    store, path, doc = seeded
+    _update_text(path, "text", NUL_TEXT, OVER_JSON, "data IS NULL")
+    _update_text(path, "text", NUL_TEXT, OVER_JSON, _group_where(1))
+    before = _fingerprint(path)
+    session = await store.open(SCOPE, RecallLimits(), _ctx())
+    message = rf"text of length {OVER_JSON + 2} bytes \(at most {MAX_JSON_BYTES}\)"
+    await _refused_unread(lambda: session.read([doc], 4096, _ctx()), SQLiteRecallError, message, "read")
+    # Indexing group 0 again (changed) reads its neighbour's text for its context.
+    changed = plain_group(0, " changed")
+    receipt = [ArchiveReceipt(0, changed.digest, "test/0")]
+    await _refused_unread(
+        lambda: store.index_groups(KEY, [changed], receipt, _ctx()), SQLiteRecallError, message, "index"
+    )
+    assert _fingerprint(path) == before
+
+
+async def test_a_revision_or_vector_hiding_its_size_behind_a_nul_is_refused_unread(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    store, path, doc = seeded
+    _sql(
+        path,
+        f"UPDATE recall_vectors SET vector = {NUL_TEXT} WHERE id = (SELECT min(id) FROM recall_vectors)",
+        (HUGE,),
+    )
+    before = _fingerprint(path)
+    session = await store.open(SCOPE, RecallLimits(), _ctx())
+    query = Vector.normalized(MODEL, [1.0, 3.0, 0.5])
+    await _refused_unread(
+        lambda: session.discover_hybrid("kettle", query, 8, _ctx()),
+        SQLiteRecallError,
+        rf"vector of length {HUGE + 2} bytes \(at most \d+\)",
+        "hybrid",
+    )
+    assert _fingerprint(path) == before
+    _sql(path, f"UPDATE recall_sources SET revision = {NUL_TEXT} WHERE kind = 'document'", (HUGE,))
+    before = _fingerprint(path)
+    revision = rf"revision of length {HUGE + 2} bytes \(at most {4 * 71}\)"
+    await _refused_unread(lambda: session.validate([doc], _ctx()), SQLiteRecallError, revision, "validate")
+    await _refused_unread(lambda: session.read([doc], 4096, _ctx()), SQLiteRecallError, revision, "read")
+    assert _fingerprint(path) == before
+
+
+async def test_a_schema_version_hiding_its_size_behind_a_nul_is_refused_unread(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef],
+) -> None:
+    store, path, _ = seeded
+    await store.aclose()
+    _sql(path, f"UPDATE recall_meta SET value = {NUL_TEXT} WHERE key = 'schema_version'", (HUGE,))
+    before = _fingerprint(path)
+    reopened = SQLiteRecallStore(SQLiteRecallConfig(path=str(path)))
+    await _refused_unread(
+        lambda: reopened.seek_groups(KEY, 0, 10, _ctx()),
+        SQLiteRecallError,
+        rf"schema version of 1 characters \({HUGE + 2} bytes\)",
         "open",
     )
     await reopened.aclose()
