@@ -1,0 +1,96 @@
+"""The fault soak (``soak.py``) in short, and the defect it found.
+
+The smoke run is fixed-seed and must find no violation, having really
+injected faults and erased groups and sessions (so it cannot pass idly). A
+second run breaks the archive's read on purpose and must report violations,
+so a soak that checks nothing would fail here. The last test pins the
+defect the soak found: a snapshot upload corrupted on the way is stored
+damaged and acknowledged (no checksum sent, no ETag compared), so the
+session no longer loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import attrs
+import pytest
+from s3_fault_proxy import Fault, FaultProxy
+from s3_helpers import make_config
+from s3_servers import S3Server
+from soak import run_soak
+
+from agentium_archive_s3 import S3Archive, S3SessionStore
+from agentium_harness.plugin_api import MessageGroup, OpContext, SessionKey
+from agentium_harness.testing import scoped_snapshot
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_short_soak_under_faults_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    stats = await run_soak(20, 20261206, tmp_path)
+    print(stats.summary())
+    assert stats.violations == []
+    assert sum(stats.injected.values()) >= 5, stats.injected
+    assert stats.erasures["session"] >= 1 and stats.erasures["groups"] >= 1, stats.erasures
+    assert stats.erased_groups >= 1 and stats.checks >= 20
+
+
+def _skip_one_group(archive: S3Archive) -> None:
+    """Break the archive: every read of two or more groups leaves out the first (a lost group)."""
+    real = archive.read_groups
+
+    async def read_groups(key: SessionKey, start: int, limit: int, ctx: OpContext) -> Sequence[MessageGroup]:
+        groups = list(await real(key, start, limit, ctx))
+        return groups[1:] if len(groups) >= 2 else groups
+
+    archive.read_groups = read_groups  # type: ignore[method-assign,assignment]
+
+
+async def test_the_soak_reports_an_archive_that_skips_a_group(tmp_path: Path) -> None:
+    stats = await run_soak(8, 7, tmp_path, patch=_skip_one_group)
+    print(stats.summary())
+    assert stats.violations
+
+
+@pytest.fixture
+def proxy(server: S3Server) -> Iterator[FaultProxy]:
+    """A fault proxy in front of the shared server."""
+    p = FaultProxy(server.port)
+    yield p
+    p.close()
+
+
+async def test_a_snapshot_corrupted_on_the_way_is_never_acknowledged_as_saved(
+    server: S3Server, proxy: FaultProxy, request: pytest.FixtureRequest
+) -> None:
+    if server.flavour == "moto":
+        # Ceph RGW refuses the damaged body (it checks the signed payload hash); moto checks nothing,
+        # and the store, unlike the archive (ContentMD5, ChecksumSHA256, ETag), neither sends nor
+        # compares a checksum. Strict: this fails as soon as the store is fixed, to be turned on.
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="defect found by the soak: S3SessionStore acknowledges a save whose body was "
+                "corrupted in flight (stored damaged); the session then fails to load (SnapshotCorruptError)",
+            )
+        )
+    key = SessionKey("acme", "ana", "damaged-save")
+    config = attrs.evolve(make_config(server), endpoint_url=proxy.endpoint)
+    store = S3SessionStore(config)
+    try:
+        first = await store.save(key, scoped_snapshot(key, " one"), None, OpContext.with_timeout(30))
+        corrupt = proxy.add(Fault("corrupt_request", "PUT", "/sessions/", count=1))
+        saved = None
+        try:
+            saved = await store.save(key, scoped_snapshot(key, " two"), first, OpContext.with_timeout(30))
+        except Exception:
+            pass  # refusing the damaged save is fine; acknowledging it is not
+        assert corrupt.applied == 1
+        loaded = await store.load(key, OpContext.with_timeout(30))  # today: SnapshotCorruptError
+        assert loaded is not None
+        if saved is not None:
+            assert loaded.revision == saved and loaded.snapshot == scoped_snapshot(key, " two")
+    finally:
+        await store.aclose()
