@@ -446,11 +446,16 @@ class Soak:
             await archive.aclose()
             await store.aclose()
 
-    async def run(self, seconds: float, log: Callable[[str], None] | None = None) -> Stats:
-        """Loop for ``seconds``, then check everything; returns the statistics."""
+    async def run(
+        self, seconds: float, log: Callable[[str], None] | None = None, min_steps: int = 0
+    ) -> Stats:
+        """Loop for ``seconds`` and at least ``min_steps`` steps, then check everything; the statistics.
+
+        ``min_steps`` keeps a short run's coverage the same on a slow machine (the seed fixes the steps).
+        """
         end = time.monotonic() + seconds
         steps = 0
-        while time.monotonic() < end:
+        while time.monotonic() < end or steps < min_steps:
             await self.step()
             steps += 1
             if steps % 25 == 0:
@@ -473,6 +478,7 @@ async def run_soak(
     patch: Callable[[S3Archive], None] | None = None,
     corrupt_snapshots: bool = False,
     log: Callable[[str], None] | None = None,
+    min_steps: int = 0,
 ) -> Stats:
     """Start moto in ``workdir``, soak for ``seconds`` with ``seed``, stop the server; returns the statistics.
 
@@ -487,7 +493,7 @@ async def run_soak(
         admin.close()
         soak = Soak(server, seed, patch=patch, corrupt_snapshots=corrupt_snapshots)
         try:
-            return await soak.run(seconds, log)
+            return await soak.run(seconds, log, min_steps)
         finally:
             await soak.aclose()
     finally:

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_short_soak_under_faults_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    stats = await run_soak(20, 20261206, tmp_path)
+    stats = await run_soak(20, 20261206, tmp_path, min_steps=60)
     print(stats.summary())
     assert stats.violations == []
     assert sum(stats.injected.values()) >= 5, stats.injected
@@ -49,9 +49,9 @@ def _skip_one_group(archive: S3Archive) -> None:
 
 
 async def test_the_soak_reports_an_archive_that_skips_a_group(tmp_path: Path) -> None:
-    stats = await run_soak(8, 7, tmp_path, patch=_skip_one_group)
+    stats = await run_soak(8, 7, tmp_path, patch=_skip_one_group, min_steps=20)
     print(stats.summary())
-    assert stats.violations
+    assert any("with faults off failed" in v or "is lost" in v for v in stats.violations), stats.violations
 
 
 @pytest.fixture
