@@ -21,7 +21,7 @@ from s3_helpers import make_config
 from s3_servers import S3Server
 from soak import run_soak
 
-from agentium_archive_s3 import S3Archive, S3SessionStore
+from agentium_archive_s3 import S3Archive, S3SessionStore, S3SessionStoreError
 from agentium_harness.plugin_api import MessageGroup, OpContext, SessionKey
 from agentium_harness.testing import scoped_snapshot
 
@@ -63,19 +63,11 @@ def proxy(server: S3Server) -> Iterator[FaultProxy]:
 
 
 async def test_a_snapshot_corrupted_on_the_way_is_never_acknowledged_as_saved(
-    server: S3Server, proxy: FaultProxy, request: pytest.FixtureRequest
+    server: S3Server, proxy: FaultProxy
 ) -> None:
-    if server.flavour == "moto":
-        # Ceph RGW refuses the damaged body (it checks the signed payload hash); moto checks nothing,
-        # and the store, unlike the archive (ContentMD5, ChecksumSHA256, ETag), neither sends nor
-        # compares a checksum. Strict: this fails as soon as the store is fixed, to be turned on.
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="defect found by the soak: S3SessionStore acknowledges a save whose body was "
-                "corrupted in flight (stored damaged); the session then fails to load (SnapshotCorruptError)",
-            )
-        )
+    # Found by the soak: the store sent no checksum and compared no ETag, so on a server that checks
+    # neither (moto) a body damaged on the way was stored and the save acknowledged; every load and
+    # save of the session then failed (SnapshotCorruptError). Ceph RGW refused the body already.
     key = SessionKey("acme", "ana", "damaged-save")
     config = attrs.evolve(make_config(server), endpoint_url=proxy.endpoint)
     store = S3SessionStore(config)
@@ -92,5 +84,23 @@ async def test_a_snapshot_corrupted_on_the_way_is_never_acknowledged_as_saved(
         assert loaded is not None
         if saved is not None:
             assert loaded.revision == saved and loaded.snapshot == scoped_snapshot(key, " two")
+    finally:
+        await store.aclose()
+
+
+async def test_a_snapshot_damaged_on_every_attempt_fails_typed_and_is_never_acknowledged(
+    server: S3Server, proxy: FaultProxy
+) -> None:
+    key = SessionKey("acme", "ana", "damaged-always")
+    config = attrs.evolve(make_config(server), endpoint_url=proxy.endpoint)
+    store = S3SessionStore(config)
+    try:
+        first = await store.save(key, scoped_snapshot(key, " one"), None, OpContext.with_timeout(30))
+        corrupt = proxy.add(Fault("corrupt_request", "PUT", "/sessions/", count=100))
+        with pytest.raises(S3SessionStoreError, match="damaged") as info:
+            await store.save(key, scoped_snapshot(key, " two"), first, OpContext.with_timeout(30))
+        assert info.value.code == "BadDigest"
+        # One first attempt and conflict_retries more, each damaged; none acknowledged.
+        assert corrupt.applied == config.conflict_retries + 1
     finally:
         await store.aclose()

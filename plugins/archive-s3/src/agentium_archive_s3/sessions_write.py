@@ -9,6 +9,8 @@ back (:meth:`SnapshotWrites._settle`) to report truthfully whether it landed.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import logging
 from typing import Final
@@ -29,6 +31,7 @@ from .errors import (
     S3ConflictRetriesExhaustedError,
     S3Error,
     S3SaveOutcomeUnknownError,
+    S3SessionStoreError,
 )
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .revision_floor import read_floor
@@ -54,6 +57,8 @@ def _shown_code(cause: S3Error) -> str:
 
 
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
+#: The server received other bytes than those sent (Content-MD5 or the SHA-256 checksum did not match).
+_DIGEST_CODES: Final = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
 #: Failures with no answer from the server: the request may have been stored, or may still be.
 _NO_REPLY: Final = (
     botocore.exceptions.ConnectionError,
@@ -129,7 +134,15 @@ class SnapshotWrites:
             condition = {"IfMatch": self._if_match(etag)}
         flipped = False
         conflicts = 0
+        damaged = 0
         resent = False
+        # As the archive's uploads: a server that checks refuses bytes damaged on the way, and the
+        # ETag (a single-part object's MD5) tells when one that does not check stored them.
+        md5 = hashlib.md5(body).digest()  # noqa: S324 - a transfer checksum, not a security hash
+        checksums = {
+            "ContentMD5": base64.b64encode(md5).decode("ascii"),
+            "ChecksumSHA256": base64.b64encode(hashlib.sha256(body).digest()).decode("ascii"),
+        }
         while True:
             ctx.raise_if_expired("session save")
             try:
@@ -140,11 +153,24 @@ class SnapshotWrites:
                     # (412) is answered before a large snapshot is uploaded in vain.
                     Body=io.BytesIO(body),
                     ContentType="text/plain; charset=utf-8",
+                    **checksums,  # type: ignore[arg-type]
                     **condition,  # type: ignore[arg-type]
                 )
-                return unquote_etag(str(reply.get("ETag", "")))
+                etag = unquote_etag(str(reply.get("ETag", "")))
+                if not self._config.etag_is_md5 or etag == md5.hex():
+                    return etag
+                # The server stored other bytes than those sent (it checked neither checksum): the
+                # object is ours (its condition held), so ours are written over it, conditioned on
+                # its ETag. Acknowledged, it would fail every load and save of the session.
+                damaged = self._damaged(key, damaged)
+                condition = {"IfMatch": self._if_match(etag)}
+                continue
             except botocore.exceptions.ClientError as exc:
                 code, status = error_code(exc), error_status(exc)
+                if code in _DIGEST_CODES:
+                    # Refused on arrival: nothing was written; the same write is sent again.
+                    damaged = self._damaged(key, damaged)
+                    continue
                 if code in _CONFLICT_CODES or status == 409:
                     conflicts += 1
                     if conflicts > self._config.conflict_retries:
@@ -193,7 +219,7 @@ class SnapshotWrites:
             if current is None:
                 gone = ERASING if expected is None else "the session was removed"
                 raise self._conflict(key, expected, gone)
-            if expected is None:
+            if expected is None and "IfMatch" not in condition:
                 raise self._conflict(key, expected, "the session already exists")
             if not flipped and "IfMatch" in condition and current[1] == unquote_etag(condition["IfMatch"]):
                 # Unchanged object, refused precondition: the server wants the other ETag form.
@@ -205,6 +231,19 @@ class SnapshotWrites:
                 continue
             now = revision_shown(current[0])
             raise self._conflict(key, expected, f"another writer saved it first (now revision {now})")
+
+    def _damaged(self, key: SessionKey, damaged: int) -> int:
+        """One more upload of ``key`` that reached the server damaged; past ``conflict_retries``, give up."""
+        damaged += 1
+        if damaged > self._config.conflict_retries:
+            raise S3SessionStoreError(
+                f"s3 session store: saving session {key.key()} reached the server damaged {damaged} times "
+                "(its checksum or ETag did not match the bytes sent); nothing was acknowledged: load the "
+                "session before retrying (a server that checks no checksum may hold the damaged bytes)",
+                code="BadDigest",
+            )
+        logger.warning("session save: the upload reached the server damaged (checksum or ETag); sent again")
+        return damaged
 
     def _settle(
         self,
