@@ -11,13 +11,14 @@ tells whether it did.
 
 from __future__ import annotations
 
-import sqlite3
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from _memory_support import sqlite_store
+from _oversize_support import HUGE, NUL_TEXT, PEAK
+from _oversize_support import raw_sql as _sql
 
 from agentium_harness import MemoryFact, MemoryScope
 from agentium_harness._ports.erasure import EraseStatus, EraseTarget
@@ -30,25 +31,13 @@ pytestmark = pytest.mark.anyio
 
 ALICE = MemoryScope("tenant-a", "alice")
 DIGEST = "sha256:" + "0" * 64
-HUGE = 64 * 1024 * 1024
 #: For the columns checked by fewer reads: still twice what a read may take.
 LARGE = 16 * 1024 * 1024
-#: Far below HUGE: a read that fetched the value would pass it (a str of HUGE ASCII characters).
-PEAK = 8 * 1024 * 1024
 FACT = MemoryFact(ALICE, "alice keeps the spare key under the mat", provenance=[GroupRef("s1", 0, DIGEST)])
 
 
 def _ctx() -> OpContext:
     return OpContext.with_timeout(30.0)
-
-
-def _sql(path: Path, statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        with conn:
-            return conn.execute(statement, params).fetchall()
-    finally:
-        conn.close()
 
 
 def _fingerprint(path: Path) -> list[tuple[object, ...]]:
@@ -181,16 +170,11 @@ async def test_a_huge_schema_version_is_refused_when_the_store_opens(tmp_path: P
     await reopened.aclose()
 
 
-#: A NUL after one character: SQLite's ``length()`` counts the characters before the first NUL, so
-#: a bound on ``length()`` alone read this HUGE + 2 byte value as one character long.
-NUL_HUGE = "'x' || char(0) || printf('%.*c', ?, 'x')"
-
-
 async def test_a_huge_text_behind_a_nul_is_refused_by_every_read_before_it_is_fetched(
     tmp_path: Path,
 ) -> None:
     store, db, fact_id = await _damaged(tmp_path, "text", 1)
-    _sql(db, f"UPDATE memory_facts SET text = {NUL_HUGE} WHERE revision = 2", (HUGE,))
+    _sql(db, f"UPDATE memory_facts SET text = {NUL_TEXT} WHERE revision = 2", (HUGE,))
     before = _fingerprint(db)
     for name, call in _reads(store, fact_id).items():
         await _refused_unread(call, rf"text of {HUGE + 2} bytes", name)
@@ -202,7 +186,7 @@ async def test_a_huge_fact_id_or_version_behind_a_nul_is_refused_before_it_is_fe
     tmp_path: Path,
 ) -> None:
     store, db, _ = await _damaged(tmp_path, "fact_id", 1)
-    _sql(db, f"UPDATE memory_facts SET fact_id = {NUL_HUGE} WHERE revision = 2", (LARGE,))
+    _sql(db, f"UPDATE memory_facts SET fact_id = {NUL_TEXT} WHERE revision = 2", (LARGE,))
     before = _fingerprint(db)
     user = EraseTarget.user("tenant-a", "alice")
     message = rf"fact_id of {LARGE + 2} bytes"

@@ -10,10 +10,11 @@ remove, on every retry.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
+from _oversize_support import HUGE
+from _oversize_support import raw_sql as _sql
 
 from agentium_harness import (
     EraseTarget,
@@ -34,7 +35,6 @@ pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), "request 42")
-HUGE = 64 * 1024 * 1024
 
 
 def _runtime(path: Path) -> HarnessRuntime:
@@ -47,15 +47,6 @@ def _runtime(path: Path) -> HarnessRuntime:
         owned=(archive, store),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
     )
-
-
-def _sql(path: Path, statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        with conn:
-            return conn.execute(statement, params).fetchall()
-    finally:
-        conn.close()
 
 
 @pytest.mark.parametrize("target", ["session", "user"])

@@ -15,12 +15,13 @@ are just past that; a digest, an id or a version is far shorter.
 
 from __future__ import annotations
 
-import sqlite3
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from _oversize_support import HUGE, NUL_TEXT, PEAK
+from _oversize_support import raw_sql as _sql
 
 from agentium_harness import (
     ArchiveCorruptError,
@@ -57,14 +58,6 @@ ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
 #: Just past what any stored JSON may take: a snapshot or a group's bytes this long was never written.
 OVER_JSON = MAX_JSON_BYTES + 1024
-#: For a digest, an id or a version (each far shorter).
-HUGE = 64 * 1024 * 1024
-#: Far below either: a read that fetched the value would pass it.
-PEAK = 8 * 1024 * 1024
-#: A TEXT (even in a BLOB column: SQLite is dynamically typed) whose length() is 1, as SQLite counts
-#: characters only up to the first NUL, and whose bytes are the size given and 2 more: a bound on
-#: length() alone passed it, and the read took it whole.
-NUL_TEXT = "'x' || char(0) || printf('%.*c', ?, 'x')"
 
 
 @pytest.fixture
@@ -74,15 +67,6 @@ def anyio_backend() -> str:
 
 def _ctx() -> OpContext:
     return OpContext.with_timeout(30.0)
-
-
-def _sql(path: Path, statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        with conn:
-            return conn.execute(statement, params).fetchall()
-    finally:
-        conn.close()
 
 
 def _fingerprint(path: Path) -> list[object]:

@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from _oversize_support import HUGE, NUL_TEXT, PEAK
+from _oversize_support import raw_sql as _sql
 
 from agentium_harness._errors import AgentiumError, ArchiveCorruptError, InvalidArgumentError
 from agentium_harness._json import MAX_JSON_BYTES
@@ -43,16 +45,8 @@ OWNER = SourceOwner("acme", "alice")
 MODEL = EmbeddingModel("test-model", 3)
 #: Just past what a text, a title or a group's bytes may take.
 OVER_JSON = MAX_JSON_BYTES + 1024
-#: For a digest, a revision or a vector (each far shorter).
-HUGE = 64 * 1024 * 1024
-#: Far below either: a read that fetched the value would pass it.
-PEAK = 8 * 1024 * 1024
 GROUPS = [plain_group(seq, " about the kettle") for seq in range(3)]
 TEXT_TRIGGER = "recall_texts_au"
-#: A TEXT (even in a BLOB column: SQLite is dynamically typed) whose length() is 1, as SQLite counts
-#: characters only up to the first NUL, and whose bytes are the size given and 2 more: a bound on
-#: length() alone passed it, and the read took it whole.
-NUL_TEXT = "'x' || char(0) || printf('%.*c', ?, 'x')"
 
 
 @pytest.fixture
@@ -62,15 +56,6 @@ def anyio_backend() -> str:
 
 def _ctx() -> OpContext:
     return OpContext.with_timeout(30.0)
-
-
-def _sql(path: Path, statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        with conn:
-            return conn.execute(statement, params).fetchall()
-    finally:
-        conn.close()
 
 
 def _fingerprint(path: Path) -> list[object]:
