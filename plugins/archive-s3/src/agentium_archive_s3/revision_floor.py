@@ -44,6 +44,7 @@ import botocore.exceptions
 
 from agentium_harness.plugin_api import OpContext
 
+from .checksums import DIGEST_CODES, checksums
 from .config import S3Config
 from .errors import S3ConflictRetriesExhaustedError, S3RevisionFloorCorruptError
 from .link import S3Client, conflict_backoff, error_code, error_status, unquote_etag
@@ -117,23 +118,52 @@ def raise_floor(s3: S3Client, config: S3Config, revision: int, ctx: OpContext) -
     revision = min(revision, MAX_REVISION)
     quoted = True
     conflicts = 0
+    damaged = 0
     for _ in range(_ATTEMPTS):
         ctx.raise_if_expired("session store erase")
         floor, etag = read_floor(s3, config)
         if floor >= revision:
             return floor
         condition = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": f'"{etag}"' if quoted else etag}
+        body = floor_body(revision)
+        sums = checksums(body)
         try:
-            s3.put_object(
+            reply = s3.put_object(
                 Bucket=config.bucket,
                 Key=floor_key(config.prefix),
-                Body=floor_body(revision),
+                Body=body,
                 ContentType="text/plain; charset=utf-8",
+                **sums.args,  # type: ignore[arg-type]
                 **condition,  # type: ignore[arg-type]
             )
+            stored = unquote_etag(str(reply.get("ETag", "")))
+            while sums.stored_other_bytes(stored, config.etag_is_md5):
+                # A server that checks neither checksum stored the floor damaged on the way: every
+                # save and erase would then fail closed on it. Ours goes over it, on its ETag.
+                damaged += 1
+                if damaged > config.conflict_retries:
+                    raise S3RevisionFloorCorruptError(
+                        f"s3 session store: raising the revision floor to {revision}: the upload reached "
+                        f"the server damaged {damaged} times (its ETag did not match the bytes sent)",
+                        code="BadDigest",
+                    )
+                reply = s3.put_object(
+                    Bucket=config.bucket,
+                    Key=floor_key(config.prefix),
+                    Body=body,
+                    ContentType="text/plain; charset=utf-8",
+                    IfMatch=f'"{stored}"' if quoted else stored,
+                    **sums.args,  # type: ignore[arg-type]
+                )
+                stored = unquote_etag(str(reply.get("ETag", "")))
             return revision
         except botocore.exceptions.ClientError as exc:
             code, status = error_code(exc), error_status(exc)
+            if code in DIGEST_CODES:
+                damaged += 1  # refused on arrival: nothing was written; read and send again
+                if damaged > config.conflict_retries:
+                    raise
+                continue
             if code == "PreconditionFailed" or status == 412:
                 if etag is not None and read_floor(s3, config)[1] == etag:
                     quoted = not quoted  # the floor is unchanged: the server wants the other form

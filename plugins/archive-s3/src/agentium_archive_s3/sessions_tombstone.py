@@ -63,6 +63,7 @@ from agentium_harness.plugin_api import (
     snapshot_erasure,
 )
 
+from .checksums import DIGEST_CODES, checksums
 from .config import S3Config
 from .errors import S3ConflictRetriesExhaustedError, S3ObjectTooLargeError
 from .link import S3Client, conflict_backoff, error_code, error_status, unquote_etag
@@ -76,6 +77,9 @@ from .snapshot_format import (
     read_limit,
     revision_shown,
 )
+
+#: The tombstone's transfer checksums (one body for every session).
+_TOMBSTONE_SUMS: Final = checksums(TOMBSTONE)
 
 __all__ = ["Found", "IfMatchForm", "Tombstoned", "merged", "read_found", "tombstone"]
 
@@ -181,6 +185,7 @@ def tombstone(
     current = first
     flipped = False
     conflicts = 0
+    damaged = 0
     for _ in range(_ATTEMPTS):
         if form.refused and not current.tombstone:
             return Tombstoned(None, None, tuple(seen), len(seen) > 1, refused=True)
@@ -200,11 +205,21 @@ def tombstone(
                 Body=TOMBSTONE,
                 ContentType="text/plain; charset=utf-8",
                 IfMatch=f'"{current.etag}"' if quoted else current.etag,
+                **_TOMBSTONE_SUMS.args,  # type: ignore[arg-type]
             )
+            # Not compared with the ETag, unlike a save: the erase deletes this object next (by its
+            # version in a versioned bucket, where writing a whole one over a damaged one would
+            # leave the damaged version current once the whole one is deleted); until then a
+            # damaged tombstone reads as a damaged snapshot, failing closed, never as the session.
             etag = unquote_etag(str(reply.get("ETag", "")))
             return Tombstoned(etag, reply.get("VersionId"), tuple(seen), len(seen) > 1)
         except botocore.exceptions.ClientError as exc:
             code, status = error_code(exc), error_status(exc)
+            if code in DIGEST_CODES:
+                damaged += 1  # refused on arrival: nothing was written; the same write again
+                if damaged > config.conflict_retries:
+                    raise
+                continue
             if code in ("ConditionalRequestConflict", "OperationAborted") or status == 409:
                 conflicts += 1
                 conflict_backoff(ctx, conflicts)

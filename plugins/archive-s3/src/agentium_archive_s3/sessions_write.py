@@ -9,8 +9,6 @@ back (:meth:`SnapshotWrites._settle`) to report truthfully whether it landed.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import logging
 from typing import Final
@@ -26,6 +24,7 @@ from agentium_harness.plugin_api import (
     one_line,
 )
 
+from .checksums import DIGEST_CODES, checksums
 from .config import S3Config
 from .errors import (
     S3ConflictRetriesExhaustedError,
@@ -57,8 +56,6 @@ def _shown_code(cause: S3Error) -> str:
 
 
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
-#: The server received other bytes than those sent (Content-MD5 or the SHA-256 checksum did not match).
-_DIGEST_CODES: Final = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
 #: Failures with no answer from the server: the request may have been stored, or may still be.
 _NO_REPLY: Final = (
     botocore.exceptions.ConnectionError,
@@ -138,11 +135,7 @@ class SnapshotWrites:
         resent = False
         # As the archive's uploads: a server that checks refuses bytes damaged on the way, and the
         # ETag (a single-part object's MD5) tells when one that does not check stored them.
-        md5 = hashlib.md5(body).digest()  # noqa: S324 - a transfer checksum, not a security hash
-        checksums = {
-            "ContentMD5": base64.b64encode(md5).decode("ascii"),
-            "ChecksumSHA256": base64.b64encode(hashlib.sha256(body).digest()).decode("ascii"),
-        }
+        sums = checksums(body)
         while True:
             ctx.raise_if_expired("session save")
             try:
@@ -153,11 +146,11 @@ class SnapshotWrites:
                     # (412) is answered before a large snapshot is uploaded in vain.
                     Body=io.BytesIO(body),
                     ContentType="text/plain; charset=utf-8",
-                    **checksums,  # type: ignore[arg-type]
+                    **sums.args,  # type: ignore[arg-type]
                     **condition,  # type: ignore[arg-type]
                 )
                 etag = unquote_etag(str(reply.get("ETag", "")))
-                if not self._config.etag_is_md5 or etag == md5.hex():
+                if not sums.stored_other_bytes(etag, self._config.etag_is_md5):
                     return etag
                 # The server stored other bytes than those sent (it checked neither checksum): the
                 # object is ours (its condition held), so ours are written over it, conditioned on
@@ -167,7 +160,7 @@ class SnapshotWrites:
                 continue
             except botocore.exceptions.ClientError as exc:
                 code, status = error_code(exc), error_status(exc)
-                if code in _DIGEST_CODES:
+                if code in DIGEST_CODES:
                     # Refused on arrival: nothing was written; the same write is sent again.
                     damaged = self._damaged(key, damaged)
                     continue
