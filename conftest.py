@@ -81,3 +81,25 @@ def _use_ram_for_test_folders() -> None:
 
 
 _use_ram_for_test_folders()
+
+
+#: Lines the test processes ask to be printed at the end of the run (the OpenAI Agents SDK suite's
+#: counts), gathered here from each pytest-xdist worker as it finishes (``workeroutput``).
+_WORKER_SUMMARY: list[str] = []
+#: The ``workeroutput`` key a test folder's conftest fills in a worker (see
+#: integrations/openai-agents/tests/conftest.py).
+SUMMARY_KEY = "agentium_summary"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist, in the main process: keep a finished worker's summary lines."""
+    output = getattr(node, "workeroutput", None)
+    if isinstance(output, dict):
+        _WORKER_SUMMARY.extend(str(line) for line in output.get(SUMMARY_KEY, ()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the workers' summary lines: a worker's own terminal summary is never shown."""
+    for line in _WORKER_SUMMARY:
+        terminalreporter.write_line(line)

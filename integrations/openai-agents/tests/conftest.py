@@ -38,5 +38,13 @@ async def runtime(tmp_path: Path) -> AsyncIterator[HarnessRuntime]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """In a run without workers: print the SDK suite's counts (with workers, the root conftest does)."""
     for line in SUMMARY:
         terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker: hand the SDK suite's counts to the main process, which prints them."""
+    output = getattr(session.config, "workeroutput", None)
+    if isinstance(output, dict) and SUMMARY:
+        output.setdefault("agentium_summary", []).extend(SUMMARY)
