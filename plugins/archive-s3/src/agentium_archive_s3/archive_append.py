@@ -9,8 +9,6 @@ found taken holds (see :mod:`.archive` for the whole protocol).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from collections.abc import Sequence
 from typing import Final
 
@@ -28,6 +26,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .archive_read import get_group, where
+from .checksums import DIGEST_CODES, Checksums
 from .config import S3Config
 from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3ObjectTooLargeError
 from .keys import DIGEST_META, LINK_META, upload_key
@@ -37,7 +36,6 @@ from .markers import is_erasure_marker
 __all__ = ["Upload", "compare_stored", "encode_batch", "put_once"]
 
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
-_DIGEST_CODES: Final = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
 
 
 @attrs.frozen(slots=True)
@@ -49,9 +47,7 @@ class Upload:
     key: str
     data: bytes
     digest: str
-    md5_b64: str
-    md5_hex: str
-    sha256_b64: str
+    sums: Checksums
 
 
 def encode_batch(config: S3Config, key: SessionKey, groups: Sequence[MessageGroup]) -> list[Upload]:
@@ -76,16 +72,13 @@ def encode_batch(config: S3Config, key: SessionKey, groups: Sequence[MessageGrou
                     "different content; nothing of the batch was written"
                 )
             continue
-        md5 = hashlib.md5(data, usedforsecurity=False).digest()
         upload = Upload(
             session=key,
             seq=group.seq,
             key=upload_key(config.prefix, key, group.seq),
             data=data,
             digest=group.digest,
-            md5_b64=base64.b64encode(md5).decode("ascii"),
-            md5_hex=md5.hex(),
-            sha256_b64=base64.b64encode(hashlib.sha256(data).digest()).decode("ascii"),
+            sums=Checksums(data),
         )
         seen[group.seq] = upload
         uploads.append(upload)
@@ -109,8 +102,7 @@ def put_once(s3: S3Client, config: S3Config, upload: Upload, link: int | None, c
                 # would cost a round trip per group (snapshots, often larger, do stream).
                 Body=upload.data,
                 IfNoneMatch="*",
-                ContentMD5=upload.md5_b64,
-                ChecksumSHA256=upload.sha256_b64,
+                **upload.sums.args,  # type: ignore[arg-type]
                 ContentType="application/json",
                 Metadata=metadata,
             )
@@ -119,7 +111,7 @@ def put_once(s3: S3Client, config: S3Config, upload: Upload, link: int | None, c
             if code == "PreconditionFailed" or status == 412:
                 compare_stored(s3, config, upload)
                 return False
-            if code in _DIGEST_CODES:
+            if code in DIGEST_CODES:
                 # The server received other bytes than those sent and refused them.
                 damaged += 1
                 _check_damaged(config, upload, damaged)
@@ -138,7 +130,7 @@ def put_once(s3: S3Client, config: S3Config, upload: Upload, link: int | None, c
             raise
         etag = unquote_etag(str(reply.get("ETag", "")))
         version = str(reply.get("VersionId") or "")
-        if not config.etag_is_md5 or etag == upload.md5_hex:
+        if not upload.sums.stored_other_bytes(etag, config.etag_is_md5):
             return True
         # The server stored bytes other than those sent (it did not verify
         # Content-MD5). The object is ours and nobody can hold a receipt for it

@@ -1,6 +1,6 @@
-"""Transfer checksums for the session store's writes (snapshots, tombstones, the revision floor).
+"""Transfer checksums of every upload: archived groups, snapshots, tombstones, the revision floor.
 
-As the archive's uploads do, each write sends ``Content-MD5`` and
+Each write sends ``Content-MD5`` and
 ``x-amz-checksum-sha256`` of its body: a server that checks either refuses
 bytes damaged on the way (one of :data:`DIGEST_CODES`), and with
 ``etag_is_md5`` the returned ETag (a single-part object's MD5) tells when a
@@ -13,7 +13,7 @@ import base64
 import hashlib
 from typing import Final
 
-__all__ = ["DIGEST_CODES", "Checksums", "checksums"]
+__all__ = ["DIGEST_CODES", "Checksums"]
 
 #: The server received other bytes than those sent and refused them: nothing was written.
 DIGEST_CODES: Final = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
@@ -25,7 +25,7 @@ class Checksums:
     __slots__ = ("args", "md5_hex")
 
     def __init__(self, body: bytes) -> None:
-        md5 = hashlib.md5(body).digest()  # noqa: S324 - a transfer checksum, not a security hash
+        md5 = hashlib.md5(body, usedforsecurity=False).digest()  # a transfer checksum
         #: ``ContentMD5`` and ``ChecksumSHA256``, to pass to ``put_object``.
         self.args: dict[str, str] = {
             "ContentMD5": base64.b64encode(md5).decode("ascii"),
@@ -37,8 +37,3 @@ class Checksums:
     def stored_other_bytes(self, etag: str, etag_is_md5: bool) -> bool:
         """True if a write answered with ``etag`` (unquoted) stored other bytes than the body."""
         return etag_is_md5 and etag != self.md5_hex
-
-
-def checksums(body: bytes) -> Checksums:
-    """The checksums of ``body``."""
-    return Checksums(body)

@@ -44,7 +44,7 @@ import botocore.exceptions
 
 from agentium_harness.plugin_api import OpContext
 
-from .checksums import DIGEST_CODES, checksums
+from .checksums import DIGEST_CODES, Checksums
 from .config import S3Config
 from .errors import S3ConflictRetriesExhaustedError, S3RevisionFloorCorruptError
 from .link import S3Client, conflict_backoff, error_code, error_status, unquote_etag
@@ -126,7 +126,7 @@ def raise_floor(s3: S3Client, config: S3Config, revision: int, ctx: OpContext) -
             return floor
         condition = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": f'"{etag}"' if quoted else etag}
         body = floor_body(revision)
-        sums = checksums(body)
+        sums = Checksums(body)
         try:
             reply = s3.put_object(
                 Bucket=config.bucket,

@@ -63,7 +63,7 @@ from agentium_harness.plugin_api import (
     snapshot_erasure,
 )
 
-from .checksums import DIGEST_CODES, checksums
+from .checksums import DIGEST_CODES, Checksums
 from .config import S3Config
 from .errors import S3ConflictRetriesExhaustedError, S3ObjectTooLargeError
 from .link import S3Client, conflict_backoff, error_code, error_status, unquote_etag
@@ -79,7 +79,7 @@ from .snapshot_format import (
 )
 
 #: The tombstone's transfer checksums (one body for every session).
-_TOMBSTONE_SUMS: Final = checksums(TOMBSTONE)
+_TOMBSTONE_SUMS: Final = Checksums(TOMBSTONE)
 
 __all__ = ["Found", "IfMatchForm", "Tombstoned", "merged", "read_found", "tombstone"]
 

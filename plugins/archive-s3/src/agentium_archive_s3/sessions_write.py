@@ -24,7 +24,7 @@ from agentium_harness.plugin_api import (
     one_line,
 )
 
-from .checksums import DIGEST_CODES, checksums
+from .checksums import DIGEST_CODES, Checksums
 from .config import S3Config
 from .errors import (
     S3ConflictRetriesExhaustedError,
@@ -135,7 +135,7 @@ class SnapshotWrites:
         resent = False
         # As the archive's uploads: a server that checks refuses bytes damaged on the way, and the
         # ETag (a single-part object's MD5) tells when one that does not check stored them.
-        sums = checksums(body)
+        sums = Checksums(body)
         while True:
             ctx.raise_if_expired("session save")
             try:
