@@ -12,44 +12,34 @@ nothing of the report is kept; once the adapter behaves, a resume completes the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 import pytest
-
-from agentium_harness import (
-    ContractViolationError,
-    EraseTarget,
-    ErasureIncompleteError,
-    ErasureInProgressError,
-    ErasureState,
-    OperatorAttestation,
-    SessionKey,
-    VerifiedIdentity,
-    create_harness_runtime,
+from _erasure_report_harness import (
+    ALICE,
+    GOOD,
+    KEY,
+    OPERATOR,
+    S1,
+    BadReportArchive,
+    Tamper,
+    dry_run_refused,
+    runtime,
+    stops_pending_then_resumes,
+    with_groups,
 )
-from agentium_harness._validators import DIGEST_FORM, MAX_COUNT
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.providers import ScriptedProvider
+
+from agentium_harness._validators import MAX_COUNT
 from agentium_harness.plugin_api import ErasedCount, ErasedSession, EraseReport, EraseStatus
 
 pytestmark = pytest.mark.anyio
 
-ALICE = VerifiedIdentity("acme", "alice", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), "request 42")
-S1 = EraseTarget.session("acme", "alice", "s1")
-KEY = SessionKey("acme", "alice", "s1")
-GOOD = "sha256:" + "0" * 64
 #: A group the session does not hold (its snapshot has group 0 only): only the bad report names it.
 SEQ = 7
 
-Tamper = Callable[[EraseReport, int], EraseReport]
-
 
 def _with_digest(digest: str) -> Tamper:
-    return lambda report, _: attrs.evolve(
-        report, sessions=(*report.sessions, ErasedSession(KEY, ((SEQ, digest),)))
-    )
+    return with_groups((SEQ, digest))
 
 
 def _with_detail(detail: str) -> Tamper:
@@ -86,35 +76,6 @@ def _twice(counts: Callable[[int], tuple[ErasedCount, ...]]) -> Tamper:
     return tamper
 
 
-class _BadReportArchive(InMemoryArchive):
-    """A broken adapter: ``tamper`` rewrites the reports of its dry runs (``on="dry"``) or real calls."""
-
-    capabilities = InMemoryArchive.capabilities
-
-    def __init__(self, tamper: Tamper, on: str) -> None:
-        super().__init__()
-        self.tamper: Tamper | None = tamper
-        self.on = on
-        self.calls = 0
-
-    async def erase(self, target: Any, ctx: Any, *, dry_run: bool = False, max_items: int = 1000) -> Any:
-        report = await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
-        if self.tamper is None or self.on != ("dry" if dry_run else "real"):
-            return report
-        self.calls += 1
-        return self.tamper(report, self.calls)
-
-
-def _runtime(archive: InMemoryArchive) -> Any:
-    session_store = InMemorySessionStore()
-    return create_harness_runtime(
-        provider=ScriptedProvider(replies=["noted"], cycle=True),
-        archive=archive,
-        session_store=session_store,
-        owned=[archive, session_store],
-    )
-
-
 BAD_DIGESTS = {
     "one hex digit too many": GOOD + "0",
     "a megabyte of text": "x" * (1 << 20),
@@ -139,50 +100,15 @@ BAD_FIELDS: dict[str, Tamper] = {
 async def test_a_dry_run_refuses_a_report_with_a_malformed_digest_as_a_contract_violation(
     digest: str,
 ) -> None:
-    rt = _runtime(_BadReportArchive(_with_digest(digest), "dry"))
-    await rt.run(ALICE, "s1", "turn")
-    with pytest.raises(ContractViolationError, match=r"archive.*digest") as refused:
-        await rt.erase(S1, reason="check", attestation=OPERATOR, dry_run=True)
-    assert len(str(refused.value)) < 1000  # the text itself is never shown
-    assert await rt.erasure_status(OPERATOR) == ()
-    await rt.aclose()
+    refused = await dry_run_refused(BadReportArchive(_with_digest(digest), "dry"), r"archive.*digest")
+    assert len(str(refused)) < 1000  # the text itself is never shown
 
 
 @pytest.mark.parametrize("tamper", BAD_FIELDS.values(), ids=BAD_FIELDS.keys())
 async def test_a_dry_run_refuses_a_report_with_an_unbounded_field_as_a_contract_violation(
     tamper: Tamper,
 ) -> None:
-    rt = _runtime(_BadReportArchive(tamper, "dry"))
-    await rt.run(ALICE, "s1", "turn")
-    with pytest.raises(ContractViolationError, match="archive"):
-        await rt.erase(S1, reason="check", attestation=OPERATOR, dry_run=True)
-    assert await rt.erasure_status(OPERATOR) == ()
-    await rt.aclose()
-
-
-async def _stops_pending_then_resumes(archive: _BadReportArchive) -> None:
-    rt = _runtime(archive)
-    await rt.run(ALICE, "s1", "turn")
-    with pytest.raises(ErasureIncompleteError) as stopped:
-        await rt.erase(S1, reason="request", attestation=OPERATOR)
-    assert isinstance(stopped.value.__cause__, ContractViolationError)
-    record = stopped.value.record
-    assert record is not None and record.state is ErasureState.PENDING
-    # Nothing taken from the bad report: no store marked complete by it, no digest of another form.
-    archive_entry = record.store("archive")
-    assert archive_entry is None or archive_entry.status is EraseStatus.PARTIAL
-    assert all(DIGEST_FORM.fullmatch(d) for s in record.sessions for _, d in s.digests)
-    assert all(len(s.detail) < 4096 and len(s.counts) <= 32 for s in record.stores)
-    (listed,) = await rt.erasure_status(OPERATOR)
-    assert listed.erasure_id == record.erasure_id and listed.state is ErasureState.PENDING
-    assert not any("InvalidArgumentError" in note for note in listed.notes)
-    with pytest.raises(ErasureInProgressError):
-        await rt.run(ALICE, "s1", "refused while pending")
-    # Once the adapter is fixed, the erasure resumes and completes.
-    archive.tamper = None
-    (done,) = await rt.resume_erasures(OPERATOR)
-    assert done.tombstone is not None and done.record.erasure_id == record.erasure_id
-    await rt.aclose()
+    await dry_run_refused(BadReportArchive(tamper, "dry"))
 
 
 @pytest.mark.parametrize("on", ["dry", "real"])
@@ -190,7 +116,7 @@ async def _stops_pending_then_resumes(archive: _BadReportArchive) -> None:
 async def test_an_erasure_meeting_a_report_with_a_malformed_digest_stops_pending(
     digest: str, on: str
 ) -> None:
-    await _stops_pending_then_resumes(_BadReportArchive(_with_digest(digest), on))
+    await stops_pending_then_resumes(BadReportArchive(_with_digest(digest), on))
 
 
 @pytest.mark.parametrize("on", ["dry", "real"])
@@ -198,12 +124,12 @@ async def test_an_erasure_meeting_a_report_with_a_malformed_digest_stops_pending
 async def test_an_erasure_meeting_a_report_with_an_unbounded_field_stops_pending(
     tamper: Tamper, on: str
 ) -> None:
-    await _stops_pending_then_resumes(_BadReportArchive(tamper, on))
+    await stops_pending_then_resumes(BadReportArchive(tamper, on))
 
 
 async def test_an_erasure_meeting_more_session_entries_than_its_call_bound_stops_pending() -> None:
     # A real call is bounded to 1,000 items (DEFAULT_ERASE_BATCH): each entry stands for one at least.
-    await _stops_pending_then_resumes(_BadReportArchive(_with_entries(1001), "real"))
+    await stops_pending_then_resumes(BadReportArchive(_with_entries(1001), "real"))
 
 
 TWICE = {
@@ -217,12 +143,12 @@ TWICE = {
 @pytest.mark.parametrize("tamper", TWICE.values(), ids=TWICE.keys())
 async def test_counts_summed_over_calls_past_their_bounds_are_a_contract_violation(tamper: Tamper) -> None:
     # Each report is within the bounds; the store's entry in the record, summed over calls, is not.
-    await _stops_pending_then_resumes(_BadReportArchive(tamper, "real"))
+    await stops_pending_then_resumes(BadReportArchive(tamper, "real"))
 
 
 async def test_a_report_with_well_formed_digests_and_bounded_fields_completes() -> None:
     # The checks refuse nothing an adapter keeping the contract reports.
-    ok = _BadReportArchive(
+    ok = BadReportArchive(
         lambda r, _: attrs.evolve(
             _with_digest(GOOD)(r, 0),
             detail="d" * 4000,
@@ -230,7 +156,7 @@ async def test_a_report_with_well_formed_digests_and_bounded_fields_completes() 
         ),
         "real",
     )
-    rt = _runtime(ok)
+    rt = runtime(ok)
     await rt.run(ALICE, "s1", "turn")
     result = await rt.erase(S1, reason="request", attestation=OPERATOR)
     assert result.tombstone is not None
@@ -241,7 +167,7 @@ async def test_a_report_with_well_formed_digests_and_bounded_fields_completes() 
 async def test_a_group_reported_with_no_digest_is_erased_and_recorded_with_none() -> None:
     # "" is the store saying it found no digest it can vouch for (S3 metadata gone, a damaged
     # SQLite digest): damage the operator asked to remove never stops the erasure.
-    rt = _runtime(_BadReportArchive(_with_digest(""), "real"))
+    rt = runtime(BadReportArchive(_with_digest(""), "real"))
     await rt.run(ALICE, "s1", "turn")
     result = await rt.erase(S1, reason="request", attestation=OPERATOR)
     assert result.tombstone is not None
