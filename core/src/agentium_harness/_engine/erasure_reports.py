@@ -10,12 +10,14 @@ kind, the sessions' groups united, :func:`merge_sessions`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import attrs
 
 from .._errors import ContractViolationError
 from .._ports.erasure import (
+    MAX_ERASE_RANGES,
     MAX_KIND_BYTES,
     MAX_REPORT_DETAIL_BYTES,
     MAX_REPORT_KINDS,
@@ -88,8 +90,9 @@ def check_report(report: object, target: EraseTarget, role: str, bound: int, dry
     What goes into the stored record is held to its form and bounds here, before anything of
     the report is kept: the counts (:data:`MAX_REPORT_KINDS` kinds at most, each a short name,
     each count an ``int`` from 0 to ``MAX_COUNT``), the ``detail`` (at most
-    :data:`MAX_REPORT_DETAIL_BYTES`), the sessions (one per item at most: ``bound``) and each
-    group's seq and digest.
+    :data:`MAX_REPORT_DETAIL_BYTES`), the sessions (one per item at most: ``bound``), each
+    group's seq and digest, and the runs of consecutive seqs each session's groups form (at most
+    ``bound`` or :data:`MAX_ERASE_RANGES`, the larger): each becomes a range the record keeps.
     """
     name = f"the {role} store's erase"
     if not isinstance(report, EraseReport):
@@ -113,6 +116,7 @@ def check_report(report: object, target: EraseTarget, role: str, bound: int, dry
             )
         for seq, digest in entry.groups:
             _check_group(seq, digest, name)
+        _check_runs(entry.groups, bound, name)
         # The session itself too: an entry naming no group (a snapshot removed) must be in the target.
         if not covers(target, entry.session) or not all(
             target.covers_group(entry.session, seq) for seq, _ in entry.groups
@@ -142,6 +146,26 @@ def _check_group(seq: object, digest: object, name: str) -> None:
         raise ContractViolationError(
             f"{name} reported group seq {plain} with a digest that is neither 'sha256:' and 64 "
             f"lowercase hex digits nor empty ({shown}); the erasure stops here"
+        )
+
+
+def _check_runs(groups: Sequence[tuple[int, str]], bound: int, name: str) -> None:
+    # Each run of consecutive seqs is one range of the record, kept exact for good (the tombstone):
+    # millions of scattered seqs made a record of millions of ranges. A store that keeps the contract
+    # lists at most ``bound`` runs: each group an archive or a recall store removes is an item (at most
+    # ``bound`` of them), and a snapshot's resident groups are consecutive but for the holes a groups
+    # erasure left (a target names at most MAX_ERASE_RANGES ranges), the floor for the small bounds
+    # (the verification's one-item check). Consecutive groups cost one range however many.
+    most = max(bound, MAX_ERASE_RANGES)
+    if len(groups) <= most:
+        return  # never more runs than groups
+    seqs = sorted({exact_int(seq) or 0 for seq, _ in groups})
+    runs = 1 + sum(1 for before, after in itertools.pairwise(seqs) if after != before + 1)
+    if runs > most:
+        raise ContractViolationError(
+            f"{name} listed {len(groups)} groups of one session in {runs} runs of consecutive seqs, each a "
+            f"range the record keeps; a call bounded to {bound} items lists at most {most}. "
+            "The erasure stops here"
         )
 
 

@@ -139,7 +139,9 @@ class EraseReport:
     (a report out of form is a ``ContractViolationError``): each digest is
     ``sha256:`` and 64 lowercase hex digits, or ``""`` for a group whose
     stored digest the store cannot vouch for, each seq a group seq, every
-    session in the target and no more listed than the call's ``max_items``;
+    session in the target and no more listed than the call's ``max_items``,
+    each session's groups in at most ``max_items`` (or 1,024, when more)
+    runs of consecutive seqs (each run is a range the record keeps);
     at most 32 kinds over the store's calls, each a printable name of 1 to
     64 bytes; a ``detail`` of at most 4,096 UTF-8 bytes, no NUL.
     """
