@@ -33,7 +33,7 @@ from .._ports.erasure import (
 )
 from .._scope import SessionKey
 from .._validators import DIGEST_FORM, MAX_COUNT, MAX_SEQ, exact_int, lone_surrogate_at, shown_number
-from .erasure_resume import unite_sessions
+from .erasure_resume import store_counts, unite_sessions
 from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import covers
 
@@ -46,19 +46,12 @@ def merge_report(record: ErasureRecord, role: str, adapter: str, report: EraseRe
     counts: dict[str, int] = {c.kind: c.count for c in old.counts}
     for item in report.counts:
         counts[item.kind] = counts.get(item.kind, 0) + item.count
-    # Each report is within the bounds (check_report); the store's entry, summed over its calls, must
-    # be too: past them a store's counts are not believed, nor kept (building the entry would refuse
-    # the sum as the host's bad input).
-    if len(counts) > MAX_REPORT_KINDS or any(n > MAX_COUNT for n in counts.values()):
-        raise ContractViolationError(
-            f"the {role} store's erase reported, over its calls, {len(counts)} kinds of items or a count "
-            f"past {MAX_COUNT} (at most {MAX_REPORT_KINDS} kinds); the erasure stops here"
-        )
+    summed = store_counts(role, counts)  # within the bounds over its calls too, or refused
     physical = max(old.physical, report.physical, key=PHYSICAL_RANK.__getitem__)
     entry = StoreErasure(
         role,
         adapter,
-        tuple(ErasedCount(k, n) for k, n in counts.items()),
+        summed,
         report.status,
         physical,
         report.detail or old.detail,

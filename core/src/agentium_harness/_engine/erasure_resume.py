@@ -19,9 +19,11 @@ from typing import Final
 
 import attrs
 
+from .._errors import ContractViolationError
 from .._ports.erasure import (
     MAX_RECORD_DIGESTS,
     MAX_RECORD_SESSIONS,
+    MAX_REPORT_KINDS,
     ErasedCount,
     ErasedGroups,
     EraseReport,
@@ -34,6 +36,7 @@ from .._ports.erasure import (
 from .._ports.sessions import SessionStore
 from .._scope import SessionKey
 from .._text import error_text
+from .._validators import MAX_COUNT
 from .erasure_ledger import load_ledger, pending_records, record_key, update_ledger
 from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import Ticket
@@ -48,6 +51,7 @@ __all__ = [
     "merge_progress",
     "progress_over",
     "save_progress",
+    "store_counts",
     "stored_record",
     "union_ranges",
     "unite_sessions",
@@ -252,6 +256,8 @@ def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureReco
     items are its own), the weakest physical outcome, and this call's
     status (its call is the one it knows the result of: a resume erases
     again what a ``partial`` leaves, and the verification asks every store).
+    A store's counts summed past the bounds of its entry are a :class:`ContractViolationError`
+    (:func:`store_counts`, as one call's summed over its reports): nothing is saved.
     """
     if stored == base:
         return ours
@@ -271,7 +277,7 @@ def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureReco
         merged = StoreErasure(
             entry.role,
             entry.adapter,
-            tuple(ErasedCount(k, n) for k, n in counts.items()),
+            store_counts(entry.role, counts),
             entry.status,
             max(theirs.physical, entry.physical, key=PHYSICAL_RANK.__getitem__),
             entry.detail or theirs.detail,
@@ -292,6 +298,24 @@ def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureReco
         omitted_sessions=omitted,
         notes=notes,
     )
+
+
+def store_counts(role: str, counts: dict[str, int]) -> tuple[ErasedCount, ...]:
+    """A store's ``counts`` summed over its calls, as its entry of the record holds them.
+
+    Each report is within the bounds (:func:`.erasure_reports.check_report`); the store's entry,
+    summed over its calls (one call's, or two calls' resuming the same erasure: :func:`merge_progress`),
+    must be too: at most :data:`MAX_REPORT_KINDS` kinds, each count at most ``MAX_COUNT``. Past them the
+    store's counts are not believed, nor kept: :class:`ContractViolationError`, and nothing is written
+    (building the entry refused a count past ``MAX_COUNT`` as the host's bad input, and a record kept
+    with more kinds made every later report of the store refused, the erasure never completing).
+    """
+    if len(counts) > MAX_REPORT_KINDS or any(n > MAX_COUNT for n in counts.values()):
+        raise ContractViolationError(
+            f"the {role} store's erase reported, over its calls, {len(counts)} kinds of items or a count "
+            f"past {MAX_COUNT} (at most {MAX_REPORT_KINDS} kinds); the erasure stops here"
+        )
+    return tuple(ErasedCount(k, n) for k, n in counts.items())
 
 
 def unite_sessions(
