@@ -12,28 +12,42 @@ and the record stored is left as the other call saved it.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import attrs
 import pytest
 
-from agentium_harness import ContractViolationError, EraseTarget, VerifiedIdentity
-from agentium_harness._engine.erasure_ledger import load_ledger, record_key
+from agentium_harness import (
+    ContractViolationError,
+    EraseTarget,
+    ErasureIncompleteError,
+    OperatorAttestation,
+    ResidentLimits,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._engine.erasure_ledger import load_ledger, pending_records, record_key, update_ledger
 from agentium_harness._engine.erasure_resume import merge_progress, save_progress
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness._ports.erasure import (
     MAX_REPORT_KINDS,
     ErasedCount,
     ErasureKind,
+    ErasureLedger,
     ErasureRecord,
     ErasureState,
     StoreErasure,
 )
 from agentium_harness._validators import MAX_COUNT
-from agentium_harness.adapters.memory import InMemorySessionStore
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
 
 pytestmark = pytest.mark.anyio
 
 OPERATOR = VerifiedIdentity("acme", "ops", "sso")
+ATTESTATION = OperatorAttestation(OPERATOR, "dsr")
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
 TARGET = EraseTarget.session("acme", "ana", "s1")
 BASE = ErasureRecord(
     "e1",
@@ -97,3 +111,60 @@ async def test_a_save_merging_past_the_bounds_writes_nothing(
         await save_progress(ticket, store, ours, BASE)
     assert await load_ledger(ticket, store, key) == before
     await store.aclose()
+
+
+class _SavedMeanwhile(InMemoryArchive):
+    """Its first real ``erase`` call finds another call's progress saved meanwhile: ``MAX_COUNT`` groups."""
+
+    capabilities = InMemoryArchive.capabilities
+
+    def __init__(self, sessions: InMemorySessionStore) -> None:
+        super().__init__()
+        self.sessions = sessions
+        self.armed = True
+
+    async def erase(self, target: Any, ctx: Any, *, dry_run: bool = False, max_items: int = 1000) -> Any:
+        report = await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
+        if dry_run or not self.armed:
+            return report
+        self.armed = False
+        ticket = Ticket(None, "test", 30.0)
+        (pending,) = await pending_records(ticket, self.sessions, target.tenant_id)
+
+        def other_call(ledger: ErasureLedger) -> ErasureLedger:
+            (record,) = ledger.records
+            entry = StoreErasure("archive", "InMemoryArchive", (ErasedCount("group", MAX_COUNT),))
+            return ErasureLedger((attrs.evolve(record, stores=(*record.stores, entry)),))
+
+        await update_ledger(
+            ticket, self.sessions, record_key(target.tenant_id, pending.erasure_id), other_call
+        )
+        return report
+
+
+async def test_an_erasure_whose_merged_progress_passes_the_bounds_stops_pending_and_resumes() -> None:
+    # This call's archive progress, merged over what another call saved meanwhile, passes MAX_COUNT:
+    # the erasure stops pending (not the merge's error raised out of erase), the stored record as the
+    # other call saved it, and a resume completes it.
+    sessions = InMemorySessionStore()
+    archive = _SavedMeanwhile(sessions)
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=sessions,
+        owned=[archive, sessions],
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    for i in range(3):
+        await rt.run(ANA, "s1", f"turn {i}")
+    with pytest.raises(ErasureIncompleteError) as stopped:
+        await rt.erase(TARGET, reason="dsr", attestation=ATTESTATION)
+    assert isinstance(stopped.value.__cause__, ContractViolationError)
+    assert stopped.value.__cause__.__context__ is None  # refused once, not again while stopping
+    record = stopped.value.record
+    assert record is not None and record.state is ErasureState.PENDING
+    entry = record.store("archive")
+    assert entry is not None and entry.counts == (ErasedCount("group", MAX_COUNT),)
+    (done,) = await rt.resume_erasures(ATTESTATION)
+    assert done.tombstone is not None and done.record.erasure_id == record.erasure_id
+    await rt.aclose()

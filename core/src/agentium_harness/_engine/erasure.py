@@ -47,6 +47,7 @@ import attrs
 
 from .._errors import (
     CapabilityError,
+    ContractViolationError,
     ErasureIncompleteError,
     ErasureInProgressError,
     ErasureRefusedError,
@@ -483,7 +484,10 @@ async def carry_out(
             if now is not None and now.state is ErasureState.COMPLETE:
                 stored = Saved(now, elsewhere=True)
             elif now is not None:  # what the save would have written over it: this call's progress added
-                stored = Saved(progress_over(now, failed, saved, tried))
+                try:
+                    stored = Saved(progress_over(now, failed, saved, tried))
+                except ContractViolationError:  # added, past the bounds a record holds (merge_progress)
+                    stored = Saved(now)
         if stored is not None and stored.elsewhere:
             # Another call completed it: "it stays pending" would be false. The caller (erasure_run)
             # erases what is left under a new erasure, or says why it cannot, counting what the last
