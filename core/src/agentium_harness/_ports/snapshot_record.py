@@ -61,9 +61,13 @@ class ArchiveDivergence:
     attempted; ``detail`` is the archive's error message, cut to
     :data:`MAX_DIVERGENCE_DETAIL_BYTES` when the engine records it (one an
     earlier version recorded whole is kept, up to
-    :data:`MAX_STORED_DIVERGENCE_DETAIL_BYTES`). A snapshot carrying a
-    divergence is in the ``diverged`` state: runs are refused until
-    reconciliation (docs/runtime.md), and neither copy is ever dropped.
+    :data:`MAX_STORED_DIVERGENCE_DETAIL_BYTES`). Built directly, it takes
+    what a load takes, that stored bound and no more: a decode builds it
+    through this constructor and the engine carries a loaded one forward
+    as it is, so a tighter bound here would refuse those records. A
+    snapshot carrying a divergence is in the ``diverged`` state: runs are
+    refused until reconciliation (docs/runtime.md), and neither copy is
+    ever dropped.
     """
 
     seqs: tuple[int, ...] = attrs.field(converter=int_tuple, validator=seq_items)
