@@ -97,7 +97,7 @@ async def test_a_huge_text_is_refused_by_every_read_before_it_is_fetched(tmp_pat
     store, db, fact_id = await _damaged(tmp_path, "text")
     before = _fingerprint(db)
     for name, call in _reads(store, fact_id).items():
-        await _refused_unread(call, rf"text of {HUGE} characters.*at most 4096", name)
+        await _refused_unread(call, rf"text of length {HUGE} characters.*at most 4096", name)
     assert _fingerprint(db) == before
     await store.aclose()
 
@@ -106,7 +106,7 @@ async def test_a_huge_provenance_is_refused_by_every_read_before_it_is_fetched(t
     store, db, fact_id = await _damaged(tmp_path, "provenance")
     before = _fingerprint(db)
     for name, call in _reads(store, fact_id).items():
-        await _refused_unread(call, rf"provenance of {HUGE} characters", name)
+        await _refused_unread(call, rf"provenance of length {HUGE} characters", name)
     assert _fingerprint(db) == before
     await store.aclose()
 
@@ -118,7 +118,7 @@ async def test_a_huge_provenance_is_refused_by_every_read_before_it_is_fetched(t
 async def test_any_other_huge_column_is_refused_before_it_is_fetched(tmp_path: Path, column: str) -> None:
     store, db, fact_id = await _damaged(tmp_path, column, LARGE)
     before = _fingerprint(db)
-    message = rf"{column} of {LARGE} characters"
+    message = rf"{column} of length {LARGE} characters"
     await _refused_unread(lambda: store.list_facts(ALICE, 10, _ctx()), message, "list")
     await _refused_unread(lambda: store.history(ALICE, fact_id, _ctx()), message, "history")
     assert _fingerprint(db) == before
@@ -130,7 +130,7 @@ async def test_a_huge_fact_id_is_refused_by_a_user_erasure_before_it_is_fetched(
     store, db, _ = await _damaged(tmp_path, "fact_id", LARGE)
     before = _fingerprint(db)
     user = EraseTarget.user("tenant-a", "alice")
-    message = rf"fact_id of {LARGE} characters \(at most 256\)"
+    message = rf"fact_id of length {LARGE} characters \(at most 256\)"
     await _refused_unread(lambda: store.erase(user, _ctx()), message, "erasure")
     await _refused_unread(lambda: store.erase(user, _ctx(), dry_run=True), message, "erasure plan")
     await _refused_unread(lambda: store.list_facts(ALICE, 10, _ctx()), message, "list")
@@ -177,7 +177,7 @@ async def test_a_huge_text_behind_a_nul_is_refused_by_every_read_before_it_is_fe
     _sql(db, f"UPDATE memory_facts SET text = {NUL_TEXT} WHERE revision = 2", (HUGE,))
     before = _fingerprint(db)
     for name, call in _reads(store, fact_id).items():
-        await _refused_unread(call, rf"text of {HUGE + 2} bytes", name)
+        await _refused_unread(call, rf"text of length {HUGE + 2} bytes", name)
     assert _fingerprint(db) == before
     await store.aclose()
 
@@ -189,7 +189,7 @@ async def test_a_huge_fact_id_or_version_behind_a_nul_is_refused_before_it_is_fe
     _sql(db, f"UPDATE memory_facts SET fact_id = {NUL_TEXT} WHERE revision = 2", (LARGE,))
     before = _fingerprint(db)
     user = EraseTarget.user("tenant-a", "alice")
-    message = rf"fact_id of {LARGE + 2} bytes"
+    message = rf"fact_id of length {LARGE + 2} bytes"
     await _refused_unread(lambda: store.erase(user, _ctx(), dry_run=True), message, "erasure plan")
     await _refused_unread(lambda: store.list_facts(ALICE, 10, _ctx()), message, "list")
     assert _fingerprint(db) == before

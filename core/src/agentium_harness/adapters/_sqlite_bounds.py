@@ -1,4 +1,4 @@
-"""Read bounds of the SQLite session store, archive and recall store: no oversized value is transferred.
+"""Read bounds of the SQLite stores (sessions, archive, recall, memory): no oversized value is transferred.
 
 SQLite holds up to 1 GB a value, and a file can be changed behind a store's
 back (tampering, a bug in another version). A read that fetched such a value
@@ -16,7 +16,9 @@ typed) has ``length()`` 1; every bound therefore checks the value's bytes,
 ``length(CAST(col AS BLOB))`` (of a BLOB its size, read from the record
 header). A byte bound (:class:`ByteBound`: stored JSON, a vector) checks only
 those; a character bound checks ``length()`` and at most four bytes a
-character (UTF-8's most).
+character (UTF-8's most). A character bound may depend on the row
+(:class:`RowBound`: an SQL expression over the row's own columns, such as a
+memory fact's provenance, whose bound depends on its status).
 
 Every bound is the longest value the stores write: ids are at most
 :data:`~agentium_harness._validators.MAX_ID_LENGTH` characters, digests
@@ -39,10 +41,12 @@ from .._validators import MAX_ID_LENGTH
 
 __all__ = [
     "DIGEST_CHARS",
+    "Bound",
     "ByteBound",
     "ID_CHARS",
     "INT_CHARS",
     "JSON_BYTES",
+    "RowBound",
     "SOURCE_ID_CHARS",
     "VECTOR_BYTES",
     "bounded",
@@ -57,6 +61,19 @@ class ByteBound(int):
     """A bound in bytes (any other bound counts characters): :func:`bounded` checks the value's bytes only."""
 
     __slots__ = ()
+
+
+class RowBound(str):
+    """A bound in characters that depends on the row: an SQL expression of constants and the row's columns.
+
+    Only a caller's constant text (column names, numbers) goes into it, never data.
+    """
+
+    __slots__ = ()
+
+
+#: A read bound: characters (an ``int`` or a :class:`RowBound`) or bytes (a :class:`ByteBound`).
+Bound = int | RowBound
 
 
 #: A stored id (tenant, user, session, source): ``validate_id``'s limit, in characters.
@@ -82,47 +99,60 @@ def _octets(column: str) -> str:
     return f"length(CAST({column} AS BLOB))"
 
 
-def _limits(column: str, bound: int) -> list[tuple[str, str, int]]:
-    # (size expression, unit, bound) checked in turn: the first exceeded names the value.
+def _limits(column: str, bound: Bound) -> list[tuple[str, str, str]]:
+    # (size expression, unit, bound as SQL) checked in turn: the first exceeded names the value.
     if isinstance(bound, ByteBound):
-        return [(_octets(column), "bytes", int(bound))]
-    return [(f"length({column})", "characters", bound), (_octets(column), "bytes", UTF8_MAX * bound)]
+        return [(_octets(column), "bytes", str(int(bound)))]
+    if isinstance(bound, RowBound):
+        # Parenthesised: the limit is also concatenated into the message, and || binds tighter than *.
+        return [
+            (f"length({column})", "characters", f"({bound})"),
+            (_octets(column), "bytes", f"({UTF8_MAX} * ({bound}))"),
+        ]
+    return [
+        (f"length({column})", "characters", str(bound)),
+        (_octets(column), "bytes", str(UTF8_MAX * bound)),
+    ]
 
 
-def bounded(column: str, bound: int) -> str:
+def bounded(column: str, bound: Bound) -> str:
     """``column`` as a read selects it: NULL, unread, when over ``bound`` (a :class:`ByteBound`: in bytes)."""
     within = " AND ".join(f"{size} <= {limit}" for size, _, limit in _limits(column, bound))
     return f"CASE WHEN {within} THEN {column} END"
 
 
-def exceeds(column: str, bound: int) -> str:
+def exceeds(column: str, bound: Bound) -> str:
     """A SQL condition: ``column`` is over ``bound`` (NULL for a NULL value), as :func:`bounded` has it."""
     return "(" + " OR ".join(f"{size} > {limit}" for size, _, limit in _limits(column, bound)) + ")"
 
 
-def _over(column: str, bound: int) -> str:
+def _over(column: str, bound: Bound) -> str:
     # The label is the column's own name (a constant of the caller's, never data), unqualified.
     label = column.rpartition(".")[2]
     return " ".join(
-        f"WHEN {size} > {limit} THEN '{label} of length ' || {size} || ' {unit} (at most {limit})'"
+        f"WHEN {size} > {limit} THEN '{label} of length ' || {size} || ' {unit} (at most ' || {limit} || ')'"
         for size, unit, limit in _limits(column, bound)
     )
 
 
-def over_check(column: str, bound: int) -> str:
+def over_check(column: str, bound: Bound) -> str:
     """A SQL expression naming ``column`` and its size if it is over ``bound``, else NULL."""
     return f"CASE {_over(column, bound)} END"
 
 
-def bounded_select(columns: Sequence[tuple[str, int | None]]) -> str:
+def bounded_select(
+    columns: Sequence[tuple[str, Bound | None]], also_checked: Sequence[tuple[str, Bound]] = ()
+) -> str:
     """The select list reading ``columns`` (name, bound; ``None``: a fixed-size column), then one more.
 
     The last column names the first value over its bound and its size, or
-    is NULL when every value is within its bound. Only constant names and
-    numbers go into the text.
+    is NULL when every value is within its bound; ``also_checked`` (name,
+    bound) are checked after ``columns`` but not read. Only constant names
+    and numbers go into the text.
     """
     values = ", ".join(column if bound is None else bounded(column, bound) for column, bound in columns)
-    checks = " ".join(_over(column, bound) for column, bound in columns if bound is not None)
+    checked = [*((column, bound) for column, bound in columns if bound is not None), *also_checked]
+    checks = " ".join(_over(column, bound) for column, bound in checked)
     return f"{values}, CASE {checks} END"
 
 

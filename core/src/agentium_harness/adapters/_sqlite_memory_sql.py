@@ -28,6 +28,7 @@ from .._ports.memory import (
     parse_iso_utc,
 )
 from .._validators import MAX_ID_LENGTH
+from ._sqlite_bounds import DIGEST_CHARS, ID_CHARS, INT_CHARS, Bound, RowBound, bounded_select, oversize
 
 __all__ = [
     "COLUMNS",
@@ -90,84 +91,47 @@ SCHEMA: Final = (
 )
 
 #: Longest text (in characters, as SQLite's ``length()`` counts them; an integer's digits) a
-#: column holds in a row this store wrote. Ids pass ``validate_id``; times are ``iso_utc``'s fixed
-#: width; digests are ``sha256:`` and 64 hex digits; a text has at most as many characters as bytes.
-_ID_CHARS: Final = MAX_ID_LENGTH
+#: column holds in a row this store wrote, read as every SQLite store reads (:mod:`._sqlite_bounds`:
+#: its bytes are bounded too, at most four a character). Ids pass ``validate_id``; times are
+#: ``iso_utc``'s fixed width; a text has at most as many characters as bytes.
 _WHEN_CHARS: Final = len("0001-01-01T00:00:00.000000Z")
-_DIGEST_CHARS: Final = len("sha256:") + 64
-#: Most bytes one character takes in UTF-8: a value within its bound takes at most this many per character.
-_UTF8_MAX: Final = 4
 #: A session id as canonical JSON (no ASCII escapes): quoted, every character escaped at worst.
 _JSON_ID_CHARS: Final = 2 + 2 * MAX_ID_LENGTH
 #: ``[session,seq,"digest"]``: a seq is at most 19 digits (a SQLite INTEGER, never negative).
-_REF_CHARS: Final = 4 + _JSON_ID_CHARS + 19 + 2 + _DIGEST_CHARS
+_REF_CHARS: Final = 4 + _JSON_ID_CHARS + 19 + 2 + DIGEST_CHARS
 #: A revision's provenance: at most ``MAX_PROVENANCE`` references, comma-separated, bracketed.
 MAX_PROVENANCE_CHARS: Final = 2 + MAX_PROVENANCE * (_REF_CHARS + 1)
 #: A tombstone's ``[[session], ...]``: every distinct session of at most ``MAX_FACT_REVISIONS``
 #: revisions (``forget`` refuses to write a longer one; see :func:`tombstone_fits`).
 MAX_TOMBSTONE_CHARS: Final = 2 + MAX_FACT_REVISIONS * MAX_PROVENANCE * (_JSON_ID_CHARS + 3)
-_PROVENANCE_BOUND: Final = (
-    f"(CASE WHEN status = 'forgotten' THEN {MAX_TOMBSTONE_CHARS} ELSE {MAX_PROVENANCE_CHARS} END)"
+_PROVENANCE_BOUND: Final = RowBound(
+    f"CASE WHEN status = 'forgotten' THEN {MAX_TOMBSTONE_CHARS} ELSE {MAX_PROVENANCE_CHARS} END"
 )
-#: Each column read back, in :func:`decode_row` order, with its bound (an SQL expression).
-_BOUNDS: Final = (
-    ("fact_id", str(_ID_CHARS)),
-    ("revision", "20"),
-    ("tenant_id", str(_ID_CHARS)),
-    ("user_id", str(_ID_CHARS)),
-    ("project_id", str(_ID_CHARS)),
-    ("repository_id", str(_ID_CHARS)),
-    ("status", str(len("superseded"))),
-    ("text", str(MAX_FACT_BYTES)),
-    ("valid_from", str(_WHEN_CHARS)),
-    ("valid_until", str(_WHEN_CHARS)),
+#: Each column read back, in :func:`decode_row` order, with its bound.
+_BOUNDS: Final[tuple[tuple[str, Bound], ...]] = (
+    ("fact_id", ID_CHARS),
+    ("revision", INT_CHARS),
+    ("tenant_id", ID_CHARS),
+    ("user_id", ID_CHARS),
+    ("project_id", ID_CHARS),
+    ("repository_id", ID_CHARS),
+    ("status", len("superseded")),
+    ("text", MAX_FACT_BYTES),
+    ("valid_from", _WHEN_CHARS),
+    ("valid_until", _WHEN_CHARS),
     ("provenance", _PROVENANCE_BOUND),
-    ("recorded_at", str(_WHEN_CHARS)),
-    ("content_digest", str(_DIGEST_CHARS)),
-    ("row_digest", str(_DIGEST_CHARS)),
+    ("recorded_at", _WHEN_CHARS),
+    ("content_digest", DIGEST_CHARS),
+    ("row_digest", DIGEST_CHARS),
 )
-
-
-def _octets(column: str) -> str:
-    """``column``'s size in bytes (a blob's length is its whole size).
-
-    ``length()`` of a text counts only the characters before its first NUL: a
-    value changed behind the store's back to ``'x' || char(0) || <1 GB>``
-    passed a bound on ``length()`` alone and was read whole.
-    """
-    return f"length(CAST({column} AS BLOB))"
-
-
-def _within(column: str, bound: str) -> str:
-    """True if ``column`` is within ``bound`` characters, and within the bytes they take at most."""
-    return f"length({column}) <= {bound} AND {_octets(column)} <= {_UTF8_MAX} * {bound}"
-
-
-def _over(column: str, bound: str) -> str:
-    """The ``CASE`` branches naming ``column`` and its length if it is longer than ``bound``."""
-    return (
-        f"WHEN length({column}) > {bound} THEN '{column} of ' || length({column}) "
-        f"|| ' characters (at most ' || {bound} || ')' "
-        f"WHEN {_octets(column)} > {_UTF8_MAX} * {bound} THEN '{column} of ' || {_octets(column)} "
-        f"|| ' bytes (at most ' || ({_UTF8_MAX} * {bound}) || ')'"
-    )
-
 
 #: Columns read back, in :func:`decode_row` order. A value longer than any row this store writes
 #: comes back NULL, so a row changed behind the store's back (SQLite holds up to 1 GB a value) is
 #: never transferred; the last column then names it (``None`` for a row within every bound), and
 #: :func:`decode_row` refuses the row. ``text_lower`` (never read back) is bounded as well.
-COLUMNS: Final = (
-    ", ".join(f"CASE WHEN {_within(c, b)} THEN {c} END" for c, b in _BOUNDS)
-    + ", CASE "
-    + " ".join(_over(c, b) for c, b in (*_BOUNDS, ("text_lower", str(2 * MAX_FACT_BYTES))))
-    + " END"
-)
+COLUMNS: Final = bounded_select(_BOUNDS, also_checked=(("text_lower", 2 * MAX_FACT_BYTES),))
 #: A fact id read alone (an erasure's), as in :data:`COLUMNS`, then what is too long (or ``None``).
-FACT_ID: Final = (
-    f"CASE WHEN {_within('fact_id', str(_ID_CHARS))} THEN fact_id END, "
-    f"CASE {_over('fact_id', str(_ID_CHARS))} END"
-)
+FACT_ID: Final = bounded_select((("fact_id", ID_CHARS),))
 
 
 def _when(value: datetime | None) -> str | None:
@@ -282,11 +246,8 @@ def verified_row(row: Sequence[Any]) -> Sequence[Any]:
 
 
 def oversize_error(what: object) -> SQLiteMemoryError:
-    """The refusal of a row holding ``what`` (``'<column> of <n> characters (at most <m>)'``)."""
-    return SQLiteMemoryError(
-        f"sqlite memory store: a stored fact row is damaged: it holds a {what}, longer than any row "
-        "this store writes; it was not read, and nothing was changed"
-    )
+    """The refusal of a row holding ``what`` (``'<column> of length <n> <unit> (at most <m>)'``)."""
+    return SQLiteMemoryError(oversize("sqlite memory store: a stored fact row", what))
 
 
 def _check_size(row: Sequence[Any]) -> None:
