@@ -37,6 +37,7 @@ from ._sqlite_sql import (
     SQLiteStorageError,
     ensure_schema,
     scrub_log,
+    stored_version,
 )
 from .threaded import ThreadBoundAdapter, host_task_cancelled
 
@@ -432,15 +433,13 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         # would read the whole file).
         conn.execute("SELECT 1").fetchone()
         mode = conn.execute("PRAGMA journal_mode").fetchone()
-        # Bounded: a value changed behind the store's back is not read, nor put into the answer.
-        version = conn.execute(
-            # The bytes too: length() of a text stops at its first NUL.
-            "SELECT CASE WHEN length(value) <= 20 AND length(CAST(value AS BLOB)) <= 20 THEN value "
-            "ELSE 'of ' || length(value) || ' characters, ' || length(CAST(value AS BLOB)) "
-            "|| ' bytes (damaged)' END "
-            "FROM meta WHERE key = 'schema_version'"
-        ).fetchone()
+        # Read as an open reads it (bounded: a value changed behind the store's back is not read),
+        # and refused as the next open would refuse it: a damaged file is not reported healthy.
+        try:
+            version = stored_version(conn, "meta")
+        except SchemaError as exc:
+            raise self.storage_error(f"{self.adapter_name}: {self._path}: {exc}") from exc
         return (
             f"{self.adapter_name} ok: {os.path.basename(self._path)}, sqlite {sqlite3.sqlite_version}, "
-            f"journal_mode={mode[0] if mode else '?'}, schema v{version[0] if version else '?'}"
+            f"journal_mode={mode[0] if mode else '?'}, schema v{version if version is not None else '?'}"
         )
