@@ -219,3 +219,13 @@ async def test_the_recall_version_1_migration_refuses_a_value_hiding_its_size_be
         _sql(path, "DROP TRIGGER recall_texts_au")
     _sql(path, f"UPDATE {table} SET {column} = {NUL_TEXT} WHERE {where}", (size,))
     await _migration_refused(path, rf"{column} of length {size + 2} bytes")
+
+
+async def test_the_recall_version_1_migration_refuses_a_seq_that_is_not_a_number(tmp_path: Path) -> None:
+    # A short text seq passes the column's CHECK (text sorts above every number) and every bound:
+    # the migration crashed with a bare ValueError from int(). It is damage, refused as such.
+    path = tmp_path / "v1.db"
+    write_v1_file(path, GROUPS, "a document")
+    _sql(path, "UPDATE recall_sources SET seq = 'abc' WHERE seq = 1")
+    assert _sql(path, "SELECT typeof(seq) FROM recall_sources WHERE seq = 'abc'") == [("text",)]
+    await _migration_refused(path, r"indexed group's row is damaged: its seq 'abc' is not an integer")

@@ -236,6 +236,14 @@ def migrate_v1(conn: sqlite3.Connection) -> None:
             ).fetchall()
             page = checked_rows(page, "an indexed group's row")  # a seq or text over its bound: not read
             for rowid, seq, text in page:
+                if type(seq) is not int:
+                    # A short text (or real, or blob) seq passes the column's CHECK and its bound (text
+                    # sorts above every number): damage, refused as the store's error (a DataError
+                    # becomes SQLiteRecallError); the transaction leaves the file at version 1.
+                    raise sqlite3.DataError(
+                        f"sqlite recall store: an indexed group's row is damaged: its seq {seq!r} is not "
+                        "an integer; it was not migrated, and nothing was changed"
+                    )
                 if previous is not None:
                     after = text if seq == previous[1] + 1 else None
                     _set_context(conn, previous[0], group_context(before, after))
