@@ -39,7 +39,6 @@ from typing import Any, Final
 from psycopg import sql
 
 from agentium_harness.plugin_api import (
-    MAX_FACT_BYTES,
     ErasedSession,
     EraseReport,
     EraseStatus,
@@ -57,7 +56,7 @@ from agentium_harness.plugin_api import (
 
 from .errors import PostgresMemoryError, PostgresSessionStoreError
 from .link import Conn
-from .memory_rows import COLUMNS, verified_row
+from .memory_rows import COLUMNS, read_bounds, verified_row
 
 __all__ = [
     "UNVACUUMED",
@@ -346,7 +345,7 @@ async def erase_memory(
         cursor = await conn.execute(
             sql.SQL(
                 "SELECT " + COLUMNS + " FROM {s}.memory_facts WHERE {where} ORDER BY fact_id, revision"  # noqa: S608
-            ).format(s=s, where=where, fact_cap=sql.Literal(MAX_FACT_BYTES), row_cap=sql.Literal(row_cap)),
+            ).format(s=s, where=where, **read_bounds(row_cap)),
             params,
         )
         async for row in cursor:

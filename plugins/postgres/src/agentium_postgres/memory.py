@@ -56,7 +56,6 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
-    MAX_FACT_BYTES,
     MAX_LOOKUP_LIMIT,
     AckStatus,
     EraseReport,
@@ -90,6 +89,7 @@ from .memory_rows import (
     content_digest,
     decode,
     provenance_refs,
+    read_bounds,
     rewritten_row_digest,
     row_values,
 )
@@ -127,12 +127,10 @@ def _segment(value: str | None) -> str | None:
 
 @functools.cache
 def _statement(template: LiteralString, schema: str, row_cap: int) -> sql.Composed:
-    """``template`` with the quoted schema and the two read bounds (integers) as literals."""
+    """``template`` with the quoted schema and the read bounds of ``COLUMNS`` (integers) as literals."""
     from psycopg import sql  # not at module level: listing the plugin must not load the client
 
-    return sql.SQL(template).format(
-        s=sql.Identifier(schema), fact_cap=sql.Literal(MAX_FACT_BYTES), row_cap=sql.Literal(int(row_cap))
-    )
+    return sql.SQL(template).format(s=sql.Identifier(schema), **read_bounds(row_cap))
 
 
 class PostgresMemoryStore(MemoryStore):

@@ -46,6 +46,7 @@ __all__ = [
     "COLUMNS",
     "INSERT",
     "content_digest",
+    "read_bounds",
     "decode",
     "provenance_refs",
     "rewritten_row_digest",
@@ -54,16 +55,90 @@ __all__ = [
     "verified_row",
 ]
 
-#: Columns read back, in :func:`decode` order. A text over ``MAX_FACT_BYTES`` or a provenance over
-#: ``max_row_bytes`` (no fact this store wrote has either) comes back NULL, with its size: a row
-#: changed behind the store's back is refused before it is transferred ({fact_cap}, {row_cap}: the
-#: two bounds as literals, see ``PostgresMemoryStore._q``).
-COLUMNS: Final[LiteralString] = (
-    "fact_id, revision, tenant_key, user_key, project_key, repository_key, status, "
-    "CASE WHEN octet_length(text) <= {fact_cap} THEN text END, valid_from, valid_until, "
-    "CASE WHEN octet_length(provenance) <= {row_cap} THEN provenance END, recorded_at, "
-    "octet_length(text), octet_length(provenance), content_digest, row_digest"
+#: Bytes of a stored fact id: at most 256 characters (``_fact_id``), at most four bytes each.
+ID_BYTES: Final = 4 * 256
+#: Bytes of a stored key segment: an id of at most 256 characters, each UTF-8 byte (at most four a
+#: character) possibly ``%XX`` (``encode_segment``).
+KEY_BYTES: Final = 3 * 4 * 256
+#: Bytes of a stored digest: ``sha256:`` and 64 hex digits (a forgotten revision's content digest is empty).
+DIGEST_BYTES: Final = len("sha256:") + 64
+
+
+def _within(column: LiteralString, cap: LiteralString) -> LiteralString:
+    # Over its bound, a value comes back NULL: the server never sends it.
+    return "CASE WHEN octet_length(" + column + ") <= " + cap + " THEN " + column + " END"
+
+
+def _over(column: LiteralString, cap: LiteralString) -> LiteralString:
+    # The label is the column's name (a constant here, never data).
+    size: LiteralString = "octet_length(" + column + ")"
+    return "".join(
+        (
+            "WHEN ",
+            size,
+            " > ",
+            cap,
+            " THEN '",
+            column,
+            " of ' || ",
+            size,
+            " || ' bytes (at most ' || ",
+            cap,
+            " || ')'",
+        )
+    )
+
+
+#: Each variable column and its bound: {fact_cap}, {row_cap}, {id_cap}, {key_cap} and {digest_cap} are
+#: the bounds as literals (:func:`read_bounds`). ``status`` is not here: a CHECK holds it to three words.
+_BOUNDED: Final[tuple[tuple[LiteralString, LiteralString], ...]] = (
+    ("fact_id", "{id_cap}"),
+    ("tenant_key", "{key_cap}"),
+    ("user_key", "{key_cap}"),
+    ("project_key", "{key_cap}"),
+    ("repository_key", "{key_cap}"),
+    ("text", "{fact_cap}"),
+    ("provenance", "{row_cap}"),
+    ("content_digest", "{digest_cap}"),
+    ("row_digest", "{digest_cap}"),
 )
+
+#: Columns read back, in :func:`decode` order. Every variable column is capped on the server: a value
+#: over its bound (no row this store wrote has one) comes back NULL, and the last column names the
+#: first such value and its size (NULL for a row within every bound), so a row grown behind the
+#: store's back is refused before it is transferred, whichever column grew. Columns 12 and 13 are
+#: the text's and the provenance's sizes.
+COLUMNS: Final[LiteralString] = ", ".join(
+    (
+        _within("fact_id", "{id_cap}"),
+        "revision",
+        _within("tenant_key", "{key_cap}"),
+        _within("user_key", "{key_cap}"),
+        _within("project_key", "{key_cap}"),
+        _within("repository_key", "{key_cap}"),
+        "status",
+        _within("text", "{fact_cap}"),
+        "valid_from",
+        "valid_until",
+        _within("provenance", "{row_cap}"),
+        "recorded_at",
+        "octet_length(text)",
+        "octet_length(provenance)",
+        _within("content_digest", "{digest_cap}"),
+        _within("row_digest", "{digest_cap}"),
+        "CASE " + " ".join(_over(column, cap) for column, cap in _BOUNDED) + " END",
+    )
+)
+
+
+def read_bounds(row_cap: int) -> dict[str, Any]:
+    """The format arguments of :data:`COLUMNS`' bounds, as SQL literals (``row_cap``: max_row_bytes)."""
+    from psycopg import sql  # not at module level: listing the plugin must not load the client
+
+    caps = {"fact_cap": MAX_FACT_BYTES, "row_cap": int(row_cap), "id_cap": ID_BYTES}
+    caps |= {"key_cap": KEY_BYTES, "digest_cap": DIGEST_BYTES}
+    return {name: sql.Literal(value) for name, value in caps.items()}
+
 
 INSERT: Final[LiteralString] = (
     "INSERT INTO {s}.memory_facts (tenant_key, fact_id, revision, user_key, project_key, repository_key, "
@@ -188,16 +263,18 @@ def row_values(
 
 
 def _too_large(row: Sequence[Any]) -> None:
-    if row[7] is None or row[10] is None:
+    if len(row) != 17:
+        raise PostgresMemoryError(f"postgres memory store: a fact row read with {len(row)} columns, not 17")
+    if row[16] is not None or row[7] is None or row[10] is None:
+        over = row[16] if row[16] is not None else f"text of {row[12]} bytes or provenance of {row[13]} bytes"
         raise PostgresRowTooLargeError(
-            f"postgres memory store: a stored fact row holds a text of {row[12]} bytes (at most "
-            f"{MAX_FACT_BYTES}) or a provenance of {row[13]} bytes (at most max_row_bytes); no fact "
+            f"postgres memory store: a stored fact row holds a {over} (over its bound); no fact "
             "this store wrote does: the row is damaged and was not transferred"
         )
 
 
 def _check_row_digest(row: Sequence[Any]) -> None:
-    if len(row) != 16:
+    if len(row) != 17:
         raise ValueError("wrong number of columns")
     if not isinstance(row[15], str) or row[15] != _stored_digest(row):
         raise ValueError(
