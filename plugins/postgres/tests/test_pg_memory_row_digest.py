@@ -93,11 +93,19 @@ async def test_a_row_changed_outside_the_store_is_refused_by_every_read_path_and
             lambda: store.history(ALICE, fact_id, _ctx()),
             lambda: store.remember(FACT, _ctx()),  # the duplicate check finds the changed row
             lambda: store.forget(ALICE, fact_id, _ctx()),
-            lambda: store.erase(EraseTarget.session("acme", "alice", "s1"), _ctx()),
-            lambda: store.erase(EraseTarget.session("acme", "alice", "s1"), _ctx(), dry_run=True),
         ):
             with pytest.raises(PostgresMemoryError, match="row digest"):
                 await call()
+        erasure = EraseTarget.session("acme", "alice", "s1")
+        if tamper is _provenance:
+            # It names s2 now: whether it came from s1 cannot be told, so s1's erasure stops.
+            for dry_run in (True, False):
+                with pytest.raises(PostgresMemoryError, match="row digest"):
+                    await store.erase(erasure, _ctx(), dry_run=dry_run)
+        else:
+            # It still names s1: s1's erasure takes it (test_pg_memory_erase_damage.py); a dry run here.
+            report = await store.erase(erasure, _ctx(), dry_run=True)
+            assert ("fact", 1) in {(c.kind, c.count) for c in report.counts}
         assert _rows(admin, schema) == before  # nothing forgotten, erased, written or rewritten
     finally:
         await store.aclose()
@@ -107,15 +115,15 @@ async def test_a_session_erasure_refuses_a_fact_whose_provenance_now_names_anoth
     app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
 ) -> None:
     # The fact cited s1; its provenance was edited to cite s2. The erasure of s1 passed it over and
-    # reported complete (the fact kept); the erasure of s2 took a fact s2 never produced.
+    # reported complete (the fact kept). (The erasure of s2 takes it, as stored it names s2: see
+    # test_pg_memory_erase_damage.py.)
     store = PostgresMemoryStore(app_config)
     try:
         await _provenance(store, admin, schema)
         untouched = await store.remember(MemoryFact(MemoryScope("acme", "bob"), "bob's own fact"), _ctx())
         before = _rows(admin, schema)
-        for session in ("s1", "s2"):
-            with pytest.raises(PostgresMemoryError, match="row digest"):
-                await store.erase(EraseTarget.session("acme", "alice", session), _ctx())
+        with pytest.raises(PostgresMemoryError, match="row digest"):
+            await store.erase(EraseTarget.session("acme", "alice", "s1"), _ctx())
         assert _rows(admin, schema) == before
         # A user erasure needs no provenance: it still removes the user's facts, damaged or not.
         report = await store.erase(EraseTarget.user("acme", "alice"), _ctx())
@@ -145,11 +153,14 @@ async def test_a_forgotten_fact_set_back_to_current_with_its_content_is_not_resu
             lambda: store.lookup(ALICE, "launch", 10, _ctx()),
             lambda: store.history(ALICE, fact_id, _ctx()),
             lambda: store.remember(FACT, _ctx()),
-            lambda: store.erase(EraseTarget.session("acme", "alice", "s1"), _ctx()),
         ):
             with pytest.raises(PostgresMemoryError, match="row digest"):
                 await call()
         assert _rows(admin, schema) == before
+        # It names s1 as stored: s1's erasure takes the whole fact, tombstone and all.
+        report = await store.erase(EraseTarget.session("acme", "alice", "s1"), _ctx())
+        assert {(c.kind, c.count) for c in report.counts} == {("fact", 1), ("revision", 2)}
+        assert _rows(admin, schema) == []
     finally:
         await store.aclose()
 

@@ -285,28 +285,127 @@ async def erase_recall(
     )
 
 
-def _names_session(provenance: object, session: str) -> bool:
-    """True if a stored provenance (canonical JSON ``[[session, seq, digest], ...]``) names ``session``.
+#: Rows of a user's facts one session erasure reads at a time (each row bounded: ``COLUMNS``).
+_MEMORY_PAGE: Final = 256
+#: Damaged facts a stopped session erasure names (the rest are counted).
+_NAMED_DAMAGED: Final = 10
 
-    Decoded strictly (depth and size capped). A provenance that does not
-    decode as that list cannot say whether the fact cites the session, so
-    the erasure stops there, typed, rather than keep a fact that may.
+
+def _cited_sessions(provenance: object) -> list[str] | None:
+    """The sessions a stored provenance names, or ``None`` when it cannot be read.
+
+    Decoded strictly (depth and size capped): canonical JSON ``[[session,
+    ...], ...]``. ``None`` for NULL (over ``max_row_bytes``, not transferred)
+    or anything else that is not that list.
     """
+    if not isinstance(provenance, str):
+        return None
     try:
-        if not isinstance(provenance, str):  # NULL: larger than max_row_bytes, not transferred
-            raise ValueError("missing, or larger than max_row_bytes")
         refs = decode_json(provenance.encode("utf-8"))
-        if not isinstance(refs, list) or not all(
-            isinstance(r, list) and r and isinstance(r[0], str) for r in refs
-        ):
-            raise ValueError("not a list of [session, seq, digest]")
-    except (ValueError, InvalidJSONError) as exc:
+    except (ValueError, InvalidJSONError):
+        return None
+    if not isinstance(refs, list) or not all(
+        isinstance(r, list) and r and isinstance(r[0], str) for r in refs
+    ):
+        return None
+    return [r[0] for r in refs]
+
+
+def _intact(row: Sequence[Any]) -> bool:
+    """Whether a row (``COLUMNS``) is within every bound and matches its row digest."""
+    try:
+        verified_row(row)
+    except PostgresMemoryError:  # PostgresRowTooLargeError too
+        return False
+    return True
+
+
+class _SessionScan:
+    """Which facts of a user a session erasure takes, from their rows in (fact id, revision) order.
+
+    A fact is **covered** when a revision's provenance, read within its
+    bound and decoded strictly, names the session: its revisions are erased
+    whatever else about them is damaged (as stored, it cites the session;
+    and a damaged row is refused by every read, so erasing it loses nothing
+    the store could still serve). A fact none of whose revisions names the
+    session but one of whose revisions is damaged (its row digest fails, a
+    column is over its bound, its provenance does not decode) is
+    **undecided**: its provenance may have been edited away from the
+    session, which is exactly what the row digest exists to catch, so it is
+    never passed over, even when it plainly names another session.
+    """
+
+    def __init__(self, session: str, bound: int) -> None:
+        self.session, self.bound = session, bound
+        self.covered: list[str] = []
+        self.undecided: list[str] = []
+        self._fact: str | None = None
+        self._cites = self._damaged = False
+
+    @property
+    def full(self) -> bool:
+        """One fact more than the bound is covered: the call reports ``partial``."""
+        return len(self.covered) > self.bound
+
+    def add(self, row: Sequence[Any]) -> None:
+        """Take one row; the previous fact is settled when a new fact id starts."""
+        if row[0] != self._fact:
+            self.settle()
+            self._fact = str(row[0])
+        sessions = _cited_sessions(row[10])
+        self._cites = self._cites or (sessions is not None and self.session in sessions)
+        self._damaged = self._damaged or sessions is None or not _intact(row)
+
+    def settle(self) -> None:
+        """Settle the fact whose rows were last taken."""
+        if self._fact is not None:
+            if self._cites:
+                self.covered.append(self._fact)
+            elif self._damaged:
+                self.undecided.append(self._fact)
+        self._fact, self._cites, self._damaged = None, False, False
+
+    def refuse_undecided(self) -> None:
+        """Raise :class:`PostgresMemoryError` naming the undecided facts, if any."""
+        if not self.undecided:
+            return
+        named = ", ".join(repr(f) for f in self.undecided[:_NAMED_DAMAGED])
+        more = len(self.undecided) - _NAMED_DAMAGED
         raise PostgresMemoryError(
-            "postgres memory store: a stored fact's provenance is damaged, so whether it cites the "
-            f"session cannot be told ({type(exc).__name__}); the erasure stopped there. Erase the "
-            "user, or repair the row, then resume"
-        ) from None
-    return any(r[0] == session for r in refs)
+            f"postgres memory store: {len(self.undecided)} fact(s) of the user ({named}"
+            f"{f' and {more} more' if more > 0 else ''}) hold a damaged row (a provenance that is "
+            "damaged, or a row that does not match its row digest or is over a bound) and no revision "
+            "naming the session as stored: whether they came from it cannot be told, so the erasure "
+            "stopped and nothing was erased. Restore the rows as they were written, or erase the user"
+        )
+
+
+async def _session_facts(
+    conn: Conn, s: sql.Composable, where: sql.Composable, params: list[Any], scan: _SessionScan, row_cap: int
+) -> None:
+    """Feed ``scan`` the user's fact rows, a bounded page at a time, until the bound is passed."""
+    after: tuple[str, int] | None = None
+    while not scan.full:
+        keyset = sql.SQL("") if after is None else sql.SQL(" AND (fact_id, revision) > (%s, %s)")
+        cursor = await conn.execute(
+            sql.SQL(
+                "SELECT " + COLUMNS + " FROM {s}.memory_facts WHERE {where}{keyset} "  # noqa: S608
+                "ORDER BY fact_id, revision LIMIT {page}"
+            ).format(s=s, where=where, keyset=keyset, page=sql.Literal(_MEMORY_PAGE), **read_bounds(row_cap)),
+            (*params, *(() if after is None else after)),
+        )
+        rows = await cursor.fetchall()
+        for row in rows:
+            if row[0] is None:  # a fact id over its bound: the row cannot even be named to delete it
+                verified_row(row)  # raises PostgresRowTooLargeError, naming the column
+            scan.add(row)
+            if scan.full:
+                break
+        if len(rows) < _MEMORY_PAGE:
+            break
+        after = (str(rows[-1][0]), int(rows[-1][1]))
+    if not scan.full:  # past the bound the fact being read was seen in part: left to the next call
+        scan.settle()
 
 
 async def erase_memory(
@@ -317,11 +416,14 @@ async def erase_memory(
     Tenant and user targets take every fact of their tenant or user; a
     session target the facts of its user whose provenance, in any revision,
     names the session (``EraseTarget.covers_fact``); a groups target none.
-    A provenance over ``row_cap`` bytes is not transferred: it reads as damaged.
-    A session target checks every row it reads against its row digest
-    (:func:`~agentium_postgres.memory_rows.verified_row`) before trusting
-    its match: a row changed outside the store stops the erasure, typed,
-    with nothing erased (tenant and user targets need no provenance).
+    A session target reads the user's rows a bounded page at a time, every
+    column capped (a provenance over ``row_cap`` bytes is not transferred:
+    it reads as damaged), and checks each against its row digest
+    (:func:`~agentium_postgres.memory_rows.verified_row`): a damaged
+    revision whose provenance names the session is erased with its fact; a
+    fact with a damaged revision and none naming the session stops the
+    erasure, typed, naming the fact, with nothing erased (:class:`_SessionScan`).
+    Tenant and user targets need no provenance.
     """
     if target.groups:
         return EraseReport()
@@ -336,25 +438,13 @@ async def erase_memory(
         )
         ids = [str(r[0]) for r in await cursor.fetchall()]
     else:
-        # The provenance is JSON text: read row by row and matched here, never as a SQL pattern.
-        # The session's id is stored raw in it; the memo keeps one scan per call, however many facts.
-        # Every row is checked against its row digest before its match is trusted: a provenance
-        # edited outside the store to name another session would otherwise be passed over, and the
-        # erasure reported complete with the fact kept.
-        ids = []
-        cursor = await conn.execute(
-            sql.SQL(
-                "SELECT " + COLUMNS + " FROM {s}.memory_facts WHERE {where} ORDER BY fact_id, revision"  # noqa: S608
-            ).format(s=s, where=where, **read_bounds(row_cap)),
-            params,
-        )
-        async for row in cursor:
-            fact_id, cites = row[0], _names_session(row[10], target.session_id)
-            verified_row(row)
-            if (not ids or ids[-1] != fact_id) and cites:
-                ids.append(str(fact_id))
-                if len(ids) > bound:
-                    break
+        # The provenance is JSON text: read row by row and matched here, never as a SQL pattern (the
+        # session's id is stored raw in it). Every row is bounded, and checked against its row
+        # digest: see _SessionScan for which damaged rows are erased and which stop the erasure.
+        scan = _SessionScan(target.session_id, bound)
+        await _session_facts(conn, s, where, params, scan, row_cap)
+        scan.refuse_undecided()
+        ids = scan.covered
     taken = ids[:bound]
     revisions = 0
     if taken:

@@ -36,7 +36,9 @@ statement to the scope's tenant.
 Erasure (:meth:`PostgresMemoryStore.erase`, docs/erasure.md) deletes every
 revision of each covered fact, tombstones included, under the same tenant
 setting (:mod:`agentium_postgres.erase`); the engine keeps the tombstone of
-the erasure itself.
+the erasure itself. A session erasure takes a damaged fact whose provenance
+names the session, and stops, typed, at a damaged fact naming none (it may
+have been edited away from the session): see ``erase._SessionScan``.
 """
 
 from __future__ import annotations
