@@ -10,15 +10,16 @@ application role is granted no ``UPDATE``) and never deleted except by
 erasure (:meth:`PostgresArchive.erase`, :mod:`agentium_postgres.erase`).
 
 Reads fetch whole rows by ``seq`` range under a ``LIMIT``, refuse a row over
-``max_row_bytes`` before transferring it, and re-check each group: its bytes
-against the stored digest, strict decoding, and
+``max_row_bytes`` (or whose digest is longer than a digest) before
+transferring it, and re-check each group: its bytes against the stored
+digest, strict decoding, and
 :func:`~agentium_harness.plugin_api.check_archived_group`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
     from .link import Conn, PgLink
 
 __all__ = ["GroupRow", "PostgresArchive", "group_rows", "insert_groups"]
+
+#: Bytes of a group's digest: ``sha256:`` and 64 hex digits.
+_DIGEST_BYTES: Final = len("sha256:") + 64
 
 #: (seq, digest, canonical bytes) of one group to store.
 GroupRow = tuple[int, str, bytes]
@@ -124,17 +128,25 @@ async def read_groups(
     t, u, s = session_keys(key)
     cursor = await conn.execute(
         q(
-            "SELECT seq, digest, CASE WHEN octet_length(data) <= %s THEN data END, octet_length(data) "
+            # The digest is capped too (a digest is 71 bytes): one grown behind the archive's back
+            # was transferred whole before the check below refused it.
+            "SELECT seq, CASE WHEN octet_length(digest) <= %s THEN digest END, octet_length(digest), "
+            "CASE WHEN octet_length(data) <= %s THEN data END, octet_length(data) "
             "FROM {s}.archive_groups "
             "WHERE tenant_key = %s AND user_key = %s AND session_key = %s AND seq >= %s "
             "ORDER BY seq LIMIT %s",
             schema,
         ),
-        (max_bytes, t, u, s, max(0, start_seq), limit),
+        (_DIGEST_BYTES, max_bytes, t, u, s, max(0, start_seq), limit),
     )
     out = []
     session = key.key()
-    for seq, digest, data, size in await cursor.fetchall():
+    for seq, digest, digest_size, data, size in await cursor.fetchall():
+        if digest is None:
+            raise PostgresRowTooLargeError(
+                f"{where}: group {seq} of session {key.key()} has a stored digest of {digest_size} bytes "
+                f"(a digest is {_DIGEST_BYTES}); the row is damaged and was not read"
+            )
         if data is None:
             raise PostgresRowTooLargeError(
                 f"{where}: group {seq} of session {key.key()} is {size} bytes, more than "

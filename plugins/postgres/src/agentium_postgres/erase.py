@@ -34,7 +34,7 @@ turns and erase as another. An erase by a role without it raises
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, LiteralString
 
 from psycopg import sql
 
@@ -131,6 +131,22 @@ def _named(rows: Iterable[tuple[SessionKey | None, int, str]]) -> list[tuple[Ses
     return [(key, seq, digest) for key, seq, digest in rows if key is not None]
 
 
+def _vouched(column: LiteralString) -> sql.SQL:
+    """``column`` (a stored group digest) if it is ``sha256:`` and 64 lowercase hex digits, else ``''``.
+
+    Checked on the server: a digest of any other form (8 MiB of text, another hash) is neither
+    transferred nor reported. The engine keeps a report's digests in the erasure's tombstone and
+    refuses one of another form (``ContractViolationError``), which stopped that session's
+    erasure for good; ``""`` is the port's form for a digest the store cannot vouch for, and the
+    group is erased all the same. The length is checked first (``CASE`` keeps its order), so the
+    pattern never runs over a long value.
+    """
+    return sql.SQL(
+        "CASE WHEN octet_length(" + column + ") <> 71 THEN '' "
+        "WHEN " + column + " ~ '^sha256:[0-9a-f]{64}$' THEN " + column + " ELSE '' END"
+    )
+
+
 def _status(found: int, bound: int) -> EraseStatus:
     return EraseStatus.PARTIAL if found > bound else EraseStatus.COMPLETE
 
@@ -158,9 +174,9 @@ async def erase_archive(
     where, params = target_filter(target)
     cursor = await conn.execute(
         sql.SQL(
-            "SELECT user_key, session_key, seq, digest FROM {s}.archive_groups WHERE {where} "
+            "SELECT user_key, session_key, seq, {digest} FROM {s}.archive_groups WHERE {where} "
             "ORDER BY user_key, session_key, seq LIMIT %s"
-        ).format(s=sql.Identifier(schema), where=where),
+        ).format(s=sql.Identifier(schema), where=where, digest=_vouched("digest")),
         (*params, bound + 1),
     )
     found = await cursor.fetchall()
@@ -255,9 +271,9 @@ async def erase_recall(
         where = sql.SQL("kind = 'group' AND ") + where
     cursor = await conn.execute(
         sql.SQL(
-            "SELECT id, kind, user_key, session_key, seq, revision FROM {s}.recall_sources WHERE {where} "
+            "SELECT id, kind, user_key, session_key, seq, {revision} FROM {s}.recall_sources WHERE {where} "
             "ORDER BY id LIMIT %s"
-        ).format(s=sql.Identifier(schema), where=where),
+        ).format(s=sql.Identifier(schema), where=where, revision=_vouched("revision")),
         (*params, bound + 1),
     )
     found = await cursor.fetchall()
