@@ -49,6 +49,41 @@ __all__ = ["PostgresRecallSession"]
 #: The largest ``integer`` (int4): what the discovery functions' counts may be.
 _MAX_INT4: Final = 2**31 - 1
 
+#: Bytes of a source's revision (a document's digest of its title and text, a group's archive
+#: digest) and of an archived group's digest: ``sha256:`` and 64 hex digits.
+_DIGEST_BYTES: Final = len("sha256:") + 64
+
+
+def _oversized(source_id: object, what: str, size: object, cap: int) -> PostgresRowTooLargeError:
+    return PostgresRowTooLargeError(
+        f"postgres recall store: source {source_id!r} holds a {what} of {size} bytes (at most {cap}); no "
+        "source this store wrote does: the row is damaged and was not transferred"
+    )
+
+
+def _bounded(rows: Sequence[Sequence[Any]], id_at: int, title_cap: int) -> list[tuple[Any, ...]]:
+    """Discovery rows without their last two columns, once neither names a value over its bound.
+
+    Each row ends with the stored sizes of its revision and its title (see :data:`_SIZES`): a value
+    over its bound came back NULL, unread. ``id_at``: the column of the row's source id.
+    """
+    out = []
+    for row in rows:
+        for what, size, cap in (("revision", row[-2], _DIGEST_BYTES), ("title", row[-1], title_cap)):
+            if size is not None and size > cap:
+                raise _oversized(row[id_at], what, size, cap)
+        out.append(tuple(row[:-2]))
+    return out
+
+
+#: A discovery row's revision and title as read, each capped on the server (%s: the title's bound).
+_CAPPED: Final = (
+    "CASE WHEN octet_length(d.revision) <= 71 THEN d.revision END, "
+    "CASE WHEN octet_length(d.title) <= %s THEN d.title END"
+)
+#: The stored sizes of a discovery row's revision and title, last in its row (see :func:`_bounded`).
+_SIZES: Final = "octet_length(d.revision), octet_length(d.title)"
+
 
 class PostgresRecallSession(RecallSession):
     """A recall session of :class:`PostgresRecallStore`, confined to one scope.
@@ -99,8 +134,16 @@ class PostgresRecallSession(RecallSession):
         async def work(conn: Conn) -> Any:
             # Left unread: one round trip. Never prepared: the function plans each search itself.
             return await conn.execute(
-                q("SELECT * FROM {s}.recall_discover(%s::text[], %s, %s, %s, %s, %s, %s)", config.schema),
+                # The function's rows in its order, the revision and title capped: one grown behind
+                # the store's back is not transferred (_bounded refuses the row).
+                q(
+                    "SELECT d.source_id, " + _CAPPED + ", d.size_bytes, d.score, " + _SIZES + " "
+                    "FROM {s}.recall_discover(%s::text[], %s, %s, %s, %s, %s, %s) WITH ORDINALITY "
+                    "AS d(source_id, revision, title, size_bytes, score, ord) ORDER BY d.ord",
+                    config.schema,
+                ),
                 (
+                    config.max_row_bytes,
                     [term_query(t) for t in terms],
                     keys["user"],
                     keys["session"],
@@ -113,7 +156,8 @@ class PostgresRecallSession(RecallSession):
             )
 
         cursor = await self._store.link.run(ctx, "recall discover", keys["tenant"], work, write=False)
-        return self._candidates(await cursor.fetchall(), ctx.remaining_bytes)
+        rows = _bounded(await cursor.fetchall(), 0, config.max_row_bytes)
+        return self._candidates(rows, ctx.remaining_bytes)
 
     def _candidates(self, rows: Sequence[Sequence[Any]], budget: int | None) -> list[Candidate]:
         """``(source_id, revision, title, size, score)`` rows as candidates, within the byte budget."""
@@ -172,12 +216,17 @@ class PostgresRecallSession(RecallSession):
                     # The query vector goes to pgvector only if it is of the schema's model: one of
                     # another dimension failed there as a bare "different vector dimensions" error
                     # before the model check below could say EmbeddingModelMismatchError.
-                    "SELECT * FROM {s}.recall_discover_hybrid("
+                    # The revision and title capped, as in discover (only constant text is joined).
+                    "SELECT d.id, d.source_id, " + _CAPPED + ", d.size_bytes, d.lexical_rank, "  # noqa: S608
+                    "d.embedding, d.similarity, " + _SIZES + " FROM {s}.recall_discover_hybrid("
                     "%s::text[], %s, %s, %s, %s, %s, %s, %s, CASE WHEN (SELECT m.model = %s AND "
-                    "m.dimension = %s FROM {s}.recall_vector_model AS m) THEN %s::real[] END)",
+                    "m.dimension = %s FROM {s}.recall_vector_model AS m) THEN %s::real[] END) "
+                    "WITH ORDINALITY AS d(id, source_id, revision, title, size_bytes, lexical_rank, "
+                    "embedding, similarity, ord) ORDER BY d.ord",
                     config.schema,
                 ),
                 (
+                    config.max_row_bytes,
                     [term_query(t) for t in terms],
                     keys["user"],
                     keys["session"],
@@ -209,7 +258,7 @@ class PostgresRecallSession(RecallSession):
                 f"not of {vector.model.key()}; vectors of two models are never compared: configure the "
                 "embedder the index was built with, or use a new schema and run `agentium recall rebuild`"
             )
-        rows = [tuple(r) for r in await found.fetchall()]
+        rows = _bounded(await found.fetchall(), 1, config.max_row_bytes)
         if stored is None:
             rows = [(*r[:6], None, None) for r in rows]  # no vector of any model: lexical only
         ranked = fuse(
@@ -243,27 +292,38 @@ class PostgresRecallSession(RecallSession):
             # against it (recall_verify), so an edited body is never returned as evidence.
             cursor = await conn.execute(
                 q(
-                    "SELECT s.source_id, s.revision, CASE WHEN octet_length(s.body) <= %s THEN s.body END, "
-                    "octet_length(s.body), s.kind, s.seq, s.title, a.digest, "
-                    "CASE WHEN octet_length(a.data) <= %s THEN a.data END, octet_length(a.data) "
+                    "SELECT s.source_id, CASE WHEN octet_length(s.revision) <= 71 THEN s.revision END, "
+                    "CASE WHEN octet_length(s.body) <= %s THEN s.body END, "
+                    "octet_length(s.body), s.kind, s.seq, "
+                    "CASE WHEN octet_length(s.title) <= %s THEN s.title END, "
+                    "CASE WHEN octet_length(a.digest) <= 71 THEN a.digest END, "
+                    "CASE WHEN octet_length(a.data) <= %s THEN a.data END, octet_length(a.data), "
+                    "octet_length(s.revision), octet_length(s.title), octet_length(a.digest) "
                     "FROM {s}.recall_sources AS s LEFT JOIN {s}.archive_groups AS a "
                     "ON s.kind = 'group' AND a.tenant_key = s.tenant_key AND a.user_key = s.user_key "
                     "AND a.session_key = s.session_key AND a.seq = s.seq "
                     "WHERE s.tenant_key = %s AND s.source_id = ANY(%s::text[])",
                     schema,
                 ),
-                (row_cap, row_cap, tenant, ids),
+                (row_cap, row_cap, row_cap, tenant, ids),
             )
             return [tuple(r) for r in await cursor.fetchall()]
 
         rows = await self._store.link.run(ctx, "recall read", tenant, work, write=False)
-        for source_id, _, body, size, *_, data, data_size in rows:
+        for source_id, _, body, size, *_, data, data_size, revision_size, title_size, digest_size in rows:
             if body is None or (data is None and data_size is not None):
                 raise PostgresRowTooLargeError(
                     f"postgres recall store: source {source_id!r} holds {max(size, data_size or 0)} bytes, "
                     f"more than max_row_bytes={row_cap}; no source this store wrote does: the row is "
                     "damaged and was not transferred"
                 )
+            for what, stored, bound in (
+                ("revision", revision_size, _DIGEST_BYTES),
+                ("title", title_size, row_cap),
+                ("group digest", digest_size, _DIGEST_BYTES),
+            ):
+                if stored is not None and stored > bound:
+                    raise _oversized(source_id, what, stored, bound)
         found = {str(r[0]): (str(r[1]), (r[4], r[5], r[6], r[2], r[7], r[8])) for r in rows}
         out: list[Excerpt] = []
         spent_bytes = spent_tokens = 0
@@ -303,13 +363,19 @@ class PostgresRecallSession(RecallSession):
         async def work(conn: Conn) -> dict[str, str]:
             cursor = await conn.execute(
                 q(
-                    "SELECT source_id, revision FROM {s}.recall_sources "
+                    "SELECT source_id, CASE WHEN octet_length(revision) <= 71 THEN revision END, "
+                    "octet_length(revision) FROM {s}.recall_sources "
                     "WHERE tenant_key = %s AND source_id = ANY(%s::text[])",
                     schema,
                 ),
                 (tenant, sorted(set(visible))),
             )
-            return {str(r[0]): str(r[1]) for r in await cursor.fetchall()}
+            found = {}
+            for source_id, revision, size in await cursor.fetchall():
+                if revision is None:  # NOT NULL: over its bound, not transferred
+                    raise _oversized(source_id, "revision", size, _DIGEST_BYTES)
+                found[str(source_id)] = str(revision)
+            return found
 
         current = await self._store.link.run(ctx, operation, tenant, work, write=False) if visible else {}
         out: list[Validation] = []
