@@ -39,7 +39,7 @@ from agentium_harness.plugin_api import (
     encode_segment,
 )
 
-from .args import checked_count, checked_ctx, checked_groups, checked_key
+from .args import checked_argument, checked_count, checked_ctx, checked_groups, checked_key
 from .config import PostgresConfig
 from .errors import PostgresArchiveError, PostgresRowTooLargeError
 from .keys import q, session_keys
@@ -253,6 +253,8 @@ class PostgresArchive(HistoryArchive):
         """
         checked_ctx(ctx, "archive erase").raise_if_expired("archive erase")
         check_target(target)
+        # Exactly a bool: 0 erased for real, "no" ran a dry run (the core's adapters refuse both).
+        checked_argument(dry_run, bool, "dry_run", "archive erase")
         bound = check_max_items(max_items)
         schema = self._config.schema
 

@@ -447,6 +447,8 @@ class PostgresMemoryStore(MemoryStore):
         """
         checked_ctx(ctx, "memory erase").raise_if_expired("memory erase")
         check_target(target)
+        # Exactly a bool: 0 erased for real, "no" ran a dry run (the core's adapters refuse both).
+        checked_arg(dry_run, bool, "dry_run", "memory erase")
         bound = check_max_items(max_items)
         schema = self._config.schema
 

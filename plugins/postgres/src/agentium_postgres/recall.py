@@ -55,7 +55,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .archive import group_rows, health_probe, insert_groups, read_groups
-from .args import checked_count, checked_ctx, checked_sequence
+from .args import checked_argument, checked_count, checked_ctx, checked_sequence
 from .config import PostgresConfig
 from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
@@ -385,6 +385,8 @@ class PostgresRecallStore(RecallStore):
         """
         checked_ctx(ctx, "recall erase").raise_if_expired("recall erase")
         check_target(target)
+        # Exactly a bool: 0 erased for real, "no" ran a dry run (the core's adapters refuse both).
+        checked_argument(dry_run, bool, "dry_run", "recall erase")
         bound = check_max_items(max_items)
         schema = self._config.schema
 

@@ -396,6 +396,8 @@ class PostgresSessionStore(SessionStore):
         """
         checked_ctx(ctx, "session store erase").raise_if_expired("session store erase")
         check_target(target)
+        # Exactly a bool: 0 erased for real, "no" ran a dry run (the core's adapters refuse both).
+        checked_argument(dry_run, bool, "dry_run", "session store erase")
         bound = check_max_items(max_items)
         schema = self._config.schema
 
