@@ -8,6 +8,7 @@ for, the asyncio check every call makes first, and the wording of a call that
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any, Final
 
 import attrs
@@ -26,6 +27,7 @@ __all__ = [
     "commit_wait",
     "require_asyncio",
     "running_loop",
+    "statement_timeout_ms",
     "stopped_by_close",
 ]
 
@@ -78,6 +80,12 @@ class Outcome:
     result: Any = None
     #: aclose() cancelled the call (rather than its deadline).
     stopped_by_close: bool = False
+
+
+def statement_timeout_ms(ctx: OpContext, ceiling_s: float) -> int:
+    """``statement_timeout`` (ms) for ``ctx``: the configured ceiling, or what is left of its deadline."""
+    left = ctx.time_left()
+    return max(1, math.ceil(1000 * (ceiling_s if left is None else min(ceiling_s, left))))
 
 
 def commit_wait(ctx: OpContext) -> float:

@@ -7,6 +7,7 @@ returns (whether the role bypasses row-level security, pgvector).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,17 +35,28 @@ class ServerFacts:
 
 
 async def check_schema(
-    conn: psycopg.AsyncConnection[Any], name: str, config: PostgresConfig, needs: Iterable[str]
+    conn: psycopg.AsyncConnection[Any],
+    name: str,
+    config: PostgresConfig,
+    needs: Iterable[str],
+    timeout_ms: int | None = None,
 ) -> ServerFacts:
     """Check the schema version and ``needs``' table privileges; read the role and the server's version.
 
     Raises :class:`~agentium_postgres.errors.PostgresSchemaError` (no schema,
     another version) or :class:`~agentium_postgres.errors.PostgresPrivilegeError`
     (a missing privilege, or a role that bypasses row-level security while
-    ``require_row_security`` is set); nothing is written either way.
+    ``require_row_security`` is set); nothing is written either way. Each
+    statement is bounded by ``timeout_ms`` (default: ``statement_timeout_s``).
     """
     schema = config.schema
+    if timeout_ms is None:
+        timeout_ms = max(1, math.ceil(1000 * config.statement_timeout_s))
     async with conn.transaction():
+        # Every statement under the ceiling (or the call's deadline), as a call's own: reading
+        # schema_meta waits for a lock another session holds on it (LOCK TABLE, VACUUM FULL, an
+        # ALTER), and without it a call with no deadline waited as long as that lock was held.
+        await conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(timeout_ms),))
         found = await (
             await conn.execute(
                 "SELECT to_regclass(format('%%I.schema_meta', %s::text)) IS NOT NULL", (schema,)

@@ -29,7 +29,7 @@ committed nothing. A read's ``COMMIT`` is cut off like any statement.
 **First use.** Before its first transaction a link checks, once, that the
 schema exists at the version this release understands and that the role has
 the privileges the adapter needs, and reads whether the role bypasses
-row-level security.
+row-level security, under the same statement timeout as a call.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from .calls import (
     commit_wait,
     require_asyncio,
     running_loop,
+    statement_timeout_ms,
     stopped_by_close,
 )
 from .config import PostgresConfig
@@ -361,9 +362,7 @@ class PgLink:
     ) -> T:
         if self._facts is None:
             await self._first_use(conn, ctx, operation)
-        left = ctx.time_left()
-        ceiling = self._config.statement_timeout_s
-        timeout_ms = max(1, math.ceil(1000 * (ceiling if left is None else min(ceiling, left))))
+        timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s)
         if not conn.autocommit:
             # A lent connection outside autocommit: psycopg's own transaction handling.
             return await self._managed_transaction(
@@ -530,7 +529,9 @@ class PgLink:
         async with self._ready_locks.get():
             if self._facts is not None:
                 return
-            self._facts = await check_schema(conn, self._name, self._config, self._needs)
+            # Its statements under the same ceiling as a call's: schema_meta may be locked.
+            timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s)
+            self._facts = await check_schema(conn, self._name, self._config, self._needs, timeout_ms)
 
     # -- errors ---------------------------------------------------------------------------------
 
