@@ -65,6 +65,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresSessionStore"]
 
+#: Bytes of a stored session id: at most 256 characters, at most 4 bytes each in UTF-8.
+_ID_BYTES: Final = 4 * 256
+
 #: Bytes of snapshot rows a store keeps decoded (most recently used first), so a load that finds
 #: the bytes it last wrote or decoded skips decoding them again.
 _RECENT_BYTES: Final = 8 * 1024 * 1024
@@ -355,7 +358,8 @@ class PostgresSessionStore(SessionStore):
     ) -> list[str]:
         """Up to ``limit`` session ids of one user after ``after`` (when given), sorted by code point.
 
-        Ids are ordered ``COLLATE "C"`` on UTF-8, the same order as ``sorted()``.
+        Ids are ordered ``COLLATE "C"`` on UTF-8, the same order as ``sorted()``. A row whose
+        id is longer than an id or does not match its key raises ``SnapshotCorruptError``.
         """
         checked_ctx(ctx, "session listing").raise_if_expired("session listing")
         # The ids as a key would have them (InvalidIdError, nothing sent): a lone surrogate or a NUL
@@ -366,18 +370,36 @@ class PostgresSessionStore(SessionStore):
             return []
         t, u = encode_segment(tenant), encode_segment(user)
 
-        async def work(conn: Conn) -> list[str]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
+            # The id capped (no id is longer than 256 characters, 4 bytes each): one grown behind the
+            # store's back comes back NULL, unread. Its key comes along to check the id against.
             cursor = await conn.execute(
                 q(
-                    "SELECT session_id FROM {s}.session_snapshots WHERE tenant_key = %s AND user_key = %s "
+                    "SELECT CASE WHEN octet_length(session_id) <= %s THEN session_id END, "
+                    "octet_length(session_id), session_key FROM {s}.session_snapshots "
+                    "WHERE tenant_key = %s AND user_key = %s "
                     "AND session_id > %s ORDER BY session_id LIMIT %s",
                     self._config.schema,
                 ),
-                (t, u, "" if after is None else after, limit),
+                (_ID_BYTES, t, u, "" if after is None else after, limit),
             )
-            return [str(r[0]) for r in await cursor.fetchall()]
+            return [tuple(r) for r in await cursor.fetchall()]
 
-        return await self._link.run(ctx, "session listing", t, work, write=False)
+        rows = await self._link.run(ctx, "session listing", t, work, write=False)
+        where = f"postgres session store: a session row of tenant {tenant!r}, user {user!r}"
+        for session, size, key in rows:
+            if session is None:
+                raise SnapshotCorruptError(
+                    f"{where} has a session id of {size} bytes (at most {_ID_BYTES}); the row is "
+                    "damaged and was not transferred"
+                )
+            # The id the listing returns must be the one its key encodes (the key is what loads,
+            # saves and erasures use): one changed alone would list a session that does not load.
+            if not isinstance(session, str) or encode_segment(session) != key:
+                raise SnapshotCorruptError(
+                    f"{where} has a session id that does not match its key; the row is damaged"
+                )
+        return [str(r[0]) for r in rows]
 
     async def erase(
         self,
