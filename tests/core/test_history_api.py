@@ -652,12 +652,6 @@ async def test_two_runtimes_racing_on_one_session_lose_nothing() -> None:
     assert len((await rt_a.read_history(ANA, "s1", max_groups=5)).groups) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: a save refused by compare-and-set is settled by reading back, and a revision "
-    "holding a byte-identical snapshot or group (another runtime's equal write on the same revision) is "
-    "taken for this save's own: both writers are told committed, one write is in history",
-)
 @pytest.mark.parametrize("write", ["append", "retract"])
 async def test_two_runtimes_writing_equal_groups_on_one_revision_are_not_both_committed(write: str) -> None:
     """Two equal writes (the same user words, or two pops of the same last message) race across runtimes.

@@ -48,8 +48,10 @@ from ._history_messages import (
     message_data,
     message_json,
     message_tokens,
+    new_write_id,
     retained_data,
     retained_json_text,
+    write_id_field,
 )
 from ._json import copy_plain_json
 from ._scope import Scope, exact_scope_ids
@@ -80,6 +82,7 @@ __all__ = [
     "match_tool_results",
     "message_json",
     "message_tokens",
+    "new_write_id",
     "tokens_and_size",
     "tokens_and_sizes",
 ]
@@ -273,9 +276,13 @@ _set_field = object.__setattr__
 
 
 def appended_group(
-    seq: int, messages: tuple[Message, ...], scope: Scope, messages_json: bytes | None
+    seq: int,
+    messages: tuple[Message, ...],
+    scope: Scope,
+    messages_json: bytes | None,
+    write_id: str | None = None,
 ) -> MessageGroup:
-    """``MessageGroup(seq=seq, messages=messages, retained=RetainedRecord(scope))``, encoded.
+    """``MessageGroup(seq, messages, retained=RetainedRecord(scope, write_id=write_id))``, encoded.
 
     The group an append commits, from messages the append check has just
     copied and encoded (``messages_json`` is the canonical JSON of their
@@ -298,8 +305,10 @@ def appended_group(
         or not 0 <= seq <= MAX_SEQ
         or type(messages) is not tuple
     ):
-        return _appended_plainly(seq, messages, scope, messages_json, ids)
+        return _appended_plainly(seq, messages, scope, messages_json, ids, write_id)
     retained, retained_json = found
+    if write_id is not None:
+        retained, retained_json = _with_write_id(retained, retained_json, write_id)
     group: MessageGroup = _new_object(MessageGroup)
     _set_field(group, "seq", seq)
     _set_field(group, "messages", messages)
@@ -315,18 +324,42 @@ def _appended_plainly(
     scope: Scope,
     messages_json: bytes | None,
     ids: tuple[str | None, ...] | None,
+    write_id: str | None,
 ) -> MessageGroup:
     """:func:`appended_group` by the constructors; the scope's record is remembered for the next."""
-    retained = RetainedRecord(scope)
+    base = RetainedRecord(scope)
+    retained = base if write_id is None else RetainedRecord(scope, write_id=write_id)
     group = MessageGroup(seq=seq, messages=messages, retained=retained)
     if messages_json is None:
         return group
     retained_json = _adopt_around(group, messages_json)
-    if retained_json is not None and ids is not None:
+    # The scope's record is remembered without a write id (each append has its own).
+    base_text = retained_json_text(base) if retained_json is not None and ids is not None else None
+    if base_text is not None and ids is not None:
         if len(_APPEND_RETAINED) >= _MAX_APPEND_RETAINED:
             _APPEND_RETAINED.clear()
-        _APPEND_RETAINED[ids] = (retained, retained_json)
+        _APPEND_RETAINED[ids] = (base, base_text.encode("utf-8"))
     return group
+
+
+_RETAINED_FIELDS: Final = tuple(a.name for a in attrs.fields(RetainedRecord))
+
+
+def _with_write_id(
+    retained: RetainedRecord, retained_json: bytes, write_id: str
+) -> tuple[RetainedRecord, bytes]:
+    """``retained`` (a usual record without a write id) with ``write_id`` set, and its JSON.
+
+    Built as the constructor would build it (each field set with
+    ``object.__setattr__``, the write id checked by its validator); its JSON
+    is the record's with the ``write_id`` key added last, where it sorts.
+    """
+    write_id_field(write_id)
+    record: RetainedRecord = _new_object(RetainedRecord)
+    for name in _RETAINED_FIELDS:
+        _set_field(record, name, getattr(retained, name))
+    _set_field(record, "write_id", write_id)
+    return record, b'%b,"write_id":"%b"}' % (retained_json[:-1], write_id.encode("ascii"))
 
 
 def _control_has_no_messages(instance: MessageGroup, attribute: Any, value: HistoryControl | None) -> None:

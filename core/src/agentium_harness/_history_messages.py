@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
+import secrets
 from collections.abc import Iterable
 from json.encoder import encode_basestring as _json_string
 from typing import Any, ClassVar, Final
@@ -42,11 +43,13 @@ __all__ = [
     "message_json",
     "message_tokens",
     "messages_tokens",
+    "new_write_id",
     "retained_data",
     "retained_json_text",
     "stored_messages_issue",
     "stored_parts_need_checking",
     "usual_retained",
+    "write_id_field",
 ]
 
 #: Largest ``Message.payload``, in bytes of its canonical JSON encoding (8 MiB).
@@ -251,7 +254,7 @@ class RetainedRecord:
 
     #: Left out of the encoding when ``None``: groups committed before
     #: these fields existed keep their bytes and digests.
-    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("verification", "interruption")
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("verification", "interruption", "write_id")
 
     scope: Scope
     source_view_revision: str | None = None
@@ -262,6 +265,29 @@ class RetainedRecord:
     verification: VerificationRecord | None = None
     #: Set when the turn stopped after its tools ran: the group holds what ran, not an answer.
     interruption: TurnInterruption | None = None
+    #: A random id (32 lowercase hex digits) the engine gives every group it commits. Two equal
+    #: writes racing on one revision (the same words appended by two hosts, two pops of the same
+    #: message) would otherwise have the same bytes and digest, and a save refused by
+    #: compare-and-set, read back to learn whether it landed (a store may refuse its own retried
+    #: write), would take the winner's group for its own: both writers told committed, one write
+    #: in history. ``None`` on groups committed before it existed: their bytes stay as they were.
+    write_id: str | None = attrs.field(default=None, validator=lambda i, a, v: write_id_field(v))
+
+
+_WRITE_ID: Final = re.compile(r"[0-9a-f]{32}")
+
+
+def write_id_field(value: object) -> None:
+    """Refuse a ``RetainedRecord.write_id`` that is not ``None`` or 32 lowercase hex digits."""
+    if value is None:
+        return
+    if type(value) is not str or _WRITE_ID.fullmatch(value) is None:
+        raise InvalidArgumentError("write_id must be None or 32 lowercase hex digits")
+
+
+def new_write_id() -> str:
+    """A new random write id for a group the engine commits (:attr:`RetainedRecord.write_id`)."""
+    return secrets.token_hex(16)
 
 
 # The converter's data for a message and a retained record, built by hand, for the groups'
@@ -282,8 +308,9 @@ PARTS_HAND_BUILT: Final = (
         "uncertainty",
         "verification",
         "interruption",
+        "write_id",
     ]
-    and RetainedRecord.__agentium_omit_if_none__ == ("verification", "interruption")
+    and RetainedRecord.__agentium_omit_if_none__ == ("verification", "interruption", "write_id")
     and [a.name for a in attrs.fields(Scope)] == ["tenant", "user", "session", "project", "repository"]
     and not hasattr(Scope, "__agentium_omit_if_none__")
 )
@@ -307,7 +334,7 @@ def retained_data(retained: RetainedRecord) -> Any:
     if not usual_retained(retained):
         return unstructure(retained)
     scope = retained.scope
-    return {
+    data = {
         "scope": {
             "project": scope.project,
             "repository": scope.repository,
@@ -320,6 +347,9 @@ def retained_data(retained: RetainedRecord) -> Any:
         "summary_version": retained.summary_version,
         "uncertainty": retained.uncertainty,
     }
+    if retained.write_id is not None:
+        data["write_id"] = retained.write_id
+    return data
 
 
 def message_data(m: Message) -> dict[str, Any] | None:
@@ -392,11 +422,16 @@ def retained_json_text(retained: RetainedRecord) -> str | None:
     if None in fields or (uncertainty and not all(isinstance(u, str) for u in uncertainty)):
         return None
     project, repository, session, tenant, user, revision, policy, version = fields
+    write_id = retained.write_id
+    if write_id is not None and type(write_id) is not str:
+        return None
+    # ``write_id`` sorts last of the keys; left out when ``None``, as the converter leaves it.
+    tail = "" if write_id is None else f',"write_id":{_json_string(write_id)}'
     return (
         f'{{"scope":{{"project":{project},"repository":{repository},"session":{session},'
         f'"tenant":{tenant},"user":{user}}},"source_view_revision":{revision},'
         f'"summary_policy":{policy},"summary_version":{version},'
-        f'"uncertainty":[{",".join(map(_json_string, uncertainty))}]}}'
+        f'"uncertainty":[{",".join(map(_json_string, uncertainty))}]{tail}}}'
     )
 
 

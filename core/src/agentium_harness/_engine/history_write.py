@@ -34,6 +34,7 @@ from .._history import (
     ViewState,
     appended_group,
     detached_message,
+    new_write_id,
 )
 from .._ports.summary import SummaryState
 from .._scope import Scope
@@ -138,7 +139,7 @@ async def append_group(
         # The load just made moved the ticket's fence point; the read came before it.
         await refuse_if_erased_since_read(ticket, runtime.session_store, scope.session_key, after_read)
     assert progress.snap is not None
-    group = appended_group(progress.snap.next_seq, messages, scope, encoded)
+    group = appended_group(progress.snap.next_seq, messages, scope, encoded, new_write_id())
     check_group_size(group)
     done = await commit_group(
         runtime, ticket, progress, scope=scope, group=group, summary=_summary(runtime, progress)
@@ -217,7 +218,10 @@ async def _commit_control(
     assert progress.snap is not None and progress.scope is not None
     scope = progress.scope
     group = MessageGroup(
-        seq=progress.snap.next_seq, messages=(), retained=RetainedRecord(scope), control=control
+        seq=progress.snap.next_seq,
+        messages=(),
+        retained=RetainedRecord(scope, write_id=new_write_id()),
+        control=control,
     )
     if restart is not None:
         progress.diagnostics.append(

@@ -35,6 +35,7 @@ from .._history import (
     Role,
     TurnInterruption,
     ViewState,
+    new_write_id,
 )
 from .._observe import spans as observe
 from .._ports.summary import SummaryState
@@ -110,6 +111,7 @@ def retained_record(
         uncertainty=(*source_uncertainty(omitted_sources), *(recall.uncertainty if recall else ())),
         verification=verification,
         interruption=stopped,
+        write_id=new_write_id(),
     )
 
 
