@@ -31,6 +31,7 @@ from agentium_agent_framework import (
 from agentium_harness import (
     MAX_PAGE_BYTES,
     ArchiveCorruptError,
+    CommitState,
     HarnessRuntime,
     IdentityError,
     InvalidArgumentError,
@@ -469,3 +470,28 @@ def test_new_messages_decides_from_the_tail_as_the_framework_does_from_all_of_hi
         )
         theirs = len(incoming) - len(filter_new_messages(history, incoming))
         assert ours == theirs, (texts(history), texts(incoming))
+
+
+async def test_a_save_over_damaged_history_fails_closed_as_a_load_does(runtime: HarnessRuntime) -> None:
+    # A framework message that no longer decodes (a payload Message.from_dict refuses: damage, or
+    # a framework release that cannot read what another wrote) failed every load with
+    # ForeignMessageError, but the save's replay check read it as another framework's message
+    # (matching nothing) and appended over it: a replayed transcript was stored again whole.
+    provider = AgentiumHistoryProvider(runtime, ANA)
+    await provider.save_messages("chat-1", [AFMessage("user", ["u1"], message_id="m1")])
+    await runtime.append(
+        ANA, "chat-1", [Message(Role.ASSISTANT, "a1", payload={"bogus": 1}, payload_format=MESSAGE_FORMAT)]
+    )
+    with pytest.raises(ForeignMessageError, match="does not decode"):
+        await provider.get_messages("chat-1")
+    before = await runtime.inspect_session(ANA, "chat-1")
+    replay = [AFMessage("user", ["u1"], message_id="m1"), AFMessage("assistant", ["a1"], message_id="m2")]
+    with pytest.raises(ForeignMessageError, match="does not decode") as refused:
+        await provider.save_messages("chat-1", [*replay, AFMessage("user", ["u2"])])
+    assert refused.value.commit_state is CommitState.NOT_COMMITTED
+    after = await runtime.inspect_session(ANA, "chat-1")
+    assert (after.next_seq, after.revision) == (before.next_seq, before.revision)
+    # A message of another framework is no damage: it matches nothing, and the save goes on.
+    await runtime.append(ANA, "chat-2", [Message(Role.USER, "x", payload={}, payload_format="other/v1")])
+    await provider.save_messages("chat-2", [AFMessage("user", ["x"])])
+    assert (await runtime.inspect_session(ANA, "chat-2")).next_seq == 2

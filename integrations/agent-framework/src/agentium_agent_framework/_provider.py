@@ -403,7 +403,9 @@ class AgentiumHistoryProvider(HistoryProvider):
         group appended only at the revision it was read at: a write landing
         in between makes it read again (at least 5 attempts, then with
         jittered back-off until ``busy_timeout_s``; then
-        ``SessionConflictError``, ``not_committed``).
+        ``SessionConflictError``, ``not_committed``). A message of this
+        framework in that tail that does not decode fails the save as it
+        fails a load (:class:`ForeignMessageError`, nothing written).
 
         In an agent run, the save follows the run's own load
         (``before_run``). Called directly, after a ``get_messages`` of the
@@ -564,10 +566,15 @@ class AgentiumHistoryProvider(HistoryProvider):
             for group in groups:
                 used += group.size_bytes
                 for m in group.messages:
+                    if m.payload_format is not None and m.payload_format != MESSAGE_FORMAT:
+                        older.append(None)  # another framework's message: it repeats nothing of ours
+                        continue
+                    # Ours, undecodable: damage fails the save closed as a load (else a replay is kept twice).
                     try:
-                        older.append(from_agentium(m, ""))
-                    except ForeignMessageError:  # another framework's message: it repeats nothing of ours
-                        older.append(None)
+                        older.append(from_agentium(m, f"message of group {group.seq} of session {sid!r}"))
+                    except ForeignMessageError as exc:
+                        exc.commit_state = CommitState.NOT_COMMITTED
+                        raise
             tail.prepend(older)
             if page.next_before_seq is None or tail.covers(count) or tail.decided(incoming):
                 return tail.repeated(incoming), first.snapshot_revision
