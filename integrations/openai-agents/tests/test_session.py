@@ -556,3 +556,29 @@ async def test_a_closed_session_refuses_every_call(runtime: HarnessRuntime) -> N
         with pytest.raises(SessionClosedError, match="AgentiumSession is closed"):
             await call()
     assert session.closed and (await runtime.inspect_session(ANA, "chat-1")).next_seq == 0
+
+
+async def test_a_stored_item_of_no_sdk_items_shape_fails_the_read_closed(runtime: HarnessRuntime) -> None:
+    # add_items refuses an item of no input item's shape (sent to the model on every later run,
+    # the API refuses it), but one in stored history under this SDK's format (written by another
+    # writer of the session, or damaged) was handed to the SDK as an item by get_items and pop_item.
+    for n, bad in enumerate(
+        [{}, {"role": "tool", "content": "secret words"}, {"type": 5}, {"type": "message", "role": ["x"]}]
+    ):
+        sid = f"chat-{n}"
+        session = AgentiumSession(runtime, ANA, sid)
+        await session.add_items(turn(0))
+        await runtime.append(ANA, sid, [Message(Role.USER, "x", payload=bad, payload_format=ITEM_FORMAT)])
+        await session.add_items([turn(1)[0]])
+        for read in (session.get_items, lambda s=session: s.get_items(2)):
+            with pytest.raises(ForeignItemError, match="no SDK item has that shape") as raised:
+                await read()
+            assert "secret" not in str(raised.value)
+        # The items after it are still read (a limited read makes only the items it returns).
+        assert await session.get_items(1) == [turn(1)[0]]
+        await session.pop_item()
+        before = await runtime.inspect_session(ANA, sid)
+        with pytest.raises(ForeignItemError, match="no SDK item has that shape"):
+            await session.pop_item()
+        after = await runtime.inspect_session(ANA, sid)
+        assert (after.revision, after.retracted) == (before.revision, before.retracted)

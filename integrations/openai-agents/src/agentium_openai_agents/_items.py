@@ -192,6 +192,20 @@ def check_item_shape(item: Mapping[str, Any], position: int) -> None:
         )
 
 
+def _stored_shape(item: dict[str, Any]) -> bool:
+    """Whether a stored item (decoded JSON: exact types) has the shape :func:`check_item_shape` holds to.
+
+    What ``add_items`` refuses is never handed out either: an item of no input item's shape in
+    stored history (another writer's, or damage) would be sent to the model on every later run.
+    """
+    kind, role = item.get("type"), item.get("role")
+    if kind is None or kind == "message":
+        if isinstance(role, str) and role in _MESSAGE_ROLES:
+            return True
+        return kind is None and role is None and isinstance(item.get("id"), str)
+    return isinstance(kind, str) and kind != ""
+
+
 def _place(where: str | Callable[[], str]) -> str:
     return where() if callable(where) else where
 
@@ -209,6 +223,12 @@ def _sdk_item(message: Message, where: str | Callable[[], str]) -> dict[str, Any
                 f"{_place(where)} has payload_format {ITEM_FORMAT} but its payload is a "
                 f"{type(payload).__name__}, not an item; the history is damaged (read it with "
                 "read_history(view=False) to audit it)"
+            )
+        if not _stored_shape(payload):
+            # Names no value of the item (it may be a user's words), as add_items' refusal.
+            raise ForeignItemError(
+                f"{_place(where)} has payload_format {ITEM_FORMAT} but no SDK item has that shape; "
+                "the history is damaged (read it with read_history(view=False) to audit it)"
             )
         return cast("dict[str, Any]", copy_plain_json(payload))
     if message.payload_format is not None:
@@ -396,7 +416,7 @@ def sdk_items(messages: Sequence[Message], limit: int | None) -> list[dict[str, 
     if set(map(_FORMAT_OF, window)) != {ITEM_FORMAT}:
         return None
     payloads = list(map(_PAYLOAD_OF, window))
-    if set(map(type, payloads)) != {dict}:
+    if set(map(type, payloads)) != {dict} or not all(map(_stored_shape, payloads)):
         return None  # a damaged payload: view_items names the message in its error
     return list(map(copy_plain_json, payloads))
 

@@ -135,7 +135,8 @@ class AgentiumSession:
       with readable text as its content;
     - ``get_items(limit)`` reads the view backwards in bounded pages, only as
       many groups as ``limit`` items need; damaged history fails the read
-      (``SnapshotCorruptError``, ``ArchiveCorruptError``, :class:`ForeignItemError`),
+      (``SnapshotCorruptError``, ``ArchiveCorruptError``, :class:`ForeignItemError`
+      for another framework's item or a stored one of no input item's shape),
       never skips an item;
     - ``pop_item()`` is a ``retract`` of the view's last message and returns
       it; ``clear_session()`` is a ``reset_view``. Neither deletes anything:
