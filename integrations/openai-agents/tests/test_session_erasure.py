@@ -31,7 +31,7 @@ from agentium_harness import (
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_openai_agents import AgentiumSession, ForeignItemError, PopRefusedError
+from agentium_openai_agents import AgentiumSession, ForeignItemError, PopRefusedError, item_to_message
 
 pytestmark = pytest.mark.anyio
 
@@ -233,4 +233,38 @@ async def test_pop_item_refusing_the_message_it_retracted_says_it_was_retracted(
         audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
         assert [g.control.kind.value for g in audit.groups if g.control] == ["retract"]
         # The call, its result retracted, is left out of the view's items (the API refuses it alone).
+        assert await session.get_items() == [item("new 0")]
+
+
+async def test_pop_item_taking_calls_with_its_item_says_what_another_sessions_retraction_took() -> None:
+    # pop_item reads the old session's last item with a call after it that no read shows (its
+    # result retracted), so it retracts two messages at revision 3. Erased, its id used again and
+    # (revisions starting again at 1) at revision 3: the retraction takes two items of the new
+    # session, and an item must not leave the view unreturned: the error says both were retracted.
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["(not called)"]),
+        archive=InMemoryArchive(),
+        session_store=RevisionReusingStore(),
+    )
+    async with runtime:
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        await session.add_items([item("old")])
+        # One group: an item, then a call of run() whose result and answer the host retracts.
+        call = Message(Role.ASSISTANT, "", (ToolCall("c1", "fetch", {}),))
+        result, done = Message(Role.TOOL, "page", tool_call_id="c1"), Message(Role.ASSISTANT, "done")
+        await runtime.append(ANA, "chat-1", [item_to_message(item("old 0")), call, result, done])
+        await runtime.retract(ANA, "chat-1", count=2, reason="host")  # the call is left out of reads
+        assert await session.get_items() == [item("old"), item("old 0")]
+
+        async def reuse_the_id() -> None:
+            other = AgentiumSession(runtime, ANA, "chat-1")  # read nothing: no erasure fence to meet
+            for n in range(3):
+                await other.add_items([item(f"new {n}")])
+
+        with pytest.MonkeyPatch.context() as patch:
+            erase_after_first_read(runtime, patch, reuse_the_id)
+            with pytest.raises(PopRefusedError) as refused:
+                await session.pop_item()
+        assert refused.value.commit_state is CommitState.COMMITTED
+        assert "2 messages" in str(refused.value) and "retracted it all the same" in str(refused.value)
         assert await session.get_items() == [item("new 0")]

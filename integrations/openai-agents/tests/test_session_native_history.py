@@ -242,19 +242,31 @@ async def test_pop_refuses_a_message_of_several_items_changing_nothing(runtime: 
     assert await session.get_items() == []
 
 
-async def test_pop_takes_a_lone_call_as_its_one_item(tmp_path: Path) -> None:
+async def test_pop_takes_the_views_last_item_with_the_calls_after_it_no_read_shows(tmp_path: Path) -> None:
+    # A call whose result the host retracted is left out of every read, but pop_item took it as
+    # its item: it returned a function_call get_items never showed, and the view read the same
+    # after the pop. The pop takes the last item get_items shows, and those calls with it.
     async with tool_runtime(tmp_path / "a.db", ONE_CALL, "done") as runtime:
         await runtime.run(ANA, "chat-1", "look", grants=["fetch"])
         await runtime.retract(ANA, "chat-1", count=2, reason="host")  # the answer and the result
         session = AgentiumSession(runtime, ANA, "chat-1")
-        popped = await session.pop_item()
-        assert popped == {
-            "type": "function_call",
-            "call_id": "c9",
-            "name": "fetch",
-            "arguments": '{"url":"https://c.example"}',
-        }
-        assert await session.get_items() == [{"role": "user", "content": "look"}]
+        before = await session.get_items()
+        assert before == [{"role": "user", "content": "look"}]
+        assert await session.pop_item() == before[-1]
+        assert await session.get_items() == []
+        page = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+        taken = page.groups[-1].control
+        assert taken is not None and [(r.seq, r.index) for r in taken.retracted] == [(0, 0), (0, 1)]
+        # A view of such a call only shows nothing: None, and nothing retracted.
+        call = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "fetch", {}),))
+        exchange = [call, Message(Role.TOOL, "r", tool_call_id="c1"), Message(Role.ASSISTANT, "a")]
+        await runtime.append(ANA, "chat-2", exchange)
+        await runtime.retract(ANA, "chat-2", count=2, reason="host")  # the answer and the result
+        other = AgentiumSession(runtime, ANA, "chat-2")
+        assert await other.get_items() == []
+        state = await runtime.inspect_session(ANA, "chat-2")
+        assert await other.pop_item() is None
+        assert (await runtime.inspect_session(ANA, "chat-2")).revision == state.revision
 
 
 def test_message_to_item_names_a_message_of_several_items() -> None:

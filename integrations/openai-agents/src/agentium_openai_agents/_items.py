@@ -46,6 +46,8 @@ __all__ = [
     "message_to_item",
     "message_to_items",
     "pop_item_of",
+    "pop_span",
+    "popped_item",
     "sdk_items",
     "view_items",
 ]
@@ -384,6 +386,53 @@ def pop_item_of(message: Message, where: str, *, retracted: bool = False) -> dic
             refusal.commit_state = CommitState.COMMITTED
         raise refusal
     return items[0]
+
+
+def _shows_no_item(message: Message) -> bool:
+    """Whether ``message``, among the view's last ones with no result after it, is left out of every read.
+
+    A native assistant message of tool calls and no text whose calls no result after it answers:
+    :func:`view_items` leaves such calls out (sent without their output, the API refuses them).
+    """
+    return (
+        message.payload_format is None
+        and message.role is not Role.TOOL
+        and bool(message.tool_calls)
+        and not message.content
+    )
+
+
+def pop_span(messages: Sequence[Message]) -> int:
+    """How many of the view's last ``messages`` ``pop_item`` retracts; 0 when none is read as an item.
+
+    The last message a read shows as an item, and the messages after it no read shows (native
+    calls whose results a host's ``retract`` took: :func:`_shows_no_item`, each with only such
+    messages after it). Popping only those would return an item ``get_items`` never gave and
+    leave the view reading the same; they go with the item before them instead.
+    """
+    for taken, message in enumerate(reversed(messages), 1):
+        if not _shows_no_item(message):
+            return taken
+    return 0
+
+
+def popped_item(
+    taken: Sequence[Message], read: Sequence[Message], item: dict[str, Any], where: str
+) -> dict[str, Any]:
+    """What ``pop_item`` returns having retracted ``taken``: ``item`` (of ``read[0]``) if they are ``read``.
+
+    Otherwise the retraction took another session's messages (an erasure and the id used
+    again between the read and the retraction, on a store that hands out a revision twice):
+    the item of the one of them a read shows, never the erased one. Retracted already, any
+    refusal says so (``commit_state`` ``committed``), as :func:`pop_item_of` with ``retracted``.
+    """
+    if tuple(taken) == tuple(read):
+        return item
+    if len(taken) != pop_span(taken):  # more than one of them is read as items
+        refused = PopRefusedError(f"{where} are {len(taken)} messages of several items; {_RETRACTED_ALREADY}")
+        refused.commit_state = CommitState.COMMITTED
+        raise refused
+    return pop_item_of(taken[0], where, retracted=True)
 
 
 #: What a refusal of a message ``pop_item`` retracted already says (see :func:`pop_item_of`).

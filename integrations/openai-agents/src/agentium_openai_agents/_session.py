@@ -34,7 +34,16 @@ from agentium_harness import (
 from agentium_harness.plugin_api import SessionKey
 
 from ._errors import HistoryChangedError, SessionClosedError
-from ._items import check_item_shape, item_to_message, items_count, pop_item_of, sdk_items, view_items
+from ._items import (
+    check_item_shape,
+    item_to_message,
+    items_count,
+    pop_item_of,
+    pop_span,
+    popped_item,
+    sdk_items,
+    view_items,
+)
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -360,7 +369,11 @@ class AgentiumSession:
         its call without output) are refused with :class:`PopRefusedError`,
         nothing changed: ``clear_session``, or the runtime's ``retract`` of
         whole messages, takes them out. No item ever leaves the view without
-        being returned. The item returned is always the one retracted: if an operator
+        being returned, and the item returned is the last ``get_items`` gives:
+        function calls of ``run()`` whose output a host's ``retract`` took,
+        which no read gives, are retracted with it when they follow it (and
+        ``None`` is returned, nothing retracted, when only they are left).
+        The item returned is always the one retracted: if an operator
         erased the session and its id was used again between the read and the
         retraction, that is the new session's last item, never the erased one.
         """
@@ -371,17 +384,18 @@ class AgentiumSession:
             if read is None:
                 continue
             messages, revision = read[0], read[2].snapshot_revision
-            if not messages:
+            count = pop_span(messages)  # the last item's message, and the calls no read shows after it
+            if not count:
                 return None
-            last = f"the last message of the view of session {self.session_id!r}"
-            item = pop_item_of(messages[-1], last)
+            tail = messages[-count:]
+            item = pop_item_of(tail[0], f"the last item's message in the view of session {self.session_id!r}")
 
-            async def take(revision: int = revision) -> RetractResult | None:
+            async def take(revision: int = revision, count: int = count) -> RetractResult | None:
                 try:
                     return await self.runtime.retract(
                         self.identity,
                         self.session_id,
-                        count=1,
+                        count=count,
                         reason="pop_item",
                         recall_scope=self.recall_scope,
                         expected_revision=revision,
@@ -393,7 +407,10 @@ class AgentiumSession:
 
             taken = await self._retrying(take)
             if taken is not None:
-                return self._popped(taken.messages[-1], messages[-1], item)
+                # Another message than the one read only if the session was erased and its id used
+                # again in between, on a store that hands out a revision twice (see popped_item).
+                where = f"the messages pop_item retracted from session {self.session_id!r}"
+                return cast("TResponseInputItem", popped_item(taken.messages, tail, item, where))
         raise HistoryChangedError(
             f"the view of session {self.session_id!r} changed between every read of its last item and "
             f"its retraction ({restarts.made} attempts); nothing was changed: call pop_item again"
@@ -476,22 +493,6 @@ class AgentiumSession:
 
             items = view_items(messages, groups, where, wanted)
         return cast("list[TResponseInputItem]", items)
-
-    def _popped(self, taken: Message, read: Message, item: dict[str, Any]) -> TResponseInputItem:
-        """The item ``pop_item`` retracted: ``item`` (made from ``read``) unless ``taken`` is another message.
-
-        The built-in session stores never hand out a revision twice for a key, even across
-        an erasure, so the retraction at the revision read conflicts once the session was
-        erased. A store that breaks that rule starts the id used again from revision 1, and
-        it may be at the revision read when the retraction lands; the retraction then took the
-        new session's last message, not the one read (which the erasure removed): the item
-        returned is the one taken, never the erased one.
-        """
-        if taken == read:
-            return cast("TResponseInputItem", item)
-        # Retracted (nothing deleted), as the retraction's own result says: any refusal says so.
-        where = f"the message pop_item retracted from session {self.session_id!r}"
-        return cast("TResponseInputItem", pop_item_of(taken, where, retracted=True))
 
     def _check_open(self) -> None:
         if self._closed:
