@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 from _eval_support import FACT_CASE, write_config
 
@@ -13,16 +14,18 @@ from agentium_harness import ConfigError, ProviderError
 from agentium_harness._codec import digest_of, unstructure
 from agentium_harness._history import Message, Role
 from agentium_harness.adapters.recorded import (
+    GROUP_REVISION,
     REDACTED,
     RecordedProvider,
     RecordedProviderConfig,
     RecordingError,
     ReplayMissError,
+    recorded_request,
     redact,
     request_digest,
 )
 from agentium_harness.eval import installed_graders, parse_cases, run_eval
-from agentium_harness.plugin_api import ModelRequest, OpContext
+from agentium_harness.plugin_api import ModelRequest, OpContext, SourceBlock
 from agentium_harness.testing.eval_target import create_harness_eval_target
 
 GRADERS = installed_graders()
@@ -107,6 +110,36 @@ def test_the_provider_itself(tmp_path: Path) -> None:
             )
 
     anyio.run(main, tmp_path)
+
+
+def test_a_recalled_groups_revision_is_recorded_as_a_placeholder_a_documents_is_kept() -> None:
+    """Equal conversations written twice differ in their groups' digests (each group's write id)."""
+
+    def request(group_revision: str) -> ModelRequest:
+        return ModelRequest(
+            "be brief",
+            sources=(
+                SourceBlock("recall", "group/acme/ana/main/0", "hi", (("revision", group_revision),)),
+                SourceBlock("recall", "doc/acme/~/~/~/~/rota", "rota", (("revision", "sha256:" + "d" * 64),)),
+            ),
+            turn=(Message(Role.USER, "hi"),),
+        )
+
+    one, two = request("sha256:" + "1" * 64), request("sha256:" + "2" * 64)
+    assert request_digest(one) == request_digest(two)
+    recorded = recorded_request(one)
+    assert recorded["sources"][0]["attributes"] == [("revision", GROUP_REVISION)]
+    assert recorded["sources"][1]["attributes"] == [("revision", "sha256:" + "d" * 64)]
+    assert request_digest(one) == digest_of(recorded)
+    # A document at another revision is another request.
+    changed = attrs.evolve(
+        one,
+        sources=(
+            one.sources[0],
+            attrs.evolve(one.sources[1], attributes=(("revision", "sha256:" + "e" * 64),)),
+        ),
+    )
+    assert request_digest(changed) != request_digest(one)
 
 
 def test_bad_recorded_options_are_config_errors(tmp_path: Path) -> None:

@@ -10,6 +10,12 @@ whose digest matches, and a request it has no recording for raises
 the *redacted* request, so a recording file is self-consistent (anyone can
 recompute each digest from its line) and never fingerprints a secret.
 
+A recalled history group's ``revision`` (its digest, which holds the random
+``write_id`` every committed group carries) differs each time the same
+history is written, so in the recorded request, and the digest over it, it
+is :data:`GROUP_REVISION`: a replay of the same conversation finds its
+recording. A document's revision is kept.
+
 Recordings are plain JSON structured back strictly by the one codec; no
 pickle, and nothing in a recording is executed.
 """
@@ -33,6 +39,7 @@ from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, Provid
 from .providers import read_reply_file
 
 __all__ = [
+    "GROUP_REVISION",
     "RECORDING_FORMAT",
     "REDACTED",
     "SECRET_FIELDS",
@@ -40,6 +47,7 @@ __all__ = [
     "RecordedProviderConfig",
     "RecordingError",
     "ReplayMissError",
+    "recorded_request",
     "redact",
     "request_digest",
 ]
@@ -48,6 +56,8 @@ __all__ = [
 RECORDING_FORMAT = "agentium.recorded/1"
 #: What a redacted value becomes.
 REDACTED = "[redacted]"
+#: What a recalled history group's revision is recorded as (it differs every time it is written).
+GROUP_REVISION = "[group revision]"
 #: Keys whose values are always redacted, wherever they appear (case-insensitive).
 SECRET_FIELDS = frozenset(
     {"api_key", "apikey", "authorization", "password", "secret", "token", "access_token"}
@@ -106,9 +116,26 @@ def redact(data: Any, fields: frozenset[str] = frozenset()) -> Any:
     return data
 
 
+def recorded_request(request: ModelRequest, fields: frozenset[str] = frozenset()) -> Any:
+    """``request`` as a recording holds it: redacted, a recalled group's revision :data:`GROUP_REVISION`."""
+    data = redact(unstructure(request), fields)
+    for source in data.get("sources") or ():
+        # Only a group's: a document's revision says which version of it the model was shown.
+        if isinstance(source, dict) and str(source.get("source_id", "")).startswith("group/"):
+            source["attributes"] = [
+                ("revision", GROUP_REVISION) if _is_revision(pair) else pair
+                for pair in source.get("attributes") or ()
+            ]
+    return data
+
+
+def _is_revision(pair: object) -> bool:
+    return isinstance(pair, (list, tuple)) and len(pair) == 2 and pair[0] == "revision"
+
+
 def request_digest(request: ModelRequest, fields: frozenset[str] = frozenset()) -> str:
-    """The digest a recording is keyed by: ``sha256:`` of the canonical JSON of the redacted request."""
-    return str(digest_of(redact(unstructure(request), fields)))
+    """The digest a recording is keyed by: ``sha256:`` of the canonical JSON of :func:`recorded_request`."""
+    return str(digest_of(recorded_request(request, fields)))
 
 
 def _lock_for(path: str) -> threading.Lock:
@@ -210,7 +237,7 @@ class RecordedProvider(ModelProvider):
         line = {
             "format": RECORDING_FORMAT,
             "digest": digest,
-            "request": redact(unstructure(request), self._fields),
+            "request": recorded_request(request, self._fields),
             "response": redact(unstructure(response), self._fields),
         }
         text = json.dumps(line, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
