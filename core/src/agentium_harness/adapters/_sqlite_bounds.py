@@ -54,6 +54,7 @@ __all__ = [
     "exceeds",
     "over_check",
     "oversize",
+    "vouched_digest",
 ]
 
 
@@ -154,6 +155,30 @@ def bounded_select(
     checked = [*((column, bound) for column, bound in columns if bound is not None), *also_checked]
     checks = " ".join(_over(column, bound) for column, bound in checked)
     return f"{values}, CASE {checks} END"
+
+
+#: What a digest's text must match, as a GLOB (case-sensitive): ``sha256:`` and 64 lowercase hex digits.
+_DIGEST_GLOB: Final = "sha256:" + "[0-9a-f]" * 64
+
+
+def vouched_digest(column: str) -> str:
+    """``column`` (a stored group digest) if it is ``sha256:`` and 64 lowercase hex digits, else ``''``.
+
+    What an erasure reports of a group: the engine keeps a report's digests
+    in the erasure's tombstone and refuses any other form
+    (``ContractViolationError``), which stopped that erasure for good on a
+    digest edited to ``garbage``; ``""`` is the port's form for a digest the
+    store cannot vouch for, and the group is erased all the same. Checked in
+    the statement, so a digest of another form (1 GB of text) is never read.
+    ``CASE`` keeps its order: the type and byte size come first, so the
+    pattern never runs over a long value, and a TEXT with a NUL (whose
+    ``GLOB`` stops at it) or a BLOB is never taken for a digest.
+    """
+    return (
+        f"CASE WHEN typeof({column}) <> 'text' THEN '' "
+        f"WHEN {_octets(column)} <> {DIGEST_CHARS} THEN '' "
+        f"WHEN {column} GLOB '{_DIGEST_GLOB}' THEN {column} ELSE '' END"
+    )
 
 
 def oversize(what: str, over: object) -> str:

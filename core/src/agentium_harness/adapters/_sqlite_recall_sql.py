@@ -111,9 +111,9 @@ def checked_rows(
 def erased_groups(taken: Sequence[tuple[Any, ...]]) -> tuple[list[tuple[SessionKey, int, str]], int]:
     """The groups of erase_sources rows as ``(key, seq, digest)``, and how many are damaged.
 
-    A revision over its bound was not read (``None``): reported as ``""``. A group whose owner ids
-    or seq were over theirs (not read) cannot be named: it is counted as damaged (see
-    ``_sqlite_recall_writes._ERASED_COLUMNS``).
+    A revision not of a digest's exact form was not read (it came back ``""``) and is reported as
+    ``""``. A group whose owner ids or seq were over theirs (not read) cannot be named: it is
+    counted as damaged (see ``_sqlite_recall_writes._ERASED_COLUMNS``).
     """
     groups = [
         (SessionKey(t, u, s), seq, rev or "")

@@ -28,6 +28,7 @@ from ._sqlite_bounds import (
     bounded_select,
     exceeds,
     oversize,
+    vouched_digest,
 )
 from ._sqlite_recall_sql import CONTEXT_LINE_BYTES, OWNER_COLUMNS, checked_rows
 
@@ -278,10 +279,11 @@ def _owner_filter(target: EraseTarget) -> tuple[str, list[object]]:
 
 
 _OWNER_IDS: Final = ("tenant_id", "user_id", "session_id")
-#: What an erasure reports of a source, bounded, then the over column. A revision over its bound
-#: comes back NULL, unread, but stops nothing: the source is erased all the same (a group's is
-#: reported with digest "", nothing vouching for it; a document's revision is never reported), so
-#: damage in what an operator asked to remove never stops a user or tenant erasure.
+#: What an erasure reports of a source, bounded, then the over column. A revision not of a digest's
+#: exact form (1 GB of text, "garbage") comes back "", unread, but stops nothing: the source is
+#: erased all the same (a group's is reported with digest "", nothing vouching for it, where the
+#: engine refuses any other form; a document's revision is never reported), so damage in what an
+#: operator asked to remove never stops an erasure.
 #: Likewise an owner id or a seq over its bound (the column after the revision says so): the source is erased
 #: unread, a group counted as ``damaged`` (no key or seq names it), a document as a document.
 _ERASED_COLUMNS: Final = bounded_select(
@@ -290,7 +292,7 @@ _ERASED_COLUMNS: Final = bounded_select(
         ("kind", len("document")),
         *((bounded(column, ID_CHARS), None) for column in _OWNER_IDS),
         (bounded("seq", INT_CHARS), None),
-        (bounded("revision", DIGEST_CHARS), None),
+        (vouched_digest("revision"), None),
         (
             "("
             + " OR ".join(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from .._errors import AgentiumError, ArchiveCorruptError, SnapshotCorruptError
 from .._ports.erasure import EraseTarget
 from .._scope import SessionKey
-from ._sqlite_bounds import DIGEST_CHARS, bounded, oversize
+from ._sqlite_bounds import oversize, vouched_digest
 from ._sqlite_rows import (
     KEYED_COLUMNS,
     SEQ_LIMIT,
@@ -81,15 +81,15 @@ def archived_rows_covered(
             if start >= stop:
                 continue
             rows = conn.execute(
-                f"SELECT id, {bounded('digest', DIGEST_CHARS)} FROM groups "  # noqa: S608
+                f"SELECT id, {vouched_digest('digest')} FROM groups "  # noqa: S608
                 f"WHERE id >= ? AND id < ? AND {archived} ORDER BY id LIMIT ?",
                 (row_id(sid, start, False), row_id(sid, stop, False), *extra, bound + 1 - len(found)),
             ).fetchall()
-            # A digest longer than any (NOT NULL: it came back NULL) is not read nor put into a
-            # report: the group is reported with digest "" (nothing vouches for it, as a group the
-            # S3 archive finds with no stored digest) and erased all the same, so damage in a row
-            # the operator asked to remove never stops the erasure.
-            found.extend((key, seq_of(i), "" if d is None else str(d), i, sid) for i, d in rows)
+            # A digest not of the exact form (1 GB of text, "garbage", a BLOB) is not read nor put
+            # into a report, which the engine would refuse: it comes back "" (nothing vouches for
+            # it, as a group the S3 archive finds with no stored digest) and the group is erased all
+            # the same, so damage in a row the operator asked to remove never stops the erasure.
+            found.extend((key, seq_of(i), d if isinstance(d, str) else "", i, sid) for i, d in rows)
             if len(found) > bound:
                 return found[:bound], True
     return found, False
