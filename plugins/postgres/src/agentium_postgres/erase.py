@@ -59,6 +59,7 @@ from .link import Conn
 from .memory_rows import COLUMNS, read_bounds, verified_row
 
 __all__ = [
+    "SNAPSHOT_BATCH_BYTES",
     "UNVACUUMED",
     "erase_archive",
     "erase_memory",
@@ -193,26 +194,103 @@ async def erase_archive(
     )
 
 
+#: Bytes of snapshots one statement of a session erasure fetches at most, unless one snapshot alone
+#: is larger (it is then fetched alone, within ``max_row_bytes``): the snapshots are read only for
+#: their groups' seqs and digests, and decoded one by one, so an erasure's memory is bounded by one
+#: snapshot, not ``max_items`` of them.
+SNAPSHOT_BATCH_BYTES: Final = 1024 * 1024
+
+
+def _first_batch(
+    rows: Sequence[tuple[SessionKey, str, str, int]], budget: int
+) -> list[tuple[SessionKey, str, str, int]]:
+    """The first rows (key, user key, session key, size) of ``rows`` within ``budget`` bytes, at least one."""
+    total = 0
+    for n, row in enumerate(rows):
+        total += row[3]
+        if n and total > budget:
+            return list(rows[:n])
+    return list(rows)
+
+
+async def _snapshot_groups(
+    conn: Conn, schema: str, tenant_key: str, rows: Sequence[tuple[SessionKey, str, str, int]], row_cap: int
+) -> dict[SessionKey, ErasedSession]:
+    """What erasing each snapshot of ``rows`` (each within ``row_cap``) removes, fetched in bounded batches.
+
+    Each statement fetches at most :data:`SNAPSHOT_BATCH_BYTES` (or ``row_cap``, if lower) of
+    snapshots, or one snapshot, and each is decoded into its groups' seqs and digests before the
+    next statement runs. The server enforces the budget too, by a running sum in key order: a
+    snapshot grown by a save since its size was read comes back NULL, unread, and is fetched by a
+    later statement (the first row of each always comes back, so every statement makes progress).
+    A snapshot gone meanwhile (another erasure took it) is reported with no groups.
+    """
+    budget = min(SNAPSHOT_BATCH_BYTES, row_cap)
+    out: dict[SessionKey, ErasedSession] = {}
+    pending = list(rows)
+    statement = sql.SQL(
+        "SELECT d.ord, CASE WHEN octet_length(a.data) <= %s AND "
+        "(row_number() OVER w = 1 OR sum(octet_length(a.data)) OVER w <= %s) THEN a.data END, "
+        "octet_length(a.data) <= %s "
+        "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS d(u, s, ord) "
+        "JOIN {s}.session_snapshots AS a "
+        "ON a.tenant_key = %s AND a.user_key = d.u AND a.session_key = d.s "
+        "WINDOW w AS (ORDER BY d.ord) ORDER BY d.ord"
+    ).format(s=sql.Identifier(schema))
+    while pending:
+        batch = _first_batch(pending, budget)
+        cursor = await conn.execute(
+            statement, (row_cap, budget, row_cap, [r[1] for r in batch], [r[2] for r in batch], tenant_key)
+        )
+        fetched = await cursor.fetchall()
+        await cursor.close()  # its result goes now, not when the next batch's statement replaces it
+        deferred: set[int] = set()
+        for ordinal, data, fits in fetched:
+            key = batch[int(ordinal) - 1][0]
+            if data is not None:
+                out[key] = snapshot_erasure(key, bytes(data))
+            elif fits:
+                deferred.add(int(ordinal) - 1)  # grown past the batch's budget since it was sized
+            else:
+                out[key] = ErasedSession(key)  # grown past row_cap since: erased unread
+        del fetched  # decoded: this batch's bytes are gone before the next batch is fetched
+        for ordinal, row in enumerate(batch):
+            if ordinal not in deferred:
+                out.setdefault(row[0], ErasedSession(row[0]))  # gone since it was listed
+        pending = [row for ordinal, row in enumerate(batch) if ordinal in deferred] + pending[len(batch) :]
+    return out
+
+
 async def erase_snapshots(
     conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool, row_cap: int = 16 * 1024 * 1024
 ) -> tuple[EraseReport, list[SessionKey]]:
     """The session store's erase: up to ``bound`` snapshots of the target; also the keys removed.
 
-    A snapshot over ``row_cap`` bytes (none this store wrote) is erased without being transferred,
-    and reported like a damaged one: its session, no groups.
+    The keys and sizes are read first, then the snapshots in bounded batches, each decoded into
+    its groups before the next is fetched (:func:`_snapshot_groups`), so at most one snapshot's
+    bytes (``row_cap``) are held at once, never ``bound`` of them. A snapshot over ``row_cap``
+    bytes (none this store wrote) is erased without being transferred, and reported like a
+    damaged one: its session, no groups.
     """
     if target.groups:  # archived groups only: the session store holds none
         return EraseReport(), []
     where, params = target_filter(target, seq=False)
     cursor = await conn.execute(
         sql.SQL(
-            "SELECT user_key, session_key, CASE WHEN octet_length(data) <= {cap} THEN data END "
+            "SELECT user_key, session_key, octet_length(data) "
             "FROM {s}.session_snapshots WHERE {where} ORDER BY user_key, session_key LIMIT %s"
-        ).format(s=sql.Identifier(schema), where=where, cap=sql.Literal(int(row_cap))),
+        ).format(s=sql.Identifier(schema), where=where),
         (*params, bound + 1),
     )
     found = await cursor.fetchall()
     taken = found[:bound]
+    # A row whose key no id encodes to is erased unread: the report cannot name its session.
+    named = [
+        (key, u, s, int(size))
+        for key, u, s, size in ((_key(target, u, s), u, s, n) for u, s, n in taken)
+        if key
+    ]
+    fetched = await _snapshot_groups(conn, schema, params[0], [r for r in named if r[3] <= row_cap], row_cap)
     if not dry_run and taken:
         s = sql.Identifier(schema)
         # The revision floor (schema step 3) is locked before any snapshot is deleted: a create
@@ -240,14 +318,11 @@ async def erase_snapshots(
             ).format(s=s),
             ([r[0] for r in taken], [r[1] for r in taken], params[0]),
         )
-    named = [(key, data) for key, data in ((_key(target, u, s), data) for u, s, data in taken) if key]
-    keys = [key for key, _ in named]
+    keys = [key for key, _, _, _ in named]
     kind, detail = physical(len(taken), dry_run)
     report = EraseReport(
         count_items(snapshot=len(taken)),
-        tuple(
-            ErasedSession(key) if data is None else snapshot_erasure(key, bytes(data)) for key, data in named
-        ),
+        tuple(fetched.get(key, ErasedSession(key)) for key in keys),
         _status(len(found), bound),
         kind,
         detail,
