@@ -133,6 +133,18 @@ LEFT_OUTSIDE: Final = (
     "replicas and backups"
 )
 
+#: A row's digest as an erasure reports it: ``dg`` (a group's), else ``rev``, if it is ``sha256:`` and
+#: 64 lowercase hex digits, else ``""`` (nothing vouches for it). The engine keeps a report's digests
+#: in the erasure's tombstone and refuses any other form (ContractViolationError), which stopped the
+#: erasure for good on a digest edited to "garbage"; checked here, so a digest of another form (a
+#: huge one) is never transferred either. The length first: the pattern never runs over a long value.
+_VOUCHED: Final = """
+local function vouched(d)
+  if type(d) == 'string' and #d == 71 and string.find(d, '^sha256:[0-9a-f]+$') then return d end
+  return ''
+end
+"""
+
 _TOKEN: Final = """
 local P = ARGV[1]
 local settled = redis.call('GET', KEYS[2])
@@ -146,12 +158,15 @@ end
 #: Erase sources. KEYS: P:ids, token. ARGV: P, token ttl, postings budget, row count, tombstone count,
 #: row sids..., tombstone sids.... Removes rows in order while their postings fit the budget (at least
 #: one), all postings at once; HDELs covered tombstones. Returns {'ok', result, backlog}: result is
-#: "<rows taken>" then one line per taken row: "<kind> <seq> <digest>", or "-" for a row already gone.
-#: No id or text goes into the result (the token keeps it for 10 minutes).
+#: "<rows taken>" then one line per taken row: "+<digest>" (vouched: see _VOUCHED), or "-" for a row
+#: already gone. No id, text or other field of a row goes into the result (a kind or seq changed to
+#: hold a space or a newline shifted the lines: a group left out of the report, or given another's
+#: digest). The token keeps the result for 10 minutes.
 ERASE = Script(
     "erase",
     CHECK
     + ROWS
+    + _VOUCHED
     + _TOKEN
     + """
 local budget, nr, nt = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -167,7 +182,7 @@ for i = 1, nr do
     if taken > 0 and used + cnt > budget then break end
     used = used + cnt
     plans[#plans + 1] = {d = d, sid = sid, o = row[7]}
-    lines[#lines + 1] = (row[3] or '?') .. ' ' .. (row[5] or '') .. ' ' .. (row[6] or row[1] or '')
+    lines[#lines + 1] = '+' .. vouched(row[6] or row[1])
   else
     plans[#plans + 1] = {sid = sid, gone = true, stale = n}
     lines[#lines + 1] = '-'
@@ -206,16 +221,17 @@ return done(fmt(taken) .. '\\n' .. table.concat(lines, '\\n'), backlog(P))
 )
 
 #: Read what erasing rows would remove (a dry run). KEYS: P:ids. ARGV: P, sids.... Returns per sid
-#: {kind, seq, digest} or false when no row is current.
+#: "+<digest>" (vouched: see _VOUCHED), as ERASE's lines, or false when no row is current.
 ROW_INFO = Script(
     "erase_info",
-    """
+    _VOUCHED
+    + """
 local P = ARGV[1]
 local out = {}
 for i = 2, #ARGV do
   local n = redis.call('HGET', P .. ':ids', ARGV[i])
-  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'kind', 'seq', 'dg', 'rev', 'b')
-  if row and row[5] then out[#out + 1] = {row[1] or '?', row[2] or '', row[3] or row[4] or ''}
+  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'dg', 'rev', 'b')
+  if row and row[3] then out[#out + 1] = '+' .. vouched(row[1] or row[2])
   else out[#out + 1] = false end
 end
 return out
@@ -365,15 +381,16 @@ async def _group_sids(
     return sids[:want], len(sids) > want
 
 
-def _removed(sid: str, kind: str, seq: str, digest: str) -> tuple[SessionKey, int, str] | None:
+def _removed(sid: str, digest: str) -> tuple[SessionKey, int, str] | None:
     """A removed group's (session, seq, digest) for the report; ``None`` for a document.
 
     Whether it is a group, and its seq, come from the source id the store
     wrote (checked canonical by :func:`owner_of_source_id`), not from the
-    row's ``kind`` and ``seq`` fields: a row changed outside the store must
-    neither be reported as a document nor stop the report (``int("abc")``).
+    row's ``kind`` and ``seq`` fields (the scripts do not even send them):
+    a row changed outside the store must neither be reported as a document
+    nor stop the report (``int("abc")``). ``digest`` was vouched for by the
+    script (``""`` when the row's was of another form).
     """
-    del kind, seq  # the row's own fields: kept in the reply for older callers, not trusted here
     owner = owner_of_source_id(sid)
     if owner is None or owner.user is None or owner.session is None or not sid.startswith("group/"):
         return None
@@ -414,13 +431,13 @@ async def erase_target(
         tombs: list[str] = []
     else:
         rows, tombs, more = await _scan_sids(store, link, prefix, target, max_items, ctx)
-    found: list[tuple[str, str, str, str]] = []  # (sid, kind, seq, digest) of rows removed
+    found: list[tuple[str, str]] = []  # (sid, digest) of rows removed
     if dry_run:
         if rows:
             info = await store.script(ROW_INFO, [f"{prefix}:ids"], [prefix, *rows], ctx, "recall erase")
             for sid, entry in zip(rows, info or (), strict=True):
-                if entry:
-                    found.append((sid, *(as_text(v) for v in entry)))  # type: ignore[arg-type]
+                if entry:  # "+<digest>": a current row
+                    found.append((sid, as_text(entry)[1:]))
         return _report(found, more, PhysicalErasure.REMOVED if not found else PhysicalErasure.UNREFERENCED)
     room = store.config.max_terms_per_call
     pending = list(rows)
@@ -431,9 +448,8 @@ async def erase_target(
         head, *lines = written.results[0].split("\n")
         taken = int(head)
         for sid, line in zip(batch[:taken], lines, strict=False):
-            parts = line.split(" ")
-            if len(parts) == 3:
-                found.append((sid, parts[0], parts[1], parts[2]))
+            if line.startswith("+"):  # "-": a row already gone
+                found.append((sid, line[1:]))
         pending = pending[taken:] if taken > 0 else pending[1:]
         tombs = []
         ctx.raise_if_expired("recall erase")
@@ -469,7 +485,7 @@ def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def _report(found: Sequence[tuple[str, str, str, str]], more: bool, physical: PhysicalErasure) -> EraseReport:
+def _report(found: Sequence[tuple[str, str]], more: bool, physical: PhysicalErasure) -> EraseReport:
     groups = [g for g in (_removed(*row) for row in found) if g is not None]
     return EraseReport(
         count_items(group=len(groups), document=len(found) - len(groups)),
