@@ -24,6 +24,7 @@ from psycopg import sql
 import agentium_postgres.erase as erase_module
 from agentium_harness.plugin_api import (
     EraseReport,
+    EraseStatus,
     EraseTarget,
     OpContext,
     SessionKey,
@@ -138,7 +139,7 @@ async def test_small_snapshots_are_read_in_batches_and_each_reported(
         monkeypatch.setattr(erase_module, "SNAPSHOT_BATCH_BYTES", 2 * one + one // 2)
         first = await store.erase(EraseTarget.user("acme", "ana"), _ctx(), max_items=3)
         assert {s.session: list(s.groups) for s in first.sessions} == {k: expected[k] for k in keys[:3]}
-        assert first.status.value == "partial"
+        assert first.status is EraseStatus.PARTIAL
         rest = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
         assert {s.session: list(s.groups) for s in rest.sessions} == {k: expected[k] for k in keys[3:]}
         assert _count(admin, schema) == 0
