@@ -59,6 +59,7 @@ from agentium_harness.plugin_api import (
     PhysicalErasure,
     SessionKey,
     SourceOwner,
+    checked_argument,
     count_items,
     encode_segment,
     group_sessions,
@@ -414,6 +415,9 @@ async def erase_target(
     store: EraseOps, target: EraseTarget, ctx: OpContext, *, dry_run: bool, max_items: int
 ) -> EraseReport:
     """Erase (or, ``dry_run``, count) up to ``max_items`` sources of ``target``; see the module."""
+    # Exactly a bool, before anything is read or waited for: 0 (a host's "no" from a config flag)
+    # was taken for its truth and erased for real, "no" ran a dry run (the core's adapters refuse both).
+    checked_argument(dry_run, bool, "dry_run", "recall erase")
     prefix = tenant_prefix(store.config.key_prefix, target.tenant_id)
     link = await store.ready(ctx, "recall erase")
     if not dry_run:

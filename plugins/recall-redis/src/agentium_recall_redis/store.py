@@ -97,7 +97,6 @@ from agentium_harness.plugin_api import (
     Vector,
     check_max_items,
     check_target,
-    checked_argument,
     decode_archived_group,
     digest_of,
     document_source_id,
@@ -503,9 +502,6 @@ class RedisRecallStore(RecallStore):
         """
         ctx.raise_if_expired("recall erase")
         check_target(target)
-        # Exactly a bool, before anything is read or waited for: 0 (a host's "no" from a config flag)
-        # was taken for its truth and erased for real, "no" ran a dry run (the core's adapters refuse both).
-        checked_argument(dry_run, bool, "dry_run", "recall erase")
         bound = check_max_items(max_items)
         return await erase_target(self._erase_ops, target, ctx, dry_run=dry_run, max_items=bound)
 
