@@ -119,6 +119,7 @@ async def commit(
     joint: bool = True,
     keep_receipts: bool = False,
     before_save: Callable[[], None] | None = None,
+    on_settled: Callable[[CommitState], None] | None = None,
     view: ViewState | None = None,
     summary: SummaryState | None = None,
     told: Mapping[CommitState, str] | None = None,
@@ -136,6 +137,10 @@ async def commit(
 
     ``before_save`` is called right before the snapshot is written (a run
     marks its commit state ``unknown`` from then until the save settles).
+    ``on_settled`` is told as soon as that is known: ``committed`` once the save
+    stands, before any await after it (the archived-groups hook, receipts read
+    again: a cancellation there is of a committed write), ``not_committed``
+    when a joint commit read back as not landed is retried as separate calls.
 
     ``keep_receipts`` (a summarizer is configured) saves the digest of each
     group archived here in the snapshot, with the boundary move
@@ -197,6 +202,8 @@ async def commit(
             settled = await settle_save(
                 ticket, store, key, saved, _expected(stored), _new(stored, resident), exc, archive
             )
+            if on_settled is not None and settled.state is not CommitState.UNKNOWN:
+                on_settled(settled.state)  # landed; or not, and the separate calls start afresh
             if settled.state is CommitState.COMMITTED:
                 found = await _landed_joint(ticket, archive, hooks, key, plan, landed, settled, exc)
                 return attrs.evolve(found, diagnostics=(*diagnostics, *found.diagnostics), receipts=kept)
@@ -220,6 +227,7 @@ async def commit(
                 joint=False,
                 keep_receipts=keep_receipts,
                 before_save=before_save,
+                on_settled=on_settled,
                 view=view,
                 summary=summary,
                 told=told,
@@ -232,6 +240,8 @@ async def commit(
             )
             return attrs.evolve(outcome, diagnostics=(note, *outcome.diagnostics))
         else:
+            if on_settled is not None:
+                on_settled(CommitState.COMMITTED)
             extra = (
                 await broadcast_archived(hooks, key, joined.archived, plan.evict, ticket.hook_timeout_s)
                 if hooks is not None
@@ -293,6 +303,8 @@ async def commit(
         before_save()
     new = _new(stored, resident)
     revision = await _save(ticket, store, archive, key, snapshot, stored, new, diagnostics, told)
+    if on_settled is not None:
+        on_settled(CommitState.COMMITTED)
     archived_groups = plan.evict if receipts else ()
     if receipts and hooks is not None:
         diagnostics.extend(

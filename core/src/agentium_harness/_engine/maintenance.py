@@ -235,6 +235,7 @@ async def flush_session(
         save_unchanged=False,
         keep_receipts=keep_receipts,
         before_save=None if progress is None else progress.saving,
+        on_settled=None if progress is None else progress.settled,
     )
     if progress is not None and outcome.revision != stored.revision:
         progress.committed()  # saved: what follows (indexing what it archived) cannot undo it
@@ -423,6 +424,7 @@ async def reconcile_session(
         keep_receipts=keep_receipts,
         view=_renumbered_view(snap.view, dict(renumbered)),
         before_save=None if progress is None else progress.saving,
+        on_settled=None if progress is None else progress.settled,
         told=RECONCILE_TOLD,  # a failed save is reconcile's own, not a turn's
     )
     if progress is not None:

@@ -190,6 +190,7 @@ async def commit_group(
                     next_seq=snap.next_seq + 1,
                     keep_receipts=runtime.summarizer is not None,
                     before_save=progress.saving,
+                    on_settled=progress.settled,
                     view=view,
                     summary=restarted_summary,
                 )

@@ -55,6 +55,10 @@ class WriteProgress:
         """The write is known to stand."""
         self.commit_state = CommitState.COMMITTED
 
+    def settled(self, state: CommitState) -> None:
+        """The write in flight is known to stand (``committed``) or known not to have landed."""
+        self.commit_state = state
+
     def failing(self) -> None:
         """Called once when an unexpected exception leaves the operation (a run keeps its turn so far)."""
 
