@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import ArchiveCorruptError, CapabilityError, SessionConflictError
+from .._errors import ArchiveCorruptError, CapabilityError
 from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
 from .._ports import OpContext
@@ -52,7 +52,7 @@ from .._ports.archive import HistoryArchive
 from .._ports.erasure import SeqRange
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.recall import RecallStore
-from .._ports.sessions import SessionStore, seal_snapshot, verify_snapshot
+from .._ports.sessions import SessionStore
 from .._ports.summary import (
     CoverageGap,
     GapReason,
@@ -72,6 +72,7 @@ from .history_view import ViewIndex, paired_messages
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 from .summary_answer import checked_answer, failed
+from .summary_save import save_summary
 
 if TYPE_CHECKING:
     from .parts import SummaryRevisions
@@ -430,74 +431,6 @@ async def update_summary(
     if state == original:
         return SummaryUpdate(None, 0, tuple(diagnostics))
     return SummaryUpdate(state, summary.frontier - first, tuple(diagnostics))
-
-
-async def save_summary(
-    ticket: Ticket,
-    store: SessionStore,
-    key: SessionKey,
-    revision: int,
-    state: SummaryState,
-    revisions: SummaryRevisions | None = None,
-    made_for: CommitOutcome | None = None,
-) -> tuple[int | None, list[Diagnostic]]:
-    """Save ``state`` into the session snapshot at ``revision`` with compare-and-set.
-
-    Returns the new revision, or ``None`` when the snapshot moved on since
-    (another runtime committed or advanced the summary first: its state
-    stands, and this update is dropped whole, never merged). A save is
-    recorded in ``revisions``, with the digests of the snapshot it was made
-    on and of the one it saved (``expected_revision`` looks past it).
-
-    ``made_for`` (the commit the update was made after) must also be what
-    is stored at ``revision``: its boundary and resident groups. The
-    revision alone does not say so: another process may have erased the
-    session while the summarizer ran and used the id again up to that
-    revision (with a store that breaks the port's rule that revisions never
-    repeat across an erasure: defence in depth), and the summary of the
-    erased groups would then be saved into the new session.
-    """
-    stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
-    if stored is None or stored.revision != revision:
-        return None, [
-            Diagnostic(
-                "summary_conflict",
-                "the session changed before the summary was saved; the update was dropped",
-                Severity.WARNING,
-            )
-        ]
-    verify_snapshot(key, stored.snapshot)
-    if made_for is not None and (
-        stored.snapshot.boundary != made_for.boundary
-        or tuple(g.digest for g in stored.snapshot.resident) != tuple(g.digest for g in made_for.resident)
-    ):
-        return None, [
-            Diagnostic(
-                "summary_conflict",
-                "the session stored at that revision is not the one the summary was made for (it was "
-                "replaced meanwhile, e.g. erased and started again); the update was dropped",
-                Severity.WARNING,
-            )
-        ]
-    # Receipts the new frontier has passed are no longer needed: the snapshot
-    # keeps only those of archived groups the summary has yet to fold.
-    receipts = tuple(r for r in stored.snapshot.receipts if r.seq >= state.summary.frontier)
-    sealed = seal_snapshot(attrs.evolve(stored.snapshot, summary=state, receipts=receipts))
-    try:
-        new_revision = await ticket.call("session save", lambda ctx: store.save(key, sealed, revision, ctx))
-    except SessionConflictError:
-        return None, [
-            Diagnostic(
-                "summary_conflict",
-                "another writer saved the session first; the summary update was dropped",
-                Severity.WARNING,
-            )
-        ]
-    if revisions is not None:
-        revisions.record(
-            key, revision, new_revision, base_digest=stored.snapshot.digest, made_digest=sealed.digest
-        )
-    return new_revision, []
 
 
 def summary_reader(recall: RecallStore | None, archive: HistoryArchive) -> GroupReader:
