@@ -21,6 +21,7 @@ import attrs
 import pytest
 
 from agentium_harness import (
+    ArchiveError,
     CommitState,
     HarnessRuntime,
     Message,
@@ -189,3 +190,41 @@ async def test_a_joint_commit_that_did_not_land_then_a_failed_retry_before_its_s
         await rt.aclose()
         await archive.aclose()
         await store.aclose()
+
+
+class ArchiveDownOnce(InMemoryArchive):
+    """The public in-memory archive, whose first append fails: the run defers its eviction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    async def append(self, key: SessionKey, groups: Any, ctx: OpContext) -> Any:
+        if self.down:
+            self.down = False
+            raise ArchiveError("the archive is briefly down")
+        return await super().append(key, groups, ctx)
+
+
+async def test_a_close_session_cancelled_while_its_flush_archived_hook_runs_says_committed() -> None:
+    store, hooks, archive = InMemorySessionStore(), ArchivedHookBlocks(), ArchiveDownOnce()
+    limits = RuntimeLimits(
+        op_timeout_s=30, settle_timeout_s=0.2, close_timeout_s=30, resident=ResidentLimits(max_groups=1)
+    )
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=store,
+        hooks=hooks,
+        limits=limits,
+    )
+    await rt.append(ANA, "s1", _pair(0))
+    deferred = await rt.append(ANA, "s1", _pair(1))
+    assert deferred.eviction.value == "deferred" and not hooks.entered.is_set()
+    before = await store.load(KEY, OpContext())
+    error = await _closed_in_hook(rt, hooks, lambda: rt.resources.close_session(ANA, "s1"))
+    after = await store.load(KEY, OpContext())
+    # The flush's save landed (boundary past group 0) before its archived-groups hook ran.
+    assert before is not None and after is not None and after.revision > before.revision
+    assert after.snapshot.boundary == 1
+    assert error.commit_state is CommitState.COMMITTED, str(error)
