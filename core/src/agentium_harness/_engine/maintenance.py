@@ -34,7 +34,7 @@ from .hooks import HookBroadcaster
 from .lifecycle import Ticket, covers
 from .limits import ResidentLimits
 from .load import load_session
-from .maintenance_state import RECONCILE_TOLD, maintenance_errors, save_settled
+from .maintenance_state import MAINTENANCE_TOLD, RECONCILE_TOLD, maintenance_errors, save_settled
 from .resident import plan_eviction
 from .results import Diagnostic, Severity
 from .unexpected import WriteProgress
@@ -236,6 +236,7 @@ async def flush_session(
         keep_receipts=keep_receipts,
         before_save=None if progress is None else progress.saving,
         on_settled=None if progress is None else progress.settled,
+        told=MAINTENANCE_TOLD,  # a failed flush is the session's own save, not a turn's
     )
     if progress is not None and outcome.revision != stored.revision:
         progress.committed()  # saved: what follows (indexing what it archived) cannot undo it

@@ -11,6 +11,9 @@ the run reports: the session is read back and
   holds the new groups → ``committed``;
 - holds another revision than the one the save expected, without the new
   groups → ``not_committed`` (the compare-and-set save can never land now);
+  for a save without new groups (a flush, a migration) only when that
+  revision lacks what a write on top of it keeps (the boundary it moved, the
+  scope it stamped), else ``unknown``: it may have been built upon;
 - still holds the revision the save expected, seen twice a moment apart →
   ``not_committed`` (a store must not commit after its call returned, see
   the port's ``save``) — unless the engine had to abandon the save in a
@@ -157,11 +160,31 @@ def _judge(
             f"read back: revision {revision} has already archived past the saved group(s)",
             archived_past=True,
         )
+    if not new_groups and not _cannot_hold(saved, snap):
+        # A maintenance save (a flush, a migration) holds no group of its own to find: a later revision
+        # may be another writer's, or written on top of this save after it landed.
+        return Settled(
+            CommitState.UNKNOWN,
+            None,
+            f"read back: revision {revision}, which may be another writer's or written on top of the save "
+            "(it saved no group of its own to tell them apart)",
+        )
     return Settled(
         CommitState.NOT_COMMITTED,
         None,
         f"read back: another writer's revision {revision}; the save did not land",
     )
+
+
+def _cannot_hold(saved: SessionSnapshot, snap: SessionSnapshot) -> bool:
+    """True when ``snap`` lacks what every revision written on top of ``saved`` keeps of it.
+
+    A boundary never moves back, and a memory scope once stamped is never
+    taken off: a revision below the boundary ``saved`` moved to, or without
+    the scope it stamped, was not written on top of it.
+    """
+    scope_lost = saved.memory_scope is not None and snap.memory_scope is None
+    return snap.boundary < saved.boundary or scope_lost
 
 
 async def _archived(
