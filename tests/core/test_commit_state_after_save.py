@@ -125,6 +125,10 @@ async def test_an_operation_cancelled_while_its_archived_hook_runs_says_committe
     assert after.snapshot.next_seq == 2 and after.snapshot.boundary == 1
     assert error.commit_state is CommitState.COMMITTED, str(error)
     assert "nothing was committed" not in str(error) and "unknown" not in str(error)
+    if kind == "run":
+        # Its run_result names the group and the revision the session is at, not the one before.
+        assert error.run_result is not None and error.run_result.group_seq == 1
+        assert error.run_result.snapshot_revision == after.revision
 
 
 class JointFailsThenFenceFails(SQLiteSessionStore):

@@ -119,7 +119,7 @@ async def commit(
     joint: bool = True,
     keep_receipts: bool = False,
     before_save: Callable[[], None] | None = None,
-    on_settled: Callable[[CommitState], None] | None = None,
+    on_settled: Callable[[CommitState, int | None], None] | None = None,
     view: ViewState | None = None,
     summary: SummaryState | None = None,
     told: Mapping[CommitState, str] | None = None,
@@ -137,8 +137,8 @@ async def commit(
 
     ``before_save`` is called right before the snapshot is written (a run
     marks its commit state ``unknown`` from then until the save settles).
-    ``on_settled`` is told as soon as that is known: ``committed`` once the save
-    stands, before any await after it (the archived-groups hook, receipts read
+    ``on_settled`` is told as soon as that is known: ``committed`` (and the
+    revision) once the save stands, before any await after it (the archived-groups hook, receipts read
     again: a cancellation there is of a committed write), ``not_committed``
     when a joint commit read back as not landed is retried as separate calls.
 
@@ -203,7 +203,7 @@ async def commit(
                 ticket, store, key, saved, _expected(stored), _new(stored, resident), exc, archive
             )
             if on_settled is not None and settled.state is not CommitState.UNKNOWN:
-                on_settled(settled.state)  # landed; or not, and the separate calls start afresh
+                on_settled(settled.state, settled.revision)  # landed; or not: the separate calls start afresh
             if settled.state is CommitState.COMMITTED:
                 found = await _landed_joint(ticket, archive, hooks, key, plan, landed, settled, exc)
                 return attrs.evolve(found, diagnostics=(*diagnostics, *found.diagnostics), receipts=kept)
@@ -241,7 +241,7 @@ async def commit(
             return attrs.evolve(outcome, diagnostics=(note, *outcome.diagnostics))
         else:
             if on_settled is not None:
-                on_settled(CommitState.COMMITTED)
+                on_settled(CommitState.COMMITTED, joined.revision)
             extra = (
                 await broadcast_archived(hooks, key, joined.archived, plan.evict, ticket.hook_timeout_s)
                 if hooks is not None
@@ -304,7 +304,7 @@ async def commit(
     new = _new(stored, resident)
     revision = await _save(ticket, store, archive, key, snapshot, stored, new, diagnostics, told)
     if on_settled is not None:
-        on_settled(CommitState.COMMITTED)
+        on_settled(CommitState.COMMITTED, revision)
     archived_groups = plan.evict if receipts else ()
     if receipts and hooks is not None:
         diagnostics.extend(

@@ -329,7 +329,7 @@ class EffectsKeeper:
             )
         progress.stored, progress.snap = stored, snap
         progress.group = progress.outcome = None
-        progress.commit_state = CommitState.NOT_COMMITTED
+        progress.commit_state, progress.saved_revision = CommitState.NOT_COMMITTED, None
 
     def _typed(self, failed: Exception) -> AgentiumError:
         """``failed``, raised by a commit of what ran, typed (an unexpected one logged as such)."""

@@ -87,6 +87,8 @@ class RunProgress(WriteProgress):
             snapshot_revision=(
                 outcome.revision
                 if outcome is not None
+                else self.saved_revision
+                if self.saved_revision is not None and committed
                 else (self.stored.revision if self.stored is not None else 0)
             ),
             archived=outcome.archived if outcome is not None else (),

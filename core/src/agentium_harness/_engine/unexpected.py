@@ -41,11 +41,13 @@ _WHERE = {
 class WriteProgress:
     """Where a writing operation's write stands: what an error leaving it must say was committed."""
 
-    __slots__ = ("commit_state",)
+    __slots__ = ("commit_state", "saved_revision")
 
     def __init__(self) -> None:
         #: ``unknown`` from the moment a write may be in flight until its outcome is known.
         self.commit_state = CommitState.NOT_COMMITTED
+        #: The revision the write saved, once it is known to stand (``None`` before).
+        self.saved_revision: int | None = None
 
     def saving(self) -> None:
         """A write starts: until it is known to stand, an error cannot tell whether it landed."""
@@ -55,9 +57,10 @@ class WriteProgress:
         """The write is known to stand."""
         self.commit_state = CommitState.COMMITTED
 
-    def settled(self, state: CommitState) -> None:
-        """The write in flight is known to stand (``committed``) or known not to have landed."""
+    def settled(self, state: CommitState, revision: int | None = None) -> None:
+        """The write in flight is known to stand (``committed``, at ``revision``) or not to have landed."""
         self.commit_state = state
+        self.saved_revision = revision if state is CommitState.COMMITTED else None
 
     def failing(self) -> None:
         """Called once when an unexpected exception leaves the operation (a run keeps its turn so far)."""
