@@ -22,6 +22,7 @@ import pytest
 
 from agentium_harness import (
     ArchiveError,
+    BlockingRuntime,
     CommitState,
     HarnessRuntime,
     Message,
@@ -232,3 +233,28 @@ async def test_a_close_session_cancelled_while_its_flush_archived_hook_runs_says
     assert before is not None and after is not None and after.revision > before.revision
     assert after.snapshot.boundary == 1
     assert error.commit_state is CommitState.COMMITTED, str(error)
+
+
+def test_a_blocking_runtime_closed_while_an_appends_archived_hook_runs_says_committed() -> None:
+    # The facade's close() runs aclose() on its loop: the append blocked in the hook hears the same.
+    store, hooks = InMemorySessionStore(), ArchivedHookBlocks()
+    blocking = BlockingRuntime(_runtime(store, hooks))
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            blocking.append(ANA, "s1", _pair(1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        blocking.append(ANA, "s1", _pair(0))
+        caller = threading.Thread(target=append, daemon=True)
+        caller.start()
+        assert hooks.entered.wait(30), "the append never reached its archived-groups hook"
+        blocking.close()
+        caller.join(30)
+    finally:
+        hooks.gate.set()
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeClosedError), errors
+    assert errors[0].commit_state is CommitState.COMMITTED, str(errors[0])
