@@ -19,11 +19,13 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from _effects_support import DEPLOY
 
 from agentium_harness import (
     ArchiveError,
     BlockingRuntime,
     CommitState,
+    EffectLevel,
     HarnessRuntime,
     Message,
     ResidentLimits,
@@ -32,6 +34,8 @@ from agentium_harness import (
     RuntimeLimits,
     SessionKey,
     SessionStoreError,
+    Tool,
+    ToolRegistry,
     VerifiedIdentity,
     create_harness_runtime,
 )
@@ -258,3 +262,42 @@ def test_a_blocking_runtime_closed_while_an_appends_archived_hook_runs_says_comm
         hooks.gate.set()
     assert len(errors) == 1 and isinstance(errors[0], RuntimeClosedError), errors
     assert errors[0].commit_state is CommitState.COMMITTED, str(errors[0])
+
+
+async def test_a_joint_commit_that_did_not_land_keeps_what_ran_when_the_retry_fails_before_its_save(
+    tmp_path: Path,
+) -> None:
+    # The tool ran; the turn's joint commit did not land and its retry failed before saving. That
+    # was "unknown", so what ran was never committed (an unknown state is not followed by another
+    # commit): the deploy happened and the session did not say so.
+    log: list[str] = []
+
+    async def deploy(args: Any) -> str:
+        log.append(f"deployed to {args['to']}")
+        return "deployed v2 to prod"
+
+    config = SQLiteConfig(path=str(tmp_path / "one.db"))
+    archive, store = SQLiteArchive(config), JointFailsThenFenceFails(config)
+    limits = RuntimeLimits(op_timeout_s=30, settle_timeout_s=30, close_timeout_s=30)
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=[DEPLOY, "Deployed."]),
+        archive=archive,
+        session_store=store,
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        limits=attrs.evolve(limits, resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        await rt.append(ANA, "s1", _pair(0))
+        with pytest.raises(SessionStoreError) as caught:
+            await rt.run(ANA, "s1", "deploy v2", grants=["deploy"])
+        assert log == ["deployed to prod"] and store.fence_fails == 0
+        error = caught.value
+        assert error.commit_state is CommitState.COMMITTED, str(error)
+        assert error.run_result is not None and error.run_result.group_seq == 1
+        stored = await store.load(KEY, OpContext())
+        assert stored is not None and stored.snapshot.next_seq == 2
+        assert [m.role.value for m in stored.snapshot.resident[-1].messages] == ["user", "assistant", "tool"]
+    finally:
+        await rt.aclose()
+        await archive.aclose()
+        await store.aclose()
