@@ -123,3 +123,38 @@ async def test_a_summary_save_that_landed_and_then_raised_is_read_back_as_saved(
     )
     assert done.commit_state is CommitState.COMMITTED
     await rt.aclose()
+
+
+class LoadFailsAfterSave(InMemorySessionStore):
+    """The public in-memory store: once ``armed``, the first load after a save raises (a blip)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = self.failing = False
+
+    async def save(self, key: SessionKey, snapshot: SessionSnapshot, expected: Any, ctx: OpContext) -> int:
+        revision = await super().save(key, snapshot, expected, ctx)
+        if self.armed:
+            self.armed, self.failing = False, True
+        return revision
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> Any:
+        if self.failing:
+            self.failing = False
+            raise SessionStoreError("503 Slow Down")
+        return await super().load(key, ctx)
+
+
+async def test_a_failed_read_before_the_summary_save_is_a_diagnostic_of_the_committed_turn() -> None:
+    store = LoadFailsAfterSave()
+    rt = _runtime(store)
+    await rt.run(ANA, "s1", "first")
+    store.armed = True
+    result = await rt.run(ANA, "s1", "second")  # the summary's read before its save fails
+    assert result.committed and result.output == "ok"
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None and stored.snapshot.next_seq == 2 and stored.snapshot.summary is None
+    assert result.snapshot_revision == stored.revision
+    failed = [d.message for d in result.diagnostics if d.code == "summary_failed"]
+    assert failed and "503 Slow Down" in failed[0] and "not saved" in failed[0]
+    await rt.aclose()

@@ -49,8 +49,9 @@ async def save_summary(
     Returns the new revision, or ``None`` when the snapshot moved on since
     (another runtime committed or advanced the summary first: its state
     stands, and this update is dropped whole, never merged) or the save
-    failed (``summary_failed``). A save that raises is read back first: one
-    that landed returns its revision (``save_settled``); it never raises. A save is
+    failed, or the session could not be read before it (``summary_failed``).
+    A save that raises is read back first: one that landed returns its
+    revision (``save_settled``). It never raises but a cancellation. A save is
     recorded in ``revisions``, with the digests of the snapshot it was made
     on and of the one it saved (``expected_revision`` looks past it).
 
@@ -62,7 +63,19 @@ async def save_summary(
     repeat across an erasure: defence in depth), and the summary of the
     erased groups would then be saved into the new session.
     """
-    stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
+    try:
+        stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
+        if stored is not None:
+            verify_snapshot(key, stored.snapshot)
+    except Exception as exc:  # nothing was saved: reported, never raised over the committed turn
+        return None, [
+            Diagnostic(
+                "summary_failed",
+                f"the session could not be read before the summary's save ({error_text(exc)}); the summary "
+                "was not saved (commit_state not_committed); the turn stands",
+                Severity.ERROR,
+            )
+        ]
     if stored is None or stored.revision != revision:
         return None, [
             Diagnostic(
@@ -71,7 +84,6 @@ async def save_summary(
                 Severity.WARNING,
             )
         ]
-    verify_snapshot(key, stored.snapshot)
     if made_for is not None and (
         stored.snapshot.boundary != made_for.boundary
         or tuple(g.digest for g in stored.snapshot.resident) != tuple(g.digest for g in made_for.resident)
