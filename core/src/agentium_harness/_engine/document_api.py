@@ -16,7 +16,6 @@ the document is indexed (or deleted).
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Final, cast
 
 import attrs
@@ -49,8 +48,6 @@ __all__ = ["MAX_DOCUMENT_BYTES", "MAX_DOCUMENT_TITLE_BYTES", "DocumentOperations
 MAX_DOCUMENT_BYTES: Final = 4 * 1024 * 1024
 #: The largest document title, in UTF-8 bytes.
 MAX_DOCUMENT_TITLE_BYTES: Final = 1024
-
-_log = logging.getLogger("agentium.engine.recall")
 
 
 @attrs.frozen(slots=True)
@@ -192,9 +189,10 @@ class DocumentOperations:
         admitted = False
         # One span for the whole write (its fence's reads, index, take-back), under the runtime's Telemetry.
         user, session = who.user or "", who.session or ""
-        with traced_operation(
+        operation = traced_operation(
             runtime, "document index", who.tenant, user, session, name="agentium.document.index"
-        ):
+        )
+        with operation:
             try:
                 async with runtime.parts.admission.admit_shared(None, "document index", timeout) as ticket:
                     admitted = True
@@ -209,7 +207,6 @@ class DocumentOperations:
                         try:
                             await index_sources(ticket, runtime.hybrid, store, [(ref, body)])
                         except Exception as exc:  # the document stands, found by its words
-                            _log.warning("document vector not stored: %s", type(exc).__name__)
                             diagnostics.append(
                                 Diagnostic(
                                     "recall_embed_failed",
@@ -218,7 +215,11 @@ class DocumentOperations:
                                     Severity.WARNING,
                                 )
                             )
-                    return ticket.report(DocumentResult(ref, diagnostics=tuple(diagnostics)))
+                    result = ticket.report(DocumentResult(ref, diagnostics=tuple(diagnostics)))
+                # Logged and span events as a history write's diagnostics are; the fence's own (its
+                # WARNING and its agentium.document.* event are said where it finds them) are not again.
+                operation.report(d for d in result.diagnostics if d.code != "erasure_fence_unchecked")
+                return result
             except RuntimeClosedError as exc:
                 if admitted and exc.commit_state is None:
                     # aclose() cancelled it part way: the write may have landed.

@@ -79,7 +79,7 @@ from .erasure_ledger import (
     save_joined,
     update_ledger_from,
 )
-from .erasure_reports import check_report, merge_report, merge_sessions
+from .erasure_reports import check_report, merge_report, merge_sessions, warn_unvouched
 from .erasure_resume import (
     Saved,
     Stray,
@@ -433,6 +433,7 @@ async def carry_out(
                         return done, None
                     raw = await ticket.call(f"{role} erase", _erase_call(store, target, False, batch))
                     report = check_report(raw, target, role, batch, False)
+                    warn_unvouched(record, role, report)
                     adapter = type(store).__name__
                     record = merge_report(record, role, adapter, report)
                     unsaved = Stray(record.erasure_id, role, adapter, report) if report.removed else None

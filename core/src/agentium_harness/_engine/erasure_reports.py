@@ -11,6 +11,7 @@ kind, the sessions' groups united, :func:`merge_sessions`).
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Sequence
 
 import attrs
@@ -33,11 +34,36 @@ from .._ports.erasure import (
 )
 from .._scope import SessionKey
 from .._validators import DIGEST_FORM, MAX_COUNT, MAX_SEQ, exact_int, lone_surrogate_at, shown_number
+from .erasure_events import erasure_event
 from .erasure_resume import store_counts, unite_sessions
 from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import covers
 
-__all__ = ["check_report", "merge_report", "merge_sessions"]
+__all__ = ["check_report", "merge_report", "merge_sessions", "warn_unvouched"]
+
+_log = logging.getLogger("agentium.engine.erasure")
+
+
+def warn_unvouched(record: ErasureRecord, role: str, report: EraseReport) -> None:
+    """Damage a store erased unread (groups with digest ``""``): a WARNING and an erasure span event.
+
+    The erasure goes on (the operator asked to remove them), but what was stored
+    was damaged and the tombstone cannot vouch for it. The record's id, the
+    store's role and a count only: never a session id, a seq's content or a digest.
+    """
+    damaged = sum(1 for entry in report.sessions for _, digest in entry.groups if not digest)
+    if not damaged:
+        return
+    _log.warning(
+        "erasure %s: the %s store erased %d group(s) whose digest was damaged (recorded with none)",
+        record.erasure_id,
+        role,
+        damaged,
+    )
+    erasure_event(
+        "agentium.erasure.damaged_erased",
+        {"agentium.erasure.store": role, "agentium.erasure.groups": damaged},
+    )
 
 
 def merge_report(record: ErasureRecord, role: str, adapter: str, report: EraseReport) -> ErasureRecord:

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from .._errors import AgentiumError, InvalidArgumentError
 from .._history import Message
-from .._observe.spans import using
-from .._observe.turn import settings_of, traced_operation
+from .._observe.turn import traced_operation
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .._validators import check_count, validate_id
 from .arguments import run_scope
@@ -184,20 +183,28 @@ class HistoryOperations:
             raise InvalidArgumentError(f"copy must be True or False, not {copy!r}")
         key = SessionKey.of(require_identity(identity), session_id)
         runtime = self._runtime()
-        # Its adapter calls' spans go where the runtime's do (Telemetry), as a write's.
-        with using(settings_of(runtime)):
-            async with runtime.parts.admission.admit_shared(key, "history read") as ticket:
-                return await read_page(
-                    ticket,
-                    archive=runtime.archive,
-                    store=runtime.session_store,
-                    key=key,
-                    before_seq=before_seq,
-                    max_groups=groups,
-                    max_bytes=size,
-                    view=view,
-                    copy=copy,
-                )
+        # A span of its own (agentium.history.read), its adapter calls' parent, under the runtime's
+        # Telemetry, as a write's; a read failing (closed on damage, a store's error) is a WARNING.
+        operation = traced_operation(
+            runtime, "history read", key.tenant, key.user, key.session, name="agentium.history.read"
+        )
+        with operation:
+            try:
+                async with runtime.parts.admission.admit_shared(key, "history read") as ticket:
+                    return await read_page(
+                        ticket,
+                        archive=runtime.archive,
+                        store=runtime.session_store,
+                        key=key,
+                        before_seq=before_seq,
+                        max_groups=groups,
+                        max_bytes=size,
+                        view=view,
+                        copy=copy,
+                    )
+            except Exception as exc:
+                operation.failed(exc)
+                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def list_sessions(
@@ -214,9 +221,17 @@ class HistoryOperations:
         if after is not None:
             after = validate_id(after, "after")
         runtime = self._runtime()
-        with using(settings_of(runtime)):
-            async with runtime.parts.admission.admit_shared(None, "session listing") as ticket:
-                return await list_page(ticket, runtime.session_store, who.tenant, who.user, after, count)
+        # As a history read: its own span (no session: the conversation id hashes an empty one).
+        operation = traced_operation(
+            runtime, "session listing", who.tenant, who.user, "", name="agentium.history.list_sessions"
+        )
+        with operation:
+            try:
+                async with runtime.parts.admission.admit_shared(None, "session listing") as ticket:
+                    return await list_page(ticket, runtime.session_store, who.tenant, who.user, after, count)
+            except Exception as exc:
+                operation.failed(exc)
+                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def retract(

@@ -24,9 +24,9 @@ __all__ = ["LOGGERS", "diagnostic_stage", "log_diagnostics", "one_line", "stage_
 LOGGERS: dict[str, str] = {
     "agentium": "the root: holds a NullHandler; configure it to see everything below",
     "agentium.engine": (
-        "runs: each run's end (INFO), each error leaving run(), an Agent run's model call "
-        "or a history write, a damaged erasure join record a fence read, a late result's release "
-        "that failed (WARNING)"
+        "runs: each run's end (INFO), each error leaving run(), an Agent run's model call, "
+        "a history write, a history read or a session listing, a damaged erasure join record a fence "
+        "read, a late result's release that failed (WARNING)"
     ),
     "agentium.engine.admission": "refused admissions: session busy, runtime closing (DEBUG)",
     "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",
@@ -54,7 +54,7 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.erasure": (
         "erasures stopped part way (pending), steps that failed once another call completed the erasure "
         "(the call goes on from its tombstone), files an erasure's clean-up could not fully rebuild, "
-        "sessions retention passed by (WARNING)"
+        "groups with a damaged digest a store erased unread, sessions retention passed by (WARNING)"
     ),
     "agentium.registry": (
         "plugin imports, registration hooks, config classes, adapter factories and command configures "

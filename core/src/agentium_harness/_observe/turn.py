@@ -265,13 +265,17 @@ class traced_operation:
         if log and would_log(notes):
             log_diagnostics(notes, self._fields(settings), capture_content=settings.capture_content)
 
-    def failed(self, exc: BaseException, commit_state: object) -> None:
-        """Log an error leaving the operation: a WARNING on ``agentium.engine``, its type only."""
+    def failed(self, exc: BaseException, commit_state: object = None) -> None:
+        """Log an error leaving the operation: a WARNING on ``agentium.engine``, its type only.
+
+        ``commit_state`` is what a write's error says was committed; a read has none (``None``).
+        """
         if not _log.isEnabledFor(logging.WARNING):
             return
         fields = self._fields(settings_of(self._owner))
         fields["agentium_error_type"] = error_type(exc)
-        fields["agentium_commit_state"] = _value(commit_state)
+        if commit_state is not None:
+            fields["agentium_commit_state"] = _value(commit_state)
         _log.warning("%s failed: %s", self._kind, error_type(exc), extra=fields)
 
     def __exit__(

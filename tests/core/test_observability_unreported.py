@@ -1,0 +1,197 @@
+"""Degraded outcomes that were only raised or returned: each a WARNING and a span event, never content.
+
+Found by the observability audit: a history read or a session listing
+failing closed on damage logged nothing (its only span was the failed
+adapter call's, a root of its own); an erasure that removed groups whose
+digest was damaged (erased unread, recorded with digest ``""``) said so only
+in its record; an ``index_document`` whose vector was not stored logged a
+WARNING but put nothing on its ``agentium.document.index`` span. Each case
+damages or breaks a real store (SQLite files), with a distinctive secret in
+the message content that must appear in no log record and no span unless
+the host opted in to content capture.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _oversize_support import HUGE
+from _oversize_support import raw_sql as _sql
+from _telemetry_support import Telemetered
+
+from agentium_harness import (
+    ArchiveCorruptError,
+    EraseTarget,
+    HarnessRuntime,
+    Message,
+    OperatorAttestation,
+    ResidentLimits,
+    Role,
+    RuntimeLimits,
+    SessionKey,
+    SnapshotCorruptError,
+    SourceOwner,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters import _sqlite_rows
+from agentium_harness.adapters.embedders import HashingEmbedder
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.plugin_api import OpContext
+from agentium_harness.testing.sqlite_rows import group_row, set_group_row
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "QZV-secret-7731"
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), "request 42")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _runtime(path: Path, t: Telemetered, capture: bool, **kw: Any) -> HarnessRuntime:
+    config = SQLiteConfig(path=str(path))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["x"], cycle=True),
+        archive=archive,
+        session_store=store,
+        owned=(archive, store, *kw.pop("owned", ())),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+        telemetry=t.telemetry(capture_content=capture),
+        **kw,
+    )
+
+
+async def _seed(rt: HarnessRuntime) -> None:
+    for n in range(5):  # groups 0-2 archived, 3 and 4 resident
+        await rt.append(ANA, "s1", [Message(Role.USER, f"{SECRET} q{n}"), Message(Role.ASSISTANT, f"a{n}")])
+
+
+async def _read_damaged_archive(path: Path, t: Telemetered, capture: bool) -> None:
+    async with _runtime(path, t, capture) as rt:
+        await _seed(rt)
+        _, data = group_row(path, KEY, 1)
+        set_group_row(path, KEY, 1, data.replace(f"{SECRET} q1".encode(), f"{SECRET} qX".encode()))
+        t.exporter.clear()
+        with pytest.raises(ArchiveCorruptError):
+            await rt.read_history(ANA, "s1", max_groups=4)
+
+
+async def _list_damaged_id(path: Path, t: Telemetered, capture: bool) -> None:
+    async with _runtime(path, t, capture) as rt:
+        await _seed(rt)
+        # A session id changed behind the store's back, past the listing's bound, quoting content.
+        _sql(path, "UPDATE sessions SET session_id = ? WHERE session_id = 's1'", (SECRET * 400,))
+        t.exporter.clear()
+        with pytest.raises(SnapshotCorruptError):
+            await rt.list_sessions(ANA, limit=10)
+
+
+async def _erase_damaged_digest(path: Path, t: Telemetered, capture: bool) -> None:
+    async with _runtime(path, t, capture) as rt:
+        await _seed(rt)
+    [(sid,)] = _sql(path, "SELECT sid FROM sessions WHERE session_id = 's1'")
+    assert isinstance(sid, int)
+    ids = (_sqlite_rows.row_id(sid, 1, False), _sqlite_rows.row_id(sid, 1, True))
+    _sql(path, "UPDATE groups SET digest = printf('%.*c', ?, 'x') WHERE id IN (?, ?)", (HUGE, *ids))
+    async with _runtime(path, t, capture) as rt:
+        t.exporter.clear()
+        result = await rt.erase(
+            EraseTarget.session("acme", "ana", "s1"), reason=f"asked {SECRET}", attestation=OPERATOR
+        )
+    assert result.tombstone is not None  # erased all the same: the degraded part is the damage
+
+
+class _FailingEmbedder(HashingEmbedder):
+    """Embeds nothing: its error quotes what it was given (an adapter may)."""
+
+    async def embed(self, texts: Sequence[str], ctx: OpContext) -> Sequence[Sequence[float]]:
+        raise OSError(f"model server gone while embedding {texts[0][:40]}")
+
+
+async def _index_unembedded(path: Path, t: Telemetered, capture: bool) -> None:
+    recall = SQLiteRecallStore(SQLiteRecallConfig(path=str(path.with_name("recall.db"))))
+    async with _runtime(path, t, capture, recall=recall, embedder=_FailingEmbedder(), owned=(recall,)) as rt:
+        t.exporter.clear()
+        result = await rt.index_document(SourceOwner("acme", "ana"), "doc1", f"{SECRET} is the door code")
+    assert result.has("recall_embed_failed")
+
+
+Scenario = Callable[[Path, Telemetered, bool], Awaitable[None]]
+#: name: (scenario, logger of the WARNING, span that carries the event, event name, its attributes)
+CASES: dict[str, tuple[Scenario, str, str, str, dict[str, Any]]] = {
+    "history read, archive damaged": (
+        _read_damaged_archive,
+        "agentium.engine",
+        "agentium.history.read",
+        "exception",
+        {"exception.type": "ArchiveCorruptError"},
+    ),
+    "session listing, id damaged": (
+        _list_damaged_id,
+        "agentium.engine",
+        "agentium.history.list_sessions",
+        "exception",
+        {"exception.type": "SnapshotCorruptError"},
+    ),
+    "erasure, group digest damaged": (
+        _erase_damaged_digest,
+        "agentium.engine.erasure",
+        "agentium.erasure",
+        "agentium.erasure.damaged_erased",
+        {"agentium.erasure.store": "archive", "agentium.erasure.groups": 1},
+    ),
+    "document index, vector not stored": (
+        _index_unembedded,
+        "agentium.engine.recall",
+        "agentium.document.index",
+        "agentium.diagnostic",
+        {"agentium.diagnostic.code": "recall_embed_failed", "agentium.diagnostic.severity": "warning"},
+    ),
+}
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Every record's message and structured fields, as text."""
+    return [r.getMessage() for r in caplog.records] + [
+        str(v) for r in caplog.records for k, v in vars(r).items() if k.startswith("agentium")
+    ]
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+async def test_a_degraded_outcome_is_a_warning_and_a_span_event_without_content(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, case: tuple[Scenario, str, str, str, dict[str, Any]]
+) -> None:
+    scenario, logger, span_name, event, attributes = case
+    t = Telemetered()
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        await scenario(tmp_path / "a.db", t, False)
+    warnings = [r for r in caplog.records if r.name == logger and r.levelno >= logging.WARNING]
+    assert warnings, [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    [span] = t.named(span_name)
+    found = [dict(e.attributes or {}) for e in span.events if e.name == event]
+    assert found and all(found[0].get(k) == v for k, v in attributes.items()), span.events
+    for text in (*t.carried(), *_logged(caplog)):
+        assert SECRET not in text, text
+
+
+async def test_with_content_capture_the_diagnostic_text_is_on_the_span_and_in_the_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The same check sees content where the host opted in: the absence above is not for want of looking.
+    t = Telemetered()
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        await _index_unembedded(tmp_path / "a.db", t, True)
+    assert any(SECRET in text for text in t.carried())
+    assert any(SECRET in text for text in _logged(caplog))
