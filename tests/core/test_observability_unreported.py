@@ -5,7 +5,11 @@ failing closed on damage logged nothing (its only span was the failed
 adapter call's, a root of its own); an erasure that removed groups whose
 digest was damaged (erased unread, recorded with digest ``""``) said so only
 in its record; an ``index_document`` whose vector was not stored logged a
-WARNING but put nothing on its ``agentium.document.index`` span. Each case
+WARNING but put nothing on its ``agentium.document.index`` span; a session
+retention passed over, and a fact whose provenance cites a group by another
+digest (``runtime.forget``), logged a WARNING with no span to put it on; an
+erasure's dry run refusing a store's report (``ContractViolationError``)
+said nothing. Each case
 damages or breaks a real store (SQLite files), with a distinctive secret in
 the message content that must appear in no log record and no span unless
 the host opted in to content capture.
@@ -19,17 +23,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _erasure_report_harness import BadReportArchive, with_groups
 from _oversize_support import HUGE
 from _oversize_support import raw_sql as _sql
 from _telemetry_support import Telemetered
 
 from agentium_harness import (
     ArchiveCorruptError,
+    ContractViolationError,
     EraseTarget,
+    GroupRef,
     HarnessRuntime,
+    MemoryFact,
+    MemoryScope,
     Message,
     OperatorAttestation,
     ResidentLimits,
+    RetentionPolicy,
     Role,
     RuntimeLimits,
     SessionKey,
@@ -40,11 +50,13 @@ from agentium_harness import (
 )
 from agentium_harness.adapters import _sqlite_rows
 from agentium_harness.adapters.embedders import HashingEmbedder
+from agentium_harness.adapters.memory import InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.plugin_api import OpContext
-from agentium_harness.testing.sqlite_rows import group_row, set_group_row
+from agentium_harness.testing.sqlite_rows import group_row, set_group_row, set_snapshot_row, snapshot_row
 
 pytestmark = pytest.mark.anyio
 
@@ -128,6 +140,48 @@ async def _index_unembedded(path: Path, t: Telemetered, capture: bool) -> None:
     assert result.has("recall_embed_failed")
 
 
+async def _retention_over_damage(path: Path, t: Telemetered, capture: bool) -> None:
+    async with _runtime(path, t, capture, retention=RetentionPolicy(max_archived_groups=1)) as rt:
+        await _seed(rt)
+        row = snapshot_row(path, KEY)
+        assert row is not None
+        set_snapshot_row(path, KEY, row[1].replace(f"{SECRET} q4".encode(), f"{SECRET} qX".encode()))
+        t.exporter.clear()
+        result = await rt.apply_retention(OPERATOR)
+    assert result.erasures == () and any("SnapshotCorruptError" in note for note in result.notes)
+
+
+async def _forget_mismatched_provenance(path: Path, t: Telemetered, capture: bool) -> None:
+    async with _runtime(path, t, capture, memory=InMemoryMemoryStore()) as rt:
+        await _seed(rt)
+        scope = MemoryScope("acme", "ana")
+        cited = GroupRef("s1", 1, "sha256:" + "0" * 64)  # group 1 is stored, by another digest
+        ack = await rt.memory.remember(MemoryFact(scope, f"{SECRET} likes tea", provenance=[cited]))
+        assert ack.fact_id is not None
+        t.exporter.clear()
+        result = await rt.forget(scope, ack.fact_id)
+    assert result.notes
+
+
+async def _dry_run_refused(path: Path, t: Telemetered, capture: bool) -> None:
+    # A store's dry-run report with a digest of another form (its text quotes content).
+    archive = BadReportArchive(with_groups((7, f"sha256:{SECRET}")), "dry")
+    store = InMemorySessionStore()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["x"], cycle=True),
+        archive=archive,
+        session_store=store,
+        owned=(archive, store),
+        telemetry=t.telemetry(capture_content=capture),
+    )
+    async with rt:
+        await rt.run(ANA, "s1", f"{SECRET} turn")
+        t.exporter.clear()
+        with pytest.raises(ContractViolationError):
+            target = EraseTarget.session("acme", "ana", "s1")
+            await rt.erase(target, reason=f"asked {SECRET}", attestation=OPERATOR, dry_run=True)
+
+
 Scenario = Callable[[Path, Telemetered, bool], Awaitable[None]]
 #: name: (scenario, logger of the WARNING, span that carries the event, event name, its attributes)
 CASES: dict[str, tuple[Scenario, str, str, str, dict[str, Any]]] = {
@@ -158,6 +212,27 @@ CASES: dict[str, tuple[Scenario, str, str, str, dict[str, Any]]] = {
         "agentium.document.index",
         "agentium.diagnostic",
         {"agentium.diagnostic.code": "recall_embed_failed", "agentium.diagnostic.severity": "warning"},
+    ),
+    "retention, session passed over": (
+        _retention_over_damage,
+        "agentium.engine.erasure",
+        "agentium.retention",
+        "agentium.retention.passed_over",
+        {"error.type": "SnapshotCorruptError"},
+    ),
+    "forget, provenance by another digest": (
+        _forget_mismatched_provenance,
+        "agentium.engine.memory",
+        "agentium.forget",
+        "agentium.forget.provenance_mismatch",
+        {"agentium.forget.groups": 1},
+    ),
+    "erasure dry run, report refused": (
+        _dry_run_refused,
+        "agentium.engine",
+        "agentium.erasure.plan",
+        "exception",
+        {"exception.type": "ContractViolationError"},
     ),
 }
 

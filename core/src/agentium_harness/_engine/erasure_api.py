@@ -14,7 +14,7 @@ import attrs
 
 from .._errors import ErasureRefusedError, InvalidArgumentError
 from .._observe.spans import using
-from .._observe.turn import settings_of
+from .._observe.turn import settings_of, traced_operation
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, ErasureState
 from .._ports.memory import MemoryScope
 from .erasure import (
@@ -109,6 +109,25 @@ async def run_erasure(
     """
     progress = WriteProgress()
     operation = "erase" if kind is ErasureKind.ERASURE else f"erasure ({kind.value})"
+    if dry_run:
+        # A dry run has no agentium.erasure span: one of its own, so that a store's report refused
+        # (ContractViolationError) or any other error leaving it is a failed span and a WARNING.
+        plan = traced_operation(
+            runtime,
+            "erasure plan",
+            target.tenant_id,
+            target.user_id or "",
+            target.session_id or "",
+            name="agentium.erasure.plan",
+        )
+        with plan, typed_unexpected(operation, progress, _ERASURE):
+            try:
+                return await _run_erasure(
+                    runtime, target, reason, attestation, kind, dry_run=True, progress=progress
+                )
+            except Exception as exc:
+                plan.failed(exc)
+                raise
     with using(settings_of(runtime)), typed_unexpected(operation, progress, _ERASURE):
         return await _run_erasure(
             runtime, target, reason, attestation, kind, dry_run=dry_run, progress=progress
@@ -310,8 +329,12 @@ class ErasureOperations:
         if not isinstance(dry_run, bool):
             raise InvalidArgumentError(f"dry_run must be a bool, got {type(dry_run).__name__}")
         progress = WriteProgress()
-        # Its listing and checks record where the runtime's calls do; an unexpected error says what it erased.
-        with using(settings_of(runtime)), typed_unexpected("apply_retention", progress, _RETENTION):
+        # One span (agentium.retention), the root of its listing, checks and erasures: a session passed
+        # over is an event on it (and a WARNING); an unexpected error says what it erased.
+        span = traced_operation(
+            runtime, "retention", scope.tenant_id, scope.user_id or "", "", name="agentium.retention"
+        )
+        with span, typed_unexpected("apply_retention", progress, _RETENTION):
             return await apply_policy(runtime, policy, scope, why, who, dry_run=dry_run, progress=progress)
 
     async def forget(
@@ -343,8 +366,14 @@ class ErasureOperations:
         """
         runtime = self._runtime()
         progress = WriteProgress()
-        # The source lookups record where the runtime's calls do; an unexpected error says what changed.
-        with using(settings_of(runtime)), typed_unexpected("forget", progress, _FORGET):
+        # One span (agentium.forget), the root of its source lookups, erasures and the store's forget: a
+        # provenance that does not match is an event on it (and a WARNING); an unexpected error says what
+        # changed. The scope is checked inside: read here as text only.
+        tenant, user = str(getattr(scope, "tenant", "")), str(getattr(scope, "user", ""))
+        with (
+            traced_operation(runtime, "forget", tenant, user, "", name="agentium.forget"),
+            typed_unexpected("forget", progress, _FORGET),
+        ):
             return await forget_fact(
                 runtime,
                 scope,

@@ -39,6 +39,7 @@ import attrs
 from .._errors import InvalidArgumentError, MemoryRejectedError
 from .._history import MessageGroup
 from .._observe.logs import one_line
+from .._observe.spans import current_span_event
 from .._observe.turn import settings_of
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, SeqRange
 from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, MemoryScope
@@ -253,6 +254,10 @@ async def _places(
             places.mismatched,
             one_line(session),  # raw with hash_ids=False: an id may hold U+2028
             extra={"agentium_session": session},
+        )
+        # On the agentium.forget span: how many groups only (seqs and session are on the WARNING).
+        current_span_event(
+            "agentium.forget.provenance_mismatch", {"agentium.forget.groups": len(places.mismatched)}
         )
     return places
 

@@ -33,7 +33,7 @@ from .._errors import (
     SnapshotCorruptError,
 )
 from .._observe.logs import one_line
-from .._observe.spans import error_type
+from .._observe.spans import current_span_event, error_type
 from .._observe.turn import settings_of
 from .._ports import OpContext
 from .._ports._base import capabilities_of
@@ -303,3 +303,5 @@ def _passed_over(runtime: HarnessRuntime, key: SessionKey, exc: Exception) -> No
         error_type(exc),
         extra={"agentium_session": session, "agentium_error_type": error_type(exc)},
     )
+    # On the agentium.retention span (the id is on the WARNING only: one event per session passed over).
+    current_span_event("agentium.retention.passed_over", {"error.type": error_type(exc)})
