@@ -50,12 +50,12 @@ from agentium_harness import (
 )
 from agentium_harness.adapters import _sqlite_rows
 from agentium_harness.adapters.embedders import HashingEmbedder
-from agentium_harness.adapters.memory import InMemorySessionStore
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import OpContext, current_span_event
 from agentium_harness.testing.sqlite_rows import group_row, set_group_row, set_snapshot_row, snapshot_row
 
 pytestmark = pytest.mark.anyio
@@ -270,3 +270,32 @@ async def test_with_content_capture_the_diagnostic_text_is_on_the_span_and_in_th
         await _index_unembedded(tmp_path / "a.db", t, True)
     assert any(SECRET in text for text in t.carried())
     assert any(SECRET in text for text in _logged(caplog))
+
+
+class _SettlingStore(InMemorySessionStore):
+    """A store whose save says what a plugin's settled save says: a WARNING's event, on its call's span."""
+
+    capabilities = InMemorySessionStore.capabilities
+
+    async def save(self, *args: Any, **kwargs: Any) -> Any:
+        revision = await super().save(*args, **kwargs)
+        current_span_event("agentium.plugin.save_settled", {"error.type": "ConnectionResetError"})
+        return revision
+
+
+async def test_an_adapters_degraded_outcome_is_an_event_on_its_adapter_calls_span() -> None:
+    # plugin_api.current_span_event: what a plugin (the S3 store's settled saves) adds next to its WARNING.
+    t = Telemetered()
+    store = _SettlingStore()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["x"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=store,
+        telemetry=t.telemetry(),
+    )
+    async with rt:
+        await rt.run(ANA, "s1", f"{SECRET} hi")
+    [save] = t.named("agentium.session.save")
+    assert [(e.name, dict(e.attributes or {})) for e in save.events] == [
+        ("agentium.plugin.save_settled", {"error.type": "ConnectionResetError"})
+    ]

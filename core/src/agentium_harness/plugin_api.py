@@ -72,7 +72,7 @@ from ._history import (
 )
 from ._json import copy_plain_json
 from ._observe.logs import one_line
-from ._observe.spans import client_span
+from ._observe.spans import client_span, current_span_event
 from ._plugins.commands import CliCommand
 from ._plugins.hookspecs import hookimpl
 from ._plugins.registry import PluginRegistry, ProblemStage
@@ -221,6 +221,7 @@ from .adapters.threaded import ThreadBoundAdapter
 __all__ = [
     # observability (issue 24)
     "client_span",
+    "current_span_event",
     "one_line",
     "ERASURE_RECORDS_TENANT",
     "DEFAULT_ERASE_BATCH",
