@@ -182,6 +182,23 @@ async def _dry_run_refused(path: Path, t: Telemetered, capture: bool) -> None:
             await rt.erase(target, reason=f"asked {SECRET}", attestation=OPERATOR, dry_run=True)
 
 
+def _damaged_snapshot(call: str) -> Scenario:
+    """A maintenance call (``inspect_session``, ``migrate_legacy_session``, ``reconcile_session``) over a
+    snapshot damaged in its file: it fails closed with SnapshotCorruptError."""
+
+    async def scenario(path: Path, t: Telemetered, capture: bool) -> None:
+        async with _runtime(path, t, capture) as rt:
+            await _seed(rt)
+            row = snapshot_row(path, KEY)
+            assert row is not None
+            set_snapshot_row(path, KEY, row[1].replace(f"{SECRET} q4".encode(), f"{SECRET} qX".encode()))
+            t.exporter.clear()
+            with pytest.raises(SnapshotCorruptError):
+                await getattr(rt, call)(ANA, "s1")
+
+    return scenario
+
+
 Scenario = Callable[[Path, Telemetered, bool], Awaitable[None]]
 #: name: (scenario, logger of the WARNING, span that carries the event, event name, its attributes)
 CASES: dict[str, tuple[Scenario, str, str, str, dict[str, Any]]] = {
@@ -213,6 +230,20 @@ CASES: dict[str, tuple[Scenario, str, str, str, dict[str, Any]]] = {
         "agentium.diagnostic",
         {"agentium.diagnostic.code": "recall_embed_failed", "agentium.diagnostic.severity": "warning"},
     ),
+    **{
+        f"{call}, snapshot damaged": (
+            _damaged_snapshot(call),
+            "agentium.engine",
+            span,
+            "exception",
+            {"exception.type": "SnapshotCorruptError"},
+        )
+        for call, span in (
+            ("inspect_session", "agentium.inspection"),
+            ("migrate_legacy_session", "agentium.migration"),
+            ("reconcile_session", "agentium.reconciliation"),
+        )
+    },
     "retention, session passed over": (
         _retention_over_damage,
         "agentium.engine.erasure",

@@ -265,16 +265,47 @@ async def migrate_admitted(
     *,
     attest: bool,
 ) -> MigrationReport:
-    """``runtime.migrate_legacy_session``: admitted like a run; every error says what it saved."""
+    """``runtime.migrate_legacy_session``: admitted like a run; every error says what it saved.
+
+    A span of its own (``agentium.migration``); an error leaving it once its
+    arguments are checked (a damaged snapshot, a scope that differs) is a WARNING.
+    """
     progress = WriteProgress()
     with maintenance_errors("migrate_legacy_session", progress):
         scope = run_scope(identity, session_id, recall_scope)
         check_attest(attest)
-        async with runtime.parts.admission.admit(scope.session_key, "migration") as ticket:
-            return await migrate_session(
-                ticket, runtime.session_store, scope.session_key, scope, attest=attest, progress=progress
-            )
+    key = scope.session_key
+    operation = traced_operation(
+        runtime, "migration", key.tenant, key.user, key.session, name="agentium.migration"
+    )
+    with operation, maintenance_errors("migrate_legacy_session", progress):
+        try:
+            async with runtime.parts.admission.admit(key, "migration") as ticket:
+                return await migrate_session(
+                    ticket, runtime.session_store, key, scope, attest=attest, progress=progress
+                )
+        except Exception as exc:
+            operation.failed(exc, getattr(exc, "commit_state", None) or progress.commit_state)
+            raise
     raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
+
+
+async def inspect_admitted(runtime: HarnessRuntime, key: SessionKey) -> SessionView:
+    """``runtime.inspect_session``: admitted shared, under a span of its own (``agentium.inspection``).
+
+    An error leaving it (a snapshot that fails closed on damage) is a WARNING, as a history read's.
+    """
+    operation = traced_operation(
+        runtime, "inspection", key.tenant, key.user, key.session, name="agentium.inspection"
+    )
+    with operation:
+        try:
+            async with runtime.parts.admission.admit_shared(key, "inspection") as ticket:
+                return await inspect_session(ticket, runtime.session_store, runtime.limits.resident, key)
+        except Exception as exc:
+            operation.failed(exc)
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover - admit_shared() re-raises a cancellation
 
 
 async def migrate_session(
@@ -332,17 +363,21 @@ async def reconcile_admitted(
         runtime, "reconciliation", key.tenant, key.user, key.session, name="agentium.reconciliation"
     )
     with operation, maintenance_errors("reconcile_session", progress):
-        async with runtime.parts.admission.admit(key, "reconciliation") as ticket:
-            report = await reconcile_session(
-                ticket,
-                archive=runtime.archive,
-                store=runtime.session_store,
-                hooks=runtime.parts.hooks,
-                limits=runtime.limits.resident,
-                key=key,
-                keep_receipts=runtime.summarizer is not None,
-                progress=progress,
-            )
+        try:
+            async with runtime.parts.admission.admit(key, "reconciliation") as ticket:
+                report = await reconcile_session(
+                    ticket,
+                    archive=runtime.archive,
+                    store=runtime.session_store,
+                    hooks=runtime.parts.hooks,
+                    limits=runtime.limits.resident,
+                    key=key,
+                    keep_receipts=runtime.summarizer is not None,
+                    progress=progress,
+                )
+        except Exception as exc:  # a snapshot damaged, a store's error: a WARNING, as a write's failure
+            operation.failed(exc, getattr(exc, "commit_state", None) or progress.commit_state)
+            raise
         operation.report(report.diagnostics)
         return report
     raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation

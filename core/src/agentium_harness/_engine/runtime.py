@@ -44,7 +44,6 @@ import attrs
 from .._errors import AgentiumError, InvalidArgumentError, SessionDivergedError
 from .._history import InterruptionCause, Message, RetainedRecord, TurnInterruption
 from .._observe.settings import Telemetry
-from .._observe.spans import using
 from .._observe.turn import settings_of, traced_run
 from .._ports.archive import HistoryArchive
 from .._ports.provider import ModelProvider, SourceBlock
@@ -78,7 +77,7 @@ from .maintenance import (
     ReconcileReport,
     SessionState,
     SessionView,
-    inspect_session,
+    inspect_admitted,
     migrate_admitted,
     reconcile_admitted,
 )
@@ -486,13 +485,9 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         refused once the runtime is closing (:class:`RuntimeClosedError`), and
         ``aclose()`` waits for it or cancels it before closing the store.
         """
-        key = SessionKey.of(require_identity(identity), session_id)
         # Read-only: admitted shared, so it may look at a session while a run holds it,
         # and shutdown waits for it (or cancels it) before closing the store.
-        with using(settings_of(self)):  # its adapter calls' spans go where the runtime's do
-            async with self.parts.admission.admit_shared(key, "inspection") as ticket:
-                return await inspect_session(ticket, self.session_store, self.limits.resident, key)
-        raise AssertionError("unreachable")  # pragma: no cover - admit_shared() re-raises a cancellation
+        return await inspect_admitted(self, SessionKey.of(require_identity(identity), session_id))
 
     async def migrate_legacy_session(
         self,
@@ -511,10 +506,9 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         Every error it raises carries ``commit_state``: a save that raised is
         read back first (docs/runtime.md, "Errors and what was committed").
         """
-        with using(settings_of(self)):
-            return await migrate_admitted(
-                self, identity, session_id, recall_scope, attest=attest_legacy_memory_scope
-            )
+        return await migrate_admitted(
+            self, identity, session_id, recall_scope, attest=attest_legacy_memory_scope
+        )
 
     async def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
         """Resolve a ``diverged`` session, keeping both copies (see ``maintenance.reconcile_session``).

@@ -25,8 +25,9 @@ LOGGERS: dict[str, str] = {
     "agentium": "the root: holds a NullHandler; configure it to see everything below",
     "agentium.engine": (
         "runs: each run's end (INFO), each error leaving run(), an Agent run's model call, "
-        "a history write, a history read, a session listing or an erasure's dry run, a damaged erasure "
-        "join record a fence read, a late result's release that failed (WARNING)"
+        "a history write or read, a session listing, an inspection, a migration, a reconciliation or an "
+        "erasure's dry run, a damaged erasure join record a fence read, a late result's release that "
+        "failed (WARNING)"
     ),
     "agentium.engine.admission": "refused admissions: session busy, runtime closing (DEBUG)",
     "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",

@@ -538,12 +538,10 @@ def current_span_event(name: str, attributes: Mapping[str, Any] | None = None) -
 
     For a degraded outcome found deep in shared code (a fence's read), where
     no span object is at hand and the span depends on the caller: a turn's
-    load or commit stage, a history write's, a memory write's. An adapter
-    calls it (``agentium_harness.plugin_api.current_span_event``) for a
-    degraded outcome its call still answers, next to its WARNING (a reply
-    lost and settled by reading back, a damaged upload sent again): the
-    event goes on the adapter call's span. Nothing when no tracer records.
-    The attributes must carry no content: error types, counts, outcomes.
+    load or commit stage, a history write's, a memory write's; an adapter's
+    (``plugin_api.current_span_event``) for a degraded outcome its call still
+    answers, next to its WARNING (a lost reply settled by reading back): on the
+    adapter call's span. Nothing when no tracer records. No content in attributes.
     """
     active = current()
     if active is None or active.tracer is None or _trace is None:
