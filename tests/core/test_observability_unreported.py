@@ -199,6 +199,23 @@ def _damaged_snapshot(call: str) -> Scenario:
     return scenario
 
 
+class _WarmUpFails(HashingEmbedder):
+    """A warm-up that raises, its error quoting text (an adapter's message is free text)."""
+
+    async def warm_up(self, ctx: OpContext) -> None:
+        raise RuntimeError(f"the model file is damaged near {SECRET}")
+
+
+async def _warm_up_failed(path: Path, t: Telemetered, capture: bool) -> None:
+    recall = SQLiteRecallStore(SQLiteRecallConfig(path=str(path.with_name("recall.db"))))
+    rt = _runtime(path, t, capture, recall=recall, embedder=_WarmUpFails(), owned=(recall,))
+    try:
+        [diagnostic] = await rt.start()  # the first start warms (not `async with`: it starts the runtime)
+    finally:
+        await rt.aclose()
+    assert diagnostic.code == "embedder_warm_up_failed" and SECRET in diagnostic.message  # the host's copy
+
+
 Scenario = Callable[[Path, Telemetered, bool], Awaitable[None]]
 #: name: (scenario, logger of the WARNING, span that carries the event, event name, its attributes)
 CASES: dict[str, tuple[Scenario, str, str, str, dict[str, Any]]] = {
@@ -244,6 +261,13 @@ CASES: dict[str, tuple[Scenario, str, str, str, dict[str, Any]]] = {
             ("reconcile_session", "agentium.reconciliation"),
         )
     },
+    "start, embedder warm-up failed": (
+        _warm_up_failed,
+        "agentium.engine.recall",
+        "agentium.embedder.warm-up",
+        "exception",
+        {"exception.type": "RuntimeError"},
+    ),
     "retention, session passed over": (
         _retention_over_damage,
         "agentium.engine.erasure",

@@ -28,6 +28,7 @@ import attrs
 
 from .._errors import CapabilityError, EmbeddingError, InvalidArgumentError
 from .._history import MessageGroup
+from .._observe.spans import error_type
 from .._ports._base import OpContext, capabilities_of
 from .._ports.embedder import Embedder, EmbeddingLimits, EmbeddingModel, Vector
 from .._ports.recall import RecallCapabilities, RecallStore, SourceRef, SourceVector
@@ -251,7 +252,13 @@ async def warm_embedder(ticket: Ticket, hybrid: Hybrid) -> str | None:
             f"embedder {type(embedder).__name__} warm-up failed ({error_text(exc)}); "
             "the first query loads it itself, within its recall budget"
         )
-        _log.warning("%s", why)
+        # The error's type only: its text is the adapter's, and the records carry no free text
+        # unless the host opts in (docs/observability.md); the diagnostic returned has it whole.
+        _log.warning(
+            "embedder %s warm-up failed (%s); the first query loads it itself, within its recall budget",
+            type(embedder).__name__,
+            error_type(exc),
+        )
         return why
     return None
 
