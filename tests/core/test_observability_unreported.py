@@ -216,6 +216,21 @@ async def _warm_up_failed(path: Path, t: Telemetered, capture: bool) -> None:
     assert diagnostic.code == "embedder_warm_up_failed" and SECRET in diagnostic.message  # the host's copy
 
 
+class _Uncounting(SQLiteRecallStore):
+    """Stores the vectors, then answers no count (a store that forgot its ``return``)."""
+
+    async def index_vectors(self, *args: Any, **kwargs: Any) -> Any:
+        await super().index_vectors(*args, **kwargs)
+        return None
+
+
+async def _index_uncounted(path: Path, t: Telemetered, capture: bool) -> None:
+    recall = _Uncounting(SQLiteRecallConfig(path=str(path.with_name("recall.db"))))
+    async with _runtime(path, t, capture, recall=recall, embedder=HashingEmbedder(), owned=(recall,)) as rt:
+        t.exporter.clear()
+        await rt.index_document(SourceOwner("acme", "ana"), "doc1", f"{SECRET} is the door code")
+
+
 Scenario = Callable[[Path, Telemetered, bool], Awaitable[None]]
 #: name: (scenario, logger of the WARNING, span that carries the event, event name, its attributes)
 CASES: dict[str, tuple[Scenario, str, str, str, dict[str, Any]]] = {
@@ -267,6 +282,13 @@ CASES: dict[str, tuple[Scenario, str, str, str, dict[str, Any]]] = {
         "agentium.embedder.warm-up",
         "exception",
         {"exception.type": "RuntimeError"},
+    ),
+    "document index, vectors not counted": (
+        _index_uncounted,
+        "agentium.engine.recall",
+        "agentium.document.index",
+        "agentium.recall.vectors_uncounted",
+        {"agentium.recall.vectors": 1},
     ),
     "retention, session passed over": (
         _retention_over_damage,

@@ -28,7 +28,7 @@ import attrs
 
 from .._errors import CapabilityError, EmbeddingError, InvalidArgumentError
 from .._history import MessageGroup
-from .._observe.spans import error_type
+from .._observe.spans import current_span_event, error_type
 from .._ports._base import OpContext, capabilities_of
 from .._ports.embedder import Embedder, EmbeddingLimits, EmbeddingModel, Vector
 from .._ports.recall import RecallCapabilities, RecallStore, SourceRef, SourceVector
@@ -314,4 +314,6 @@ def _stored_count(count: object, sent: int, store: RecallStore) -> int:
         sent,
         sent,
     )
+    # On the span of the write it is part of (an index_document's, a commit's recall indexing).
+    current_span_event("agentium.recall.vectors_uncounted", {"agentium.recall.vectors": sent})
     return 0
