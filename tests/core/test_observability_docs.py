@@ -23,8 +23,9 @@ def _table_names(section: str) -> set[str]:
 
 
 def _plugin_loggers() -> set[str]:
+    """The loggers the plugins' and the SDK integrations' source ask for."""
     found: set[str] = set()
-    for path in (ROOT / "plugins").glob("*/src/**/*.py"):
+    for path in [*(ROOT / "plugins").glob("*/src/**/*.py"), *(ROOT / "integrations").glob("*/src/**/*.py")]:
         found.update(re.findall(r'getLogger\("(agentium[^"]*)"\)', path.read_text(encoding="utf-8")))
     return found
 
@@ -43,6 +44,7 @@ def test_every_logger_is_documented_and_every_documented_logger_exists() -> None
     existing = set(LOGGERS) | _plugin_loggers()
     assert _core_loggers() <= set(LOGGERS), "a core logger is missing from _observe.logs.LOGGERS"
     assert {"agentium.plugins.archive_s3", "agentium.plugins.recall_redis"} <= _plugin_loggers()
+    assert {"agentium.openai_agents", "agentium.agent_framework"} <= _plugin_loggers()
     assert existing - documented == set(), "loggers missing from docs/observability.md"
     assert documented - existing == set(), "docs/observability.md names loggers that do not exist"
 

@@ -35,6 +35,7 @@ from agentium_harness.plugin_api import copy_plain_json
 
 from ._call_ids import distinct_call_ids
 from ._errors import ForeignItemError, PopRefusedError
+from ._observe import left_out
 
 __all__ = [
     "ITEM_FORMAT",
@@ -554,6 +555,7 @@ def view_items(
     items: list[dict[str, Any]] = []
     native: dict[int, int] = {}  # a returned native call or output item -> its call's (distinct_call_ids)
     offset = 0  # the index of the message's first item
+    hidden_out = 0  # calls left out of the messages read: a degraded read, reported (._observe)
     for at, message in enumerate(messages):
         dropped = hidden.get(at)
         count = item_count(message) - (len(dropped) if dropped else 0)
@@ -568,6 +570,7 @@ def view_items(
             made = message_to_items(message, partial(where, at))
             if dropped:
                 made = [item for n, item in enumerate(made) if n not in dropped]
+                hidden_out += len(dropped)
             skipped = max(0, begin - offset)
             if message.payload_format is None and (message.tool_calls or message.role is Role.TOOL):
                 for n in range(offset + skipped, offset + len(made)):  # its items' indexes in the view
@@ -577,4 +580,6 @@ def view_items(
         offset += count
     if native:
         distinct_call_ids(items, native)
+    if hidden_out:
+        left_out(hidden_out)
     return items

@@ -44,6 +44,7 @@ from ._items import (
     sdk_items,
     view_items,
 )
+from ._observe import reported
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -251,6 +252,7 @@ class AgentiumSession:
 
     # -- the SDK's Session protocol ---------------------------------------------------------------
 
+    @reported("get_items")
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The latest ``limit`` items of the view (all of it when ``None``), oldest first.
 
@@ -352,6 +354,7 @@ class AgentiumSession:
             refused.commit_state = CommitState.NOT_COMMITTED
             raise refused from exc
 
+    @reported("pop_item")
     async def pop_item(self) -> TResponseInputItem | None:
         """Retract the view's last item and return it; ``None`` when the view is empty.
 
@@ -416,6 +419,7 @@ class AgentiumSession:
             f"its retraction ({restarts.made} attempts); nothing was changed: call pop_item again"
         )
 
+    @reported("clear_session")
     async def clear_session(self) -> None:
         """Start the view afresh (``reset_view``); nothing committed is deleted.
 
