@@ -18,18 +18,16 @@ and writes history.
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Sequence
-from typing import Final
 
 from agent_framework import Content
 from agent_framework import Message as AFMessage
 
 from agentium_harness import Message, Role
 
-__all__ = ["as_loaded", "pair_results", "whole_exchanges", "without_half_exchanges"]
+from ._observe import halves_left_out
 
-_log: Final = logging.getLogger("agentium.agent_framework")
+__all__ = ["as_loaded", "pair_results", "whole_exchanges", "without_half_exchanges"]
 
 
 def _needs_result(content: Content) -> bool:
@@ -120,8 +118,8 @@ def without_half_exchanges(messages: Sequence[AFMessage]) -> list[AFMessage]:
     in different groups; see :func:`_unpaired`). Only those contents are left
     out; a message with nothing else left is left out too. ``messages`` are
     the load's own (decoded for it), so the ones changed are changed in
-    place. A WARNING on ``agentium.agent_framework`` says how many were
-    left out (counts only).
+    place. A WARNING on ``agentium.agent_framework`` and a span event say how
+    many were left out (counts only: :func:`._observe.halves_left_out`).
     """
     unpaired = _unpaired(messages)
     if not unpaired:  # the usual load: every exchange whole
@@ -139,12 +137,7 @@ def without_half_exchanges(messages: Sequence[AFMessage]) -> list[AFMessage]:
         else:
             messages_out += 1
     if contents_out:
-        _log.warning(
-            "get_messages: %d tool call or result contents without their other half in the view left out "
-            "(%d messages with nothing else left out with them)",
-            contents_out,
-            messages_out,
-        )
+        halves_left_out(contents_out, messages_out)
     return kept
 
 

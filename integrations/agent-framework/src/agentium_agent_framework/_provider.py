@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -35,6 +34,7 @@ from agentium_harness.plugin_api import SessionKey
 from ._arguments import checked_options
 from ._exchanges import whole_exchanges, without_half_exchanges
 from ._messages import MESSAGE_FORMAT, ForeignMessageError, from_agentium, listed, to_agentium
+from ._observe import failed, group_cut, reported
 from ._read_fences import ReadFences, RunLoads
 from ._replay import Identity, Tail, message_identity
 from ._restarts import SAVE_RESTARTS, Restarts
@@ -60,7 +60,6 @@ DEFAULT_MAX_BYTES: Final = MAX_APPEND_BYTES
 MAX_READ_FENCES: Final = 4096
 #: The largest ``max_messages`` a provider takes.
 MAX_MESSAGES_CEILING: Final = 10_000
-_log = logging.getLogger("agentium.agent_framework")
 
 
 class MissingSessionIdError(InvalidArgumentError):
@@ -83,13 +82,13 @@ class ReplayCheckLimitError(InvalidArgumentError):
 
 
 def _replay_refused(sid: str, budget: int) -> ReplayCheckLimitError:
-    _log.warning("save_messages refused: the replay check passed its read bound of %d bytes", budget)
     refused = ReplayCheckLimitError(
         f"the messages given to save_messages repeat the last messages of session {sid!r} further back "
         f"than the {budget} bytes of its tail the replay check reads; nothing was written: send only "
         "the new messages, or use a larger max_bytes"
     )
     refused.commit_state = CommitState.NOT_COMMITTED
+    failed("save_messages", refused, f"the replay check passed its read bound of {budget} bytes")
     return refused
 
 
@@ -253,6 +252,7 @@ class AgentiumHistoryProvider(HistoryProvider):
         SessionKey.of(self.identity, session_id)  # InvalidIdError for an id Agentium cannot key
         return session_id
 
+    @reported("get_messages")
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[AFMessage]:
@@ -337,12 +337,7 @@ class AgentiumHistoryProvider(HistoryProvider):
         kept.reverse()
         kept = whole_exchanges(kept)
         if len(kept) < len(group.messages):
-            _log.warning(
-                "get_messages: group %d alone is over the bound; %d of its %d messages returned",
-                group.seq,
-                len(kept),
-                len(group.messages),
-            )
+            group_cut(group.seq, len(kept), len(group.messages))
         return kept
 
     async def _page_after(
@@ -511,6 +506,7 @@ class AgentiumHistoryProvider(HistoryProvider):
             f"({restarts.made} attempts); nothing was written: save again"
         )
         refused.commit_state = CommitState.NOT_COMMITTED
+        failed("save_messages", refused)
         raise refused from (last[0] if last is not None else None)
 
     def _erased_since_load(self, sid: str) -> ErasedSinceReadError:
@@ -574,6 +570,7 @@ class AgentiumHistoryProvider(HistoryProvider):
                         older.append(from_agentium(m, f"message of group {group.seq} of session {sid!r}"))
                     except ForeignMessageError as exc:
                         exc.commit_state = CommitState.NOT_COMMITTED
+                        failed("save_messages", exc)
                         raise
             tail.prepend(older)
             if page.next_before_seq is None or tail.covers(count) or tail.decided(incoming):
