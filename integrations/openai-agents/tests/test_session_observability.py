@@ -223,7 +223,11 @@ async def test_a_degraded_outcome_is_a_warning_and_an_event_on_the_current_span_
         assert any(SECRET in m.content for g in stored.groups for m in g.messages)
     warned = [r for r in caplog.records if r.name == LOGGER]
     assert [(r.levelno, r.getMessage()) for r in warned] == [(logging.WARNING, case.message)]
-    assert warned[0].agentium_operation == case.attributes["agentium.operation"]
+    # The record's fields are the event's attributes, named as the core names its own (README).
+    fields = {
+        "agentium_" + k.removeprefix("agentium.").replace(".", "_"): v for k, v in case.attributes.items()
+    }
+    assert {name: getattr(warned[0], name, None) for name in fields} == fields
     [host] = [s for s in spans.finished if s.name == "host turn"]
     assert [(e.name, dict(e.attributes or {})) for e in host.events] == [(case.event, case.attributes)]
     # No content anywhere: not in a record (message, fields), not on a span of the host or the core.
