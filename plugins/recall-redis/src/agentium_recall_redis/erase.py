@@ -45,6 +45,7 @@ backups — are beyond the store: a report that removed anything says
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -127,6 +128,9 @@ _MAX_TOMBS: Final = 10_000
 #: ``COLLECT`` calls one erase makes at most to empty the tenant's garbage queue.
 _MAX_COLLECT: Final = 4096
 
+#: The only digest form a report carries (the engine's); anything else is reported as "".
+_DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
+
 #: What a report that removed anything says is left, and where.
 LEFT_OUTSIDE: Final = (
     "Redis freed the keys at once; copies written before the erasure stay where the store cannot reach: "
@@ -134,14 +138,17 @@ LEFT_OUTSIDE: Final = (
     "replicas and backups"
 )
 
-#: A row's digest as an erasure reports it: ``dg`` (a group's), else ``rev``, if it is ``sha256:`` and
-#: 64 lowercase hex digits, else ``""`` (nothing vouches for it). The engine keeps a report's digests
-#: in the erasure's tombstone and refuses any other form (ContractViolationError), which stopped the
-#: erasure for good on a digest edited to "garbage"; checked here, so a digest of another form (a
-#: huge one) is never transferred either. The length first: the pattern never runs over a long value.
+# The digest of row hash ``key`` a report may carry: its ``dg`` field (``rev`` in a row without one) when
+# it is ``sha256:`` and 64 lowercase hex digits, else ''. Each report line goes into the erasure's
+# tombstone, and the engine refuses any other digest (the erasure could then never complete); its length
+# is read first, so a field grown behind the store's back is never copied, returned or kept in the token.
 _VOUCHED: Final = """
-local function vouched(d)
-  if type(d) == 'string' and #d == 71 and string.find(d, '^sha256:[0-9a-f]+$') then return d end
+local function vouched(key)
+  local field = 'dg'
+  if redis.call('HEXISTS', key, 'dg') == 0 then field = 'rev' end
+  if redis.call('HSTRLEN', key, field) ~= 71 then return '' end
+  local d = redis.call('HGET', key, field)
+  if string.match(d, '^sha256:[0-9a-f]+$') then return d end
   return ''
 end
 """
@@ -159,10 +166,10 @@ end
 #: Erase sources. KEYS: P:ids, token. ARGV: P, token ttl, postings budget, row count, tombstone count,
 #: row sids..., tombstone sids.... Removes rows in order while their postings fit the budget (at least
 #: one), all postings at once; HDELs covered tombstones. Returns {'ok', result, backlog}: result is
-#: "<rows taken>" then one line per taken row: "+<digest>" (vouched: see _VOUCHED), or "-" for a row
-#: already gone. No id, text or other field of a row goes into the result (a kind or seq changed to
-#: hold a space or a newline shifted the lines: a group left out of the report, or given another's
-#: digest). The token keeps the result for 10 minutes.
+#: "<rows taken>" then one line per taken row: its digest if it has the digest form, else "" (see
+#: ``_VOUCHED``), or "-" for a row already gone. No id, text or field of another form goes into the
+#: result (the token keeps it for 10 minutes): a kind, seq or digest edited to hold a line break could
+#: otherwise shift the report onto another row.
 ERASE = Script(
     "erase",
     CHECK
@@ -177,13 +184,13 @@ local plans, lines, used, taken = {}, {}, 0, 0
 for i = 1, nr do
   local sid = ARGV[5 + i]
   local n = redis.call('HGET', P .. ':ids', sid)
-  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'rev', 'b', 'kind', 'terms', 'seq', 'dg', 'o')
-  if row and row[2] then
-    local d, cnt = plan_drop(P, n, row[2], row[3], row[4], math.huge)
+  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'b', 'kind', 'terms', 'o')
+  if row and row[1] then
+    local d, cnt = plan_drop(P, n, row[1], row[2], row[3], math.huge)
     if taken > 0 and used + cnt > budget then break end
     used = used + cnt
-    plans[#plans + 1] = {d = d, sid = sid, o = row[7]}
-    lines[#lines + 1] = '+' .. vouched(row[6] or row[1])
+    plans[#plans + 1] = {d = d, sid = sid, o = row[4]}
+    lines[#lines + 1] = vouched(P .. ':m:' .. n)
   else
     plans[#plans + 1] = {sid = sid, gone = true, stale = n}
     lines[#lines + 1] = '-'
@@ -222,7 +229,8 @@ return done(fmt(taken) .. '\\n' .. table.concat(lines, '\\n'), backlog(P))
 )
 
 #: Read what erasing rows would remove (a dry run). KEYS: P:ids. ARGV: P, sids.... Returns per sid
-#: "+<digest>" (vouched: see _VOUCHED), as ERASE's lines, or false when no row is current.
+#: its digest as ``ERASE`` reports it (``_VOUCHED``: "" unless of the digest form), or false when no row
+#: is current.
 ROW_INFO = Script(
     "erase_info",
     _VOUCHED
@@ -231,8 +239,7 @@ local P = ARGV[1]
 local out = {}
 for i = 2, #ARGV do
   local n = redis.call('HGET', P .. ':ids', ARGV[i])
-  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'dg', 'rev', 'b')
-  if row and row[3] then out[#out + 1] = '+' .. vouched(row[1] or row[2])
+  if n and redis.call('HEXISTS', P .. ':m:' .. n, 'b') == 1 then out[#out + 1] = vouched(P .. ':m:' .. n)
   else out[#out + 1] = false end
 end
 return out
@@ -387,11 +394,13 @@ def _removed(sid: str, digest: str) -> tuple[SessionKey, int, str] | None:
 
     Whether it is a group, and its seq, come from the source id the store
     wrote (checked canonical by :func:`owner_of_source_id`), not from the
-    row's ``kind`` and ``seq`` fields (the scripts do not even send them):
-    a row changed outside the store must neither be reported as a document
-    nor stop the report (``int("abc")``). ``digest`` was vouched for by the
-    script (``""`` when the row's was of another form).
+    row's ``kind`` and ``seq`` fields: a row changed outside the store must
+    neither be reported as a document nor stop the report (``int("abc")``).
+    The digest is ``""`` unless it has the digest form (the scripts check it
+    too): the engine keeps it in the tombstone and refuses any other text.
     """
+    if _DIGEST.fullmatch(digest) is None:
+        digest = ""
     owner = owner_of_source_id(sid)
     if owner is None or owner.user is None or owner.session is None or not sid.startswith("group/"):
         return None
@@ -440,8 +449,8 @@ async def erase_target(
         if rows:
             info = await store.script(ROW_INFO, [f"{prefix}:ids"], [prefix, *rows], ctx, "recall erase")
             for sid, entry in zip(rows, info or (), strict=True):
-                if entry:  # "+<digest>": a current row
-                    found.append((sid, as_text(entry)[1:]))
+                if entry is not None:  # a row that is not current is nil (false in Lua)
+                    found.append((sid, as_text(entry)))
         return _report(found, more, PhysicalErasure.REMOVED if not found else PhysicalErasure.UNREFERENCED)
     room = store.config.max_terms_per_call
     pending = list(rows)
@@ -452,8 +461,8 @@ async def erase_target(
         head, *lines = written.results[0].split("\n")
         taken = int(head)
         for sid, line in zip(batch[:taken], lines, strict=False):
-            if line.startswith("+"):  # "-": a row already gone
-                found.append((sid, line[1:]))
+            if line != "-":  # "-": the row was already gone
+                found.append((sid, line))
         pending = pending[taken:] if taken > 0 else pending[1:]
         tombs = []
         ctx.raise_if_expired("recall erase")

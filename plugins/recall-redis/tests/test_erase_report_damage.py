@@ -1,0 +1,121 @@
+"""Erasure reports on a real Redis and Valkey when a row's digest was edited behind the store's back.
+
+Every group digest a report holds goes into the erasure's tombstone; the
+engine refuses any that is not ``""`` or ``sha256:`` and 64 lowercase hex
+digits, and the erasure then never completes. So a digest the store cannot
+vouch for is reported as ``""`` and the group is erased all the same; a
+huge one is never transferred (nor written into the write's settlement
+token); and a digest, seq or kind holding a space or a line break cannot
+shift the report onto another group.
+"""
+
+from __future__ import annotations
+
+import re
+import tracemalloc
+from typing import Final
+
+import pytest
+import redis.asyncio as aioredis
+from keyspace import key_space
+from redis_servers import ServerProcess, new_prefix
+
+from agentium_harness.plugin_api import ArchiveReceipt, EraseTarget, OpContext, SessionKey, SourceOwner
+from agentium_harness.testing import plain_group
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+
+pytestmark = pytest.mark.anyio
+
+KEY: Final = SessionKey("acme", "ana", "s1")
+#: Far over any digest the store writes: a read that fetched it would show in the peak.
+HUGE: Final = 64 * 1024 * 1024
+PEAK: Final = 8 * 1024 * 1024
+_FORM: Final = re.compile(r"sha256:[0-9a-f]{64}")
+
+# A value the Lua script builds on the server, so the test itself never holds it.
+_GROW = "redis.call('HSET', KEYS[1], ARGV[1], string.rep('a', tonumber(ARGV[2]))) return 1"
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30)
+
+
+async def _indexed(store: RedisRecallStore) -> list[str]:
+    groups = [plain_group(seq, f" qword{seq}x text") for seq in range(3)]
+    await store.index_groups(KEY, groups, [ArchiveReceipt(g.seq, g.digest, "x") for g in groups], _ctx())
+    return [g.digest for g in groups]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (b"dg", b"sha256:" + b"A" * 64),  # upper case: not the form
+        (b"dg", b"md5:abc"),
+        (b"dg", b"sha256:x y"),  # a space split the report's line: the group was left out
+        (b"dg", b"x\ng 1 sha256:" + b"0" * 64),  # a line break shifted the next group's report
+        (b"seq", b"1\ng"),
+        (b"kind", b"g x\ny"),
+    ],
+)
+@pytest.mark.parametrize("dry_run", [True, False])
+async def test_a_damaged_digest_is_reported_empty_and_the_group_erased(
+    server: ServerProcess, admin: aioredis.Redis, field: bytes, value: bytes, dry_run: bool
+) -> None:
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        digests = await _indexed(store)
+        tp = f"{prefix}:{{acme}}"
+        await admin.hset(f"{tp}:m:1", field, value)  # row 1 is group 0
+        expected = [(0, "" if field == b"dg" else digests[0]), (1, digests[1]), (2, digests[2])]
+
+        report = await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx(), dry_run=dry_run)
+
+        assert report.count("group") == 3 and report.count("document") == 0
+        [session] = report.sessions
+        assert list(session.groups) == expected
+        assert all(d == "" or _FORM.fullmatch(d) for _, d in session.groups)
+        if not dry_run:
+            left = await key_space(admin, tp)
+            assert [k for k in left if b":w:" not in k and not k.endswith((b":n", b":nb", b":v"))] == []
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize(("row", "field"), [(1, b"dg"), (1, b"seq"), (1, b"kind"), (4, b"rev")])
+@pytest.mark.parametrize("dry_run", [True, False])
+async def test_a_huge_row_field_is_never_transferred_by_an_erase(
+    server: ServerProcess, admin: aioredis.Redis, row: int, field: bytes, dry_run: bool
+) -> None:
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        digests = await _indexed(store)
+        await store.index_document(SourceOwner("acme", "ana", "s1"), "notes", "qnotes text", _ctx())  # row 4
+        tp = f"{prefix}:{{acme}}"
+        await admin.eval(_GROW, 1, f"{tp}:m:{row}", field, HUGE)
+        target = EraseTarget.session("acme", "ana", "s1")
+
+        tracemalloc.start()
+        try:
+            report = await store.erase(target, _ctx(), dry_run=dry_run)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+        assert peak < PEAK, f"the erase pulled {peak} bytes into Python"
+        assert report.count("group") == 3 and report.count("document") == 1
+        [session] = report.sessions
+        assert list(session.groups) == [
+            (0, "" if field == b"dg" else digests[0]),
+            (1, digests[1]),
+            (2, digests[2]),
+        ]
+        if not dry_run:
+            # The settlement token keeps the script's result for 10 minutes: never the huge value.
+            for key, (kind, stored) in (await key_space(admin, tp)).items():
+                if key.endswith((b":n", b":nb", b":v")):
+                    continue
+                assert b":w:" in key and kind == "string" and len(stored) < 4096, key
+    finally:
+        await store.aclose()
