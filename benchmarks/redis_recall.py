@@ -123,7 +123,7 @@ def raw_commands(store: Any, scope: Any, query: str) -> tuple[list[Any], Any]:
     prefix = tenant_prefix(config.key_prefix, scope.tenant)
     owners = visible_owner_keys(scope)
     per_term = max(8, -(-config.max_ranked_matches // len(terms)))
-    args = [prefix, 8, per_term, -1, len(terms), len(owners), config.min_relevance]
+    args = [prefix, 8, per_term, -1, len(terms), len(owners), config.min_relevance, config.max_value_bytes]
     args += [*(encode_term(t) for t in terms), *owners]
     return [DISCOVER.sha, 1, f"{prefix}:bk", *args], prefix
 

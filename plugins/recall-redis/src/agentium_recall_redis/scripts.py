@@ -42,7 +42,9 @@ __all__ = [
     "COLLECT",
     "COMMIT",
     "DELETE",
+    "DIGEST_CAP",
     "DISCOVER",
+    "FIELD_CAP",
     "HYBRID",
     "INDEX",
     "LEASE_MS",
@@ -57,6 +59,29 @@ __all__ = [
     "VECTORS",
     "Script",
 ]
+
+#: The longest source id, revision, size or owner key a row may hold (bytes). The longest the store
+#: writes is a document's source id: six segments of at most 256 characters, each character escaped to at
+#: most 12 bytes, about 18.5 KB. A longer field was written outside the store: the scripts read its
+#: length (``HSTRLEN``) first and leave the row out, so such a field is never copied into a reply.
+FIELD_CAP: Final = 32_768
+
+#: The longest receipt digest ``SEEK`` fetches: ``sha256:`` and 64 hex digits. A longer one is damage
+#: and comes back as ``""`` (never transferred), which the strict decode then refuses.
+DIGEST_CAP: Final = 71
+
+# Whether row hash `key` holds each of `names` within `cap` bytes, read without copying any of them.
+_WITHIN = (
+    f"local FIELD_CAP = {FIELD_CAP}\n"
+    + """
+local function within(key, names, cap)
+  for _, f in ipairs(names) do
+    if redis.call('HSTRLEN', key, f) > cap then return false end
+  end
+  return true
+end
+"""
+)
 
 # Ranking, shared by lexical and hybrid discovery. For the terms ARGV[t0 + 1 .. t0 + nt] in the buckets
 # of the owner keys ARGV[o0 + 1 .. o0 + no]: each term's newest `per` visible postings, of a row's own
@@ -158,19 +183,21 @@ end
 """
 
 #: Rank visible sources. KEYS: P:bk. ARGV: P, max candidates, per-term cap, byte budget (-1: none),
-#: term count, owner key count, relevance floor (a share of the query's weight, 0 to 1), terms...,
-#: owner keys... Returns rows {sid, rev, title, size, owner key, score}, best first, each matching at
-#: least the floor's share of the query's weight, within the byte budget.
+#: term count, owner key count, relevance floor (a share of the query's weight, 0 to 1), longest title,
+#: terms..., owner keys... Returns rows {sid, rev, title, size, owner key, score}, best first, each
+#: matching at least the floor's share of the query's weight, within the byte budget. A row with a field
+#: over FIELD_CAP or a title over the longest title was changed outside the store: left out, unread.
 DISCOVER = Script(
     "discover",
     LAYOUT_CHECK
+    + _WITHIN
     + _RANK
     + """
 local P = ARGV[1]
 if old_layout(P) then return layout_error() end
 local maxc, per, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local nt, no, share = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local _, order, total, matched, weight = rank(P, per, nt, 7, no, 7 + nt)
+local nt, no, share, tmax = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local _, order, total, matched, weight = rank(P, per, nt, 8, no, 8 + nt)
 -- A hair under the exact share, so a row matching every term passes at 1.
 local floor = share * weight * (1 - 1e-9)
 local out, spent = {}, 0
@@ -179,9 +206,12 @@ for i = 1, #order do
   local n = order[i]
   if matched[n] >= floor then
     local key = P .. ':m:' .. n
-    local m = redis.call('HMGET', key, 'sid', 'rev', 'size', 'o')
-    if m[1] and m[2] and m[3] and m[4] then
-      local tlen = redis.call('HSTRLEN', key, 'title')
+    local m = {}
+    if within(key, {'sid', 'rev', 'size', 'o'}, FIELD_CAP) then
+      m = redis.call('HMGET', key, 'sid', 'rev', 'size', 'o')
+    end
+    local tlen = redis.call('HSTRLEN', key, 'title')
+    if m[1] and m[2] and m[3] and m[4] and tlen <= tmax then
       local cost = #m[1] + #m[2] + tlen
       if budget >= 0 and spent + cost > budget then break end
       spent = spent + cost
@@ -196,7 +226,8 @@ return out
 )
 
 #: Hybrid discovery's candidates, in one call. KEYS: P:bk. ARGV: P, pool size, per-term cap, term count,
-#: owner key count, relevance floor, model key, vector scan, title cap, terms..., owner keys...
+#: owner key count, relevance floor, model key, vector scan, title cap, longest vector, longest title,
+#: terms..., owner keys...
 #: The lexical pool is the ranking's best `pool` published rows (no floor applied, each flagged whether
 #: it passes it); the vector scan the newest `scan` rows with a vector in the visible buckets (a merge of
 #: at most 16 bucket sets by row number). Returns {rows, vectors}: rows is one JSON array (cjson) of
@@ -204,30 +235,38 @@ return out
 #: length (0: none), lexical score, passes the floor (1/0), in the lexical pool (1/0)], the pool's rows
 #: first, best first, then the scan's; vectors is every row's vector concatenated, in row order. Two
 #: bulk replies instead of ten per row: a reply of hundreds of rows otherwise costs redis-py's pure-Python
-#: parser far more than the script's work. Refused when the tenant's vectors are of another model.
+#: parser far more than the script's work. Refused when the tenant's vectors are of another model. A row
+#: with a field over FIELD_CAP, a vector over the longest vector or a title over the longest title was
+#: changed outside the store: left out, unread.
 HYBRID = Script(
     "hybrid",
     LAYOUT_CHECK
+    + _WITHIN
     + _RANK
     + """
 local P = ARGV[1]
 if old_layout(P) then return layout_error() end
 local pool, per, nt, no = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local share, model, scan, tcap = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local vmax, tmax = tonumber(ARGV[10]), tonumber(ARGV[11])
 local have, vc = redis.call('GET', P .. ':vm'), tonumber(redis.call('GET', P .. ':vc') or '0')
 if have and have ~= model and vc and vc > 0 then
   return redis.error_reply('AGENTIUM_MODEL ' .. have .. ' | ' .. model)
 end
-local buckets, order, total, matched, weight = rank(P, per, nt, 9, no, 9 + nt)
+local buckets, order, total, matched, weight = rank(P, per, nt, 11, no, 11 + nt)
 local floor = share * weight * (1 - 1e-9)
 local rows, blobs = {}, {}
 -- Adds row n (published only, and for the scan only with a vector); whether it was added.
 local function add(n, score, pass, lexical)
   local key = P .. ':m:' .. n
+  if not within(key, {'sid', 'rev', 'size', 'o'}, FIELD_CAP) or not within(key, {'vec'}, vmax) then
+    return false
+  end
+  local tlen = redis.call('HSTRLEN', key, 'title')
+  if tlen > tmax then return false end
   local m = redis.call('HMGET', key, 'sid', 'rev', 'size', 'o', 'vec')
   if not (m[1] and m[2] and m[3] and m[4]) then return false end
   if lexical == 0 and not m[5] then return false end
-  local tlen = redis.call('HSTRLEN', key, 'title')
   local title = ''
   if tlen > 0 and tlen <= tcap then title = redis.call('HGET', key, 'title') end
   local vlen = 0
@@ -294,10 +333,12 @@ return out
 )
 
 #: Seek a session's archived groups. KEYS: P:bk. ARGV: P, owner key, start seq, max groups (>= 1), cap.
-#: Returns {seq, receipt digest, size[, canonical bytes]} ascending; bytes left out when size > cap.
+#: Returns {seq, receipt digest, size[, canonical bytes]} ascending; bytes left out when size > cap, and
+#: the digest "" (unread) when it is longer than DIGEST_CAP.
 SEEK = Script(
     "seek",
-    """
+    f"local DIGEST_CAP = {DIGEST_CAP}\n"
+    + """
 local P = ARGV[1]
 local b = redis.call('HGET', P .. ':bk', ARGV[2])
 if not b then return {} end
@@ -309,7 +350,10 @@ for j = 1, #rows, 2 do
   local n = rows[j]
   local key = P .. ':c:' .. n
   local size = redis.call('STRLEN', key)
-  local digest = redis.call('HGET', P .. ':m:' .. n, 'dg') or ''
+  local digest = ''
+  if redis.call('HSTRLEN', P .. ':m:' .. n, 'dg') <= DIGEST_CAP then
+    digest = redis.call('HGET', P .. ':m:' .. n, 'dg') or ''
+  end
   if size > cap then
     out[#out + 1] = {rows[j + 1], digest, size}
   else

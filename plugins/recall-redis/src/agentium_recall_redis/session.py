@@ -275,6 +275,8 @@ class RedisRecallSession(RecallSession):
             len(terms),
             len(self._owner_keys),
             config.min_relevance,
+            # A title is written within max_value_bytes: a longer one was changed outside the store.
+            config.max_value_bytes,
         ]
         args.extend(encode_term(t) for t in terms)
         args.extend(self._owner_keys)
@@ -344,6 +346,9 @@ class RedisRecallSession(RecallSession):
             vector.model.key(),
             config.max_vector_scan,
             TITLE_CAP,
+            # The tenant's vectors are of the query's model (the script checks): 4 bytes a dimension.
+            4 * vector.model.dimension,
+            config.max_value_bytes,
         ]
         args.extend(encode_term(t) for t in terms)
         args.extend(self._owner_keys)

@@ -1,0 +1,135 @@
+"""A row field grown behind the store's back is refused as damage, never pulled into Python whole.
+
+Each test grows one field to 64 MiB with a Lua script on the real server
+(Redis and Valkey), so the test never holds it, and measures the call with
+tracemalloc: a call that fetched the value would show a peak of at least
+its size. The scripts read each field's length (``HSTRLEN``) before the
+field, and a field longer than any the store writes marks the row as
+changed outside the store: discovery leaves it out (as it leaves out a row
+with any other damaged field), ``seek_groups`` raises ``ArchiveCorruptError``.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final
+
+import pytest
+import redis.asyncio as aioredis
+from redis_servers import ServerProcess, new_prefix
+
+from agentium_harness import ArchiveCorruptError
+from agentium_harness.plugin_api import (
+    ArchiveReceipt,
+    EmbeddingModel,
+    OpContext,
+    RecallLimits,
+    Scope,
+    SessionKey,
+    SourceOwner,
+    SourceVector,
+    Vector,
+)
+from agentium_harness.testing import rich_group
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis.keys import tenant_prefix
+
+pytestmark = pytest.mark.anyio
+
+#: Far over any field the store writes (and over max_value_bytes): a read that fetched it shows.
+HUGE: Final = 64 * 1024 * 1024
+PEAK: Final = 8 * 1024 * 1024
+OWNER: Final = SourceOwner("big", "u", "s")
+MODEL: Final = EmbeddingModel("test-axes", 4)
+
+# A value the Lua script builds on the server, so the test itself never holds it.
+_GROW = "redis.call('HSET', KEYS[1], ARGV[1], string.rep('a', tonumber(ARGV[2]))) return 1"
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30)
+
+
+def _axis(i: int) -> Vector:
+    return Vector.normalized(MODEL, [1.0 if j == i else 0.0 for j in range(4)])
+
+
+async def _peak(call: Callable[[], Awaitable[Any]]) -> tuple[Any, int]:
+    """What ``call`` returned (or the exception it raised) and the peak memory Python traced meanwhile."""
+    tracemalloc.start()
+    try:
+        try:
+            result: Any = await call()
+        except Exception as exc:  # the caller asserts on what was raised
+            result = exc
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.fixture
+async def grown(server: ServerProcess) -> AsyncIterator[tuple[RedisRecallStore, str]]:
+    """A store holding two documents sharing the word "quince", each with a vector: rows 1 and 2."""
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    try:
+        first = await store.index_document(OWNER, "first", "quince jam", _ctx(), title="Quince")
+        second = await store.index_document(OWNER, "second", "quince tart", _ctx(), title="Tart")
+        stored = [SourceVector(first, _axis(0)), SourceVector(second, _axis(1))]
+        assert await store.index_vectors(stored, _ctx()) == 2
+        yield store, tenant_prefix(store.config.key_prefix, "big")
+    finally:
+        await store.aclose()
+
+
+async def _grow(server: ServerProcess, key: str, field: str) -> None:
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        await admin.eval(_GROW, 1, key, field, HUGE)  # type: ignore[misc]
+    finally:
+        await admin.aclose()
+
+
+@pytest.mark.parametrize("field", ["sid", "rev", "o", "size", "title"])
+async def test_discovery_leaves_out_a_row_with_a_huge_field_without_fetching_it(
+    server: ServerProcess, grown: tuple[RedisRecallStore, str], field: str
+) -> None:
+    store, tp = grown
+    await _grow(server, f"{tp}:m:1", field)
+    session = await store.open(Scope("big", "u", "s"), RecallLimits(), _ctx())
+    try:
+        found, peak = await _peak(lambda: session.discover("quince", 5, _ctx()))  # no byte budget
+        assert peak < PEAK, f"discover pulled {peak} bytes into Python"
+        assert [c.ref.source_id.rsplit("/", 1)[1] for c in found] == ["second"]
+    finally:
+        await session.close()
+
+
+@pytest.mark.parametrize("field", ["sid", "rev", "o", "size", "title", "vec"])
+async def test_hybrid_discovery_leaves_out_a_row_with_a_huge_field_without_fetching_it(
+    server: ServerProcess, grown: tuple[RedisRecallStore, str], field: str
+) -> None:
+    store, tp = grown
+    await _grow(server, f"{tp}:m:1", field)
+    session = await store.open(Scope("big", "u", "s"), RecallLimits(), _ctx())
+    try:
+        found, peak = await _peak(lambda: session.discover_hybrid("quince", _axis(0), 5, _ctx()))
+        assert peak < PEAK, f"discover_hybrid pulled {peak} bytes into Python"
+        assert [c.ref.source_id.rsplit("/", 1)[1] for c in found] == ["second"]
+    finally:
+        await session.close()
+
+
+async def test_seek_refuses_a_huge_digest_without_fetching_it(server: ServerProcess) -> None:
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    key = SessionKey("big", "u", "s")
+    group = rich_group(0, key, "plum tree")
+    try:
+        await store.index_groups(key, [group], [ArchiveReceipt(0, group.digest, "x")], _ctx())
+        assert list(await store.seek_groups(key, 0, 5, _ctx())) == [group]
+        await _grow(server, f"{tenant_prefix(store.config.key_prefix, 'big')}:m:1", "dg")
+        raised, peak = await _peak(lambda: store.seek_groups(key, 0, 5, _ctx()))
+        assert peak < PEAK, f"seek_groups pulled {peak} bytes into Python"
+        assert isinstance(raised, ArchiveCorruptError), raised
+    finally:
+        await store.aclose()
