@@ -23,16 +23,22 @@ from agentium_harness import ArchiveCorruptError
 from agentium_harness.plugin_api import (
     ArchiveReceipt,
     EmbeddingModel,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
     OpContext,
     RecallLimits,
     Scope,
     SessionKey,
     SourceOwner,
+    SourceRef,
     SourceVector,
+    ValidationStatus,
     Vector,
+    document_source_id,
 )
 from agentium_harness.testing import rich_group
-from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
 from agentium_recall_redis.keys import tenant_prefix
 
 pytestmark = pytest.mark.anyio
@@ -133,3 +139,41 @@ async def test_seek_refuses_a_huge_digest_without_fetching_it(server: ServerProc
         assert isinstance(raised, ArchiveCorruptError), raised
     finally:
         await store.aclose()
+
+
+async def test_validation_refuses_a_huge_revision_without_fetching_it(
+    server: ServerProcess, grown: tuple[RedisRecallStore, str]
+) -> None:
+    store, tp = grown
+    first = document_source_id(OWNER, "first")
+    second = document_source_id(OWNER, "second")
+    session = await store.open(Scope("big", "u", "s"), RecallLimits(), _ctx())
+    try:
+        [current] = await session.validate([SourceRef(second, "sha256:" + "0" * 64)], _ctx())
+        assert current.status is ValidationStatus.CHANGED
+        await _grow(server, f"{tp}:rev", first)
+        for check in (session.validate, session.validate_current):
+            raised, peak = await _peak(lambda: check([SourceRef(first, "x")], _ctx()))  # noqa: B023
+            assert peak < PEAK, f"validation pulled {peak} bytes into Python"
+            assert isinstance(raised, RedisRecallError) and "damaged" in str(raised), raised
+    finally:
+        await session.close()
+
+
+@pytest.mark.parametrize("level", ["tenant", "session"])
+async def test_an_erase_never_fetches_a_huge_revision_and_erases_its_source(
+    server: ServerProcess, grown: tuple[RedisRecallStore, str], level: str
+) -> None:
+    store, tp = grown
+    await _grow(server, f"{tp}:rev", document_source_id(OWNER, "first"))
+    target = EraseTarget.tenant("big") if level == "tenant" else EraseTarget.session("big", "u", "s")
+    report, peak = await _peak(lambda: store.erase(target, _ctx()))
+    assert peak < PEAK, f"the erase pulled {peak} bytes into Python"
+    assert isinstance(report, EraseReport) and report.status is EraseStatus.COMPLETE, report
+    assert report.count("document") == 2
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        assert await admin.exists(f"{tp}:m:1", f"{tp}:m:2", f"{tp}:t:1", f"{tp}:t:2") == 0
+        assert not await admin.hexists(f"{tp}:rev", document_source_id(OWNER, "first"))
+    finally:
+        await admin.aclose()

@@ -70,7 +70,7 @@ from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, tenant_prefix
 from .link import Command, Link, as_text
 from .lua import CHECK, ROWS, Script
-from .scripts import COLLECT
+from .scripts import COLLECT, FIELD_CAP
 
 if TYPE_CHECKING:
     from .config import RedisRecallConfig
@@ -78,7 +78,16 @@ if TYPE_CHECKING:
     from .server import Arg, ServerErrors
     from .writes import Call, Writer
 
-__all__ = ["ERASE", "ERASE_SCRIPTS", "GROUP_SIDS", "ROW_INFO", "TENANT_DROP", "EraseOps", "erase_target"]
+__all__ = [
+    "ERASE",
+    "ERASE_SCRIPTS",
+    "GROUP_SIDS",
+    "REV_SCAN",
+    "ROW_INFO",
+    "TENANT_DROP",
+    "EraseOps",
+    "erase_target",
+]
 
 
 class StoreCall(Protocol):
@@ -228,6 +237,26 @@ return done(fmt(taken) .. '\\n' .. table.concat(lines, '\\n'), backlog(P))
 """,
 )
 
+#: One page of ``HSCAN`` over ``P:rev``. KEYS: P:rev. ARGV: cursor, page size, longest id. Returns
+#: {next cursor, sid, mark, sid, mark...}: mark is "-" for a deletion tombstone, "+" for a current source.
+#: Neither revisions nor ids longer than any source id (both changed outside the store: such an id names
+#: no owner) are copied into the reply, whatever their size.
+REV_SCAN = Script(
+    "erase_scan",
+    """
+local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
+local out, cap = {page[1]}, tonumber(ARGV[3])
+local fields = page[2]
+for i = 1, #fields, 2 do
+  if #fields[i] <= cap then
+    out[#out + 1] = fields[i]
+    out[#out + 1] = string.sub(fields[i + 1], 1, 1) == '-' and '-' or '+'
+  end
+end
+return out
+""",
+)
+
 #: Read what erasing rows would remove (a dry run). KEYS: P:ids. ARGV: P, sids.... Returns per sid
 #: its digest as ``ERASE`` reports it (``_VOUCHED``: "" unless of the digest form), or false when no row
 #: is current.
@@ -323,11 +352,11 @@ return 1
 )
 
 #: The erase scripts (not loaded at open: the first call of each sends its body once).
-ERASE_SCRIPTS: Final = (ERASE, ROW_INFO, GROUP_SIDS, PEND_ABORT, TENANT_DROP)
+ERASE_SCRIPTS: Final = (ERASE, REV_SCAN, ROW_INFO, GROUP_SIDS, PEND_ABORT, TENANT_DROP)
 
 
 async def _scan_sids(
-    store: EraseOps, link: Link, prefix: str, target: EraseTarget, want: int, ctx: OpContext
+    store: EraseOps, prefix: str, target: EraseTarget, want: int, ctx: OpContext
 ) -> tuple[list[str], list[str], bool]:
     """The target's current sources (at most ``want``) and deletion tombstones, from ``P:rev``.
 
@@ -339,16 +368,10 @@ async def _scan_sids(
     cursor: str | int = 0
     more = False
     while True:
-        command: Command = ("HSCAN", f"{prefix}:rev", cursor, "COUNT", _SCAN_PAGE)
-        [reply] = await store.call([command], ctx, "recall erase", ready=link)
-        _raise_reply(store, reply)
-        cursor, fields = as_text(reply[0]), reply[1]
-        pairs = (
-            list(fields.items())
-            if isinstance(fields, dict)
-            else list(zip(fields[::2], fields[1::2], strict=True))
-        )
-        for raw_sid, raw_rev in pairs:
+        args: list[Arg] = [cursor, _SCAN_PAGE, FIELD_CAP]
+        reply = await store.script(REV_SCAN, [f"{prefix}:rev"], args, ctx, "recall erase")
+        cursor, fields = as_text(reply[0]), reply[1:]
+        for raw_sid, raw_rev in zip(fields[::2], fields[1::2], strict=True):
             sid = as_text(raw_sid)
             if sid in seen:
                 continue
@@ -368,13 +391,6 @@ async def _scan_sids(
                 more = True
         if cursor == "0" or more:
             return rows, tombs, more
-
-
-def _raise_reply(store: EraseOps, reply: object) -> None:
-    from redis.exceptions import ResponseError
-
-    if isinstance(reply, ResponseError):
-        store.errors.refused(reply, "recall erase")
 
 
 async def _group_sids(
@@ -443,7 +459,7 @@ async def erase_target(
         rows, more = await _group_sids(store, prefix, target, max_items, ctx)
         tombs: list[str] = []
     else:
-        rows, tombs, more = await _scan_sids(store, link, prefix, target, max_items, ctx)
+        rows, tombs, more = await _scan_sids(store, prefix, target, max_items, ctx)
     found: list[tuple[str, str]] = []  # (sid, digest) of rows removed
     if dry_run:
         if rows:

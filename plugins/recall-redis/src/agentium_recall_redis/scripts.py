@@ -51,12 +51,14 @@ __all__ = [
     "MISSING",
     "READ",
     "REQUIRED_COMMANDS",
+    "REVISION_CAP",
     "SCRIPTS",
     "SEEK",
     "SETTLE",
     "STAGE",
     "TOKEN_TTL_MS",
     "VECTORS",
+    "VALIDATE",
     "Script",
 ]
 
@@ -69,6 +71,9 @@ FIELD_CAP: Final = 32_768
 #: The longest receipt digest ``SEEK`` fetches: ``sha256:`` and 64 hex digits. A longer one is damage
 #: and comes back as ``""`` (never transferred), which the strict decode then refuses.
 DIGEST_CAP: Final = 71
+
+#: The longest value of ``P:rev`` the store writes: a revision, or ``-`` and one (a deletion tombstone).
+REVISION_CAP: Final = DIGEST_CAP + 1
 
 # Whether row hash `key` holds each of `names` within `cap` bytes, read without copying any of them.
 _WITHIN = (
@@ -332,6 +337,23 @@ return out
 """,
 )
 
+#: Current revisions of sources, for validation. KEYS: P:rev. ARGV: longest revision, sids.... Returns
+#: per sid its ``P:rev`` value (a revision, ``-<revision>`` once deleted), nil when it has none, or, when
+#: the value is longer than any the store writes (changed outside it), its length as an integer: the
+#: value itself is never copied into the reply.
+VALIDATE = Script(
+    "validate",
+    """
+local cap = tonumber(ARGV[1])
+local out = {}
+for i = 2, #ARGV do
+  local size = redis.call('HSTRLEN', KEYS[1], ARGV[i])
+  if size > cap then out[#out + 1] = size else out[#out + 1] = redis.call('HGET', KEYS[1], ARGV[i]) end
+end
+return out
+""",
+)
+
 #: Seek a session's archived groups. KEYS: P:bk. ARGV: P, owner key, start seq, max groups (>= 1), cap.
 #: Returns {seq, receipt digest, size[, canonical bytes]} ascending; bytes left out when size > cap, and
 #: the digest "" (unread) when it is longer than DIGEST_CAP.
@@ -405,7 +427,7 @@ return out
 )
 
 #: Every script, loaded with ``SCRIPT LOAD`` when the store first connects.
-SCRIPTS: Final = (*WRITE_SCRIPTS, DISCOVER, HYBRID, READ, SEEK, MISSING)
+SCRIPTS: Final = (*WRITE_SCRIPTS, DISCOVER, HYBRID, READ, SEEK, MISSING, VALIDATE)
 
 #: Every command the store and its scripts call: each must exist on the server (``COMMAND INFO``).
 REQUIRED_COMMANDS: Final = (

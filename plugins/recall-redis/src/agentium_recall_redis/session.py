@@ -45,7 +45,7 @@ from agentium_harness.plugin_api import (
 from .errors import RedisRecallError
 from .keys import encode_term, owner_from_key, owner_of_source_id, tenant_prefix, visible_owner_keys
 from .link import as_text
-from .scripts import DISCOVER, HYBRID, READ
+from .scripts import DISCOVER, HYBRID, READ, REVISION_CAP, VALIDATE
 from .server import Arg
 from .terms import STOPWORD_LISTS, query_stems
 from .text_blocks import checked_text, read_span
@@ -454,16 +454,18 @@ class RedisRecallSession(RecallSession):
         return out
 
     async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
-        """One validation per ref, in order, all read by one ``HMGET`` (one consistent view)."""
+        """One validation per ref, in order, all read by one script call (one consistent view).
+
+        A revision field longer than any the store writes (changed behind its
+        back) is not read: :class:`RedisRecallError` says the source is damaged.
+        """
         return await self._validate(refs, ctx, "recall validate")
 
     async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
-        """As :meth:`validate`: one bounded ``HMGET`` of the current revisions, one round trip."""
+        """As :meth:`validate`: one bounded script call reading the current revisions, one round trip."""
         return await self._validate(refs, ctx, "recall validate_current")
 
     async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
-        from redis.exceptions import ResponseError
-
         self._begin(ctx, operation)
         out: list[Validation | None] = []
         lookups: list[int] = []
@@ -477,12 +479,19 @@ class RedisRecallSession(RecallSession):
                 out.append(None)
                 lookups.append(i)
         if lookups:
-            command: list[Arg] = ["HMGET", f"{self._prefix}:rev", *(refs[i].source_id for i in lookups)]
-            [reply] = await self._reads.call([command], ctx, operation)
-            if isinstance(reply, ResponseError):
-                self._reads.errors.refused(reply, operation)
+            # One script reads every revision (one consistent view), each only once its length is known
+            # to be one the store writes: a value grown behind its back is never transferred.
+            args: list[Arg] = [REVISION_CAP, *(refs[i].source_id for i in lookups)]
+            reply = await self._reads.script(VALIDATE, [f"{self._prefix}:rev"], args, ctx, operation)
             for i, value in zip(lookups, reply, strict=True):
                 ref = refs[i]
+                if isinstance(value, int):
+                    raise RedisRecallError(
+                        f"{operation}: source {ref.source_id!r} under {self._prefix!r} is damaged: its "
+                        f"revision holds {value} bytes, longer than any the store writes (not read); nothing "
+                        "was returned and the keys were left as they are (delete the source, or rebuild "
+                        "the index)"
+                    )
                 current = None if value is None else as_text(value)
                 if current is None or current.startswith("-"):
                     out[i] = Validation(ref, ValidationStatus.DELETED)

@@ -19,7 +19,7 @@ Round trips (each is one write of commands and one read of their replies):
   longer than 1 KiB; ``index_vectors``: one per 16 calls of up to 256
   vectors.
 - ``read``: 1 (``EVALSHA``; ``GETRANGE`` inside); ``validate`` and
-  ``validate_current``: 1 (``HMGET``); ``seek_groups``: 1.
+  ``validate_current``: 1 (``EVALSHA``; ``HSTRLEN``, ``HGET`` inside); ``seek_groups``: 1.
 - ``index_document`` / ``delete_document``: 1; ``index_groups``: one per 16
   chunks of up to 256 groups and ``max_terms_per_call`` words. A source with
   more words than one call takes is staged over several calls and
