@@ -20,7 +20,15 @@ import redis.asyncio as aioredis
 from keyspace import key_space
 from redis_servers import ServerProcess, new_prefix
 
-from agentium_harness.plugin_api import ArchiveReceipt, EraseTarget, OpContext, SessionKey, SourceOwner
+from agentium_harness.plugin_api import (
+    ArchiveReceipt,
+    EraseStatus,
+    EraseTarget,
+    OpContext,
+    SeqRange,
+    SessionKey,
+    SourceOwner,
+)
 from agentium_harness.testing import plain_group
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
 
@@ -117,5 +125,45 @@ async def test_a_huge_row_field_is_never_transferred_by_an_erase(
                 if key.endswith((b":n", b":nb", b":v")):
                     continue
                 assert b":w:" in key and kind == "string" and len(stored) < 4096, key
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("sid", ["group/acme/ana/s2/0", "x", "huge"])
+async def test_a_groups_erasure_erases_its_own_groups_whatever_their_rows_sid_says(
+    server: ServerProcess, admin: aioredis.Redis, sid: str
+) -> None:
+    # A groups target found its rows in the session's group set and erased them by the id their row
+    # hash held: a row whose id was edited to another session's group erased that group instead (and
+    # the report named it, outside the target), one edited to anything else erased nothing while the
+    # report said complete, and a huge one was transferred whole.
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    other = SessionKey("acme", "ana", "s2")
+    try:
+        digests = await _indexed(store)  # rows 1 to 3
+        kept = plain_group(0, " qother0x text")
+        await store.index_groups(other, [kept], [ArchiveReceipt(0, kept.digest, "x")], _ctx())  # row 4
+        tp = f"{prefix}:{{acme}}"
+        if sid == "huge":
+            await admin.eval(_GROW, 1, f"{tp}:m:1", "sid", HUGE)
+        else:
+            await admin.hset(f"{tp}:m:1", "sid", sid)
+        target = EraseTarget.groups_of(KEY, [SeqRange(0, 2)])
+
+        tracemalloc.start()
+        try:
+            report = await store.erase(target, _ctx())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+        assert peak < PEAK, f"the erase pulled {peak} bytes into Python"
+        assert report.status is EraseStatus.COMPLETE and report.count("group") == 2
+        [session] = report.sessions
+        assert session.session == KEY and list(session.groups) == [(0, digests[0]), (1, digests[1])]
+        assert await admin.exists(f"{tp}:m:1", f"{tp}:t:1", f"{tp}:c:1", f"{tp}:m:2") == 0
+        assert await admin.exists(f"{tp}:m:3", f"{tp}:m:4", f"{tp}:c:4") == 3  # seq 2 and s2's group stay
+        assert list(await store.seek_groups(other, 0, 5, _ctx())) == [kept]
     finally:
         await store.aclose()

@@ -12,7 +12,9 @@ of the tenant, each id decoded (:func:`~agentium_recall_redis.keys.owner_of_sour
 and kept when the target covers its owner (``EraseTarget.covers_owner``:
 owner fields equal, never a prefix, so ``session-1`` never takes
 ``session-10``). A groups target reads its session's group set (``P:g:<b>``)
-by seq. A call takes at most ``max_items`` sources.
+by seq, and each group's id is built from the session and the seq, never
+read from its row (an id edited there must not redirect the erase to
+another session's group). A call takes at most ``max_items`` sources.
 
 **Removing.** The ``ERASE`` script (atomic, token-fenced like every write,
 at most ``max_terms_per_call`` postings per call but at least one source)
@@ -64,10 +66,11 @@ from agentium_harness.plugin_api import (
     count_items,
     encode_segment,
     group_sessions,
+    group_source_id,
 )
 
 from .errors import RedisRecallError
-from .keys import owner_key, owner_of_source_id, tenant_prefix
+from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import Command, Link, as_text
 from .lua import CHECK, ROWS, Script
 from .scripts import COLLECT, FIELD_CAP
@@ -276,7 +279,9 @@ return out
 )
 
 #: A session's indexed groups in seq ranges. KEYS: P:bk. ARGV: P, owner key, limit, then (start, stop)*
-#: (stop exclusive). Returns their source ids, ascending by seq, at most limit.
+#: (stop exclusive). Returns the seqs (scores) of those with a row, ascending, at most limit. Never the
+#: row's ``sid`` field: the caller builds each id from the target's session and the seq, so a row whose
+#: id was edited (to another session's group, or to 100 MB) can neither redirect the erase nor be fetched.
 GROUP_SIDS = Script(
     "erase_groups",
     """
@@ -286,11 +291,10 @@ local out = {}
 if not b then return out end
 for i = 4, #ARGV, 2 do
   if #out >= limit then break end
-  local rows = redis.call('ZRANGE', P .. ':g:' .. b, ARGV[i], '(' .. ARGV[i + 1], 'BYSCORE',
+  local rows = redis.call('ZRANGE', P .. ':g:' .. b, ARGV[i], '(' .. ARGV[i + 1], 'BYSCORE', 'WITHSCORES',
                           'LIMIT', 0, limit - #out)
-  for _, n in ipairs(rows) do
-    local sid = redis.call('HGET', P .. ':m:' .. n, 'sid')
-    if sid then out[#out + 1] = sid end
+  for j = 1, #rows, 2 do
+    if redis.call('EXISTS', P .. ':m:' .. rows[j]) == 1 then out[#out + 1] = rows[j + 1] end
   end
 end
 return out
@@ -400,9 +404,11 @@ async def _group_sids(
     assert key is not None
     ranges = [str(v) for r in target.groups for v in (r.start, r.stop)]
     args: list[str | int] = [prefix, owner_key(SourceOwner.of_session(key)), want + 1, *ranges]
-    reply = await store.script(GROUP_SIDS, [f"{prefix}:bk"], args, ctx, "recall erase")
-    sids = [as_text(s) for s in reply or ()]
-    return sids[:want], len(sids) > want
+    reply = list(await store.script(GROUP_SIDS, [f"{prefix}:bk"], args, ctx, "recall erase") or ())
+    # Each id is the target session's own, built from the seq: never what the row hash says it is.
+    # A score the store never writes (0.5, inf) names no group of it.
+    seqs = [seq for seq in (stored_seq(s) for s in reply[:want]) if seq is not None]
+    return [group_source_id(key, seq) for seq in seqs], len(reply) > want
 
 
 def _removed(sid: str, digest: str) -> tuple[SessionKey, int, str] | None:
