@@ -19,7 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis_servers import ServerProcess, new_prefix
 
-from agentium_harness import ArchiveCorruptError
+from agentium_harness import ArchiveCorruptError, EmbeddingModelMismatchError
 from agentium_harness.plugin_api import (
     ArchiveReceipt,
     EmbeddingModel,
@@ -175,5 +175,35 @@ async def test_an_erase_never_fetches_a_huge_revision_and_erases_its_source(
     try:
         assert await admin.exists(f"{tp}:m:1", f"{tp}:m:2", f"{tp}:t:1", f"{tp}:t:2") == 0
         assert not await admin.hexists(f"{tp}:rev", document_source_id(OWNER, "first"))
+    finally:
+        await admin.aclose()
+
+
+async def test_a_huge_vector_model_key_is_a_mismatch_never_fetched(
+    server: ServerProcess, grown: tuple[RedisRecallStore, str]
+) -> None:
+    store, tp = grown
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        await admin.eval(  # type: ignore[misc]
+            "redis.call('SET', KEYS[1], string.rep('m', tonumber(ARGV[1]))) return 1", 1, f"{tp}:vm", HUGE
+        )
+        before = await admin.hgetall(f"{tp}:m:1")
+    finally:
+        await admin.aclose()
+    session = await store.open(Scope("big", "u", "s"), RecallLimits(), _ctx())
+    try:
+        raised, peak = await _peak(lambda: session.discover_hybrid("quince", _axis(0), 5, _ctx()))
+        assert peak < PEAK, f"discover_hybrid pulled {peak} bytes into Python"
+        assert isinstance(raised, EmbeddingModelMismatchError), raised
+    finally:
+        await session.close()
+    ref = SourceRef(document_source_id(OWNER, "first"), before[b"rev"].decode())
+    raised, peak = await _peak(lambda: store.index_vectors([SourceVector(ref, _axis(2))], _ctx()))
+    assert peak < PEAK, f"index_vectors pulled {peak} bytes into Python"
+    assert isinstance(raised, EmbeddingModelMismatchError), raised
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        assert await admin.hgetall(f"{tp}:m:1") == before  # nothing written
     finally:
         await admin.aclose()

@@ -33,7 +33,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["CHECK", "LAYOUT", "LAYOUT_CHECK", "LEASE_MS", "ROWS", "TOKEN_TTL_MS", "Script"]
+__all__ = ["CHECK", "LAYOUT", "LAYOUT_CHECK", "LEASE_MS", "MODEL_KEY", "ROWS", "TOKEN_TTL_MS", "Script"]
 
 #: The key layout this version writes (``P:v``): 4, terms stemmed, archived groups indexed with their
 #: neighbouring context (``P:x:<b>:<term>``) and every row with its text's block digests (``td``, what
@@ -81,8 +81,21 @@ end
 """
 )
 
+#: The tenant's vector model key (``P:vm``), or false when it has none. At most its first 2 KiB are read:
+#: a key is ``"<model>/<dimension>"``, a model id at most 256 characters (1 KiB of UTF-8), so a longer
+#: value (grown behind the store's back) differs from every model and is refused as a mismatch, and the
+#: error reply that names it stays one short line (redis-py refuses a longer one with a bare ValueError).
+MODEL_KEY: Final = """
+local function model_key(P)
+  local have = redis.call('GETRANGE', P .. ':vm', 0, 2047)
+  if have == '' and redis.call('EXISTS', P .. ':vm') == 0 then return false end
+  return have
+end
+"""
+
 CHECK: Final = (
     LAYOUT_CHECK
+    + MODEL_KEY
     + """
 local checked = {}
 local function refuse(what)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .lua import LAYOUT_CHECK, LEASE_MS, TOKEN_TTL_MS, Script
+from .lua import LAYOUT_CHECK, LEASE_MS, MODEL_KEY, TOKEN_TTL_MS, Script
 from .text_blocks import BLOCK, DIGEST
 from .write_scripts import (
     ABORT,
@@ -246,6 +246,7 @@ return out
 HYBRID = Script(
     "hybrid",
     LAYOUT_CHECK
+    + MODEL_KEY
     + _WITHIN
     + _RANK
     + """
@@ -254,7 +255,7 @@ if old_layout(P) then return layout_error() end
 local pool, per, nt, no = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local share, model, scan, tcap = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 local vmax, tmax = tonumber(ARGV[10]), tonumber(ARGV[11])
-local have, vc = redis.call('GET', P .. ':vm'), tonumber(redis.call('GET', P .. ':vc') or '0')
+local have, vc = model_key(P), tonumber(redis.call('GET', P .. ':vc') or '0')
 if have and have ~= model and vc and vc > 0 then
   return redis.error_reply('AGENTIUM_MODEL ' .. have .. ' | ' .. model)
 end

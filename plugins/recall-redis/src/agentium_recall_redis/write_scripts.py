@@ -307,7 +307,7 @@ need(P .. ':vc', 'string')
 if old_layout(P) then return layout_error() end
 local vcv = redis.call('GET', P .. ':vc')
 need_int(vcv)
-local have, vc = redis.call('GET', P .. ':vm'), tonumber(vcv or '0')
+local have, vc = model_key(P), tonumber(vcv or '0')
 if have and have ~= model and vc > 0 then
   return redis.error_reply('AGENTIUM_MODEL ' .. have .. ' | ' .. model)
 end
