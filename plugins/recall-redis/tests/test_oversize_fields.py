@@ -207,3 +207,26 @@ async def test_a_huge_vector_model_key_is_a_mismatch_never_fetched(
         assert await admin.hgetall(f"{tp}:m:1") == before  # nothing written
     finally:
         await admin.aclose()
+
+
+@pytest.mark.parametrize("field", ["rev", "size"])
+async def test_discovery_leaves_out_a_revision_or_size_longer_than_a_digest(
+    server: ServerProcess, grown: tuple[RedisRecallStore, str], field: str
+) -> None:
+    # 700 candidate rows of hybrid discovery, each with fields just under a loose cap, add up to a
+    # large reply: a revision and a size are held to what the store writes (71 bytes at most).
+    store, tp = grown
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        await admin.hset(f"{tp}:m:1", field, "7" * 4096)
+    finally:
+        await admin.aclose()
+    session = await store.open(Scope("big", "u", "s"), RecallLimits(), _ctx())
+    try:
+        for found in (
+            await session.discover("quince", 5, _ctx()),
+            await session.discover_hybrid("quince", _axis(0), 5, _ctx()),
+        ):
+            assert [c.ref.source_id.rsplit("/", 1)[1] for c in found] == ["second"]
+    finally:
+        await session.close()

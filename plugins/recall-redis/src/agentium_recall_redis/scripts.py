@@ -62,14 +62,15 @@ __all__ = [
     "Script",
 ]
 
-#: The longest source id, revision, size or owner key a row may hold (bytes). The longest the store
+#: The longest source id or owner key a row may hold (bytes). The longest the store
 #: writes is a document's source id: six segments of at most 256 characters, each character escaped to at
 #: most 12 bytes, about 18.5 KB. A longer field was written outside the store: the scripts read its
 #: length (``HSTRLEN``) first and leave the row out, so such a field is never copied into a reply.
 FIELD_CAP: Final = 32_768
 
-#: The longest receipt digest ``SEEK`` fetches: ``sha256:`` and 64 hex digits. A longer one is damage
-#: and comes back as ``""`` (never transferred), which the strict decode then refuses.
+#: The longest receipt digest ``SEEK`` fetches, and the longest revision or size field discovery reads:
+#: ``sha256:`` and 64 hex digits. A longer one is damage: ``SEEK`` returns ``""`` instead (never
+#: transferred), which the strict decode then refuses, and discovery leaves the row out.
 DIGEST_CAP: Final = 71
 
 #: The longest value of ``P:rev`` the store writes: a revision, or ``-`` and one (a deletion tombstone).
@@ -77,7 +78,7 @@ REVISION_CAP: Final = DIGEST_CAP + 1
 
 # Whether row hash `key` holds each of `names` within `cap` bytes, read without copying any of them.
 _WITHIN = (
-    f"local FIELD_CAP = {FIELD_CAP}\n"
+    f"local FIELD_CAP, DIGEST_CAP = {FIELD_CAP}, {DIGEST_CAP}\n"
     + """
 local function within(key, names, cap)
   for _, f in ipairs(names) do
@@ -212,7 +213,7 @@ for i = 1, #order do
   if matched[n] >= floor then
     local key = P .. ':m:' .. n
     local m = {}
-    if within(key, {'sid', 'rev', 'size', 'o'}, FIELD_CAP) then
+    if within(key, {'sid', 'o'}, FIELD_CAP) and within(key, {'rev', 'size'}, DIGEST_CAP) then
       m = redis.call('HMGET', key, 'sid', 'rev', 'size', 'o')
     end
     local tlen = redis.call('HSTRLEN', key, 'title')
@@ -265,7 +266,10 @@ local rows, blobs = {}, {}
 -- Adds row n (published only, and for the scan only with a vector); whether it was added.
 local function add(n, score, pass, lexical)
   local key = P .. ':m:' .. n
-  if not within(key, {'sid', 'rev', 'size', 'o'}, FIELD_CAP) or not within(key, {'vec'}, vmax) then
+  if not (within(key, {'sid', 'o'}, FIELD_CAP) and within(key, {'rev', 'size'}, DIGEST_CAP)) then
+    return false
+  end
+  if not within(key, {'vec'}, vmax) then
     return false
   end
   local tlen = redis.call('HSTRLEN', key, 'title')
