@@ -167,3 +167,33 @@ async def test_a_groups_erasure_erases_its_own_groups_whatever_their_rows_sid_sa
         assert list(await store.seek_groups(other, 0, 5, _ctx())) == [kept]
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("level", ["session", "groups"])
+async def test_an_id_pointed_at_another_sessions_row_never_erases_that_row(
+    server: ServerProcess, admin: aioredis.Redis, level: str
+) -> None:
+    # The erase found a source's row through P:ids and dropped whatever row it named: an entry edited
+    # to name another session's row erased that session's group (and left the target's own row).
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    other = SessionKey("acme", "ana", "s2")
+    try:
+        await _indexed(store)  # rows 1 to 3
+        kept = plain_group(0, " qother0x text")
+        await store.index_groups(other, [kept], [ArchiveReceipt(0, kept.digest, "x")], _ctx())  # row 4
+        tp = f"{prefix}:{{acme}}"
+        await admin.hset(f"{tp}:ids", "group/acme/ana/s1/0", "4")
+        target = (
+            EraseTarget.session("acme", "ana", "s1")
+            if level == "session"
+            else EraseTarget.groups_of(KEY, [SeqRange(0, 3)])
+        )
+
+        report = await store.erase(target, _ctx())
+
+        assert all(s.session == KEY for s in report.sessions)
+        assert list(await store.seek_groups(other, 0, 5, _ctx())) == [kept]
+        assert await admin.exists(f"{tp}:m:4", f"{tp}:c:4", f"{tp}:t:4") == 3
+    finally:
+        await store.aclose()

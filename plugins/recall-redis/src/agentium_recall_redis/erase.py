@@ -176,12 +176,14 @@ end
 """
 
 #: Erase sources. KEYS: P:ids, token. ARGV: P, token ttl, postings budget, row count, tombstone count,
-#: row sids..., tombstone sids.... Removes rows in order while their postings fit the budget (at least
-#: one), all postings at once; HDELs covered tombstones. Returns {'ok', result, backlog}: result is
-#: "<rows taken>" then one line per taken row: its digest if it has the digest form, else "" (see
-#: ``_VOUCHED``), or "-" for a row already gone. No id, text or field of another form goes into the
-#: result (the token keeps it for 10 minutes): a kind, seq or digest edited to hold a line break could
-#: otherwise shift the report onto another row.
+#: (row sid, its owner key) pairs..., tombstone sids.... Removes rows in order while their postings fit
+#: the budget (at least one), all postings at once; HDELs covered tombstones. A row is dropped only when
+#: its owner field is the owner key its sid names: a ``P:ids`` entry edited to name another owner's row
+#: never erases that row (the entry goes, the row stays, and the line says "-"). Returns
+#: {'ok', result, backlog}: result is "<rows taken>" then one line per taken row: its digest if it has
+#: the digest form, else "" (see ``_VOUCHED``), or "-" for a row already gone. No id, text or field of
+#: another form goes into the result (the token keeps it for 10 minutes): a kind, seq or digest edited
+#: to hold a line break could otherwise shift the report onto another row.
 ERASE = Script(
     "erase",
     CHECK
@@ -194,10 +196,10 @@ for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') e
 need(P .. ':pend', 'zset')
 local plans, lines, used, taken = {}, {}, 0, 0
 for i = 1, nr do
-  local sid = ARGV[5 + i]
+  local sid, okey = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
   local n = redis.call('HGET', P .. ':ids', sid)
   local row = n and redis.call('HMGET', P .. ':m:' .. n, 'b', 'kind', 'terms', 'o')
-  if row and row[1] then
+  if row and row[1] and row[4] == okey then
     local d, cnt = plan_drop(P, n, row[1], row[2], row[3], math.huge)
     if taken > 0 and used + cnt > budget then break end
     used = used + cnt
@@ -219,7 +221,7 @@ for _, p in ipairs(plans) do
   redis.call('HDEL', P .. ':rev', p.sid)
 end
 for i = 1, nt do
-  local sid = ARGV[5 + nr + i]
+  local sid = ARGV[5 + 2 * nr + i]
   local rev = redis.call('HGET', P .. ':rev', sid)
   if rev and string.sub(rev, 1, 1) == '-' and not redis.call('HGET', P .. ':ids', sid) then
     redis.call('HDEL', P .. ':rev', sid)
@@ -478,7 +480,9 @@ async def erase_target(
     pending = list(rows)
     while pending or tombs:
         batch = pending[:_ROWS_PER_CALL]
-        call: Call = (ERASE, [room, len(batch), len(tombs), *batch, *tombs])
+        # Each sid with the owner key it names: the script drops a row only when the row says the same.
+        pairs = [arg for sid in batch for arg in (sid, _owner_key_of(sid))]
+        call: Call = (ERASE, [room, len(batch), len(tombs), *pairs, *tombs])
         written = await store.writer.write(link, prefix, [call], ctx, "recall erase")
         head, *lines = written.results[0].split("\n")
         taken = int(head)
@@ -508,6 +512,12 @@ async def erase_target(
             _join(report.detail, detail),
         )
     return report
+
+
+def _owner_key_of(sid: str) -> str:
+    """The owner key a source id names (``""``, which no row holds, for an id no store makes)."""
+    owner = owner_of_source_id(sid)
+    return "" if owner is None else owner_key(owner)
 
 
 def _owner_prefix(target: EraseTarget) -> str:
