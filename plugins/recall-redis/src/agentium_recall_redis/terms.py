@@ -33,7 +33,12 @@ from typing import Any, Final
 
 from agentium_harness.plugin_api import ENGLISH_STOPWORDS, content_terms
 
-__all__ = ["STOPWORD_LISTS", "index_terms", "query_stems", "stem", "tokens"]
+__all__ = ["MAX_QUERY_INDEX_TERMS", "STOPWORD_LISTS", "index_terms", "query_stems", "stem", "tokens"]
+
+#: Most index terms a query ranks: twice the core's 32 words (``MAX_QUERY_TERMS``), so a word that
+#: splits in two (``snake_case``) still counts whole, while one ``\w+`` word of many ``_``-joined tokens
+#: cannot make the discovery script rank thousands of terms while every other client waits.
+MAX_QUERY_INDEX_TERMS: Final = 64
 
 #: Stop-word lists by the ``stopwords`` option's value (the same names as the SQLite store's).
 STOPWORD_LISTS: Final[dict[str, frozenset[str]]] = {"english": ENGLISH_STOPWORDS, "none": frozenset()}
@@ -91,11 +96,17 @@ def query_stems(query: str, stopwords: AbstractSet[str]) -> tuple[tuple[str, ...
 
     ``words`` are the core's :func:`content_terms` (distinct lower-cased
     ``\w+`` tokens less ``stopwords``, at most 32; excerpts are cut around
-    them); ``terms`` are their distinct index terms, in order.
+    them); ``terms`` are their distinct index terms, in order, at most
+    :data:`MAX_QUERY_INDEX_TERMS` (a word splits again at ``_``, so 32 words
+    could otherwise make any number).
     """
     words = content_terms(query, stopwords)
     seen: dict[str, None] = {}
     for word in words:
-        for term in tokens(word):
-            seen.setdefault(term, None)
+        for token in _TOKEN.finditer(word):  # lazily: a word may hold a million tokens
+            term = stem(token.group())
+            if term:
+                seen.setdefault(term, None)
+                if len(seen) >= MAX_QUERY_INDEX_TERMS:
+                    return words, tuple(seen)
     return words, tuple(seen)
