@@ -190,9 +190,13 @@ async def test_an_id_pointed_at_another_sessions_row_never_erases_that_row(
             else EraseTarget.groups_of(KEY, [SeqRange(0, 3)])
         )
 
+        planned = await store.erase(target, _ctx(), dry_run=True)
         report = await store.erase(target, _ctx())
 
         assert all(s.session == KEY for s in report.sessions)
+        # The dry run plans what the erase does: never the other session's group under seq 0.
+        assert planned.sessions == report.sessions and planned.counts == report.counts
+        assert all(d != kept.digest for s in planned.sessions for _, d in s.groups)
         assert list(await store.seek_groups(other, 0, 5, _ctx())) == [kept]
         assert await admin.exists(f"{tp}:m:4", f"{tp}:c:4", f"{tp}:t:4") == 3
     finally:

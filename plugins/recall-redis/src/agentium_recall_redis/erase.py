@@ -262,18 +262,19 @@ return out
 """,
 )
 
-#: Read what erasing rows would remove (a dry run). KEYS: P:ids. ARGV: P, sids.... Returns per sid
-#: its digest as ``ERASE`` reports it (``_VOUCHED``: "" unless of the digest form), or false when no row
-#: is current.
+#: Read what erasing rows would remove (a dry run). KEYS: P:ids. ARGV: P, (sid, its owner key) pairs....
+#: Returns per sid its digest as ``ERASE`` reports it (``_VOUCHED``: "" unless of the digest form), or
+#: false when ``ERASE`` would not drop a row for it (none current, or one of another owner).
 ROW_INFO = Script(
     "erase_info",
     _VOUCHED
     + """
 local P = ARGV[1]
 local out = {}
-for i = 2, #ARGV do
+for i = 2, #ARGV, 2 do
   local n = redis.call('HGET', P .. ':ids', ARGV[i])
-  if n and redis.call('HEXISTS', P .. ':m:' .. n, 'b') == 1 then out[#out + 1] = vouched(P .. ':m:' .. n)
+  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'b', 'o')
+  if row and row[1] and row[2] == ARGV[i + 1] then out[#out + 1] = vouched(P .. ':m:' .. n)
   else out[#out + 1] = false end
 end
 return out
@@ -471,7 +472,8 @@ async def erase_target(
     found: list[tuple[str, str]] = []  # (sid, digest) of rows removed
     if dry_run:
         if rows:
-            info = await store.script(ROW_INFO, [f"{prefix}:ids"], [prefix, *rows], ctx, "recall erase")
+            pairs = [arg for sid in rows for arg in (sid, _owner_key_of(sid))]
+            info = await store.script(ROW_INFO, [f"{prefix}:ids"], [prefix, *pairs], ctx, "recall erase")
             for sid, entry in zip(rows, info or (), strict=True):
                 if entry is not None:  # a row that is not current is nil (false in Lua)
                     found.append((sid, as_text(entry)))
