@@ -37,7 +37,7 @@ from agentium_harness.plugin_api import (
     Vector,
     document_source_id,
 )
-from agentium_harness.testing import rich_group
+from agentium_harness.testing import plain_group, rich_group
 from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
 from agentium_recall_redis.keys import tenant_prefix
 
@@ -230,3 +230,28 @@ async def test_discovery_leaves_out_a_revision_or_size_longer_than_a_digest(
             assert [c.ref.source_id.rsplit("/", 1)[1] for c in found] == ["second"]
     finally:
         await session.close()
+
+
+async def test_seek_refuses_another_sessions_group_filed_in_its_group_set(server: ServerProcess) -> None:
+    # A session's group set names rows by number: a member edited to name another session's row (at
+    # that group's own seq, so its digest and seq both check) was returned as this session's group.
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    mine, theirs = SessionKey("big", "u", "s"), SessionKey("big", "v", "t")
+    # Groups without a retained scope (the engine's older groups, other hosts' archives): nothing in
+    # their bytes names their session, so only the store can tell.
+    group, secret = plain_group(0, " plum tree"), plain_group(0, " their secret")
+    try:
+        await store.index_groups(mine, [group], [ArchiveReceipt(0, group.digest, "x")], _ctx())  # row 1
+        await store.index_groups(theirs, [secret], [ArchiveReceipt(0, secret.digest, "x")], _ctx())  # row 2
+        tp = tenant_prefix(store.config.key_prefix, "big")
+        admin = aioredis.Redis.from_url(server.url)
+        try:
+            bucket = (await admin.hget(f"{tp}:m:1", "b") or b"").decode()
+            await admin.zrem(f"{tp}:g:{bucket}", "1")
+            await admin.zadd(f"{tp}:g:{bucket}", {"2": 0})
+        finally:
+            await admin.aclose()
+        with pytest.raises(ArchiveCorruptError, match="another owner"):
+            await store.seek_groups(mine, 0, 5, _ctx())
+    finally:
+        await store.aclose()

@@ -361,7 +361,8 @@ return out
 
 #: Seek a session's archived groups. KEYS: P:bk. ARGV: P, owner key, start seq, max groups (>= 1), cap.
 #: Returns {seq, receipt digest, size[, canonical bytes]} ascending; bytes left out when size > cap, and
-#: the digest "" (unread) when it is longer than DIGEST_CAP.
+#: the digest "" (unread) when it is longer than DIGEST_CAP. A row whose owner field is not the owner key
+#: (a group-set member edited to name another session's row) comes back as {seq, "", -1}, unread.
 SEEK = Script(
     "seek",
     f"local DIGEST_CAP = {DIGEST_CAP}\n"
@@ -376,15 +377,19 @@ local out = {}
 for j = 1, #rows, 2 do
   local n = rows[j]
   local key = P .. ':c:' .. n
-  local size = redis.call('STRLEN', key)
-  local digest = ''
-  if redis.call('HSTRLEN', P .. ':m:' .. n, 'dg') <= DIGEST_CAP then
-    digest = redis.call('HGET', P .. ':m:' .. n, 'dg') or ''
-  end
-  if size > cap then
-    out[#out + 1] = {rows[j + 1], digest, size}
+  if redis.call('HGET', P .. ':m:' .. n, 'o') ~= ARGV[2] then
+    out[#out + 1] = {rows[j + 1], '', -1}
   else
-    out[#out + 1] = {rows[j + 1], digest, size, redis.call('GET', key)}
+    local size = redis.call('STRLEN', key)
+    local digest = ''
+    if redis.call('HSTRLEN', P .. ':m:' .. n, 'dg') <= DIGEST_CAP then
+      digest = redis.call('HGET', P .. ':m:' .. n, 'dg') or ''
+    end
+    if size > cap then
+      out[#out + 1] = {rows[j + 1], digest, size}
+    else
+      out[#out + 1] = {rows[j + 1], digest, size, redis.call('GET', key)}
+    end
   end
 end
 return out

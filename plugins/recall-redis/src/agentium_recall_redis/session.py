@@ -23,27 +23,38 @@ import attrs
 
 from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import (
+    ArchiveCorruptError,
     Candidate,
     Completeness,
     Excerpt,
+    MessageGroup,
     OmittedContext,
     OpContext,
     RecallLimits,
     RecallSession,
     Scope,
+    SessionKey,
     SourceOwner,
     SourceRef,
     Validation,
     ValidationStatus,
     Vector,
     cosine_scores,
+    decode_archived_group,
     estimate_tokens,
     make_excerpt,
     reciprocal_rank_fusion,
 )
 
-from .errors import RedisRecallError
-from .keys import encode_term, owner_from_key, owner_of_source_id, tenant_prefix, visible_owner_keys
+from .errors import RedisRecallError, RedisRecallValueTooLargeError
+from .keys import (
+    encode_term,
+    owner_from_key,
+    owner_of_source_id,
+    stored_seq,
+    tenant_prefix,
+    visible_owner_keys,
+)
 from .link import as_text
 from .scripts import DISCOVER, HYBRID, READ, REVISION_CAP, VALIDATE
 from .server import Arg
@@ -56,7 +67,7 @@ if TYPE_CHECKING:
     from .server import ServerErrors
     from .store import RedisRecallStore
 
-__all__ = ["MAX_SCRIPT_INT", "MAX_UNINDEXED", "RedisRecallSession", "StoreReads", "check_count"]
+__all__ = ["MAX_SCRIPT_INT", "MAX_UNINDEXED", "RedisRecallSession", "StoreReads", "check_count", "seek_rows"]
 
 
 @attrs.frozen(slots=True)
@@ -134,6 +145,42 @@ def check_count(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
     return max(-MAX_SCRIPT_INT, min(MAX_SCRIPT_INT, value))
+
+
+def seek_rows(key: SessionKey, rows: Any, cap: int, where: str) -> list[MessageGroup]:
+    """The groups of a ``SEEK`` reply for session ``key``, each decoded strictly; raise on any doubt.
+
+    A seq the store never writes, or a row filed under another owner (size
+    ``-1``), is ``ArchiveCorruptError``; a group over ``cap`` (its bytes left
+    out) :class:`RedisRecallValueTooLargeError`; bytes that do not match
+    their digest, decoded strictly, ``ArchiveCorruptError``.
+    """
+    out: list[MessageGroup] = []
+    for row in rows or ():
+        seq, digest, size = stored_seq(row[0]), as_text(row[1]), int(row[2])
+        if seq is None:  # a score the store never writes (0.5, inf): the group set was changed
+            raise ArchiveCorruptError(f"an indexed group of session {key.key()} has a damaged seq")
+        if size < 0:  # the set names another owner's row: its bytes may not name their session
+            raise ArchiveCorruptError(
+                f"indexed group {seq} of session {key.key()} is filed under another owner's row; "
+                "it was not read"
+            )
+        if len(row) < 4:
+            raise RedisRecallValueTooLargeError(
+                f"indexed group {seq} of session {key.key()} is {size} bytes, more than max_value_bytes "
+                f"({cap}); it was not read. Raise max_value_bytes to read it"
+            )
+        out.append(
+            decode_archived_group(
+                key,
+                seq,
+                digest,
+                bytes(row[3]),
+                # Called at once, if at all (the message of an error it raises): seq is this row's.
+                lambda: f"indexed group {seq} of session {key.key()} at {where}",  # noqa: B023
+            )
+        )
+    return out
 
 
 def _unread_rest(excerpt: Excerpt) -> Excerpt:

@@ -78,7 +78,6 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
-    ArchiveCorruptError,
     ArchiveReceipt,
     EraseReport,
     EraseTarget,
@@ -97,16 +96,15 @@ from agentium_harness.plugin_api import (
     Vector,
     check_max_items,
     check_target,
-    decode_archived_group,
     digest_of,
     document_source_id,
 )
 
 from .config import RedisRecallConfig, redact_url
 from .erase import EraseOps, erase_target
-from .errors import RedisRecallError, RedisRecallValueTooLargeError
-from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
-from .link import CHECK_COMMANDS, Command, Link, Reply, ServerReport, as_text
+from .errors import RedisRecallError
+from .keys import owner_key, owner_of_source_id, tenant_prefix
+from .link import CHECK_COMMANDS, Command, Link, Reply, ServerReport
 from .scripts import DELETE, MISSING, SEEK, VECTORS, Script
 from .server import (
     OPEN_COMMANDS,
@@ -119,7 +117,7 @@ from .server import (
     recheck,
     require_asyncio,
 )
-from .session import MAX_UNINDEXED, RedisRecallSession, StoreReads, check_count
+from .session import MAX_UNINDEXED, RedisRecallSession, StoreReads, check_count, seek_rows
 from .sources import check_size, group_sources, make_source, utf8, vector_calls
 from .terms import index_terms
 from .writes import Call, Writer
@@ -449,7 +447,8 @@ class RedisRecallStore(RecallStore):
 
         One round trip. Each group is decoded strictly from its stored
         canonical bytes and checked against the receipt digest kept at
-        indexing; damage raises ``ArchiveCorruptError``, a stored group larger
+        indexing (a group-set member naming another owner's row is damage
+        too); damage raises ``ArchiveCorruptError``, a stored group larger
         than ``max_value_bytes`` raises
         :class:`~agentium_recall_redis.errors.RedisRecallValueTooLargeError`
         (it is never returned in part).
@@ -466,23 +465,7 @@ class RedisRecallStore(RecallStore):
         rows = await self._script(
             SEEK, [f"{prefix}:bk"], [prefix, okey, start, limit, cap], ctx, "recall seek"
         )
-        out: list[MessageGroup] = []
-        for row in rows or ():
-            seq, digest, size = stored_seq(row[0]), as_text(row[1]), int(row[2])
-            if seq is None:  # a score the store never writes (0.5, inf): the group set was changed
-                raise ArchiveCorruptError(f"an indexed group of session {key.key()} has a damaged seq")
-            if len(row) < 4:
-                raise RedisRecallValueTooLargeError(
-                    f"indexed group {seq} of session {key.key()} is {size} bytes, more than max_value_bytes "
-                    f"({cap}); it was not read. Raise max_value_bytes to read it"
-                )
-            out.append(self._decode_group(key, seq, digest, bytes(row[3])))
-        return out
-
-    def _decode_group(self, key: SessionKey, seq: int, digest: str, data: bytes) -> MessageGroup:
-        return decode_archived_group(
-            key, seq, digest, data, lambda: f"indexed group {seq} of session {key.key()} at {self._where}"
-        )
+        return seek_rows(key, rows, cap, self._where)
 
     async def erase(
         self,
