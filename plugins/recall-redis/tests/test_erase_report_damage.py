@@ -201,3 +201,26 @@ async def test_an_id_pointed_at_another_sessions_row_never_erases_that_row(
         assert await admin.exists(f"{tp}:m:4", f"{tp}:c:4", f"{tp}:t:4") == 3
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize(("level", "field"), [("session", "o"), ("session", "sid"), ("tenant", "o")])
+async def test_a_row_with_one_owner_field_edited_is_still_erased(
+    server: ServerProcess, admin: aioredis.Redis, level: str, field: str
+) -> None:
+    # A row is dropped when either its owner field or its id vouches for it: one field edited behind
+    # the store's back must not leave the row's content behind after an erasure said complete.
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        digests = await _indexed(store)
+        tp = f"{prefix}:{{acme}}"
+        await admin.hset(f"{tp}:m:1", field, "zz/zz/~/~" if field == "o" else "group/acme/zz/zz/0")
+        target = EraseTarget.tenant("acme") if level == "tenant" else EraseTarget.session("acme", "ana", "s1")
+        planned = await store.erase(target, _ctx(), dry_run=True)
+        report = await store.erase(target, _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("group") == 3
+        assert planned.sessions == report.sessions
+        assert list(report.sessions[0].groups) == list(enumerate(digests))
+        assert await admin.exists(f"{tp}:m:1", f"{tp}:t:1", f"{tp}:c:1") == 0
+    finally:
+        await store.aclose()

@@ -165,6 +165,17 @@ local function vouched(key)
 end
 """
 
+# Whether row hash `key` is the row of `sid`, owned by `okey` ("*": any owner, a tenant target): its
+# owner field or its id says so. Either vouches, so one field edited behind the store's back neither
+# leaves the row's content after an erasure nor lets an edited P:ids entry erase another owner's row
+# (that needs both of the other row's fields edited to match).
+_MINE: Final = """
+local function mine(key, sid, okey)
+  local f = redis.call('HMGET', key, 'o', 'sid')
+  return okey == '*' or f[1] == okey or f[2] == sid
+end
+"""
+
 _TOKEN: Final = """
 local P = ARGV[1]
 local settled = redis.call('GET', KEYS[2])
@@ -178,8 +189,8 @@ end
 #: Erase sources. KEYS: P:ids, token. ARGV: P, token ttl, postings budget, row count, tombstone count,
 #: (row sid, its owner key) pairs..., tombstone sids.... Removes rows in order while their postings fit
 #: the budget (at least one), all postings at once; HDELs covered tombstones. A row is dropped only when
-#: its owner field is the owner key its sid names: a ``P:ids`` entry edited to name another owner's row
-#: never erases that row (the entry goes, the row stays, and the line says "-"). Returns
+#: it is the sid's own (``_MINE``): a ``P:ids`` entry edited to name another owner's row never erases
+#: that row (the entry goes, the row stays, and the line says "-"). Returns
 #: {'ok', result, backlog}: result is "<rows taken>" then one line per taken row: its digest if it has
 #: the digest form, else "" (see ``_VOUCHED``), or "-" for a row already gone. No id, text or field of
 #: another form goes into the result (the token keeps it for 10 minutes): a kind, seq or digest edited
@@ -189,6 +200,7 @@ ERASE = Script(
     CHECK
     + ROWS
     + _VOUCHED
+    + _MINE
     + _TOKEN
     + """
 local budget, nr, nt = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -199,7 +211,7 @@ for i = 1, nr do
   local sid, okey = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
   local n = redis.call('HGET', P .. ':ids', sid)
   local row = n and redis.call('HMGET', P .. ':m:' .. n, 'b', 'kind', 'terms', 'o')
-  if row and row[1] and row[4] == okey then
+  if row and row[1] and mine(P .. ':m:' .. n, sid, okey) then
     local d, cnt = plan_drop(P, n, row[1], row[2], row[3], math.huge)
     if taken > 0 and used + cnt > budget then break end
     used = used + cnt
@@ -268,13 +280,15 @@ return out
 ROW_INFO = Script(
     "erase_info",
     _VOUCHED
+    + _MINE
     + """
 local P = ARGV[1]
 local out = {}
 for i = 2, #ARGV, 2 do
   local n = redis.call('HGET', P .. ':ids', ARGV[i])
-  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'b', 'o')
-  if row and row[1] and row[2] == ARGV[i + 1] then out[#out + 1] = vouched(P .. ':m:' .. n)
+  local key = n and (P .. ':m:' .. n)
+  if key and redis.call('HEXISTS', key, 'b') == 1 and mine(key, ARGV[i], ARGV[i + 1]) then
+    out[#out + 1] = vouched(key)
   else out[#out + 1] = false end
 end
 return out
@@ -472,7 +486,7 @@ async def erase_target(
     found: list[tuple[str, str]] = []  # (sid, digest) of rows removed
     if dry_run:
         if rows:
-            pairs = [arg for sid in rows for arg in (sid, _owner_key_of(sid))]
+            pairs = [arg for sid in rows for arg in (sid, _owner_key_of(sid, target))]
             info = await store.script(ROW_INFO, [f"{prefix}:ids"], [prefix, *pairs], ctx, "recall erase")
             for sid, entry in zip(rows, info or (), strict=True):
                 if entry is not None:  # a row that is not current is nil (false in Lua)
@@ -483,7 +497,7 @@ async def erase_target(
     while pending or tombs:
         batch = pending[:_ROWS_PER_CALL]
         # Each sid with the owner key it names: the script drops a row only when the row says the same.
-        pairs = [arg for sid in batch for arg in (sid, _owner_key_of(sid))]
+        pairs = [arg for sid in batch for arg in (sid, _owner_key_of(sid, target))]
         call: Call = (ERASE, [room, len(batch), len(tombs), *pairs, *tombs])
         written = await store.writer.write(link, prefix, [call], ctx, "recall erase")
         head, *lines = written.results[0].split("\n")
@@ -516,8 +530,13 @@ async def erase_target(
     return report
 
 
-def _owner_key_of(sid: str) -> str:
-    """The owner key a source id names (``""``, which no row holds, for an id no store makes)."""
+def _owner_key_of(sid: str, target: EraseTarget) -> str:
+    """The owner key a source id names (``""``, which no row holds, for an id no store makes).
+
+    ``"*"`` (no owner key is) for a tenant target: every row of the tenant goes, whoever it names.
+    """
+    if target.level is EraseLevel.TENANT:
+        return "*"
     owner = owner_of_source_id(sid)
     return "" if owner is None else owner_key(owner)
 
