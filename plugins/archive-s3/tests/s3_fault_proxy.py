@@ -46,6 +46,9 @@ class Fault:
     #: ``time.monotonic()`` when a held request was forwarded to the server (``hold`` only), so a
     #: test can tell that a call waited for it from the order of events, not from its own duration.
     forwarded_at: float | None = None
+    #: Held requests (``hold`` only) whose server answer has not been read yet: a late write counts
+    #: until the server has processed it, so a soak knows when every late write has landed.
+    in_hold: int = 0
 
     def matches(self, method: str, path: str) -> bool:
         """True if this fault applies to a request (and has uses left)."""
@@ -233,14 +236,23 @@ class FaultProxy:
                 body = request.body
                 if fault is not None and fault.mode == "corrupt_request":
                     body = _flip(body)
-                if fault is not None and fault.mode == "hold":
-                    time.sleep(fault.seconds)
-                    fault.forwarded_at = time.monotonic()
-                if upstream is None:
-                    upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30)
-                    up_reader = _Reader(upstream)
-                upstream.sendall(_rebuild(request.head, body, drop=("expect",)))
-                response = self._read_response(up_reader, method)
+                held = fault if fault is not None and fault.mode == "hold" else None
+                if held is not None:
+                    with self._lock:
+                        held.in_hold += 1
+                try:
+                    if held is not None:
+                        time.sleep(held.seconds)
+                        held.forwarded_at = time.monotonic()
+                    if upstream is None:
+                        upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30)
+                        up_reader = _Reader(upstream)
+                    upstream.sendall(_rebuild(request.head, body, drop=("expect",)))
+                    response = self._read_response(up_reader, method)
+                finally:
+                    if held is not None:
+                        with self._lock:
+                            held.in_hold -= 1
                 if fault is not None and fault.mode == "drop":
                     return  # the server did the work; the client never hears of it
                 if fault is not None and fault.mode == "delay":

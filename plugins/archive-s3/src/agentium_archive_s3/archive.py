@@ -88,6 +88,7 @@ from .erasure import (
     WriteFence,
     drain_fenced_writes,
     owns,
+    request_bound,
 )
 from .errors import S3ArchiveError, first_failure
 from .keys import MAX_SEQ, read_arguments
@@ -127,7 +128,7 @@ class S3Archive(HistoryArchive):
         # Per session, the highest seq this adapter saw archived (appended or read).
         self._known: OrderedDict[SessionKey, int] = OrderedDict()
         # Appends in flight per session, and the erasures running (docs: erasure.py).
-        self._fence = WriteFence()
+        self._fence = WriteFence(self._link.unanswered, request_bound(config))
         # Markers reads verified, unchanged since: not HEADed again (docs: marker_cache.py).
         self._markers = VerifiedMarkers()
 

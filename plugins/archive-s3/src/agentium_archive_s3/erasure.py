@@ -8,6 +8,15 @@ on a write the target covers is refused before it is sent — then waits for
 the covered writes already in flight to finish, and only then lists. So no
 write of this adapter can land behind an erase of its scope.
 
+A write's thread returning is not enough: an HTTP attempt that got no answer
+(the SDK's read timeout, a connection dropped after sending) may have been
+held on the way (a proxy, a load balancer, a busy server) and land after the
+SDK retried it successfully or gave up. Such a write keeps its session in
+flight for :func:`request_bound` more seconds after its thread returned
+(``linger``): the time one request may take by the config's own timeouts;
+an erase of its scope waits for that too. An attempt held longer than that
+can still land late (README, Known limits).
+
 **Listing.** The scope's objects are found by prefix: key segments are
 injectively encoded and never hold ``/`` (:mod:`.keys`), so a tenant's,
 user's or session's folder holds nothing of anyone else, and no listing
@@ -28,6 +37,7 @@ import contextlib
 import math
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -64,6 +74,7 @@ __all__ = [
     "list_scope",
     "owns",
     "parse_folder",
+    "request_bound",
 ]
 
 _PAGE: Final = 1000
@@ -82,16 +93,47 @@ def owns(target: EraseTarget, key: SessionKey) -> bool:
     )
 
 
-class WriteFence:
-    """Writes in flight per session, and the erasures running, of one adapter (thread-safe)."""
+def request_bound(config: S3Config) -> float:
+    """The longest one request may take by ``config``: every attempt's connect and read timeouts."""
+    return (config.connect_timeout_s + config.read_timeout_s) * config.max_attempts
 
-    def __init__(self) -> None:
+
+class WriteFence:
+    """Writes in flight per session, and the erasures running, of one adapter (thread-safe).
+
+    ``unanswered`` counts, for the calling worker thread, the HTTP attempts that
+    got no answer (:meth:`.link.S3Link.unanswered`); a write during which it
+    grew stays in flight ``linger`` seconds after its thread returned.
+    """
+
+    def __init__(self, unanswered: Callable[[], int] = lambda: 0, linger: float = 0.0) -> None:
         self._cond = threading.Condition()
         self._writing: dict[SessionKey, int] = {}
         self._erasing: list[EraseTarget] = []
+        self._unanswered = unanswered
+        self._linger = linger
+        #: Until when (``time.monotonic()``) a write of the key that lost an answer may still land.
+        self._lingering: dict[SessionKey, float] = {}
+
+    def _in_flight(self, key: SessionKey) -> bool:
+        """Caller holds ``_cond``."""
+        if key in self._writing:
+            return True
+        until = self._lingering.get(key)
+        if until is None:
+            return False
+        if until > time.monotonic():
+            return True
+        del self._lingering[key]
+        return False
 
     def busy(self, key: SessionKey) -> bool:
-        """True while a write of ``key`` is in flight."""
+        """True while a write of ``key`` is running in its thread (what a load waits for).
+
+        Not while one that lost an answer may still land: that is for an erase
+        (``drain``); a load would wait out a whole request's bound after every
+        dropped connection, and a save settles its own lost answers.
+        """
         return key in self._writing
 
     @contextlib.contextmanager
@@ -107,10 +149,19 @@ class WriteFence:
                 if covered(target):
                     raise refuse(target)
             self._writing[key] = self._writing.get(key, 0) + 1
+        sent = self._unanswered()
         try:
             yield
         finally:
             with self._cond:
+                now = time.monotonic()
+                # Bounded: an entry goes once its time has passed (few sessions lose an answer).
+                for done in [k for k, until in self._lingering.items() if until <= now]:
+                    del self._lingering[done]
+                if self._unanswered() > sent:
+                    # An attempt of this write went unanswered: it may still be on its way.
+                    until = now + self._linger
+                    self._lingering[key] = max(until, self._lingering.get(key, until))
                 left = self._writing[key] - 1
                 if left:
                     self._writing[key] = left
@@ -129,10 +180,17 @@ class WriteFence:
             self._erasing.append(target)
 
         def drain(timeout_s: float) -> bool:
+            end = time.monotonic() + max(0.0, timeout_s)
             with self._cond:
-                return self._cond.wait_for(
-                    lambda: not any(owns(target, key) for key in self._writing), max(0.0, timeout_s)
-                )
+                while True:
+                    keys = [*self._writing, *self._lingering]
+                    if not any(owns(target, key) and self._in_flight(key) for key in keys):
+                        return True
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return False
+                    # A lingering write ends with no notification: wake to look again.
+                    self._cond.wait(min(left, 0.05))
 
         try:
             yield drain
@@ -485,7 +543,7 @@ async def drain_fenced_writes(
     At most half the time ``ctx`` has left, or as long as one request can
     take; writes still running then fail the erase before it removes anything.
     """
-    longest = (config.connect_timeout_s + config.read_timeout_s) * config.max_attempts
+    longest = request_bound(config)
     left = ctx.time_left()
     wait = longest if left is None else min(longest, left / 2)
     if await anyio.to_thread.run_sync(drain, wait, abandon_on_cancel=True):

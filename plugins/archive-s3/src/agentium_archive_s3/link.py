@@ -26,6 +26,12 @@ to ``max_concurrency`` requests run at once and keeps the rest of that base's ca
   stops the thread's requests too. A write already in its ``before-send``
   check or on the wire is what the adapters' write fence (:mod:`.erasure`)
   makes an erase wait for.
+- **Unanswered attempts.** An HTTP attempt that was sent and got no answer
+  (a read timeout, a connection dropped after sending) may still reach the
+  server later, after botocore retried it or gave up, and after the thread
+  returned: a ``needs-retry`` event handler counts such attempts per thread
+  (:meth:`S3Link.unanswered`), so the write fence keeps their session in
+  flight for as long as one request may take.
 - **Typed errors.** botocore's exceptions become the plugin's errors
   (:mod:`agentium_archive_s3.errors`) with messages that name the bucket,
   the operation and S3's error code, and never a credential.
@@ -167,6 +173,8 @@ class _CallState(threading.local):
 
     ctx: OpContext | None = None
     operation: str = ""
+    #: HTTP attempts this thread sent that got no answer (they may still land); only ever grows.
+    unanswered: int = 0
 
 
 def _base_client() -> type:
@@ -246,6 +254,11 @@ class S3Link:
                 self._client.meta.events.register(
                     "before-send.s3", self._before_send, unique_id=self._hook_id
                 )
+                # After every attempt, the last included (botocore emits it whether or not it retries).
+                # A unique id of its own: botocore ignores a second handler under the same id.
+                self._client.meta.events.register(
+                    "needs-retry.s3", self._after_attempt, unique_id=f"{self._hook_id}-attempt"
+                )
                 self._hooked = True
             return self._client
 
@@ -254,6 +267,18 @@ class S3Link:
         if ctx is not None:
             # Raised through botocore to the caller: no request leaves after the deadline.
             ctx.raise_if_expired(self._state.operation)
+
+    def _after_attempt(self, caught_exception: BaseException | None = None, **kwargs: Any) -> None:
+        # An HTTPClientError (read timeout, connection closed or reset) comes after the request was
+        # sent, perhaps whole: the server may act on it later. A failure to connect (botocore's
+        # ConnectionError family) sent nothing; a response, even an error, was answered. Returns
+        # None: the retry handler alone decides whether to retry.
+        if isinstance(caught_exception, botocore.exceptions.HTTPClientError):
+            self._state.unanswered += 1
+
+    def unanswered(self) -> int:
+        """How many HTTP attempts the calling worker thread sent that got no answer (so far)."""
+        return self._state.unanswered
 
     # -- running requests -----------------------------------------------------------------------
 
@@ -390,6 +415,7 @@ class S3Link:
                 return
             if hooked:
                 client.meta.events.unregister("before-send.s3", unique_id=self._hook_id)
+                client.meta.events.unregister("needs-retry.s3", unique_id=f"{self._hook_id}-attempt")
             if self._owned:
                 self._client = None
                 client.close()

@@ -84,7 +84,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .config import S3Config
-from .erasure import WriteFence, after_saves, drain_fenced_writes
+from .erasure import WriteFence, after_saves, drain_fenced_writes, request_bound
 from .errors import (
     S3CreateUnsettledError,
     S3ObjectTooLargeError,
@@ -129,7 +129,7 @@ class S3SessionStore(SnapshotWrites, SessionStore):
         # Saves running in worker threads, per session: one its caller gave up on (a deadline)
         # may still land, so a load waits for it rather than report the state from before, and
         # an erase waits for it before it lists (docs: erasure.py).
-        self._fence = WriteFence()
+        self._fence = WriteFence(self._link.unanswered, request_bound(config))
 
     @property
     def config(self) -> S3Config:
