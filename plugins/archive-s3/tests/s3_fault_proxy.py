@@ -49,10 +49,17 @@ class Fault:
     #: Held requests (``hold`` only) whose server answer has not been read yet: a late write counts
     #: until the server has processed it, so a soak knows when every late write has landed.
     in_hold: int = 0
+    #: Applies only once this other fault has applied (a read held only after a write was held).
+    after: Fault | None = None
 
     def matches(self, method: str, path: str) -> bool:
         """True if this fault applies to a request (and has uses left)."""
-        return self.applied < self.count and method == self.method and self.path_contains in path
+        return (
+            self.applied < self.count
+            and method == self.method
+            and self.path_contains in path
+            and (self.after is None or self.after.applied > 0)
+        )
 
 
 @dataclass

@@ -1,34 +1,44 @@
 """A repeatable fault soak: no acknowledged message is lost by the S3 archive and session store under faults.
 
-It starts moto (``s3_servers``) behind the TCP fault proxy (``s3_fault_proxy``),
-builds a runtime with :class:`S3Archive` and :class:`S3SessionStore` (both
-through the proxy, each on a boto3 client of its own so botocore-injected
-errors, ``s3_faults``, can be aimed at either) and a scripted provider, then
-runs random operations on six sessions of two tenants for ``seconds``:
-``append`` and ``run`` turns, ``read_history``, ``retract``, ``reset_view``,
-session erasures (``erase``) and groups erasures (``apply_retention``, which
-leaves markers the read-side verified-marker cache then passes). Before an
-operation a fault may be armed (dropped acknowledgment, a reply delayed past
-the SDK's read timeout, an upload or a reply corrupted, a 503 storm, 409s);
-it is disarmed right after.
+It starts moto or Ceph RGW (``s3_servers``; ``--server rgw``, a throwaway
+single-node cluster, unversioned bucket as in the test fixtures) behind the
+TCP fault proxy (``s3_fault_proxy``), builds a runtime with
+:class:`S3Archive` and :class:`S3SessionStore` (both through the proxy, each
+on a boto3 client of its own so botocore-injected errors, ``s3_faults``, can
+be aimed at either) and a scripted provider, then runs random operations on
+six sessions of three users in two tenants for ``seconds``: ``append`` and
+``run`` turns, ``read_history``, ``retract``, ``reset_view``, groups
+erasures (``apply_retention``, which leaves markers the read-side
+verified-marker cache then passes) and erasures of a session, a user and a
+tenant. Before an operation a fault may be armed (``soak_faults``: dropped
+acknowledgment, a reply delayed past the SDK's read timeout, an upload or a
+reply corrupted, a 503 storm, 409s, and a *late write*: a write held by the
+proxy past the SDK's read timeout and forwarded afterwards, so it lands
+after the call returned or failed, perhaps after the next operation, which
+is then often an erasure over it); it is disarmed right after.
 
 The model: every written group carries a unique token (in its text, or a
 control group's reason). A call that returned a committed result is
 *acknowledged*; one that raised says ``not_committed`` (must never read back)
-or ``unknown`` (settled by the next check). Erasures are settled with faults
-off (``resume_erasures``, then the tenant's completed tombstones) so what
-they removed is known exactly. After every step, with faults off, the touched
-session is read whole (``view=False``) and checked; every session is checked
-periodically and at the end, also through a fresh runtime with no cache:
-every acknowledged, not-erased group reads back exactly (messages, and the
-digest first seen), nothing erased or uncommitted reads back, nothing
-unknown appears, and every failure (reads under faults included) is a typed
+or ``unknown`` (settled by a later check, once no late write is held: until
+then it may still appear). Erasures are settled with faults off
+(``resume_erasures``, then the tenant's completed tombstones) so what they
+removed is known exactly; one still pending after a resume is a violation.
+After every step, with faults off, the touched session is read whole
+(``view=False``) and checked; every session is checked periodically and at
+the end (after every late write has landed), also through a fresh runtime
+with no cache: every acknowledged, not-erased group reads back exactly
+(messages, and the digest first seen), nothing erased or uncommitted reads
+back (nothing at a seq a groups erasure removed either), nothing unknown
+appears, and every failure (reads under faults included) is a typed
 :class:`AgentiumError`; a read under faults that returns must return only
-true data.
+true data. A raw scan of every stored object, periodically, finds no text of
+a write erased since (a late write must not put it back where no read looks).
 
-``python plugins/archive-s3/tests/soak.py --seconds 60 --seed 7`` (or ``python -m soak ...`` from that
-folder, with ``/work/wt/env.sh``'s PYTHONPATH) prints a summary and exits 1 on any violation;
-``--corrupt-snapshots`` also corrupts session-store uploads (a known defect: see test_s3_soak_smoke.py).
+``python plugins/archive-s3/tests/soak.py --seconds 60 --seed 7 [--server rgw]`` (or ``python -m soak
+...`` from that folder, with ``/work/wt/env.sh``'s PYTHONPATH) prints a summary and exits 1 on any
+violation; ``--trace FILE`` writes one line per step (to minimise a finding); ``--corrupt-snapshots``
+also corrupts session-store uploads; ``--no-late`` leaves late writes out.
 """
 
 from __future__ import annotations
@@ -44,12 +54,22 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import attrs
 from s3_fault_proxy import Fault, FaultProxy
-from s3_faults import InjectedErrors
 from s3_helpers import BUCKET, make_config, raw_client
-from s3_servers import S3Server, start_server
-from soak_model import Item, Record, Stats, Where, content_matches, token_of
+from s3_servers import FLAVOURS, S3Server, start_server
+from soak_faults import arm
+from soak_model import (
+    Item,
+    Record,
+    Stats,
+    Where,
+    apply_tombstone,
+    content_matches,
+    scan_for_erased_text,
+    token_of,
+)
 
 from agentium_archive_s3 import S3Archive, S3SessionStore, S3UnavailableError
 from agentium_harness import (
@@ -70,35 +90,32 @@ from agentium_harness import (
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import OpContext, SessionKey
 
-#: (tenant, user) pairs and the sessions of each: six sessions over two tenants.
-USERS = (("acme", "ana"), ("globex", "bo"))
-SESSIONS = ("s0", "s1", "s2")
-#: How long a delayed reply is held: past the SDK read timeout below, so the attempt times out.
+#: (tenant, user) pairs and the sessions of each: six sessions over two tenants, two users in the
+#: first (so a user erasure has a neighbour in its tenant), one in the second (a tenant erasure's).
+USERS = (("acme", "ana"), ("acme", "cy"), ("globex", "bo"))
+SESSIONS = ("s0", "s1")
+#: The SDK's read timeout: a delayed reply or a held (late) write outlasts it, so the attempt times out.
 READ_TIMEOUT_S = 2.0
-DELAY_S = 2.4
 #: Attempts a faults-off settle or check makes when the SDK's short read timeout expires under load.
 CALM_ATTEMPTS = 3
-#: S3 operations a 503 storm or a 409 may hit.
-OPERATIONS = ("PutObject", "GetObject", "HeadObject", "ListObjectsV2", "DeleteObject", "DeleteObjects")
-
-
-class _Armed:
-    """The fault armed for one operation; ``disarm`` removes it and counts whether it hit."""
-
-    def __init__(
-        self, name: str, proxy: FaultProxy, fault: Fault | None, hook: InjectedErrors | None
-    ) -> None:
-        self.name, self.proxy, self.fault, self.hook = name, proxy, fault, hook
-
-    def disarm(self, stats: Stats) -> None:
-        with self.proxy._lock:  # the proxy's own lock: its threads consume faults under it
-            self.proxy.faults.clear()
-        hit = self.fault.applied if self.fault is not None else 0
-        if self.hook is not None:
-            self.hook.remove()
-            hit = self.hook.answered
-        if hit:
-            stats.injected[self.name] += 1
+#: Operations and their weights. Erasures of a session, a user and a tenant are rarer than groups
+#: erasures (retention): each empties its scope, and the soak needs history to check.
+KINDS = {
+    "append": 30,
+    "run": 20,
+    "read": 12,
+    "archive_read": 8,
+    "retract": 8,
+    "reset": 4,
+    "retention": 12,
+    "erase": 3,
+    "erase_user": 2,
+    "erase_tenant": 1,
+}
+ERASURES = {"retention": EraseLevel.GROUPS, "erase": EraseLevel.SESSION}
+ERASURES |= {"erase_user": EraseLevel.USER, "erase_tenant": EraseLevel.TENANT}
+#: How long the end of a run waits for late writes still held by the proxy to land.
+LATE_WAIT_S = 30.0
 
 
 def _proxied(server: S3Server, proxy: FaultProxy) -> Any:
@@ -122,14 +139,25 @@ class Soak:
         *,
         patch: Callable[[S3Archive], None] | None = None,
         corrupt_snapshots: bool = False,
+        late: bool = True,
     ) -> None:
         self.server, self.rng, self.stats = server, random.Random(seed), Stats(seed)
-        self.corrupt_snapshots = corrupt_snapshots
+        self.late_rng = random.Random(seed + 1)
+        self.page_size = 30
+        self.corrupt_snapshots, self.late = corrupt_snapshots, late
+        #: Late-write faults armed so far (each counts its requests still held) and where they were.
+        self.holds: list[tuple[Fault, Where]] = []
+        #: Sessions a late write was aimed at, to check again once every held write has landed.
+        self.late_wheres: set[Where] = set()
+        #: Per session, the ranges erased by groups erasures since its last whole erasure: no group
+        #: may ever read back at those seqs (an un-acknowledged write landing late included).
+        self.erased_ranges: dict[Where, list[Any]] = {}
         self.proxy = FaultProxy(server.port)
         self.direct = make_config(
             server, prefix=f"soak{seed}-{int(time.time())}", max_attempts=2, read_timeout_s=READ_TIMEOUT_S
         )
         self.config = attrs.evolve(self.direct, endpoint_url=self.proxy.endpoint)
+        self.admin = raw_client(server)  # faults off, for the raw scans
         self.archive_client = _proxied(server, self.proxy)
         self.store_client = _proxied(server, self.proxy)
         self.archive = S3Archive(self.config, client=self.archive_client)
@@ -138,6 +166,8 @@ class Soak:
             patch(self.archive)
         self.runtime = self._runtime(self.archive, self.store)
         self.records: dict[str, Record] = {}
+        #: One line per step (operation, fault, outcome, violations so far): to minimise a finding.
+        self.trace: list[str] = []
         self.seen_erasures: set[str] = set()
         self.counter = 0
 
@@ -157,39 +187,24 @@ class Soak:
         await self.store.aclose()
         self.archive_client.close()
         self.store_client.close()
+        self.admin.close()
         self.proxy.close()
 
     # -- faults ---------------------------------------------------------------------------------
 
-    def _arm(self) -> _Armed | None:
-        rng = self.rng
-        if rng.random() < 0.45:
-            return None
-        name = rng.choice(("drop", "delay", "corrupt_request", "corrupt_response", "503", "409"))
-        where = rng.choice(("/archive/", "/sessions/", "/"))
-        fault: Fault | None = None
-        hook: InjectedErrors | None = None
-        if name == "drop":
-            fault = Fault(
-                "drop", rng.choice(("PUT", "PUT", "DELETE", "POST")), where, count=rng.randint(1, 2)
-            )
-        elif name == "delay":
-            fault = Fault("delay", rng.choice(("PUT", "GET")), where, count=1, seconds=DELAY_S)
-        elif name == "corrupt_request":
-            # A snapshot upload corrupted in flight is acknowledged and stored damaged (no checksum is
-            # sent or checked): a known defect (test_s3_soak_smoke.py), aimed at only when asked for.
-            path = where if self.corrupt_snapshots else "/archive/"
-            fault = Fault("corrupt_request", "PUT", path, count=rng.randint(1, 2))
-        elif name == "corrupt_response":
-            fault = Fault("corrupt_response", "GET", where, count=1)
-        else:
-            client = rng.choice((self.archive_client, self.store_client))
-            operation = rng.choice(OPERATIONS) if name == "503" else "PutObject"
-            hook = InjectedErrors(client, int(name), operation=operation, count=rng.randint(1, 6))
-        if fault is not None:
-            self.proxy.add(fault)
-        self.stats.armed[name] += 1
-        return _Armed(name, self.proxy, fault, hook)
+    def late_pending(self) -> int:
+        """How many late writes the proxy still holds (or has forwarded and not yet seen answered)."""
+        with self.proxy._lock:
+            return sum(fault.in_hold for fault, _ in self.holds)
+
+    async def wait_for_late_writes(self, seconds: float) -> None:
+        """Wait until every held write has landed (bounded: a proxy thread never holds forever)."""
+        end = time.monotonic() + seconds
+        # Polled: the held writes are in proxy threads, with no loop to signal.
+        while self.late_pending() and time.monotonic() < end:  # noqa: ASYNC110
+            await anyio.sleep(0.1)
+        if self.late_pending():
+            self.stats.violations.append(f"late writes still held after {seconds:g} s (the proxy's)")
 
     # -- operations -----------------------------------------------------------------------------
 
@@ -201,6 +216,7 @@ class Soak:
         return record
 
     def _failed(self, op: str, exc: BaseException, record: Record | None = None) -> None:
+        self.trace.append(f"    {op} failed: {type(exc).__name__} {exc!s:.160}")
         if not isinstance(exc, AgentiumError):
             self.stats.violations.append(f"{op} raised an untyped {type(exc).__name__}: {exc!r:.300}")
         else:
@@ -242,7 +258,7 @@ class Soak:
             page = await self.runtime.read_history(
                 VerifiedIdentity(tenant, user, "soak"),
                 session,
-                max_groups=self.rng.randint(1, 30),
+                max_groups=self.page_size,
                 view=False,
             )
         except Exception as exc:
@@ -266,27 +282,57 @@ class Soak:
             return
         self._compare(where, [Item(g) for g in groups], whole=False)
 
-    async def _erase(self, where: Where, groups: bool) -> None:
+    async def _erase(self, where: Where, kind: str) -> None:
+        """A groups erasure (retention) of ``where``'s session, or an erasure of its session, user, tenant."""
         tenant, user, session = where
-        target = EraseTarget.session(tenant, user, session)
+        level = ERASURES[kind]
+        if level is EraseLevel.TENANT:
+            target = EraseTarget.tenant(tenant)
+        elif level is EraseLevel.USER:
+            target = EraseTarget.user(tenant, user)
+        else:
+            target = EraseTarget.session(tenant, user, session)
         operator = _operator(tenant)
         try:
-            if groups:
+            if level is EraseLevel.GROUPS:
                 await self.runtime.apply_retention(operator, target, reason="soak retention")
             else:
-                await self.runtime.erase(target, reason="soak erasure", attestation=operator)
+                await self.runtime.erase(target, reason=f"soak {level.value} erasure", attestation=operator)
         except Exception as exc:
-            self._failed("retention" if groups else "erase", exc)
+            self._failed(kind, exc)
         # Settled with faults off in every case: what it removed is read from the tombstones.
 
     # -- settling and checking (faults off) -----------------------------------------------------
 
+    async def _erasure_records(self, tenant: str) -> list[Any] | None:
+        """Every erasure record of ``tenant`` (faults off), or None (a violation) when that fails."""
+        records: list[Any] = []
+        after: str | None = None
+        while True:
+            try:
+                page = await self.runtime.erasure_status(_operator(tenant), after=after)
+            except Exception as exc:
+                self.stats.violations.append(f"erasure_status of {tenant} failed (faults off): {exc!r:.300}")
+                return None
+            records.extend(page)
+            after = page.next_after
+            if after is None:
+                return records
+
     async def settle_erasures(self, tenant: str) -> None:
-        """Complete what an erasure left pending, then apply every tombstone not seen yet to the model."""
+        """Complete what an erasure left pending, then apply every tombstone not seen yet to the model.
+
+        An erasure a fault stopped must stay pending (reads of its scope refused) and complete on
+        resume with faults off: one still pending after a resume that returned is a violation.
+        """
         operator = _operator(tenant)
+        before = await self._erasure_records(tenant)
+        pending = {r.erasure_id for r in before or () if r.state is ErasureState.PENDING}
+        resumed = False
         for attempt in range(CALM_ATTEMPTS):
             try:
                 await self.runtime.resume_erasures(operator)
+                resumed = True
                 break
             except Exception as exc:
                 # The SDK's read timeout is short (for the delay faults): on a loaded machine a big
@@ -296,41 +342,22 @@ class Soak:
                     self.stats.violations.append(f"resume_erasures with faults off failed: {exc!r:.300}")
                 else:
                     self.stats.typed[f"calm retry: {type(exc).__name__}"] += 1
-        after: str | None = None
-        while True:
-            try:
-                page = await self.runtime.erasure_status(operator, after=after)
-            except Exception as exc:
+        records = await self._erasure_records(tenant)
+        for record in records or ():
+            if record.state is ErasureState.PENDING and resumed:
                 self.stats.violations.append(
-                    f"erasure_status of {tenant} with faults off failed: {exc!r:.300}"
+                    f"erasure {record.erasure_id} of {record.target.describe()} still pending after a resume"
                 )
-                return
-            for record in page:
-                if record.state is not ErasureState.COMPLETE or record.erasure_id in self.seen_erasures:
-                    continue
-                self.seen_erasures.add(record.erasure_id)
-                self._apply_tombstone(record)
-            after = page.next_after
-            if after is None:
-                return
+            if record.state is not ErasureState.COMPLETE or record.erasure_id in self.seen_erasures:
+                continue
+            self.seen_erasures.add(record.erasure_id)
+            self.stats.resumed_pending += record.erasure_id in pending
+            self._apply_tombstone(record)
 
     def _apply_tombstone(self, tombstone: Any) -> None:
         target = tombstone.target
-        where = (target.tenant_id, target.user_id, target.session_id)
-        level = target.level
-        self.stats.erasures[str(level.value)] += 1
-        for record in self.records.values():
-            if record.where != where or record.state not in ("acked", "unknown"):
-                continue
-            if level is EraseLevel.SESSION:
-                hit = True
-            else:
-                hit = record.seq is not None and any(r.start <= record.seq < r.stop for r in target.groups)
-                if record.state == "unknown":
-                    self.stats.violations.append(f"{record.token} still unknown when a groups erasure ran")
-            if hit:
-                record.state = "erased"
-                self.stats.erased_groups += 1
+        self.trace.append(f"    tombstone {target.describe()} {[(r.start, r.stop) for r in target.groups]}")
+        apply_tombstone(target, self.records, self.erased_ranges, self.stats)
 
     async def check(self, where: Where, runtime: Any | None = None) -> None:
         """Read ``where`` whole with faults off (through ``runtime``) and hold it to the model."""
@@ -377,6 +404,8 @@ class Soak:
             if group.seq <= last:
                 self.stats.violations.append(f"{where}: seq {group.seq} after {last}")
             last = group.seq
+            if any(r.start <= group.seq < r.stop for r in self.erased_ranges.get(where, ())):
+                self.stats.violations.append(f"{where}: a group reads back at erased seq {group.seq}")
             token = token_of(group)
             record = self.records.get(token or "")
             if record is None or record.where != where:
@@ -407,10 +436,14 @@ class Soak:
                 self.stats.violations.append(
                     f"{where}: acknowledged {record.kind} {record.token} (seq {record.seq}) is lost"
                 )
-            elif record.state == "unknown":
-                record.state, record.seq = (
-                    ("acked", found[record.token]) if record.token in found else ("lost-unknown", None)
-                )
+            elif record.state == "unknown" and record.token in found:
+                record.state, record.seq = "acked", found[record.token]
+                self.stats.late_appeared += record.late
+            elif record.state == "unknown" and not self.late_pending():
+                # Only once no late write is held: until then it may still land (and must then
+                # read back whole, and stay).
+                record.state, record.seq = "lost-unknown", None
+                self.stats.unknown_lost += 1
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -418,30 +451,73 @@ class Soak:
         tenant, user = self.rng.choice(USERS)
         return tenant, user, self.rng.choice(SESSIONS)
 
+    def _choose(self) -> tuple[str, Where]:
+        """The next operation and its session; while a late write is held, often an erasure over it."""
+        # Drawn first whatever happens next: whether a late write is still held depends on timing, so
+        # its choices come from a generator of their own and the seed's sequence stays the same.
+        kind, where = self.rng.choices(tuple(KINDS), tuple(KINDS.values()))[0], self._where()
+        self.page_size = self.rng.randint(1, 30)  # a read's, drawn every step for the same reason
+        if self.late_pending() and self.holds and self.late_rng.random() < 0.5:
+            where = self.holds[-1][1]
+            kind = self.late_rng.choice(("retention", "erase", "erase_user", "erase_tenant", "append", "run"))
+            self.stats.late_overlaps[kind] += 1
+        elif self.late_pending():
+            self.stats.late_overlaps["other"] += 1
+        return kind, where
+
     async def step(self) -> Where:
         """One random operation under a random fault, then settle and check with faults off."""
-        where = self._where()
-        kind = self.rng.choices(
-            ("append", "run", "read", "archive_read", "retract", "reset", "retention", "erase"),
-            (30, 20, 12, 8, 8, 4, 12, 3),
-        )[0]
+        if self.late_wheres and not self.late_pending():
+            # Every held write has landed since these sessions were last checked: check them now,
+            # whatever ran meanwhile (an erasure, say), while the late write is fresh.
+            for held_where in sorted(self.late_wheres):
+                await self.check(held_where)
+            self.late_wheres.clear()
+        kind, where = self._choose()
         self.stats.ops[kind] += 1
-        armed = self._arm()
+        clients = (self.archive_client, self.store_client)
+        corrupt = self.corrupt_snapshots
+        armed = arm(
+            self.rng,
+            self.proxy,
+            clients,
+            self.stats,
+            corrupt_snapshots=corrupt,
+            late=self.late,
+            erasing=kind in ERASURES,
+        )
+        if armed is not None and armed.name == "late" and armed.fault is not None:
+            self.holds.append((armed.fault, where))
+            if armed.reads is not None:
+                self.holds.append((armed.reads, where))
+        written = self.counter
         try:
             if kind == "read":
                 await self._read(where)
             elif kind == "archive_read":
                 await self._archive_read(where)
-            elif kind in ("retention", "erase"):
-                await self._erase(where, groups=kind == "retention")
+            elif kind in ERASURES:
+                await self._erase(where, kind)
             else:
                 await self._write(where, kind)
         finally:
             if armed is not None:
                 armed.disarm(self.stats)
-        if kind in ("retention", "erase"):
+        fault = armed.fault if armed is not None else None
+        hit = "" if fault is None else f" {fault.mode} {fault.method} {fault.path_contains} x{fault.applied}"
+        wrote = self.records[f"k{self.counter:06d}"] if self.counter > written else None
+        self.trace.append(
+            f"{sum(self.stats.ops.values())} {kind} {where} fault={armed.name if armed else None}{hit}"
+            f" -> {wrote.token if wrote else ''} {wrote.state if wrote else ''} {wrote.seq if wrote else ''}"
+        )
+        if armed is not None and armed.name == "late" and armed.fault is not None and armed.fault.applied:
+            self.late_wheres.add(where)
+            if self.counter > written:  # the write under the late fault: it may appear later
+                self.records[f"k{self.counter:06d}"].late = True
+        if kind in ERASURES:
             await self.settle_erasures(where[0])
         await self.check(where)
+        self.trace.append(f"    violations: {len(self.stats.violations)}")
         return where
 
     async def check_all(self, fresh: bool) -> None:
@@ -451,6 +527,7 @@ class Soak:
         wheres = [(t, u, s) for t, u in USERS for s in SESSIONS]
         for where in wheres:
             await self.check(where)
+        await anyio.to_thread.run_sync(self.scan_for_erased_text)
         if not fresh:
             return
         archive, store = S3Archive(self.direct), S3SessionStore(self.direct)
@@ -462,6 +539,10 @@ class Soak:
             await runtime.aclose()
             await archive.aclose()
             await store.aclose()
+
+    def scan_for_erased_text(self) -> None:
+        """Read every object under the soak's prefix for the text of erased writes (``soak_model``)."""
+        scan_for_erased_text(self.admin, self.direct.bucket, self.direct.prefix, self.records, self.stats)
 
     async def run(
         self, seconds: float, log: Callable[[str], None] | None = None, min_steps: int = 0
@@ -479,6 +560,9 @@ class Soak:
                 await self.check_all(fresh=steps % 100 == 0)
                 if log is not None:
                     log(f"  ... {steps} steps, {len(self.stats.violations)} violations")
+        await self.wait_for_late_writes(LATE_WAIT_S)
+        for held_where in sorted(self.late_wheres):
+            await self.check(held_where)
         await self.check_all(fresh=True)
         return self.stats
 
@@ -494,25 +578,35 @@ async def run_soak(
     *,
     patch: Callable[[S3Archive], None] | None = None,
     corrupt_snapshots: bool = False,
+    late: bool = True,
+    flavour: str = "moto",
     log: Callable[[str], None] | None = None,
     min_steps: int = 0,
+    trace: Path | None = None,
 ) -> Stats:
-    """Start moto in ``workdir``, soak for ``seconds`` with ``seed``, stop the server; returns the statistics.
+    """Start a server of ``flavour`` (``moto`` or ``rgw``) in ``workdir``, soak for ``seconds`` with
+    ``seed``, stop the server; returns the statistics.
 
     ``patch`` is called with the runtime's archive before the first operation (a test breaks it on
-    purpose); ``corrupt_snapshots`` lets corrupted uploads hit the session store too (a known defect).
+    purpose); ``corrupt_snapshots`` lets corrupted uploads hit the session store too; ``late``: late
+    writes are among the faults.
     """
-    server = start_server("moto", workdir)
+    server = start_server(flavour, workdir)
     try:
         admin = raw_client(server)
         admin.create_bucket(Bucket=BUCKET)
-        admin.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+        if server.flavour == "moto":
+            # As the test fixtures: Ceph RGW 16 ignores IfNoneMatch="*" in a versioned bucket, so
+            # its bucket stays unversioned (and the soak meets its plain deletes too).
+            admin.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
         admin.close()
-        soak = Soak(server, seed, patch=patch, corrupt_snapshots=corrupt_snapshots)
+        soak = Soak(server, seed, patch=patch, corrupt_snapshots=corrupt_snapshots, late=late)
         try:
             return await soak.run(seconds, log, min_steps)
         finally:
             await soak.aclose()
+            if trace is not None:
+                await anyio.Path(trace).write_text("\n".join(soak.trace) + "\n")
     finally:
         server.stop()
 
@@ -526,12 +620,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--corrupt-snapshots", action="store_true", help="also corrupt session-store uploads")
+    parser.add_argument("--trace", type=Path, default=None, help="write one line per step to this file")
+    parser.add_argument("--no-late", action="store_true", help="leave late writes out of the faults")
     parser.add_argument(
-        "--corrupt-snapshots", action="store_true", help="also corrupt session-store uploads (a known defect)"
+        "--server",
+        choices=FLAVOURS,
+        default="moto",
+        help="moto's standalone server, or a throwaway single-node Ceph RGW (ci/rgw-single-node.sh)",
     )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
-    print(f"soak: seed {seed}, {args.seconds:g} s", flush=True)
+    print(f"soak: seed {seed}, {args.seconds:g} s on {args.server}", flush=True)
     with tempfile.TemporaryDirectory(prefix="agentium-soak-") as workdir:
         stats = anyio.run(
             partial(
@@ -540,7 +640,10 @@ def main(argv: list[str] | None = None) -> int:
                 seed,
                 Path(workdir),
                 corrupt_snapshots=args.corrupt_snapshots,
+                late=not args.no_late,
+                flavour=args.server,
                 log=_say,
+                trace=args.trace,
             )
         )
     print(stats.summary(), flush=True)
