@@ -1,7 +1,8 @@
 """The fault soak (``soak.py``) in short, and the defect it found.
 
 The smoke run is fixed-seed and must find no violation, having really
-injected faults and erased groups and sessions (so it cannot pass idly). A
+injected faults (late writes among them) and erased groups, sessions, a
+user and a tenant (so it cannot pass idly). A
 second run breaks the archive's read on purpose and must report violations,
 so a soak that checks nothing would fail here. The last test pins the
 defect the soak found: a snapshot upload corrupted on the way is stored
@@ -29,12 +30,14 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_short_soak_under_faults_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    stats = await run_soak(20, 20261206, tmp_path, min_steps=60)
+    stats = await run_soak(8, 20262335, tmp_path, min_steps=30)
     print(stats.summary())
     assert stats.violations == []
     assert sum(stats.injected.values()) >= 5, stats.injected
     assert stats.erasures["session"] >= 1 and stats.erasures["groups"] >= 1, stats.erasures
-    assert stats.erased_groups >= 1 and stats.checks >= 20
+    assert stats.erasures["user"] >= 1 and stats.erasures["tenant"] >= 1, stats.erasures
+    assert stats.late_held >= 1, stats.injected  # a write held past its timeout, landing late
+    assert stats.erased_groups >= 1 and stats.checks >= 20 and stats.raw_scans >= 2
 
 
 def _skip_one_group(archive: S3Archive) -> None:
@@ -49,7 +52,7 @@ def _skip_one_group(archive: S3Archive) -> None:
 
 
 async def test_the_soak_reports_an_archive_that_skips_a_group(tmp_path: Path) -> None:
-    stats = await run_soak(8, 7, tmp_path, patch=_skip_one_group, min_steps=20)
+    stats = await run_soak(6, 4, tmp_path, patch=_skip_one_group, min_steps=20)
     print(stats.summary())
     assert any("with faults off failed" in v or "is lost" in v for v in stats.violations), stats.violations
 
