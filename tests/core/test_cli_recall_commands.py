@@ -366,3 +366,31 @@ def test_rebuild_refuses_a_hostile_archive_answer_typed_bounded_and_indexes_noth
         (count,) = conn.execute("SELECT COUNT(*) FROM recall_sources WHERE kind = 'group'").fetchone()
     conn.close()
     assert count == 0 or kind == "stuck"  # a stuck archive's first page is indexed before it stops
+
+
+def test_two_files_that_would_share_a_document_id_are_refused_before_anything_is_indexed(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A document's id is its path relative to the PATH given, so docsA/readme.md and
+    # docsB/readme.md were both "readme.md": the second replaced the first in the store, and the
+    # command said "2 indexed" with one document kept.
+    for name, text in (("alpha", "The alpha door code is 1111."), ("bravo", "The bravo door code is 2222.")):
+        (config.parent / name).mkdir()
+        (config.parent / name / "readme.md").write_text(text)
+    alpha, bravo = config.parent / "alpha", config.parent / "bravo"
+    for given in ([alpha, bravo], [alpha / "readme.md", bravo / "readme.md"]):
+        assert main(["recall", "add", str(config), "--tenant", "acme", *map(str, given)]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert "would both be document id 'readme.md'" in err and "Nothing was indexed" in err
+        assert str(alpha / "readme.md") in err and str(bravo / "readme.md") in err
+        for query in ("alpha door code", "bravo door code"):
+            assert main(["recall", "search", str(config), *ANA, query]) == 0
+            assert "status no_accessible_evidence" in capsys.readouterr().out  # nothing was indexed
+    # Files whose ids differ are all indexed.
+    docs = config.parent / "docs"
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(alpha), str(docs)]) == 0
+    assert "3 indexed, 1 skipped" in capsys.readouterr().out
+    # The same file reached twice under the same id is one document, indexed once.
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(alpha), str(alpha / "readme.md")]) == 0
+    assert "1 indexed, 0 skipped" in capsys.readouterr().out

@@ -54,7 +54,13 @@ def _store(runtime: HarnessRuntime, flag: str | None = None) -> RecallStore:
 
 
 def _files(paths: list[str]) -> list[tuple[str, Path]]:
-    """``(doc id, path)`` for every file named or under a folder named; ids are relative to what was given."""
+    """``(doc id, path)`` for every file named or under a folder named; ids are relative to what was given.
+
+    Two different files that would get the same id are refused before anything is written: the
+    second replaced the first in the store (``docsA/readme.md`` and ``docsB/readme.md`` are both
+    ``readme.md``) while the count said both were indexed. The same file reached twice under one
+    id is one document.
+    """
     found: list[tuple[str, Path]] = []
     for given in paths:
         root = Path(given)
@@ -67,9 +73,24 @@ def _files(paths: list[str]) -> list[tuple[str, Path]]:
             raise InvalidArgumentError(f"{given}: not a file or a folder; nothing was indexed")
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             found.append((path.relative_to(root).as_posix(), path))
-    for doc_id, _ in found:
+    unique: dict[str, Path] = {}
+    for doc_id, path in found:
         validate_id(doc_id, "document id")
-    return found
+        first = unique.setdefault(doc_id, path)
+        if first is not path and not _same_file(first, path):
+            raise InvalidArgumentError(
+                f"{shown(str(first))} and {shown(str(path))} would both be document id {doc_id!r}, "
+                "and the second would replace the first; give a folder that holds both, so their "
+                "ids differ. Nothing was indexed"
+            )
+    return list(unique.items())
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:  # removed since the walk: not shown to be the same file
+        return False
 
 
 class _Progress:
