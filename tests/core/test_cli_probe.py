@@ -198,3 +198,34 @@ def test_a_checks_error_messages_cannot_drive_the_terminal(
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\u202e" not in err and "\n  $.archive: forged" not in err
     assert "  $: adapter said \\x1b[2J\\n  $.archive: forged \\u202e\n" in err
+
+
+NOTHING_THERE = [
+    (["memory", "forget", "{cfg}", "--tenant", "acme", "--user", "ana", "m-1"], 2, "nothing was changed"),
+    (["memory", "correct", "{cfg}", "--tenant", "acme", "--user", "ana", "m-1", "new"], 2, "no fact"),
+    (["session", "reconcile", "{cfg}", *ANA], 0, "unchanged: no stored session"),
+    (["session", "migrate", "{cfg}", *ANA, "--attest-legacy-memory-scope"], 0, "unchanged"),
+    (["recall", "rebuild", "{cfg}", *ANA], 0, "0 group(s) newly indexed"),
+    (["retention", "apply", "{cfg}", "--tenant", "acme"], 0, "0 session(s) checked"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"), NOTHING_THERE, ids=[" ".join(a[:2]) for a, _, _ in NOTHING_THERE]
+)
+def test_a_command_with_nothing_to_change_in_a_missing_database_creates_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, says: str
+) -> None:
+    # A database that does not exist holds no fact, no session and no archived group: each of these
+    # said so (memory forget: "nothing was changed", exit 2) after creating an empty database there,
+    # so a mistyped path left one behind, as the read-only commands above used to.
+    config = tmp_path / "agentium.toml"
+    config.write_text(
+        CONFIG.format(path="fresh.db")
+        + '[memory]\nplugin = "sqlite"\n[retention]\nmax_archived_groups = 5\n',
+        encoding="utf-8",
+    )
+    assert main([a.replace("{cfg}", str(config)) for a in argv]) == code
+    out, err = capsys.readouterr()
+    assert says in out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]

@@ -33,7 +33,7 @@ from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
 from .._validators import validate_id
-from .output import EXIT_OK, json_error, print_json, reading_only, shown, shown_lines
+from .output import EXIT_OK, json_error, print_json, reading_only, shown, shown_lines, unless_missing
 
 __all__ = [
     "EXIT_PENDING",
@@ -133,10 +133,20 @@ def erasure_lines(view: SessionView) -> list[str]:
     return lines
 
 
-def _run(config: str, work: Callable[[Any], Awaitable[T]], *, reading: bool = False) -> T:
-    """``work`` on the config's runtime; ``reading`` (a dry run, a status) creates no database file."""
+def _run(
+    config: str, work: Callable[[Any], Awaitable[T]], *, reading: bool = False, starts_from: str = ""
+) -> T:
+    """``work`` on the config's runtime; ``reading`` (a dry run, a status) creates no database file.
+
+    Nor does a command whose work ``starts_from`` a store whose database does not exist
+    (:func:`unless_missing`): retention finds no session there.
+    """
     resolved = load_config(config)
-    runtime = build_runtime(reading_only(resolved) if reading else resolved)
+    if reading:
+        resolved = reading_only(resolved)
+    elif starts_from:
+        resolved = unless_missing(resolved, starts_from)
+    runtime = build_runtime(resolved)
 
     async def go() -> T:
         async with runtime:
@@ -254,7 +264,7 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
         after = await _all_status(rt, attestation, target)
         return result, [r for r in after if r.state is ErasureState.PENDING and r.erasure_id not in before]
 
-    result, stopped = _run(args.config, apply, reading=args.dry_run)
+    result, stopped = _run(args.config, apply, reading=args.dry_run, starts_from="session_store")
     if stopped:
         sys.stderr.write(
             f"agentium retention: {len(stopped)} erasure(s) stopped part way and stay pending (their "

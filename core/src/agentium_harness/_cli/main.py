@@ -63,6 +63,7 @@ from .output import (
     shown,
     shown_lines,
     text_argument,
+    unless_missing,
 )
 from .plugins import add_plugins_command, options_report, plugins_report
 from .recall import add_recall_commands
@@ -367,7 +368,8 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
 
 def cmd_session_reconcile(args: argparse.Namespace) -> int:
     """Resolve a diverged session: keep the archive's groups and renumber the session's own after them."""
-    runtime = load_runtime(args.config)
+    # No session in a database that does not exist: "unchanged", and none is created.
+    runtime = build_runtime(unless_missing(load_config(args.config), "session_store"))
 
     async def go() -> ReconcileReport:
         async with runtime:
@@ -396,7 +398,7 @@ def cmd_session_migrate(args: argparse.Namespace) -> int:
             "verify the session's exact scope first, then pass --attest-legacy-memory-scope; "
             "nothing was changed"
         )
-    runtime = load_runtime(args.config)
+    runtime = build_runtime(unless_missing(load_config(args.config), "session_store"))
 
     async def go() -> MigrationReport:
         async with runtime:

@@ -29,7 +29,7 @@ from .._engine.memory_fence import fence_memory
 from .._errors import InvalidArgumentError
 from .._ports.memory import MemoryAck, MemoryFact, MemoryScope, MemoryStore, StoredFact, iso_utc
 from .._ports.sessions import SessionStore
-from .output import add_config_argument, print_json, reading_only, shown, text_argument
+from .output import add_config_argument, print_json, reading_only, shown, text_argument, unless_missing
 
 __all__ = ["add_memory_commands"]
 
@@ -72,8 +72,12 @@ def _with_manager(
     *,
     reading: bool = False,
     fenced: bool = False,
+    changing: bool = False,
 ) -> T:
     """``work`` on the config's memory; ``reading`` (a list, a history) creates no database file.
+
+    ``changing`` (correct, forget: a change to a fact already stored) creates none either when
+    the memory database does not exist: no fact is there to change (:func:`unless_missing`).
 
     ``fenced`` (remember, correct) also builds the config's session store,
     where erasures are recorded, and fences the manager's writes with it
@@ -82,6 +86,8 @@ def _with_manager(
     resolved = load_config(args.config)
     if reading:
         resolved = reading_only(resolved)
+    elif changing:
+        resolved = unless_missing(resolved, "memory")
     component = resolved.memory
     if component is None:
         raise InvalidArgumentError(
@@ -200,13 +206,15 @@ def cmd_memory_correct(args: argparse.Namespace) -> int:
     """Correct a fact: its next revision gets TEXT; the history keeps the old one."""
     fact = _fact(args)
     scope = _scope(args)
-    return _show_ack(args, _with_manager(args, lambda m: m.correct(scope, args.fact_id, fact), fenced=True))
+    return _show_ack(
+        args, _with_manager(args, lambda m: m.correct(scope, args.fact_id, fact), fenced=True, changing=True)
+    )
 
 
 def cmd_memory_forget(args: argparse.Namespace) -> int:
     """Forget a fact: its content is removed and it is never injected again."""
     scope = _scope(args)
-    return _show_ack(args, _with_manager(args, lambda m: m.forget(scope, args.fact_id)))
+    return _show_ack(args, _with_manager(args, lambda m: m.forget(scope, args.fact_id), changing=True))
 
 
 def _scope_args(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ from .._validators import lone_surrogate_at
 
 __all__ = [
     "reading_only",
+    "unless_missing",
     "shown",
     "shown_lines",
     "EXIT_NEEDS_CLARIFICATION",
@@ -298,3 +299,17 @@ def reading_only(resolved: ResolvedConfig) -> ResolvedConfig:
             component, plugin="memory", spec=empty.spec, options=empty.spec.config_class()
         )
     return attrs.evolve(resolved, **changes) if changes else resolved
+
+
+def unless_missing(resolved: ResolvedConfig, section: str) -> ResolvedConfig:
+    """``resolved`` for a command whose work starts from what ``section``'s store holds.
+
+    When that store is a built-in SQLite database that does not exist, it holds
+    nothing to work on (no fact to forget, no session to reconcile or trim, no
+    archived group to index), and the command is answered as
+    :func:`reading_only` answers it: nothing there, and no database created.
+    A ``memory forget`` on a mistyped path said "nothing was changed" after
+    creating an empty database there. Otherwise ``resolved`` is returned as it is.
+    """
+    readable = reading_only(resolved)
+    return readable if getattr(readable, section) is not getattr(resolved, section) else resolved

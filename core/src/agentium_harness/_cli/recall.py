@@ -36,7 +36,7 @@ from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from .._scope import RecallScope, Scope, SessionKey, validate_id
-from .output import print_json, reading_only, shown, text_argument
+from .output import print_json, reading_only, shown, text_argument, unless_missing
 
 __all__ = ["MAX_DOCUMENT_BYTES", "add_recall_commands"]
 
@@ -258,7 +258,8 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
 def cmd_recall_rebuild(args: argparse.Namespace) -> int:
     """Re-index a session's archived groups from the archive into the recall store (idempotent)."""
     key = SessionKey(args.tenant, args.user, args.session)
-    runtime = load_runtime(args.config)
+    # No archived group in an archive database that does not exist: 0 indexed, and none is created.
+    runtime = build_runtime(unless_missing(load_config(args.config), "archive"))
     total = 0
     refused: list[int] = []
 
