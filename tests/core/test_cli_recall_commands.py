@@ -394,3 +394,58 @@ def test_two_files_that_would_share_a_document_id_are_refused_before_anything_is
     # The same file reached twice under the same id is one document, indexed once.
     assert main(["recall", "add", str(config), "--tenant", "acme", str(alpha), str(alpha / "readme.md")]) == 0
     assert "1 indexed, 0 skipped" in capsys.readouterr().out
+
+
+def test_a_failure_part_way_says_what_stays_indexed(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store failing on the third file ended the command with its error alone: nothing on
+    # stdout, and no word that the documents before it stay indexed (they do, and a run finds them).
+    from agentium_harness._cli import recall
+    from agentium_harness._errors import ContractViolationError
+
+    real = recall.index_document_fenced
+
+    async def failing_on_vpn(*args: Any, **kwargs: Any) -> Any:
+        if args[4] == "vpn.md":
+            raise ContractViolationError("recall store said no")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(recall, "index_document_fenced", failing_on_vpn)
+    docs = config.parent / "docs"
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "1 indexed, 1 skipped\n"
+    assert (
+        f"stopped at {docs / 'vpn.md'} (document id 'vpn.md', file 3 of 3): the 1 document(s) indexed "
+        "before it stay indexed; it and the 0 file(s) after it were not indexed" in err
+    )
+    assert err.endswith("agentium recall: recall store said no\n")
+    monkeypatch.undo()
+    assert main(["recall", "search", str(config), *ANA, "When is lunch?"]) == 0
+    assert "Lunch is at noon." in capsys.readouterr().out
+
+
+def test_a_vector_failure_part_way_says_the_document_was_indexed_without_it(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentium_harness._cli import recall
+    from agentium_harness._errors import ContractViolationError
+
+    config.write_text(config.read_text() + '[embedder]\nplugin = "hashing"\n')
+    real = recall.index_sources
+
+    async def failing_on_vpn(ticket: Any, hybrid: Any, store: Any, sources: Any) -> Any:
+        if "vpn" in sources[0][0].source_id:
+            raise ContractViolationError("embedder said no")
+        return await real(ticket, hybrid, store, sources)
+
+    monkeypatch.setattr(recall, "index_sources", failing_on_vpn)
+    docs = config.parent / "docs"
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "2 indexed, 1 skipped\n"  # vpn.md is in the store, without its vector
+    assert (
+        "the 1 document(s) indexed before it stay indexed; it was indexed, without its vector; "
+        "the 0 file(s) after it were not indexed" in err
+    )

@@ -28,8 +28,9 @@ from .._engine.lifecycle import Ticket
 from .._engine.load import load_session
 from .._engine.recall import Evidence, gather_evidence
 from .._engine.recall_policy import QueryInput
+from .._engine.results import CommitState
 from .._engine.runtime import HarnessRuntime
-from .._errors import CapabilityError, ContractViolationError, InvalidArgumentError
+from .._errors import AgentiumError, CapabilityError, ContractViolationError, InvalidArgumentError
 from .._history import MessageGroup
 from .._ports import OpContext
 from .._ports._base import capabilities_of
@@ -116,6 +117,8 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
     files = _files(args.paths)  # every id is checked before anything is written
     runtime = load_runtime(args.config)
     counts = {"indexed": 0, "skipped": 0}
+    # The file being indexed, and whether the store took it (its vector may still fail).
+    at: dict[str, Any] = {"done": 0, "taken": False}
 
     async def go() -> None:
         async with runtime:
@@ -123,6 +126,7 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
             fence = ErasureFence(runtime.session_store, runtime.limits.op_timeout_s)
             progress = _Progress(len(files))
             for done, (doc_id, path) in enumerate(files, start=1):
+                at.update(done=done, doc_id=doc_id, path=path, taken=False)
                 # At most one byte past the bound is read: a huge file is skipped, never loaded.
                 # A skipped file's name is the folder's text, escaped like a document's lines.
                 try:
@@ -153,17 +157,46 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
                 ref, notes = await index_document_fenced(
                     fence, ticket, store, owner, doc_id, text, title=doc_id, timeout_s=30.0
                 )
+                at["taken"] = True
+                counts["indexed"] += 1  # in the store, whatever becomes of its vector
                 for note in notes:
                     sys.stderr.write(f"  warning: {shown(str(path))}: {note}\n")
                 if runtime.hybrid is not None:  # hybrid recall: the document's vector goes in beside it
                     await index_sources(ticket, runtime.hybrid, store, [(ref, text)])
-                counts["indexed"] += 1
                 progress.step(done)
             progress.end()
+            at["finished"] = True  # an error from here on (closing the runtime) came after every file
 
-    anyio.run(go)
+    try:
+        anyio.run(go)
+    except AgentiumError as exc:
+        if at["done"]:
+            # main() reports the error; what the documents before it became must be said too.
+            sys.stdout.write(", ".join(f"{v} {k}" for k, v in counts.items()) + "\n")
+            sys.stderr.write(_stopped(at, counts["indexed"], len(files), exc) + "\n")
+        raise
     sys.stdout.write(", ".join(f"{v} {k}" for k, v in counts.items()) + "\n")
     return 0
+
+
+def _stopped(at: dict[str, Any], indexed: int, total: int, exc: AgentiumError) -> str:
+    """What a ``recall add`` that failed at file ``at`` left: the documents before it stay indexed."""
+    after = total - at["done"]
+    indexed -= 1 if at["taken"] else 0  # counted already: the store took it
+    if at.get("finished"):
+        return f"  every file was indexed or skipped as counted ({indexed} indexed); the error came after"
+    if at["taken"]:  # the store took it; its vector (hybrid recall) failed
+        this = f"it was indexed, without its vector; the {after} file(s) after it were not indexed"
+    elif exc.commit_state is CommitState.UNKNOWN:
+        this = f"whether it was indexed is not known; the {after} file(s) after it were not indexed"
+    elif exc.commit_state is CommitState.COMMITTED:
+        this = f"it was indexed; the {after} file(s) after it were not indexed"
+    else:
+        this = f"it and the {after} file(s) after it were not indexed"
+    return (
+        f"  stopped at {shown(str(at['path']))} (document id {shown(repr(at['doc_id']))}, "
+        f"file {at['done']} of {total}): the {indexed} document(s) indexed before it stay indexed; {this}"
+    )
 
 
 def _search_scope(args: argparse.Namespace) -> Scope:
