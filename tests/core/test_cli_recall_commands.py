@@ -449,3 +449,27 @@ def test_a_vector_failure_part_way_says_the_document_was_indexed_without_it(
         "the 1 document(s) indexed before it stay indexed; it was indexed, without its vector; "
         "the 0 file(s) after it were not indexed" in err
     )
+
+
+def test_a_symbolic_link_in_a_walked_folder_is_skipped_with_a_note(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A link inside the folder given was read through: a file anywhere the command can read (a
+    # key file, another tenant's folder) was indexed into this tenant's recall, where its runs
+    # quote it. A linked folder was passed over in silence.
+    outside = config.parent / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("The zulu root password is hunter2.")
+    docs = config.parent / "docs"
+    (docs / "creds.txt").symlink_to(outside / "secret.txt")
+    (docs / "elsewhere").symlink_to(outside, target_is_directory=True)
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "2 indexed, 3 skipped\n"
+    assert f"skipped {docs / 'creds.txt'}: a symbolic link" in err
+    assert f"skipped {docs / 'elsewhere'}: a symbolic link" in err
+    assert main(["recall", "search", str(config), *ANA, "zulu root password"]) == 0
+    assert "hunter2" not in capsys.readouterr().out
+    # Named as a PATH itself, the file a link points at is what the operator chose: it is read.
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs / "creds.txt")]) == 0
+    assert "1 indexed, 0 skipped" in capsys.readouterr().out

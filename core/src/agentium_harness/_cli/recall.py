@@ -54,8 +54,13 @@ def _store(runtime: HarnessRuntime, flag: str | None = None) -> RecallStore:
     return store
 
 
-def _files(paths: list[str]) -> list[tuple[str, Path]]:
-    """``(doc id, path)`` for every file named or under a folder named; ids are relative to what was given.
+def _files(paths: list[str]) -> tuple[list[tuple[str, Path]], list[Path]]:
+    """``(doc id, path)`` for every file named or under a folder named, and the links passed over.
+
+    Ids are relative to what was given. A symbolic link under a folder is not read (nor, for a
+    folder, walked): it may point anywhere the command can read, and what it points at would be
+    indexed into the tenant's recall, where its runs quote it. A PATH that is a link is read: the
+    operator named it.
 
     Two different files that would get the same id are refused before anything is written: the
     second replaced the first in the store (``docsA/readme.md`` and ``docsB/readme.md`` are both
@@ -63,6 +68,7 @@ def _files(paths: list[str]) -> list[tuple[str, Path]]:
     id is one document.
     """
     found: list[tuple[str, Path]] = []
+    links: list[Path] = []
     for given in paths:
         root = Path(given)
         if not root.exists():
@@ -72,8 +78,11 @@ def _files(paths: list[str]) -> list[tuple[str, Path]]:
             continue
         if not root.is_dir():  # a device, a FIFO or a socket: walking it found nothing, silently
             raise InvalidArgumentError(f"{given}: not a file or a folder; nothing was indexed")
-        for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            found.append((path.relative_to(root).as_posix(), path))
+        for path in sorted(root.rglob("*")):
+            if path.is_symlink():  # rglob walks no linked folder; a linked file it yielded
+                links.append(path)
+            elif path.is_file():
+                found.append((path.relative_to(root).as_posix(), path))
     unique: dict[str, Path] = {}
     for doc_id, path in found:
         validate_id(doc_id, "document id")
@@ -84,7 +93,7 @@ def _files(paths: list[str]) -> list[tuple[str, Path]]:
                 "and the second would replace the first; give a folder that holds both, so their "
                 "ids differ. Nothing was indexed"
             )
-    return list(unique.items())
+    return list(unique.items()), links
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -114,9 +123,14 @@ class _Progress:
 def cmd_recall_add(args: argparse.Namespace) -> int:
     """Index host documents (files, or folders walked recursively) into the configured recall store."""
     owner = SourceOwner(args.tenant, args.user, None, args.project, args.repository)
-    files = _files(args.paths)  # every id is checked before anything is written
+    files, links = _files(args.paths)  # every id is checked before anything is written
     runtime = load_runtime(args.config)
-    counts = {"indexed": 0, "skipped": 0}
+    counts = {"indexed": 0, "skipped": len(links)}
+    for link in links:
+        sys.stderr.write(
+            f"  skipped {shown(str(link))}: a symbolic link (it may point outside the folder; "
+            "give what it points at as a PATH to index it)\n"
+        )
     # The file being indexed, and whether the store took it (its vector may still fail).
     at: dict[str, Any] = {"done": 0, "taken": False}
 
