@@ -13,6 +13,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -222,10 +224,16 @@ def _console_script() -> str:
     return found
 
 
-def _script(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def _script(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIUM_")}
     return subprocess.run(
-        [_console_script(), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120, check=False
+        [_console_script(), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -356,6 +364,50 @@ def test_check_dev_zero_exits_2_at_once(capsys: pytest.CaptureFixture[str]) -> N
     code, out, err = _run(capsys, "check", "/dev/zero")
     assert (code, out) == (2, "")
     assert "$: config file larger than 1048576 bytes" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("command", [["check"], ["eval", "{config}"]])
+def test_a_named_pipe_nobody_writes_to_is_refused_at_once(tmp_path: Path, command: list[str]) -> None:
+    # Opening a FIFO waits for a writer: `agentium check FIFO` (every command given one as CONFIG)
+    # and `agentium eval CONFIG FIFO` hung for good instead of reading at most 1 MiB of it.
+    config = tmp_path / "agentium.toml"
+    config.write_text(
+        '[provider]\nplugin = "scripted"\n[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n',
+        encoding="utf-8",
+    )
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    argv = [a.replace("{config}", str(config)) for a in command]
+    try:
+        result = _script(*argv, str(fifo), cwd=tmp_path, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"agentium {' '.join(command)} on a named pipe did not return within 60 s")
+    assert result.returncode == 2, result.stderr
+    assert "a named pipe nothing was written to within 10s" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_config_written_into_a_pipe_is_read(tmp_path: Path) -> None:
+    # `agentium check pipe & make-config > pipe`: a pipe whose writer comes a little later is read.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    text = (
+        '[provider]\nplugin = "scripted"\n[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n'
+    )
+
+    def write() -> None:
+        time.sleep(0.5)  # after the command opened it: the command waits for its writer
+        with open(fifo, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    from agentium_harness import load_config
+
+    assert load_config(fifo).provider.plugin == "scripted"
+    writer.join(30)
 
 
 def test_check_deeply_nested_file_exits_2_without_traceback(

@@ -7,9 +7,11 @@ problem is a :class:`~agentium_harness._errors.ConfigIssue` with its path.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +28,7 @@ __all__ = [
     "find_config",
     "join_path",
     "parse_toml",
+    "read_limited",
     "read_source",
     "hide_env_values",
     "substitute_env",
@@ -232,6 +235,45 @@ def _too_large(source: str | None) -> ConfigError:
     )
 
 
+#: How long a config or case file that is a named pipe may wait for something to write into it.
+PIPE_WAIT_S: Final = 10.0
+
+
+def read_limited(path: str | os.PathLike[str], limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of the file at ``path``; a named pipe waits at most :data:`PIPE_WAIT_S`.
+
+    ``open()`` of a FIFO blocks until something opens it to write, so a config or case file
+    path naming one nobody writes to hung the command for good. The file is opened without
+    waiting; a FIFO then waits up to :data:`PIPE_WAIT_S` for its writer (one started just
+    after the command, ``agentium check pipe & make-config > pipe``) and is read to its end,
+    up to the bound, as a pipe something writes into (``agentium check <(make-config)``) is.
+
+    :raises OSError: it cannot be read, or it is a named pipe nothing was written to in time.
+    """
+    nonblocking = getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, os.O_RDONLY | nonblocking | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if nonblocking and stat.S_ISFIFO(os.fstat(fd).st_mode) and not _writer_came(fd):
+            raise OSError(errno.ENODATA, f"a named pipe nothing was written to within {PIPE_WAIT_S:g}s")
+        if nonblocking:
+            os.set_blocking(fd, True)  # only the open and the wait must not block: reads do
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def _writer_came(fd: int) -> bool:
+    """Whether the FIFO ``fd`` had data or a writer come and go within :data:`PIPE_WAIT_S`."""
+    import select  # POSIX only, as FIFOs are
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    # Linux reports no POLLHUP for a FIFO no writer has opened yet: only data, or a writer that
+    # opened and closed it (read then ends at once, with what it wrote), ends the wait early.
+    return bool(poller.poll(PIPE_WAIT_S * 1000))
+
+
 def read_source(source: str | os.PathLike[str]) -> tuple[str, str | None, Path | None]:
     """Return (text, shown source name, base directory).
 
@@ -245,8 +287,7 @@ def read_source(source: str | os.PathLike[str]) -> tuple[str, str | None, Path |
     path = Path(source)
     shown = str(path)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
+        data = read_limited(path, MAX_CONFIG_BYTES)
         base_dir = path.resolve().parent
     except OSError as exc:
         raise ConfigError(

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import attrs
 
 from .._codec import decode_json
+from .._config.source import read_limited
 from .._errors import InvalidJSONError
 from .._ports.recall import RecallLimits
 from ._errors import CaseIssue, EvalCaseError, UnknownGraderError
@@ -479,8 +480,7 @@ def load_cases(path: str | os.PathLike[str], *, graders: Sequence[str] | None = 
     target = bundled_cases_path() if os.fspath(path) == BUNDLED_CASES else Path(path)
     name = os.fspath(path)
     try:
-        with open(target, "rb") as handle:
-            raw = handle.read(MAX_CASE_FILE_BYTES + 1)
+        raw = read_limited(target, MAX_CASE_FILE_BYTES)  # a named pipe nobody writes to hung the command
     except OSError as exc:
         raise EvalCaseError(
             [CaseIssue(name, None, "$", f"cannot read the case file: {exc.strerror or exc}")]
