@@ -175,3 +175,42 @@ def test_the_demo_stops_with_a_typed_error_when_the_verifiers_config_class_block
     named = "the config class of verifier adapter 'fs' (plugin agtest-hang-fs-config)"
     assert err.startswith(f"agentium demo: {named} did not return within {BOUND_S}s"), err
     assert "Traceback" not in err
+
+
+def test_a_wrapped_providers_blocking_config_class_is_abandoned_too(
+    gate: threading.Event, tmp_path: Path
+) -> None:
+    # The recorded provider's wrapped provider had its options structured into its config class on
+    # the caller's thread, unbounded: `agentium check` of a config recording `hang` hung for good.
+    entered = threading.Event()
+    registry = PluginRegistry.load(
+        autoload=False, extra_plugins=[(DIST, _hanging_config_plugin(gate, entered))], hook_timeout_s=BOUND_S
+    )
+    cfg = tmp_path / "agentium.toml"
+    cfg.write_text(
+        '[provider]\nplugin = "recorded"\n[provider.options]\npath = "rec.jsonl"\nmode = "record"\n'
+        'provider = "hang"\nprovider_options = { responses = ["hi"] }\n'
+        '[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n',
+        encoding="utf-8",
+    )
+    started = time.monotonic()
+    done: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            load_config(cfg, registry=registry)
+        except BaseException as exc:  # handed to the test's thread
+            done.append(exc)
+
+    worker = threading.Thread(target=check, daemon=True)  # a hang must fail the test, not stall it
+    worker.start()
+    worker.join(WITHIN_S)
+    assert not worker.is_alive(), "load_config waited on the wrapped provider's config class"
+    assert time.monotonic() - started < WITHIN_S
+    assert entered.is_set()
+    (error,) = done
+    assert isinstance(error, ConfigError)
+    issues = {issue.path: issue.message for issue in error.issues}
+    wrapped = f"the config class of provider adapter 'hang' (plugin {DIST}) did not return within {BOUND_S}s"
+    assert wrapped in issues["$.provider.options.provider_options"], issues
+    assert not (tmp_path / "rec.jsonl").exists()

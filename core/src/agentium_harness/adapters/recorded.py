@@ -26,6 +26,7 @@ import json
 import os
 import re
 import threading
+from functools import partial
 from typing import Any, ClassVar, Literal
 
 import anyio
@@ -33,6 +34,7 @@ import attrs
 
 from .._codec import decode_json, digest_of, structure, unstructure
 from .._errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
+from .._plugins.deadline import HookTimeoutError, call_with_deadline
 from .._plugins.spec import BUILDING, PATH_OPTION
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
@@ -158,8 +160,16 @@ def wrapped_provider(config: RecordedProviderConfig, registry: Any) -> tuple[Any
             [ConfigIssue("$.provider.options.provider", "the recorded provider cannot wrap itself")]
         )
     try:
-        spec = registry.get("provider", config.provider)
-        options: Any = structure(config.provider_options, spec.config_class)
+        found = registry.adapter("provider", config.provider)
+        spec = found.spec
+        # Its config class is plugin code, bounded as the config's own classes are (docs/config.md):
+        # structured on the caller's thread, a validator that blocked hung `agentium check` for good.
+        what = f"the config class of provider adapter {config.provider!r} (plugin {found.distribution})"
+        options: Any = call_with_deadline(
+            partial(structure, config.provider_options, spec.config_class), registry.hook_timeout_s, what
+        )
+    except HookTimeoutError as exc:
+        raise ConfigError([ConfigIssue("$.provider.options.provider_options", str(exc))]) from exc
     except RecordDecodeError as exc:
         raise ConfigError(
             [ConfigIssue("$.provider.options.provider_options", "; ".join(exc.issues))]
