@@ -287,6 +287,32 @@ def test_options_report_survives_a_factory_that_raises_and_a_repr_that_raises() 
     assert report["opaque"]["default"] == "<Opaque that cannot be shown>"
 
 
+def test_options_report_does_not_show_a_computed_default_its_field_hides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A plugin defaulting a credential from the environment, its field hidden from the class's repr
+    # (repr=False, or a repr of its own that redacts it), had the secret printed by
+    # `agentium plugins` and `--json`: the factory's value was shown as the default.
+    monkeypatch.setenv("AGTEST_API_KEY", "sk-live-0123456789abcdef")
+
+    def redacted(value: object) -> str:
+        return "'***'"
+
+    @attrs.frozen
+    class Options:
+        api_key: str = attrs.field(factory=lambda: os.environ["AGTEST_API_KEY"], repr=False)
+        token: str = attrs.field(factory=lambda: os.environ["AGTEST_API_KEY"], repr=redacted)
+        region: str = attrs.field(factory=lambda: "eu-1")
+        password: str | None = attrs.field(default=None, repr=False)
+
+    report = {o["name"]: o for o in options_report(Options)}
+    assert "sk-live" not in json.dumps(report)
+    hidden = "(computed; not shown: the option hides its value)"
+    assert report["api_key"]["default"] == hidden and report["token"]["default"] == hidden
+    assert report["region"]["default"] == "eu-1"  # a field shown in its repr shows its computed default
+    assert report["password"]["default"] is None  # a default written in the plugin's code is shown
+
+
 def test_plugins_json_lists_each_adapters_options_with_types_and_defaults(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -61,8 +61,10 @@ def options_report(config_class: type) -> list[dict[str, Any]]:
 
     ``default`` is the JSON form of the default (``null`` for a required
     option, the ``repr`` when it has no JSON form); a factory default is shown
-    by the value it makes. ``path`` is true for options resolved against the
-    config file's folder.
+    by the value it makes, unless the field hides its value from the class's
+    ``repr`` (``repr=False`` or a ``repr`` of its own): that one is not computed
+    and not shown. ``path`` is true for options resolved against the config
+    file's folder.
     """
     if not attrs.has(config_class):
         return []
@@ -74,7 +76,12 @@ def options_report(config_class: type) -> list[dict[str, Any]]:
     for field in fields:
         default = field.default
         required = default is attrs.NOTHING
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]  # attrs.Factory is a class at run time
+        if isinstance(default, attrs.Factory) and field.repr is not True:  # type: ignore[arg-type]
+            # A value the field hides from the class's repr (repr=False, or a repr that redacts it)
+            # and computes at run time is a credential read from the environment, as often as not:
+            # `agentium plugins` printed it. A default written in the plugin's code is shown.
+            default = "(computed; not shown: the option hides its value)"
+        elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]  # attrs.Factory is a class at run time
             try:
                 default = "(computed)" if default.takes_self else default.factory()
             # The plugin's code: a factory reading an unset variable made `agentium plugins`, the
