@@ -13,8 +13,10 @@ import fcntl
 import gc
 import os
 import sys
+import threading
 from pathlib import Path
 
+import anyio
 import pytest
 from fs_verifier_helpers import ARTIFACT_BYTES, CLAIM, context, sha256, verifier_for, write
 
@@ -142,4 +144,40 @@ def test_a_verification_that_reaches_the_root_check_after_aclose_reads_nothing(t
     pin.close()
     with pytest.raises(PinClosed), root_descriptor(str(root), pin):
         pytest.fail("the root was opened for reading after the pin was closed")
+    assert _held(root) == []
+
+
+async def test_aclose_does_not_wait_for_a_verification_hung_on_the_pinned_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker hung in a file-system call (an NFS root whose server stopped answering) never holds aclose.
+
+    ``aclose`` runs on the event loop's thread: a lock it takes must never be
+    held across a file-system call in the worker, or the whole loop stops
+    with it (``runtime.aclose()``'s own bound cannot interrupt a blocked thread).
+    Here ``fstat`` of the pinned descriptor hangs in the worker until released.
+    """
+    root = _workspace(tmp_path)
+    verifier = verifier_for(root, "report.txt", read_timeout_s=0.3)
+    (pinned,) = _held(root)
+    release = threading.Event()
+    real_fstat = os.fstat
+
+    def hung_fstat(fd: int) -> os.stat_result:
+        if fd == pinned and threading.current_thread() is not threading.main_thread():
+            release.wait(30)
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", hung_fstat)
+    timer = threading.Timer(10, release.set)  # unblocks the old code's event loop, failing the test
+    timer.start()
+    try:
+        with anyio.fail_after(20):
+            result = await verifier.verify(CLAIM, context())
+        assert result.verdict in (Verdict.PASS, Verdict.UNKNOWN)
+        await verifier.aclose()
+        assert not release.is_set(), "aclose waited for the hung worker (the event loop was blocked)"
+    finally:
+        release.set()
+        timer.cancel()
     assert _held(root) == []

@@ -95,12 +95,15 @@ class RootPin:
     the pin's identity *is* the pinned directory.
 
     One descriptor per pin (``O_CLOEXEC``: a program a forked child executes
-    does not inherit it), held until :meth:`close`. Closing and comparing take
-    one lock, so a comparison never reads a descriptor number that ``close``
-    released and another open reused.
+    does not inherit it), held until :meth:`close`. Its identity is read once,
+    when it is opened: a held descriptor's inode keeps its device and number.
+    Closing and comparing take one lock, so a comparison never passes once
+    ``close`` released the directory; nothing under the lock touches the file
+    system, so a call hung in a worker thread (a root on an unresponsive NFS
+    server) never holds ``close``, which runs on the event loop's thread.
     """
 
-    __slots__ = ("_fd", "_lock")
+    __slots__ = ("_fd", "_identity", "_lock")
 
     def __init__(self, root: str) -> None:
         """Open ``root`` (through any symlink on its path, as the build resolves it) and hold it.
@@ -108,6 +111,12 @@ class RootPin:
         :raises OSError: it cannot be opened as a directory (``NotADirectoryError``, ``FileNotFoundError``…).
         """
         fd = os.open(root, _flags("O_DIRECTORY", "O_CLOEXEC"))
+        try:
+            pinned = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._identity: tuple[int, int] = (pinned.st_dev, pinned.st_ino)
         self._fd: int | None = fd
         self._lock = threading.Lock()
 
@@ -120,15 +129,15 @@ class RootPin:
         """Whether ``opened`` (``fstat`` of a descriptor the caller holds open) is the pinned directory.
 
         Both are open at the moment of the comparison, so equal identities are
-        one inode, never a reused number.
+        one inode, never a reused number. The pinned identity was read when the
+        pin was opened: no file-system call is made under the lock ``close`` takes.
 
         :raises PinClosed: the pin was closed; nothing is compared.
         """
         with self._lock:
             if self._fd is None:
                 raise PinClosed
-            pinned = os.fstat(self._fd)
-            return (pinned.st_dev, pinned.st_ino) == (opened.st_dev, opened.st_ino)
+            return self._identity == (opened.st_dev, opened.st_ino)
 
     def close(self) -> None:
         """Release the descriptor; idempotent (later calls do nothing)."""
