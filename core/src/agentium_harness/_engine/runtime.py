@@ -391,6 +391,10 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         prior, opening = opening_messages(user_input, step)
         verification: VerificationRecord | None = None
 
+        def noted(record: VerificationRecord) -> None:  # what a turn stopped in a revision commits
+            nonlocal verification
+            verification = record
+
         def retained(stopped: TurnInterruption | None = None) -> RetainedRecord:
             return retained_record(
                 scope,
@@ -443,6 +447,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                     started_at=started_at,
                     timeout_s=self.verify_timeout_s,
                     max_steps=self.limits.max_steps,
+                    noted=noted,
                 )
                 diagnostics.extend(verify_notes)
             progress.turn = turn

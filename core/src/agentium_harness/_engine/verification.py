@@ -155,6 +155,7 @@ async def verify_turn(
     timeout_s: float,
     revise: Reviser,
     steps_left: Callable[[], int] | None = None,
+    noted: Callable[[VerificationRecord], None] | None = None,
 ) -> tuple[VerificationRecord, list[Diagnostic]]:
     """Verify ``answer``, revising as the policy allows; the record of every attempt.
 
@@ -162,6 +163,12 @@ async def verify_turn(
     left, and an attempt that would start with nothing left is not made (the
     turn stops on the last verdict, noted in diagnostics). So is the step
     budget: with ``steps_left`` at 0 no revision is asked for.
+
+    ``noted`` is given the record as it stands after each verdict, and before
+    each revision the record that revision leaves if the run stops in it (its
+    model call fails, the run is cancelled): the verdicts so far, then an
+    ``unknown`` attempt for the revision. What the runtime commits then says
+    the completion was judged, and how, rather than that it never was.
     """
     diagnostics: list[Diagnostic] = []
     attempts: list[VerificationAttempt] = []
@@ -181,6 +188,8 @@ async def verify_turn(
         )
         diagnostics.extend(notes)
         attempts.append(attempt)
+        if noted is not None:
+            noted(_record(attempts, revision, policy))
         used_entries += len(attempt.evidence)
         used_bytes += sum(evidence_size(e) for e in attempt.evidence)
         if attempt.verdict is not Verdict.FAIL or policy.on_fail == "stop":
@@ -218,6 +227,9 @@ async def verify_turn(
         diagnostics.append(
             Diagnostic("revision_requested", f"verification failed ({attempt.reason}); revision {revision}")
         )
+        if noted is not None:
+            why = f"the run stopped in revision {revision} or its verification; not verified"
+            noted(_record([*attempts, VerificationAttempt(revision, Verdict.UNKNOWN, why)], revision, policy))
         revised = await revise(revision, verification_block(scope, revision, attempt))
         if revised is None:
             diagnostics.append(
@@ -232,9 +244,9 @@ async def verify_turn(
             )
             break
         answer = revised
-    record = VerificationRecord(
-        verdict=attempts[-1].verdict, revisions=revision, policy=policy.label, attempts=tuple(attempts)
-    )
+    record = _record(attempts, revision, policy)
+    if noted is not None:
+        noted(record)
     if not record.accepted:
         diagnostics.append(
             Diagnostic(
@@ -244,6 +256,15 @@ async def verify_turn(
             )
         )
     return record, diagnostics
+
+
+def _record(
+    attempts: list[VerificationAttempt], revisions: int, policy: CompletionPolicy
+) -> VerificationRecord:
+    """The record of ``attempts``: its verdict is the last one's."""
+    return VerificationRecord(
+        verdict=attempts[-1].verdict, revisions=revisions, policy=policy.label, attempts=tuple(attempts)
+    )
 
 
 #: Run the model again: ``(turn so far, feedback block, refuse write effects, model calls left)``
@@ -263,6 +284,7 @@ async def verify_completed_turn(
     started_at: float,
     timeout_s: float,
     max_steps: int,
+    noted: Callable[[VerificationRecord], None] | None = None,
 ) -> tuple[TurnOutcome, VerificationRecord | None, list[Diagnostic]]:
     """Verify a finished turn; the turn (with any revisions appended) and the record.
 
@@ -271,7 +293,8 @@ async def verify_completed_turn(
     Revisions share the run's ``max_steps`` with the turn: a revision gets
     the model calls the run has left, and none is asked for when none are
     left. A model call failing in a revision raises :class:`TurnInterrupted`
-    with the whole turn so far.
+    with the whole turn so far; ``noted`` (see :func:`verify_turn`) has had the
+    record that revision leaves by then.
     """
     if turn.status is not RunStatus.COMPLETED:
         note = Diagnostic(
@@ -309,6 +332,7 @@ async def verify_completed_turn(
             timeout_s=timeout_s,
             revise=revise,
             steps_left=lambda: max_steps - current.steps,
+            noted=noted,
         )
         _describe(span, record)
     status = RunStatus.COMPLETED if record.accepted else RunStatus.NOT_ACCEPTED
