@@ -197,7 +197,7 @@ class OpenedFile:
         self._shown = shown
 
     def check_still_in_place(self) -> None:
-        """After reading: the file still has one link, and that link is the name it was opened by.
+        """After reading: the file is unchanged and has one link, the name it was opened by.
 
         Without this a hard link to an outside file, opened in the moment it
         existed and then removed (so ``st_nlink`` is back to 1 when
@@ -205,9 +205,21 @@ class OpenedFile:
         has exactly one link and that link is the confined name, the bytes
         read are those of a file under the root.
 
-        :raises EvidenceUnavailable: the link count or the name changed while the file was read.
+        The bytes are read in chunks, so a file written while it is read gives
+        a mix of its old and new bytes, which it may never have held at any
+        one moment: a writer that puts the expected first half in place, then
+        (after that chunk was read) the expected second half while undoing the
+        first, made the file pass that never held the expected bytes. So its
+        size, modification and change times must be what they were when it was
+        opened. A write within one tick of the file system's timestamp clock
+        that keeps the size is not seen (the times cannot tell it).
+
+        :raises EvidenceUnavailable: the file, its link count or its name changed while it was read.
         """
         now = os.fstat(self.fd)
+        was = self.stat
+        if (now.st_size, now.st_mtime_ns, now.st_ctime_ns) != (was.st_size, was.st_mtime_ns, was.st_ctime_ns):
+            raise EvidenceUnavailable(f"changed: {self._shown!r} was written while it was read")
         try:
             named = os.stat(self._name, dir_fd=self._parent, follow_symlinks=False)
         except OSError:
