@@ -8,15 +8,26 @@ import resource
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
 import pytest
-from fs_verifier_helpers import ARTIFACT_BYTES, CLAIM, context, details, root_fixture, verifier_for, write
+from fs_verifier_helpers import (
+    ARTIFACT_BYTES,
+    CLAIM,
+    context,
+    details,
+    junit,
+    root_fixture,
+    verifier_for,
+    write,
+)
 
+import agentium_verifier_fs.verifier as verifier_module
 from agentium_harness.plugin_api import OpContext, OperationCancelledError, Verdict, VerificationResult
-from agentium_verifier_fs import FsVerifier
+from agentium_verifier_fs import MAX_STRANDED_WORKERS, FsVerifier
+from agentium_verifier_fs._junit import TestCounts
 
 pytestmark = pytest.mark.anyio
 
@@ -278,3 +289,52 @@ async def test_a_deep_path_holds_a_few_descriptors_not_one_per_component(root: P
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert result.verdict is Verdict.PASS, details(result)
+
+
+async def test_workers_left_blocked_are_bounded_and_the_verifier_recovers(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each verification of a hung file system leaves a thread behind; past the bound none is started.
+
+    Without the bound every verification added one more thread blocked for
+    good (anyio does not count an abandoned thread against its limiter), so a
+    service verifying against a file system that stopped answering grew
+    threads without end.
+    """
+    release = threading.Event()
+    entered: list[int] = []
+    real_parse = verifier_module.parse_junit
+
+    def parse(data: bytes, check: Callable[[], None] = lambda: None) -> TestCounts:
+        entered.append(threading.get_ident())
+        release.wait(30)
+        return real_parse(data, check)
+
+    monkeypatch.setattr(verifier_module, "parse_junit", parse)
+    write(root / "reports" / "junit.xml", junit())
+    verifier = verifier_for(root, records=("reports/junit.xml",), read_timeout_s=0.5)
+    refused = None
+    try:
+        with anyio.fail_after(60):
+            for _ in range(4 * MAX_STRANDED_WORKERS):
+                result = await verifier.verify(CLAIM, context())
+                detail = details(result)["reports/junit.xml"]
+                if "still blocked" in detail:
+                    refused = detail
+                    break
+                assert detail == "unknown: not read within read_timeout_s=0.5"
+        assert refused == (
+            f"unknown: not read: {MAX_STRANDED_WORKERS} earlier verifications of this verifier are "
+            "still blocked reading evidence (a file system that does not answer); none is started "
+            "until one returns"
+        )
+        assert len(entered) == MAX_STRANDED_WORKERS  # no thread was started for the refused one
+    finally:
+        release.set()
+    # Once the file system answers, the workers finish and verification reads again.
+    with anyio.fail_after(30):
+        while True:
+            result = await verifier.verify(CLAIM, context())
+            if result.verdict is Verdict.PASS:
+                break
+            await anyio.sleep(0.05)

@@ -16,7 +16,7 @@ from .config import (
     FsVerifierConfig,
     RootNotFoundError,
 )
-from .verifier import ARTIFACT, TEST_RECORD, FsVerifier, VerifierClosedError
+from .verifier import ARTIFACT, MAX_STRANDED_WORKERS, TEST_RECORD, FsVerifier, VerifierClosedError
 
 __version__ = "0.1.0"
 
@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_RECORD_BYTES",
     "DEFAULT_READ_TIMEOUT_S",
+    "MAX_STRANDED_WORKERS",
     "TEST_RECORD",
     "ExpectedArtifact",
     "FsVerifier",

@@ -66,7 +66,7 @@ from ._confined import (
 from ._junit import parse_junit
 from .config import ExpectedArtifact, FsVerifierConfig, RootNotFoundError, check_root, split_relative_path
 
-__all__ = ["ARTIFACT", "TEST_RECORD", "FsVerifier", "VerifierClosedError"]
+__all__ = ["ARTIFACT", "MAX_STRANDED_WORKERS", "TEST_RECORD", "FsVerifier", "VerifierClosedError"]
 
 #: Verdicts left unknown by unavailable or stale evidence (WARNING); never paths or file content.
 logger = logging.getLogger("agentium.plugins.verifier_fs")
@@ -81,6 +81,9 @@ _REASON_REFS: Final = 3
 #: How long past read_timeout_s (or the deadline) the awaiting side gives a worker to notice the
 #: bound itself before it leaves it behind: one read or parse step takes far less.
 _GRACE_S: Final = 0.25
+#: Workers a verifier may have left behind still blocked (a hung file system) before it starts no
+#: more: each is a thread the process keeps until its call returns, which may be never.
+MAX_STRANDED_WORKERS: Final = 4
 
 
 def _timestamp_slack() -> float:
@@ -126,6 +129,16 @@ class _Outcome:
     verdict: Verdict
     entry: EvidenceEntry
     short: str
+
+
+class _Worker:
+    """One verification's worker thread: whether it finished, and whether it was left behind running."""
+
+    __slots__ = ("done", "stranded")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.stranded = 0  # 1 once counted in FsVerifier._stranded
 
 
 def _outcome(kind: str, ref: str, verdict: Verdict, text: str, short: str) -> _Outcome:
@@ -190,6 +203,9 @@ class FsVerifier(CompletionVerifier):
         self._pin = pin
         # aclose() runs this; a verifier dropped unclosed runs it when collected. It runs once.
         self._release = weakref.finalize(self, pin.close)
+        # Workers whose verification stopped waiting for them while they still ran (see verify).
+        self._stranded = 0
+        self._stranded_lock = threading.Lock()
 
     @property
     def config(self) -> FsVerifierConfig:
@@ -217,6 +233,17 @@ class FsVerifier(CompletionVerifier):
         if self._pin.closed:
             raise _closed()
         timeout = self._config.read_timeout_s
+        with self._stranded_lock:
+            stranded = self._stranded
+        if stranded >= MAX_STRANDED_WORKERS:
+            # Each verification against a file system that stopped answering would leave one more
+            # thread blocked for good: past the bound, nothing is started, the items are unknown.
+            why = (
+                f"not read: {stranded} earlier verifications of this verifier are still blocked "
+                "reading evidence (a file system that does not answer); none is started until one returns"
+            )
+            refused = [_outcome(k, r, Verdict.UNKNOWN, why, "blocked") for k, r in self._items]
+            return self._finish(refused, ctx)
         bound = time.monotonic() + timeout
         abandoned = threading.Event()
         lock = threading.Lock()
@@ -239,16 +266,26 @@ class FsVerifier(CompletionVerifier):
         # one step (a hung read, a parse) too: after the bound plus a grace it is left behind.
         left = ctx.op.time_left()
         wait = (timeout if left is None else min(timeout, left)) + _GRACE_S
+        worker = _Worker()
+
+        def work() -> None:
+            try:
+                self._collect(ctx.run_started_at, check, emit)
+            finally:
+                with self._stranded_lock:
+                    worker.done = True
+                    self._stranded -= worker.stranded
+
         try:
             with anyio.move_on_after(wait):
-                await anyio.to_thread.run_sync(
-                    self._collect, ctx.run_started_at, check, emit, abandon_on_cancel=True
-                )
+                await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except BaseException:
             # Cancelled while the thread runs: the thread stops before its next step
             # and closes its descriptors; nobody waits for it.
             abandoned.set()
+            self._strand(worker)
             raise
+        self._strand(worker)
         with lock:
             abandoned.set()
             outcomes = list(emitted)
@@ -259,6 +296,17 @@ class FsVerifier(CompletionVerifier):
             why = f"not read within read_timeout_s={timeout}"
             rest = self._items[len(outcomes) :]
             outcomes += [_outcome(k, r, Verdict.UNKNOWN, why, "time bound") for k, r in rest]
+        return self._finish(outcomes, ctx)
+
+    def _strand(self, worker: _Worker) -> None:
+        """Count ``worker`` as left behind when it still runs now that its verification stopped waiting."""
+        with self._stranded_lock:
+            if not worker.done and not worker.stranded:
+                worker.stranded = 1
+                self._stranded += 1
+
+    def _finish(self, outcomes: list[_Outcome], ctx: VerifyContext) -> VerificationResult:
+        """The result of ``outcomes``; an ``unknown`` one is logged as a WARNING (kinds only)."""
         result = _judge(outcomes, ctx)
         unknown = [o for o in outcomes if o.verdict is Verdict.UNKNOWN]
         if result.verdict is Verdict.UNKNOWN:
