@@ -67,6 +67,23 @@ def test_a_relative_root_that_does_not_exist_is_refused_when_the_verifier_is_bui
         FsVerifier(config)
 
 
+def test_a_relative_root_with_the_current_directory_deleted_is_refused_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative root resolves against the current directory; once that is deleted it names nothing.
+
+    ``os.getcwd()`` then raises ``FileNotFoundError``, which escaped the
+    verifier's build untyped (not an ``AgentiumError``).
+    """
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    config = FsVerifierConfig(root="workspace", test_records=("junit.xml",))
+    with pytest.raises(RootNotFoundError, match="current directory"):
+        FsVerifier(config)
+
+
 @pytest.mark.parametrize("name", ["ws\ud800", "ws\udc7f", "ws\udfff"])
 def test_a_root_no_file_name_can_spell_is_refused_as_invalid_not_missing(tmp_path: Path, name: str) -> None:
     # os.path.isdir is False for a path that cannot be encoded, so the root read as one that

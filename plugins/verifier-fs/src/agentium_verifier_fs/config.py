@@ -127,7 +127,13 @@ def check_root(root: str) -> str:
     A root with NUL or a lone surrogate no file name can hold is ``InvalidArgumentError``.
     """
     _encodable_root(root)
-    resolved = os.path.abspath(root)
+    try:
+        resolved = os.path.abspath(root)
+    except OSError as exc:  # a relative root, and the current directory was deleted (getcwd fails)
+        raise RootNotFoundError(
+            f"root {root!r} is relative and the current directory cannot be read ({exc.strerror or exc}); "
+            "give an absolute root"
+        ) from exc
     if not os.path.isdir(resolved):
         why = "does not exist" if not os.path.lexists(resolved) else "is not a directory"
         raise RootNotFoundError(
