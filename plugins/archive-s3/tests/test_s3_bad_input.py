@@ -11,7 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
-from s3_helpers import BUCKET, live_keys, make_config
+from s3_helpers import BUCKET, live_keys, make_config, raw_client, versions
 from s3_servers import S3Server, free_port
 
 from agentium_archive_s3 import (
@@ -30,7 +30,9 @@ from agentium_harness import InvalidArgumentError, InvalidIdError
 from agentium_harness.plugin_api import (
     ArchiveConflictError,
     ArchiveCorruptError,
+    EraseTarget,
     OpContext,
+    SeqRange,
     SessionKey,
 )
 from agentium_harness.testing import plain_group, scoped_snapshot
@@ -414,3 +416,53 @@ async def test_a_lent_client_is_never_closed(server: S3Server, admin: Any, confi
     await archive.append(KEY, [plain_group(0)], OpContext.with_timeout(20))
     await archive.aclose()
     admin.head_bucket(Bucket=BUCKET)  # still usable: the host owns it
+
+
+# -- erase's dry_run ---------------------------------------------------------------------------------
+
+
+def _stored(admin: Any, prefix: str) -> dict[str, tuple[int, bytes]]:
+    """Every key below ``prefix``: its version count and current bytes (a change to either shows)."""
+    counts = versions(admin, prefix)
+    live = set(live_keys(admin, prefix))
+    return {
+        key: (n, bytes(admin.get_object(Bucket=BUCKET, Key=key)["Body"].read()) if key in live else b"")
+        for key, n in counts.items()
+    }
+
+
+@pytest.mark.parametrize("dry_run", [0, 1, "no", "", None, 1.0])
+async def test_erase_refuses_a_dry_run_that_is_not_a_bool_before_any_request(
+    server: S3Server, admin: Any, dry_run: Any
+) -> None:
+    # The PostgreSQL plugin once erased for real on dry_run=0: a falsy stand-in must not mean "erase".
+    config = make_config(server)
+    client = raw_client(server)
+    archive, store = S3Archive(config, client=client), S3SessionStore(config, client=client)
+    try:
+        await archive.append(KEY, [plain_group(0), plain_group(1)], OpContext.with_timeout(30))
+        await store.save(KEY, scoped_snapshot(KEY, " kept"), None, OpContext.with_timeout(30))
+        before = _stored(admin, config.prefix)
+        assert len(before) >= 3
+        sent: list[str] = []
+        client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
+        targets = [
+            EraseTarget.session(KEY.tenant, KEY.user, KEY.session),
+            EraseTarget.user(KEY.tenant, KEY.user),
+            EraseTarget.tenant(KEY.tenant),
+            EraseTarget.groups_of(KEY, [SeqRange(0, 1)]),
+        ]
+        for target in targets:
+            for adapter in (archive, store):
+                with pytest.raises(InvalidArgumentError, match="dry_run must be a bool"):
+                    await adapter.erase(target, OpContext.with_timeout(30), dry_run=dry_run)
+        assert sent == []  # refused before any request
+        assert _stored(admin, config.prefix) == before
+        # The same calls with a real bool still work: a dry run changes nothing either.
+        report = await archive.erase(targets[0], OpContext.with_timeout(30), dry_run=True)
+        assert [seq for s in report.sessions for seq, _ in s.groups] == [0, 1]
+        assert _stored(admin, config.prefix) == before
+    finally:
+        await archive.aclose()
+        await store.aclose()
+        client.close()

@@ -77,6 +77,7 @@ from agentium_harness.plugin_api import (
     SessionKey,
     check_max_items,
     check_target,
+    checked_argument,
     decode_archived_group,
 )
 
@@ -345,6 +346,8 @@ class S3Archive(HistoryArchive):
         and new ones are refused until the call returns (:mod:`.erasure`).
         """
         check_target(target)
+        # Exactly a bool: a truthy or falsy stand-in (0, "no", None) must not pick real or dry for the caller.
+        checked_argument(dry_run, bool, "dry_run", "archive erase")
         bound = check_max_items(max_items)
         ctx.raise_if_expired("archive erase")
         if dry_run:

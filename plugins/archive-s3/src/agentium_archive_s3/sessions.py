@@ -77,6 +77,7 @@ from agentium_harness.plugin_api import (
     StoredSnapshot,
     check_max_items,
     check_target,
+    checked_argument,
     checked_count,
     decode_snapshot,
     snapshot_bytes,
@@ -332,6 +333,8 @@ class S3SessionStore(SnapshotWrites, SessionStore):
         before listing, and new ones are refused until the call returns.
         """
         check_target(target)
+        # Exactly a bool: a truthy or falsy stand-in (0, "no", None) must not pick real or dry for the caller.
+        checked_argument(dry_run, bool, "dry_run", "session store erase")
         bound = check_max_items(max_items)
         ctx.raise_if_expired("session store erase")
         if target.groups:
