@@ -32,6 +32,7 @@ from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3ObjectToo
 from .keys import DIGEST_META, LINK_META, upload_key
 from .link import S3Client, conflict_backoff, error_code, error_status, unquote_etag
 from .markers import is_erasure_marker
+from .observe import APPEND_RESENT, degraded
 
 __all__ = ["Upload", "compare_stored", "encode_batch", "put_once"]
 
@@ -142,13 +143,18 @@ def put_once(s3: S3Client, config: S3Config, upload: Upload, link: int | None, c
 
 
 def _check_damaged(config: S3Config, upload: Upload, damaged: int) -> None:
-    """Past ``conflict_retries`` damaged uploads of one group, give up (nothing acknowledged)."""
+    """Past ``conflict_retries`` damaged uploads of one group, give up; else it is sent again (a WARNING)."""
     if damaged > config.conflict_retries:
         raise S3ArchiveError(
             f"s3 archive: group {upload.seq} at {upload.key!r} reached the server damaged {damaged} "
             "times (its checksum or ETag did not match the bytes sent); nothing was acknowledged",
             code="BadDigest",
         )
+    degraded(
+        APPEND_RESENT,
+        {"agentium.s3.reason": "damaged"},
+        "archive append: a group's upload reached the server damaged (checksum or ETag); sent again",
+    )
 
 
 def compare_stored(s3: S3Client, config: S3Config, upload: Upload) -> None:

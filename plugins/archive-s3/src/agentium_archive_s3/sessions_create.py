@@ -59,7 +59,6 @@ same (``SessionConflictError``, nothing written):
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Final
 
@@ -71,12 +70,11 @@ from agentium_harness.plugin_api import SessionKey
 from .config import S3Config
 from .errors import S3CreateUnsettledError
 from .link import S3Client, error_code
+from .observe import CREATE_MOVED, degraded
 from .revision_floor import read_floor
 from .snapshot_format import MAX_REVISION, snapshot_body
 
 __all__ = ["ERASING", "below_floor", "settle_past_floor", "unsettled"]
-
-logger = logging.getLogger("agentium.plugins.archive_s3")
 
 #: Moves past the floor before giving up: each one follows an erasure that raised it meanwhile.
 _MOVES: Final = 16
@@ -155,8 +153,10 @@ def settle_past_floor(
             target = floor + 1
             if target > MAX_REVISION:
                 raise unsettled(key, revision, floor, "the floor is at the highest revision a header holds")
-            logger.warning(
-                "session create raced an erasure (the revision floor rose): moving it past the floor"
+            degraded(
+                CREATE_MOVED,
+                {},
+                "session create raced an erasure (the revision floor rose): moving it past the floor",
             )
             step = f"moving it to revision {target} (on the ETag of revision {revision})"
             check()

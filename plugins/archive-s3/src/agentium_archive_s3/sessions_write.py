@@ -10,7 +10,6 @@ back (:meth:`SnapshotWrites._settle`) to report truthfully whether it landed.
 from __future__ import annotations
 
 import io
-import logging
 from typing import Final
 
 import botocore.exceptions
@@ -33,6 +32,7 @@ from .errors import (
     S3SessionStoreError,
 )
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
+from .observe import SAVE_RESENT, SAVE_SETTLED, SAVE_UNKNOWN, degraded, logger
 from .revision_floor import read_floor
 from .sessions_create import ERASING, below_floor
 from .snapshot_format import (
@@ -45,9 +45,6 @@ from .snapshot_format import (
 )
 
 __all__ = ["SnapshotWrites", "logger"]
-
-#: Saves settled by reading back, and outcomes that stayed unknown (WARNING); never snapshot content.
-logger = logging.getLogger("agentium.plugins.archive_s3")
 
 
 def _shown_code(cause: S3Error) -> str:
@@ -201,13 +198,21 @@ class SnapshotWrites:
                 landed = self._settle(s3, key, object_key, body, expected, condition, exc, answered=None)
                 if landed:
                     return landed
-                logger.warning("session save: a reply was lost, the session is unchanged; sending it again")
+                degraded(
+                    SAVE_RESENT,
+                    {"agentium.s3.reason": "reply_lost"},
+                    "session save: a reply was lost, the session is unchanged; sending it again",
+                )
                 resent = True
                 continue
             # 412: decide from what the object holds now.
             current = self._read(s3, object_key, read_limit(self._config))
             if current is not None and current[0] == body:
-                logger.warning("session save: a reply was lost; the read-back shows the write landed")
+                degraded(
+                    SAVE_SETTLED,
+                    {"agentium.s3.outcome": "landed", "error.type": "PreconditionFailed"},
+                    "session save: a reply was lost; the read-back shows the write landed",
+                )
                 return current[1]  # our write landed; its acknowledgment was lost
             if current is None:
                 gone = ERASING if expected is None else "the session was removed"
@@ -235,7 +240,11 @@ class SnapshotWrites:
                 "session before retrying (a server that checks no checksum may hold the damaged bytes)",
                 code="BadDigest",
             )
-        logger.warning("session save: the upload reached the server damaged (checksum or ETag); sent again")
+        degraded(
+            SAVE_RESENT,
+            {"agentium.s3.reason": "damaged"},
+            "session save: the upload reached the server damaged (checksum or ETag); sent again",
+        )
         return damaged
 
     def _settle(
@@ -265,7 +274,9 @@ class SnapshotWrites:
         try:
             current = self._read(s3, object_key, read_limit(self._config))
         except (AgentiumError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as failed:
-            logger.warning(
+            degraded(
+                SAVE_UNKNOWN,
+                {"agentium.s3.read_back": "failed", "error.type": _shown_code(cause)},
                 "session save failed (%s) and the read-back failed too (%s): outcome unknown",
                 _shown_code(cause),
                 one_line(type(failed).__name__),
@@ -279,7 +290,9 @@ class SnapshotWrites:
                 status=cause.status,
             ) from None
         if current is not None and current[0] == body:
-            logger.warning(
+            degraded(
+                SAVE_SETTLED,
+                {"agentium.s3.outcome": "landed", "error.type": _shown_code(cause)},
                 "session save failed (%s) but the read-back shows it landed",
                 _shown_code(cause),
                 extra={"agentium_s3_code": one_line(cause.code), "agentium_http_status": cause.status},
@@ -304,7 +317,9 @@ class SnapshotWrites:
                 key, expected, f"another writer saved it first (now revision {next_revision})"
             )
         now = "removed" if current is None else f"now at revision {revision_shown(current[0])}"
-        logger.warning(
+        degraded(
+            SAVE_UNKNOWN,
+            {"agentium.s3.read_back": "changed", "error.type": _shown_code(cause)},
             "session save failed (%s) and the session changed since: outcome unknown",
             _shown_code(cause),
             extra={"agentium_s3_code": one_line(cause.code), "agentium_http_status": cause.status},
