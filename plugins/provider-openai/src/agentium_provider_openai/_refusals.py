@@ -5,8 +5,9 @@ memory, before it raises ``APIStatusError``: a hostile or broken server could
 send a body of any size (or one that expands without bound from its
 ``Content-Encoding``) with a 500. So a client the provider owns reads error
 answers first, in an HTTP response hook (:func:`error_answer_hook`): at most
-``max_reply_bytes`` of the decoded body, never more; a longer body is cut
-there, the connection closed, and a WARNING logged. The hook then raises
+``max_reply_bytes`` of the decoded body, never more (inflated by
+:func:`read_body` a bounded piece at a time); a longer body is cut there,
+the connection closed, and a WARNING logged. The hook then raises
 :class:`ErrorAnswer`, which :func:`refusal` turns into the status, headers
 and (scrubbed) server message that the provider retries or reports. A lent
 client's ``APIStatusError`` goes through :func:`refusal` the same way.
@@ -20,7 +21,8 @@ from typing import Any, Final
 
 from agentium_harness.plugin_api import InvalidJSONError, decode_json
 
-from ._failures import STREAMING_ONLY, is_transport_error
+from ._bodies import BodyBroken, UnsupportedCoding, read_body
+from ._failures import STREAMING_ONLY
 from .config import REPLY_ENVELOPE_DEPTH
 from .errors import (
     OpenAIConnectionError,
@@ -69,23 +71,19 @@ def error_answer_hook(
         status = int(response.status_code)
         if 200 <= status < 300:
             return
-        received: list[bytes] = []
-        size = 0
+        body = b""
         declared = response.headers.get("content-length", "")
         truncated = declared.isascii() and declared.isdigit() and int(declared) > limit
-        try:
-            if not truncated:
-                # Decoded chunks: a compressed body is capped at what it expands to.
-                async for chunk in response.aiter_bytes():
-                    if size + len(chunk) > limit:
-                        truncated = True
-                        break
-                    size += len(chunk)
-                    received.append(chunk)
-        except Exception as exc:
-            if not is_transport_error(exc):
-                raise
-            raise OpenAIConnectionError(f"the server at {where()} {broke_off(exc, secret)}") from None
+        if not truncated:
+            try:
+                # Inflated here a bounded piece at a time: capped at what it expands to, never a chunk whole.
+                body, truncated = await read_body(response, limit)
+            except UnsupportedCoding:
+                await response.aclose()  # a coding not asked for: the status decides, without its message
+            except BodyBroken as exc:
+                raise OpenAIConnectionError(
+                    f"the server at {where()} broke off its error answer ({scrub(exc.detail, secret)})"
+                ) from None
         if truncated:
             await response.aclose()
             logger.warning(
@@ -94,7 +92,7 @@ def error_answer_hook(
                 limit,
                 extra={"agentium_http_status": status},
             )
-        raise ErrorAnswer(status, response.headers, b"".join(received), truncated)
+        raise ErrorAnswer(status, response.headers, body, truncated)
 
     return hook
 

@@ -40,6 +40,7 @@ from agentium_harness.plugin_api import (
     decode_json,
 )
 
+from ._bodies import ASKED_CODINGS
 from .config import (
     DEFAULT_BASE_URL,
     MAX_REPLY_BYTES_CEILING,
@@ -177,9 +178,14 @@ class OpenAIEmbedder(Embedder):
 
         async def send(timeout: float) -> list[list[float]]:  # noqa: ASYNC109  # the client's own bound
             async with client.embeddings.with_streaming_response.create(
-                model=self._config.model, input=batch, encoding_format="float", timeout=timeout, **optional
+                model=self._config.model,
+                input=batch,
+                encoding_format="float",
+                timeout=timeout,
+                extra_headers=ASKED_CODINGS,
+                **optional,
             ) as raw:
-                data = await calls.read_capped(raw.headers, raw.iter_bytes(), "the embeddings")
+                data = await calls.read_capped(raw.http_response, "the embeddings")
             return self._parse(data, len(batch))
 
         return await calls.bounded(ctx, "embed", lambda: calls.attempts(ctx, "embed", send))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import anyio
@@ -45,6 +45,7 @@ from agentium_harness.plugin_api import (
     decode_json,
 )
 
+from ._bodies import ACCEPT_ENCODING, ASKED_CODINGS, BodyBroken, UnsupportedCoding, read_body
 from ._failures import Retryable, forget_hidden_context, is_transport_error, retry_after
 from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error
 from .config import HEADER_TOKEN, REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, read_key, redact_url
@@ -402,24 +403,24 @@ class OpenAIProvider(ModelProvider):
                 messages=messages,  # type: ignore[arg-type]  # plain dicts in the wire format
                 stream=False,
                 timeout=timeout,
+                extra_headers=ASKED_CODINGS,
                 extra_body=extra or None,
                 **optional,
             ) as raw:
                 content_type = raw.headers.get("content-type", "")
-                data = await self._read_capped(raw.headers, raw.iter_bytes(), "the chat completion")
+                data = await self._read_capped(raw.http_response, "the chat completion")
             return self._parse(content_type, data)
 
         return await self._bounded(
             ctx, "provider complete", lambda: self._attempts(ctx, "provider complete", send)
         )
 
-    async def _read_capped(
-        self, headers: Mapping[str, str], chunks: AsyncIterator[bytes], what: str
-    ) -> bytes:
-        """The body from ``chunks``, or :class:`OpenAIReplyLimitError` once it passes ``max_reply_bytes``.
+    async def _read_capped(self, response: Any, what: str) -> bytes:
+        """The decoded body of ``response`` (httpx), or :class:`OpenAIReplyLimitError` past the cap.
 
-        A body that breaks off or cannot be decoded is :class:`OpenAIConnectionError`
-        (retried by :meth:`_attempts` like any connection failure).
+        Inflated by :func:`read_body` a bounded piece at a time (never a chunk whole). A body that
+        breaks off or whose coding is corrupt is :class:`OpenAIConnectionError` (retried); one in a
+        coding not asked for is :class:`OpenAIMalformedReplyError`.
         """
         limit = self._config.max_reply_bytes
 
@@ -431,26 +432,24 @@ class OpenAIProvider(ModelProvider):
                 value=limit,
             )
 
-        declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        declared = response.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise too_large(f"{int(declared)} bytes (its Content-Length)")
-        received: list[bytes] = []
-        size = 0
         try:
-            # iter_bytes yields the decoded body: a compressed body is capped at what it expands to.
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > limit:
-                    raise too_large(f"more than {limit} bytes")
-                received.append(chunk)
-        except Exception as exc:
-            if not is_transport_error(exc):
-                raise
-            raise OpenAIConnectionError(
-                f"the server at {self._where()} broke off {what} after {size} bytes "
-                f"({type(exc).__name__}: {scrub(str(exc), self._api_key)}); nothing of it was used"
+            data, over = await read_body(response, limit)
+        except UnsupportedCoding as exc:
+            raise OpenAIMalformedReplyError(
+                f"the server at {self._where()} sent {what} in {scrub(str(exc), self._api_key)}, which was "
+                f"not asked for (only {ACCEPT_ENCODING}); nothing of it was read or used"
             ) from None
-        return b"".join(received)
+        except BodyBroken as exc:
+            raise OpenAIConnectionError(
+                f"the server at {self._where()} broke off {what} after {exc.received} bytes "
+                f"({scrub(exc.detail, self._api_key)}); nothing of it was used"
+            ) from None
+        if over:
+            raise too_large(f"more than {limit} bytes")
+        return data
 
     def _parse(self, content_type: str, data: bytes) -> ModelResponse:
         if "text/event-stream" in content_type.lower() or data.lstrip().startswith(b"data:"):
@@ -497,8 +496,10 @@ class OpenAIProvider(ModelProvider):
 
             try:
                 with anyio.fail_after(bound):
-                    async with client.models.with_streaming_response.list(timeout=bound) as raw:
-                        data = await self._read_capped(raw.headers, raw.iter_bytes(), "a model list")
+                    async with client.models.with_streaming_response.list(
+                        timeout=bound, extra_headers=ASKED_CODINGS
+                    ) as raw:
+                        data = await self._read_capped(raw.http_response, "a model list")
             except TimeoutError:
                 raise OpenAIProviderError(
                     f"the server at {self._where()} did not list its models within probe_timeout_s={bound:g}s"
@@ -561,9 +562,8 @@ class OpenAIProvider(ModelProvider):
 class ProviderCalls:
     """What another endpoint's client (the embedder) uses of a provider it sends through.
 
-    The provider's client, deadline bounding, retries, capped reads and the
-    redacted server address, as methods: the embedder builds requests of its
-    own on them without reaching into the provider's private attributes.
+    The provider's client, deadline bounding, retries, capped reads and the redacted server address,
+    as methods: the embedder builds requests on them without reaching into private attributes.
     """
 
     __slots__ = ("_provider",)
@@ -595,6 +595,6 @@ class ProviderCalls:
         """Call ``send(timeout)`` as the provider's retry options say."""
         return await self._provider._attempts(ctx, operation, send)
 
-    async def read_capped(self, headers: Mapping[str, str], chunks: AsyncIterator[bytes], what: str) -> bytes:
-        """The body from ``chunks``, refused once it passes ``max_reply_bytes``."""
-        return await self._provider._read_capped(headers, chunks, what)
+    async def read_capped(self, response: Any, what: str) -> bytes:
+        """The decoded body of ``response`` (the client's httpx response), refused past the cap."""
+        return await self._provider._read_capped(response, what)
