@@ -180,6 +180,37 @@ async def test_other_finish_reasons_are_answers(
     assert response.message.tool_calls[0].arguments == {"path": "a"}
 
 
+@pytest.mark.parametrize("shape", ["legacy function_call", "tool_calls", "function_call"])
+async def test_an_answer_that_calls_a_tool_but_holds_no_tool_call_commits_nothing(
+    tmp_path: Path, stub: StubServer, key_in_env: None, shape: str
+) -> None:
+    """A legacy function_call, or a call finish_reason with no tool call: refused, never an empty answer."""
+    body = tool_call_body(
+        '{"path":"a"}', finish_reason="function_call" if shape.startswith("legacy") else shape
+    )
+    message = body["choices"][0]["message"]
+    function = message.pop("tool_calls")[0]["function"]
+    if shape.startswith("legacy"):
+        message["function_call"] = function
+    stub.add(Reply(body=body))
+    _, cause = await run_once(tmp_path, stub)
+    assert type(cause) is OpenAIMalformedReplyError
+    assert ("function_call ('write_file')" if shape.startswith("legacy") else "holds no tool call") in str(
+        cause
+    )
+
+
+async def test_a_null_function_call_beside_an_answer_is_no_call(
+    stub: StubServer, provider: OpenAIProvider
+) -> None:
+    """ "function_call": null (as some servers send it) says nothing: the text is the answer, as before."""
+    body = recording("plain_answer")
+    body["choices"][0]["message"]["function_call"] = None
+    stub.add(Reply(body=body))
+    response = await provider.complete(REQUEST, OpContext.with_timeout(30))
+    assert response.message.content == recording("plain_answer")["choices"][0]["message"]["content"]
+
+
 # -- max_reply_bytes ------------------------------------------------------------------
 
 

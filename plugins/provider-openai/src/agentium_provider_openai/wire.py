@@ -19,6 +19,8 @@ calls become :class:`ToolCall` with ``arguments`` parsed as a JSON object
 :class:`OpenAIMalformedReplyError`, never a crash; an answer the server says
 it cut off (``finish_reason`` ``length`` or ``content_filter``) is an
 :class:`OpenAIIncompleteReplyError`, and none of its tool calls is parsed or run.
+One that says it calls a tool yet holds no tool call (a legacy
+``function_call``) is malformed: never taken for an empty answer.
 """
 
 from __future__ import annotations
@@ -309,6 +311,31 @@ def _refuse_incomplete(choice: dict[str, Any], message: dict[str, Any]) -> None:
     )
 
 
+#: ``finish_reason`` values that say the answer is a call (of a tool, or a legacy function).
+CALL_FINISH_REASONS: Final = frozenset({"tool_calls", "function_call"})
+
+
+def _refuse_lost_calls(choice: dict[str, Any], message: dict[str, Any], secret: str | None) -> None:
+    """Refuse an answer that says it calls a tool yet holds no tool call: the call was lost, not answered.
+
+    Taken as it stands, it would be a complete answer of its text (often none): the
+    turn would commit an empty answer in place of the call the model made.
+    """
+    legacy = message.get("function_call")
+    if legacy is not None:
+        # The deprecated functions API: never asked for (tools are offered, "functions" is reserved).
+        name = legacy.get("name") if isinstance(legacy, dict) else legacy
+        raise _malformed(
+            f"its message holds a legacy function_call ({shown(name, secret)}) instead of tool_calls; "
+            "the call was not run and is not taken for an empty answer"
+        )
+    if choice.get("finish_reason") in CALL_FINISH_REASONS:
+        raise _malformed(
+            f"its finish_reason is {choice['finish_reason']!r} but it holds no tool call; "
+            "the call was lost and is not taken for an empty answer"
+        )
+
+
 def decode_reply(
     data: bytes, *, max_tool_arguments_depth: int = MAX_TOOL_ARGUMENTS_DEPTH, secret: str | None = None
 ) -> object:
@@ -344,7 +371,9 @@ def parse_completion(
     an object, an ``error`` object, no ``choices``, a choice without a message,
     a message whose ``role`` is given and is not ``"assistant"``, a
     ``finish_reason`` that is neither text nor null, content that is not
-    text, or a malformed tool call; its subclass
+    text, a malformed tool call, or an answer that says it calls a tool
+    (a legacy ``function_call``, ``finish_reason`` ``tool_calls`` or
+    ``function_call``) yet holds no tool call; its subclass
     :class:`OpenAIReplyLimitError` for a tool call whose arguments are larger
     than ``max_tool_arguments_bytes`` or nested deeper than
     ``max_tool_arguments_depth``.
@@ -396,6 +425,8 @@ def parse_completion(
         _tool_call(i, item, max_tool_arguments_bytes, max_tool_arguments_depth, secret)
         for i, item in enumerate(raw_calls)
     )
+    if not calls:
+        _refuse_lost_calls(choice, message, secret)
     usage = body.get("usage")
     counts = usage if isinstance(usage, dict) else {}
     return ModelResponse(
