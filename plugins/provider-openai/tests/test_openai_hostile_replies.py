@@ -9,9 +9,12 @@ unusable is a typed error of the plugin, never a bare ``TypeError`` or
 
 from __future__ import annotations
 
+import json
+
+import openai
 import pytest
 from openai_helpers import KEY_ENV
-from openai_stub_server import Reply, StubServer, recording
+from openai_stub_server import Reply, StubServer, recording, running
 
 from agentium_harness.plugin_api import InvalidArgumentError, Message, ModelRequest, OpContext, Role
 from agentium_provider_openai import (
@@ -20,6 +23,7 @@ from agentium_provider_openai import (
     OpenAIEmbeddingReplyError,
     OpenAIMalformedReplyError,
     OpenAIProvider,
+    OpenAIProviderConfig,
     OpenAIStatusError,
     OpenAIStreamingOnlyError,
 )
@@ -242,3 +246,41 @@ async def test_embedding_texts_that_are_not_strings_are_refused_before_sending(
     finally:
         await embedder.aclose()
     assert not [r for r in stub.requests if r.path.endswith("/embeddings")]
+
+
+#: A key of characters JSON and repr() escape (a backslash, a quote, a slash), ending in a tail
+#: that shows any copy of it, escaped or not.
+ESCAPED_KEY = 'sk-a\\b/c"d-TAIL0123456789'
+
+
+@pytest.mark.parametrize("where", ["lent client, error body without a message", "bad tool arguments"])
+async def test_a_key_the_server_echoes_escaped_is_scrubbed(where: str) -> None:
+    """The key quoted in an escaped form (repr's, JSON's, "/" as "\\/") is scrubbed like the key itself."""
+    with running(api_key=ESCAPED_KEY) as stub:
+        if where.startswith("lent"):
+            # The client's own message is "Error code: 401 - {...}": the body's repr(), backslash doubled.
+            stub.add(Reply(body={"detail": f"invalid key {ESCAPED_KEY}"}, status=401))
+            client = openai.AsyncOpenAI(api_key=ESCAPED_KEY, base_url=stub.base_url)
+            provider = OpenAIProvider(OpenAIProviderConfig(model="stub-model", max_retries=0), client=client)
+            expected: type[Exception] = OpenAIStatusError
+        else:
+            body = recording("tool_call")
+            # Bad JSON quoting the key as a JSON string does, "/" escaped as some encoders write it.
+            echoed = json.dumps(ESCAPED_KEY).replace("/", "\\/")
+            body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = f'{{"k": {echoed} '
+            stub.add(Reply(body=body))
+            client = None
+            provider = OpenAIProvider(
+                OpenAIProviderConfig(model="stub-model", base_url=stub.base_url, api_key_env=KEY_ENV),
+                environ={KEY_ENV: ESCAPED_KEY},
+            )
+            expected = OpenAIMalformedReplyError
+        try:
+            with pytest.raises(expected) as caught:
+                await provider.complete(REQUEST, OpContext.with_timeout(30))
+        finally:
+            await provider.aclose()
+            if client is not None:
+                await client.close()
+    # (openai 3 quotes no body in that message; openai 1 and 2 quote all of it.)
+    assert "TAIL0123456789" not in str(caught.value), str(caught.value)

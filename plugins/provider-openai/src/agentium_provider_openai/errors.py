@@ -8,6 +8,8 @@ shown through :func:`agentium_provider_openai.config.redact_url`.
 
 from __future__ import annotations
 
+import json
+
 from agentium_harness import AgentiumError, ProviderError
 
 __all__ = [
@@ -28,8 +30,23 @@ __all__ = [
 MAX_QUOTED_CHARS = 500
 
 
+def _quoted_forms(secret: str) -> list[str]:
+    r"""``secret`` as text may quote it, longest first: itself, and escaped as JSON or ``repr()`` does.
+
+    A key holding a backslash, a quote or a slash is written otherwise inside a
+    JSON string (``\\``, ``\"``, and ``\/`` by some encoders) and in a Python
+    ``repr()`` (the ``openai`` 1.x and 2.x error message quotes an error body so):
+    replaced as only itself, such a copy of it was quoted whole.
+    """
+    as_json = json.dumps(secret, ensure_ascii=False)[1:-1]
+    forms = {secret, as_json, as_json.replace("/", "\\/"), repr(secret)[1:-1], ascii(secret)[1:-1]}
+    return sorted(forms, key=len, reverse=True)
+
+
 def scrub(text: str, secret: str | None, limit: int = MAX_QUOTED_CHARS) -> str:
     r"""``text`` as a message may quote it: ``secret`` (the API key) replaced by ``***``.
+
+    So is the key escaped as JSON or ``repr()`` would quote it (see :func:`_quoted_forms`).
 
     Then whitespace runs become one space, every other character that does
     not print (escape sequences, bidi controls, a lone surrogate) is shown
@@ -38,7 +55,8 @@ def scrub(text: str, secret: str | None, limit: int = MAX_QUOTED_CHARS) -> str:
     is cut, so no part of it is ever left at a cut.
     """
     if secret:
-        text = text.replace(secret, "***")
+        for form in _quoted_forms(secret):
+            text = text.replace(form, "***")
     text = " ".join(text.split())
     if not text.isprintable():
         # repr() escapes exactly what isprintable() refuses; a terminal or a log
