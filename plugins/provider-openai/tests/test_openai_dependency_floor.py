@@ -18,9 +18,14 @@ from packaging.version import Version
 from agentium_harness.testing.floors import declared_floors, install_floors, run_pytest, run_python
 
 PLUGIN = Path(__file__).resolve().parents[1]
-#: The compressed-body tests too: httpx (under openai 1.x and 2.x) inflates each read whole, and the
-#: provider's own bounded inflating is what keeps such a body within the cap there.
-TESTS = ("test_openai_any_loop.py", "test_openai_mapping.py", "test_openai_compressed_bodies.py")
+#: The compressed and broken bodies too: httpx (under openai 1.x and 2.x) inflates each read whole,
+#: and those releases wrap what the error-answer hook raises in their own APIConnectionError.
+TESTS = (
+    "test_openai_any_loop.py",
+    "test_openai_mapping.py",
+    "test_openai_compressed_bodies.py",
+    "test_openai_broken_bodies.py",
+)
 
 
 def test_the_provider_runs_on_the_lowest_accepted_client(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from .errors import (
     scrub,
 )
 
-__all__ = ["ErrorAnswer", "broke_off", "error_answer_hook", "refusal", "status_error"]
+__all__ = ["ErrorAnswer", "broke_off", "error_answer_hook", "refusal", "status_error", "unreachable"]
 
 logger = logging.getLogger("agentium.plugins.provider_openai")
 
@@ -134,6 +134,19 @@ def refusal(exc: BaseException, secret: str | None, limit: int) -> tuple[int, Ma
             scrub(said if isinstance(said, str) else str(exc.message), secret),
         )
     return None
+
+
+def unreachable(exc: BaseException, where: str) -> OpenAIConnectionError:
+    """The probe's error for a connection failure ``exc`` (not an error answer) at ``where``.
+
+    The hook's own :class:`OpenAIConnectionError` (an error answer that broke off) is that error:
+    openai 1.x and 2.x wrap what a hook raises in their ``APIConnectionError``, which said only
+    "could not be reached" of a server that did answer.
+    """
+    cause = exc.__cause__
+    if isinstance(cause, OpenAIConnectionError):
+        return cause
+    return OpenAIConnectionError(f"the server at {where} could not be reached ({type(exc).__name__})")
 
 
 def status_error(status: int, detail: str, where: str, model: str) -> OpenAIProviderError:

@@ -47,7 +47,7 @@ from agentium_harness.plugin_api import (
 
 from ._bodies import ACCEPT_ENCODING, ASKED_CODINGS, BodyBroken, UnsupportedCoding, read_body
 from ._failures import Retryable, forget_hidden_context, is_transport_error, retry_after
-from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error
+from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error, unreachable
 from .config import HEADER_TOKEN, REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, read_key, redact_url
 from .errors import (
     OpenAIConfigError,
@@ -507,9 +507,7 @@ class OpenAIProvider(ModelProvider):
             except (ErrorAnswer, openai.APIStatusError, openai.APIConnectionError) as exc:
                 refused = self._refusal(exc)
                 if refused is None:
-                    raise OpenAIConnectionError(
-                        f"the server at {self._where()} could not be reached ({type(exc).__name__})"
-                    ) from None
+                    raise unreachable(exc, self._where()) from None
                 status, _, detail = refused
                 raise status_error(status, detail, self._where(), self._config.model) from None
             except Exception as exc:
