@@ -200,6 +200,9 @@ async def test_hybrid_recall_end_to_end_with_the_openai_embedder(server: StubSer
         ("base_url", '"http://user:pw@127.0.0.1/v1"', "base_url must not carry credentials"),
         ("api_key_env", '"NOT-A NAME"', "api_key_env must name an environment variable"),
         ("organization", '"org-\u2019x"', "organization must be an id of printable ASCII"),
+        # Passed the check, then failed building the embedder (its model key refuses control characters).
+        ("model", '"e\\n"', "without control characters"),
+        ("model", '"e\\u001b[2J"', "without control characters"),
     ],
 )
 def test_a_bad_embedder_option_fails_check_without_probe(

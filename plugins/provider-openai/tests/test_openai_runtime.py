@@ -552,6 +552,10 @@ def _cyclic() -> list[Any]:
     [
         {"base_url": "ftp://example.org/v1"},
         {"model": ""},
+        # Sent in span names and messages: a control character (an escape sequence) was taken.
+        {"model": "gpt\x1b[2J"},
+        {"model": "gpt-4o\n"},
+        {"model": "gpt\x00"},
         {"api_key_env": "not a name"},
         {"temperature": 3},
         {"seed": 1.5},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -103,10 +104,19 @@ def check_base_url(instance: Any, attribute: attrs.Attribute[Any], value: object
 
 
 def check_model(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    """Check (an attrs validator) a non-empty model name of at most 256 characters."""
-    if not isinstance(value, str) or not value.strip() or len(value) > 256 or not _is_unicode(value):
+    """Check (an attrs validator) a non-empty model name of at most 256 characters, none a control one."""
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > 256
+        or not _is_unicode(value)
+        # No server names a model so; the name is shown in span names and messages (an escape
+        # sequence would be obeyed there), and an embedder's model key refuses one when built.
+        or any(unicodedata.category(ch) == "Cc" for ch in value)
+    ):
         raise InvalidArgumentError(
-            "model must be a non-empty model name of at most 256 characters, e.g. 'gpt-4o-mini'"
+            "model must be a non-empty model name of at most 256 characters without control characters, "
+            "e.g. 'gpt-4o-mini'"
         )
 
 
@@ -231,8 +241,8 @@ def _extra_body(instance: Any, attribute: attrs.Attribute[Any], value: object) -
 class OpenAIProviderConfig:
     """Options of the OpenAI-compatible provider.
 
-    - ``model`` (required): the model name sent with every request
-      (``gpt-4o-mini``; ``Qwen/Qwen2.5-7B-Instruct`` on vLLM; ``llama3.1`` on Ollama).
+    - ``model`` (required): the model name sent with every request, at most 256 characters and
+      no control character (``gpt-4o-mini``; ``Qwen/Qwen2.5-7B-Instruct`` on vLLM; ``llama3.1`` on Ollama).
     - ``base_url``: the API root, ending in ``/v1`` for most servers
       (default OpenAI's ``https://api.openai.com/v1``). Ignored when a host lends its own client.
     - ``api_key_env``: the NAME of the environment variable holding the API key
