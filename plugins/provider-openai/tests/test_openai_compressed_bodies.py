@@ -23,6 +23,7 @@ from openai_stub_server import Reply, StubServer, recording
 from agentium_harness.plugin_api import Message, ModelRequest, OpContext, Role
 from agentium_provider_openai import (
     OpenAIMalformedReplyError,
+    OpenAIProvider,
     OpenAIReplyLimitError,
     OpenAIStatusError,
 )
@@ -44,6 +45,12 @@ def gzip_stream(size: int, wbits: int = zlib.MAX_WBITS | 16) -> bytes:
     return b"".join(packer.compress(block) for _ in range(size >> 20)) + packer.flush()
 
 
+async def warm(provider: OpenAIProvider, stub: StubServer) -> None:
+    """One plain call first: the client library's imports and the client itself are not counted in a peak."""
+    stub.add(Reply.recorded("plain_answer"))
+    await provider.complete(REQUEST, OpContext.with_timeout(30))
+
+
 async def peak_of(call: Callable[[], Awaitable[object]]) -> tuple[int, BaseException | None]:
     """The peak of traced memory while ``call`` runs, and what it raised."""
     tracemalloc.start()
@@ -62,6 +69,7 @@ async def peak_of(call: Callable[[], Awaitable[object]]) -> tuple[int, BaseExcep
 async def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_a_chunk_whole(stub: StubServer) -> None:
     """256 MiB of spaces in 256 KiB of gzip: refused at the cap, the peak far below one chunk's 64 MiB."""
     provider = make_provider(stub, max_reply_bytes=LIMIT, max_retries=0)
+    await warm(provider, stub)
     stub.add(Reply(body=gzip_stream(256 << 20), headers={"Content-Encoding": "gzip"}))
     try:
         peak, raised = await peak_of(lambda: provider.complete(REQUEST, OpContext.with_timeout(30)))
@@ -73,21 +81,25 @@ async def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_a_chunk_whole
 
 async def test_gzip_inside_gzip_is_refused_unread(stub: StubServer) -> None:
     """A chain of codings (982 bytes that are 512 MiB twice inflated) is a typed refusal, never inflated."""
-    stub.add(Reply(body=gzip.compress(gzip_stream(512 << 20)), headers={"Content-Encoding": "gzip, gzip"}))
     provider = make_provider(stub, max_reply_bytes=LIMIT, max_retries=0)
+    await warm(provider, stub)
+    stub.add(Reply(body=gzip.compress(gzip_stream(512 << 20)), headers={"Content-Encoding": "gzip, gzip"}))
     try:
         peak, raised = await peak_of(lambda: provider.complete(REQUEST, OpContext.with_timeout(30)))
     finally:
         await provider.aclose()
     assert isinstance(raised, OpenAIMalformedReplyError), raised
     assert peak < PEAK_BOUND
-    assert len(stub.completions) == 1  # not retried: the same answer would come back
+    assert (
+        len(stub.completions) == 2
+    )  # the warm-up and this one: not retried, the same answer would come back
 
 
 async def test_a_gzip_bomb_in_an_error_answer_is_cut_at_the_cap(stub: StubServer) -> None:
     """A 400 whose body is a gzip bomb: its status decides, its body is read no further than the cap."""
-    stub.add(Reply(body=gzip_stream(256 << 20), status=400, headers={"Content-Encoding": "gzip"}))
     provider = make_provider(stub, max_reply_bytes=LIMIT, max_retries=0)
+    await warm(provider, stub)
+    stub.add(Reply(body=gzip_stream(256 << 20), status=400, headers={"Content-Encoding": "gzip"}))
     try:
         peak, raised = await peak_of(lambda: provider.complete(REQUEST, OpContext.with_timeout(30)))
     finally:
@@ -144,8 +156,10 @@ async def test_a_corrupt_gzip_body_is_a_connection_failure_and_retried(stub: Stu
 
 async def test_the_probe_reads_a_compressed_model_list_within_the_cap(stub: StubServer) -> None:
     """GET /models answered with a gzip bomb: a typed probe failure at the cap, memory bounded."""
-    stub.model_replies.append(Reply(body=gzip_stream(256 << 20), headers={"Content-Encoding": "gzip"}))
     provider = make_provider(stub, max_reply_bytes=LIMIT)
+    await warm(provider, stub)
+    await provider.health(OpContext.with_timeout(30))  # the models resource too
+    stub.model_replies.append(Reply(body=gzip_stream(256 << 20), headers={"Content-Encoding": "gzip"}))
     try:
         peak, raised = await peak_of(lambda: provider.health(OpContext.with_timeout(30)))
     finally:
