@@ -18,9 +18,12 @@ from agentium_harness import (
     MemoryScope,
     OperatorAttestation,
     ResidentLimits,
+    RetentionPolicy,
     RuntimeCloseError,
     RuntimeLimits,
     SessionKey,
+    SourcePlace,
+    SourceState,
     SummaryLimits,
     VerifiedIdentity,
     create_harness_runtime,
@@ -117,3 +120,69 @@ async def test_settle_summary_hands_out_no_text_a_forget_erasure_removed() -> No
         await rt.forget(scope, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
         report = await rt.resources.settle_summary(ANA, "s1")
         assert report is None or report.state is None or SECRET not in report.state.summary.text
+
+
+async def _trimmed(archive: InMemoryArchive) -> Any:
+    """A runtime whose summary covers group 0 of ana's s1 after retention erased that group."""
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        memory=InMemoryMemoryStore(),
+        retention=RetentionPolicy(max_archived_groups=2),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    await _talk(rt, ANA, "s1")
+    await rt.run(ANA, "s1", "And the weather is fine.")
+    return rt
+
+
+async def _remember_group0(rt: Any, archive: InMemoryArchive, digest: str | None = None) -> str:
+    (group,) = await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 1, OpContext())
+    fact = MemoryFact(
+        MemoryScope("acme", "ana"),
+        f"the vault code is {SECRET}0",
+        provenance=[GroupRef("s1", 0, digest or group.digest)],
+    )
+    ack = await rt.memory.remember(fact)
+    assert ack.fact_id is not None
+    await rt.apply_retention(OPERATOR)  # erases group 0; the summary keeps its text (retention)
+    summary = (await rt.run(ANA, "s1", "Anything else?")).summary
+    assert summary is not None and f"{SECRET}0" in summary.summary.text
+    return str(ack.fact_id)
+
+
+async def test_forget_erase_sources_empties_a_summary_covering_a_source_retention_erased() -> None:
+    archive = InMemoryArchive()
+    async with await _trimmed(archive) as rt:
+        fact_id = await _remember_group0(rt, archive)
+        scope = MemoryScope("acme", "ana")
+        result = await rt.forget(scope, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+        # The group itself was gone already; the summary written from it is reported, then emptied.
+        places = {(h.place, h.state) for h in result.sources}
+        assert (SourcePlace.SUMMARY, SourceState.ERASED) in places
+        assert result.still_held == ()
+        after = (await rt.run(ANA, "s1", "What was the code?")).summary
+        assert after is not None and f"{SECRET}0" not in after.summary.text
+
+
+async def test_forget_reports_a_summary_covering_a_source_retention_erased_as_still_holding_it() -> None:
+    archive = InMemoryArchive()
+    async with await _trimmed(archive) as rt:
+        fact_id = await _remember_group0(rt, archive)
+        result = await rt.forget(MemoryScope("acme", "ana"), fact_id)
+        assert [(h.seq, h.place) for h in result.still_held] == [(0, SourcePlace.SUMMARY)]
+
+
+async def test_a_summary_citing_an_erased_seq_with_another_digest_is_not_a_source() -> None:
+    archive = InMemoryArchive()
+    async with await _trimmed(archive) as rt:
+        fact_id = await _remember_group0(rt, archive, digest="sha256:" + "0" * 64)
+        scope = MemoryScope("acme", "ana")
+        result = await rt.forget(scope, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+        assert [h.place for h in result.sources] == [SourcePlace.GONE]
+        assert result.erasures == ()
+        kept = (await rt.run(ANA, "s1", "Anything else?")).summary
+        assert kept is not None and f"{SECRET}0" in kept.summary.text

@@ -17,7 +17,10 @@ in a task summary covering them. ``runtime.forget`` therefore:
    archived, resident, covered by the summary, or already gone. Only a stored
    group whose digest equals the cited digest is a source: a reference whose
    digest matches no stored group is reported ``gone`` with a note (and a
-   WARNING log, seqs and the hashed session only), and never erased;
+   WARNING log, seqs and the hashed session only), and never erased. A
+   group erased earlier (retention keeps the summary's text) is gone, but a
+   summary still covering it holds text written from it: that is reported
+   (and emptied below) unless the summary cites the seq with another digest;
 3. with ``erase_sources=True`` (an operator erasure: reason and attestation
    required), erases the archived ones from the archive and the recall
    index as a groups erasure (a tombstone per session), and empties a task
@@ -172,11 +175,16 @@ async def _provenance(
 
 @attrs.frozen(slots=True)
 class _Places:
-    """Where a session's cited groups are: the holders, the archived seqs (erasable), the mismatches."""
+    """Where a session's cited groups are: the holders, the archived seqs (erasable), the mismatches.
+
+    ``summarized``: cited groups erased earlier (retention keeps the summary's text) that the
+    summary still covers; an erasure of them empties the summary (the groups themselves are gone).
+    """
 
     holders: list[SourceHolder]
     archived: list[int]
     mismatched: list[int]
+    summarized: list[int] = attrs.field(factory=list)
 
 
 async def _places(
@@ -226,13 +234,23 @@ async def _places(
     places = _Places([], [], [])
     # The summary's text was written from every group below its frontier: it may state one it
     # does not cite (a summarizer need not cite), so covering is what counts.
-    cited_by_summary = {c.seq for c in snap.summary.summary.citations} if snap.summary is not None else set()
+    citations = snap.summary.summary.citations if snap.summary is not None else ()
+    cited_by_summary = {c.seq for c in citations}
     frontier = snap.summary.summary.frontier if snap.summary is not None else 0
     summary_text = snap.summary is not None and may_state(snap.summary.summary)
+    erased = snap.erased or ()
     for seq in dict.fromkeys(seq for seq, _ in cited):
         group = groups.get(seq)
         if group is None:
             places.holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
+            # Erased earlier by retention, which keeps the summary's text: written from the group
+            # while it existed, it may state the fact still. No group is left to compare digests
+            # with, so the summary's own citation decides: one of that seq with another digest says
+            # the summary was made from another group; none (a summarizer need not cite) does not.
+            confirmed = all(c.digest in digests[seq] for c in citations if c.seq == seq)
+            if summary_text and seq < frontier and confirmed and any(seq in r for r in erased):
+                places.holders.append(SourceHolder(key, seq, SourcePlace.SUMMARY, SourceState.HOLDS_TEXT))
+                places.summarized.append(seq)
             continue
         if group.digest not in digests[seq]:
             places.holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
@@ -291,13 +309,17 @@ async def _sources(
                 f"the fact cites group(s) {seqs} of session {session!r} with a "
                 "digest the stored group does not have: not its source, reported as gone and not erased"
             )
-        if checked is not None and archived:
-            ranges = merge_ranges([SeqRange(seq, seq + 1) for seq in archived])
+        # Groups erased earlier that the summary still covers are erased again with the others: the
+        # archive and recall index hold nothing of them, and the marking (a forget erasure) empties
+        # the summary, so the forgotten text reaches no later request through it.
+        erasable = [*archived, *place.summarized]
+        if checked is not None and erasable:
+            ranges = merge_ranges([SeqRange(seq, seq + 1) for seq in erasable])
             target = EraseTarget.groups_of(key, ranges)
             assert target.level is EraseLevel.GROUPS
             result = await run_erasure(runtime, target, checked[0], checked[1], ErasureKind.FORGET)
             erasures.append(result)
-            gone = set(archived)
+            gone = set(erasable)
             places = [
                 attrs.evolve(h, state=SourceState.ERASED)
                 if h.place in (SourcePlace.ARCHIVED, SourcePlace.SUMMARY) and h.seq in gone
