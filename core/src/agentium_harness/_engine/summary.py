@@ -327,6 +327,23 @@ def _offered(
     return offered, canonical
 
 
+def _numbered_on(offered: list[MessageGroup], passed: int) -> tuple[list[MessageGroup], int]:
+    """The offered groups up to the first one not numbered on from the one before, and where they end.
+
+    Groups out of the view between two offered ones are not offered: a
+    summarizer given ``[4, 7]`` folds 4 and stops before 5 (the frontier
+    never passes a seq it was not given), and the next update would offer
+    it 7 after a frontier of 5, which it cannot fold. So one update offers
+    only the run up to such a hole, and ends at the next group the view
+    shows (the groups in the hole are passed over with the run); the next
+    update starts there.
+    """
+    for i in range(1, len(offered)):
+        if offered[i].seq != offered[i - 1].seq + 1:
+            return offered[:i], offered[i].seq
+    return offered, passed
+
+
 async def update_summary(
     ticket: Ticket,
     *,
@@ -351,7 +368,8 @@ async def update_summary(
     when the frontier first passed it) is checked by the reader alone, and
     must carry a retained record of this session (:func:`.group_identity.foreign_group`).
     ``view`` (the session's) decides what of each group is offered
-    (:func:`_offered`); groups out of it are passed over.
+    (:func:`_offered`); groups out of it are passed over, and the summarizer
+    is given a run numbered on from its previous frontier (:func:`_numbered_on`).
     ``erased`` (the session's erased ranges) are groups an erasure removed:
     the frontier passes them, saying so in the summary's uncertainty, and
     a read never reaches into one.
@@ -383,7 +401,15 @@ async def update_summary(
     diagnostics: list[Diagnostic] = []
     summary = previous
     offered, canonical = _offered(run, view)
-    passed = start + len(run)
+    offered, passed = _numbered_on(offered, start + len(run))
+    if offered and offered[0].seq > start:
+        # The groups before the first offered one are out of the view: passed over, as below. A
+        # summarizer folds on from its previous frontier (the built-in ones stop at the first seq
+        # they are not given), so that frontier is moved to the first group it is given; left
+        # behind them, it would fold nothing, now or in any later update.
+        if previous is not None:
+            previous = attrs.evolve(previous, frontier=offered[0].seq)
+        start = offered[0].seq
     if run and not offered:
         # Nothing of these groups is in the view: the frontier passes them, the text stays.
         empty = TaskSummary(text="", frontier=start, policy="none", version="0")
