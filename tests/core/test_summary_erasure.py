@@ -7,6 +7,7 @@ the summary state it saved.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,9 @@ from agentium_harness import (
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import OpContext, TaskSummary
 
@@ -122,15 +126,16 @@ async def test_settle_summary_hands_out_no_text_a_forget_erasure_removed() -> No
         assert report is None or report.state is None or SECRET not in report.state.summary.text
 
 
-async def _trimmed(archive: InMemoryArchive) -> Any:
+async def _trimmed(archive: Any, **stores: Any) -> Any:
     """A runtime whose summary covers group 0 of ana's s1 after retention erased that group."""
     rt = create_harness_runtime(
         provider=ScriptedProvider(replies=["noted"], cycle=True),
         archive=archive,
-        session_store=InMemorySessionStore(),
+        session_store=stores.pop("session_store", InMemorySessionStore()),
         summarizer=ExtractiveSummarizer(),
         summary_limits=SummaryLimits(background=False),
-        memory=InMemoryMemoryStore(),
+        memory=stores.pop("memory", InMemoryMemoryStore()),
+        **stores,
         retention=RetentionPolicy(max_archived_groups=2),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
     )
@@ -139,7 +144,7 @@ async def _trimmed(archive: InMemoryArchive) -> Any:
     return rt
 
 
-async def _remember_group0(rt: Any, archive: InMemoryArchive, digest: str | None = None) -> str:
+async def _remember_group0(rt: Any, archive: Any, digest: str | None = None) -> str:
     (group,) = await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 1, OpContext())
     fact = MemoryFact(
         MemoryScope("acme", "ana"),
@@ -186,3 +191,21 @@ async def test_a_summary_citing_an_erased_seq_with_another_digest_is_not_a_sourc
         assert result.erasures == ()
         kept = (await rt.run(ANA, "s1", "Anything else?")).summary
         assert kept is not None and f"{SECRET}0" in kept.summary.text
+
+
+async def test_the_emptied_summarys_text_leaves_the_sqlite_file(tmp_path: Path) -> None:
+    db = str(tmp_path / "agentium.db")
+    config = SQLiteConfig(path=db)
+    archive = SQLiteArchive(config)
+    stores = {
+        "session_store": SQLiteSessionStore(config),
+        "memory": SQLiteMemoryStore(config),
+        "recall": SQLiteRecallStore(SQLiteRecallConfig(path=db)),
+    }
+    async with await _trimmed(archive, **stores) as rt:
+        fact_id = await _remember_group0(rt, archive)
+        scope = MemoryScope("acme", "ana")
+        await rt.forget(scope, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+        after = (await rt.inspect_session(ANA, "s1")).summary
+        assert after is not None and f"{SECRET}0" not in after.summary.text
+    assert f"{SECRET}0".encode() not in Path(db).read_bytes()  # noqa: ASYNC240 - the runtime is closed: nothing writes it now
