@@ -33,9 +33,6 @@ from agent_framework import (
     FunctionInvocationLayer,
 )
 from agent_framework import Message as AFMessage
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentium_agent_framework import (
     MESSAGE_FORMAT,
@@ -55,6 +52,7 @@ from agentium_harness import (
 )
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.testing import SpanRecorder, recording_spans
 
 pytestmark = pytest.mark.anyio
 
@@ -65,40 +63,15 @@ LOGGER = "agentium.agent_framework"
 MIB = 1024 * 1024
 
 
-class Spans:
-    """A tracer provider exporting to memory, set as the global one for the test (and the runtime's)."""
-
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-
-    @property
-    def finished(self) -> tuple[ReadableSpan, ...]:
-        return tuple(self.exporter.get_finished_spans())
-
-    def carried(self) -> list[str]:
-        """Every string on a finished span: names, attributes, events, statuses."""
-        out: list[str] = []
-        for span in self.finished:
-            out += [span.name, str(span.status.description or "")]
-            out += [str(v) for v in (span.attributes or {}).values()]
-            for event in span.events:
-                out += [event.name, *(str(v) for v in (event.attributes or {}).values())]
-        return out
-
-
 @pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[Spans]:
-    # The global provider, for this test only: set_tracer_provider can be called once per process,
-    # and the provider's events go where the host's (or the framework's) spans go.
-    made = Spans()
-    monkeypatch.setattr(otel_trace, "_TRACER_PROVIDER", made.provider)
-    yield made
-    made.provider.shutdown()
+def spans() -> Iterator[SpanRecorder]:
+    # The global provider, for this test only: the provider's events go where the host's
+    # (or the framework's) spans go.
+    with recording_spans() as recorder:
+        yield recorder
 
 
-def _runtime(path: Path, spans: Spans) -> HarnessRuntime:
+def _runtime(path: Path, spans: SpanRecorder) -> HarnessRuntime:
     config = SQLiteConfig(path=str(path))
     archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
     return create_harness_runtime(
@@ -296,7 +269,7 @@ CASES: dict[str, Case] = {
 async def test_a_degraded_outcome_is_a_warning_and_an_event_on_the_current_span_without_content(
     name: str,
     tmp_path: Path,
-    spans: Spans,
+    spans: SpanRecorder,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -330,7 +303,7 @@ async def test_a_degraded_outcome_is_a_warning_and_an_event_on_the_current_span_
 
 
 async def test_with_no_span_current_the_warning_is_still_logged(
-    tmp_path: Path, spans: Spans, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, spans: SpanRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The event needs a span to go on; the record does not.
     caplog.set_level(logging.WARNING, logger=LOGGER)
@@ -344,7 +317,7 @@ async def test_with_no_span_current_the_warning_is_still_logged(
 
 
 async def test_a_refusal_of_the_hosts_own_messages_is_raised_not_logged(
-    tmp_path: Path, spans: Spans, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, spans: SpanRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Bad input is the caller's error (as the core's argument checks): typed, nothing written, no WARNING.
     caplog.set_level(logging.DEBUG, logger="agentium")
@@ -365,14 +338,14 @@ class _Client(FunctionInvocationLayer, ChatMiddlewareLayer, BaseChatClient):  # 
 
 
 async def test_in_an_agent_run_the_event_is_on_the_frameworks_invoke_agent_span(
-    tmp_path: Path, spans: Spans, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, spans: SpanRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The framework's own instrumentation (on by default) opens invoke_agent around the run's load.
     caplog.set_level(logging.WARNING, logger=LOGGER)
     async with _runtime(tmp_path / "agentium.db", spans) as rt:
         await _load_half_exchange(rt, pytest.MonkeyPatch())
         caplog.clear()
-        spans.exporter.clear()
+        spans.clear()
         agent = Agent(_Client(), context_providers=[AgentiumHistoryProvider(rt, ANA, store_outputs=False)])
         await agent.run("And now?", session=agent.create_session(session_id="chat-1"))
     [run] = [s for s in spans.finished if s.name.startswith("invoke_agent")]

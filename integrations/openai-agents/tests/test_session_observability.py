@@ -22,9 +22,6 @@ from typing import Any
 
 import opentelemetry.trace as otel_trace
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sdk_sessions import ANA
 
 from agentium_harness import (
@@ -38,6 +35,7 @@ from agentium_harness import (
 )
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.testing import SpanRecorder, recording_spans
 from agentium_openai_agents import AgentiumSession, ForeignItemError, HistoryChangedError, PopRefusedError
 from agentium_openai_agents._observe import failed
 
@@ -54,40 +52,15 @@ FOREIGN = Message(
 )
 
 
-class Spans:
-    """A tracer provider exporting to memory, set as the global one for the test (and the runtime's)."""
-
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-
-    @property
-    def finished(self) -> tuple[ReadableSpan, ...]:
-        return tuple(self.exporter.get_finished_spans())
-
-    def carried(self) -> list[str]:
-        """Every string on a finished span: names, attributes, events, statuses."""
-        out: list[str] = []
-        for span in self.finished:
-            out += [span.name, str(span.status.description or "")]
-            out += [str(v) for v in (span.attributes or {}).values()]
-            for event in span.events:
-                out += [event.name, *(str(v) for v in (event.attributes or {}).values())]
-        return out
-
-
 @pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[Spans]:
-    # The global provider, for this test only: set_tracer_provider can be called once per process,
-    # and the integration's events go where the host's spans go (the global provider's).
-    made = Spans()
-    monkeypatch.setattr(otel_trace, "_TRACER_PROVIDER", made.provider)
-    yield made
-    made.provider.shutdown()
+def spans() -> Iterator[SpanRecorder]:
+    # The global provider, for this test only: the integration's events go where the host's
+    # spans go (the global provider's).
+    with recording_spans() as recorder:
+        yield recorder
 
 
-def _runtime(path: Path, spans: Spans) -> HarnessRuntime:
+def _runtime(path: Path, spans: SpanRecorder) -> HarnessRuntime:
     config = SQLiteConfig(path=str(path))
     archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
     return create_harness_runtime(
@@ -203,7 +176,7 @@ CASES: dict[str, Case] = {
 async def test_a_degraded_outcome_is_a_warning_and_an_event_on_the_current_span_without_content(
     name: str,
     tmp_path: Path,
-    spans: Spans,
+    spans: SpanRecorder,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -237,7 +210,7 @@ async def test_a_degraded_outcome_is_a_warning_and_an_event_on_the_current_span_
 
 
 async def test_with_no_span_current_the_warning_is_still_logged(
-    tmp_path: Path, spans: Spans, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, spans: SpanRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The event needs a span to go on; the record does not.
     caplog.set_level(logging.WARNING, logger=LOGGER)
@@ -252,7 +225,7 @@ async def test_with_no_span_current_the_warning_is_still_logged(
 
 
 async def test_a_refusal_of_the_hosts_own_items_is_raised_not_logged(
-    tmp_path: Path, spans: Spans, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, spans: SpanRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Bad input is the caller's error (as the core's argument checks): typed, nothing written, no WARNING.
     caplog.set_level(logging.DEBUG, logger="agentium")
@@ -264,7 +237,7 @@ async def test_a_refusal_of_the_hosts_own_items_is_raised_not_logged(
 
 
 async def test_a_failure_that_committed_says_so_on_the_record_and_the_event(
-    spans: Spans, caplog: pytest.LogCaptureFixture
+    spans: SpanRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A pop whose retraction took another session's message (an erasure and the id used again in
     # between) raises with commit_state committed: what was done is on both, still without its text.

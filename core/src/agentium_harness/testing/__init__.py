@@ -21,6 +21,10 @@
   runs one async callable from several threads at once, each on an event loop
   of its own (the OpenAI Agents SDK's concurrent-access pattern), and
   :func:`run_in_turn` from successive loops, as ``anyio.run`` per request does.
+- Span recording (:mod:`agentium_harness.testing.spans`, needs
+  ``opentelemetry-sdk`` when used): :class:`SpanRecorder` keeps finished spans
+  in memory (``finished``, ``carried()``), and :func:`recording_spans` installs
+  one as the global tracer provider for a ``with`` block.
 - Dependency floors (:mod:`agentium_harness.testing.floors`): :func:`declared_floors`,
   :func:`install_floors`, :func:`run_python` and :func:`run_pytest` run a
   distribution's code and tests on the oldest releases its metadata accepts
@@ -61,6 +65,7 @@ from .helpers import (
     scoped_snapshot,
 )
 from .loops import LoopStyle, run_in_threads, run_in_turn
+from .spans import SpanRecorder, recording_spans
 
 if TYPE_CHECKING:
     from .contracts import (
@@ -94,6 +99,7 @@ __all__ = [
     "MemoryStoreContract",
     "RecallStoreContract",
     "Reopen",
+    "SpanRecorder",
     "SessionStoreContract",
     "SummarizerContract",
     "UndeclaredCapabilityWarning",
@@ -107,6 +113,7 @@ __all__ = [
     "raw_files",
     "register_assert_rewrite",
     "reopen",
+    "recording_spans",
     "reopened",
     "replace_once",
     "rich_group",
