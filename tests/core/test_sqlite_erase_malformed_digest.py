@@ -17,33 +17,20 @@ import re
 from pathlib import Path
 
 import pytest
+from _oversize_support import ctx as _ctx
+from _oversize_support import erased_digests, five_turns, group_ids
 from _oversize_support import raw_sql as _sql
 
-from agentium_harness import (
-    EraseTarget,
-    HarnessRuntime,
-    Message,
-    OperatorAttestation,
-    ResidentLimits,
-    Role,
-    RuntimeLimits,
-    VerifiedIdentity,
-    create_harness_runtime,
-)
-from agentium_harness._ports import OpContext
+from agentium_harness import EraseTarget
 from agentium_harness._ports.archive import ArchiveReceipt
 from agentium_harness._ports.erasure import EraseReport
 from agentium_harness._scope import SessionKey
-from agentium_harness.adapters import _sqlite_rows
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.testing import plain_group
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), "request 42")
 KEY = SessionKey("acme", "ana", "s1")
 DIGEST_FORM = re.compile(r"sha256:[0-9a-f]{64}")
 GROUPS = [plain_group(seq, " about the kettle") for seq in range(3)]
@@ -65,43 +52,19 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _ctx() -> OpContext:
-    return OpContext.with_timeout(30.0)
-
-
 def _digests(report: EraseReport) -> dict[int, str]:
     return {seq: digest for entry in report.sessions for seq, digest in entry.groups}
-
-
-def _runtime(path: Path) -> HarnessRuntime:
-    config = SQLiteConfig(path=str(path))
-    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
-    return create_harness_runtime(
-        provider=ScriptedProvider(replies=["x"]),
-        archive=archive,
-        session_store=store,
-        owned=(archive, store),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
-    )
 
 
 async def test_a_runtime_erasure_completes_over_a_group_whose_digest_was_edited_to_garbage(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.db"
-    async with _runtime(path) as rt:
-        for n in range(5):  # groups 0-2 archived (adopted), 3 and 4 resident
-            await rt.append(ANA, "s1", [Message(Role.USER, f"q{n}"), Message(Role.ASSISTANT, f"a{n}")])
-    [(sid,)] = _sql(path, "SELECT sid FROM sessions WHERE session_id = 's1'")
-    assert isinstance(sid, int)
-    ids = (_sqlite_rows.row_id(sid, 1, False), _sqlite_rows.row_id(sid, 1, True))
-    assert _sql(path, "UPDATE groups SET digest = 'garbage' WHERE id IN (?, ?) RETURNING id", ids)
-    async with _runtime(path) as rt:
-        result = await rt.erase(
-            EraseTarget.session("acme", "ana", "s1"), reason="request", attestation=OPERATOR
-        )
-    assert result.tombstone is not None, result
-    recorded = {seq: digest for s in result.record.sessions for seq, digest in s.digests}
+    await five_turns(path)
+    assert _sql(
+        path, "UPDATE groups SET digest = 'garbage' WHERE id IN (?, ?) RETURNING id", group_ids(path, 1)
+    )
+    recorded = await erased_digests(path, EraseTarget.session("acme", "ana", "s1"))
     assert recorded[1] == ""
     assert DIGEST_FORM.fullmatch(recorded[0]) and DIGEST_FORM.fullmatch(recorded[2])
     assert _sql(path, "SELECT count(*) FROM groups") == [(0,)]
@@ -115,14 +78,9 @@ async def test_the_archive_reports_a_malformed_stored_digest_as_unvouched_and_er
     archive = SQLiteArchive(SQLiteConfig(path=str(path)))
     try:
         receipts = await archive.append(KEY, GROUPS, _ctx())
-        [(sid,)] = _sql(path, "SELECT sid FROM sessions WHERE session_id = 's1'")
-        assert isinstance(sid, int)
         value = MALFORMED[damage].format(col="digest")
-        changed = _sql(
-            path,
-            f"UPDATE groups SET digest = {value} WHERE id = ? RETURNING id",
-            (_sqlite_rows.row_id(sid, 1, True),),
-        )
+        archived = group_ids(path, 1)[1]
+        changed = _sql(path, f"UPDATE groups SET digest = {value} WHERE id = ? RETURNING id", (archived,))
         assert changed, "no archived row was damaged"
         expected = {0: receipts[0].digest, 1: "", 2: receipts[2].digest}
         target = EraseTarget.session("acme", "ana", "s1")

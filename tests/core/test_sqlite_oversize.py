@@ -16,32 +16,29 @@ are just past that; a digest, an id or a version is far shorter.
 from __future__ import annotations
 
 import tracemalloc
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from _oversize_support import HUGE, NUL_TEXT, PEAK
+from _oversize_support import HUGE, NUL_TEXT, OVER_JSON, PEAK
+from _oversize_support import ctx as _ctx
+from _oversize_support import group_ids as _group_ids
 from _oversize_support import raw_sql as _sql
+from _oversize_support import refused_unread as _refused_unread
+from _oversize_support import sqlite_runtime as _runtime
 
 from agentium_harness import (
     ArchiveCorruptError,
-    HarnessRuntime,
     Message,
-    ResidentLimits,
     Role,
-    RuntimeLimits,
     Scope,
     SessionKey,
     SnapshotCorruptError,
     VerifiedIdentity,
-    create_harness_runtime,
 )
-from agentium_harness._errors import AgentiumError, InvalidArgumentError
+from agentium_harness._errors import InvalidArgumentError
 from agentium_harness._json import MAX_JSON_BYTES
-from agentium_harness._ports import OpContext
 from agentium_harness._ports.erasure import EraseTarget
 from agentium_harness.adapters import _sqlite_rows
-from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import (
     SQLiteArchive,
     SQLiteConfig,
@@ -56,17 +53,11 @@ pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
-#: Just past what any stored JSON may take: a snapshot or a group's bytes this long was never written.
-OVER_JSON = MAX_JSON_BYTES + 1024
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _ctx() -> OpContext:
-    return OpContext.with_timeout(30.0)
 
 
 def _fingerprint(path: Path) -> list[object]:
@@ -88,13 +79,6 @@ def _fingerprint(path: Path) -> list[object]:
     ]
 
 
-def _group_ids(path: Path, seq: int, session: str = "s1") -> tuple[int, int]:
-    """The two row ids group ``seq`` of ``session`` may be stored under (the store's, the archive's)."""
-    [(sid,)] = _sql(path, "SELECT sid FROM sessions WHERE session_id = ?", (session,))
-    assert isinstance(sid, int)
-    return _sqlite_rows.row_id(sid, seq, False), _sqlite_rows.row_id(sid, seq, True)
-
-
 def _damage_group(path: Path, seq: int, column: str, value_sql: str, size: int) -> None:
     """Set ``column`` of group ``seq``'s row to ``value_sql`` (SQLite builds it, ``size`` long)."""
     _sql(path, f"UPDATE groups SET {column} = {value_sql} WHERE id IN (?, ?)", (size, *_group_ids(path, seq)))
@@ -108,40 +92,12 @@ def _pair(n: int) -> list[Message]:
     return [Message(Role.USER, f"question {n}"), Message(Role.ASSISTANT, f"answer {n}")]
 
 
-def _runtime(path: Path) -> HarnessRuntime:
-    config = SQLiteConfig(path=str(path))
-    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
-    return create_harness_runtime(
-        provider=ScriptedProvider(replies=["x"]),
-        archive=archive,
-        session_store=store,
-        owned=(archive, store),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
-    )
-
-
 async def _seeded(path: Path) -> None:
     """Session s1: groups 0-2 archived (adopted), 3 and 4 resident; session s2: one group."""
     async with _runtime(path) as rt:
         for n in range(5):
             await rt.append(ANA, "s1", _pair(n))
         await rt.append(ANA, "s2", _pair(0))
-
-
-async def _refused_unread(
-    call: Callable[[], Awaitable[object]], error: type[AgentiumError], match: str, what: str
-) -> None:
-    """``call`` raises ``error`` matching ``match``, with a short message, the value never read."""
-    tracemalloc.start()
-    try:
-        with pytest.raises(error) as info:
-            await call()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < PEAK, f"{what}: {peak} bytes traced, the huge value was read into Python"
-    info.match(match)
-    assert len(str(info.value)) < 1000, what
 
 
 async def test_a_huge_archived_group_is_refused_by_every_read_before_it_is_fetched(tmp_path: Path) -> None:

@@ -13,20 +13,18 @@ SQLite itself, so tracemalloc's peak tells whether a read fetched one.
 
 from __future__ import annotations
 
-import tracemalloc
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from _oversize_support import HUGE, NUL_TEXT, PEAK
+from _oversize_support import HUGE, NUL_TEXT, OVER_JSON
+from _oversize_support import ctx as _ctx
 from _oversize_support import raw_sql as _sql
+from _oversize_support import refused_unread as _refused_unread
 from test_recall_ranking import write_v1_file
 from test_sqlite_layout import V1_SCHEMA
 
 from agentium_harness import ArchiveError, SessionKey
 from agentium_harness._errors import AgentiumError
-from agentium_harness._json import MAX_JSON_BYTES
-from agentium_harness._ports import OpContext
 from agentium_harness._ports.recall import SourceOwner
 from agentium_harness.adapters.sqlite import (
     SQLiteArchive,
@@ -42,33 +40,11 @@ pytestmark = pytest.mark.anyio
 KEY = SessionKey("acme", "ana", "s1")
 OWNER = SourceOwner("acme", "ana")
 GROUPS = [plain_group(seq, " about the kettle") for seq in range(3)]
-#: Just past what a group's text may take.
-OVER_JSON = MAX_JSON_BYTES + 1024
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _ctx() -> OpContext:
-    return OpContext.with_timeout(30.0)
-
-
-async def _refused_unread(
-    call: Callable[[], Awaitable[object]], error: type[AgentiumError], match: str, what: str
-) -> None:
-    """``call`` raises ``error`` matching ``match``, with a short message, the value never read."""
-    tracemalloc.start()
-    try:
-        with pytest.raises(error) as info:
-            await call()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < PEAK, f"{what}: {peak} bytes traced, the huge value was read into Python"
-    info.match(match)
-    assert len(str(info.value)) < 1000, what
 
 
 # -- the health probe -------------------------------------------------------------------------------

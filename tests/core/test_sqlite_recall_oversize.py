@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import sqlite3
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from _oversize_support import HUGE, NUL_TEXT, PEAK
+from _oversize_support import HUGE, NUL_TEXT, OVER_JSON, PEAK
+from _oversize_support import ctx as _ctx
 from _oversize_support import raw_sql as _sql
+from _oversize_support import refused_unread as _refused_unread
 
-from agentium_harness._errors import AgentiumError, ArchiveCorruptError, InvalidArgumentError
+from agentium_harness._errors import ArchiveCorruptError, InvalidArgumentError
 from agentium_harness._json import MAX_JSON_BYTES
-from agentium_harness._ports import OpContext
 from agentium_harness._ports.archive import ArchiveReceipt
 from agentium_harness._ports.erasure import EraseTarget
 from agentium_harness._ports.recall import RecallLimits, SourceOwner, SourceRef, group_source_id
@@ -43,8 +44,6 @@ SCOPE = Scope("acme", "alice", "s1")
 KEY = SCOPE.session_key
 OWNER = SourceOwner("acme", "alice")
 MODEL = EmbeddingModel("test-model", 3)
-#: Just past what a text, a title or a group's bytes may take.
-OVER_JSON = MAX_JSON_BYTES + 1024
 GROUPS = [plain_group(seq, " about the kettle") for seq in range(3)]
 TEXT_TRIGGER = "recall_texts_au"
 
@@ -52,10 +51,6 @@ TEXT_TRIGGER = "recall_texts_au"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _ctx() -> OpContext:
-    return OpContext.with_timeout(30.0)
 
 
 def _fingerprint(path: Path) -> list[object]:
@@ -111,22 +106,6 @@ def _update_text(path: Path, column: str, value_sql: str, size: int, where: str)
 
 def _group_where(seq: int) -> str:
     return f"id = (SELECT id FROM recall_sources WHERE kind = 'group' AND seq = {seq})"
-
-
-async def _refused_unread(
-    call: Callable[[], Awaitable[object]], error: type[AgentiumError], match: str, what: str
-) -> None:
-    """``call`` raises ``error`` matching ``match``, with a short message, the value never read."""
-    tracemalloc.start()
-    try:
-        with pytest.raises(error) as info:
-            await call()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < PEAK, f"{what}: {peak} bytes traced, the huge value was read into Python"
-    info.match(match)
-    assert len(str(info.value)) < 1000, what
 
 
 async def test_huge_group_data_is_refused_by_seek_and_read_before_it_is_fetched(
