@@ -1,7 +1,7 @@
 """Recording OpenTelemetry spans in memory, for tests of what an integration puts on spans.
 
-Needs ``opentelemetry-sdk`` (``pip install 'agentium-harness[otel]'``); it is
-imported when a :class:`SpanRecorder` is made, so importing
+Needs ``opentelemetry-sdk`` (``pip install 'agentium-harness[otel]'``; from a checkout,
+``pip install './core[otel]'``); it is imported when a :class:`SpanRecorder` is made, so importing
 :mod:`agentium_harness.testing` does not require it.
 """
 
