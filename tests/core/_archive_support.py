@@ -6,8 +6,9 @@ from typing import Any
 
 import anyio
 
-from agentium_harness import SessionKey
+from agentium_harness import ArchiveError, SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive
+from agentium_harness.plugin_api import OpContext
 
 
 class GatedReads(InMemoryArchive):
@@ -27,3 +28,17 @@ class GatedReads(InMemoryArchive):
             self.entered.set()
             await gate.wait()
         return await super().read_groups(key, first, count, ctx)
+
+
+class ArchiveDownOnce(InMemoryArchive):
+    """The public in-memory archive, whose first append fails: the run defers its eviction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    async def append(self, key: SessionKey, groups: Any, ctx: OpContext) -> Any:
+        if self.down:
+            self.down = False
+            raise ArchiveError("the archive is briefly down")
+        return await super().append(key, groups, ctx)

@@ -19,10 +19,10 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from _archive_support import ArchiveDownOnce
 from _effects_support import DEPLOY
 
 from agentium_harness import (
-    ArchiveError,
     BlockingRuntime,
     CommitState,
     EffectLevel,
@@ -199,20 +199,6 @@ async def test_a_joint_commit_that_did_not_land_then_a_failed_retry_before_its_s
         await rt.aclose()
         await archive.aclose()
         await store.aclose()
-
-
-class ArchiveDownOnce(InMemoryArchive):
-    """The public in-memory archive, whose first append fails: the run defers its eviction."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.down = True
-
-    async def append(self, key: SessionKey, groups: Any, ctx: OpContext) -> Any:
-        if self.down:
-            self.down = False
-            raise ArchiveError("the archive is briefly down")
-        return await super().append(key, groups, ctx)
 
 
 async def test_a_close_session_cancelled_while_its_flush_archived_hook_runs_says_committed() -> None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _archive_support import ArchiveDownOnce
 
 from agentium_harness import (
-    ArchiveError,
     CommitState,
     HarnessRuntime,
     Message,
@@ -39,20 +39,6 @@ ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
 CTX = OpContext()
 ROOMY = RuntimeLimits(op_timeout_s=30, settle_timeout_s=30, close_timeout_s=30)
-
-
-class ArchiveDownOnce(InMemoryArchive):
-    """The public in-memory archive, whose first append fails: the run defers its eviction."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.down = True
-
-    async def append(self, key: SessionKey, groups: Any, ctx: OpContext) -> Any:
-        if self.down:
-            self.down = False
-            raise ArchiveError("the archive is briefly down")
-        return await super().append(key, groups, ctx)
 
 
 class OtherWritesOnTop(InMemorySessionStore):
