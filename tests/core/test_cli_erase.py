@@ -396,3 +396,97 @@ def test_the_save_notes_are_counted_on_one_line_and_kept_in_json(
     assert code == 0
     (record,) = json.loads(out)
     assert record["notes"] == [*marks, "late write"]
+
+
+def _typo_config(tmp_path: Path, archive: str, store: str) -> Path:
+    cfg = tmp_path / "agentium.toml"
+    cfg.write_text(
+        f"""
+[provider]
+plugin = "scripted"
+[provider.options]
+responses = ["noted"]
+[archive]
+plugin = "sqlite"
+[archive.options]
+path = "{tmp_path / archive}"
+[session_store]
+plugin = "sqlite"
+[session_store.options]
+path = "{tmp_path / store}"
+""",
+        encoding="utf-8",
+    )
+    return cfg
+
+
+@pytest.mark.parametrize("mode", [(), ("--resume",), ("--json",)], ids=["erase", "resume", "json"])
+def test_erase_on_a_database_that_does_not_exist_is_refused_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: tuple[str, ...]
+) -> None:
+    # A mistyped path created an empty database there and saved a tombstone saying nothing was
+    # there (exit 0), while the data to erase stayed where it was.
+    cfg = str(_typo_config(tmp_path, "typo.db", "typo.db"))
+    scope = ("--tenant", "acme") + (() if mode == ("--resume",) else ("--user", "ana", "--reason", "r"))
+    code, out, err = _agentium(capsys, "erase", cfg, *scope, *mode)
+    assert code == 2
+    (line,) = err.splitlines()
+    assert line.startswith("agentium erase: no database at ") and str(tmp_path / "typo.db") in line
+    assert "([archive], [session_store])" in line and "no database was created" in line
+    if mode == ("--json",):
+        assert json.loads(out)["error_type"] == "InvalidArgumentError"
+    else:
+        assert out == ""
+    assert not (tmp_path / "typo.db").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"], "a -wal or -shm was left"
+
+
+def test_erase_is_refused_when_the_session_stores_database_is_missing_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The archive exists and holds a turn; the session store's path (where the tombstone is
+    # recorded) is mistyped. Erasing created an empty session store and recorded it there.
+    cfg = str(_typo_config(tmp_path, "real.db", "real.db"))
+    assert _agentium(capsys, "run", cfg, "--tenant", "acme", "--user", "ana", "--session", "s1", "hi")[0] == 0
+    cfg = str(_typo_config(tmp_path, "real.db", "tpyo.db"))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, out, err = _agentium(capsys, "erase", cfg, "--tenant", "acme", "--reason", "r")
+    assert code == 2 and out == ""
+    assert f"no database at {tmp_path / 'tpyo.db'} ([session_store])" in err
+    assert str(tmp_path / "real.db") not in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize("made_by", ["touch", "another tenant's run"])
+def test_erase_on_an_existing_database_holding_nothing_records_that_nothing_was_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], made_by: str
+) -> None:
+    # Refusing a database that does not exist must not refuse one that exists and is empty.
+    cfg = str(_typo_config(tmp_path, "empty.db", "empty.db"))
+    if made_by == "touch":
+        (tmp_path / "empty.db").touch()
+    else:
+        globex = ("--tenant", "globex", "--user", "u", "--session", "s")
+        assert _agentium(capsys, "run", cfg, *globex, "hi")[0] == 0
+    code, out, err = _agentium(capsys, "erase", cfg, "--tenant", "acme", "--reason", "r", "--json")
+    assert code == 0, err
+    (record,) = json.loads(out)
+    assert record["state"] == "complete"
+    assert any("nothing of the target was stored" in note for note in record["notes"])
+    code, out, _ = _agentium(capsys, "erase", cfg, "--tenant", "acme", "--status")
+    assert code == 0 and f"erasure {record['erasure_id']} (erasure) complete" in out
+
+
+def test_erase_works_when_only_a_store_not_yet_used_has_no_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A store's database is created on first use: after one turn nothing was archived, so the
+    # archive's file does not exist yet. That store holds nothing; the erasure is not refused.
+    cfg = str(_typo_config(tmp_path, "archive.db", "sessions.db"))
+    who = ("--tenant", "acme", "--user", "ana")
+    assert _agentium(capsys, "run", cfg, *who, "--session", "s1", f"{MARK} hi")[0] == 0
+    assert not (tmp_path / "archive.db").exists() and (tmp_path / "sessions.db").exists()
+    code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "r", "--json")
+    assert code == 0, err
+    (record,) = json.loads(out)
+    assert record["state"] == "complete" and [s["session"] for s in record["sessions"]]

@@ -33,7 +33,16 @@ from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
 from .._validators import validate_id
-from .output import EXIT_OK, json_error, print_json, reading_only, shown, shown_lines, unless_missing
+from .output import (
+    EXIT_OK,
+    json_error,
+    print_json,
+    reading_only,
+    refuse_missing,
+    shown,
+    shown_lines,
+    unless_missing,
+)
 
 __all__ = [
     "EXIT_PENDING",
@@ -139,13 +148,18 @@ def _run(
     """``work`` on the config's runtime; ``reading`` (a dry run, a status) creates no database file.
 
     Nor does a command whose work ``starts_from`` a store whose database does not exist
-    (:func:`unless_missing`): retention finds no session there.
+    (:func:`unless_missing`): retention finds no session there. Any other (an erasure, a resume)
+    is refused when the session store, where erasures are recorded, is a built-in SQLite
+    database that does not exist (:func:`refuse_missing`): a mistyped path created an empty
+    database and saved a tombstone there saying nothing was there.
     """
     resolved = load_config(config)
     if reading:
         resolved = reading_only(resolved)
     elif starts_from:
         resolved = unless_missing(resolved, starts_from)
+    else:
+        refuse_missing(resolved, "session_store", "nothing was erased")
     runtime = build_runtime(resolved)
 
     async def go() -> T:
@@ -184,7 +198,9 @@ def cmd_erase(args: argparse.Namespace) -> int:
 
     Needs --reason. With --dry-run, print what each store would remove and
     change nothing. With --resume, complete the tenant's erasures left
-    pending. With --status, list the erasures covering the scope.
+    pending. With --status, list the erasures covering the scope. An
+    erasure or a resume whose session store is a SQLite database that does
+    not exist is refused, and creates nothing.
     """
     modes = [m for m in ("dry_run", "resume", "status") if getattr(args, m)]
     # Usage errors are raised, not printed: main() reports them (as JSON on stdout with --json too).

@@ -22,6 +22,7 @@ from .._validators import lone_surrogate_at
 
 __all__ = [
     "reading_only",
+    "refuse_missing",
     "unless_missing",
     "shown",
     "shown_lines",
@@ -284,21 +285,53 @@ def reading_only(resolved: ResolvedConfig) -> ResolvedConfig:
     file.
     """
     changes: dict[str, Any] = {}
-    for section, component in resolved.components().items():
-        path = getattr(component.options, "path", None)
-        if (
-            component.distribution != BUILTIN_DISTRIBUTION
-            or component.plugin != "sqlite"
-            or not isinstance(path, str | os.PathLike)
-            or str(path) == ":memory:"
-            or os.path.exists(path)
-        ):
-            continue
+    for section in _missing_sections(resolved):
+        component = resolved.components()[section]
         empty = resolved.registry.adapter(component.kind, "memory")
         changes[section] = attrs.evolve(
             component, plugin="memory", spec=empty.spec, options=empty.spec.config_class()
         )
     return attrs.evolve(resolved, **changes) if changes else resolved
+
+
+def _missing_sections(resolved: ResolvedConfig) -> dict[str, str]:
+    """Each section whose store is a built-in SQLite database file that does not exist, with its path."""
+    missing: dict[str, str] = {}
+    for section, component in resolved.components().items():
+        path = getattr(component.options, "path", None)
+        if (
+            component.distribution == BUILTIN_DISTRIBUTION
+            and component.plugin == "sqlite"
+            and isinstance(path, str | os.PathLike)
+            and str(path) != ":memory:"
+            and not os.path.exists(path)
+        ):
+            missing[section] = os.fspath(path)
+    return missing
+
+
+def refuse_missing(resolved: ResolvedConfig, section: str, outcome: str) -> None:
+    """Refuse a command that must act on what ``section``'s store holds when its database does not exist.
+
+    The built-in SQLite adapters create their file on first use, so ``agentium erase`` pointed
+    at a mistyped path created a database there and saved a tombstone in it saying nothing was
+    there, while the data it was meant to erase stayed where it was. The store where such a
+    command records what it did (the session store, for an erasure) must already exist: a run,
+    a memory write and a document indexed all create it. ``outcome`` ends the message
+    (``"nothing was erased"``). Checked before anything is built.
+
+    :raises InvalidArgumentError: naming the missing database and every section configured
+        with it; nothing was created.
+    """
+    missing = _missing_sections(resolved)
+    path = missing.get(section)
+    if path is None:
+        return
+    sections = ", ".join(f"[{name}]" for name, other in missing.items() if other == path)
+    raise InvalidArgumentError(
+        f"no database at {shown(path)} ({sections}): check the path in the config; {outcome}, "
+        "and no database was created"
+    )
 
 
 def unless_missing(resolved: ResolvedConfig, section: str) -> ResolvedConfig:
