@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -191,14 +192,14 @@ def test_an_unreadable_file_is_skipped_with_a_note_and_a_device_is_refused(
     # a PermissionError traceback, the files before it already indexed; a device named as PATH was
     # walked as a folder and "0 indexed" printed as if it had been looked at.
     docs = config.parent / "docs"
-    opened = Path.open
+    opened = os.open
 
-    def refusing(self: Path, *args: object, **kwargs: object) -> object:
-        if self.name == "lunch.txt":
-            raise PermissionError(13, "Permission denied", str(self))
-        return opened(self, *args, **kwargs)
+    def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path).endswith("lunch.txt"):  # as a file the tests' root can read would not
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return opened(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "open", refusing)
+    monkeypatch.setattr(os, "open", refusing)
     assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 0
     out, err = capsys.readouterr()
     assert "1 indexed, 2 skipped" in out
@@ -473,3 +474,111 @@ def test_a_symbolic_link_in_a_walked_folder_is_skipped_with_a_note(
     # Named as a PATH itself, the file a link points at is what the operator chose: it is read.
     assert main(["recall", "add", str(config), "--tenant", "acme", str(docs / "creds.txt")]) == 0
     assert "1 indexed, 0 skipped" in capsys.readouterr().out
+
+
+def _add_within_deadline(argv: list[str], fifo: Path) -> int:
+    """``main(argv)`` in a worker thread, failing the test if it has not returned within 20 s.
+
+    A read blocked on a FIFO cannot be cancelled: on the deadline the FIFO's write end is opened
+    and closed, so the blocked open returns (at end of file) and the thread ends with the test.
+    """
+    result: dict[str, int] = {}
+
+    async def go() -> bool:
+        done = anyio.Event()
+
+        async def worker() -> None:
+            result["code"] = await anyio.to_thread.run_sync(main, argv)
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            with anyio.move_on_after(20):
+                await done.wait()
+            if done.is_set():
+                return False
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # release the blocked reader
+        return True
+
+    if anyio.run(go):
+        pytest.fail(f"recall add waited on the FIFO {fifo} for a writer")
+    return result["code"]
+
+
+def _swapped_after_the_walk(
+    monkeypatch: pytest.MonkeyPatch, swap: Any, extra: list[tuple[str, Path]] | None = None
+) -> None:
+    """Make ``recall add`` find its files, then ``swap()`` before it reads them: the race, made certain."""
+    from agentium_harness._cli import recall
+
+    walk = recall._files
+
+    def walk_then_swap(paths: list[str]) -> Any:
+        files, links = walk(paths)
+        swap()
+        return files + (extra or []), links
+
+    monkeypatch.setattr(recall, "_files", walk_then_swap)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_file_swapped_for_a_fifo_after_the_walk_is_skipped_not_waited_on(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The walk saw a regular file; by the time it was read it was a FIFO with no writer, and
+    # opening it waited for one for good: the command never ended.
+    docs = config.parent / "docs"
+    lunch = docs / "ops" / "lunch.txt"
+
+    def to_fifo() -> None:
+        lunch.unlink()
+        os.mkfifo(lunch)
+
+    _swapped_after_the_walk(monkeypatch, to_fifo)
+    code = _add_within_deadline(["recall", "add", str(config), "--tenant", "acme", str(docs)], lunch)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out == "1 indexed, 2 skipped\n"  # vpn.md indexed; blob.bin (binary) and the FIFO skipped
+    assert f"  skipped {lunch}: not a regular file (a FIFO); not read\n" in err
+    monkeypatch.undo()
+    assert main(["recall", "search", str(config), *ANA, "When is lunch?"]) == 0
+    assert "status no_accessible_evidence" in capsys.readouterr().out  # nothing indexed for it
+    assert main(["recall", "search", str(config), *ANA, "VPN certificate"]) == 0
+    assert "March 3rd" in capsys.readouterr().out
+
+
+def test_a_device_reached_at_read_time_is_skipped_unread(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A device in place of a walked file was read like one: /dev/zero up to the 4 MiB bound, a
+    # terminal or a tape until it answered.
+    docs = config.parent / "docs"
+    _swapped_after_the_walk(monkeypatch, lambda: None, [("zero", Path("/dev/zero"))])
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "2 indexed, 2 skipped\n"
+    assert "  skipped /dev/zero: not a regular file (a character device); not read\n" in err
+
+
+def test_a_walked_file_swapped_for_a_link_after_the_walk_is_not_followed(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A link inside a folder is skipped (it may point anywhere); one swapped in after the walk was
+    # followed, and what it pointed at indexed into the tenant's recall.
+    secret = config.parent / "secret.txt"
+    secret.write_text("The zulu root password is hunter2.")
+    docs = config.parent / "docs"
+    lunch = docs / "ops" / "lunch.txt"
+
+    def to_link() -> None:
+        lunch.unlink()
+        lunch.symlink_to(secret)
+
+    _swapped_after_the_walk(monkeypatch, to_link)
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "1 indexed, 2 skipped\n"
+    assert f"  skipped {lunch}: a symbolic link now (found as a file); not followed\n" in err
+    monkeypatch.undo()
+    assert main(["recall", "search", str(config), *ANA, "zulu root password"]) == 0
+    assert "hunter2" not in capsys.readouterr().out

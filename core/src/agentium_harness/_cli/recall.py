@@ -9,6 +9,9 @@ checks, whole assembly, validation), not around it.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -103,6 +106,60 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+#: How a document is opened: never waiting (``O_NONBLOCK``: a FIFO opens at once, with or without a
+#: writer, and is then refused by its ``fstat``), and in binary on platforms that distinguish it.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+
+#: Added for a file found in a folder walk: a symbolic link swapped in since the walk is not followed.
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+#: What a path that is not a regular file is, by its ``st_mode``, for the "skipped" note.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+class _Skipped(Exception):
+    """A document that is not read: the reason, for the "skipped" note."""
+
+
+def _read_document(path: Path, *, follow: bool) -> bytes:
+    """At most one byte past :data:`MAX_DOCUMENT_BYTES` of the regular file at ``path``.
+
+    The walk saw a regular file, but what is there when it is read may have changed since: a FIFO
+    opened plainly waited for a writer for good, a device was read as a document, and a link was
+    followed out of the folder. So the file is opened without waiting and, for a walked file
+    (``follow`` false), without following a link; then the opened descriptor itself must be a
+    regular file, so what is read is what was checked.
+
+    :raises _Skipped: not read (cannot be opened or read, a link now, not a regular file).
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS | (0 if follow else _NO_FOLLOW))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise _Skipped("a symbolic link now (found as a file); not followed") from None
+        raise _Skipped(f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        raise _Skipped(f"cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise _Skipped(f"not a regular file ({kind}); not read")
+    try:
+        with open(fd, "rb") as handle:  # closes fd
+            return handle.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise _Skipped(f"cannot be read: {exc.strerror or exc}") from None
+
+
 class _Progress:
     """A one-line progress counter on stderr, only when stderr is a terminal."""
 
@@ -124,6 +181,7 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
     """Index host documents (files, or folders walked recursively) into the configured recall store."""
     owner = SourceOwner(args.tenant, args.user, None, args.project, args.repository)
     files, links = _files(args.paths)  # every id is checked before anything is written
+    named = {Path(given) for given in args.paths}  # a PATH that is a link is read: the operator named it
     runtime = load_runtime(args.config)
     counts = {"indexed": 0, "skipped": len(links)}
     for link in links:
@@ -144,14 +202,13 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
                 # At most one byte past the bound is read: a huge file is skipped, never loaded.
                 # A skipped file's name is the folder's text, escaped like a document's lines.
                 try:
-                    with path.open("rb") as handle:
-                        data = handle.read(MAX_DOCUMENT_BYTES + 1)
-                except OSError as exc:
-                    # Unreadable (permissions, removed since the walk): skipped like a binary file,
-                    # not a traceback half-way with the files before it indexed and nothing said.
+                    data = _read_document(path, follow=path in named)
+                except _Skipped as why:
+                    # Unreadable (permissions, removed since the walk), or no longer a regular file:
+                    # skipped like a binary file, and the command goes on to the next file, not a
+                    # traceback (or a wait without end) half-way with the files before it indexed.
                     counts["skipped"] += 1
-                    why = shown(exc.strerror or str(exc))
-                    sys.stderr.write(f"  skipped {shown(str(path))}: cannot be read: {why}\n")
+                    sys.stderr.write(f"  skipped {shown(str(path))}: {shown(str(why))}\n")
                     continue
                 if len(data) > MAX_DOCUMENT_BYTES or b"\0" in data:
                     counts["skipped"] += 1
