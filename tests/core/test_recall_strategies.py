@@ -118,3 +118,46 @@ def test_bad_recall_policy_config_is_refused_and_builds_nothing(
         load_runtime(path)
     assert any(i.path == where and says in i.message for i in caught.value.issues), caught.value.issues
     assert not (tmp_path / "r.db").exists()  # nothing was created
+
+
+def test_unknown_strategy_names_are_reported_with_every_other_phase_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A phase (a) problem elsewhere (a bad [runtime] value) skipped the [recall] checks: the report
+    # listed that problem alone, and the unknown strategy names and the contradicting policy came
+    # only in a second report, once it was fixed.
+    from agentium_harness._cli import main
+
+    path = tmp_path / "a.toml"
+    path.write_text(
+        CONFIG.format(
+            extra='query = "latest_usr_text"\nranking = "best"\n'
+            'policy = "current_session_strict"\non_no_evidence = "proceed"'
+        )
+        + '[runtime.resident]\nmax_groups = "eight"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_runtime(path)
+    issues = {i.path: i.message for i in caught.value.issues}
+    assert len(issues) == len(caught.value.issues) == 4, caught.value.issues
+    assert issues["$.runtime.resident.max_groups"] == "expected an integer, got string"
+    assert "did you mean 'latest_user_text'" in issues["$.recall.query"]
+    assert "no ranking strategy named 'best'" in issues["$.recall.ranking"]
+    assert "contradicts" in issues["$.recall.on_no_evidence"]
+    assert not (tmp_path / "r.db").exists()  # nothing was created
+    # `agentium check` prints the one report, every problem in it.
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: 4 error(s)" in err
+    assert all(f"  {where}: " in err for where in issues)
+
+
+def test_a_strategy_name_from_an_unset_variable_is_reported_once(tmp_path: Path) -> None:
+    # The unset variable's text stayed in place and was also reported as an unknown strategy:
+    # two issues at one key for one problem.
+    path = tmp_path / "a.toml"
+    path.write_text(CONFIG.format(extra='query = "${AGENTIUM_TEST_UNSET_QUERY}"'))
+    with pytest.raises(ConfigError) as caught:
+        load_runtime(path, environ={})
+    (issue,) = caught.value.issues
+    assert issue.path == "$.recall.query" and "AGENTIUM_TEST_UNSET_QUERY is not set" in issue.message

@@ -7,7 +7,7 @@ with every other problem, each at the key to change.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError, ConfigIssue, PluginNotFoundError
 from .._plugins.registry import PluginRegistry, RegisteredAdapter
@@ -15,7 +15,7 @@ from .._plugins.registry import PluginRegistry, RegisteredAdapter
 if TYPE_CHECKING:
     from .load import HarnessConfig, ResolvedComponent
 
-__all__ = ["combination_issues", "strategy_issues", "wrapped_provider_issues"]
+__all__ = ["combination_issues", "raw_strategy_issues", "strategy_issues", "wrapped_provider_issues"]
 
 
 def combination_issues(adapters: Mapping[str, RegisteredAdapter], sections: set[str]) -> list[ConfigIssue]:
@@ -63,13 +63,40 @@ def strategy_issues(config: HarnessConfig, registry: PluginRegistry) -> list[Con
     recall = config.recall
     if recall is None:
         return []
+    return _recall_issues({key: getattr(recall, key) for key in _RECALL_KEYS}, registry)
+
+
+def raw_strategy_issues(data: Mapping[str, Any], registry: PluginRegistry) -> list[ConfigIssue]:
+    """:func:`strategy_issues` on the data of a file phase (a) refused, so one report has both.
+
+    A problem elsewhere (a bad ``[runtime]`` value) left no structured config to check, and an
+    unknown strategy name came only in a second report, once the first was fixed. Only the keys
+    ``[recall]`` gives as strings are checked: a key left out takes a default that is coherent and
+    registered, and a value of the wrong type is phase (a)'s own issue at that key.
+    """
+    recall = data.get("recall")
+    if not isinstance(recall, Mapping):
+        return []
+    return _recall_issues(
+        {key: recall[key] for key in _RECALL_KEYS if isinstance(recall.get(key), str)}, registry
+    )
+
+
+#: The ``[recall]`` keys the strategy and policy checks read.
+_RECALL_KEYS = ("query", "ranking", "policy", "on_no_evidence")
+
+
+def _recall_issues(values: Mapping[str, Any], registry: PluginRegistry) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
-    for field, kind in (("query", "query"), ("ranking", "ranking")):
+    for kind in ("query", "ranking"):
+        name = values.get(kind)
+        if name is None:
+            continue
         try:
-            registry.recall_strategy(kind, getattr(recall, field))  # type: ignore[arg-type]
+            registry.recall_strategy(kind, name)
         except PluginNotFoundError as exc:
-            issues.append(ConfigIssue(f"$.recall.{field}", str(exc)))
-    if recall.policy == "current_session_strict" and recall.on_no_evidence == "proceed":
+            issues.append(ConfigIssue(f"$.recall.{kind}", str(exc)))
+    if values.get("policy") == "current_session_strict" and values.get("on_no_evidence") == "proceed":
         issues.append(
             ConfigIssue(
                 "$.recall.on_no_evidence",

@@ -45,7 +45,7 @@ from .._ports.summary import SummaryLimits
 from .._validators import bounded_duration, prose_text
 from .._verdicts import EvidenceLimits
 from .arguments import check_base_dir, check_environ, check_path, check_source, check_type
-from .checks import combination_issues, strategy_issues, wrapped_provider_issues
+from .checks import combination_issues, raw_strategy_issues, strategy_issues, wrapped_provider_issues
 from .shared import SHARED_TABLE, inherit, relocate, shared_issues
 from .source import (
     CONFIG_ENV,
@@ -579,8 +579,12 @@ def load_config(
         sections, registry, base_dir, shared if isinstance(shared, dict) else {}
     )
     issues.extend(_without(resolve_issues, unset))
-    if config is not None:
-        issues.extend(strategy_issues(config, registry))
+    # Checked on the raw data when phase (a) failed, so an unknown strategy name is in this report
+    # too; a name left as an unset ${VAR}'s text is that variable's issue alone.
+    strategies = (
+        strategy_issues(config, registry) if config is not None else raw_strategy_issues(data, registry)
+    )
+    issues.extend(_without(strategies, unset))
     if issues or config is None:
         raise ConfigError(_ordered(hide_env_values(issues, data)), shown)
     return _assemble(config, resolved, registry, base_dir, shown)
