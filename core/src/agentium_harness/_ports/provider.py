@@ -67,7 +67,8 @@ class SourceKind(enum.StrEnum):
 #: compatibility form (NFKC or NFKD) holds one of them — the fullwidth
 #: ``＜ ＞ ＆``, the small ``﹤ ﹥ ﹠`` and the negated ``≮ ≯`` — and the angle
 #: brackets and quotation marks that look like ``<`` or ``>`` (``‹ › 〈 〉 ⟨ ⟩``…),
-#: each as a numeric reference. A model that reads the text as it is, or
+#: with every character Unicode's confusables table (UTS #39) maps to ``<``,
+#: ``>`` or ``&`` (``ᐸ ᐳ ᚲ ꝸ``…), each as a numeric reference. A model that reads the text as it is, or
 #: NFKC-normalises it first, or ignores invisible characters inside a word,
 #: finds no ``<`` in it that could open or close a ``source-data`` wrapper;
 #: and every ``&`` in the output starts a reference, so an entity written in
@@ -77,6 +78,7 @@ _ESCAPED_CHARS = (
     "\u226f\ufe65\uff1e"  # NFKD holds ">"
     "\ufe60\uff06"  # NFKD holds "&"
     "\u02c2\u02c3\u2039\u203a\u2329\u232a\u276e\u276f\u27e8\u27e9\u29fc\u29fd\u3008\u3009"  # look-alikes
+    "\u1433\u1438\u16b2\ua778\U00016f3f\U0001d236\U0001d237"  # confusables.txt: < > &
 )
 _TEXT_ESCAPES: Final[dict[int, str]] = {
     ord("&"): "&amp;",
@@ -85,11 +87,13 @@ _TEXT_ESCAPES: Final[dict[int, str]] = {
     **{ord(c): f"&#x{ord(c):X};" for c in _ESCAPED_CHARS},
 }
 #: Attribute values are also quoted, so their quotes (and the fullwidth
-#: forms NFKC turns into quotes) are escaped too, and so are line breaks
+#: forms NFKC turns into quotes, and the quotation marks and primes drawn
+#: like ``"``: ``“ ” ‟ ″ ‶ 〃 ʺ ˝ ˮ ״``) are escaped too, and so are line breaks
 #: (``\n``, ``\r``, U+2028, U+2029): the opening tag is always one line.
+_QUOTE_LOOK_ALIKES = "\u02ba\u02dd\u02ee\u05f4\u201c\u201d\u201f\u2033\u2036\u3003"
 _ATTRIBUTE_ESCAPES: Final[dict[int, str]] = {
     **_TEXT_ESCAPES,
-    **{ord(c): f"&#x{ord(c):X};" for c in "\"'\uff02\uff07\n\r\u2028\u2029"},
+    **{ord(c): f"&#x{ord(c):X};" for c in "\"'\uff02\uff07\n\r\u2028\u2029" + _QUOTE_LOOK_ALIKES},
     ord('"'): "&quot;",
 }
 
