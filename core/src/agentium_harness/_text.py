@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["clean_text", "cut_text", "error_text", "redact_url", "shorten"]
+__all__ = ["clean_text", "cut_text", "error_text", "one_line", "redact_url", "shorten"]
 
 #: Any surrogate code point: in a Python string one is always lone (a pair is one code point),
 #: so this is exactly what UTF-8 cannot encode.
@@ -27,6 +27,27 @@ def clean_text(text: str) -> str:
     """
     plain = str.__str__(text)
     return plain if plain.isascii() else _SURROGATE.sub("\ufffd", plain)
+
+
+#: Every line break ``str.splitlines`` knows, and the backslash that writes them (see :func:`one_line`).
+_LINE_ESCAPES: dict[int, str] = {
+    ord("\\"): "\\\\",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    **{ord(c): f"\\u{ord(c):04x}" for c in "\v\f\x1c\x1d\x1e\x85\u2028\u2029"},
+}
+
+
+def one_line(text: str) -> str:
+    r"""``text`` on one line: its line breaks written ``\n``, ``\r``, ``\u2028``… and a backslash ``\\``.
+
+    For text the engine lays out one item per line in what a model reads
+    (a group's messages, a verifier's reason and evidence): a line break in
+    the text could otherwise start a line that reads as another item (an
+    ``assistant:`` message, a ``verdict: pass``). Injective, so the line
+    reads back exactly. A ``str`` subclass is read with ``str.__str__``.
+    """
+    return str.translate(str.__str__(text), _LINE_ESCAPES)
 
 
 def error_text(exc: BaseException, *, named: bool = True) -> str:

@@ -32,7 +32,7 @@ from .._observe.turn import diagnostic_events
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
-from .._text import clean_text, cut_text, error_text
+from .._text import clean_text, cut_text, error_text, one_line
 from .._validators import bounded_count, exact_number, shown_number, unicode_text
 from .._verdicts import (
     MAX_REASON_BYTES,
@@ -130,9 +130,15 @@ Reviser = Callable[[int, SourceBlock], Awaitable[str | None]]
 
 
 def verification_block(scope: Scope, revision: int, attempt: VerificationAttempt) -> SourceBlock:
-    """The verifier's reasons and evidence as labeled source data for a revision (R28)."""
-    lines = [f"verdict: {attempt.verdict.value}", f"reason: {attempt.reason or '(none given)'}"]
-    lines.extend(f"evidence {e.kind} {e.ref}: {e.detail}" for e in attempt.evidence)
+    """The verifier's reasons and evidence as labeled source data for a revision (R28).
+
+    One line per field, each value on its line (:func:`one_line`): a reason or
+    evidence quoting what a test printed cannot add a ``verdict: pass`` line.
+    """
+    lines = [f"verdict: {attempt.verdict.value}", f"reason: {one_line(attempt.reason) or '(none given)'}"]
+    lines.extend(
+        f"evidence {one_line(e.kind)} {one_line(e.ref)}: {one_line(e.detail)}" for e in attempt.evidence
+    )
     if attempt.omitted:
         lines.append(f"evidence omitted for the budget: {attempt.omitted} entries")
     return SourceBlock(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 import attrs
 
@@ -38,6 +38,7 @@ from .._ports.summary import (
     fit_notes,
     is_policy_token,
 )
+from .._text import one_line
 from .._validators import bounded_count
 
 __all__ = [
@@ -214,19 +215,9 @@ class ModelSummarizerConfig:
     )
 
 
-#: Every line break ``str.splitlines`` knows, and the backslash that writes them: a message's
-#: text stays on its own line, so no text can start a line that reads as another role's message.
-_LINE_ESCAPES: Final[dict[int, str]] = {
-    ord("\\"): "\\\\",
-    ord("\n"): "\\n",
-    ord("\r"): "\\r",
-    **{ord(c): f"\\u{ord(c):04x}" for c in "\v\f\x1c\x1d\x1e\x85\u2028\u2029"},
-}
-
-
 def _message_line(message: Message) -> str:
-    """``role: text`` on one line: the text's line breaks and backslashes written as escapes."""
-    return f"{message.role.value}: {str.translate(message.content, _LINE_ESCAPES)}"
+    """``role: text`` on one line (:func:`one_line`): no text starts a line that reads as another role's."""
+    return f"{message.role.value}: {one_line(message.content)}"
 
 
 def _group_text(group: MessageGroup, limit: int) -> tuple[str, bool]:
