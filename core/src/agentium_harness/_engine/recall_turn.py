@@ -23,7 +23,7 @@ from .._ports.provider import SourceBlock, SourceKind, Usage
 from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import Scope
-from .._text import error_text
+from .._text import error_text, one_line
 from .bounded import bounded
 from .embedding import Hybrid
 from .lifecycle import Ticket
@@ -164,8 +164,9 @@ def _status_block(uncertainty: tuple[str, ...], budget: int) -> SourceBlock:
     head does not fit the budget, the head is shown anyway: a run that
     continues with uncertainty always tells the model so.
     """
-    # Bounded input (``bounded_uncertainty``), and at most that many renderings tried here.
-    lines = [f"- {u}" for u in bounded_uncertainty(uncertainty)]
+    # Bounded input (``bounded_uncertainty``), and at most that many renderings tried here. One line
+    # each (``one_line``): an adapter's error quoted in one cannot add a line that reads as another.
+    lines = [f"- {one_line(u)}" for u in bounded_uncertainty(uncertainty)]
     for shown in range(len(lines), -1, -1):
         rest = len(lines) - shown
         tail = [f"- and {rest} more not shown"] if rest else []
