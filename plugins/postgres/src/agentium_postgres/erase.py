@@ -215,18 +215,20 @@ def _first_batch(
 
 async def _snapshot_groups(
     conn: Conn, schema: str, tenant_key: str, rows: Sequence[tuple[SessionKey, str, str, int]], row_cap: int
-) -> dict[SessionKey, ErasedSession]:
+) -> tuple[dict[SessionKey, ErasedSession], list[SessionKey]]:
     """What erasing each snapshot of ``rows`` (each within ``row_cap``) removes, fetched in bounded batches.
 
     Each statement fetches at most :data:`SNAPSHOT_BATCH_BYTES` (or ``row_cap``, if lower) of
     snapshots, or one snapshot, and each is decoded into its groups' seqs and digests before the
     next statement runs. The server enforces the budget too, by a running sum in key order: a
-    snapshot grown by a save since its size was read comes back NULL, unread, and is fetched by a
-    later statement (the first row of each always comes back, so every statement makes progress).
-    A snapshot gone meanwhile (another erasure took it) is reported with no groups.
+    snapshot over it comes back NULL, unread, and is fetched by a later statement (the first row of
+    each always comes back, so every statement makes progress). Also returns the keys of the
+    snapshots gone since they were listed, which an erase holding them locked never has
+    (:func:`erase_snapshots` says what becomes of them).
     """
     budget = min(SNAPSHOT_BATCH_BYTES, row_cap)
     out: dict[SessionKey, ErasedSession] = {}
+    gone: list[SessionKey] = []
     pending = list(rows)
     statement = sql.SQL(
         "SELECT d.ord, CASE WHEN octet_length(a.data) <= %s AND "
@@ -254,11 +256,13 @@ async def _snapshot_groups(
             else:
                 out[key] = ErasedSession(key)  # grown past row_cap since: erased unread
         del fetched  # decoded: this batch's bytes are gone before the next batch is fetched
-        for ordinal, row in enumerate(batch):
-            if ordinal not in deferred:
-                out.setdefault(row[0], ErasedSession(row[0]))  # gone since it was listed
+        gone += [row[0] for ordinal, row in enumerate(batch) if ordinal not in deferred and row[0] not in out]
         pending = [row for ordinal, row in enumerate(batch) if ordinal in deferred] + pending[len(batch) :]
-    return out
+    return out, gone
+
+
+#: The row lock an erase's listing of snapshots takes, by ``dry_run``: see :func:`erase_snapshots`.
+_ROW_LOCK: Final[dict[bool, LiteralString]] = {False: "FOR UPDATE", True: ""}
 
 
 async def erase_snapshots(
@@ -266,48 +270,67 @@ async def erase_snapshots(
 ) -> tuple[EraseReport, list[SessionKey]]:
     """The session store's erase: up to ``bound`` snapshots of the target; also the keys removed.
 
-    The keys and sizes are read first, then the snapshots in bounded batches, each decoded into
-    its groups before the next is fetched (:func:`_snapshot_groups`), so at most one snapshot's
-    bytes (``row_cap``) are held at once, never ``bound`` of them. A snapshot over ``row_cap``
-    bytes (none this store wrote) is erased without being transferred, and reported like a
-    damaged one: its session, no groups.
+    The keys and sizes are read first, every row locked ``FOR UPDATE`` until the transaction ends,
+    then the snapshots in bounded batches, each decoded into its groups before the next is fetched
+    (:func:`_snapshot_groups`), so at most one snapshot's bytes (``row_cap``) are held at once,
+    never ``bound`` of them; the locks keep what is read, what is deleted and what is reported one
+    and the same. A dry run takes no lock (it must not hold live sessions' saves, and runs on a
+    read-only connection too): a snapshot saved over meanwhile is reported as fetched, one deleted
+    meanwhile is left out of the report and its counts (an erase would not find it). A snapshot
+    over ``row_cap`` bytes (none this store wrote) is erased without being transferred, and
+    reported like a damaged one: its session, no groups.
     """
     if target.groups:  # archived groups only: the session store holds none
         return EraseReport(), []
+    s = sql.Identifier(schema)
+    floor: tuple[Any, ...] | None = None
+    if not dry_run:
+        # The revision floor (schema step 3) is locked first, before any snapshot row: a create
+        # holds it FOR SHARE while it inserts (sessions.py), so taking it after a snapshot's lock
+        # could deadlock with a create waiting on that row; and two erases queue here, not on rows.
+        cursor = await conn.execute(
+            sql.SQL("SELECT 1 FROM {s}.session_revision_floor WHERE singleton FOR UPDATE").format(s=s)
+        )
+        floor = await cursor.fetchone()
     where, params = target_filter(target, seq=False)
+    # The rows are locked as they are listed, in key order, until the transaction ends (not in a
+    # dry run, see above): a snapshot cannot be deleted or saved over between its size read, its
+    # fetch and the DELETE, so the report gives the groups of exactly the revision the erase
+    # removed. A save or another erase racing this one waits for it, then finds the session gone.
     cursor = await conn.execute(
         sql.SQL(
             "SELECT user_key, session_key, octet_length(data) "
-            "FROM {s}.session_snapshots WHERE {where} ORDER BY user_key, session_key LIMIT %s"
-        ).format(s=sql.Identifier(schema), where=where),
+            "FROM {s}.session_snapshots WHERE {where} ORDER BY user_key, session_key LIMIT %s "
+            + _ROW_LOCK[dry_run]
+        ).format(s=s, where=where),
         (*params, bound + 1),
     )
     found = await cursor.fetchall()
     taken = found[:bound]
+    if not dry_run and taken and floor is None:  # its trigger refuses a DELETE; a TRUNCATE is not refused
+        raise PostgresSessionStoreError(
+            "postgres session store: the session revision floor's row is missing, so an erased "
+            "session's revisions could repeat; the erasure stopped and nothing was changed. Restore "
+            "the row as the schema's owner, at a revision no lower than any session's ever was"
+        )
     # A row whose key no id encodes to is erased unread: the report cannot name its session.
     named = [
-        (key, u, s, int(size))
-        for key, u, s, size in ((_key(target, u, s), u, s, n) for u, s, n in taken)
+        (key, user, session, int(size))
+        for key, user, session, size in ((_key(target, u, k), u, k, n) for u, k, n in taken)
         if key
     ]
-    fetched = await _snapshot_groups(conn, schema, params[0], [r for r in named if r[3] <= row_cap], row_cap)
-    if not dry_run and taken:
-        s = sql.Identifier(schema)
-        # The revision floor (schema step 3) is locked before any snapshot is deleted: a create
-        # holds it FOR SHARE while it inserts (sessions.py), so taking it after the DELETE could
-        # deadlock with a create waiting on a deleted row. It is raised, in this transaction, to the
-        # highest revision the DELETE actually removed (RETURNING: a save that committed after the
-        # SELECT above is deleted at its newer revision), so a session created under an erased id
-        # starts past every revision the erased one had.
-        floor = await conn.execute(
-            sql.SQL("SELECT 1 FROM {s}.session_revision_floor WHERE singleton FOR UPDATE").format(s=s)
+    fetched, gone = await _snapshot_groups(
+        conn, schema, params[0], [r for r in named if r[3] <= row_cap], row_cap
+    )
+    if gone and not dry_run:  # the lock did not hold: a report naming them erased would be false
+        raise PostgresSessionStoreError(
+            f"postgres session store: {len(gone)} snapshot(s) of the target (session {gone[0].key()}"
+            f"{' and more' if len(gone) > 1 else ''}) went between the erase's reads although it held "
+            "them locked; the erasure stopped and nothing was changed. Run it again"
         )
-        if await floor.fetchone() is None:  # its trigger refuses a DELETE; a TRUNCATE is not refused
-            raise PostgresSessionStoreError(
-                "postgres session store: the session revision floor's row is missing, so an erased "
-                "session's revisions could repeat; the erasure stopped and nothing was changed. Restore "
-                "the row as the schema's owner, at a revision no lower than any session's ever was"
-            )
+    if not dry_run and taken:
+        # The floor is raised, in this transaction, to the highest revision the DELETE removed, so
+        # a session created under an erased id starts past every revision the erased one had.
         await conn.execute(
             sql.SQL(
                 "WITH gone AS (DELETE FROM {s}.session_snapshots AS a "
@@ -318,10 +341,10 @@ async def erase_snapshots(
             ).format(s=s),
             ([r[0] for r in taken], [r[1] for r in taken], params[0]),
         )
-    keys = [key for key, _, _, _ in named]
-    kind, detail = physical(len(taken), dry_run)
+    keys = [key for key, _, _, _ in named if key not in gone]
+    kind, detail = physical(len(taken) - len(gone), dry_run)
     report = EraseReport(
-        count_items(snapshot=len(taken)),
+        count_items(snapshot=len(taken) - len(gone)),
         tuple(fetched.get(key, ErasedSession(key)) for key in keys),
         _status(len(found), bound),
         kind,
