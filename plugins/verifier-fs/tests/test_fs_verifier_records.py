@@ -344,3 +344,29 @@ async def test_failing_test_names_lose_c1_controls_and_line_separators(root: Pat
     verdict, detail = await _record(root, data)
     assert verdict is Verdict.FAIL
     assert detail.endswith("failing: a b c d e") and len(detail.splitlines()) == 1
+
+
+#: Every bidirectional-text control: embeddings and overrides (U+202A-U+202E), isolates
+#: (U+2066-U+2069), the left-to-right and right-to-left marks and the Arabic letter mark.
+BIDI_CONTROLS = [chr(c) for c in range(0x202A, 0x202F)] + [chr(c) for c in range(0x2066, 0x206A)]
+BIDI_CONTROLS += ["\u200e", "\u200f", "\u061c"]
+
+
+@pytest.mark.parametrize("control", BIDI_CONTROLS, ids=[f"U+{ord(c):04X}" for c in BIDI_CONTROLS])
+async def test_bidirectional_controls_in_a_failing_test_name_are_replaced(root: Path, control: str) -> None:
+    """A failing test's name is shown to the model and the operator: it must read as it is stored.
+
+    ``test_ok\u202e)deliaf(`` displays as ``test_ok(failed)`` reversed; an
+    override or isolate in a name can make the evidence look like other text
+    (another test, a ``pass:``). They are replaced by a space, like the C0
+    and C1 controls and the line separators already were.
+    """
+    name = f"test_ok{control}deliaf :ssap"
+    data = (
+        '<testsuite tests="1" failures="1">'
+        f'<testcase classname="c" name="{name}"><failure message="x"/></testcase></testsuite>'
+    ).encode()
+    verdict, detail = await _record(root, data)
+    assert verdict is Verdict.FAIL
+    assert detail == "fail: 1 tests ran, 1 failures, 0 errors, 0 skipped; failing: c::test_ok deliaf :ssap"
+    assert not any(c in detail for c in BIDI_CONTROLS)

@@ -6,7 +6,7 @@ needs one), which refuses entity-expansion bombs and external entities
 before anything is expanded. It is counted as it is parsed (no tree is
 built) and may nest at most :data:`MAX_DEPTH` elements deep, so its memory
 stays near its size. Only counts and a few test names (shortened, control
-characters removed) come out of it.
+and bidirectional-text characters replaced by spaces) come out of it.
 """
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ _ROOTS: Final = ("testsuites", "testsuite")
 _NAME_CHARS: Final = 60
 _NAMES: Final = 3
 #: C0, DEL, C1 (NEL U+0085 ends a line for str.splitlines and many viewers) and the Unicode
-#: line and paragraph separators: each would break a name across lines of the evidence.
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: line and paragraph separators: each would break a name across lines of the evidence. And the
+#: bidirectional-text controls — embeddings and overrides (U+202A-U+202E), isolates (U+2066-U+2069),
+#: the left-to-right, right-to-left and Arabic letter marks (U+200E, U+200F, U+061C) — which make
+#: a viewer draw the text after them reordered: a name could show the operator or the model text
+#: other than its own (another test's name, a ``pass:``).
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 
 
 @attrs.frozen(slots=True)
