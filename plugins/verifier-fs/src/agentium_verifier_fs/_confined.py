@@ -196,6 +196,31 @@ class OpenedFile:
         self._name = name
         self._shown = shown
 
+    def read_again(self, first: bytes, max_bytes: int, option: str, check: Callable[[], None]) -> None:
+        """Read the descriptor again from its start: its SHA-256 must be ``first``, that of the first read.
+
+        A same-size write within one tick of the file system's timestamp clock
+        (a few milliseconds on Linux before 6.13's fine-grained change times)
+        leaves the size, ``mtime`` and ``ctime`` as they were, so comparing
+        them cannot see it; a writer can set ``mtime`` back besides. The first
+        read may then hold a mix of old and new bytes the file never held at
+        one moment; the second read holds the new bytes, and differs. Only a
+        writer that rewrites each chunk back and forth in step with both reads,
+        every write within one tick, goes unseen. The same bounds hold: the
+        size bound, and ``check()`` before each chunk.
+
+        :raises EvidenceUnavailable: the bytes differ, or the descriptor cannot be read again.
+        """
+        try:
+            os.lseek(self.fd, 0, os.SEEK_SET)
+        except OSError as exc:
+            raise EvidenceUnavailable(f"unreadable: {_why(exc)}") from exc
+        again = hashlib.sha256()
+        for chunk in _chunks(self.fd, max_bytes, option, check):
+            again.update(chunk)
+        if again.digest() != first:
+            raise EvidenceUnavailable(f"changed: {self._shown!r} was written while it was read")
+
     def check_still_in_place(self) -> None:
         """After reading: the file is unchanged and has one link, the name it was opened by.
 
@@ -212,7 +237,8 @@ class OpenedFile:
         first, made the file pass that never held the expected bytes. So its
         size, modification and change times must be what they were when it was
         opened. A write within one tick of the file system's timestamp clock
-        that keeps the size is not seen (the times cannot tell it).
+        that keeps the size leaves them as they were: :meth:`read_again` is
+        what sees that one, and runs first.
 
         :raises EvidenceUnavailable: the file, its link count or its name changed while it was read.
         """
@@ -341,7 +367,9 @@ def _open_file(name: str, parent: int, shown: str, opened: list[int]) -> OpenedF
 
 
 def hash_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> str:
-    """sha256 hex of the descriptor's bytes, read in chunks; ``check()`` runs before each chunk.
+    """sha256 hex of the descriptor's bytes, read in chunks with ``check()`` before each.
+
+    Read twice (:meth:`OpenedFile.read_again`): a same-size write the times cannot show is seen.
 
     :raises EvidenceUnavailable: the file is (or grows) larger than ``max_bytes``, or a read fails.
     """
@@ -351,6 +379,7 @@ def hash_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> 
     digest = hashlib.sha256()
     for chunk in _chunks(opened.fd, max_bytes, "max_file_bytes", check):
         digest.update(chunk)
+    opened.read_again(digest.digest(), max_bytes, "max_file_bytes", check)
     opened.check_still_in_place()
     return digest.hexdigest()
 
@@ -367,13 +396,17 @@ def last_changed(opened: OpenedFile) -> float:
 
 
 def read_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> bytes:
-    """The descriptor's bytes (at most ``max_bytes``), read in chunks with ``check()`` between them."""
+    """The descriptor's bytes (at most ``max_bytes``), read in chunks with ``check()`` between them.
+
+    Read twice, like :func:`hash_file`'s.
+    """
     size = opened.stat.st_size
     if size > max_bytes:
         raise EvidenceUnavailable(
             f"too large: {size} bytes, more than max_record_bytes={max_bytes}; not read"
         )
     data = b"".join(_chunks(opened.fd, max_bytes, "max_record_bytes", check))
+    opened.read_again(hashlib.sha256(data).digest(), max_bytes, "max_record_bytes", check)
     opened.check_still_in_place()
     return data
 
