@@ -171,7 +171,7 @@ class OpenAIEmbedder(Embedder):
         if not batch:
             return []
         calls = self._calls
-        client = calls.client()
+        client = await calls.client(ctx, "embed")
         optional: dict[str, Any] = (
             {"dimensions": self._config.dimension} if self._config.request_dimensions else {}
         )

@@ -47,6 +47,7 @@ from agentium_harness.plugin_api import (
 
 from ._bodies import ACCEPT_ENCODING, ASKED_CODINGS, BodyBroken, UnsupportedCoding, read_body
 from ._failures import Retryable, forget_hidden_context, is_transport_error, retry_after
+from ._library import is_openai_client, load_openai, openai_loaded
 from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error, unreachable
 from .config import HEADER_TOKEN, REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, read_key, redact_url
 from .errors import (
@@ -64,7 +65,7 @@ from .wire import check_sendable, decode_reply, parse_completion, request_messag
 
 if TYPE_CHECKING:
     # The client library is imported where a client is made or its errors are caught, not when
-    # the plugin loads: listing plugins (``agentium plugins``) must not pay for it.
+    # the plugin loads: listing plugins must not pay for it (a call loads it off the loop: _library).
     from openai import AsyncOpenAI
 
 __all__ = ["NO_KEY", "RETRYABLE_STATUSES", "OpenAIProvider", "ProviderCalls"]
@@ -91,12 +92,6 @@ _PROBE_NAME_CHARS: Final = 100
 _CLOSE_S: Final = 10.0
 
 
-def _is_openai_client(value: object) -> bool:
-    from openai import AsyncOpenAI  # loaded already: the host made the client it lends
-
-    return isinstance(value, AsyncOpenAI)
-
-
 class OpenAIProvider(ModelProvider):
     """A model provider for OpenAI-compatible Chat Completions (OpenAI, vLLM, Ollama, llama.cpp, LiteLLM).
 
@@ -121,7 +116,7 @@ class OpenAIProvider(ModelProvider):
     ) -> None:
         if not isinstance(config, OpenAIProviderConfig):
             raise InvalidArgumentError(f"config must be an OpenAIProviderConfig, got {type(config).__name__}")
-        if client is not None and not _is_openai_client(client):
+        if client is not None and not is_openai_client(client):
             raise InvalidArgumentError(f"client must be an openai.AsyncOpenAI, got {type(client).__name__}")
         self._config = config
         self._owns_client = client is None
@@ -182,6 +177,12 @@ class OpenAIProvider(ModelProvider):
         if self._client is not None:
             return self._client
         return self._clients.get()
+
+    async def _client_for(self, ctx: OpContext, operation: str) -> AsyncOpenAI:
+        """:meth:`_get_client`, ``openai`` imported first in a worker thread within ``ctx`` (see _library)."""
+        if not (self._closed or self._client is not None or openai_loaded()):  # lent: the host loaded it
+            await self._bounded(ctx, operation, load_openai)
+        return self._get_client()
 
     def _new_client(self) -> AsyncOpenAI:
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
@@ -384,7 +385,7 @@ class OpenAIProvider(ModelProvider):
         changes nothing.
         """
         ctx.raise_if_expired("provider complete")
-        client = self._get_client()
+        client = await self._client_for(ctx, "provider complete")
         messages = request_messages(
             request,
             instructions_role=self._config.instructions_role,
@@ -488,7 +489,7 @@ class OpenAIProvider(ModelProvider):
         be reached in time or refuses.
         """
         ctx.raise_if_expired("provider health")
-        client = self._get_client()
+        client = await self._client_for(ctx, "provider health")
         bound = self._config.probe_timeout_s
 
         async def probe() -> str:
@@ -569,9 +570,9 @@ class ProviderCalls:
     def __init__(self, provider: OpenAIProvider) -> None:
         self._provider = provider
 
-    def client(self) -> AsyncOpenAI:
-        """The provider's client (built on first use); refused once the provider is closed."""
-        return self._provider._get_client()
+    async def client(self, ctx: OpContext, operation: str) -> AsyncOpenAI:
+        """The provider's client (built on first use, see ``_client_for``); refused once closed."""
+        return await self._provider._client_for(ctx, operation)
 
     def where(self) -> str:
         """The server's address for messages, without credentials."""
