@@ -128,13 +128,15 @@ def raw_commands(store: Any, scope: Any, query: str) -> tuple[list[Any], Any]:
     return [DISCOVER.sha, 1, f"{prefix}:bk", *args], prefix
 
 
-async def raw_round(client: Any, discover: list[Any], prefix: str, read_cap: int) -> tuple[float, bool]:
+async def raw_round(
+    client: Any, discover: list[Any], prefix: str, read_cap: int, excerpt_cap: int
+) -> tuple[float, bool]:
     """The same two round trips with plain redis-py: EVALSHA discover, then EVALSHA read of what it found."""
     from agentium_recall_redis.scripts import READ
 
     began = time.perf_counter_ns()
     rows = await client.evalsha(*discover)
-    read_args: list[Any] = [prefix, read_cap]
+    read_args: list[Any] = [prefix, read_cap, excerpt_cap, -1]
     for row in rows:
         read_args.extend((row[0], row[1]))
     if rows:
@@ -226,7 +228,7 @@ async def main_async(size: int, repetitions: int, server_path: str | None, big_w
     import redis.asyncio as aioredis
     from redis_servers import ServerProcess
 
-    from agentium_harness import Scope
+    from agentium_harness import RecallLimits, Scope
     from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
     from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
 
@@ -256,9 +258,10 @@ async def main_async(size: int, repetitions: int, server_path: str | None, big_w
                   f"{sqlite_s:6.1f} s on sqlite ({size / sqlite_s:,.0f}/s)")  # fmt: skip
             prepared = [raw_commands(store, scope, q) for q in query_set]
             read_cap = store.config.max_read_bytes
+            excerpt_cap = RecallLimits().max_excerpt_bytes  # what plugin_round passes to read
             for query, (discover, prefix) in zip(query_set, prepared, strict=True):  # warm caches and scripts
                 await plugin_round(store, scope, query)
-                await raw_round(raw, discover, prefix, read_cap)
+                await raw_round(raw, discover, prefix, read_cap, excerpt_cap)
                 await sqlite_round(sqlite, scope, query)
             plugin_ms: list[float] = []
             raw_ms: list[float] = []
@@ -270,9 +273,9 @@ async def main_async(size: int, repetitions: int, server_path: str | None, big_w
                 for query, (discover, prefix) in zip(query_set, prepared, strict=True):
                     if rep % 2 == 0:  # alternate which side goes first
                         ms, n, excerpts, read = await plugin_round(store, scope, query)
-                        raw_time, raw_read = await raw_round(raw, discover, prefix, read_cap)
+                        raw_time, raw_read = await raw_round(raw, discover, prefix, read_cap, excerpt_cap)
                     else:
-                        raw_time, raw_read = await raw_round(raw, discover, prefix, read_cap)
+                        raw_time, raw_read = await raw_round(raw, discover, prefix, read_cap, excerpt_cap)
                         ms, n, excerpts, read = await plugin_round(store, scope, query)
                     raw_ms.append(raw_time)
                     reads += read + raw_read

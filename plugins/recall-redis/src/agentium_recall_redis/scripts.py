@@ -315,22 +315,31 @@ return {cjson.encode(rows), table.concat(blobs)}
 """,
 )
 
-#: Read texts at their revisions. KEYS: P:ids. ARGV: P, read cap (>= 1, whole blocks), then (sid, rev)
-#: pairs. Returns per ref {full size, first <cap> bytes, the digests of the blocks read (nil: the row has
-#: no ``td``), the length of the row's whole ``td``} or nil (unknown, deleted or at another revision).
+#: Read texts at their revisions. KEYS: P:ids. ARGV: P, read cap (>= 1: max_read_bytes), excerpt cap
+#: (>= 0: the caller's bytes per excerpt), byte budget (-1: none; the caller's remaining bytes), then
+#: (sid, rev) pairs. Each text is fetched only as far as its excerpt can use: the read cap, the excerpt
+#: cap and what is left of the budget, whichever is least, rounded up to whole blocks (at least one);
+#: the budget goes down by what the excerpt can take of it (the bytes fetched, at most the excerpt cap).
+#: So a read transfers at most its budget plus one block per ref, whatever the texts' sizes. Returns per
+#: ref {full size, the bytes fetched, the digests of the blocks read (nil: the row has no ``td``), the
+#: length of the row's whole ``td``} or nil (unknown, deleted or at another revision).
 READ = Script(
     "read",
     f"local BLOCK, DIGEST = {BLOCK}, {DIGEST}\n"
     + """
-local P, cap = ARGV[1], tonumber(ARGV[2])
+local P, cap, ecap, left = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {}
-for i = 3, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local entry = false
   local n = redis.call('HGET', P .. ':ids', ARGV[i])
   local row = n and redis.call('HMGET', P .. ':m:' .. n, 'rev', 'td')
   if row and row[1] == ARGV[i + 1] then
     local key = P .. ':t:' .. n
-    local data = redis.call('GETRANGE', key, 0, cap - 1)
+    local want = math.min(cap, ecap)
+    if left >= 0 then want = math.min(want, left) end
+    local span = math.max(1, math.ceil(want / BLOCK)) * BLOCK
+    local data = redis.call('GETRANGE', key, 0, span - 1)
+    if left >= 0 then left = math.max(0, left - math.min(#data, ecap)) end
     local td = row[2]
     local digests = false
     if td then digests = string.sub(td, 1, DIGEST * math.ceil(#data / BLOCK)) end
