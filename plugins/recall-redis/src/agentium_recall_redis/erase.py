@@ -15,6 +15,11 @@ owner fields equal, never a prefix, so ``session-1`` never takes
 by seq, and each group's id is built from the session and the seq, never
 read from its row (an id edited there must not redirect the erase to
 another session's group). A call takes at most ``max_items`` sources.
+Once those indexes have given up every source, a sweep of the tenant's
+rows by number (:mod:`agentium_recall_redis.erase_sweep`) finds the rows
+a damaged index no longer leads to (a ``P:ids`` entry redirected, a
+group-set member removed), erases them by number and says so in the
+report.
 
 **Removing.** The ``ERASE`` script (atomic, token-fenced like every write,
 at most ``max_terms_per_call`` postings per call but at least one source)
@@ -69,6 +74,7 @@ from agentium_harness.plugin_api import (
     group_source_id,
 )
 
+from .erase_sweep import MINE, SWEEP, VOUCHED, Swept, noted, sweep_rows
 from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import Command, Link, as_text
@@ -150,32 +156,6 @@ LEFT_OUTSIDE: Final = (
     "replicas and backups"
 )
 
-# The digest of row hash ``key`` a report may carry: its ``dg`` field (``rev`` in a row without one) when
-# it is ``sha256:`` and 64 lowercase hex digits, else ''. Each report line goes into the erasure's
-# tombstone, and the engine refuses any other digest (the erasure could then never complete); its length
-# is read first, so a field grown behind the store's back is never copied, returned or kept in the token.
-_VOUCHED: Final = """
-local function vouched(key)
-  local field = 'dg'
-  if redis.call('HEXISTS', key, 'dg') == 0 then field = 'rev' end
-  if redis.call('HSTRLEN', key, field) ~= 71 then return '' end
-  local d = redis.call('HGET', key, field)
-  if string.match(d, '^sha256:[0-9a-f]+$') then return d end
-  return ''
-end
-"""
-
-# Whether row hash `key` is the row of `sid`, owned by `okey` ("*": any owner, a tenant target): its
-# owner field or its id says so. Either vouches, so one field edited behind the store's back neither
-# leaves the row's content after an erasure nor lets an edited P:ids entry erase another owner's row
-# (that needs both of the other row's fields edited to match).
-_MINE: Final = """
-local function mine(key, sid, okey)
-  local f = redis.call('HMGET', key, 'o', 'sid')
-  return okey == '*' or f[1] == okey or f[2] == sid
-end
-"""
-
 _TOKEN: Final = """
 local P = ARGV[1]
 local settled = redis.call('GET', KEYS[2])
@@ -187,20 +167,23 @@ end
 """
 
 #: Erase sources. KEYS: P:ids, token. ARGV: P, token ttl, postings budget, row count, tombstone count,
-#: (row sid, its owner key) pairs..., tombstone sids.... Removes rows in order while their postings fit
-#: the budget (at least one), all postings at once; HDELs covered tombstones. A row is dropped only when
-#: it is the sid's own (``_MINE``): a ``P:ids`` entry edited to name another owner's row never erases
-#: that row (the entry goes, the row stays, and the line says "-"). Returns
+#: (row sid, its owner key, row number or "") triples..., tombstone sids.... Removes rows in order while
+#: their postings fit the budget (at least one), all postings at once; HDELs covered tombstones. A row is
+#: the one ``P:ids`` names for the sid, or the given row number (a row the sweep found,
+#: :mod:`~agentium_recall_redis.erase_sweep`; its ``ids``/``rev`` entries go only if ``ids`` names that
+#: row). A row is dropped only when it is the sid's own (``MINE``): a ``P:ids`` entry edited to name
+#: another owner's row never erases that row (the entry goes, the row stays, and the line says "-"; the
+#: sweep then finds the target's own row). Returns
 #: {'ok', result, backlog}: result is "<rows taken>" then one line per taken row: its digest if it has
-#: the digest form, else "" (see ``_VOUCHED``), or "-" for a row already gone. No id, text or field of
+#: the digest form, else "" (see ``VOUCHED``), or "-" for a row already gone. No id, text or field of
 #: another form goes into the result (the token keeps it for 10 minutes): a kind, seq or digest edited
 #: to hold a line break could otherwise shift the report onto another row.
 ERASE = Script(
     "erase",
     CHECK
     + ROWS
-    + _VOUCHED
-    + _MINE
+    + VOUCHED
+    + MINE
     + _TOKEN
     + """
 local budget, nr, nt = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -208,17 +191,18 @@ for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') e
 need(P .. ':pend', 'zset')
 local plans, lines, used, taken = {}, {}, 0, 0
 for i = 1, nr do
-  local sid, okey = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
-  local n = redis.call('HGET', P .. ':ids', sid)
+  local sid, okey, at = ARGV[3 + 3 * i], ARGV[4 + 3 * i], ARGV[5 + 3 * i]
+  local n = at
+  if at == '' then n = redis.call('HGET', P .. ':ids', sid) end
   local row = n and redis.call('HMGET', P .. ':m:' .. n, 'b', 'kind', 'terms', 'o')
   if row and row[1] and mine(P .. ':m:' .. n, sid, okey) then
     local d, cnt = plan_drop(P, n, row[1], row[2], row[3], math.huge)
     if taken > 0 and used + cnt > budget then break end
     used = used + cnt
-    plans[#plans + 1] = {d = d, sid = sid, o = row[4]}
+    plans[#plans + 1] = {d = d, sid = sid, o = row[4], at = at}
     lines[#lines + 1] = vouched(P .. ':m:' .. n)
   else
-    plans[#plans + 1] = {sid = sid, gone = true, stale = n}
+    plans[#plans + 1] = {sid = sid, gone = true, at = at}
     lines[#lines + 1] = '-'
   end
   taken = taken + 1
@@ -229,11 +213,13 @@ for _, p in ipairs(plans) do
     drop(P, p.d)
     buckets[p.d.b] = p.o
   end
-  redis.call('HDEL', P .. ':ids', p.sid)
-  redis.call('HDEL', P .. ':rev', p.sid)
+  if p.at == '' or redis.call('HGET', P .. ':ids', p.sid) == p.at then
+    redis.call('HDEL', P .. ':ids', p.sid)
+    redis.call('HDEL', P .. ':rev', p.sid)
+  end
 end
 for i = 1, nt do
-  local sid = ARGV[5 + 2 * nr + i]
+  local sid = ARGV[5 + 3 * nr + i]
   local rev = redis.call('HGET', P .. ':rev', sid)
   if rev and string.sub(rev, 1, 1) == '-' and not redis.call('HGET', P .. ':ids', sid) then
     redis.call('HDEL', P .. ':rev', sid)
@@ -275,12 +261,13 @@ return out
 )
 
 #: Read what erasing rows would remove (a dry run). KEYS: P:ids. ARGV: P, (sid, its owner key) pairs....
-#: Returns per sid its digest as ``ERASE`` reports it (``_VOUCHED``: "" unless of the digest form), or
-#: false when ``ERASE`` would not drop a row for it (none current, or one of another owner).
+#: Returns per sid {its digest as ``ERASE`` reports it (``VOUCHED``: "" unless of the digest form), its
+#: row number}, or false when ``ERASE`` would not drop a row for it (none current, or one of another
+#: owner).
 ROW_INFO = Script(
     "erase_info",
-    _VOUCHED
-    + _MINE
+    VOUCHED
+    + MINE
     + """
 local P = ARGV[1]
 local out = {}
@@ -288,7 +275,7 @@ for i = 2, #ARGV, 2 do
   local n = redis.call('HGET', P .. ':ids', ARGV[i])
   local key = n and (P .. ':m:' .. n)
   if key and redis.call('HEXISTS', key, 'b') == 1 and mine(key, ARGV[i], ARGV[i + 1]) then
-    out[#out + 1] = vouched(key)
+    out[#out + 1] = {vouched(key), n}
   else out[#out + 1] = false end
 end
 return out
@@ -373,7 +360,7 @@ return 1
 )
 
 #: The erase scripts (not loaded at open: the first call of each sends its body once).
-ERASE_SCRIPTS: Final = (ERASE, REV_SCAN, ROW_INFO, GROUP_SIDS, PEND_ABORT, TENANT_DROP)
+ERASE_SCRIPTS: Final = (ERASE, REV_SCAN, ROW_INFO, GROUP_SIDS, PEND_ABORT, TENANT_DROP, SWEEP)
 
 
 async def _scan_sids(
@@ -484,30 +471,34 @@ async def erase_target(
     else:
         rows, tombs, more = await _scan_sids(store, prefix, target, max_items, ctx)
     found: list[tuple[str, str]] = []  # (sid, digest) of rows removed
+    # Each source as (id, owner key, row number: "" to find it through P:ids); the script drops a row
+    # only when the row says the same id or owner key.
+    entries = [(sid, _owner_key_of(sid, target), "") for sid in rows]
     if dry_run:
+        planned: list[str] = []  # row numbers the first pass takes
         if rows:
-            pairs = [arg for sid in rows for arg in (sid, _owner_key_of(sid, target))]
+            pairs = [arg for sid, okey, _ in entries for arg in (sid, okey)]
             info = await store.script(ROW_INFO, [f"{prefix}:ids"], [prefix, *pairs], ctx, "recall erase")
             for sid, entry in zip(rows, info or (), strict=True):
                 if entry is not None:  # a row that is not current is nil (false in Lua)
-                    found.append((sid, as_text(entry)))
-        return _report(found, more, PhysicalErasure.REMOVED if not found else PhysicalErasure.UNREFERENCED)
-    room = store.config.max_terms_per_call
-    pending = list(rows)
-    while pending or tombs:
-        batch = pending[:_ROWS_PER_CALL]
-        # Each sid with the owner key it names: the script drops a row only when the row says the same.
-        pairs = [arg for sid in batch for arg in (sid, _owner_key_of(sid, target))]
-        call: Call = (ERASE, [room, len(batch), len(tombs), *pairs, *tombs])
-        written = await store.writer.write(link, prefix, [call], ctx, "recall erase")
-        head, *lines = written.results[0].split("\n")
-        taken = int(head)
-        for sid, line in zip(batch[:taken], lines, strict=False):
-            if line != "-":  # "-": the row was already gone
-                found.append((sid, line))
-        pending = pending[taken:] if taken > 0 else pending[1:]
-        tombs = []
-        ctx.raise_if_expired("recall erase")
+                    found.append((sid, as_text(entry[0])))
+                    planned.append(as_text(entry[1]))
+        swept: list[Swept] = []
+        if not more:
+            swept, more = await sweep_rows(store, prefix, target, max_items - len(rows), planned, ctx)
+            found.extend((row.report_sid, row.digest) for row in swept)
+        report = _report(found, more, PhysicalErasure.REMOVED if not found else PhysicalErasure.UNREFERENCED)
+        return noted(report, swept, dry_run=True)
+    found.extend(await _erase_entries(store, link, prefix, entries, tombs, ctx))
+    swept = []
+    if not more:
+        # The second pass: rows of the target no index leads to (see erase_sweep), erased by number.
+        swept, more = await sweep_rows(store, prefix, target, max_items - len(rows), (), ctx)
+        if swept:
+            by_number = [(row.sid, row.okey, row.n) for row in swept]
+            named = {row.n: row.report_sid for row in swept}
+            erased = await _erase_entries(store, link, prefix, by_number, [], ctx)
+            found.extend((named[n], digest) for n, digest in erased)
     if not more and not target.groups:
         # Stagings of the target's owners (a large source a writer began and never published, e.g.
         # it crashed) hold postings of its words until their lease ends: give them up now.
@@ -517,7 +508,7 @@ async def erase_target(
     if target.level is EraseLevel.TENANT and not more:
         await store.script(TENANT_DROP, [f"{prefix}:ids"], [prefix], ctx, "recall erase")
     physical = PhysicalErasure.UNREFERENCED if found else PhysicalErasure.REMOVED
-    report = _report(found, more, physical)
+    report = noted(_report(found, more, physical), swept, dry_run=False)
     if left:
         detail = f"{left} removed rows' postings are still queued for collection; erase again to collect them"
         return EraseReport(
@@ -528,6 +519,37 @@ async def erase_target(
             _join(report.detail, detail),
         )
     return report
+
+
+async def _erase_entries(
+    store: EraseOps,
+    link: Link,
+    prefix: str,
+    entries: Sequence[tuple[str, str, str]],
+    tombs: list[str],
+    ctx: OpContext,
+) -> list[tuple[str, str]]:
+    """Run ``ERASE`` over ``entries`` (id, owner key, row number or "") and ``tombs``; (key, digest) erased.
+
+    The key is an entry's id, or its row number when it has one (a row the sweep found).
+    """
+    room = store.config.max_terms_per_call
+    erased: list[tuple[str, str]] = []
+    pending = list(entries)
+    while pending or tombs:
+        batch = pending[:_ROWS_PER_CALL]
+        args = [arg for entry in batch for arg in entry]
+        call: Call = (ERASE, [room, len(batch), len(tombs), *args, *tombs])
+        written = await store.writer.write(link, prefix, [call], ctx, "recall erase")
+        head, *lines = written.results[0].split("\n")
+        taken = int(head)
+        for (sid, _, n), line in zip(batch[:taken], lines, strict=False):
+            if line != "-":  # "-": the row was already gone
+                erased.append((n or sid, line))
+        pending = pending[taken:] if taken > 0 else pending[1:]
+        tombs = []
+        ctx.raise_if_expired("recall erase")
+    return erased
 
 
 def _owner_key_of(sid: str, target: EraseTarget) -> str:
@@ -552,6 +574,15 @@ def _join(*parts: str) -> str:
 
 
 def _report(found: Sequence[tuple[str, str]], more: bool, physical: PhysicalErasure) -> EraseReport:
+    # One source erased in two rows (its current one and an orphan the sweep found) is one source.
+    seen: set[str] = set()
+    unique: list[tuple[str, str]] = []
+    for sid, digest in found:
+        if sid and sid in seen:
+            continue
+        seen.add(sid)
+        unique.append((sid, digest))
+    found = unique
     groups = [g for g in (_removed(*row) for row in found) if g is not None]
     return EraseReport(
         count_items(group=len(groups), document=len(found) - len(groups)),

@@ -479,7 +479,10 @@ class RedisRecallStore(RecallStore):
 
         Rows, texts, canonical bytes, every posting, revisions and empty
         buckets go at once (:mod:`agentium_recall_redis.erase`); only the
-        target's tenant is read, never with ``KEYS`` or ``SCAN``. The report
+        target's tenant is read, never with ``KEYS`` or ``SCAN``, and a row
+        a damaged index no longer leads to is found by a sweep of the
+        tenant's rows by number (:mod:`agentium_recall_redis.erase_sweep`),
+        erased, and reported as damage. The report
         says ``unreferenced``: persistence files and replicas written before
         are beyond the store.
         """

@@ -1,0 +1,248 @@
+"""Erasure's second pass: a sweep of the tenant's rows by number, for rows no index leads to any more.
+
+An erase finds its target's rows through indexes (:mod:`agentium_recall_redis.erase`):
+``P:rev`` and ``P:ids`` for tenant, user and session targets, the session's
+group set ``P:g:<b>`` for a groups target. Writes keep those indexes and the
+rows together (each write is one Lua script), but an index damaged behind the
+store's back — a ``P:ids`` entry edited to name another owner's row, a
+group-set member removed — hides a row from them, and the erase would leave
+its row hash, text, canonical bytes, postings (words in key names) and
+vector in Redis while reporting complete.
+
+So every erase that found all its indexed sources ends with a sweep. Rows
+are numbered by one counter, ``P:n``, that only grows, so ``P:m:1`` to
+``P:m:<P:n>`` are every row the tenant ever had: the sweep reads them in
+pages of :data:`SWEEP_PAGE` (one bounded script call each), by number — no
+key pattern, no ``SCAN``, no other tenant's key — and judges each row by its
+own fields: its owner key ``o`` or its id ``sid`` must say it is the
+target's (either vouches, as for the first pass), and for a group the seq
+(from the id, else the row's ``seq`` field) must be in the target's ranges.
+The script sends back only rows whose owner key or id starts as the
+target's would, each field only when no longer than any the store writes,
+so a field grown behind the store's back is never transferred. What the
+sweep finds is erased by the same ``ERASE`` script, by row number, and the
+report says the index was damaged (a WARNING and a span event too).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from agentium_harness.plugin_api import (
+    EraseLevel,
+    EraseReport,
+    EraseTarget,
+    OpContext,
+    SessionKey,
+    SourceOwner,
+    current_span_event,
+    encode_segment,
+    group_source_id,
+)
+
+from .keys import owner_from_key, owner_of_source_id, stored_seq
+from .link import as_text
+from .lua import Script
+from .scripts import FIELD_CAP
+
+if TYPE_CHECKING:
+    from .erase import EraseOps
+
+__all__ = ["MINE", "SWEEP", "SWEEP_PAGE", "VOUCHED", "Swept", "judge", "noted", "sweep_rows"]
+
+logger = logging.getLogger("agentium.plugins.recall_redis")
+
+#: Row numbers one ``SWEEP`` call reads.
+SWEEP_PAGE: Final = 1024
+
+# The digest of row hash ``key`` a report may carry: its ``dg`` field (``rev`` in a row without one) when
+# it is ``sha256:`` and 64 lowercase hex digits, else ''. Each report line goes into the erasure's
+# tombstone, and the engine refuses any other digest (the erasure could then never complete); its length
+# is read first, so a field grown behind the store's back is never copied, returned or kept in the token.
+VOUCHED: Final = """
+local function vouched(key)
+  local field = 'dg'
+  if redis.call('HEXISTS', key, 'dg') == 0 then field = 'rev' end
+  if redis.call('HSTRLEN', key, field) ~= 71 then return '' end
+  local d = redis.call('HGET', key, field)
+  if string.match(d, '^sha256:[0-9a-f]+$') then return d end
+  return ''
+end
+"""
+
+# Whether row hash `key` is the row of `sid`, owned by `okey` ("*": any owner, a tenant target): its
+# owner field or its id says so. Either vouches, so one field edited behind the store's back neither
+# leaves the row's content after an erasure nor lets an edited P:ids entry erase another owner's row
+# (that needs both of the other row's fields edited to match).
+MINE: Final = """
+local function mine(key, sid, okey)
+  local f = redis.call('HMGET', key, 'o', 'sid')
+  return okey == '*' or f[1] == okey or f[2] == sid
+end
+"""
+
+#: One page of the sweep. KEYS: P:n. ARGV: P, first row, page size, longest field, owner-key prefix, then
+#: id prefixes. Returns {last row number (P:n, 0 when absent or not a counter), then per row of the page
+#: with a row hash whose owner key starts with the owner-key prefix or whose id starts with an id prefix:
+#: n, owner key, id, seq, digest (as ``vouched``)}. A field longer than the longest field (the seq: 20
+#: bytes) comes back as "", unread.
+SWEEP = Script(
+    "erase_sweep",
+    VOUCHED
+    + """
+local P, first, count, cap, okp = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local t = redis.call('TYPE', KEYS[1])
+t = t['ok'] or t
+local last = 0
+if t == 'string' then
+  local v = redis.call('GET', KEYS[1])
+  if string.match(v, '^%d+$') then last = tonumber(v) end
+end
+local out = {string.format('%d', last)}
+local function field(key, name, limit)
+  if redis.call('HSTRLEN', key, name) > limit then return '' end
+  return redis.call('HGET', key, name) or ''
+end
+local function starts(s, p) return string.sub(s, 1, #p) == p end
+for i = first, math.min(last, first + count - 1) do
+  local n = string.format('%d', i)
+  local key = P .. ':m:' .. n
+  local kind = redis.call('TYPE', key)
+  kind = kind['ok'] or kind
+  if kind == 'hash' and redis.call('HEXISTS', key, 'b') == 1 then
+    local o, sid = field(key, 'o', cap), field(key, 'sid', cap)
+    local ours = starts(o, okp)
+    for j = 6, #ARGV do ours = ours or starts(sid, ARGV[j]) end
+    if ours then
+      out[#out + 1] = n
+      out[#out + 1] = o
+      out[#out + 1] = sid
+      out[#out + 1] = field(key, 'seq', 20)
+      out[#out + 1] = vouched(key)
+    end
+  end
+end
+return out
+""",
+)
+
+
+@attrs.frozen(slots=True)
+class Swept:
+    """A row of the target the sweep found: its number, what ``ERASE`` checks, and what the report says."""
+
+    #: The row's number (``P:m:<n>``).
+    n: str
+    #: The id ``ERASE``'s ownership check compares with the row's (the row's own, as read).
+    sid: str
+    #: The owner key it compares (the row's own, or ``*`` for a tenant target).
+    okey: str
+    #: The source id the report names: the row's id when it vouches, else one built from the owner
+    #: key and seq (a group), else ``""`` (a document whose id is damaged: counted, not named).
+    report_sid: str
+    #: The row's digest as ``ERASE`` reports it (``""`` unless of the digest form).
+    digest: str
+
+
+def _prefixes(target: EraseTarget) -> tuple[str, list[str]]:
+    """The owner-key prefix and id prefixes every row of ``target`` has (a superset: judged after)."""
+    parts = [p for p in (target.user_id, target.session_id) if p is not None]
+    okp = "".join(f"{encode_segment(p)}/" for p in parts)
+    if target.level is EraseLevel.TENANT:
+        return okp, []
+    tail = "/".join(encode_segment(p) for p in (target.tenant_id, *parts))
+    return okp, [f"doc/{tail}/", f"group/{tail}/"]
+
+
+def _owner_of_key(tenant: str, okey: str) -> SourceOwner | None:
+    try:
+        return owner_from_key(tenant, okey)
+    except (ValueError, TypeError):  # bad escapes, or not four segments: damage, vouches for nothing
+        return None
+
+
+def _group_sid(owner: SourceOwner, seq: int | None) -> str | None:
+    """The id of group ``seq`` of ``owner``'s session, if ``owner`` is a session's and ``seq`` one."""
+    if seq is None or owner.user is None or owner.session is None or owner.project or owner.repository:
+        return None
+    return group_source_id(SessionKey(owner.tenant, owner.user, owner.session), seq)
+
+
+def _covered(target: EraseTarget, sid: str) -> bool:
+    """Whether ``target`` takes source ``sid`` (a canonical id of its tenant)."""
+    owner = owner_of_source_id(sid)
+    if owner is None or owner.tenant != target.tenant_id:
+        return False
+    if sid.startswith("group/"):
+        assert owner.user is not None and owner.session is not None
+        key = SessionKey(owner.tenant, owner.user, owner.session)
+        return target.covers_group(key, int(sid.rsplit("/", 1)[1]))
+    return target.covers_owner(owner)
+
+
+def judge(target: EraseTarget, n: str, okey: str, sid: str, seq: str, digest: str) -> Swept | None:
+    """The sweep's verdict on one row: :class:`Swept` when its id or its owner key says it is the target's."""
+    by_id = _covered(target, sid)
+    owner = _owner_of_key(target.tenant_id, okey)
+    built = _group_sid(owner, stored_seq(seq)) if owner is not None and seq else None
+    by_owner = False
+    if owner is not None:
+        by_owner = _covered(target, built) if built is not None else target.covers_owner(owner)
+    if target.level is EraseLevel.TENANT:
+        named = sid if owner_of_source_id(sid) is not None else (built or "")
+        return Swept(n, sid, "*", named, digest)
+    if not (by_id or by_owner):
+        return None
+    return Swept(n, sid, okey, sid if by_id else (built or ""), digest)
+
+
+async def sweep_rows(
+    store: EraseOps, prefix: str, target: EraseTarget, want: int, skip: Sequence[str], ctx: OpContext
+) -> tuple[list[Swept], bool]:
+    """Rows of ``target`` left in the tenant (at most ``want``), and whether more were seen past it.
+
+    ``skip`` holds row numbers the first pass already takes (a dry run,
+    which removes nothing). Reads ``P:m:1`` to ``P:m:<P:n>``, one script
+    call of :data:`SWEEP_PAGE` rows at a time.
+    """
+    okp, sid_prefixes = _prefixes(target)
+    skipped = set(skip)
+    found: list[Swept] = []
+    first = 1
+    while True:
+        args: list[str | int] = [prefix, first, SWEEP_PAGE, FIELD_CAP, okp, *sid_prefixes]
+        reply = await store.script(SWEEP, [f"{prefix}:n"], args, ctx, "recall erase")
+        last, rows = int(as_text(reply[0])), [as_text(v) for v in reply[1:]]
+        for i in range(0, len(rows) - 4, 5):
+            n = rows[i]
+            if n in skipped:
+                continue
+            row = judge(target, n, *rows[i + 1 : i + 5])
+            if row is None:
+                continue
+            if len(found) >= want:
+                return found, True
+            found.append(row)
+        first += SWEEP_PAGE
+        if first > last:
+            return found, False
+
+
+def noted(report: EraseReport, swept: Sequence[Swept], *, dry_run: bool) -> EraseReport:
+    """``report`` saying, when the sweep found rows, that the index was damaged (logged and a span event)."""
+    if not swept:
+        return report
+    verb = "would be erased" if dry_run else "were erased"
+    detail = (
+        f"the index was damaged: {len(swept)} row(s) of the target were reachable by no index entry "
+        f"(an ids entry or a group-set member edited or removed outside the store) and {verb} after a "
+        "sweep of the tenant's rows"
+    )
+    logger.warning("recall erase: %s", detail, extra={"agentium_operation": "recall erase"})
+    current_span_event("agentium.recall.erase_index_damaged", {"agentium.rows": len(swept)})
+    joined = f"{report.detail}; {detail}" if report.detail else detail
+    return EraseReport(report.counts, report.sessions, report.status, report.physical, joined)
