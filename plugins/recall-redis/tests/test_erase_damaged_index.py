@@ -232,3 +232,37 @@ async def test_the_sweep_pages_through_the_rows_and_a_small_max_items_ends_compl
         assert await _traces(admin, tp, 4) != [] and await _traces(admin, tp, 6) != []
     finally:
         await store.aclose()
+
+
+async def test_a_write_through_a_redirected_ids_entry_never_removes_another_owners_row(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    # Writes found a source's current row through P:ids and removed whatever row it named: with the
+    # entry redirected, deleting s1's document deleted s2's, and indexing a new version of s1's group 0
+    # deleted s2's group 0. Nothing committed may go but by erasure: the other owner's row stays.
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        _, kept = await _setup(store)
+        tp = f"{prefix}:{{acme}}"
+        await admin.hset(f"{tp}:ids", "doc/acme/ana/s1/~/~/notes", "6")
+        await admin.hset(f"{tp}:ids", "group/acme/ana/s1/0", "4")
+        other_rows = {n: await admin.hgetall(f"{tp}:m:{n}") for n in (4, 6)}
+
+        assert not await store.delete_document(SourceOwner("acme", "ana", "s1"), "notes", _ctx())
+        changed = plain_group(0, " qword0x changed")
+        await store.index_groups(KEY, [changed], [ArchiveReceipt(0, changed.digest, "x")], _ctx())
+
+        assert {n: await admin.hgetall(f"{tp}:m:{n}") for n in (4, 6)} == other_rows
+        assert [g.digest for g in await store.seek_groups(OTHER, 0, 5, _ctx())] == [kept]
+        assert await _found(store, OTHER, "qdocother")
+        # The group's new version is current (its ids entry names it again), and s1's own old rows are
+        # still erased by an erasure of s1 (the sweep finds them), s2's rows untouched.
+        assert [g.digest for g in await store.seek_groups(KEY, 0, 1, _ctx())] == [changed.digest]
+        assert await _traces(admin, tp, 1) == []  # found in s1's group set at seq 0, and replaced
+        await store.erase(TARGETS["session"], _ctx())
+        for n in (1, 5):
+            assert await _traces(admin, tp, n) == [], n
+        assert {n: await admin.hgetall(f"{tp}:m:{n}") for n in (4, 6)} == other_rows
+    finally:
+        await store.aclose()

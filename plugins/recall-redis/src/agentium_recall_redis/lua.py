@@ -9,7 +9,9 @@ The pieces are Lua source text, prepended to the writing scripts of
   type, and that a counter holds an integer) and only then writes; a check
   that fails raises before the first write. Messages name no key: keys hold
   tenant ids and words of the content.
-- :data:`ROWS`: removing a row and collecting garbage, each split into a
+- :data:`ROWS`: finding a source's current row (``current_row``: the row
+  ``P:ids`` names only if it says it is the source's, else a group's row
+  in its group set by seq), removing a row and collecting garbage, each split into a
   plan (reads and checks, phase 1) and its execution (writes, phase 2), so
   a script can plan everything before it writes anything. A removed row
   disappears at once (its row hash, text, group entry, bucket count and
@@ -160,6 +162,27 @@ end
 )
 
 ROWS: Final = """
+-- The current row of source `sid` (owner key `okey`; a group's `seq`, '' for a document): the row P:ids
+-- names, if that row says it is the source's (its id or its owner field: either vouches, so one field
+-- edited behind the store's back still finds it), else, for a group, a row the owner's group set files
+-- at that seq that says so. An ids entry edited to name another owner's row must never make a write
+-- replace or delete that row, and must not hide the group's own row from the write that replaces it.
+-- nil when there is none.
+local function current_row(P, sid, okey, seq)
+  local function says(n)
+    local f = redis.call('HMGET', P .. ':m:' .. n, 'o', 'sid')
+    return f[1] == okey or f[2] == sid
+  end
+  local n = redis.call('HGET', P .. ':ids', sid)
+  if n and says(n) then return n end
+  if not seq or seq == '' or type_of(P .. ':bk') ~= 'hash' then return nil end
+  local b = redis.call('HGET', P .. ':bk', okey)
+  if not b or type_of(P .. ':g:' .. b) ~= 'zset' then return nil end
+  for _, m in ipairs(redis.call('ZRANGE', P .. ':g:' .. b, seq, seq, 'BYSCORE', 'LIMIT', 0, 16)) do
+    if says(m) then return m end
+  end
+  return nil
+end
 -- Removing row n (bucket b, kind) of a source. Its term list is P:k:n; a row written before term lists
 -- existed keeps its terms in the row hash ('legacy') and is removed whole, as it always was.
 local function plan_drop(P, n, b, kind, legacy, room)

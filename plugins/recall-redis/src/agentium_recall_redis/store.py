@@ -339,7 +339,7 @@ class RedisRecallStore(RecallStore):
             raise InvalidArgumentError(f"{exc}; nothing was written") from exc
         prefix = tenant_prefix(self._config.key_prefix, owner.tenant)
         link = await self._ready(ctx, "recall delete")
-        call: Call = (DELETE, [source_id, "d", self._config.max_terms_per_call])
+        call: Call = (DELETE, [source_id, "d", self._config.max_terms_per_call, owner_key(owner)])
         written = await self._writer.write(link, prefix, [call], ctx, "recall delete")
         self._writer.collect_later(link, prefix, written.backlog)
         return written.results == ["1"]

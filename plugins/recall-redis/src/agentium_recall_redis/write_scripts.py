@@ -113,7 +113,7 @@ local last, nb, nb0 = tonumber(lastv or '0'), tonumber(nbv or '0'), tonumber(nbv
 local buckets, out = {}, room
 for s = 1, count do
   local src = plan[s]
-  local cur = redis.call('HGET', P .. ':ids', src.sid)
+  local cur = current_row(P, src.sid, src.okey, src.kind == 'g' and src.seq or '')
   if cur then
     local old = redis.call('HMGET', P .. ':m:' .. cur, 'rev', 'b', 'kind', 'terms')
     if old[1] == src.rev then
@@ -161,7 +161,8 @@ return done(fmt(fresh), backlog(P))
 """,
 )
 
-#: Delete one source of a kind. KEYS: P:ids, token. ARGV: P, token ttl, sid, kind, room.
+#: Delete one source of a kind. KEYS: P:ids, token. ARGV: P, token ttl, sid, kind, room, owner key. Only
+#: the source's own row goes (``current_row``): an ids entry naming another owner's row deletes nothing.
 #: Leaves the revision tombstone ``-<revision>`` in P:rev. Returns {'ok', '1'|'0', backlog} or
 #: {'settled', value}.
 DELETE = Script(
@@ -169,7 +170,7 @@ DELETE = Script(
     _PRELUDE
     + """
 local sid, room = ARGV[3], tonumber(ARGV[5])
-local n = redis.call('HGET', P .. ':ids', sid)
+local n = current_row(P, sid, ARGV[6] or '', '')
 local d, old, used = nil, nil, 0
 if n then
   old = redis.call('HMGET', P .. ':m:' .. n, 'rev', 'b', 'kind', 'terms')
@@ -200,7 +201,7 @@ BEGIN = Script(
     + """
 local sid, rev, okey, nt = ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7])
 need(P .. ':ids', 'hash')
-local cur = redis.call('HGET', P .. ':ids', sid)
+local cur = current_row(P, sid, okey, '')
 if cur and redis.call('HGET', P .. ':m:' .. cur, 'rev') == rev then return done('same') end
 need(P .. ':bk', 'hash')
 need(P .. ':pend', 'zset')
@@ -268,7 +269,7 @@ need(P .. ':k:' .. n, 'list')
 if redis.call('LLEN', P .. ':k:' .. n) ~= total then return done('short', backlog(P)) end
 for _, key in ipairs({':ids', ':rev', ':bn'}) do need(P .. key, 'hash') end
 need(P .. ':gc', 'list')
-local cur = redis.call('HGET', P .. ':ids', src.sid)
+local cur = current_row(P, src.sid, src.okey, src.kind == 'g' and src.seq or '')
 local d, used = nil, 0
 if cur then
   local old = redis.call('HMGET', P .. ':m:' .. cur, 'rev', 'b', 'kind', 'terms')
