@@ -266,3 +266,32 @@ async def test_a_write_through_a_redirected_ids_entry_never_removes_another_owne
         assert {n: await admin.hgetall(f"{tp}:m:{n}") for n in (4, 6)} == other_rows
     finally:
         await store.aclose()
+
+
+async def test_a_tenant_erasure_reports_each_group_with_its_own_digest_despite_a_redirected_entry(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    # A tenant erasure dropped whatever row an ids entry named, under that entry's id: s1's group 0,
+    # pointed at s2's group 0, was reported with s2's digest, s2's group 0 was not reported at all,
+    # and s1's own row was left behind.
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        digests, kept = await _setup(store)
+        tp = f"{prefix}:{{acme}}"
+        await admin.hset(f"{tp}:ids", "group/acme/ana/s1/0", "4")
+
+        planned = await store.erase(TARGETS["tenant"], _ctx(), dry_run=True)
+        report = await store.erase(TARGETS["tenant"], _ctx())
+
+        assert report.status is EraseStatus.COMPLETE
+        assert planned.sessions == report.sessions and planned.counts == report.counts
+        assert {s.session: list(s.groups) for s in report.sessions} == {
+            KEY: list(enumerate(digests)),
+            OTHER: [(0, kept)],
+        }
+        assert report.count("document") == 2
+        left = await key_space(admin, tp)
+        assert [k for k in left if b":w:" not in k] == []
+    finally:
+        await store.aclose()

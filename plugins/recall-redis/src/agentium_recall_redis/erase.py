@@ -473,7 +473,7 @@ async def erase_target(
     found: list[tuple[str, str]] = []  # (sid, digest) of rows removed
     # Each source as (id, owner key, row number: "" to find it through P:ids); the script drops a row
     # only when the row says the same id or owner key.
-    entries = [(sid, _owner_key_of(sid, target), "") for sid in rows]
+    entries = [(sid, _owner_key_of(sid), "") for sid in rows]
     if dry_run:
         planned: list[str] = []  # row numbers the first pass takes
         if rows:
@@ -552,13 +552,13 @@ async def _erase_entries(
     return erased
 
 
-def _owner_key_of(sid: str, target: EraseTarget) -> str:
+def _owner_key_of(sid: str) -> str:
     """The owner key a source id names (``""``, which no row holds, for an id no store makes).
 
-    ``"*"`` (no owner key is) for a tenant target: every row of the tenant goes, whoever it names.
+    For a tenant target too: an ``ids`` entry edited to name another row must not erase that row under
+    this id (its report line would carry the other source's digest). Every row of the tenant still
+    goes: the sweep (:mod:`~agentium_recall_redis.erase_sweep`) takes what no id vouched for.
     """
-    if target.level is EraseLevel.TENANT:
-        return "*"
     owner = owner_of_source_id(sid)
     return "" if owner is None else owner_key(owner)
 
