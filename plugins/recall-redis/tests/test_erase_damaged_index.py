@@ -295,3 +295,37 @@ async def test_a_tenant_erasure_reports_each_group_with_its_own_digest_despite_a
         assert [k for k in left if b":w:" not in k] == []
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("level", ["session", "groups"])
+async def test_the_sweep_trusts_a_valid_owner_key_over_an_edited_id(
+    server: ServerProcess, admin: aioredis.Redis, level: str
+) -> None:
+    # The row's owner key decides whose it is (it chose the row's bucket); its id decides only when
+    # the owner key is not one the store writes. A row of s2 whose id alone was edited to name a
+    # group of s1 stays; a row of s1 whose owner key was garbled, and which lost its ids entry, goes.
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        digests, kept = await _setup(store)
+        tp = f"{prefix}:{{acme}}"
+        other_row = await admin.hgetall(f"{tp}:m:4")
+        await admin.hset(f"{tp}:m:4", "sid", "group/acme/ana/s1/1")
+        await admin.hset(f"{tp}:m:1", "o", "not an owner key")
+        await admin.hdel(f"{tp}:ids", "group/acme/ana/s1/0")
+        await admin.hdel(f"{tp}:rev", "group/acme/ana/s1/0")
+
+        planned = await store.erase(TARGETS[level], _ctx(), dry_run=True)
+        report = await store.erase(TARGETS[level], _ctx())
+
+        assert planned.sessions == report.sessions and planned.counts == report.counts
+        [session] = report.sessions
+        assert session.session == KEY and list(session.groups) == list(enumerate(digests))
+        for n in (1, 2, 3):
+            assert await _traces(admin, tp, n) == [], n
+        assert await admin.exists(f"{tp}:m:4", f"{tp}:t:4", f"{tp}:c:4") == 3
+        # Untouched (discovery leaves it out while its id names another owner, as it always did).
+        assert {**other_row, b"sid": b"group/acme/ana/s1/1"} == await admin.hgetall(f"{tp}:m:4")
+        assert kept == (await admin.hget(f"{tp}:m:4", "dg")).decode()
+    finally:
+        await store.aclose()

@@ -14,9 +14,11 @@ are numbered by one counter, ``P:n``, that only grows, so ``P:m:1`` to
 ``P:m:<P:n>`` are every row the tenant ever had: the sweep reads them in
 pages of :data:`SWEEP_PAGE` (one bounded script call each), by number — no
 key pattern, no ``SCAN``, no other tenant's key — and judges each row by its
-own fields: its owner key ``o`` or its id ``sid`` must say it is the
-target's (either vouches, as for the first pass), and for a group the seq
-(from the id, else the row's ``seq`` field) must be in the target's ranges.
+own fields: its owner key ``o`` decides when it is one the store writes
+(it chose the row's bucket: an id edited to name the target never takes
+another owner's row), its id ``sid`` only when the owner key is
+unreadable; for a group the seq (the row's ``seq`` field, else its id's)
+must be in the target's ranges.
 The script sends back only rows whose owner key or id starts as the
 target's would, each field only when no longer than any the store writes,
 so a field grown behind the store's back is never transferred. What the
@@ -137,12 +139,13 @@ class Swept:
 
     #: The row's number (``P:m:<n>``).
     n: str
-    #: The id ``ERASE``'s ownership check compares with the row's (the row's own, as read).
+    #: The row's id as read: its ``ids`` and ``rev`` entries go with it if ``ids`` names this row.
     sid: str
-    #: The owner key it compares (the row's own, or ``*`` for a tenant target).
+    #: What ``ERASE``'s ownership check compares: ``*``. The sweep judged the row by its own fields just
+    #: before, and row numbers are never reused, so only its removal in between changes the verdict.
     okey: str
-    #: The source id the report names: the row's id when it vouches, else one built from the owner
-    #: key and seq (a group), else ``""`` (a document whose id is damaged: counted, not named).
+    #: The source id the report names: the row's id when it agrees with its owner key, else one built
+    #: from the owner key and seq (a group), else ``""`` (a document whose id is damaged: counted).
     report_sid: str
     #: The row's digest as ``ERASE`` reports it (``""`` unless of the digest form).
     digest: str
@@ -185,19 +188,30 @@ def _covered(target: EraseTarget, sid: str) -> bool:
 
 
 def judge(target: EraseTarget, n: str, okey: str, sid: str, seq: str, digest: str) -> Swept | None:
-    """The sweep's verdict on one row: :class:`Swept` when its id or its owner key says it is the target's."""
-    by_id = _covered(target, sid)
+    """The sweep's verdict on one row: :class:`Swept` when the row says it is the target's.
+
+    Its owner key decides when it is one the store writes (it chose the
+    row's bucket, so the scope that sees it): an id edited to name the
+    target never takes another owner's row. Its id decides only when the
+    owner key is not readable. A group's seq is its ``seq`` field, else the
+    seq its id gives when the id names the same session. A tenant target
+    takes every row.
+    """
     owner = _owner_of_key(target.tenant_id, okey)
-    built = _group_sid(owner, stored_seq(seq)) if owner is not None and seq else None
-    by_owner = False
-    if owner is not None:
-        by_owner = _covered(target, built) if built is not None else target.covers_owner(owner)
+    id_owner = owner_of_source_id(sid)
+    same = id_owner is not None and (owner is None or id_owner == owner)
+    number = stored_seq(seq) if seq else None
+    if number is None and same and sid.startswith("group/"):
+        number = int(sid.rsplit("/", 1)[1])
+    built = _group_sid(owner, number) if owner is not None else None
+    named = sid if same and (built is None or built == sid) else (built or "")
     if target.level is EraseLevel.TENANT:
-        named = sid if owner_of_source_id(sid) is not None else (built or "")
         return Swept(n, sid, "*", named, digest)
-    if not (by_id or by_owner):
-        return None
-    return Swept(n, sid, okey, sid if by_id else (built or ""), digest)
+    if owner is not None:
+        covered = _covered(target, built) if built is not None else target.covers_owner(owner)
+    else:
+        covered = _covered(target, sid)
+    return Swept(n, sid, "*", named, digest) if covered else None
 
 
 async def sweep_rows(
