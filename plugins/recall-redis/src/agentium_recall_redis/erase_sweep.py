@@ -76,10 +76,10 @@ local function vouched(key)
 end
 """
 
-# Whether row hash `key` is the row of `sid`, owned by `okey` ("*": any owner, a tenant target): its
-# owner field or its id says so. Either vouches, so one field edited behind the store's back neither
-# leaves the row's content after an erasure nor lets an edited P:ids entry erase another owner's row
-# (that needs both of the other row's fields edited to match).
+# Whether row hash `key` is the row of `sid`, owned by `okey` ("*": any row, for a row the sweep judged
+# by its own fields): its owner field or its id says so. Either vouches, so one field edited behind the
+# store's back neither leaves the row's content after an erasure nor lets an edited P:ids entry erase
+# another owner's row (that needs both of the other row's fields edited to match).
 MINE: Final = """
 local function mine(key, sid, okey)
   local f = redis.call('HMGET', key, 'o', 'sid')
