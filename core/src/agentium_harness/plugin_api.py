@@ -72,6 +72,7 @@ from ._history import (
 )
 from ._json import copy_plain_json
 from ._observe.logs import one_line
+from ._observe.runtime_span import runtime_span
 from ._observe.spans import client_span, current_span_event
 from ._plugins.commands import CliCommand
 from ._plugins.hookspecs import hookimpl
@@ -223,6 +224,7 @@ __all__ = [
     "client_span",
     "current_span_event",
     "one_line",
+    "runtime_span",
     "ERASURE_RECORDS_TENANT",
     "DEFAULT_ERASE_BATCH",
     "EraseLevel",

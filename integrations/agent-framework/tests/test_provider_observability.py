@@ -60,6 +60,8 @@ ANA = VerifiedIdentity("acme", "ana", "sso")
 #: Stands for a user's words: no hex digit runs through it, so no digest or hashed id can hold it.
 SECRET = "QZV-secret-7731"
 LOGGER = "agentium.agent_framework"
+#: The provider call's own span: agentium.agent_framework.<operation> (README).
+SPAN_PREFIX = LOGGER + "."
 MIB = 1024 * 1024
 
 
@@ -178,6 +180,11 @@ async def _load_half_exchange(rt: HarnessRuntime, monkeypatch: pytest.MonkeyPatc
     return loaded
 
 
+def _ours(span: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The provider's events on ``span`` (an error leaving the call adds OpenTelemetry's ``exception``)."""
+    return [(e.name, dict(e.attributes or {})) for e in span.events if e.name.startswith(SPAN_PREFIX)]
+
+
 @dataclass(frozen=True)
 class Case:
     run: Scenario
@@ -294,18 +301,61 @@ async def test_a_degraded_outcome_is_a_warning_and_an_event_on_the_current_span_
         "agentium_" + k.removeprefix("agentium.").replace(".", "_"): v for k, v in case.attributes.items()
     }
     assert {name: getattr(warned[0], name, None) for name in fields} == fields
+    # The event is on the provider call's own span, a child of the host's span current in the call.
     [host] = [s for s in spans.finished if s.name == "host turn"]
-    assert [(e.name, dict(e.attributes or {})) for e in host.events] == [(case.event, case.attributes)]
+    # The scenario's own earlier loads and saves have spans too: one has the case's event.
+    calls = [s for s in spans.finished if s.name == SPAN_PREFIX + case.attributes["agentium.operation"]]
+    [call] = [s for s in calls if _ours(s)]
+    assert call.parent is not None and call.parent.span_id == host.context.span_id
+    assert _ours(call) == [(case.event, case.attributes)]
+    assert not host.events and not [e for s in spans.finished if s is not call for e in _ours(s)]
     # No content anywhere: not in a record (message, fields), not on a span of the host or the core.
     records = [f"{r.getMessage()} {vars(r)}" for r in caplog.records]
     assert not [text for text in records if SECRET in text]
     assert not [text for text in spans.carried() if SECRET in text]
 
 
-async def test_with_no_span_current_the_warning_is_still_logged(
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_with_tracing_on_the_runtime_only_the_event_is_on_a_span_of_the_runtimes_provider(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No global tracer provider: the host configured tracing only as Telemetry(tracer_provider=...)
+    # (docs/observability.md). Reaching the current span through the global provider, the events
+    # were lost: the WARNING only.
+    monkeypatch.setattr(otel_trace, "_TRACER_PROVIDER", None)
+    recorder = SpanRecorder()
+    case = CASES[name]
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    async with _runtime(tmp_path / "agentium.db", recorder) as rt:
+        if case.raises is None:
+            await case.run(rt, monkeypatch)
+        else:
+            with pytest.raises(case.raises):
+                await case.run(rt, monkeypatch)
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [case.message]
+    operation = case.attributes["agentium.operation"]
+    # The scenario's own earlier loads and saves have spans too: the case's ended last.
+    call = [s for s in recorder.finished if s.name == SPAN_PREFIX + operation][-1]
+    failed = {} if case.raises is None else {"error.type": case.raises.__name__}
+    assert dict(call.attributes or {}) == {"agentium.operation": operation, **failed}
+    assert _ours(call) == [(case.event, case.attributes)]
+    # The core's history reads made in the call are its children, in the same trace.
+    reads = [
+        s
+        for s in recorder.finished
+        if s.name == "agentium.history.read"
+        and s.parent is not None
+        and s.parent.span_id == call.context.span_id
+    ]
+    assert reads
+    assert not [text for text in recorder.carried() if SECRET in text]
+    recorder.provider.shutdown()
+
+
+async def test_with_no_host_span_current_the_event_is_on_the_calls_span(
     tmp_path: Path, spans: SpanRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The event needs a span to go on; the record does not.
+    # Before, the event needed a host's span to go on and there was the WARNING only.
     caplog.set_level(logging.WARNING, logger=LOGGER)
     async with _runtime(tmp_path / "agentium.db", spans) as rt:
         with pytest.raises(ForeignMessageError):
@@ -313,7 +363,10 @@ async def test_with_no_span_current_the_warning_is_still_logged(
     assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [
         "get_messages failed: ForeignMessageError"
     ]
-    assert not [e for s in spans.finished for e in s.events if e.name.startswith("agentium.agent_framework")]
+    [call] = [s for s in spans.finished if s.name == "agentium.agent_framework.get_messages"]
+    assert call.parent is None and _ours(call) == [(FAILED, _failed("get_messages", "ForeignMessageError"))]
+    assert dict(call.attributes or {})["error.type"] == "ForeignMessageError"
+    assert not [text for text in spans.carried() if SECRET in text]
 
 
 async def test_a_refusal_of_the_hosts_own_messages_is_raised_not_logged(
@@ -337,7 +390,7 @@ class _Client(FunctionInvocationLayer, ChatMiddlewareLayer, BaseChatClient):  # 
         return ChatResponse(messages=[AFMessage("assistant", ["ok"])], response_id="r")
 
 
-async def test_in_an_agent_run_the_event_is_on_the_frameworks_invoke_agent_span(
+async def test_in_an_agent_run_the_event_is_on_the_load_span_under_the_frameworks_invoke_agent(
     tmp_path: Path, spans: SpanRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The framework's own instrumentation (on by default) opens invoke_agent around the run's load.
@@ -349,7 +402,9 @@ async def test_in_an_agent_run_the_event_is_on_the_frameworks_invoke_agent_span(
         agent = Agent(_Client(), context_providers=[AgentiumHistoryProvider(rt, ANA, store_outputs=False)])
         await agent.run("And now?", session=agent.create_session(session_id="chat-1"))
     [run] = [s for s in spans.finished if s.name.startswith("invoke_agent")]
-    events = [(e.name, dict(e.attributes or {})) for e in run.events if e.name.startswith("agentium.")]
-    assert events == [("agentium.agent_framework.half_exchanges_left_out", CASES[HALF].attributes)]
+    [load] = [s for s in spans.finished if s.name == "agentium.agent_framework.get_messages"]
+    assert load.parent is not None and load.parent.span_id == run.context.span_id
+    assert _ours(load) == [("agentium.agent_framework.half_exchanges_left_out", CASES[HALF].attributes)]
+    assert not _ours(run)
     assert len([r for r in caplog.records if r.name == LOGGER]) == 1
     assert not [text for text in spans.carried() if SECRET in text]

@@ -44,6 +44,8 @@ pytestmark = pytest.mark.anyio
 #: Stands for a user's words: no hex digit runs through it, so no digest or hashed id can hold it.
 SECRET = "QZV-secret-7731"
 LOGGER = "agentium.openai_agents"
+#: The session call's own span: agentium.openai_agents.<operation> (README).
+SPAN_PREFIX = LOGGER + "."
 FOREIGN = Message(
     Role.USER,
     f"{SECRET} from another framework",
@@ -124,6 +126,11 @@ async def _get_call_without_output(rt: HarnessRuntime, monkeypatch: pytest.Monke
     return items
 
 
+def _ours(span: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The integration's events on ``span`` (an error leaving the call adds OpenTelemetry's ``exception``)."""
+    return [(e.name, dict(e.attributes or {})) for e in span.events if e.name.startswith(SPAN_PREFIX)]
+
+
 @dataclass(frozen=True)
 class Case:
     run: Callable[[HarnessRuntime, pytest.MonkeyPatch], Awaitable[Any]]
@@ -201,18 +208,52 @@ async def test_a_degraded_outcome_is_a_warning_and_an_event_on_the_current_span_
         "agentium_" + k.removeprefix("agentium.").replace(".", "_"): v for k, v in case.attributes.items()
     }
     assert {name: getattr(warned[0], name, None) for name in fields} == fields
+    # The event is on the session call's own span, a child of the host's span current in the call.
     [host] = [s for s in spans.finished if s.name == "host turn"]
-    assert [(e.name, dict(e.attributes or {})) for e in host.events] == [(case.event, case.attributes)]
+    [call] = [s for s in spans.finished if s.name == SPAN_PREFIX + case.attributes["agentium.operation"]]
+    assert call.parent is not None and call.parent.span_id == host.context.span_id
+    assert _ours(call) == [(case.event, case.attributes)]
+    assert not host.events
     # No content anywhere: not in a record (message, fields), not on a span of the host or the core.
     records = [f"{r.getMessage()} {vars(r)}" for r in caplog.records]
     assert not [text for text in records if SECRET in text]
     assert not [text for text in spans.carried() if SECRET in text]
 
 
-async def test_with_no_span_current_the_warning_is_still_logged(
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_with_tracing_on_the_runtime_only_the_event_is_on_a_span_of_the_runtimes_provider(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No global tracer provider: the host configured tracing only as Telemetry(tracer_provider=...)
+    # (docs/observability.md). Reaching the current span through the global provider, the events
+    # were lost: the WARNING only.
+    monkeypatch.setattr(otel_trace, "_TRACER_PROVIDER", None)
+    recorder = SpanRecorder()
+    case = CASES[name]
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    async with _runtime(tmp_path / "agentium.db", recorder) as rt:
+        if case.raises is None:
+            await case.run(rt, monkeypatch)
+        else:
+            with pytest.raises(case.raises):
+                await case.run(rt, monkeypatch)
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [case.message]
+    operation = case.attributes["agentium.operation"]
+    [call] = [s for s in recorder.finished if s.name == SPAN_PREFIX + operation]
+    failed = {} if case.raises is None else {"error.type": case.raises.__name__}
+    assert dict(call.attributes or {}) == {"agentium.operation": operation, **failed}
+    assert _ours(call) == [(case.event, case.attributes)]
+    # The core's history reads made in the call are its children, in the same trace.
+    reads = [s for s in recorder.finished if s.name == "agentium.history.read"]
+    assert reads and all(s.parent is not None and s.parent.span_id == call.context.span_id for s in reads)
+    assert not [text for text in recorder.carried() if SECRET in text]
+    recorder.provider.shutdown()
+
+
+async def test_with_no_host_span_current_the_event_is_on_the_calls_span(
     tmp_path: Path, spans: SpanRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The event needs a span to go on; the record does not.
+    # Before, the event needed a host's span to go on and there was the WARNING only.
     caplog.set_level(logging.WARNING, logger=LOGGER)
     async with _runtime(tmp_path / "agentium.db", spans) as rt:
         session = await _foreign_last(rt)
@@ -221,7 +262,39 @@ async def test_with_no_span_current_the_warning_is_still_logged(
     assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [
         "get_items failed: ForeignItemError"
     ]
-    assert not [e for s in spans.finished for e in s.events if e.name.startswith("agentium.openai_agents")]
+    [call] = [s for s in spans.finished if s.name == "agentium.openai_agents.get_items"]
+    assert call.parent is None and [e.name for e in call.events] == [
+        "agentium.openai_agents.failed",
+        "exception",  # the error leaving the call fails its span: its type only
+    ]
+    assert dict(call.attributes or {})["error.type"] == "ForeignItemError"
+    assert not [text for text in spans.carried() if SECRET in text]
+
+
+async def test_with_a_runtime_recording_nothing_no_event_goes_to_the_global_provider(
+    tmp_path: Path, spans: SpanRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The runtime's Telemetry decides where its session's events go: a provider that records
+    # nothing (the API's no-op one) sends them nowhere, not to the host's global provider.
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    quiet = Telemetry(tracer_provider=otel_trace.NoOpTracerProvider())
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["(not called)"]),
+        archive=archive,
+        session_store=store,
+        owned=(archive, store),
+        telemetry=quiet,
+    )
+    async with rt:
+        with otel_trace.get_tracer("host").start_as_current_span("host turn"):
+            with pytest.raises(ForeignItemError):
+                await (await _foreign_last(rt)).get_items()
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [
+        "get_items failed: ForeignItemError"
+    ]
+    assert [s.name for s in spans.finished] == ["host turn"] and not spans.finished[0].events
 
 
 async def test_a_refusal_of_the_hosts_own_items_is_raised_not_logged(

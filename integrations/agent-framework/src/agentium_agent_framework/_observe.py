@@ -10,10 +10,14 @@ that changed at every read, a save refused past the replay check's read
 bound, a group over a load's bound cut, tool contents without their other
 half left out of a load. Each is a WARNING on ``agentium.agent_framework``
 (counts, a group's seq, an error's type: never its text, which names the
-session and may quote what the decoder read) and an event on the span
-current in the call (the framework's ``invoke_agent`` span when its
-instrumentation is on, or the host's, through
-``plugin_api.current_span_event``: the core's own spans have ended by then).
+session and may quote what the decoder read) and an event on the span of
+the provider's call: ``get_messages`` and ``save_messages`` are each a span
+``agentium.agent_framework.<operation>`` from the *runtime's* tracer
+provider and under its telemetry settings (``plugin_api.runtime_span``; the
+core's spans of the reads and writes it makes are its children, and have
+ended when the provider finds these), a child of the span current in the
+call (the framework's ``invoke_agent`` when its instrumentation is on, or
+the host's).
 No session id: the core logs those hashed with its runtime's key, which is
 not the provider's to read. A refusal of the host's own messages
 (``save_messages`` of what is no message) is the caller's error, raised,
@@ -28,7 +32,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, ParamSpec, TypeVar
 
 from agentium_harness import SessionConflictError
-from agentium_harness.plugin_api import current_span_event, one_line
+from agentium_harness.plugin_api import current_span_event, one_line, runtime_span
 
 from ._messages import ForeignMessageError
 
@@ -37,14 +41,18 @@ __all__ = [
     "FAILED_EVENT",
     "LEFT_OUT_EVENT",
     "LOGGER_NAME",
+    "SPAN_PREFIX",
     "failed",
     "group_cut",
     "halves_left_out",
     "reported",
+    "traced",
 ]
 
 #: The provider's logger, under the core's ``agentium`` root (which holds a NullHandler).
 LOGGER_NAME: Final = "agentium.agent_framework"
+#: The provider's spans: ``agentium.agent_framework.get_messages`` (``save_messages``).
+SPAN_PREFIX: Final = "agentium.agent_framework."
 #: A call that failed closed: ``agentium.operation``, ``error.type``, ``agentium.commit_state`` (when set).
 FAILED_EVENT: Final = "agentium.agent_framework.failed"
 #: A group alone over a load's bound, cut to its newest messages: ``agentium.group.seq``,
@@ -113,13 +121,14 @@ def halves_left_out(contents: int, messages: int) -> None:
 def reported(
     operation: str,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
-    """Decorate a load: the provider's own :class:`ForeignMessageError` or conflict leaving it is reported.
+    """Decorate a load: its span (:func:`traced`), and its own errors leaving it reported.
 
     For ``get_messages``, whose core calls (reads) raise neither: a :class:`SessionConflictError`
     (the view changed at every read) and a message that does not decode are its own.
     """
 
     def decorate(method: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        @traced(operation)
         @functools.wraps(method)
         async def observed(*args: P.args, **kwargs: P.kwargs) -> R:
             try:
@@ -129,5 +138,26 @@ def reported(
                 raise
 
         return observed
+
+    return decorate
+
+
+def traced(
+    operation: str,
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
+    """Decorate a provider method: it runs in its span, ``SPAN_PREFIX + operation`` of ``self.runtime``.
+
+    What the call reports goes where the runtime's spans go (its ``Telemetry``), with
+    ``agentium.operation``; an error leaving it fails the span with its type.
+    """
+
+    def decorate(method: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        @functools.wraps(method)
+        async def in_span(*args: P.args, **kwargs: P.kwargs) -> R:
+            runtime = getattr(args[0], "runtime")  # noqa: B009  # the provider's borrowed HarnessRuntime
+            with runtime_span(runtime, SPAN_PREFIX + operation, {"agentium.operation": operation}):
+                return await method(*args, **kwargs)
+
+        return in_span
 
     return decorate

@@ -34,7 +34,7 @@ from agentium_harness.plugin_api import SessionKey
 from ._arguments import checked_options
 from ._exchanges import whole_exchanges, without_half_exchanges
 from ._messages import MESSAGE_FORMAT, ForeignMessageError, from_agentium, listed, to_agentium
-from ._observe import failed, group_cut, reported
+from ._observe import failed, group_cut, reported, traced
 from ._read_fences import ReadFences, RunLoads
 from ._replay import Identity, Tail, message_identity
 from ._restarts import SAVE_RESTARTS, Restarts
@@ -379,6 +379,7 @@ class AgentiumHistoryProvider(HistoryProvider):
             [from_agentium(m, f"message {i} of the view of session {sid!r}") for i, m in enumerate(messages)]
         )
 
+    @traced("save_messages")
     async def save_messages(
         self,
         session_id: str | None,

@@ -8,11 +8,14 @@ this integration's: a message read that is no item of this SDK
 that changed at every read (:class:`HistoryChangedError`), native tool calls
 a read leaves out. Each is a WARNING on :data:`LOGGER_NAME` naming the
 operation and the error's type (its text may quote ids or content: never
-logged), and an event on the span current when it happens (the host's or a
-framework's, through ``plugin_api.current_span_event``: the core's own
-spans have ended by then), with the same fields as attributes. No session
-id: the core logs those hashed with its runtime's key, which is not the
-integration's to read. A refusal of the host's own input (``add_items`` of
+logged), and an event with the same fields as attributes on the span of the
+session's call: each of ``get_items``, ``pop_item`` and ``clear_session`` is a
+span ``agentium.openai_agents.<operation>`` from the *runtime's* tracer
+provider and under its telemetry settings (``plugin_api.runtime_span``; the
+core's spans of the reads it makes are its children, and have ended when the
+integration finds these), a child of the host's span current in the call. No
+session id: the core logs those hashed with its runtime's key, which is not
+the integration's to read. A refusal of the host's own input (``add_items`` of
 items that are no items) is the caller's error, raised, not logged.
 """
 
@@ -23,14 +26,16 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, ParamSpec, TypeVar
 
-from agentium_harness.plugin_api import current_span_event, one_line
+from agentium_harness.plugin_api import current_span_event, one_line, runtime_span
 
 from ._errors import ForeignItemError, HistoryChangedError
 
-__all__ = ["FAILED_EVENT", "LEFT_OUT_EVENT", "LOGGER_NAME", "failed", "left_out", "reported"]
+__all__ = ["FAILED_EVENT", "LEFT_OUT_EVENT", "LOGGER_NAME", "SPAN_PREFIX", "failed", "left_out", "reported"]
 
 #: The integration's logger, under the core's ``agentium`` root (which holds a NullHandler).
 LOGGER_NAME: Final = "agentium.openai_agents"
+#: The session's spans: ``agentium.openai_agents.get_items`` (``pop_item``, ``clear_session``).
+SPAN_PREFIX: Final = "agentium.openai_agents."
 #: The span event of a call that failed closed: ``agentium.operation``, ``error.type`` (and
 #: ``agentium.commit_state`` when the error carries one).
 FAILED_EVENT: Final = "agentium.openai_agents.failed"
@@ -68,20 +73,25 @@ def left_out(count: int) -> None:
 def reported(
     operation: str,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
-    """Decorate a session method: this integration's own errors leaving it are :func:`failed` reports.
+    """Decorate a session method: its span, and this integration's own errors leaving it :func:`failed`.
 
-    Only :class:`ForeignItemError` and :class:`HistoryChangedError`: an error of the
-    core's passing through was reported by the core already.
+    The span (``SPAN_PREFIX + operation``, attribute ``agentium.operation``)
+    is the runtime's (``self.runtime``): what the call reports goes where the
+    runtime's spans go. Only :class:`ForeignItemError` and
+    :class:`HistoryChangedError` are reported: an error of the core's passing
+    through was reported by the core already (it still fails the span).
     """
 
     def decorate(method: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
         @functools.wraps(method)
         async def observed(*args: P.args, **kwargs: P.kwargs) -> R:
-            try:
-                return await method(*args, **kwargs)
-            except (ForeignItemError, HistoryChangedError) as exc:
-                failed(operation, exc)
-                raise
+            runtime = getattr(args[0], "runtime")  # noqa: B009  # the session's borrowed HarnessRuntime
+            with runtime_span(runtime, SPAN_PREFIX + operation, {"agentium.operation": operation}):
+                try:
+                    return await method(*args, **kwargs)
+                except (ForeignItemError, HistoryChangedError) as exc:
+                    failed(operation, exc)
+                    raise
 
         return observed
 
