@@ -326,20 +326,37 @@ async def verify_completed_turn(
         current = merge_turns(current, more)
         return final_answer(more.messages) if more.status is RunStatus.COMPLETED else None
 
+    # The record as it stands: what the runtime commits if the run stops in a revision.
+    standing: list[VerificationRecord] = []
+
+    def note(record: VerificationRecord) -> None:
+        standing[:] = [record]
+        if noted is not None:
+            noted(record)
+
     with observe.stage("verification", {"agentium.verification.policy": policy.label}) as span:
-        record, notes = await verify_turn(
-            ticket,
-            verifier=verifier,
-            policy=policy,
-            limits=limits,
-            scope=scope,
-            answer=final_answer(turn.messages),
-            started_at=started_at,
-            timeout_s=timeout_s,
-            revise=revise,
-            steps_left=lambda: max_steps - current.steps,
-            noted=noted,
-        )
+        try:
+            record, notes = await verify_turn(
+                ticket,
+                verifier=verifier,
+                policy=policy,
+                limits=limits,
+                scope=scope,
+                answer=final_answer(turn.messages),
+                started_at=started_at,
+                timeout_s=timeout_s,
+                revise=revise,
+                steps_left=lambda: max_steps - current.steps,
+                noted=note,
+            )
+        except BaseException:
+            # A run stopped in a revision (its model call failed, it was cancelled) commits the
+            # verdicts so far: the span says the same, not nothing.
+            if standing:
+                _describe(span, standing[0])
+                revision = {"agentium.verification.revision": standing[0].revisions}
+                span.event("agentium.verification.interrupted", revision)
+            raise
         _describe(span, record)
     status = RunStatus.COMPLETED if record.accepted else RunStatus.NOT_ACCEPTED
     return attrs.evolve(current, status=status), record, notes
