@@ -166,26 +166,39 @@ async def shutdown_runtime(runtime: HarnessRuntime) -> None:
                 raise RuntimeCloseError(attempt.error.failures)
             return
     _lifecycle.info("runtime closing")
-    try:
-        failures = await _shutdown_once(runtime)
-        attempt.error = RuntimeCloseError(failures) if failures else None
-        attempt.finished = True
-    finally:
-        runtime.parts.close_attempt = None
-        attempt.done.set()
-    if attempt.error is not None:
-        # The failures' texts may quote an adapter's error: only their count here (they are on the error).
-        _lifecycle.warning(
-            "runtime close incomplete: %d problem(s); it stays closing",
-            len(attempt.error.failures),
-            extra={"agentium_close_failures": len(attempt.error.failures)},
-        )
-        raise attempt.error
+    # One span per attempt, under the runtime's telemetry: its drain, hooks and closes are children,
+    # and what it left is an event on it (an incomplete close has no other span to go on).
+    with observe.using(runtime.parts.telemetry), observe.internal_span(CLOSE_SPAN) as span:
+        left: dict[str, int] = {}
+        try:
+            failures = await _shutdown_once(runtime, left)
+            attempt.error = RuntimeCloseError(failures) if failures else None
+            attempt.finished = True
+        finally:
+            runtime.parts.close_attempt = None
+            attempt.done.set()
+        if attempt.error is not None:
+            # The failures' texts may quote an adapter's error: only counts here (the texts are on the error).
+            count = len(attempt.error.failures)
+            _lifecycle.warning(
+                "runtime close incomplete: %d problem(s); it stays closing",
+                count,
+                extra={"agentium_close_failures": count},
+            )
+            span.event(INCOMPLETE_EVENT, {"agentium.close.failures": count, **left})
+            raise attempt.error
     _lifecycle.info("runtime closed")
 
 
-async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
-    """One shutdown attempt in three bounded phases; returns the failures.
+#: The span of one ``aclose()`` attempt.
+CLOSE_SPAN = "agentium.runtime.close"
+#: Its event when the attempt left problems: ``agentium.close.failures`` (how many) and, per kind, how many
+#: operations did not stop, owned work items still running or failed, and closes that failed.
+INCOMPLETE_EVENT = "agentium.runtime.close_incomplete"
+
+
+async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[str]:
+    """One shutdown attempt in three bounded phases; returns the failures (``left`` counts them by kind).
 
     1. Up to ``settle_timeout_s``: admitted operations and owned work (the
        memory manager's and the background summary updates) settle, side by side.
@@ -224,11 +237,16 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
         tg.start_soon(operations)
         tg.start_soon(owned_work)
     [result] = drained
+    _count(left, "agentium.close.operations_running", len(failures))
     # Failed work is reported once; work that would not stop keeps the runtime closing.
     failures.extend(f"owned work {name} did not stop" for name in result.still_running)
+    _count(left, "agentium.close.work_running", len(result.still_running))
     failures.extend(f"owned work {name} failed during shutdown" for name in result.failed if first)
     if first and result.dropped_failed:
         failures.append(f"{result.dropped_failed} more owned work items failed (not listed)")
+    if first:
+        _count(left, "agentium.close.work_failed", len(result.failed) + result.dropped_failed)
+    before_closes = len(failures)
 
     async def announce() -> None:
         if isinstance(runtime.parts.drainer, MemoryManager):
@@ -253,9 +271,15 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
         tg.start_soon(announce)
         tg.start_soon(close_memory)
         tg.start_soon(close_adapters)
+    _count(left, "agentium.close.closes_failed", len(failures) - before_closes)
     if not failures:
         admission.set_state(LifecycleState.CLOSED)
     return failures
+
+
+def _count(left: dict[str, int], key: str, count: int) -> None:
+    if count:
+        left[key] = count
 
 
 async def drain_runtime(runtime: HarnessRuntime, timeout_s: float) -> DrainResult:
