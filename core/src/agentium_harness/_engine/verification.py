@@ -329,7 +329,7 @@ async def verify_completed_turn(
     # The record as it stands: what the runtime commits if the run stops in a revision.
     standing: list[VerificationRecord] = []
 
-    def note(record: VerificationRecord) -> None:
+    def keep(record: VerificationRecord) -> None:
         standing[:] = [record]
         if noted is not None:
             noted(record)
@@ -347,7 +347,7 @@ async def verify_completed_turn(
                 timeout_s=timeout_s,
                 revise=revise,
                 steps_left=lambda: max_steps - current.steps,
-                noted=note,
+                noted=keep,
             )
         except BaseException:
             # A run stopped in a revision (its model call failed, it was cancelled) commits the
