@@ -38,7 +38,7 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import ContractViolationError, OperationCancelledError
-from .._observe.spans import error_type
+from .._observe.spans import error_type, internal_span
 from .._text import error_text
 from .loops import ThreadSafeEvent, cancel_scope, current_library
 
@@ -311,7 +311,9 @@ class _Call(Generic[T]):
         event: a recall session's late close, a late write's take-back). What
         escapes one all the same is an engine fault: a WARNING here on
         ``agentium.engine``, with the error's type only (its message may
-        quote content), not silence.
+        quote content), not silence, and a span of its own (the call's has
+        ended): ``agentium.late_release``, failed with that type, with the
+        event ``agentium.late_release.failed``.
         """
         with anyio.CancelScope(shield=True):
             try:
@@ -319,7 +321,12 @@ class _Call(Generic[T]):
             except Overrun:
                 pass  # the release was cut short, and said so itself before its cancellation went on
             except Exception as exc:
-                _log.warning("the release of a late result failed: %s", error_type(exc))
+                kind = error_type(exc)
+                _log.warning("the release of a late result failed: %s", kind)
+                # Under the telemetry of the operation that made the call (its context was copied).
+                with internal_span("agentium.late_release") as span:
+                    span.event("agentium.late_release.failed", {"error.type": kind})
+                    span.fail(kind, exc)
 
     def result(self) -> T:
         error = self.error
