@@ -25,6 +25,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import opentelemetry.trace as otel_trace
 import pytest
 from _only_plugin import install_only_plugin
 
@@ -36,6 +37,7 @@ from agentium_harness._plugins.registry import PluginRegistry, ProblemStage
 from agentium_harness._plugins.spec import AdapterSpec
 from agentium_harness.adapters.providers import ScriptedProvider, ScriptedProviderConfig
 from agentium_harness.plugin_api import CliCommand
+from agentium_harness.testing import recording_spans
 
 BOUND_S = 0.3
 #: How long a bounded call may take in all, on a busy machine (the bound plus thread start-up).
@@ -57,6 +59,7 @@ CALLERS = (
 _HUNG_REGISTRATION = f"agentium_register_providers of plugin {DIST}"
 HANGING_CALL = {
     "test_a_registration_hook_that_blocks_is_abandoned_and_reported": _HUNG_REGISTRATION,
+    "test_an_abandoned_registration_hook_is_a_span_event_under_the_hosts_span": _HUNG_REGISTRATION,
     "test_the_cli_reports_a_hung_registration_hook_within_the_bound": _HUNG_REGISTRATION,
     "test_the_cli_reports_a_hung_adapter_factory_within_the_bound": "the factory of provider adapter 'hang'",
     "test_a_plugin_command_whose_configure_hangs_is_skipped_within_the_bound": "configure of command 'stuck'",
@@ -178,6 +181,27 @@ def test_a_registration_hook_that_blocks_is_abandoned_and_reported(gate: threadi
     gate.set()  # the abandoned hook now returns and calls register(): refused, nothing registered late
     time.sleep(0.2)
     assert "hang" not in registry.names("provider")
+
+
+def test_an_abandoned_registration_hook_is_a_span_event_under_the_hosts_span(gate: threading.Event) -> None:
+    # No runtime exists yet, so no span of Agentium's is under way: the WARNING on agentium.registry
+    # was all. Now a short span of its own says it, a child of the host's (its start-up, say).
+    with recording_spans() as spans:
+        with otel_trace.get_tracer("host").start_as_current_span("host start-up"):
+            registry = PluginRegistry.load(
+                autoload=False, extra_plugins=[(DIST, _hanging_registration(gate))], hook_timeout_s=BOUND_S
+            )
+    assert [p.hook for p in registry.problems if p.distribution == DIST] == ["agentium_register_providers"]
+    [host] = [s for s in spans.finished if s.name == "host start-up"]
+    [call] = [s for s in spans.finished if s.name == "agentium.plugin.call"]
+    assert call.parent is not None and call.parent.span_id == host.context.span_id
+    assert [(e.name, dict(e.attributes or {})) for e in call.events] == [
+        (
+            "agentium.plugin.abandoned",
+            {"agentium.plugin.call": _HUNG_REGISTRATION, "agentium.plugin.timeout_s": BOUND_S},
+        )
+    ]
+    assert dict(call.attributes or {}) == {"error.type": "HookTimeoutError"}
 
 
 def test_a_bad_hook_timeout_is_a_typed_error() -> None:

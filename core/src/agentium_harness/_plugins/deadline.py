@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from .._errors import InvalidArgumentError, PluginError
+from .._observe.logs import one_line
+from .._observe.spans import internal_span
 from .._validators import exact_number, shown_number
 
 __all__ = [
@@ -115,6 +117,7 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
         _log.warning(
             "%s did not return within %ss; abandoned, still running in a daemon thread", what, timeout_s
         )
+        _abandoned(what, timeout_s)
         raise HookTimeoutError(
             f"{what} did not return within {timeout_s:g}s ({bound or ENV_HOOK_TIMEOUT} sets this bound); "
             "it was abandoned"
@@ -124,3 +127,21 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
         assert isinstance(value, BaseException)
         raise value
     return value  # type: ignore[return-value]  # ``call``'s own result
+
+
+#: The span of a call into plugin code abandoned at its deadline, and its event.
+ABANDONED_SPAN = "agentium.plugin.call"
+ABANDONED_EVENT = "agentium.plugin.abandoned"
+
+
+def _abandoned(what: str, timeout_s: float) -> None:
+    """Say an abandoned call on a span of its own: there is no span of the call (none is opened per import).
+
+    A child of the span current in the caller (a host's start-up span), under the telemetry
+    under way (a runtime's, or the global providers'); nothing when nothing records. ``what``
+    names a plugin and a hook, never data.
+    """
+    with internal_span(ABANDONED_SPAN) as span:
+        event = {"agentium.plugin.call": one_line(what), "agentium.plugin.timeout_s": timeout_s}
+        span.event(ABANDONED_EVENT, event)
+        span.fail(HookTimeoutError.__name__)
