@@ -30,6 +30,7 @@ from .._engine.history_view import recall_hidden
 from .._engine.lifecycle import Ticket
 from .._engine.load import load_session
 from .._engine.recall import Evidence, gather_evidence
+from .._engine.recall_groups import session_groups
 from .._engine.recall_policy import QueryInput
 from .._engine.results import CommitState
 from .._engine.runtime import HarnessRuntime
@@ -299,6 +300,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
                 runtime.recall_policy,
                 QueryInput(query),
                 hidden=recall_hidden(key, snap.view),
+                groups=session_groups(ticket, runtime.archive, key, snap),
             )
 
     evidence = anyio.run(go)

@@ -40,6 +40,7 @@ from .lifecycle import Ticket
 from .recall_checks import Failed as _Failed
 from .recall_checks import capped, checked_excerpts, same_candidates
 from .recall_discovery import discover_visible
+from .recall_groups import GroupReader, attributed_texts
 from .recall_items import validation_fault
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
 from .recall_round import RecallUsage, Round, adapter_call
@@ -159,6 +160,7 @@ async def gather_evidence(
     spent: RecallUsage | None = None,
     hidden: Callable[[str], bool] | None = None,
     hybrid: Hybrid | None = None,
+    groups: GroupReader | None = None,
 ) -> Evidence:
     """One round of recall for ``turn``: query, discover, rank, read, assemble, validate (fence 1).
 
@@ -169,6 +171,10 @@ async def gather_evidence(
     With ``hybrid``, the query is embedded and discovery is the store's
     ``discover_hybrid`` (lexical and vector candidates fused); if embedding
     fails, discovery is lexical and the round is ``partial``, saying why.
+    ``groups`` reads the session's groups back, digest-checked: each
+    recalled group's excerpt is rendered from its group, one line per
+    message (:mod:`.recall_groups`); without it, a group excerpt is shown on
+    one line, its roles unchecked, and the round is ``partial``.
     """
     state = Round(limits, spent if spent is not None else RecallUsage(), hidden)
     try:
@@ -198,7 +204,7 @@ async def gather_evidence(
             if not callable(getattr(opened, "discover", None)):
                 raise _Failed(f"recall open returned {type(opened).__name__}, not a recall session")
             session = opened
-            evidence = await _gather_open(ticket, state, session, scope, policy, query, hybrid)
+            evidence = await _gather_open(ticket, state, session, scope, policy, query, hybrid, groups)
         finally:
             if session is not None:
                 await _close(session, state)
@@ -250,6 +256,7 @@ async def _gather_open(
     policy: RecallPolicy,
     query: str,
     hybrid: Hybrid | None,
+    groups: GroupReader | None,
 ) -> Evidence:
     limits = state.limits
     wanted = limits.max_candidates - state.candidates
@@ -293,7 +300,10 @@ async def _gather_open(
             remaining_tokens=limits.max_evidence_tokens,
         )
         excerpts = checked_excerpts(raw_excerpts, state, scope, to_read)
-    blocks = [_block(e, rank) for rank, e in enumerate(excerpts, start=1)]
+    texts = await attributed_texts(excerpts, state, scope, groups)
+    blocks = [
+        _block(e, text, rank) for rank, (e, text) in enumerate(zip(excerpts, texts, strict=True), start=1)
+    ]
     assembly = assemble_sources(blocks, limits.max_evidence_tokens)
     for source_id in assembly.omitted:
         omitted.append(source_id)
@@ -333,13 +343,13 @@ async def _gather_open(
     )
 
 
-def _block(excerpt: Excerpt, rank: int) -> SourceBlock:
-    """An excerpt as a labeled source block: source id, revision, completeness and omissions (R18, R19)."""
+def _block(excerpt: Excerpt, text: str, rank: int) -> SourceBlock:
+    """An excerpt shown as ``text`` in a labeled block: id, revision, completeness, omissions (R18, R19)."""
     omitted = ",".join(sorted(o.value for o in excerpt.omitted)) or "none"
     return SourceBlock(
         SourceKind.RECALL,
         excerpt.ref.source_id,
-        excerpt.text,
+        text,
         (
             ("revision", excerpt.ref.revision),
             ("completeness", excerpt.completeness.value),

@@ -28,6 +28,7 @@ from .bounded import bounded
 from .embedding import Hybrid
 from .lifecycle import Ticket
 from .recall import Evidence, RecallUsage, gather_evidence, revalidate
+from .recall_groups import GroupReader
 from .recall_policy import (
     PolicyDecision,
     PolicyInput,
@@ -229,11 +230,13 @@ async def recall_before_dispatch(
     clarify_timeout_s: float,
     hidden: Callable[[str], bool] | None = None,
     hybrid: Hybrid | None = None,
+    groups: GroupReader | None = None,
 ) -> RecallStep:
     """Gather evidence and apply the policy's decision at the dispatch fence (span ``retrieval``).
 
     ``hidden`` names the sources the session's view hides (see ``gather_evidence``); with
-    ``hybrid``, discovery fuses lexical and vector candidates.
+    ``hybrid``, discovery fuses lexical and vector candidates; ``groups`` reads
+    recalled groups back so their excerpts are rendered from them.
     """
     source = type(store).__name__
     attributes = {"gen_ai.data_source.id": source}
@@ -250,6 +253,7 @@ async def recall_before_dispatch(
             clarify_timeout_s=clarify_timeout_s,
             hidden=hidden,
             hybrid=hybrid,
+            groups=groups,
         )
         _describe(span, step.outcome)
         if step.end is not None:
@@ -270,9 +274,12 @@ async def _dispatch_fence(
     clarify_timeout_s: float,
     hidden: Callable[[str], bool] | None = None,
     hybrid: Hybrid | None = None,
+    groups: GroupReader | None = None,
 ) -> RecallStep:
     turn = QueryInput(user_input, history)
-    evidence = await gather_evidence(ticket, store, scope, limits, policy, turn, hidden=hidden, hybrid=hybrid)
+    evidence = await gather_evidence(
+        ticket, store, scope, limits, policy, turn, hidden=hidden, hybrid=hybrid, groups=groups
+    )
     diagnostics = _diagnostics(evidence)
     clarification: tuple[str, str] | None = None
     decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=False))
@@ -326,6 +333,7 @@ async def _dispatch_fence(
             spent=evidence.usage,
             hidden=hidden,
             hybrid=hybrid,
+            groups=groups,
         )
         diagnostics.extend(_diagnostics(evidence))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))
