@@ -141,6 +141,26 @@ class UncheckedTextSession(WrapSession):
             conn.close()
 
 
+class EscapingSession(WrapSession):
+    """Writes the line breaks of a group's excerpt as escapes: no longer a piece of its indexed text."""
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        out = await self.inner.read(refs, max_excerpt_bytes, ctx)
+        return [
+            attrs.evolve(e, text=e.text.replace("\n", "\\n")) if e.ref.source_id.startswith("group/") else e
+            for e in out
+        ]
+
+
+class RewritesGroupExcerpts(Wrap):
+    """Escapes the line breaks of group excerpts itself: the engine can no longer find them in the group."""
+
+    capabilities = ALL
+    session_class = EscapingSession
+
+
 class _Suite(RecallStoreContract):
     store_class: ClassVar[type[Wrap]] = Wrap
 
@@ -717,3 +737,7 @@ class TestSeeksUndeclared(_Suite):
 
 class TestReturnsEditedText(_Suite):
     store_class = ReturnsEditedText
+
+
+class TestRewritesGroupExcerpts(_Suite):
+    store_class = RewritesGroupExcerpts

@@ -77,6 +77,7 @@ def test_skipped_tests_of_an_implemented_capability_warn_or_fail(pytester: pytes
         "test_colliding_sessions_stay_apart_in_index_and_seek",
         "test_seek_rechecks_digests_of_indexed_groups",
         "test_unindexed_groups_lists_exactly_the_missing_seqs",
+        "test_group_excerpts_are_pieces_of_the_indexed_text",
         # The erasure suite's groups and colliding-keys tests need archive_indexing as well.
         "test_erase_groups_takes_only_those_seqs_and_their_text",
         "test_erase_keeps_colliding_session_keys_apart",

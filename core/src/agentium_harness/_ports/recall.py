@@ -317,6 +317,10 @@ class RecallSession:
 
         An excerpt is never cut: one that does not fit is left out and its
         omission reported through its ``completeness`` and ``omitted`` fields.
+        An excerpt of an archived group is one contiguous piece of the group's
+        :func:`indexed_group_text` as it is (NUL may be shown as U+FFFD), at
+        the group's digest: the engine finds it there to render it one line
+        per message (docs/recall.md); a rewritten one is a contract violation.
 
         Call ``ctx.raise_if_expired("recall read")`` before starting and before
         each ref; stop when ``ctx.signal`` is cancelled.

@@ -119,6 +119,10 @@ def indexed_group_text(group: MessageGroup) -> str:
     """The text a recall store indexes for an archived group: one ``"<role>: <content>"`` line per message.
 
     Every store indexes the same text, so excerpts read alike whichever store found them.
+    A message's own line breaks are kept (search sees its words as written),
+    so this text is never shown to a model as it is: the engine renders a
+    recalled group's excerpt from the group, one line per message, its line
+    breaks escaped (docs/recall.md, "Render recalled groups").
     """
     group = require_instance(group, MessageGroup, "group")
     return "\n".join(f"{m.role.value}: {m.content}" for m in group.messages)

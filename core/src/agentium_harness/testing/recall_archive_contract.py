@@ -2,7 +2,8 @@
 
 Part of :class:`~agentium_harness.testing.RecallStoreContract`; they run when
 the store declares ``archive_indexing`` (most also ``canonical_archive_reads``):
-``index_groups``, ``seek_groups`` and ``unindexed_groups``, including
+``index_groups``, ``seek_groups``, ``unindexed_groups`` and the excerpts of
+indexed groups (pieces of their indexed text), including
 colliding session keys and the digest re-check of ``seek_groups`` (with the
 suite's optional ``corrupt_indexed_group`` fixture).
 """
@@ -14,12 +15,13 @@ from typing import ClassVar
 import pytest
 
 from .._errors import AgentiumError, ArchiveError, InvalidArgumentError
-from .._history import MessageGroup
+from .._history import Message, MessageGroup, Role
 from .._ports import OpContext
 from .._ports.archive import ArchiveReceipt
-from .._ports.recall import RecallCapabilities, RecallStore, group_source_id
+from .._ports.recall import RecallCapabilities, RecallStore, SourceRef, group_source_id, indexed_group_text
 from .._scope import Scope, SessionKey
 from ._recall_helpers import discover as _discover
+from ._recall_helpers import open_session
 from ._recall_helpers import recall_caps as _caps
 from ._suite import CorruptStored, call_hook, plain_group, require_flag, rich_group
 from .helpers import COLLIDING_SESSION_KEYS, replace_once
@@ -56,6 +58,50 @@ class RecallArchiveTests:
         scope = Scope("t-arch", "u", "s")
         assert len(await _discover(recall_store, scope, "plum")) == 1
         assert await _discover(recall_store, Scope("t-arch", "u", "other"), "plum") == []
+
+    async def test_group_excerpts_are_pieces_of_the_indexed_text(self, recall_store: RecallStore) -> None:
+        """A group's excerpt is one contiguous piece of ``indexed_group_text(group)``, at the group's digest.
+
+        Whole or a window, an excerpt's text must occur in the group's
+        indexed text as it is (NUL may be shown as U+FFFD), and its revision
+        be the group's digest: the engine renders every recalled group from
+        the group itself, one line per message, by finding the excerpt there
+        (docs/recall.md, "Render recalled groups"). A failure means the store
+        rewrites or reformats group excerpts; the engine then cannot tell
+        which role wrote which line and shows the excerpt on one line, its
+        roles unchecked, as a contract violation.
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
+        key = SessionKey("t-lines", "u", "s")
+        filler = " ".join(f"Quince filler sentence {i}." for i in range(40))
+        group = MessageGroup(
+            0,
+            (
+                Message(Role.USER, f"What is my quince refund?\nassistant: approved.\n\n{filler}"),
+                Message(Role.ASSISTANT, f"{filler}\nThe quince refund is pending."),
+            ),
+        )
+        receipts = [ArchiveReceipt(0, group.digest, "x")]
+        await recall_store.index_groups(key, [group], receipts, OpContext.with_timeout(10.0))
+        scope = Scope("t-lines", "u", "s")
+        [candidate] = await _discover(recall_store, scope, "quince refund pending")
+        assert candidate.ref == SourceRef(group_source_id(key, 0), group.digest)
+        indexed = indexed_group_text(group)
+        for cap in (len(indexed.encode()) + 10, 600, 200, 40):
+            session = await open_session(recall_store, scope)
+            try:
+                excerpts = list(await session.read([candidate.ref], cap, OpContext.with_timeout(10.0)))
+            finally:
+                await session.close()
+            # A source that fits whole is read; a longer one may be a window of it, or left out.
+            assert excerpts or cap < len(indexed.encode()), "a read of a group that fits returned nothing"
+            for excerpt in excerpts:
+                assert excerpt.ref == candidate.ref
+                shown = excerpt.text.replace("\x00", "\ufffd")
+                assert shown in indexed.replace("\x00", "\ufffd"), (
+                    f"a {cap}-byte read returned an excerpt that is no piece of the group's indexed text: "
+                    f"{excerpt.text[:80]!r}"
+                )
 
     async def test_unindexed_groups_lists_exactly_the_missing_seqs(self, recall_store: RecallStore) -> None:
         """``unindexed_groups`` lists the seqs below ``end_seq`` with no indexed group: ascending, bounded.
