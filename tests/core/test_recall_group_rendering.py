@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _telemetry_support import Telemetered
 
 from agentium_harness import RecallStatus, RunStatus, SessionKey, VerifiedIdentity, create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
@@ -186,12 +187,14 @@ async def test_a_group_the_archive_cannot_give_back_is_shown_on_one_line_and_sai
     archive = BrokenReadArchive()
     recall = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
     provider = Recording()
+    t = Telemetered()
     runtime = create_harness_runtime(
         provider=provider,
         archive=archive,
         session_store=InMemorySessionStore(),
         recall=recall,
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        telemetry=t.telemetry(),
     )
     try:
         with anyio.fail_after(30):
@@ -207,7 +210,19 @@ async def test_a_group_the_archive_cannot_give_back_is_shown_on_one_line_and_sai
     assert block.content.split("\n") == [UNATTRIBUTED + one_line(indexed_group_text_of(block))]
     notes = [d.message for d in result.diagnostics if d.code == "recall_note"]
     assert any("could not be checked against the archive" in n and "archive unreachable" in n for n in notes)
-    assert any("shown without roles" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "WARNING" and "without roles" in r.getMessage()
+    ]
+    assert warnings == [
+        "1 recalled group(s) shown without roles: not checked against the archive (ConnectionError)"
+    ]
+    # On the retrieval span, the error's class only: no message content, no error text.
+    assert t.events("agentium.recall.group_unchecked") == [
+        ("retrieval SQLiteRecallStore", "agentium.recall.group_unchecked", {"error.type": "ConnectionError"})
+    ]
+    assert result.recall is not None and result.recall.status is RecallStatus.COMPLETE
 
 
 def indexed_group_text_of(block: Any) -> str:
