@@ -254,3 +254,18 @@ async def test_a_group_excerpt_that_is_no_piece_of_its_group_is_a_violation_show
         UNATTRIBUTED + one_line(piece.text)
     ]
     assert not state.violations and any("roles unchecked" in n for n in state.notes)
+
+
+async def test_a_group_of_another_session_is_never_shown_line_by_line() -> None:
+    # The scope check drops it before rendering; were one to get through, its lines stay one line.
+    other = SourceRef(group_source_id(SessionKey("acme", "ana", "s2"), 0), FORGED_GROUP.digest)
+    text = indexed_group_text(FORGED_GROUP)
+    excerpt = Excerpt(other, SourceOwner.of_session(SessionKey("acme", "ana", "s2")), text)
+    state = Round(RecallLimits(), RecallUsage())
+
+    async def reader(seqs: Any) -> dict[int, MessageGroup]:
+        raise AssertionError("another session's group is not read")
+
+    assert await attributed_texts([excerpt], state, Scope.of(ANA, "s1"), reader) == [
+        UNATTRIBUTED + one_line(text)
+    ]

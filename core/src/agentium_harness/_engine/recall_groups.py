@@ -152,7 +152,10 @@ async def attributed_texts(
     unchecked: list[str] = []
     for excerpt, seq in zip(excerpts, seqs, strict=True):
         if seq is None:
-            out.append(excerpt.text)
+            # A document as it is; a group of no session this run reads (the scope check drops
+            # those before this) is never shown with its lines as they are.
+            grouped = excerpt.ref.source_id.startswith("group/")
+            out.append(_flat(excerpt.text) if grouped else excerpt.text)
             continue
         group = groups.get(seq)
         rendered = None
