@@ -221,6 +221,13 @@ def match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...], 
     Ids are unique within one reply, not within a turn: a model may reuse an
     id on a later step, so each result answers the earliest call with its id
     that is still open, and a call is open until a result after it answers it.
+
+    A tool result holding a foreign framework's item (a ``payload``) that
+    answers no open call is no orphan: its call is a foreign item too (an
+    integration's ``function_call``, perhaps in an earlier group), which that
+    framework pairs, not core. ``run()`` shows it to the model as tool-output
+    source data, never as a ``tool`` message answering nothing. One that
+    answers an open call pairs as any result does.
     """
     open_calls: dict[str, list[int]] = {}
     order: list[tuple[int, str]] = []
@@ -231,10 +238,10 @@ def match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...], 
             order.append((index, call.id))
         if message.role is Role.TOOL:
             pending = open_calls.get(message.tool_call_id or "")
-            if message.tool_call_id is None or not pending:
-                orphans.append(index)
-            else:
+            if message.tool_call_id is not None and pending:
                 pending.pop(0)
+            elif message.payload is None:
+                orphans.append(index)
     if not order:
         return (), tuple(orphans)  # no call at all (most groups): nothing left open
     still_open = sorted(n for positions in open_calls.values() for n in positions)

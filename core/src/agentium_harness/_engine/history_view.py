@@ -26,6 +26,7 @@ import attrs
 from .._history import Message, MessageGroup, MessageRef, RetractedSpan, Role, ViewState
 from .._ports.recall import group_source_id
 from .._scope import SessionKey
+from .foreign_results import for_model
 
 __all__ = [
     "ViewIndex",
@@ -128,7 +129,9 @@ def paired_messages(messages: Sequence[Message]) -> tuple[Message, ...]:
     call whose result is not among them is left out of its assistant
     message, and that message too when nothing else is left of it. Results
     answer the earliest open call with their id, as in
-    :attr:`MessageGroup.is_complete`.
+    :attr:`MessageGroup.is_complete`. A foreign tool result (one with a
+    ``payload``) answering no call is kept: it is no half of an exchange of
+    core's (:func:`~agentium_harness._history.match_tool_results`).
     """
     open_calls: dict[str, list[tuple[int, int]]] = {}
     orphans: set[int] = set()
@@ -137,10 +140,10 @@ def paired_messages(messages: Sequence[Message]) -> tuple[Message, ...]:
             open_calls.setdefault(call.id, []).append((i, j))
         if message.role is Role.TOOL:
             pending = open_calls.get(message.tool_call_id or "")
-            if message.tool_call_id is None or not pending:
-                orphans.add(i)
-            else:
+            if message.tool_call_id is not None and pending:
                 pending.pop(0)
+            elif message.payload is None:
+                orphans.add(i)
     unanswered = {pos for positions in open_calls.values() for pos in positions}
     out: list[Message] = []
     for i, message in enumerate(messages):
@@ -155,13 +158,6 @@ def paired_messages(messages: Sequence[Message]) -> tuple[Message, ...]:
     return tuple(out)
 
 
-def _plain(message: Message) -> Message:
-    """The message as the model sees it: its text and tool calls, never a foreign payload."""
-    if message.payload is None and message.payload_format is None:
-        return message
-    return attrs.evolve(message, payload=None, payload_format=None)
-
-
 def model_history(groups: Iterable[MessageGroup], view: ViewState | None) -> tuple[Message, ...]:
     """The messages of ``groups`` that ``run()`` sends the model as history, in order.
 
@@ -169,6 +165,9 @@ def model_history(groups: Iterable[MessageGroup], view: ViewState | None) -> tup
     message); a group before the view sends nothing; a partly retracted
     group sends the messages the view shows, without half a tool exchange
     (:func:`paired_messages`). Payloads are left out: the model reads ``content``.
+    A foreign framework's tool result is sent as a ``tool_output`` source
+    block, never as a message of the user, the system or the assistant
+    (:func:`.foreign_results.for_model`).
     """
     out: list[Message] = []
     if view is None or not view.spans:
@@ -176,8 +175,11 @@ def model_history(groups: Iterable[MessageGroup], view: ViewState | None) -> tup
         start = 0 if view is None else view.start
         for group in groups:
             if group.control is None and group.seq >= start:
-                for m in group.messages:
-                    out.append(m if m.payload is None and m.payload_format is None else _plain(m))
+                held = group.messages
+                if any(m.payload is not None or m.payload_format is not None for m in held):
+                    out.extend(for_model(held, group.seq))
+                else:
+                    out.extend(held)  # no foreign item (most groups): sent as they are
         return tuple(out)
     index = ViewIndex(view)
     for group in groups:
@@ -189,7 +191,7 @@ def model_history(groups: Iterable[MessageGroup], view: ViewState | None) -> tup
         messages: Sequence[Message] = group.messages
         if shown is not None:
             messages = paired_messages(messages[:shown])
-        out.extend(_plain(m) for m in messages)
+        out.extend(for_model(messages, group.seq))
     return tuple(out)
 
 

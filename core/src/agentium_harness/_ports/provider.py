@@ -60,6 +60,9 @@ class SourceKind(enum.StrEnum):
     MEMORY = "memory"
     #: A verifier's reasons for a failed completion, fed back for a revision (R28).
     VERIFICATION = "verification"
+    #: A tool's output stored as a foreign framework's item (an integration's ``function_call_output``),
+    #: shown in its place in the history ``run()`` sends: a tool's words, never the user's.
+    TOOL_OUTPUT = "tool_output"
 
 
 #: The characters source text may not carry literally. ``&``, ``<`` and ``>``
