@@ -65,7 +65,7 @@ def _role(item: Mapping[str, Any]) -> Role:
         if mapped is not None:
             return mapped
     if isinstance(kind, str) and kind.endswith("_output"):
-        return Role.USER
+        return Role.TOOL  # a tool's output: ``user`` before run() was found sending it as the user's words
     return Role.ASSISTANT
 
 
@@ -73,7 +73,11 @@ def _reference(item: Mapping[str, Any]) -> Message:
     text = _readable(item)
     if len(text) > MAX_CONTENT_CHARS:
         text = text[: MAX_CONTENT_CHARS - 1] + "…"
-    return Message(_role(item), text, payload=item, payload_format=ITEM_FORMAT)
+    role = _role(item)
+    call_id = item.get("call_id") if role is Role.TOOL else None
+    if not (isinstance(call_id, str) and 0 < len(call_id) <= 256 and call_id.isprintable()):
+        call_id = None  # an id core would refuse: the item keeps it, the message names none
+    return Message(role, text, tool_call_id=call_id, payload=item, payload_format=ITEM_FORMAT)
 
 
 WORDS = st.text(max_size=6)

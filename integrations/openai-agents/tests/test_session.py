@@ -94,11 +94,13 @@ async def test_items_come_back_exactly_with_readable_content_and_their_format(
     (group,) = page.groups  # one add_items call is one group: the call and its output together
     assert [m.payload for m in group.messages] == items
     assert {m.payload_format for m in group.messages} == {ITEM_FORMAT}
-    assert [(m.role, m.content) for m in group.messages] == [
-        (Role.USER, "Weather in Paris?"),
-        (Role.ASSISTANT, '[function_call get_weather] {"city": "Paris"}'),
-        (Role.USER, "[function_call_output call_1] sunny"),
-        (Role.ASSISTANT, "It is sunny in Paris."),
+    # A tool's output is a ``tool`` message (its call id kept), never the user's: it was ``user``
+    # until run() was found sending a fetched page as the user's words (test_session_tool_output.py).
+    assert [(m.role, m.content, m.tool_call_id) for m in group.messages] == [
+        (Role.USER, "Weather in Paris?", None),
+        (Role.ASSISTANT, '[function_call get_weather] {"city": "Paris"}', None),
+        (Role.TOOL, "[function_call_output call_1] sunny", "call_1"),
+        (Role.ASSISTANT, "It is sunny in Paris.", None),
     ]
 
 

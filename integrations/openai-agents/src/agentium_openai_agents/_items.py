@@ -7,13 +7,15 @@ is a readable rendering of the item — what recall indexes, what summaries
 read and what Agentium's own ``run()`` would send — never the item's JSON.
 
 Roles: a message item keeps its role (``developer`` is Agentium's
-``system``); an item that answers a call (``function_call_output`` and the
-other ``*_output`` items) is ``user`` input, since the client supplies it;
-every other item (``function_call``, ``reasoning``, hosted tool calls…) is
-``assistant`` output. Tool calls are not mapped onto Agentium's structured
+``system``); an item that answers a call (``function_call_output``, the
+other ``*_output`` items) is a ``tool`` message (``tool_call_id`` its
+``call_id`` if core takes it); every other item (``function_call``,
+``reasoning``…) is ``assistant`` output. Calls are not Agentium's structured
 ``tool_calls``: the SDK may store a call and its output in different
-``add_items`` calls (an approval interrupts a run between them), and
-Agentium refuses a group that holds half a tool exchange.
+``add_items`` calls (an approval comes between), and core refuses half an
+exchange of its own; a ``tool`` message with a payload needs no call, and
+``run()`` shows it to the model as ``tool_output`` source data, never as the
+user's words. Outputs stored earlier as ``user`` messages are shown so too.
 
 A message Agentium's own ``run()`` committed (no payload) reads back as the
 items the SDK would have stored for it (:func:`message_to_items`): its text
@@ -92,10 +94,21 @@ def _text_of_parts(parts: object) -> str:
     return "\n".join(texts)
 
 
+def _call_id(item: Mapping[str, Any]) -> str | None:
+    """An output item's ``call_id`` as ``tool_call_id`` if core takes it (1 to 256 printable characters)."""
+    call_id = item.get("call_id")
+    if isinstance(call_id, str):
+        call_id = str.__str__(call_id)  # its characters: a str subclass's own methods are not run
+        if 0 < len(call_id) <= 256 and call_id.isprintable():
+            return call_id
+    return None  # the item keeps its call_id whatever it is (the payload is kept exactly)
+
+
 def _role_and_text(item: Mapping[str, Any]) -> tuple[Role, str]:
     """The item's role, and a short, readable text for it (its kind and its words), never its raw JSON.
 
     One function for both (each reads the item's ``type``): every appended item is read so.
+    An output item's role is ``tool``: a tool's output, not the user's words.
     """
     kind = item.get("type")
     role = item.get("role")
@@ -105,7 +118,7 @@ def _role_and_text(item: Mapping[str, Any]) -> tuple[Role, str]:
     output = not plain and isinstance(kind, str) and kind.endswith("_output")
     mapped = _MESSAGE_ROLES.get(role) if isinstance(role, str) and message else None
     if mapped is None:
-        mapped = Role.USER if output else Role.ASSISTANT
+        mapped = Role.TOOL if output else Role.ASSISTANT
     if "role" in item and message:
         return mapped, _text_of_parts(item.get("content"))
     if kind == "function_call":
@@ -144,6 +157,7 @@ def item_to_message(item: object) -> Message:
         # code wherever Agentium measures or encodes the text (its encode, its len). The exact
         # str of its characters (str.__str__ runs none of the subclass's methods) is used.
         text = str.__str__(text)
+        call_id = _call_id(item) if role is Role.TOOL else None
     except Exception as exc:
         # Reading a mapping that is no dict runs its own code (its __getitem__, a part's get):
         # whatever that raises, the host gets this integration's typed error, not a bare one.
@@ -154,7 +168,7 @@ def item_to_message(item: object) -> Message:
     if len(text) > MAX_CONTENT_CHARS:
         text = text[: MAX_CONTENT_CHARS - 1] + "…"
     # The payload is passed as given: append() checks and copies it (and refuses it whole).
-    return Message(role, text, payload=item, payload_format=ITEM_FORMAT)
+    return Message(role, text, tool_call_id=call_id, payload=item, payload_format=ITEM_FORMAT)
 
 
 def check_item_shape(item: Mapping[str, Any], position: int) -> None:
