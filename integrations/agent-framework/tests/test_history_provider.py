@@ -111,11 +111,13 @@ async def test_saved_messages_come_back_exactly_in_order(runtime: HarnessRuntime
     assert [m.to_dict() for m in loaded] == [m.to_dict() for m in saved]
     (group,) = (await runtime.read_history(ANA, "chat-1", max_groups=10)).groups  # one save, one group
     assert {m.payload_format for m in group.messages} == {MESSAGE_FORMAT}
-    assert [(m.role, m.content) for m in group.messages] == [
-        (Role.USER, "Weather in Paris?"),
-        (Role.ASSISTANT, "[function_call weather] {'city': 'Paris'}"),
-        (Role.USER, "[function_result c1] sunny"),
-        (Role.ASSISTANT, "Sunny."),
+    # A tool's result is a ``tool`` message (its call id kept), never the user's: it was ``user``
+    # until run() was found sending a fetched page as the user's words (test_provider_tool_output.py).
+    assert [(m.role, m.content, m.tool_call_id) for m in group.messages] == [
+        (Role.USER, "Weather in Paris?", None),
+        (Role.ASSISTANT, "[function_call weather] {'city': 'Paris'}", None),
+        (Role.TOOL, "[function_result c1] sunny", "c1"),
+        (Role.ASSISTANT, "Sunny.", None),
     ]
 
 

@@ -71,13 +71,31 @@ def _readable(message: AFMessage) -> str:
     return text if len(text) <= MAX_CONTENT_CHARS else text[: MAX_CONTENT_CHARS - 1] + "…"
 
 
+def _result_call_id(message: AFMessage) -> str | None:
+    """The ``call_id`` of a ``tool`` message's one ``function_result``, if core takes it as an id.
+
+    Core refuses an id that is empty, longer than 256 characters or holds a control character;
+    the message keeps its contents whatever they are (the payload is kept exactly).
+    """
+    contents = message.contents
+    ids = [getattr(c, "call_id", None) for c in contents if getattr(c, "type", None) == "function_result"]
+    if len(ids) != 1 or not isinstance(ids[0], str):
+        return None
+    call_id = str.__str__(ids[0])  # its characters: a str subclass's own methods are not run
+    return call_id if 0 < len(call_id) <= 256 and call_id.isprintable() else None
+
+
 def to_agentium(message: AFMessage) -> Message:
     """The Agentium message for one framework message: ``to_dict()`` as payload, readable text as content.
 
     Roles: ``user``, ``assistant`` and ``system`` keep theirs (``developer``
-    is ``system``); a ``tool`` message (function results) is ``user`` input,
-    because Agentium's ``tool`` role needs its call in the same group and a
-    run may store a call and its result in different saves.
+    is ``system``); a ``tool`` message (function results) is a ``tool``
+    message (its result's ``call_id`` as ``tool_call_id`` when it holds one
+    result whose id core takes). Its call is a framework message, not one of
+    core's structured calls (a run may save a call and its result in
+    different saves), and a ``tool`` message with a payload needs none:
+    Agentium's own ``run()`` shows it to the model as ``tool_output`` source
+    data, never as the user's words. A message of any other role is ``user``.
     """
     if not isinstance(message, AFMessage):
         raise ForeignMessageError(
@@ -85,7 +103,9 @@ def to_agentium(message: AFMessage) -> Message:
             "nothing was written"
         )
     try:
-        role = _ROLES.get(str(message.role), Role.USER)
+        framework_role = str(message.role)
+        role = Role.TOOL if framework_role == "tool" else _ROLES.get(framework_role, Role.USER)
+        call_id = _result_call_id(message) if role is Role.TOOL else None
         text, payload = _readable(message), message.to_dict()
     except Exception as exc:
         # A message's role, contents and to_dict() are the framework's (or a subclass's) code:
@@ -104,7 +124,7 @@ def to_agentium(message: AFMessage) -> Message:
             f"({type(exc).__name__} raised by Message.from_dict), so no load could read it back; "
             "nothing was written"
         ) from exc
-    return Message(role, text, payload=payload, payload_format=MESSAGE_FORMAT)
+    return Message(role, text, tool_call_id=call_id, payload=payload, payload_format=MESSAGE_FORMAT)
 
 
 def listed(messages: Sequence[AFMessage]) -> list[AFMessage]:
