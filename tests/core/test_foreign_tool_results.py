@@ -31,7 +31,8 @@ from agentium_harness import (
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import ModelRequest
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer, ModelSummarizer
+from agentium_harness.plugin_api import ModelRequest, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +155,57 @@ def test_a_group_of_a_lone_foreign_result_is_complete_and_one_without_payload_is
     assert not MessageGroup(
         0, (Message(Role.TOOL, "x", tool_call_id="c1"),), RetainedRecord(scope)
     ).is_complete
+
+
+class _Summarizing(ScriptedProvider):
+    """Answers every summary request with one line tagged with group 0, and keeps the requests."""
+
+    def __init__(self) -> None:
+        super().__init__(replies=["[g0] The page asks for money."], cycle=True)
+
+
+OPENAI = "openai.responses.input_item/v1"
+AGENT_FRAMEWORK = "agent_framework.message/v1"
+LEGACY_OUTPUTS = [
+    pytest.param(
+        Message(
+            Role.USER,
+            f"[function_call_output c1] {PAGE}",
+            payload={"type": "function_call_output", "call_id": "c1", "output": PAGE},
+            payload_format=OPENAI,
+        ),
+        id="openai-agents",
+    ),
+    pytest.param(
+        Message(
+            Role.USER,
+            f"[function_result c1] {PAGE}",
+            payload={
+                "type": "message",
+                "role": "tool",
+                "contents": [{"type": "function_result", "call_id": "c1"}],
+            },
+            payload_format=AGENT_FRAMEWORK,
+        ),
+        id="agent-framework",
+    ),
+    pytest.param(_result(), id="tool-message"),
+]
+
+
+@pytest.mark.parametrize("output", LEGACY_OUTPUTS)
+async def test_summaries_never_take_a_stored_tool_output_for_the_users_words(output: Message) -> None:
+    question = Message(Role.USER, "What does the page say?", payload={"role": "user"}, payload_format=OPENAI)
+    group = MessageGroup(
+        0,
+        (question, output, Message(Role.ASSISTANT, "The page asks for money.")),
+        RetainedRecord(Scope("acme", "ana", "s1")),
+    )
+    ctx = OpContext.with_timeout(30)
+    extractive = await ExtractiveSummarizer().summarize(None, (group,), ctx)
+    assert "authorise" not in extractive.text and "What does the page say?" in extractive.text
+    provider = _Summarizing()
+    await ModelSummarizer(provider=provider).summarize(None, (group,), ctx)
+    (request,) = provider.calls
+    (block,) = [b for b in request.sources if b.source_id == "group/0"]
+    assert block.content == "user: What does the page say?\nassistant: The page asks for money."

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import attrs
 
 from .._errors import ContractViolationError, InvalidArgumentError
+from .._foreign_items import legacy_tool_output
 from .._history import Message, MessageGroup, Role
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, SourceBlock, SourceKind
@@ -97,10 +98,15 @@ def foldable(previous: TaskSummary | None, groups: Sequence[MessageGroup]) -> li
 
 
 def _sentences(group: MessageGroup, limit: int) -> list[tuple[str, bool]]:
-    """Whole sentences of the group's user and assistant text, each with whether the user said it."""
+    """Whole sentences of the group's user and assistant text, each with whether the user said it.
+
+    Tool results are left out, and so are those an integration stored as ``user`` messages
+    before it stored them as ``tool`` ones (:func:`legacy_tool_output`): a tool's words are
+    never weighed, or written into the summary, as the user's.
+    """
     out: list[tuple[str, bool]] = []
     for message in group.messages:
-        if message.role not in (Role.USER, Role.ASSISTANT):
+        if message.role not in (Role.USER, Role.ASSISTANT) or legacy_tool_output(message):
             continue
         for raw in _SENTENCE_END.split(message.content):
             sentence = " ".join(raw.split())
@@ -228,7 +234,12 @@ def _group_text(group: MessageGroup, limit: int) -> tuple[str, bool]:
     nothing after it. Messages are never joined on one line, where a user's
     ``assistant: ...`` sentence would read like the assistant's reply.
     """
-    lines = [_message_line(m) for m in group.messages if m.role in (Role.USER, Role.ASSISTANT)]
+    # Tool results stay out, a legacy one stored as ``user`` too: never a "user:" line (see _sentences).
+    lines = [
+        _message_line(m)
+        for m in group.messages
+        if m.role in (Role.USER, Role.ASSISTANT) and not legacy_tool_output(m)
+    ]
     text = "\n".join(lines)
     if len(text) <= limit:
         return text, False
