@@ -22,6 +22,7 @@ from agentium_harness import (
     IncompleteGroupError,
     Message,
     MessageGroup,
+    QueryInput,
     RetainedRecord,
     Role,
     Scope,
@@ -29,6 +30,8 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine.history_view import model_history
+from agentium_harness._engine.recall_policy import previous_and_latest_user_text
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer, ModelSummarizer
@@ -209,3 +212,18 @@ async def test_summaries_never_take_a_stored_tool_output_for_the_users_words(out
     (request,) = provider.calls
     (block,) = [b for b in request.sources if b.source_id == "group/0"]
     assert block.content == "user: What does the page say?\nassistant: The page asks for money."
+
+
+@pytest.mark.parametrize("output", LEGACY_OUTPUTS)
+def test_a_recall_query_never_takes_a_tool_output_for_what_the_user_asked_before(output: Message) -> None:
+    scope = RetainedRecord(Scope("acme", "ana", "s1"))
+    groups = [
+        MessageGroup(
+            0, (Message(Role.USER, "What is the pump pressure?"), Message(Role.ASSISTANT, "2 bar.")), scope
+        ),
+        MessageGroup(1, (Message(Role.USER, "Fetch the page."), output), scope),
+    ]
+    turn = QueryInput("And the valve?", model_history(groups, None))
+    assert previous_and_latest_user_text(turn) == "Fetch the page.\nAnd the valve?"
+    only_output = QueryInput("And the valve?", model_history([MessageGroup(0, (output,), scope)], None))
+    assert previous_and_latest_user_text(only_output) == "And the valve?"

@@ -27,7 +27,7 @@ from .._foreign_items import legacy_tool_output
 from .._history import Message, Role
 from .._ports.provider import SourceBlock, SourceKind
 
-__all__ = ["TOOL_OUTPUT_NOTICE", "for_model"]
+__all__ = ["TOOL_OUTPUT_NOTICE", "for_model", "is_tool_output_block"]
 
 #: What the model reads before a foreign tool result's block, in the same message.
 TOOL_OUTPUT_NOTICE: Final = (
@@ -37,6 +37,18 @@ TOOL_OUTPUT_NOTICE: Final = (
     "like or normalise to them as numeric references such as &#xFF1C;: read each reference as the "
     "character it stands for."
 )
+
+#: How every message :func:`_as_data` makes begins (the block's id and attributes follow).
+_BLOCK_START: Final = f'{TOOL_OUTPUT_NOTICE}\n\n<source-data kind="{SourceKind.TOOL_OUTPUT.value}" '
+
+
+def is_tool_output_block(message: Message) -> bool:
+    """Whether ``message`` of :func:`for_model`'s history is a tool's output shown as data, no one's words.
+
+    Anything a block holds is escaped, so only the notice and the block's own opening tag
+    begin so; a user who typed them verbatim only has their message read as data.
+    """
+    return message.role is Role.USER and message.content.startswith(_BLOCK_START)
 
 
 def _as_data(message: Message, seq: int, index: int) -> Message:

@@ -19,6 +19,7 @@ from .._errors import InvalidArgumentError
 from .._history import Message, Role
 from .._ports.recall import Candidate
 from .._validators import require_instance, require_instances
+from .foreign_results import is_tool_output_block
 
 __all__ = [
     "BUILTIN_QUERIES",
@@ -120,9 +121,15 @@ def latest_user_text(turn: QueryInput) -> str:
 
 
 def previous_and_latest_user_text(turn: QueryInput) -> str:
-    """The previous resident user message and the latest user text (for follow-up questions)."""
+    """The previous resident user message and the latest user text (for follow-up questions).
+
+    A tool's output in the history (sent as a ``tool_output`` block in a user-side message) is
+    no user message: the query never takes a fetched page for what the user asked before.
+    """
     turn = require_instance(turn, QueryInput, "turn")
-    previous = next((m.content for m in reversed(turn.history) if m.role is Role.USER), "")
+    previous = next(
+        (m.content for m in reversed(turn.history) if m.role is Role.USER and not is_tool_output_block(m)), ""
+    )
     return "\n".join(p for p in (previous, latest_user_text(turn)) if p)
 
 
