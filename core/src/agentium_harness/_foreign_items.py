@@ -22,7 +22,7 @@ _AF_MESSAGE: Final = "agent_framework.message/v1"
 
 
 def legacy_tool_output(message: Message) -> bool:
-    """Whether ``message`` is a tool result those integrations stored as ``user`` before this fix.
+    """Whether ``message`` is a tool result one of those integrations stored as a ``user`` message.
 
     The OpenAI Agents SDK integration stored as ``user`` its message items
     (no ``type``, or ``"message"``) of the user's role and its ``*_output``

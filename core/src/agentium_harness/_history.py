@@ -395,7 +395,10 @@ class MessageGroup:
 
         A result must follow the call it answers, in the same group, once:
         a group that is only a tool result (its call lost or in another
-        group) is not a turn anyone can read back.
+        group) is not a turn anyone can read back. A result holding a
+        foreign framework's item (a ``payload``) is the exception: its call
+        is that framework's item, which core does not pair (see
+        :func:`~agentium_harness._history_messages.match_tool_results`).
         """
         return match_tool_results(self.messages)[1]
 
@@ -403,7 +406,8 @@ class MessageGroup:
     def is_complete(self) -> bool:
         """True for a control group, and for a non-empty group whose every call and result pair up.
 
-        Every tool call has its result after it, and every result answers a call.
+        Every tool call has its result after it, and every result answers a call
+        (a result holding a foreign framework's item may answer none: :attr:`orphan_tool_results`).
         """
         if self.control is not None:
             return True
