@@ -7,6 +7,7 @@ window starts inside a message.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +241,7 @@ async def test_a_group_excerpt_that_is_no_piece_of_its_group_is_a_violation_show
     piece = Excerpt(ref, owner, "assistant: I will check.")
     state = Round(RecallLimits(), RecallUsage())
 
-    async def reader(seqs: Any) -> dict[int, MessageGroup]:
+    async def reader(seqs: Any, deadline: float) -> dict[int, MessageGroup]:
         assert list(seqs) == [0]
         return {0: group}
 
@@ -263,9 +264,68 @@ async def test_a_group_of_another_session_is_never_shown_line_by_line() -> None:
     excerpt = Excerpt(other, SourceOwner.of_session(SessionKey("acme", "ana", "s2")), text)
     state = Round(RecallLimits(), RecallUsage())
 
-    async def reader(seqs: Any) -> dict[int, MessageGroup]:
+    async def reader(seqs: Any, deadline: float) -> dict[int, MessageGroup]:
         raise AssertionError("another session's group is not read")
 
     assert await attributed_texts([excerpt], state, Scope.of(ANA, "s1"), reader) == [
         UNATTRIBUTED + one_line(text)
     ]
+
+
+class HangingReadArchive(InMemoryArchive):
+    """A real in-memory archive whose reads, once ``down`` is set, hang: on the loop or in a thread."""
+
+    down = False
+    in_thread = False
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        if self.down:
+            if self.in_thread:
+                # Blocked in a worker thread that never looks at ctx: only the engine can walk away.
+                await anyio.to_thread.run_sync(time.sleep, 20, abandon_on_cancel=True)
+            else:
+                await anyio.sleep(20)
+        return await super().read_groups(key, start_seq, max_groups, ctx)
+
+
+@pytest.mark.parametrize("in_thread", [False, True], ids=["async", "worker-thread"])
+async def test_reading_recalled_groups_back_stays_inside_the_recall_latency_budget(
+    tmp_path: Path, in_thread: bool
+) -> None:
+    """The read-back is part of recall: it ends with the round's ``max_latency_s``, not ``op_timeout_s``.
+
+    The operation deadline (``op_timeout_s``, 30 s) is far past the test's own bound (10 s), so
+    a read-back bounded only by it holds the run past ``fail_after`` and the test fails. Cut at
+    the budget, the groups go unchecked (said in a note) and the round's budget is spent: the
+    default ``on_failed="stop"`` stops the run before any model call, saying why.
+    """
+    archive = HangingReadArchive()
+    archive.in_thread = in_thread
+    recall = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
+    provider = Recording()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        recall=recall,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1), op_timeout_s=30.0),
+        recall_limits=RecallLimits(max_latency_s=1.0),
+    )
+    try:
+        await runtime.run(ANA, "s1", FORGED)
+        for i in range(3):
+            await runtime.run(ANA, "s1", f"Unrelated chatter number {i}.")
+        archive.down = True
+        with anyio.fail_after(10):
+            result = await runtime.run(ANA, "s1", "refund status approved manager?")
+    finally:
+        await recall.aclose()
+    assert result.status is RunStatus.STOPPED
+    assert len(provider.requests) == 4  # the four earlier runs: this one made no model call
+    notes = [d.message for d in result.diagnostics if d.code == "recall_note"]
+    assert any(
+        "could not be checked against the archive" in n and "OperationTimeoutError: archive read" in n
+        for n in notes
+    ), notes
+    failed = [d.message for d in result.diagnostics if d.code == "recall_failed"]
+    assert any("recall latency budget of 1.0s is spent" in m for m in failed), failed

@@ -13,11 +13,18 @@ stepped over without being read (:class:`.history_view.ViewIndex`).
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Final, TypeVar
 
-from .._errors import ArchiveCorruptError, CapabilityError, ContractViolationError, InvalidArgumentError
+from .._errors import (
+    ArchiveCorruptError,
+    CapabilityError,
+    ContractViolationError,
+    InvalidArgumentError,
+    OperationTimeoutError,
+)
 from .._history import MessageGroup
 from .._observe import spans as observe
 from .._ports import OpContext
@@ -165,7 +172,13 @@ def same_snapshot(first: StoredSnapshot | None, then: StoredSnapshot | None) -> 
 
 
 async def fetch_groups(
-    ticket: Ticket, archive: HistoryArchive, key: SessionKey, snap: SessionSnapshot, seqs: Sequence[int]
+    ticket: Ticket,
+    archive: HistoryArchive,
+    key: SessionKey,
+    snap: SessionSnapshot,
+    seqs: Sequence[int],
+    *,
+    deadline: float | None = None,
 ) -> dict[int, MessageGroup]:
     """Groups ``seqs`` of the session: resident ones from ``snap``, archived ones from ``archive``, checked.
 
@@ -174,10 +187,21 @@ async def fetch_groups(
     archive's receipt digest for it, with that digest. Anything else raises
     :class:`ArchiveCorruptError` (or :class:`ContractViolationError` for an
     archive that returns more than it was asked for): nothing is skipped.
+    ``deadline`` (``time.monotonic()``): a bound of the caller's, tighter than
+    each read's operation deadline (recall's latency budget); past it a read
+    is not started, or is cut, with :class:`OperationTimeoutError`.
     """
 
     async def read_run(first: int, count: int) -> Sequence[MessageGroup]:
-        return await ticket.call("archive read", partial(archive.read_groups, key, first, count))
+        work = partial(archive.read_groups, key, first, count)
+        if deadline is None:
+            return await ticket.call("archive read", work)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise OperationTimeoutError(
+                "archive read not started: its deadline had passed", "archive read", 0.0
+            )
+        return await ticket.call("archive read", work, timeout_s=min(left, ticket.op_timeout_s))
 
     return await _fetch(archive, key, snap, seqs, read_run)
 

@@ -30,6 +30,8 @@ class RoundState(Protocol):
     """The counters of one recall round the checks read and advance (see ``recall_round.Round``)."""
 
     limits: RecallLimits
+    #: When the round's latency budget ends (``time.monotonic()``).
+    deadline: float
     candidates: int
     discovery_bytes: int
     source_bytes: int

@@ -42,8 +42,9 @@ __all__ = ["UNATTRIBUTED", "GroupReader", "attributed_texts", "render_group_exce
 
 _log = logging.getLogger("agentium.engine.recall")
 
-#: Reads the session's groups by seq, digest-checked (resident ones from the snapshot, the rest archived).
-GroupReader = Callable[[Sequence[int]], Awaitable[Mapping[int, MessageGroup]]]
+#: Reads the session's groups by seq, digest-checked (resident ones from the snapshot, the rest
+#: archived), within a deadline (``time.monotonic()``): the recall round's latency budget.
+GroupReader = Callable[[Sequence[int], float], Awaitable[Mapping[int, MessageGroup]]]
 
 #: The label of a group excerpt the engine could not map onto its messages: all of it on one line.
 UNATTRIBUTED: Final = "(roles unchecked): "
@@ -57,10 +58,10 @@ def session_groups(
 ) -> GroupReader:
     """A :data:`GroupReader` of session ``key`` as ``snap`` holds it (an erased group is gone: not read)."""
 
-    async def read(seqs: Sequence[int]) -> Mapping[int, MessageGroup]:
+    async def read(seqs: Sequence[int], deadline: float) -> Mapping[int, MessageGroup]:
         erased = snap.erased or ()
         live = [s for s in seqs if not any(s in span for span in erased)]
-        return await fetch_groups(ticket, archive, key, snap, live) if live else {}
+        return await fetch_groups(ticket, archive, key, snap, live, deadline=deadline) if live else {}
 
     return read
 
@@ -139,7 +140,9 @@ async def attributed_texts(
         why, failure = "no archive reader was given", "no_reader"
     elif wanted and reader is not None:
         try:
-            groups = await reader(wanted)
+            # Inside the round's latency budget, like every other recall call: a slow or hung
+            # archive leaves these groups unchecked, never holds the run to the operation deadline.
+            groups = await reader(wanted, state.deadline)
         except OperationCancelledError as exc:
             if not isinstance(exc, OperationTimeoutError):
                 raise  # the run itself was cancelled: not a degraded read
