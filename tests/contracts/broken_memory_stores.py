@@ -30,6 +30,7 @@ from agentium_harness.plugin_api import (
     MemoryScope,
     OpContext,
     StoredFact,
+    rejection_reason,
 )
 from agentium_harness.testing import MemoryStoreContract
 
@@ -68,6 +69,42 @@ class LosesProvenance(SQLiteMemoryStore):
 
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
         return await super().remember(attrs.evolve(fact, provenance=()), ctx)
+
+
+def _same_content(one: MemoryFact, other: MemoryFact) -> bool:
+    return (one.scope, one.text, one.valid_from, one.valid_until) == (
+        other.scope,
+        other.text,
+        other.valid_from,
+        other.valid_until,
+    )
+
+
+class DropsDuplicateProvenance(SQLiteMemoryStore):
+    """Acknowledges a duplicate remember without keeping the groups it cites (what every store once did)."""
+
+    capabilities = CAPS
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        for current in await self.list_facts(fact.scope, MAX_LOOKUP_LIMIT, ctx):
+            if _same_content(current.fact, fact):
+                return MemoryAck(AckStatus.DUPLICATE, current.fact_id, current.revision, durable=True)
+        return await super().remember(fact, ctx)
+
+
+class DropsProvenancePastTheBound(InMemoryMemoryStore):
+    """Answers a duplicate that would cite over MAX_PROVENANCE groups as a plain duplicate, dropping them."""
+
+    capabilities = InMemoryMemoryStore.capabilities
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        try:
+            return await super().remember(fact, ctx)
+        except MemoryRejectedError:
+            if rejection_reason(fact) is not None:
+                raise  # a bad fact: refused, as it must be
+            [current] = [f for f in self._current() if _same_content(f.fact, fact)]
+            return MemoryAck(AckStatus.DUPLICATE, current.fact_id, current.revision)
 
 
 class RepairsBadFacts(SQLiteMemoryStore):
@@ -363,6 +400,16 @@ class TestNoDuplicates(MemoryStoreContract):
 
 class TestLosesProvenance(MemoryStoreContract):
     memory_store = _store(LosesProvenance)
+
+
+class TestDropsDuplicateProvenance(MemoryStoreContract):
+    memory_store = _store(DropsDuplicateProvenance)
+
+
+class TestDropsProvenancePastTheBound(MemoryStoreContract):
+    @pytest.fixture
+    def memory_store(self) -> InMemoryMemoryStore:
+        return DropsProvenancePastTheBound()
 
 
 class TestRepairsBadFacts(MemoryStoreContract):

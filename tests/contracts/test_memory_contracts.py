@@ -82,8 +82,17 @@ class TestInMemoryMemoryStore(MemoryStoreContract):
 EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestLoopBound": {"test_one_adapter_serves_threads_each_with_its_own_event_loop"},
     "TestInheritedCaps": {"test_declares_capabilities"},
-    "TestNoDuplicates": {"test_an_identical_current_fact_is_acknowledged_as_a_duplicate"},
-    "TestLosesProvenance": {"test_remember_acknowledges_and_lookup_returns_the_fact"},
+    # It answers a duplicate citing nothing new "stored" too.
+    "TestNoDuplicates": {
+        "test_an_identical_current_fact_is_acknowledged_as_a_duplicate",
+        "test_a_duplicate_remember_keeps_the_groups_it_adds",
+    },
+    "TestLosesProvenance": {
+        "test_remember_acknowledges_and_lookup_returns_the_fact",
+        "test_a_duplicate_remember_keeps_the_groups_it_adds",
+    },
+    "TestDropsDuplicateProvenance": {"test_a_duplicate_remember_keeps_the_groups_it_adds"},
+    "TestDropsProvenancePastTheBound": {"test_a_duplicate_remember_keeps_the_groups_it_adds"},
     "TestRepairsBadFacts": {
         "test_bad_facts_are_rejected_and_nothing_is_written",
         "test_fact_text_is_kept_verbatim_whatever_it_says",
@@ -105,6 +114,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestLosesHistory": {
         "test_correct_writes_a_new_revision_and_keeps_the_history",
         "test_a_fact_holds_at_most_max_fact_revisions",
+        "test_a_duplicate_remember_keeps_the_groups_it_adds",
     },
     "TestForgetDoesNothing": {
         "test_forget_tombstones_the_fact_and_removes_its_content",
@@ -115,7 +125,9 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestIgnoresDeadline": {"test_an_expired_context_is_refused_before_any_work"},
     "TestForgetsUndeclared": {"test_undeclared_operations_raise_unsupported"},
     "TestListsOldestFirst": {"test_list_facts_is_bounded_newest_first_and_shows_expired_facts"},
+    # Its facts, stored under the joined tenant, are missed by a session erasure too.
     "TestJoinsIds": {
+        "test_a_duplicate_remember_keeps_the_groups_it_adds",
         "test_hostile_ids_stay_apart",
         "test_colliding_scopes_stay_apart_in_every_operation",
         "test_every_mutation_checks_scope_directly_and_through_the_manager",
@@ -148,8 +160,8 @@ def _failures(pytester: pytest.Pytester) -> tuple[dict[str, set[str]], set[str]]
 def test_each_broken_memory_store_fails_exactly_its_bugs(pytester: pytest.Pytester) -> None:
     failed, ran = _failures(pytester)
     assert ran == set(EXPECTED_FAILURES)
-    for cls, expected in EXPECTED_FAILURES.items():
-        assert failed[cls] == expected, (cls, failed[cls])
+    mismatched = {cls: failed[cls] for cls, expected in EXPECTED_FAILURES.items() if failed[cls] != expected}
+    assert not mismatched, mismatched
     # Together the broken stores make every standard test fail at least once.
     every = set(standard_tests(MemoryStoreContract)) - {GUARD_TEST_NAME} - ERASURE_TESTS
     assert set().union(*failed.values()) == every

@@ -109,6 +109,7 @@ from ._ports.memory import (
     MAX_FACT_BYTES,
     MAX_FACT_REVISIONS,
     MAX_LOOKUP_LIMIT,
+    MAX_PROVENANCE,
     AckStatus,
     FactStatus,
     GroupRef,
@@ -126,6 +127,7 @@ from ._ports.memory import (
     check_revision,
     rejection_reason,
 )
+from ._ports.memory_provenance import merged_provenance
 from ._ports.provider import (
     SOURCE_DATA_NOTICE,
     ModelProvider,
@@ -299,6 +301,7 @@ __all__ = [
     "HistoryArchive",
     "MAX_FACT_BYTES",
     "MAX_FACT_REVISIONS",
+    "MAX_PROVENANCE",
     "MAX_LOOKUP_LIMIT",
     "AckStatus",
     "FactStatus",
@@ -313,6 +316,7 @@ __all__ = [
     "check_at",
     "check_limit",
     "check_revision",
+    "merged_provenance",
     "rejection_reason",
     "MemoryAck",
     "MemoryCapabilities",

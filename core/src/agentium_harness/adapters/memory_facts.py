@@ -1,7 +1,8 @@
 """An in-process memory store (plugin name ``memory``) for tests and development; not durable.
 
 Same semantics as the SQLite memory store (:mod:`agentium_harness.adapters.sqlite_memory`):
-revisions per fact id, duplicates acknowledged, correction keeps the
+revisions per fact id, duplicates acknowledged (the groups a duplicate adds
+kept as the fact's next revision), correction keeps the
 history, forgetting removes the content of every revision and adds a
 tombstone, foreign ids refused like missing ones, lookups filtered before
 they are bounded. Every call checks its context first and then runs without
@@ -49,6 +50,7 @@ from .._ports.memory import (
     check_limit,
     check_revision,
 )
+from .._ports.memory_provenance import merged_provenance
 from .._ports.recall_args import checked_argument, checked_ctx
 from .._scope import validate_id
 from ._excerpts import query_terms
@@ -110,18 +112,35 @@ class InMemoryMemoryStore(MemoryStore):
         self._order.append(fact_id)
 
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
-        """Store ``fact`` as revision 1 of a new id, or acknowledge the current duplicate."""
+        """Store ``fact`` as revision 1 of a new id, or acknowledge the current duplicate.
+
+        A duplicate citing groups the current revision does not is written as
+        its next revision with them (:func:`merged_provenance`).
+        """
         self._begin(ctx, "memory remember")
         with self._lock:
             check_fact(fact)
             for fact_id, revisions in self._revisions.items():
                 last = revisions[-1]
                 if last.status is FactStatus.CURRENT and _key(last.fact) == _key(fact):
-                    return MemoryAck(AckStatus.DUPLICATE, fact_id, last.revision)
+                    return self._merge(fact_id, last, fact)
             fact_id = new_fact_id()
             self._revisions[fact_id] = [StoredFact(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))]
             self._touch(fact_id)
             return MemoryAck(AckStatus.STORED, fact_id, 1)
+
+    def _merge(self, fact_id: str, last: StoredFact, fact: MemoryFact) -> MemoryAck:
+        """A duplicate of ``last``: its new groups as its next revision, or nothing (merged_provenance)."""
+        merged = merged_provenance(last.fact.provenance, fact.provenance)
+        if merged is None:
+            return MemoryAck(AckStatus.DUPLICATE, fact_id, last.revision)
+        check_revision(last.revision)  # before anything changes: refused, nothing is written
+        revisions = self._revisions[fact_id]
+        revisions[-1] = attrs.evolve(last, status=FactStatus.SUPERSEDED)
+        kept = attrs.evolve(last.fact, provenance=merged)
+        revisions.append(StoredFact(fact_id, last.revision + 1, FactStatus.CURRENT, kept, datetime.now(UTC)))
+        self._touch(fact_id)
+        return MemoryAck(AckStatus.STORED, fact_id, last.revision + 1)
 
     async def correct(
         self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext

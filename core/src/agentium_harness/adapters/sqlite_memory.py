@@ -9,7 +9,9 @@ threads, the busy timeout, cancellation and closing work as in
 
 One row per revision, keyed by (fact id, revision). ``remember`` writes
 revision 1 under a fresh random id, unless a current fact of the same scope
-has the same text and validity (a duplicate: nothing is written).
+has the same text and validity: a duplicate, acknowledged with nothing
+written, unless it cites groups the current revision does not (those are
+kept as the fact's next revision: ``merged_provenance``).
 ``correct`` marks the latest revision superseded and writes the next one, in
 one transaction (at most ``MAX_FACT_REVISIONS`` per fact). ``forget`` rewrites every revision with its text,
 provenance and validity removed, and adds a tombstone revision that keeps
@@ -33,6 +35,8 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ClassVar, Final
+
+import attrs
 
 from .._codec import decode_json
 from .._errors import (
@@ -68,6 +72,7 @@ from .._ports.memory import (
     check_revision,
     iso_utc,
 )
+from .._ports.memory_provenance import merged_provenance
 from .._ports.recall_args import checked_argument, checked_ctx
 from .._scope import validate_id
 from ._excerpts import query_terms
@@ -190,12 +195,17 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
     # -- writes -------------------------------------------------------------------------------
 
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
-        """Write ``fact`` as revision 1 of a new id, or acknowledge the current duplicate."""
+        """Write ``fact`` as revision 1 of a new id, or acknowledge the current duplicate.
+
+        A duplicate citing groups the current revision does not is written as
+        its next revision with them, in the same transaction (:func:`merged_provenance`).
+        """
         checked_ctx(ctx, "memory remember").raise_if_expired("memory remember")
         check_fact(fact)
         digest = content_digest(fact)
         fact_id = new_fact_id()
-        values = encode_row(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))
+        now = datetime.now(UTC)
+        values = encode_row(fact_id, 1, FactStatus.CURRENT, fact, now)
         s = fact.scope
 
         def work(conn: sqlite3.Connection) -> MemoryAck:
@@ -210,7 +220,18 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                     # Decoded, not only found by its digest column: a damaged row is refused
                     # (SQLiteMemoryError), never acknowledged as holding the fact.
                     dup = decode_row(row)
-                    return MemoryAck(AckStatus.DUPLICATE, dup.fact_id, dup.revision, durable=True)
+                    merged = merged_provenance(dup.fact.provenance, fact.provenance)
+                    if merged is None:
+                        return MemoryAck(AckStatus.DUPLICATE, dup.fact_id, dup.revision, durable=True)
+                    # The groups this remember adds are kept, as the fact's next revision: dropped,
+                    # erasing a session only they name would leave the fact (docs/erasure.md).
+                    check_revision(dup.revision)  # raised inside the transaction: nothing is written
+                    rewrite_row(conn, dup, FactStatus.SUPERSEDED)
+                    kept = attrs.evolve(dup.fact, provenance=merged)
+                    conn.execute(
+                        INSERT, encode_row(dup.fact_id, dup.revision + 1, FactStatus.CURRENT, kept, now)
+                    )
+                    return MemoryAck(AckStatus.STORED, dup.fact_id, dup.revision + 1, durable=True)
                 conn.execute(INSERT, values)
             return MemoryAck(AckStatus.STORED, fact_id, 1, durable=True)
 

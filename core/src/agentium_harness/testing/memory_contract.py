@@ -45,6 +45,7 @@ from .._ports.memory import (
 from ._suite import ContractSuite, declared_capabilities, expired_context, from_threads, require_flag
 from .helpers import COLLIDING_MEMORY_SCOPES, Reopen, reopened
 from .index_erasure_contract import MemoryErasureTests
+from .memory_provenance_contract import MemoryProvenanceTests
 
 __all__ = ["MemoryStoreContract"]
 
@@ -66,7 +67,7 @@ async def _texts(store: MemoryStore, scope: MemoryScope, query: str = "", limit:
     return sorted(f.text for f in await store.lookup(scope, query, limit, _ctx()))
 
 
-class MemoryStoreContract(MemoryErasureTests, ContractSuite):
+class MemoryStoreContract(MemoryProvenanceTests, MemoryErasureTests, ContractSuite):
     """Standard tests every :class:`~agentium_harness._ports.memory.MemoryStore` adapter must pass.
 
     Fixtures the subclass provides: ``memory_store`` (required, a fresh empty

@@ -14,9 +14,11 @@ raises ``PostgresMemoryError`` and nothing is changed. Every write is one
 transaction:
 
 - ``remember`` writes revision 1 under a fresh random id, unless a current
-  fact of the same scope has the same content (a duplicate: nothing is
-  written); a transaction-level advisory lock on (tenant, user, content)
-  keeps two concurrent identical writes from both storing;
+  fact of the same scope has the same content: a duplicate, nothing
+  written, unless it cites groups the current revision does not, which are
+  kept as the fact's next revision (``merged_provenance``; under the fact's
+  lock, as a correction). A transaction-level advisory lock on (tenant,
+  user, content) keeps two concurrent identical writes from both storing;
 - ``correct`` locks the latest revision, marks it superseded and writes the
   next one (at most ``MAX_FACT_REVISIONS`` per fact); corrections and
   forgets of one fact serialize on an advisory lock, so each applies to the
@@ -63,6 +65,7 @@ from agentium_harness.plugin_api import (
     EraseReport,
     EraseTarget,
     FactStatus,
+    GroupRef,
     MemoryAck,
     MemoryCapabilities,
     MemoryFact,
@@ -77,6 +80,7 @@ from agentium_harness.plugin_api import (
     check_revision,
     check_target,
     encode_segment,
+    merged_provenance,
     query_terms,
 )
 
@@ -103,6 +107,11 @@ if TYPE_CHECKING:
     from .link import Conn, PgLink
 
 __all__ = ["PostgresMemoryStore", "new_fact_id"]
+
+#: How often ``remember`` looks again for the duplicate it merges into when a correction or a
+#: forget of that fact committed between its read and the fact's lock (each try then finds the
+#: fact changed: another current duplicate, or none).
+_MERGE_TRIES = 4
 
 
 def new_fact_id() -> str:
@@ -240,29 +249,43 @@ class PostgresMemoryStore(MemoryStore):
         check_fact(fact)
         digest = content_digest(fact)
         fact_id = new_fact_id()
-        values = row_values(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))
+        now = datetime.now(UTC)
+        values = row_values(fact_id, 1, FactStatus.CURRENT, fact, now)
         if (why := self._over_cap(values)) is not None:
             raise MemoryRejectedError(f"the fact cannot be stored: {why}; nothing was written")
         t, u = values[0], values[3]
 
         async def work(conn: Conn) -> MemoryAck:
-            # Two identical remembers in flight serialize here, so only one stores.
+            # Two identical remembers in flight serialize here, so only one stores (or merges).
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"memory {t} {u} {digest}",))
-            cursor = await conn.execute(
-                self._q(
-                    "SELECT " + COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s "  # noqa: S608
-                    "AND user_key = %s AND status = 'current' AND content_digest = %s LIMIT 1"
-                ),
-                (t, u, digest),
-            )
-            row = await cursor.fetchone()
-            if row is not None:
+            for _ in range(_MERGE_TRIES):
+                cursor = await conn.execute(
+                    self._q(
+                        "SELECT " + COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s "  # noqa: S608
+                        "AND user_key = %s AND status = 'current' AND content_digest = %s LIMIT 1"
+                    ),
+                    (t, u, digest),
+                )
+                row = await cursor.fetchone()
+                if row is None:
+                    await conn.execute(self._q(INSERT), values)
+                    return MemoryAck(AckStatus.STORED, fact_id, 1, durable=True)
                 # Decoded, not only found by its digest column: a row whose content was changed
                 # behind the store's back is refused, never acknowledged as holding the fact.
                 dup = decode(row)
-                return MemoryAck(AckStatus.DUPLICATE, dup.fact_id, dup.revision, durable=True)
-            await conn.execute(self._q(INSERT), values)
-            return MemoryAck(AckStatus.STORED, fact_id, 1, durable=True)
+                merged = merged_provenance(dup.fact.provenance, fact.provenance)
+                if merged is None:
+                    return MemoryAck(AckStatus.DUPLICATE, dup.fact_id, dup.revision, durable=True)
+                # The groups this remember adds are kept as the fact's next revision (dropped, erasing
+                # a session only they name would leave the fact). A correction or forget of the fact
+                # holds its lock, not this one: once it is held, the fact is read again.
+                latest, latest_row = await self._latest(conn, dup.fact.scope, dup.fact_id, lock=True)
+                if (latest.revision, latest.status) == (dup.revision, FactStatus.CURRENT):
+                    return await self._merge(conn, latest, latest_row, merged, now)
+            raise PostgresMemoryError(
+                f"memory remember: the duplicate fact changed under each of {_MERGE_TRIES} tries; "
+                "nothing was written (try again)"
+            )
 
         return await self._link.run(ctx, "memory remember", t, work)
 
@@ -287,26 +310,45 @@ class PostgresMemoryStore(MemoryStore):
                 )
             if content_digest(latest.fact) == digest:
                 return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
-            check_revision(latest.revision)  # raised inside the transaction: it rolls back, nothing written
-            values = row_values(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now)
-            if (why := self._over_cap(values)) is not None:
-                raise MemoryRejectedError(f"the replacement cannot be stored: {why}; nothing was written")
-            await conn.execute(
-                self._q(
-                    "UPDATE {s}.memory_facts SET status = 'superseded', row_digest = %s "
-                    "WHERE tenant_key = %s AND fact_id = %s AND revision = %s"
-                ),
-                (
-                    rewritten_row_digest(row, FactStatus.SUPERSEDED),
-                    encode_segment(scope.tenant),
-                    fact_id,
-                    latest.revision,
-                ),
-            )
-            await conn.execute(self._q(INSERT), values)
-            return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
+            return await self._supersede(conn, latest, row, replacement, now, "replacement")
 
         return await self._link.run(ctx, "memory correct", encode_segment(scope.tenant), work)
+
+    async def _supersede(
+        self, conn: Conn, latest: StoredFact, row: Sequence[Any], fact: MemoryFact, now: datetime, what: str
+    ) -> MemoryAck:
+        """Write ``fact`` as the revision after ``latest`` (its verified ``row``), which becomes superseded.
+
+        Inside the caller's transaction, with the fact's lock held. Past the revision cap or
+        ``max_row_bytes`` it raises :class:`MemoryRejectedError`: the transaction rolls back, nothing written.
+        """
+        check_revision(latest.revision)
+        values = row_values(latest.fact_id, latest.revision + 1, FactStatus.CURRENT, fact, now)
+        if (why := self._over_cap(values)) is not None:
+            raise MemoryRejectedError(f"the {what} cannot be stored: {why}")
+        await conn.execute(
+            self._q(
+                "UPDATE {s}.memory_facts SET status = 'superseded', row_digest = %s "
+                "WHERE tenant_key = %s AND fact_id = %s AND revision = %s"
+            ),
+            (
+                rewritten_row_digest(row, FactStatus.SUPERSEDED),
+                encode_segment(latest.scope.tenant),
+                latest.fact_id,
+                latest.revision,
+            ),
+        )
+        await conn.execute(self._q(INSERT), values)
+        return MemoryAck(AckStatus.STORED, latest.fact_id, latest.revision + 1, durable=True)
+
+    async def _merge(
+        self, conn: Conn, latest: StoredFact, row: Sequence[Any], merged: tuple[GroupRef, ...], now: datetime
+    ) -> MemoryAck:
+        """A duplicate's new groups: the current revision again, citing ``merged``, as the next one."""
+        kept = MemoryFact(
+            latest.fact.scope, latest.fact.text, latest.fact.valid_from, latest.fact.valid_until, merged
+        )
+        return await self._supersede(conn, latest, row, kept, now, "merged provenance")
 
     async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
         """Remove the content of every revision of ``fact_id`` and add a tombstone revision."""
