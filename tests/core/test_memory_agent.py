@@ -16,6 +16,7 @@ from agentium_harness import (
     AgentLifecycleError,
     AgentState,
     ExtractionConflictError,
+    GroupRef,
     InvalidArgumentError,
     MemoryDrainError,
     MemoryFact,
@@ -28,6 +29,9 @@ from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.plugin_api import Message, OpContext, Role, SessionKey
 
 pytestmark = pytest.mark.anyio
+
+#: The group an extraction reads (its facts cite it): any one will do here.
+SOURCES = (GroupRef("agent", 0, "sha256:" + "0" * 64),)
 
 ALICE = MemoryScope("tenant-a", "alice")
 
@@ -203,7 +207,9 @@ async def test_cancelling_the_task_calling_close_leaves_no_task_running(store: S
     extractor = HangingExtractor()
     manager = MemoryManager(store, extractor=extractor)
     agent = Agent(provider, manager, ALICE, drain_timeout_s=0.3, extraction=True)
-    manager.extract_in_background(ALICE, [Message(Role.USER, "x")], "extraction started by hand")
+    manager.extract_in_background(
+        ALICE, [Message(Role.USER, "x")], "extraction started by hand", sources=SOURCES
+    )
     run_errors: list[BaseException] = []
 
     async def run() -> None:

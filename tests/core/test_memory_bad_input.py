@@ -24,9 +24,12 @@ from agentium_harness import (
     MemoryScope,
 )
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.plugin_api import MemoryStore, OpContext, rejection_reason
+from agentium_harness.plugin_api import GroupRef, MemoryStore, OpContext, rejection_reason
 
 pytestmark = pytest.mark.anyio
+
+#: The group an extraction reads (its facts cite it): any one will do here.
+SOURCES = (GroupRef("agent", 0, "sha256:" + "0" * 64),)
 
 ALICE = MemoryScope("tenant-a", "alice")
 EARLY = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
@@ -151,10 +154,10 @@ async def test_bad_arguments_to_drain_owned_work_and_aclose_are_typed_and_start_
     calls: dict[str, Any] = {
         "drain_grace_nan": lambda: manager.drain(1.0, grace_s=float("nan")),
         "drain_grace_str": lambda: manager.drain(1.0, grace_s="2"),
-        "extract_scope_str": lambda: manager.extract_in_background("tenant-a", said, "ex"),
-        "extract_messages_int": lambda: manager.extract_in_background(ALICE, 5, "ex"),
-        "extract_messages_str": lambda: manager.extract_in_background(ALICE, "hi", "ex"),
-        "extract_name_int": lambda: manager.extract_in_background(ALICE, said, 5),
+        "extract_scope_str": lambda: manager.extract_in_background("tenant-a", said, "ex", sources=SOURCES),
+        "extract_messages_int": lambda: manager.extract_in_background(ALICE, 5, "ex", sources=SOURCES),
+        "extract_messages_str": lambda: manager.extract_in_background(ALICE, "hi", "ex", sources=SOURCES),
+        "extract_name_int": lambda: manager.extract_in_background(ALICE, said, 5, sources=SOURCES),
         "start_work_not_callable": lambda: manager.start_work("w", "final-write", 5),
         "start_work_kind_none": lambda: manager.start_work("w", None, _Extractor),
         "aclose_timeout_str": lambda: manager.aclose("10"),

@@ -28,6 +28,7 @@ import anyio.to_thread
 import pytest
 
 from agentium_harness import (
+    GroupRef,
     MemoryDrainError,
     MemoryLimits,
     MemoryManager,
@@ -43,6 +44,9 @@ from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
 
 pytestmark = pytest.mark.anyio
+
+#: The group an extraction reads (its facts cite it): any one will do here.
+SOURCES = (GroupRef("agent", 0, "sha256:" + "0" * 64),)
 
 ALICE = MemoryScope("acme", "alice")
 SAID = (Message(Role.USER, "please remember the boiler is red"), Message(Role.ASSISTANT, "Noted."))
@@ -119,7 +123,7 @@ def runtime(memory: MemoryManager, **limits: Any) -> Any:
 
 async def extraction_times_out(memory: MemoryManager, deadline: float) -> str:
     """Extract from a model that does not answer: the item fails at ``deadline``, nothing is written."""
-    memory.extract_in_background(ALICE, SAID, "ex 1")
+    memory.extract_in_background(ALICE, SAID, "ex 1", sources=SOURCES)
     started = time.monotonic()
     with anyio.fail_after(SLACK_S), pytest.raises(MemoryDrainError) as caught:
         await memory.drain(ROOMY_S)
@@ -139,7 +143,7 @@ async def extraction_times_out(memory: MemoryManager, deadline: float) -> str:
 async def test_a_slow_extractor_completes_under_the_memory_model_deadline() -> None:
     # The store deadline (0.2 s) would cut the 0.5 s extractor off; memory's model deadline is 30 s.
     memory = manager(SlowExtractor(delay=0.5, propose=False), op_timeout_s=0.2, model_timeout_s=ROOMY_S)
-    memory.extract_in_background(ALICE, SAID, "ex 1")
+    memory.extract_in_background(ALICE, SAID, "ex 1", sources=SOURCES)
     result = await memory.drain(ROOMY_S)
     assert result.completed == ("ex 1",) and result.ok
 
@@ -147,7 +151,7 @@ async def test_a_slow_extractor_completes_under_the_memory_model_deadline() -> N
 async def test_a_slow_extractor_completes_under_the_runtimes_model_deadline() -> None:
     memory = manager(SlowExtractor(delay=0.5, propose=False), op_timeout_s=0.2)
     rt = runtime(memory, model_timeout_s=ROOMY_S)
-    memory.extract_in_background(ALICE, SAID, "ex 1")
+    memory.extract_in_background(ALICE, SAID, "ex 1", sources=SOURCES)
     result = await memory.drain(ROOMY_S)
     assert result.completed == ("ex 1",) and result.ok
     await rt.aclose()
@@ -155,7 +159,7 @@ async def test_a_slow_extractor_completes_under_the_runtimes_model_deadline() ->
 
 async def test_a_slow_extractors_facts_are_written() -> None:
     memory = manager(SlowExtractor(delay=0.5), model_timeout_s=ROOMY_S)
-    memory.extract_in_background(ALICE, SAID, "ex 1")
+    memory.extract_in_background(ALICE, SAID, "ex 1", sources=SOURCES)
     result = await memory.drain(ROOMY_S)
     assert result.ok
     assert [f.fact.text for f in await memory.list(ALICE)] == ["the boiler is red"]
@@ -200,7 +204,7 @@ async def test_without_a_model_deadline_the_store_deadline_still_bounds_the_extr
 
 async def test_a_drain_bounds_extraction_whatever_its_model_deadline() -> None:
     memory = manager(SlowExtractor(hang=True), model_timeout_s=3600)
-    memory.extract_in_background(ALICE, SAID, "ex 1")
+    memory.extract_in_background(ALICE, SAID, "ex 1", sources=SOURCES)
     with anyio.fail_after(SLACK_S), pytest.raises(MemoryDrainError) as caught:
         await memory.drain(0.3)
     assert caught.value.result.cancelled == ("ex 1",)
@@ -211,7 +215,7 @@ async def test_aclose_of_the_runtime_bounds_extraction_whatever_its_model_deadli
     extractor = SlowExtractor(hang=True)
     memory = manager(extractor, model_timeout_s=3600)
     rt = runtime(memory, settle_timeout_s=0.3, close_timeout_s=ROOMY_S)
-    memory.extract_in_background(ALICE, SAID, "ex 1")
+    memory.extract_in_background(ALICE, SAID, "ex 1", sources=SOURCES)
     with anyio.fail_after(SLACK_S):
         await rt.aclose()  # waits settle_timeout_s, then cancels it (a warning), not the hour
     assert rt.state.value == "closed"

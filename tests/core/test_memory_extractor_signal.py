@@ -23,6 +23,7 @@ import anyio.to_thread
 import pytest
 
 from agentium_harness import (
+    GroupRef,
     MemoryDrainError,
     MemoryLimits,
     MemoryManager,
@@ -38,6 +39,9 @@ from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
 
 pytestmark = pytest.mark.anyio
+
+#: The group an extraction reads (its facts cite it): any one will do here.
+SOURCES = (GroupRef("agent", 0, "sha256:" + "0" * 64),)
 
 ALICE = MemoryScope("acme", "alice")
 SAID = (Message(Role.USER, "please remember the boiler is red"), Message(Role.ASSISTANT, "Noted."))
@@ -96,7 +100,7 @@ async def test_a_drain_that_cancels_an_extraction_sets_its_signal_and_the_thread
     extractor: SignalWatchingExtractor,
 ) -> None:
     memory = manager(extractor)
-    memory.extract_in_background(ALICE, SAID, "ex 1")
+    memory.extract_in_background(ALICE, SAID, "ex 1", sources=SOURCES)
     await _started(extractor)
     with pytest.raises(MemoryDrainError) as caught:
         await memory.drain(0.2, grace_s=ROOMY_S)  # only the wait for the extraction is short
@@ -119,7 +123,7 @@ async def test_runtime_aclose_that_cancels_an_extraction_sets_its_signal(
         memory=memory,
         limits=RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=ROOMY_S),
     )
-    memory.extract_in_background(ALICE, SAID, "ex 1")
+    memory.extract_in_background(ALICE, SAID, "ex 1", sources=SOURCES)
     await _started(extractor)
     with anyio.fail_after(ROOMY_S):
         await rt.aclose()  # waits settle_timeout_s, then cancels the extraction

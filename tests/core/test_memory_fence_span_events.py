@@ -187,7 +187,9 @@ async def test_a_fact_taken_back_after_its_write_was_cancelled_is_an_event_on_th
         async with _runtime(Store(), sessions) as operator:
             store.before_write = lambda: _erase_b(operator)
             with anyio.fail_after(90):
-                memory.extract_in_background(SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1")
+                memory.extract_in_background(
+                    SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1", sources=[_ref("sB")]
+                )
                 await store.stalled.wait()
                 with pytest.raises(MemoryDrainError):
                     await memory.drain(0, grace_s=GENEROUS)

@@ -161,18 +161,39 @@ async def test_a_duplicate_answer_during_an_erasure_forgets_nothing_the_erasure_
             done = await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)
             assert done.tombstone is not None
 
-        store.before_write = erase_b
-        with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="nothing was written"):
-            await memory.remember(MemoryFact(SCOPE, "likes tea", provenance=[_ref("sB")]))
-        assert store.forgot == [], "a fact the erasure does not cover was taken back"
-        assert await _current(store, kept.fact_id) == "likes tea"
-
-        # The same for a correction the store answers ``duplicate`` (identical to the current text).
+        # A correction the store answers ``duplicate`` (identical to the current text).
         store.before_write = erase_b
         with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="nothing was written"):
             await memory.correct(SCOPE, kept.fact_id, MemoryFact(SCOPE, "likes tea", provenance=[_ref("sB")]))
-        assert store.forgot == []
+        assert store.forgot == [], "a fact the erasure does not cover was taken back"
         assert await _current(store, kept.fact_id) == "likes tea"
+
+
+async def test_a_duplicate_adding_a_session_erased_meanwhile_is_taken_back_with_its_fact(
+    store: Store,
+) -> None:
+    """A duplicate citing sB is the fact's next revision citing sA and sB: sB's erasure takes the fact.
+
+    The duplicate's groups are kept (docs/memory.md), so the fact now names
+    sB, as an erasure of sB that came after the write would have found it.
+    """
+    sessions = InMemorySessionStore()
+    async with _runtime(store, sessions) as writer, _runtime(store, sessions) as operator:
+        memory = writer.memory
+        assert memory is not None
+        kept = await memory.remember(MemoryFact(SCOPE, "likes tea", provenance=[_ref("sA")]))
+
+        async def erase_b() -> None:
+            assert (await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)).tombstone
+
+        store.before_write = erase_b
+        with (
+            anyio.fail_after(60),
+            pytest.raises(ErasureInProgressError, match="was forgotten: it was not kept"),
+        ):
+            await memory.remember(MemoryFact(SCOPE, "likes tea", provenance=[_ref("sB")]))
+        assert store.forgot == [kept.fact_id]
+        assert await _current(store, kept.fact_id) == "<forgotten>"
 
 
 async def _strand_a_correct(writer: HarnessRuntime, store: Store, fact_id: str) -> None:
@@ -295,7 +316,9 @@ async def test_a_late_write_of_drained_work_is_still_taken_back() -> None:
     try:
         async with _runtime(Store(), sessions) as operator:
             with anyio.fail_after(90):
-                memory.extract_in_background(SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1")
+                memory.extract_in_background(
+                    SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1", sources=[_ref("sB")]
+                )
                 assert await anyio.to_thread.run_sync(store.entered.wait, GENEROUS)
                 assert (await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)).tombstone
                 with pytest.raises(MemoryDrainError):
@@ -380,7 +403,9 @@ async def test_a_drain_cancelling_the_work_between_the_answer_and_the_take_back_
 
             store.before_write = erase_b
             with caplog.at_level(logging.WARNING, logger="agentium.engine.memory"), anyio.fail_after(90):
-                memory.extract_in_background(SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1")
+                memory.extract_in_background(
+                    SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1", sources=[_ref("sB")]
+                )
                 await store.stalled.wait()  # the store answered; the fence is at ``where``
                 with pytest.raises(MemoryDrainError) as drained:
                     await memory.drain(0, grace_s=GENEROUS)  # cancels the work item at once

@@ -40,6 +40,9 @@ from agentium_harness.plugin_api import (
 
 pytestmark = pytest.mark.anyio
 
+#: The group an extraction reads (its facts cite it): any one will do here.
+SOURCES = (GroupRef("agent", 0, "sha256:" + "0" * 64),)
+
 ALICE = MemoryScope("tenant-a", "alice")
 BOB = MemoryScope("tenant-b", "bob")
 REF = GroupRef("s1", 3, "sha256:" + "a" * 64)
@@ -287,12 +290,12 @@ class Extractor:
 async def test_extraction_runs_as_named_owned_work_that_drain_reports(store: SQLiteMemoryStore) -> None:
     manager = MemoryManager(store, extractor=Extractor())
     said = [Message(Role.USER, "please remember the boiler is red")]
-    name = manager.extract_in_background(ALICE, said, "ex 1")
+    name = manager.extract_in_background(ALICE, said, "ex 1", sources=SOURCES)
     assert name == "ex 1"
     result = await manager.drain(5.0)
     assert result.completed == ("ex 1",) and result.ok
     assert texts(await _all(store, ALICE)) == ["the boiler is red"]
-    assert MemoryManager(store).extract_in_background(ALICE, [], "none") is None
+    assert MemoryManager(store).extract_in_background(ALICE, [], "none", sources=SOURCES) is None
 
 
 class _Widening:
@@ -322,7 +325,7 @@ async def test_an_extracted_fact_cannot_widen_or_move_its_scope(
 ) -> None:
     scoped = MemoryScope("tenant-a", "alice", "proj", "repo")
     manager = MemoryManager(store, extractor=_Widening(target))
-    manager.extract_in_background(scoped, [Message(Role.USER, "hi")], "ex")
+    manager.extract_in_background(scoped, [Message(Role.USER, "hi")], "ex", sources=SOURCES)
     with pytest.raises(MemoryDrainError):
         await manager.drain(5.0)
     for scope in (scoped, target):
@@ -332,7 +335,9 @@ async def test_an_extracted_fact_cannot_widen_or_move_its_scope(
 async def test_an_extracted_fact_may_be_narrower_than_its_scope(store: SQLiteMemoryStore) -> None:
     narrower = MemoryScope("tenant-a", "alice", "proj", "repo")
     manager = MemoryManager(store, extractor=_Widening(narrower))
-    manager.extract_in_background(MemoryScope("tenant-a", "alice"), [Message(Role.USER, "hi")], "ex")
+    manager.extract_in_background(
+        MemoryScope("tenant-a", "alice"), [Message(Role.USER, "hi")], "ex", sources=SOURCES
+    )
     assert (await manager.drain(5.0)).ok
     assert sorted(f.text for f in await manager.list(narrower)) == ["an ordinary fact", "planted elsewhere"]
 
@@ -361,7 +366,7 @@ async def test_an_extractor_answer_that_is_no_sequence_fails_the_work_typed(
             return answer
 
     manager = MemoryManager(store, extractor=Odd())
-    manager.extract_in_background(ALICE, [Message(Role.USER, "hi")], "ex")
+    manager.extract_in_background(ALICE, [Message(Role.USER, "hi")], "ex", sources=SOURCES)
     with pytest.raises(MemoryDrainError, match="not a sequence of MemoryFact") as info:
         await manager.drain(5.0)
     assert info.value.result.failed == ("ex",)
@@ -373,7 +378,7 @@ async def test_an_endless_extractor_is_read_one_past_its_bound_and_writes_nothin
 ) -> None:
     extractor = _Endless()
     manager = MemoryManager(store, extractor=extractor, limits=MemoryLimits(max_extracted_facts=3))
-    manager.extract_in_background(ALICE, [Message(Role.USER, "hi")], "ex")
+    manager.extract_in_background(ALICE, [Message(Role.USER, "hi")], "ex", sources=SOURCES)
     with pytest.raises(MemoryDrainError):
         await manager.drain(5.0)
     assert extractor.read == 4

@@ -55,6 +55,7 @@ from ..checks import check_adapter
 from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
 from ..memory_fence import fence_memory
+from .extraction import turn_source
 from .limits import model_timeout
 from .manager import HistoryOwner, MemoryManager, telemetry_of
 from .sources import MemoryOmitted, agent_memory_blocks
@@ -100,7 +101,9 @@ class Agent:
     - ``scope`` is whose memory this agent reads and writes; ``session`` names
       its conversation (for the extraction claim).
     - ``extraction`` (default: the manager has an extractor) extracts memory
-      from each completed run as owned work. ``harness_owns_history=True``
+      from each completed run as owned work; each fact cites the turn (this
+      ``session``, the turn's seq from 0, the digest of its two messages as
+      one group), so erasing ``session`` removes it. ``harness_owns_history=True``
       says the harness keeps this session's canonical history; configuring
       both raises :class:`ExtractionConflictError` (R37).
     - ``max_history_messages`` (default 40) is how many of its latest
@@ -275,10 +278,30 @@ class Agent:
         self._runs += 1
         name = None
         if self.extraction:
-            name = self.memory.extract_in_background(
-                self.scope, (user, answer), f"extraction {self._key.key()} turn {self._runs}"
-            )
+            name = self._extract((user, answer))
         return AgentReply(answer.content, answer, blocks, omitted, response.usage, name)
+
+    def _extract(self, turn: tuple[Message, Message]) -> str | None:
+        """Start the extraction of ``turn``, citing it as the group it is (so erasing the session removes it).
+
+        Its source is the turn as a group of this agent's session: the turn's
+        seq (0 for the agent's first run) and its messages' digest
+        (:func:`.extraction.turn_source`). A turn with no canonical encoding
+        (a lone surrogate) has no digest to cite: it is not extracted, and a
+        WARNING says so (a fact no session erasure could find is not written).
+        """
+        source = turn_source(self.session, self._runs - 1, turn)
+        if source is None:
+            _log.warning(
+                "agent extraction skipped: the turn has no canonical encoding (a lone surrogate), so the "
+                "facts extracted from it could not name it as their source"
+            )
+            observe.current_span_event(
+                "agentium.memory.extraction_skipped", {"agentium.memory.reason": "encoding"}
+            )
+            return None
+        name = f"extraction {self._key.key()} turn {self._runs}"
+        return self.memory.extract_in_background(self.scope, turn, name, sources=(source,))
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         """The model call, observed as a harness run's: a ``chat`` span, and a failure logged.

@@ -15,7 +15,6 @@ over with :meth:`MemoryManager.track` (a runtime's summary updates).
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -25,7 +24,6 @@ from ..._errors import (
     AgentCloseError,
     AgentiumError,
     AgentLifecycleError,
-    ContractViolationError,
     ExtractionConflictError,
     InvalidArgumentError,
     MemoryDrainError,
@@ -38,6 +36,7 @@ from ..._observe.settings import Resolved, Telemetry
 from ..._ports._base import OpContext
 from ..._ports.memory import (
     AckStatus,
+    GroupRef,
     MemoryAck,
     MemoryCapabilities,
     MemoryEventKind,
@@ -69,9 +68,9 @@ from .answers import (
     checked_history,
     checked_listing,
     checked_scope,
-    within,
 )
 from .events import announce_drained, announce_write
+from .extraction import checked_sources, proposed_facts
 from .extractor import MemoryExtractor
 from .limits import MemoryLimits, model_timeout
 from .selection import (
@@ -456,14 +455,21 @@ class MemoryManager:
         """Names of the owned and tracked work running now."""
         return self._work.running()
 
-    def extract_in_background(self, scope: MemoryScope, messages: Sequence[Message], name: str) -> str | None:
+    def extract_in_background(
+        self, scope: MemoryScope, messages: Sequence[Message], name: str, *, sources: Sequence[GroupRef]
+    ) -> str | None:
         """Start extraction of ``messages`` as owned work named ``name``; ``None`` without an extractor.
 
-        Each fact the extractor proposes is checked and written like a host's
+        ``sources`` are the groups ``messages`` are (1 to ``MAX_PROVENANCE``
+        :class:`GroupRef`, else :class:`InvalidArgumentError` and nothing
+        starts): each fact the extractor proposes cites them (its own
+        citation is kept if it names only groups of ``sources``), so erasing
+        their session removes it. Each fact is checked and written like a host's
         ``remember``; a rejected one is skipped (it never becomes memory); the
         work fails, writing none, if the extractor raises, proposes more than
-        ``max_extracted_facts``, or proposes a fact outside ``scope`` (another
-        user, or a project or repository other than ``scope``'s when it names one).
+        ``max_extracted_facts``, a fact outside ``scope`` (another user, or a
+        project or repository other than ``scope``'s when it names one), or
+        one citing a group not in ``sources`` (:mod:`.extraction`).
         The extractor's call runs under the model deadline
         (:func:`.limits.model_timeout`: ``MemoryLimits.model_timeout_s``, else
         the runtime's, else ``op_timeout_s``); the writes under ``op_timeout_s``.
@@ -472,6 +478,7 @@ class MemoryManager:
         if extractor is None:
             return None
         scope = checked_scope(scope)
+        cited = checked_sources(sources)
         if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
             raise InvalidArgumentError(
                 f"messages must be a sequence of Message, got {type(messages).__name__}"
@@ -489,26 +496,8 @@ class MemoryManager:
                 lambda ctx: extractor.extract(scope, given, ctx),
                 timeout_s=model_timeout(self, self.limits.op_timeout_s),
             )
-            if isinstance(proposed, str | bytes) or not isinstance(proposed, Iterable):
-                raise ContractViolationError(
-                    f"the extractor returned {type(proposed).__name__}, not a sequence of MemoryFact; "
-                    "none was written"
-                )
-            # One past the bound is enough to refuse: an endless generator is never run to its end
-            # (it would hold the event loop, and memory, without a bound).
-            facts = list(itertools.islice(proposed, self.limits.max_extracted_facts + 1))
-            if len(facts) > self.limits.max_extracted_facts:
-                raise ContractViolationError(
-                    f"the extractor proposed more than max_extracted_facts "
-                    f"({self.limits.max_extracted_facts}) facts; none was written"
-                )
-            for fact in facts:
-                if not isinstance(fact, MemoryFact) or not within(scope, fact.scope):
-                    raise ContractViolationError(
-                        "the extractor proposed a fact outside its scope (another user, project or "
-                        "repository, or all of them where the scope names one); none was written"
-                    )
-            for fact in facts:
+            # Every fact checked (and given its sources) before the first is written.
+            for fact in proposed_facts(proposed, scope, cited, self.limits.max_extracted_facts):
                 await self.remember_with_result(fact)
 
         return self.start_work(name, "extraction", work)

@@ -1,0 +1,104 @@
+"""Where an extracted fact came from: the groups an extraction read, attached to each fact it proposes.
+
+A session erasure removes the facts of its user whose provenance names the
+session (docs/erasure.md). An extracted fact written with no provenance
+would outlive the erasure of the session it was extracted from, so an
+extraction names the groups it reads (``sources``) and every fact it
+proposes carries them: a fact the extractor left without provenance gets
+all of them; one the extractor cited itself keeps its own citation only if
+each group it names is one of ``sources`` (a narrower citation is more
+precise), and an extraction citing any other group — another session's, or
+a seq or digest it was not given — is refused whole, nothing written: its
+provenance would tie the fact to data it did not come from (and
+``runtime.forget(..., erase_sources=True)`` erases the groups a fact cites).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from ..._errors import ContractViolationError, EncodingError, InvalidArgumentError
+from ..._history import Message, MessageGroup
+from ..._ports.memory import _PROVENANCE_READ, MAX_PROVENANCE, GroupRef, MemoryFact, MemoryScope
+from .answers import within
+
+__all__ = ["checked_sources", "proposed_facts", "turn_source"]
+
+
+def checked_sources(sources: object) -> tuple[GroupRef, ...]:
+    """``sources`` as 1 to :data:`MAX_PROVENANCE` distinct :class:`GroupRef`; else InvalidArgumentError."""
+    if isinstance(sources, str | bytes) or not isinstance(sources, Iterable):
+        raise InvalidArgumentError(
+            "sources must be the GroupRefs of the groups the extraction reads, got "
+            f"{type(sources).__name__}; nothing was started"
+        )
+    # Read bounded: an endless iterable is never read whole.
+    refs = tuple(itertools.islice(sources, _PROVENANCE_READ + 1))
+    if not all(isinstance(ref, GroupRef) for ref in refs):
+        raise InvalidArgumentError("sources must be GroupRefs; nothing was started")
+    refs = tuple(dict.fromkeys(refs))
+    if not refs:
+        raise InvalidArgumentError(
+            "sources is empty: an extraction names the groups it reads, so a session erasure finds the facts "
+            "it writes; nothing was started"
+        )
+    if len(refs) > MAX_PROVENANCE:
+        raise InvalidArgumentError(
+            f"sources names more than {MAX_PROVENANCE} groups (MAX_PROVENANCE), more than one fact may cite; "
+            "extract from fewer at a time; nothing was started"
+        )
+    return refs
+
+
+def proposed_facts(
+    proposed: object, scope: MemoryScope, sources: tuple[GroupRef, ...], most: int
+) -> list[MemoryFact]:
+    """The facts an extractor proposed, each citing its sources; ContractViolationError refuses them all.
+
+    At most ``most`` facts, each a :class:`MemoryFact` within ``scope``
+    (:func:`.answers.within`), citing only groups of ``sources`` (all of
+    them when it cited none). Nothing is written by the caller when this raises.
+    """
+    if isinstance(proposed, str | bytes) or not isinstance(proposed, Iterable):
+        raise ContractViolationError(
+            f"the extractor returned {type(proposed).__name__}, not a sequence of MemoryFact; "
+            "none was written"
+        )
+    # One past the bound is enough to refuse: an endless generator is never run to its end
+    # (it would hold the event loop, and memory, without a bound).
+    facts = list(itertools.islice(proposed, most + 1))
+    if len(facts) > most:
+        raise ContractViolationError(
+            f"the extractor proposed more than max_extracted_facts ({most}) facts; none was written"
+        )
+    given = set(sources)
+    kept: list[MemoryFact] = []
+    for fact in facts:
+        if not isinstance(fact, MemoryFact) or not within(scope, fact.scope):
+            raise ContractViolationError(
+                "the extractor proposed a fact outside its scope (another user, project or "
+                "repository, or all of them where the scope names one); none was written"
+            )
+        if not all(ref in given for ref in fact.provenance):
+            raise ContractViolationError(
+                "the extractor cited a group it was not given (another session's, or another seq or digest "
+                "than the extraction's sources); none was written"
+            )
+        kept.append(fact if fact.provenance else attrs.evolve(fact, provenance=sources))
+    return kept
+
+
+def turn_source(session: str, seq: int, messages: Sequence[Message]) -> GroupRef | None:
+    """The group an :class:`~.agent.Agent`'s turn is: ``session``, ``seq``, the digest of ``messages`` as one.
+
+    The digest is :attr:`MessageGroup.digest` of ``MessageGroup(seq, messages)``
+    (no retained record: the agent's conversation is not archived). ``None``
+    when the messages have no canonical encoding (a lone surrogate), and so no digest.
+    """
+    try:
+        return GroupRef(session, seq, MessageGroup(seq, tuple(messages)).digest)
+    except EncodingError:
+        return None
