@@ -79,7 +79,11 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestEraseIgnoresCancelRecall": {_CANCEL},
     "TestAuditsErasedTextRecall": {_RAW},
     "TestUndeclaredEraseMemory": {_UNDECLARED},
-    "TestWidenedEraseMemory": {"test_erase_removes_a_sessions_facts_and_nothing_else"},
+    # Erasing the session only a duplicate named takes the user's other fact too.
+    "TestWidenedEraseMemory": {
+        "test_erase_removes_a_sessions_facts_and_nothing_else",
+        "test_a_duplicate_remember_keeps_the_groups_it_adds",
+    },
     "TestTenantForUserMemory": {"test_erase_user_and_tenant_take_every_fact_below_them", _RAW, _COLLIDING},
     "TestDryRunErasesMemory": {_DRY},
     "TestUnboundedEraseMemory": {_BOUND},
@@ -120,4 +124,6 @@ def test_each_broken_eraser_fails_exactly_its_bugs(pytester: pytest.Pytester) ->
 )
 def test_every_erasure_test_is_failed_by_some_broken_eraser(mixin: type, suffix: str) -> None:
     failing = set().union(*(tests for cls, tests in EXPECTED_FAILURES.items() if cls.endswith(suffix)))
-    assert {name for name in vars(mixin) if name.startswith("test_")} == failing
+    erasure_tests = {name for name in vars(mixin) if name.startswith("test_")}
+    # A broken eraser may also fail a suite test outside the erasure part (one that erases on the way).
+    assert erasure_tests == failing & erasure_tests
