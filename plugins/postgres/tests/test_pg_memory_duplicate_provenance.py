@@ -29,6 +29,8 @@ pytestmark = pytest.mark.anyio
 
 ANA = MemoryScope("acme", "ana")
 TEXT = "Ana deploys on Tuesdays"
+#: How many of the store's connections wait for a lock.
+_WAITING = "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND wait_event_type = 'Lock'"
 
 
 def _ctx() -> OpContext:
@@ -123,5 +125,44 @@ async def test_a_duplicate_whose_fact_is_corrected_meanwhile_stores_a_new_fact(
         assert facts[str(remembered.fact_id)].fact.provenance == (_ref("s2"),)
         rows = admin.execute(f'SELECT count(*) FROM "{schema}".memory_facts').fetchone()
         assert rows == (3,)
+    finally:
+        await store.aclose()
+
+
+async def test_a_duplicate_whose_fact_is_erased_meanwhile_stores_a_new_fact(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str, pg_server: Any
+) -> None:
+    # The duplicate is found, then its row lock waited for behind a deletion (an erasure's) that
+    # commits: the fact is gone, so the remember stores its own instead of failing "not found".
+    from pg_server import APP_USER
+
+    store = PostgresMemoryStore(app_config)
+    try:
+        first = await store.remember(MemoryFact(ANA, TEXT, provenance=[_ref("s1")]), _ctx())
+        results: dict[str, Any] = {}
+
+        async def remember() -> None:
+            try:
+                results["remember"] = await store.remember(
+                    MemoryFact(ANA, TEXT, provenance=[_ref("s2")]), _ctx()
+                )
+            except Exception as exc:
+                results["remember"] = exc
+
+        with psycopg.connect(pg_server.admin_dsn()) as holder:
+            holder.execute(f'DELETE FROM "{schema}".memory_facts WHERE fact_id = %s', (first.fact_id,))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(remember)
+                with anyio.fail_after(30):
+                    while True:
+                        row = admin.execute(_WAITING, (APP_USER,)).fetchone()
+                        if row is not None and row[0] >= 1:
+                            break
+                        await anyio.sleep(0.02)
+                holder.commit()
+        ack = results["remember"]
+        assert getattr(ack, "status", ack) is AckStatus.STORED and ack.fact_id != first.fact_id, results
+        [fact] = await store.lookup(ANA, "", 10, _ctx())
+        assert (fact.fact_id, fact.revision, fact.fact.provenance) == (ack.fact_id, 1, (_ref("s2"),))
     finally:
         await store.aclose()

@@ -108,9 +108,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresMemoryStore", "new_fact_id"]
 
-#: How often ``remember`` looks again for the duplicate it merges into when a correction or a
-#: forget of that fact committed between its read and the fact's lock (each try then finds the
-#: fact changed: another current duplicate, or none).
+#: How often ``remember`` looks again for the duplicate it merges into when a correction, a
+#: forget or an erasure of that fact committed between its read and the fact's lock (each try
+#: then finds the fact changed: another current duplicate, or none).
 _MERGE_TRIES = 4
 
 
@@ -279,7 +279,10 @@ class PostgresMemoryStore(MemoryStore):
                 # The groups this remember adds are kept as the fact's next revision (dropped, erasing
                 # a session only they name would leave the fact). A correction or forget of the fact
                 # holds its lock, not this one: once it is held, the fact is read again.
-                latest, latest_row = await self._latest(conn, dup.fact.scope, dup.fact_id, lock=True)
+                try:
+                    latest, latest_row = await self._latest(conn, dup.fact.scope, dup.fact_id, lock=True)
+                except MemoryFactNotFoundError:
+                    continue  # erased meanwhile: no longer a duplicate of anything
                 if (latest.revision, latest.status) == (dup.revision, FactStatus.CURRENT):
                     return await self._merge(conn, latest, latest_row, merged, now)
             raise PostgresMemoryError(
