@@ -92,6 +92,20 @@ class DropsDuplicateProvenance(SQLiteMemoryStore):
         return await super().remember(fact, ctx)
 
 
+class DropsCorrectionProvenance(SQLiteMemoryStore):
+    """Answers a correction to the same text as a duplicate without keeping the groups it cites."""
+
+    capabilities = CAPS
+
+    async def correct(
+        self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
+    ) -> MemoryAck:
+        latest = (await self.history(scope, fact_id, ctx))[-1]
+        if latest.status is FactStatus.CURRENT and _same_content(latest.fact, replacement):
+            return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
+        return await super().correct(scope, fact_id, replacement, ctx)
+
+
 class DropsProvenancePastTheBound(InMemoryMemoryStore):
     """Answers a duplicate that would cite over MAX_PROVENANCE groups as a plain duplicate, dropping them."""
 
@@ -404,6 +418,10 @@ class TestLosesProvenance(MemoryStoreContract):
 
 class TestDropsDuplicateProvenance(MemoryStoreContract):
     memory_store = _store(DropsDuplicateProvenance)
+
+
+class TestDropsCorrectionProvenance(MemoryStoreContract):
+    memory_store = _store(DropsCorrectionProvenance)
 
 
 class TestDropsProvenancePastTheBound(MemoryStoreContract):

@@ -92,6 +92,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_a_duplicate_remember_keeps_the_groups_it_adds",
     },
     "TestDropsDuplicateProvenance": {"test_a_duplicate_remember_keeps_the_groups_it_adds"},
+    "TestDropsCorrectionProvenance": {"test_a_duplicate_remember_keeps_the_groups_it_adds"},
     "TestDropsProvenancePastTheBound": {"test_a_duplicate_remember_keeps_the_groups_it_adds"},
     "TestRepairsBadFacts": {
         "test_bad_facts_are_rejected_and_nothing_is_written",

@@ -26,7 +26,7 @@ from agentium_harness import (
     MemoryScope,
 )
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.plugin_api import MAX_PROVENANCE, FactStatus, MemoryStore, OpContext
+from agentium_harness.plugin_api import MAX_FACT_REVISIONS, MAX_PROVENANCE, FactStatus, MemoryStore, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -85,3 +85,41 @@ async def test_a_duplicate_past_max_provenance_is_refused_and_nothing_is_written
     [kept] = await manager.history(ANA, first.fact_id)
     assert (kept.revision, kept.status, kept.fact.provenance) == (1, FactStatus.CURRENT, tuple(full))
     await store.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_correction_to_the_same_text_keeps_the_groups_it_adds(tmp_path: Path, kind: str) -> None:
+    # A correction identical to the current revision but for its provenance was a duplicate, its
+    # groups dropped: erasing the session only it cited left the fact. It is a duplicate like a
+    # remember's now: its new groups are kept as the next revision.
+    store = _store(kind, tmp_path)
+    manager = MemoryManager(store)
+    first = await manager.remember(MemoryFact(ANA, TEXT, provenance=[_ref("s1")]))
+    assert first.fact_id is not None
+    fixed = await manager.correct(ANA, first.fact_id, MemoryFact(ANA, TEXT, provenance=[_ref("s2")]))
+    assert (fixed.status, fixed.fact_id, fixed.revision) == (AckStatus.STORED, first.fact_id, 2)
+    same = await manager.correct(ANA, first.fact_id, MemoryFact(ANA, TEXT, provenance=[_ref("s1")]))
+    assert (same.status, same.revision) == (AckStatus.DUPLICATE, 2)
+    history = await manager.history(ANA, first.fact_id)
+    assert [r.fact.provenance for r in history] == [(_ref("s1"),), (_ref("s1"), _ref("s2"))]
+    await store.erase(EraseTarget.session("acme", "ana", "s2"), OpContext.with_timeout(30.0))
+    assert await manager.list(ANA) == ()
+    await store.aclose()
+
+
+async def test_a_same_text_correction_adding_groups_at_the_revision_cap_is_refused_by_the_engine() -> None:
+    # The engine enforces the cap whatever the store does: a store that would write the merge
+    # past MAX_FACT_REVISIONS is never asked.
+    store = InMemoryMemoryStore()
+    manager = MemoryManager(store)
+    first = await manager.remember(MemoryFact(ANA, "revision 1"))
+    assert first.fact_id is not None
+    for n in range(2, MAX_FACT_REVISIONS + 1):
+        await store.correct(
+            ANA, first.fact_id, MemoryFact(ANA, f"revision {n}"), OpContext.with_timeout(30.0)
+        )
+    last = f"revision {MAX_FACT_REVISIONS}"
+    with pytest.raises(MemoryRejectedError, match="remember a new fact"):
+        await manager.correct(ANA, first.fact_id, MemoryFact(ANA, last, provenance=[_ref("s2")]))
+    assert (await manager.correct(ANA, first.fact_id, MemoryFact(ANA, last))).status is AckStatus.DUPLICATE
+    assert len(await manager.history(ANA, first.fact_id)) == MAX_FACT_REVISIONS

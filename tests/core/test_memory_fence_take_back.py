@@ -33,6 +33,7 @@ from agentium_harness import (
     HarnessRuntime,
     MemoryDrainError,
     MemoryFact,
+    MemoryFactNotFoundError,
     MemoryLimits,
     MemoryManager,
     MemoryScope,
@@ -48,7 +49,7 @@ from agentium_harness._ports.memory import FactStatus, GroupRef, MemoryAck
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import EraseReport, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -146,27 +147,55 @@ async def _current(store: Store, fact_id: str) -> str:
     return latest.fact.text if latest.status is FactStatus.CURRENT else f"<{latest.status}>"
 
 
-async def test_a_duplicate_answer_during_an_erasure_forgets_nothing_the_erasure_does_not_cover(
-    store: Store,
-) -> None:
-    """``duplicate``: the write stored nothing, and the older fact it names cites another session."""
-    sessions = InMemorySessionStore()
+class HeldErase(Store):
+    """A store whose ``erase`` waits for ``gate``: an erasure stays pending before its memory step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.erasing, self.gate = anyio.Event(), anyio.Event()
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **options: Any) -> EraseReport:
+        self.erasing.set()
+        await self.gate.wait()
+        return await super().erase(target, ctx, **options)
+
+
+async def test_a_duplicate_answer_during_an_erasure_forgets_nothing_the_erasure_removes_itself() -> None:
+    """``duplicate``: the write stored nothing; the fact it names is the pending erasure's to remove.
+
+    A duplicate cites no group the fact does not (its new groups would be a
+    revision: the next test), so a covering erasure covers the fact too.
+    Answered while that erasure is pending, before its memory step, the
+    write is refused and nothing is forgotten; the erasure then removes it.
+    """
+    store, sessions = HeldErase(), InMemorySessionStore()
     async with _runtime(store, sessions) as writer, _runtime(store, sessions) as operator:
         memory = writer.memory
         assert memory is not None
-        kept = await memory.remember(MemoryFact(SCOPE, "likes tea", provenance=[_ref("sA")]))
+        kept = await memory.remember(MemoryFact(SCOPE, "likes tea", provenance=[_ref("sA"), _ref("sB")]))
+        results: list[object] = []
+        async with anyio.create_task_group() as tg:
 
-        async def erase_b() -> None:
-            # Session sB is erased between the write's first fence read and the store's answer.
-            done = await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)
-            assert done.tombstone is not None
+            async def erase_b() -> None:
+                results.append(await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR))
 
-        # A correction the store answers ``duplicate`` (identical to the current text).
-        store.before_write = erase_b
-        with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="nothing was written"):
-            await memory.correct(SCOPE, kept.fact_id, MemoryFact(SCOPE, "likes tea", provenance=[_ref("sB")]))
-        assert store.forgot == [], "a fact the erasure does not cover was taken back"
-        assert await _current(store, kept.fact_id) == "likes tea"
+            async def start_erasing_b() -> None:
+                # Session sB's erasure begins between the write's first fence read and the store's answer.
+                tg.start_soon(erase_b)
+                await store.erasing.wait()
+
+            store.before_write = start_erasing_b
+            with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="nothing was written"):
+                await memory.correct(
+                    SCOPE, kept.fact_id, MemoryFact(SCOPE, "likes tea", provenance=[_ref("sB")])
+                )
+            assert store.forgot == [], "the take-back forgot a fact the store answered duplicate for"
+            assert await _current(store, kept.fact_id) == "likes tea"
+            store.gate.set()
+        [result] = results
+        assert getattr(result, "tombstone", None) is not None
+        with pytest.raises(MemoryFactNotFoundError):
+            await store.history(SCOPE, kept.fact_id, fresh())
 
 
 async def test_a_duplicate_adding_a_session_erased_meanwhile_is_taken_back_with_its_fact(

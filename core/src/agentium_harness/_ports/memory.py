@@ -475,9 +475,10 @@ class MemoryStore:
 
         Call ``ctx.raise_if_expired("memory remember")`` and :func:`check_fact`
         before writing. A current fact of the same scope with the same text
-        and validity is a duplicate: acknowledge it with ``DUPLICATE`` and
-        its id and revision, writing nothing. Return only once the write is
-        done as declared.
+        and validity is a duplicate: acknowledge it with ``DUPLICATE`` and its id and
+        revision, writing nothing, unless it cites new groups: then write its next
+        revision citing them, ``STORED`` (:mod:`.memory_provenance`). Return only
+        once the write is done as declared.
 
         Raises: ``MemoryRejectedError`` for a fact :func:`check_fact` refuses;
         ``OperationCancelledError`` when cancelled or past the deadline.
@@ -510,7 +511,7 @@ class MemoryStore:
         """Write ``replacement`` as the next revision of ``fact_id``; the old one becomes superseded.
 
         Declared by ``correction``. ``replacement.scope`` must be owned by
-        ``scope``'s tenant and user. Identical content is a ``DUPLICATE``.
+        ``scope``'s tenant and user. Identical content is a duplicate, as for :meth:`remember`.
         A fact already holding :data:`MAX_FACT_REVISIONS` revisions is refused
         (:func:`check_revision`) and nothing is written.
         Call ``ctx.raise_if_expired("memory correct")`` before writing.

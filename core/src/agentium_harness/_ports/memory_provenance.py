@@ -1,7 +1,8 @@
 """What a duplicate ``remember`` does with the groups it cites: every memory store's one rule.
 
 A ``remember`` whose text and validity match a current fact of the same
-scope is a duplicate. Its provenance still says where the fact came from
+scope is a duplicate, and so is a ``correct`` whose replacement matches the
+fact's current revision. Its provenance still says where the fact came from
 this time: dropped, erasing the session only it named would leave a fact
 that session also produced (docs/erasure.md). So a store keeps it: when the
 duplicate cites groups the current revision does not, the store writes the

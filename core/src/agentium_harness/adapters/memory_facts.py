@@ -158,7 +158,7 @@ class InMemoryMemoryStore(MemoryStore):
             if latest.status is FactStatus.FORGOTTEN:
                 raise MemoryFactForgottenError(f"fact {fact_id!r} was forgotten; it cannot be corrected")
             if _key(latest.fact) == _key(replacement):
-                return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
+                return self._merge(fact_id, latest, replacement)  # a duplicate: its new groups kept
             check_revision(latest.revision)
             revisions = self._revisions[fact_id]
             revisions[-1] = attrs.evolve(latest, status=FactStatus.SUPERSEDED)

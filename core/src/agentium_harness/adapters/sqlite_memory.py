@@ -219,19 +219,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                 if row is not None:
                     # Decoded, not only found by its digest column: a damaged row is refused
                     # (SQLiteMemoryError), never acknowledged as holding the fact.
-                    dup = decode_row(row)
-                    merged = merged_provenance(dup.fact.provenance, fact.provenance)
-                    if merged is None:
-                        return MemoryAck(AckStatus.DUPLICATE, dup.fact_id, dup.revision, durable=True)
-                    # The groups this remember adds are kept, as the fact's next revision: dropped,
-                    # erasing a session only they name would leave the fact (docs/erasure.md).
-                    check_revision(dup.revision)  # raised inside the transaction: nothing is written
-                    rewrite_row(conn, dup, FactStatus.SUPERSEDED)
-                    kept = attrs.evolve(dup.fact, provenance=merged)
-                    conn.execute(
-                        INSERT, encode_row(dup.fact_id, dup.revision + 1, FactStatus.CURRENT, kept, now)
-                    )
-                    return MemoryAck(AckStatus.STORED, dup.fact_id, dup.revision + 1, durable=True)
+                    return _duplicate(conn, decode_row(row), fact, now)
                 conn.execute(INSERT, values)
             return MemoryAck(AckStatus.STORED, fact_id, 1, durable=True)
 
@@ -259,7 +247,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                         "(remember a new fact instead)"
                     )
                 if content_digest(latest.fact) == digest:
-                    return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
+                    return _duplicate(conn, latest, replacement, now)  # its new groups kept
                 check_revision(latest.revision)
                 rewrite_row(conn, latest, FactStatus.SUPERSEDED)
                 conn.execute(
@@ -450,6 +438,23 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
             return self._all(conn, fact_id)
 
         return await self.run(ctx, "memory history", work)
+
+
+def _duplicate(conn: sqlite3.Connection, current: StoredFact, fact: MemoryFact, now: datetime) -> MemoryAck:
+    """``fact`` duplicates ``current`` (same content): its new groups as the next revision, or nothing.
+
+    Inside the caller's transaction. The groups a duplicate adds are kept (``merged_provenance``):
+    dropped, erasing a session only they name would leave the fact (docs/erasure.md). Past the
+    revision cap or ``MAX_PROVENANCE`` it raises :class:`MemoryRejectedError`: nothing is written.
+    """
+    merged = merged_provenance(current.fact.provenance, fact.provenance)
+    if merged is None:
+        return MemoryAck(AckStatus.DUPLICATE, current.fact_id, current.revision, durable=True)
+    check_revision(current.revision)
+    rewrite_row(conn, current, FactStatus.SUPERSEDED)
+    kept = attrs.evolve(current.fact, provenance=merged)
+    conn.execute(INSERT, encode_row(current.fact_id, current.revision + 1, FactStatus.CURRENT, kept, now))
+    return MemoryAck(AckStatus.STORED, current.fact_id, current.revision + 1, durable=True)
 
 
 def _names_session(provenance: object, session: str | None, fact_id: object) -> bool:

@@ -57,10 +57,11 @@ class MemoryProvenanceTests:
         ``DUPLICATE`` and writes nothing. A duplicate that would make the
         fact cite more than ``MAX_PROVENANCE`` groups raises
         ``MemoryRejectedError`` and writes nothing. With ``history`` the
-        earlier revision is kept, superseded; with ``erasure``, erasing the
-        session only the duplicate named removes the fact. A failure means
-        the store drops a duplicate's provenance, so a session erasure leaves
-        a fact that session produced.
+        earlier revision is kept, superseded; with ``correction``, a
+        correction to the same text and validity is such a duplicate too;
+        with ``erasure``, erasing the session only the duplicate named
+        removes the fact. A failure means the store drops a duplicate's
+        provenance, so a session erasure leaves a fact that session produced.
         """
         text = "Ana deploys on Tuesdays"
         first = await memory_store.remember(MemoryFact(_ANA, text, provenance=[_ref("s1")]), _ctx())
@@ -82,6 +83,14 @@ class MemoryProvenanceTests:
                 (1, FactStatus.SUPERSEDED, (_ref("s1"),)),
                 (2, FactStatus.CURRENT, (_ref("s1"), _ref("s2", 1))),
             ]
+        if caps.correction and first.fact_id is not None:
+            same_text = MemoryFact(_ANA, text, provenance=[_ref("s5", 2)])
+            fixed = await memory_store.correct(_ANA, first.fact_id, same_text, _ctx())
+            assert (fixed.status, fixed.revision) == (AckStatus.STORED, 3), (
+                f"a same-text correction citing a new group answered {fixed}: its provenance was not kept"
+            )
+            [current] = await memory_store.lookup(_ANA, "deploys", 10, _ctx())
+            assert current.fact.provenance == (_ref("s1"), _ref("s2", 1), _ref("s5", 2))
         full = MemoryFact(_ANA, "Ana's desk is 4B", provenance=[_ref("s3", n) for n in range(MAX_PROVENANCE)])
         kept = await memory_store.remember(full, _ctx())
         with pytest.raises(MemoryRejectedError):

@@ -312,7 +312,11 @@ class PostgresMemoryStore(MemoryStore):
                     f"fact {fact_id!r} was forgotten; it cannot be corrected (remember a new fact instead)"
                 )
             if content_digest(latest.fact) == digest:
-                return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
+                # A duplicate, as a remember's: the groups it adds are kept as the next revision.
+                merged = merged_provenance(latest.fact.provenance, replacement.provenance)
+                if merged is None:
+                    return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
+                return await self._merge(conn, latest, row, merged, now)
             return await self._supersede(conn, latest, row, replacement, now, "replacement")
 
         return await self._link.run(ctx, "memory correct", encode_segment(scope.tenant), work)

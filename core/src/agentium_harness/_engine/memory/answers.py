@@ -103,8 +103,9 @@ def check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None:
     """Refuse a correction past :data:`MAX_FACT_REVISIONS` whatever the store would do (engine-enforced).
 
     ``revisions`` is the owner check's history read. A replacement identical
-    to the current revision is left to the store (it answers ``DUPLICATE``,
-    writing nothing).
+    to the current revision, citing no group it does not, is left to the
+    store (it answers ``DUPLICATE``, writing nothing); one citing new groups
+    would be a revision (``merged_provenance``), refused at the cap.
     """
     if not revisions:
         return
@@ -120,7 +121,7 @@ def check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None:
         replacement.text,
         replacement.valid_from,
         replacement.valid_until,
-    ):
+    ) and set(replacement.provenance) <= set(same.provenance):
         return
     check_revision(held)
 
