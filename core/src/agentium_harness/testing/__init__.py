@@ -138,6 +138,7 @@ SUITE_MODULES = (
     "agentium_harness.testing.summarizer_contract",
     "agentium_harness.testing.verifier_contract",
     "agentium_harness.testing.memory_contract",
+    "agentium_harness.testing.memory_provenance_contract",
     "agentium_harness.testing.erasure_contract",
     "agentium_harness.testing.index_erasure_contract",
     "agentium_harness.testing.contracts",
