@@ -71,8 +71,12 @@ def make_server(server: ServerProcess, tmp_path: Path) -> Iterator[Callable[...,
 
 @pytest.fixture
 async def admin(server: ServerProcess) -> AsyncIterator[aioredis.Redis]:
-    """A plain redis-py client on the shared server, for looking behind the store's back."""
-    client = aioredis.Redis.from_url(server.url)
+    """A plain redis-py client on the shared server, for looking behind the store's back.
+
+    Its reads wait up to 120 s, not redis-py's default 5 s: a test that grows a field to
+    64 MiB with a Lua script waits for that script, which took over 5 s on a loaded machine.
+    """
+    client = aioredis.Redis.from_url(server.url, socket_timeout=120)
     yield client
     await client.aclose()
 

@@ -89,7 +89,8 @@ async def grown(server: ServerProcess) -> AsyncIterator[tuple[RedisRecallStore, 
 
 
 async def _grow(server: ServerProcess, key: str, field: str) -> None:
-    admin = aioredis.Redis.from_url(server.url)
+    # Up to 120 s for the script (redis-py's default read timeout is 5 s): see conftest's ``admin``.
+    admin = aioredis.Redis.from_url(server.url, socket_timeout=120)
     try:
         await admin.eval(_GROW, 1, key, field, HUGE)  # type: ignore[misc]
     finally:
@@ -171,7 +172,7 @@ async def test_an_erase_never_fetches_a_huge_revision_and_erases_its_source(
     assert peak < PEAK, f"the erase pulled {peak} bytes into Python"
     assert isinstance(report, EraseReport) and report.status is EraseStatus.COMPLETE, report
     assert report.count("document") == 2
-    admin = aioredis.Redis.from_url(server.url)
+    admin = aioredis.Redis.from_url(server.url, socket_timeout=120)
     try:
         assert await admin.exists(f"{tp}:m:1", f"{tp}:m:2", f"{tp}:t:1", f"{tp}:t:2") == 0
         assert not await admin.hexists(f"{tp}:rev", document_source_id(OWNER, "first"))
@@ -183,7 +184,7 @@ async def test_a_huge_vector_model_key_is_a_mismatch_never_fetched(
     server: ServerProcess, grown: tuple[RedisRecallStore, str]
 ) -> None:
     store, tp = grown
-    admin = aioredis.Redis.from_url(server.url)
+    admin = aioredis.Redis.from_url(server.url, socket_timeout=120)
     try:
         await admin.eval(  # type: ignore[misc]
             "redis.call('SET', KEYS[1], string.rep('m', tonumber(ARGV[1]))) return 1", 1, f"{tp}:vm", HUGE
@@ -202,7 +203,7 @@ async def test_a_huge_vector_model_key_is_a_mismatch_never_fetched(
     raised, peak = await _peak(lambda: store.index_vectors([SourceVector(ref, _axis(2))], _ctx()))
     assert peak < PEAK, f"index_vectors pulled {peak} bytes into Python"
     assert isinstance(raised, EmbeddingModelMismatchError), raised
-    admin = aioredis.Redis.from_url(server.url)
+    admin = aioredis.Redis.from_url(server.url, socket_timeout=120)
     try:
         assert await admin.hgetall(f"{tp}:m:1") == before  # nothing written
     finally:
@@ -216,7 +217,7 @@ async def test_discovery_leaves_out_a_revision_or_size_longer_than_a_digest(
     # 700 candidate rows of hybrid discovery, each with fields just under a loose cap, add up to a
     # large reply: a revision and a size are held to what the store writes (71 bytes at most).
     store, tp = grown
-    admin = aioredis.Redis.from_url(server.url)
+    admin = aioredis.Redis.from_url(server.url, socket_timeout=120)
     try:
         await admin.hset(f"{tp}:m:1", field, "7" * 4096)
     finally:
@@ -244,7 +245,7 @@ async def test_seek_refuses_another_sessions_group_filed_in_its_group_set(server
         await store.index_groups(mine, [group], [ArchiveReceipt(0, group.digest, "x")], _ctx())  # row 1
         await store.index_groups(theirs, [secret], [ArchiveReceipt(0, secret.digest, "x")], _ctx())  # row 2
         tp = tenant_prefix(store.config.key_prefix, "big")
-        admin = aioredis.Redis.from_url(server.url)
+        admin = aioredis.Redis.from_url(server.url, socket_timeout=120)
         try:
             bucket = (await admin.hget(f"{tp}:m:1", "b") or b"").decode()
             await admin.zrem(f"{tp}:g:{bucket}", "1")
