@@ -329,3 +329,37 @@ async def test_the_sweep_trusts_a_valid_owner_key_over_an_edited_id(
         assert kept == (await admin.hget(f"{tp}:m:4", "dg")).decode()
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("level", ["session", "groups"])
+async def test_the_sweep_never_takes_another_owners_row_whose_owner_key_alone_was_edited(
+    server: ServerProcess, admin: aioredis.Redis, level: str
+) -> None:
+    # The dual of the edited id: s2's group 0 (row 4) and s2's document (row 6) with only their owner
+    # field edited to s1's owner key. Their id, bucket and group set still say s2 (discovery, which
+    # needs all three to agree, shows them to nobody, as for an edited id), so one edited field must
+    # not let an erasure of s1 remove them. The owner key decides only while the tenant's bucket map
+    # files it under the row's bucket; else the row's id decides.
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        digests, _ = await _setup(store)
+        tp = f"{prefix}:{{acme}}"
+        rows = {n: await admin.hgetall(f"{tp}:m:{n}") for n in (4, 6)}
+        await admin.hset(f"{tp}:m:4", "o", "ana/s1/~/~")
+        await admin.hset(f"{tp}:m:6", "o", "ana/s1/~/~")
+
+        planned = await store.erase(TARGETS[level], _ctx(), dry_run=True)
+        report = await store.erase(TARGETS[level], _ctx())
+
+        assert planned.sessions == report.sessions and planned.counts == report.counts
+        [session] = report.sessions
+        assert session.session == KEY and list(session.groups) == list(enumerate(digests))
+        assert report.count("document") == (1 if level == "session" else 0)
+        for n in (4, 6):
+            assert await admin.exists(f"{tp}:m:{n}", f"{tp}:t:{n}") == 2, n
+            assert {**rows[n], b"o": b"ana/s1/~/~"} == await admin.hgetall(f"{tp}:m:{n}")
+        assert await admin.exists(f"{tp}:c:4") == 1
+        assert "damaged" not in report.detail
+    finally:
+        await store.aclose()

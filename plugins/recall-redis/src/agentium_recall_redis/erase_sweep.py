@@ -15,10 +15,11 @@ are numbered by one counter, ``P:n``, that only grows, so ``P:m:1`` to
 pages of :data:`SWEEP_PAGE` (one bounded script call each), by number — no
 key pattern, no ``SCAN``, no other tenant's key — and judges each row by its
 own fields: its owner key ``o`` decides when it is one the store writes
-(it chose the row's bucket: an id edited to name the target never takes
-another owner's row), its id ``sid`` only when the owner key is
-unreadable; for a group the seq (the row's ``seq`` field, else its id's)
-must be in the target's ranges.
+and the bucket map ``P:bk`` files it under the row's bucket (it chose the
+bucket: an id edited to name the target never takes another owner's row,
+nor does an owner key edited alone), its id ``sid`` when the owner key is
+unreadable or filed elsewhere; for a group the seq (the row's ``seq``
+field, else its id's) must be in the target's ranges.
 The script sends back only rows whose owner key or id starts as the
 target's would, each field only when no longer than any the store writes,
 so a field grown behind the store's back is never transferred. What the
@@ -90,7 +91,8 @@ end
 #: One page of the sweep. KEYS: P:n. ARGV: P, first row, page size, longest field, owner-key prefix, then
 #: id prefixes. Returns {last row number (P:n, 0 when absent or not a counter), then per row of the page
 #: with a row hash whose owner key starts with the owner-key prefix or whose id starts with an id prefix:
-#: n, owner key, id, seq, digest (as ``vouched``)}. A field longer than the longest field (the seq: 20
+#: n, owner key, id, seq, digest (as ``vouched``), filed ("1" when the tenant's bucket map ``P:bk`` files
+#: the owner key under the row's bucket, else "0")}. A field longer than the longest field (the seq: 20
 #: bytes) comes back as "", unread.
 SWEEP = Script(
     "erase_sweep",
@@ -110,6 +112,8 @@ local function field(key, name, limit)
   return redis.call('HGET', key, name) or ''
 end
 local function starts(s, p) return string.sub(s, 1, #p) == p end
+local bk = redis.call('TYPE', P .. ':bk')
+bk = (bk['ok'] or bk) == 'hash'
 for i = first, math.min(last, first + count - 1) do
   local n = string.format('%d', i)
   local key = P .. ':m:' .. n
@@ -125,6 +129,8 @@ for i = first, math.min(last, first + count - 1) do
       out[#out + 1] = sid
       out[#out + 1] = field(key, 'seq', 20)
       out[#out + 1] = vouched(key)
+      local filed = bk and o ~= '' and redis.call('HGET', P .. ':bk', o) == redis.call('HGET', key, 'b')
+      out[#out + 1] = filed and '1' or '0'
     end
   end
 end
@@ -187,18 +193,25 @@ def _covered(target: EraseTarget, sid: str) -> bool:
     return target.covers_owner(owner)
 
 
-def judge(target: EraseTarget, n: str, okey: str, sid: str, seq: str, digest: str) -> Swept | None:
+def judge(
+    target: EraseTarget, n: str, okey: str, sid: str, seq: str, digest: str, filed: str
+) -> Swept | None:
     """The sweep's verdict on one row: :class:`Swept` when the row says it is the target's.
 
-    Its owner key decides when it is one the store writes (it chose the
-    row's bucket, so the scope that sees it): an id edited to name the
-    target never takes another owner's row. Its id decides only when the
-    owner key is not readable. A group's seq is its ``seq`` field, else the
-    seq its id gives when the id names the same session. A tenant target
-    takes every row.
+    Its owner key decides when it is one the store writes and the tenant's
+    bucket map still files it under the row's bucket (``filed``: it chose
+    the bucket, so the scope that sees the row): an id edited to name the
+    target never takes another owner's row, and neither does an owner key
+    edited alone (the bucket, the id and the group set still say whose the
+    row is). Its id decides when the owner key is not readable or not filed
+    under the row's bucket. A group's seq is its ``seq`` field, else the seq
+    its id gives when the id names the same session. A tenant target takes
+    every row.
     """
     owner = _owner_of_key(target.tenant_id, okey)
     id_owner = owner_of_source_id(sid)
+    if owner is not None and filed != "1" and id_owner is not None:
+        owner = None  # the owner key and the row's bucket disagree: one was edited, the id decides
     same = id_owner is not None and (owner is None or id_owner == owner)
     number = stored_seq(seq) if seq else None
     if number is None and same and sid.startswith("group/"):
@@ -231,11 +244,11 @@ async def sweep_rows(
         args: list[str | int] = [prefix, first, SWEEP_PAGE, FIELD_CAP, okp, *sid_prefixes]
         reply = await store.script(SWEEP, [f"{prefix}:n"], args, ctx, "recall erase")
         last, rows = int(as_text(reply[0])), [as_text(v) for v in reply[1:]]
-        for i in range(0, len(rows) - 4, 5):
+        for i in range(0, len(rows) - 5, 6):
             n = rows[i]
             if n in skipped:
                 continue
-            row = judge(target, n, *rows[i + 1 : i + 5])
+            row = judge(target, n, *rows[i + 1 : i + 6])
             if row is None:
                 continue
             if len(found) >= want:
