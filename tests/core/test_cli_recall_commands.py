@@ -582,3 +582,32 @@ def test_a_walked_file_swapped_for_a_link_after_the_walk_is_not_followed(
     monkeypatch.undo()
     assert main(["recall", "search", str(config), *ANA, "zulu root password"]) == 0
     assert "hunter2" not in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.open not in os.supports_dir_fd, reason="no openat on this platform")
+def test_a_walked_folder_swapped_for_a_link_after_the_walk_is_not_followed(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # O_NOFOLLOW guards only a path's last part: with the folder holding a walked file swapped for a
+    # link after the walk, the file was opened through the link, outside the folder, and indexed.
+    outside = config.parent / "outside"
+    outside.mkdir()
+    (outside / "lunch.txt").write_text("The zulu root password is hunter2.")
+    docs = config.parent / "docs"
+    ops = docs / "ops"
+
+    def to_link() -> None:
+        (ops / "lunch.txt").unlink()
+        ops.rmdir()
+        ops.symlink_to(outside, target_is_directory=True)
+
+    _swapped_after_the_walk(monkeypatch, to_link)
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "1 indexed, 2 skipped\n"
+    assert (
+        f"  skipped {ops / 'lunch.txt'}: a folder on its path is a symbolic link now; not followed\n" in err
+    )
+    monkeypatch.undo()
+    assert main(["recall", "search", str(config), *ANA, "zulu root password"]) == 0
+    assert "hunter2" not in capsys.readouterr().out

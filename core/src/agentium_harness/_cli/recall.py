@@ -13,7 +13,7 @@ import errno
 import os
 import stat
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio
@@ -114,6 +114,9 @@ _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY
 #: Added for a file found in a folder walk: a symbolic link swapped in since the walk is not followed.
 _NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
+#: Added when a folder on a walked file's path is opened: it must still be a folder.
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
 #: What a path that is not a regular file is, by its ``st_mode``, for the "skipped" note.
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO"),
@@ -128,23 +131,61 @@ class _Skipped(Exception):
     """A document that is not read: the reason, for the "skipped" note."""
 
 
-def _read_document(path: Path, *, follow: bool) -> bytes:
+#: Whether a walked file can be opened folder by folder from its root (``openat``), none followed.
+_BY_FOLDER = os.open in os.supports_dir_fd and bool(_NO_FOLLOW)
+
+
+def _open_walked(path: Path, doc_id: str) -> int:
+    """Open walked file ``path`` (``root / doc_id``) from its root, one part at a time, no link followed.
+
+    ``O_NOFOLLOW`` guards only a path's last part: a folder between the root and the file swapped
+    for a link after the walk was followed out of the folder. So each folder below the root is
+    opened relative to the one above it (``dir_fd``) with ``O_NOFOLLOW``, and the file relative to
+    its folder; the root itself is followed (the operator named it).
+
+    :raises _Skipped: a part is a link now, or cannot be opened.
+    """
+    parts = PurePosixPath(doc_id).parts
+    if not _BY_FOLDER or tuple(path.parts[-len(parts) :]) != parts:  # not root / doc_id: last part only
+        return _opened(path, _OPEN_FLAGS | _NO_FOLLOW, None, last=True)
+    root = Path(*path.parts[: len(path.parts) - len(parts)])
+    folder = _opened(root, os.O_RDONLY | _DIRECTORY, None, last=False)
+    try:
+        for part in parts[:-1]:
+            inner = _opened(part, os.O_RDONLY | _DIRECTORY | _NO_FOLLOW, folder, last=False)
+            os.close(folder)
+            folder = inner
+        return _opened(parts[-1], _OPEN_FLAGS | _NO_FOLLOW, folder, last=True)
+    finally:
+        os.close(folder)
+
+
+def _opened(name: str | Path, flags: int, folder: int | None, *, last: bool) -> int:
+    """``os.open(name, flags, dir_fd=folder)``; a link where none may be, or a failure: :class:`_Skipped`."""
+    try:
+        return os.open(name, flags, dir_fd=folder)
+    except OSError as exc:
+        link = exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and folder is not None and not last)
+        if link and flags & _NO_FOLLOW:
+            if last:
+                raise _Skipped("a symbolic link now (found as a file); not followed") from None
+            raise _Skipped("a folder on its path is a symbolic link now; not followed") from None
+        raise _Skipped(f"cannot be read: {exc.strerror or exc}") from None
+
+
+def _read_document(path: Path, doc_id: str, *, follow: bool) -> bytes:
     """At most one byte past :data:`MAX_DOCUMENT_BYTES` of the regular file at ``path``.
 
     The walk saw a regular file, but what is there when it is read may have changed since: a FIFO
     opened plainly waited for a writer for good, a device was read as a document, and a link was
     followed out of the folder. So the file is opened without waiting and, for a walked file
-    (``follow`` false), without following a link; then the opened descriptor itself must be a
-    regular file, so what is read is what was checked.
+    (``follow`` false), without following a link, neither the file nor a folder between the root
+    and it (:func:`_open_walked`); then the opened descriptor itself must be a regular file, so
+    what is read is what was checked.
 
     :raises _Skipped: not read (cannot be opened or read, a link now, not a regular file).
     """
-    try:
-        fd = os.open(path, _OPEN_FLAGS | (0 if follow else _NO_FOLLOW))
-    except OSError as exc:
-        if exc.errno == errno.ELOOP and not follow:
-            raise _Skipped("a symbolic link now (found as a file); not followed") from None
-        raise _Skipped(f"cannot be read: {exc.strerror or exc}") from None
+    fd = _opened(path, _OPEN_FLAGS, None, last=True) if follow else _open_walked(path, doc_id)
     try:
         mode = os.fstat(fd).st_mode
     except OSError as exc:
@@ -203,7 +244,7 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
                 # At most one byte past the bound is read: a huge file is skipped, never loaded.
                 # A skipped file's name is the folder's text, escaped like a document's lines.
                 try:
-                    data = _read_document(path, follow=path in named)
+                    data = _read_document(path, doc_id, follow=path in named)
                 except _Skipped as why:
                     # Unreadable (permissions, removed since the walk), or no longer a regular file:
                     # skipped like a binary file, and the command goes on to the next file, not a
