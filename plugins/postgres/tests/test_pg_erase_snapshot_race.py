@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
+import anyio.abc
 import psycopg
 import pytest
 from psycopg import sql
@@ -258,3 +259,60 @@ async def test_a_dry_run_takes_no_lock_so_it_runs_on_a_read_only_connection(
     finally:
         await reader.aclose()
         await conn.close()
+
+
+async def test_a_session_created_in_another_tenant_while_an_erase_reads_is_not_held_by_it(
+    app_config: PostgresConfig,
+    admin: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The erase locked the revision floor (one row for the whole store) before it listed, fetched
+    # and decoded its snapshots, so every session created meanwhile, of any tenant, waited for the
+    # erase's whole read and failed at its own deadline. The floor is needed only for the DELETE.
+    store = PostgresSessionStore(app_config)
+    creator = PostgresSessionStore(app_config)
+    fresh = SessionKey("globex", "bob", "t1")
+    outcome: dict[str, Any] = {}
+    reading, settled = anyio.Event(), anyio.Event()
+    original: Callable[..., Awaitable[Any]] = erase_module._snapshot_groups
+
+    async def hooked(*args: Any, **kwargs: Any) -> Any:
+        reading.set()
+        await settled.wait()
+        return await original(*args, **kwargs)
+
+    async def create() -> None:
+        outcome["revision"] = await creator.save(fresh, scoped_snapshot(fresh, " new"), None, _ctx())
+
+    async def rival(group: anyio.abc.TaskGroup) -> None:
+        await reading.wait()
+        group.start_soon(create)
+        # Until the create finished or waits on a lock (pg_stat_activity): the order is fixed.
+        while "revision" not in outcome:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                ("%INSERT INTO%session_snapshots%",),
+            ).fetchone()
+            if row is not None and row[0] > 0:
+                outcome["held"] = True
+                break
+            await anyio.sleep(0.01)
+        settled.set()
+
+    try:
+        groups = await _seed(store)
+        monkeypatch.setattr(erase_module, "_snapshot_groups", hooked)
+        with anyio.fail_after(25):
+            async with anyio.create_task_group() as group:
+                group.start_soon(rival, group)
+                report = await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert "held" not in outcome, "a create of another tenant waited for the erase's reads"
+        assert outcome["revision"] >= 1
+        [session] = report.sessions
+        assert session.session == VICTIM and list(session.groups) == groups[VICTIM]
+        assert report.count("snapshot") == 1
+        assert await store.load(KEEP, _ctx()) is not None and await store.load(fresh, _ctx()) is not None
+        assert await store.load(VICTIM, _ctx()) is None
+    finally:
+        await store.aclose()
+        await creator.aclose()

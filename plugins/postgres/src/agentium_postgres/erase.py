@@ -283,18 +283,9 @@ async def erase_snapshots(
     if target.groups:  # archived groups only: the session store holds none
         return EraseReport(), []
     s = sql.Identifier(schema)
-    floor: tuple[Any, ...] | None = None
-    if not dry_run:
-        # The revision floor (schema step 3) is locked first, before any snapshot row: a create
-        # holds it FOR SHARE while it inserts (sessions.py), so taking it after a snapshot's lock
-        # could deadlock with a create waiting on that row; and two erases queue here, not on rows.
-        cursor = await conn.execute(
-            sql.SQL("SELECT 1 FROM {s}.session_revision_floor WHERE singleton FOR UPDATE").format(s=s)
-        )
-        floor = await cursor.fetchone()
     where, params = target_filter(target, seq=False)
     # The rows are locked as they are listed, in key order, until the transaction ends (not in a
-    # dry run, see above): a snapshot cannot be deleted or saved over between its size read, its
+    # dry run: see the docstring): a snapshot cannot be deleted or saved over between its size read, its
     # fetch and the DELETE, so the report gives the groups of exactly the revision the erase
     # removed. A save or another erase racing this one waits for it, then finds the session gone.
     cursor = await conn.execute(
@@ -307,12 +298,6 @@ async def erase_snapshots(
     )
     found = await cursor.fetchall()
     taken = found[:bound]
-    if not dry_run and taken and floor is None:  # its trigger refuses a DELETE; a TRUNCATE is not refused
-        raise PostgresSessionStoreError(
-            "postgres session store: the session revision floor's row is missing, so an erased "
-            "session's revisions could repeat; the erasure stopped and nothing was changed. Restore "
-            "the row as the schema's owner, at a revision no lower than any session's ever was"
-        )
     # A row whose key no id encodes to is erased unread: the report cannot name its session.
     named = [
         (key, user, session, int(size))
@@ -329,6 +314,22 @@ async def erase_snapshots(
             "them locked; the erasure stopped and nothing was changed. Run it again"
         )
     if not dry_run and taken:
+        # The revision floor (schema step 3) is locked only now, after the reads and before the
+        # DELETE: it is one row for the whole store, and every create (of any tenant) locks it FOR
+        # SHARE while it inserts (sessions.py), so locking it before the reads held every create
+        # for the erase's whole read. No deadlock: the rows are locked FOR UPDATE without being
+        # changed, which a create's INSERT ... ON CONFLICT DO NOTHING does not wait for, and
+        # nothing is deleted before the floor is held, so no create holding it waits on this
+        # transaction. Two erases of one tenant lock their rows in the same key order.
+        cursor = await conn.execute(
+            sql.SQL("SELECT 1 FROM {s}.session_revision_floor WHERE singleton FOR UPDATE").format(s=s)
+        )
+        if await cursor.fetchone() is None:  # its trigger refuses a DELETE; a TRUNCATE is not refused
+            raise PostgresSessionStoreError(
+                "postgres session store: the session revision floor's row is missing, so an erased "
+                "session's revisions could repeat; the erasure stopped and nothing was changed. Restore "
+                "the row as the schema's owner, at a revision no lower than any session's ever was"
+            )
         # The floor is raised, in this transaction, to the highest revision the DELETE removed, so
         # a session created under an erased id starts past every revision the erased one had.
         await conn.execute(

@@ -216,10 +216,11 @@ class PostgresSessionStore(SessionStore):
         if expected is None:
             # A new session starts past the revision floor (1 in a store nothing was erased from),
             # so no revision an erased session had under this id can be presented again. The floor's
-            # row is locked FOR SHARE in this statement: an erase locks it FOR UPDATE before it reads
-            # or deletes anything and raises it before it commits (erase.py), so a create racing an
-            # erase either runs wholly before it (the session then exists: the erase sees and deletes
-            # it, raising the floor past it) or waits for its COMMIT, and then, under READ COMMITTED,
+            # row is locked FOR SHARE in this statement: an erase locks it FOR UPDATE after its reads,
+            # before it deletes anything, and raises it before it commits (erase.py), so a create
+            # racing an erase's DELETE either runs wholly before it (the session then exists and is
+            # not one the erase deletes, or the erase listed and holds it and the insert does
+            # nothing) or waits for its COMMIT, and then, under READ COMMITTED,
             # the lock returns the row's newest version: the raised floor, never the one the
             # statement's snapshot saw. Under REPEATABLE READ or SERIALIZABLE (a lent connection in
             # its own transaction mode) the same race fails with a serialization error instead.
