@@ -317,10 +317,12 @@ return {cjson.encode(rows), table.concat(blobs)}
 
 #: Read texts at their revisions. KEYS: P:ids. ARGV: P, read cap (>= 1: max_read_bytes), excerpt cap
 #: (>= 0: the caller's bytes per excerpt), byte budget (-1: none; the caller's remaining bytes), then
-#: (sid, rev) pairs. Each text is fetched only as far as its excerpt can use: the read cap, the excerpt
-#: cap and what is left of the budget, whichever is least, rounded up to whole blocks (at least one);
-#: the budget goes down by what the excerpt can take of it (the bytes fetched, at most the excerpt cap).
-#: So a read transfers at most its budget plus one block per ref, whatever the texts' sizes. Returns per
+#: (sid, rev) pairs. A text whose excerpt can still take bytes (excerpt cap > 0, budget not spent) is
+#: fetched up to the read cap, so its excerpt can be cut around the query's words wherever they are;
+#: any other is fetched one block only (its size and first block, nothing of it can be shown). The
+#: budget goes down by what the excerpt can take of it (the bytes fetched, at most the excerpt cap). So
+#: a read transfers at most the read cap per ref its budgets leave room for, and one block per other
+#: ref, whatever the texts' sizes. Returns per
 #: ref {full size, the bytes fetched, the digests of the blocks read (nil: the row has no ``td``), the
 #: length of the row's whole ``td``} or nil (unknown, deleted or at another revision).
 READ = Script(
@@ -335,8 +337,8 @@ for i = 5, #ARGV, 2 do
   local row = n and redis.call('HMGET', P .. ':m:' .. n, 'rev', 'td')
   if row and row[1] == ARGV[i + 1] then
     local key = P .. ':t:' .. n
-    local want = math.min(cap, ecap)
-    if left >= 0 then want = math.min(want, left) end
+    local want = cap
+    if ecap <= 0 or left == 0 then want = 1 end
     local span = math.max(1, math.ceil(want / BLOCK)) * BLOCK
     local data = redis.call('GETRANGE', key, 0, span - 1)
     if left >= 0 then left = math.max(0, left - math.min(#data, ecap)) end

@@ -456,12 +456,12 @@ class RedisRecallSession(RecallSession):
     ) -> Sequence[Excerpt]:
         """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets.
 
-        One round trip. Each text is fetched with ``GETRANGE`` only as far as
-        its excerpt can use: ``max_read_bytes``, ``max_excerpt_bytes`` and
-        what is left of ``ctx.remaining_bytes``, whichever is least, rounded
-        up to whole blocks (so at most the budget plus one block per ref is
-        transferred; an excerpt of a longer text is chosen from the bytes
-        fetched). Every block read
+        One round trip. A text whose excerpt can still take bytes (a
+        ``max_excerpt_bytes`` above 0, ``ctx.remaining_bytes`` not spent) is
+        fetched with ``GETRANGE`` up to ``max_read_bytes`` (rounded up to
+        whole blocks), so its excerpt is cut around the query's words
+        wherever they are in that much of it; any other text costs one block.
+        Every block read
         is checked against the row's block digests (:mod:`~agentium_recall_redis.text_blocks`):
         a text edited behind the store's back raises :class:`RedisRecallError`,
         a row without digests (an earlier layout) :class:`RedisRecallLayoutError`;
@@ -478,8 +478,8 @@ class RedisRecallSession(RecallSession):
         if not wanted:
             return []
         read_cap = self._store.config.max_read_bytes
-        # The script fetches each text only as far as its excerpt can use (the excerpt cap, what is left
-        # of the byte budget), so a read never pulls 64 KiB per ref to return a few hundred bytes.
+        # The script fetches up to max_read_bytes only the texts whose excerpts the budgets leave room
+        # for (the excerpt is cut around the query's words, wherever they are), one block of the rest.
         budget = -1 if ctx.remaining_bytes is None else max(0, min(MAX_SCRIPT_INT, ctx.remaining_bytes))
         args: list[Arg] = [self._prefix, read_span(read_cap), cap, budget]
         for ref, _ in wanted:
