@@ -538,7 +538,9 @@ async def erase_memory(
     revision whose provenance names the session is erased with its fact; a
     fact with a damaged revision and none naming the session stops the
     erasure, typed, naming the fact, with nothing erased (:class:`_SessionScan`).
-    Tenant and user targets need no provenance.
+    Tenant and user targets need no provenance. Each taken fact's writer lock
+    is held before the delete, so a revision a writer of the fact commits
+    meanwhile is deleted too (see the lock's comment below).
     """
     if target.groups:
         return EraseReport()
@@ -562,6 +564,18 @@ async def erase_memory(
         ids = scan.covered
     taken = ids[:bound]
     revisions = 0
+    if taken and not dry_run:
+        # Each fact's writer lock first (the advisory lock correct, forget and a duplicate's merge
+        # hold for the whole of their transaction, memory.py's ``_latest``). The DELETE's snapshot
+        # is taken when it starts: without the lock, a writer holding the fact's latest row then
+        # commits a revision the DELETE never sees (the old rows go, the new one stays, current,
+        # still naming the erased session). With it, the writer has committed (the DELETE sees its
+        # revision) or waits, and then finds the fact gone. Sorted, so two erasures never deadlock.
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('memory fact ' || %s || ' ' || o.f)) "
+            "FROM (SELECT f FROM unnest(%s::text[]) WITH ORDINALITY AS u(f, n) ORDER BY n) AS o",
+            (params[0], sorted(taken)),
+        )
     if taken:
         count: sql.SQL = (
             sql.SQL(
