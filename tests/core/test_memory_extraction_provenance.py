@@ -39,7 +39,14 @@ from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
-from agentium_harness.plugin_api import MAX_PROVENANCE, MemoryStore, Message, OpContext, Role
+from agentium_harness.plugin_api import (
+    MAX_FACT_REVISIONS,
+    MAX_PROVENANCE,
+    MemoryStore,
+    Message,
+    OpContext,
+    Role,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -167,3 +174,39 @@ async def test_an_agent_turn_without_a_digest_is_not_extracted_and_a_warning_say
     [fact] = await manager.list(ANA)
     assert fact.text == "said: I live in Leeds"
     assert [(r.session, r.seq) for r in fact.fact.provenance] == [("s1", 1)]
+
+
+@pytest.mark.parametrize("bound", ["provenance", "revisions"])
+async def test_an_extracted_duplicate_the_store_refuses_at_a_bound_is_a_warning(
+    bound: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The fact already cites MAX_PROVENANCE groups (or holds MAX_FACT_REVISIONS revisions), so the
+    # store refuses to merge the extraction's group into it: the fact stays, citing none of s9's
+    # groups, and erasing s9 will not remove it. The extraction still completes; it was silent.
+    manager = MemoryManager(InMemoryMemoryStore(), extractor=SaysExtractor())
+    if bound == "provenance":
+        cites = [GroupRef("s0", n, DIGEST) for n in range(MAX_PROVENANCE)]
+        await manager.remember(MemoryFact(ANA, "said: my pin is 4321", provenance=cites))
+    else:
+        ack = await manager.remember(
+            MemoryFact(ANA, "said: my pin is 4321", provenance=[GroupRef("s0", 0, DIGEST)])
+        )
+        assert ack.fact_id is not None
+        for n in range(1, MAX_FACT_REVISIONS):
+            text = "said: my pin is 4321" if n % 2 == 0 else "said: my pin was 4321"
+            await manager.correct(
+                ANA, ack.fact_id, MemoryFact(ANA, text, provenance=[GroupRef("s0", 0, DIGEST)])
+            )
+    with anyio.fail_after(30), caplog.at_level(logging.WARNING, logger="agentium.engine.memory"):
+        manager.extract_in_background(
+            ANA, [Message(Role.USER, "my pin is 4321")], "ex", sources=[GroupRef("s9", 0, DIGEST)]
+        )
+        await manager.drain()
+    [fact] = await manager.list(ANA)
+    assert "s9" not in {r.session for r in fact.fact.provenance}  # refused: nothing written
+    warnings = [
+        r for r in caplog.records if r.name == "agentium.engine.memory" and r.levelno == logging.WARNING
+    ]
+    assert len(warnings) == 1, caplog.text
+    assert "1 of the 1 facts" in warnings[0].getMessage() and "rejected" in warnings[0].getMessage()
+    assert "4321" not in caplog.text and "s9" not in caplog.text

@@ -16,16 +16,27 @@ provenance would tie the fact to data it did not come from (and
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterable, Sequence
 
 import attrs
 
 from ..._errors import ContractViolationError, EncodingError, InvalidArgumentError
 from ..._history import Message, MessageGroup
-from ..._ports.memory import _PROVENANCE_READ, MAX_PROVENANCE, GroupRef, MemoryFact, MemoryScope
+from ..._ports.memory import (
+    _PROVENANCE_READ,
+    MAX_PROVENANCE,
+    AckStatus,
+    GroupRef,
+    MemoryAck,
+    MemoryFact,
+    MemoryScope,
+)
 from .answers import within
 
-__all__ = ["checked_sources", "proposed_facts", "turn_source"]
+__all__ = ["checked_sources", "note_rejected", "proposed_facts", "turn_source"]
+
+_log = logging.getLogger("agentium.engine.memory")
 
 
 def checked_sources(sources: object) -> tuple[GroupRef, ...]:
@@ -89,6 +100,29 @@ def proposed_facts(
             )
         kept.append(fact if fact.provenance else attrs.evolve(fact, provenance=sources))
     return kept
+
+
+def note_rejected(acks: Sequence[MemoryAck]) -> None:
+    """A WARNING when facts an extraction proposed were rejected: nobody else sees those acknowledgments.
+
+    A host's ``remember_with_result`` hands its caller the ``rejected`` ack;
+    an extraction is owned work that completes all the same, so without this
+    the rejection was seen only as the write span's ``error.type``. It matters
+    for erasure: a duplicate the store refuses at ``MAX_PROVENANCE`` or
+    ``MAX_FACT_REVISIONS`` leaves the fact it duplicates citing none of the
+    extraction's groups, so erasing their session does not remove it. Counts
+    only: a reason may quote the fact.
+    """
+    rejected = sum(1 for ack in acks if ack.status is AckStatus.REJECTED)
+    if rejected:
+        _log.warning(
+            "memory extraction: %d of the %d facts it proposed were rejected, not written (each is its "
+            "create_memory span's error.type); a duplicate refused at MAX_PROVENANCE or MAX_FACT_REVISIONS "
+            "leaves the fact it duplicates without this extraction's groups, so erasing their session "
+            "does not remove it",
+            rejected,
+            len(acks),
+        )
 
 
 def turn_source(session: str, seq: int, messages: Sequence[Message]) -> GroupRef | None:

@@ -70,7 +70,7 @@ from .answers import (
     checked_scope,
 )
 from .events import announce_drained, announce_write
-from .extraction import checked_sources, proposed_facts
+from .extraction import checked_sources, note_rejected, proposed_facts
 from .extractor import MemoryExtractor
 from .limits import MemoryLimits, model_timeout
 from .selection import (
@@ -465,7 +465,8 @@ class MemoryManager:
         starts): each fact the extractor proposes cites them (its own
         citation is kept if it names only groups of ``sources``), so erasing
         their session removes it. Each fact is checked and written like a host's
-        ``remember``; a rejected one is skipped (it never becomes memory); the
+        ``remember``; a rejected one is skipped (it never becomes memory; a
+        WARNING on ``agentium.engine.memory`` says how many); the
         work fails, writing none, if the extractor raises, proposes more than
         ``max_extracted_facts``, a fact outside ``scope`` (another user, or a
         project or repository other than ``scope``'s when it names one), or
@@ -497,8 +498,8 @@ class MemoryManager:
                 timeout_s=model_timeout(self, self.limits.op_timeout_s),
             )
             # Every fact checked (and given its sources) before the first is written.
-            for fact in proposed_facts(proposed, scope, cited, self.limits.max_extracted_facts):
-                await self.remember_with_result(fact)
+            facts = proposed_facts(proposed, scope, cited, self.limits.max_extracted_facts)
+            note_rejected([await self.remember_with_result(fact) for fact in facts])
 
         return self.start_work(name, "extraction", work)
 
