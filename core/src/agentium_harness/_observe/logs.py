@@ -24,10 +24,10 @@ __all__ = ["LOGGERS", "diagnostic_stage", "log_diagnostics", "one_line", "stage_
 LOGGERS: dict[str, str] = {
     "agentium": "the root: holds a NullHandler; configure it to see everything below",
     "agentium.engine": (
-        "runs: each run's end (INFO), each error leaving run(), an Agent run's model call, "
-        "a history write or read, a session listing, an inspection, a migration, a reconciliation or an "
-        "erasure's dry run, a damaged erasure join record a fence read, a late result's release that "
-        "failed (WARNING)"
+        "runs: each run's end (INFO), each error leaving run(), an Agent run's model call or a turn it "
+        "could not extract from, a history write or read, a session listing, an inspection, a migration, "
+        "a reconciliation or an erasure's dry run, a damaged erasure join record a fence read, "
+        "a late result's release that failed (WARNING)"
     ),
     "agentium.engine.admission": "refused admissions: session busy, runtime closing (DEBUG)",
     "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",
