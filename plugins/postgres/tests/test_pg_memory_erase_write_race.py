@@ -6,8 +6,7 @@ starts: a duplicate ``remember`` (now a merge: the fact's next revision) or a
 correction holding the fact's latest row when it began commits a revision
 that DELETE never sees. The erasure deleted the old revisions, reported
 itself complete, and left the new one, current, with its text, still naming
-the erased session. The erase now takes each fact's writer lock (the advisory
-lock ``correct``, ``forget`` and a merge hold) before it deletes.
+the erased session. The erase now repeats its DELETE until one finds no row.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from typing import Any, Final, LiteralString
 from psycopg import sql
 
 from agentium_harness.plugin_api import (
+    MAX_FACT_REVISIONS,
     ErasedSession,
     EraseReport,
     EraseStatus,
@@ -523,6 +524,10 @@ async def _session_facts(
         scan.settle()
 
 
+#: Most DELETE rounds one memory erase runs (each but the last took a revision committed meanwhile).
+_DELETE_ROUNDS: Final = MAX_FACT_REVISIONS + 2
+
+
 async def erase_memory(
     conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool, row_cap: int = 16 * 1024 * 1024
 ) -> EraseReport:
@@ -538,9 +543,9 @@ async def erase_memory(
     revision whose provenance names the session is erased with its fact; a
     fact with a damaged revision and none naming the session stops the
     erasure, typed, naming the fact, with nothing erased (:class:`_SessionScan`).
-    Tenant and user targets need no provenance. Each taken fact's writer lock
-    is held before the delete, so a revision a writer of the fact commits
-    meanwhile is deleted too (see the lock's comment below).
+    Tenant and user targets need no provenance. The delete is repeated until
+    it finds no row, so a revision a writer of the fact commits meanwhile is
+    deleted too (see the comment below).
     """
     if target.groups:
         return EraseReport()
@@ -564,18 +569,6 @@ async def erase_memory(
         ids = scan.covered
     taken = ids[:bound]
     revisions = 0
-    if taken and not dry_run:
-        # Each fact's writer lock first (the advisory lock correct, forget and a duplicate's merge
-        # hold for the whole of their transaction, memory.py's ``_latest``). The DELETE's snapshot
-        # is taken when it starts: without the lock, a writer holding the fact's latest row then
-        # commits a revision the DELETE never sees (the old rows go, the new one stays, current,
-        # still naming the erased session). With it, the writer has committed (the DELETE sees its
-        # revision) or waits, and then finds the fact gone. Sorted, so two erasures never deadlock.
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext('memory fact ' || %s || ' ' || o.f)) "
-            "FROM (SELECT f FROM unnest(%s::text[]) WITH ORDINALITY AS u(f, n) ORDER BY n) AS o",
-            (params[0], sorted(taken)),
-        )
     if taken:
         count: sql.SQL = (
             sql.SQL(
@@ -587,8 +580,21 @@ async def erase_memory(
                 "RETURNING 1) SELECT count(*) FROM d"
             )
         )
-        row = await (await conn.execute(count.format(s=s), (params[0], taken))).fetchone()
-        revisions = 0 if row is None else int(row[0])
+        # Until a DELETE finds no row: a revision a writer of the fact (correct, forget, a merge)
+        # committed while a DELETE waited for the row it held is outside that statement's snapshot
+        # (it stayed, current, naming the erased session); the next one sees it. A writer blocked on
+        # a row deleted here finds the fact gone once this commits, so an empty round ends it.
+        for _ in range(1 if dry_run else _DELETE_ROUNDS):
+            row = await (await conn.execute(count.format(s=s), (params[0], taken))).fetchone()
+            deleted = 0 if row is None else int(row[0])
+            revisions += deleted
+            if dry_run or not deleted:
+                break
+        else:
+            raise PostgresMemoryError(
+                f"memory erase: the facts kept gaining revisions over {_DELETE_ROUNDS} rounds of deletes; "
+                "nothing was erased (try again)"
+            )
     kind, detail = physical(len(taken), dry_run)
     return EraseReport(
         count_items(fact=len(taken), revision=revisions), (), _status(len(ids), bound), kind, detail
