@@ -340,7 +340,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
                 runtime.recall_limits,
                 runtime.recall_policy,
                 QueryInput(query),
-                hidden=recall_hidden(key, snap.view),
+                hidden=recall_hidden(key, snap.view, snap.erased),
                 groups=session_groups(ticket, runtime.archive, key, snap),
             )
 

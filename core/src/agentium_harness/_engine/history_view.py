@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import attrs
 
 from .._history import Message, MessageGroup, MessageRef, RetractedSpan, Role, ViewState
+from .._ports.erasure_target import SeqRange
 from .._ports.recall import group_source_id
 from .._scope import SessionKey
 from .foreign_results import for_model
@@ -195,14 +196,20 @@ def model_history(groups: Iterable[MessageGroup], view: ViewState | None) -> tup
     return tuple(out)
 
 
-def recall_hidden(key: SessionKey, view: ViewState | None) -> Callable[[str], bool] | None:
-    """Which recall source ids the view hides: this session's groups it cleared or a retraction touched.
+def recall_hidden(
+    key: SessionKey, view: ViewState | None, erased: Sequence[SeqRange] | None = None
+) -> Callable[[str], bool] | None:
+    """Which recall source ids are not this run's to show: this session's groups hidden or erased.
 
     A group a retraction touched is hidden whole (its excerpt could quote
     the retracted message), and so is every group before the view's start.
-    ``None`` when the view hides nothing.
+    A group an erasure removed (``erased``, the snapshot's ranges) is no
+    history any more: a store still answering with it (an index row its
+    erasure missed, a stale replica) is not trusted on it, so its excerpt
+    never reaches the model. ``None`` when nothing is hidden.
     """
-    if view is None or (view.start == 0 and not view.spans):
+    spans = tuple(erased or ())
+    if (view is None or (view.start == 0 and not view.spans)) and not spans:
         return None
     index = ViewIndex(view)
     prefix = group_source_id(key, 0)[:-1]
@@ -211,7 +218,10 @@ def recall_hidden(key: SessionKey, view: ViewState | None) -> Callable[[str], bo
         if not source_id.startswith(prefix):
             return False
         tail = source_id[len(prefix) :]
-        return tail.isdigit() and tail.isascii() and index.touched(int(tail))
+        if not (tail.isdigit() and tail.isascii()):
+            return False
+        seq = int(tail)
+        return index.touched(seq) or any(seq in span for span in spans)
 
     return hidden
 

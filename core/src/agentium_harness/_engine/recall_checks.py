@@ -150,7 +150,8 @@ def checked_candidates(
         # One note per call, naming the first few (a store's answer may hold many).
         named = ", ".join(hidden[:_NAMED_HIDDEN]) + (", …" if len(hidden) > _NAMED_HIDDEN else "")
         state.notes.append(
-            f"{len(hidden)} source(s) left out: retracted or cleared from the session's view ({named})"
+            f"{len(hidden)} source(s) left out: retracted or cleared from the session's view, "
+            f"or erased ({named})"
         )
     return kept, len(hidden), len(items)
 

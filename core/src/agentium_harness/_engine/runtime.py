@@ -374,7 +374,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                 history=history,
                 clarify=clarify,
                 clarify_timeout_s=self.limits.op_timeout_s,
-                hidden=recall_hidden(key, snap.view),
+                hidden=recall_hidden(key, snap.view, snap.erased),
                 hybrid=self.hybrid,
                 groups=session_groups(ticket, self.archive, key, snap),
             )
