@@ -109,6 +109,58 @@ async def test_a_foreign_result_answering_a_structured_call_is_sent_as_that_call
     )
 
 
+def _exchanges_answered_in_turn(messages: list[Message]) -> bool:
+    """Whether each message with tool calls is followed at once by one ``tool`` message per call.
+
+    What Chat Completions requires of a request (``agentium-provider-openai`` sends the
+    history so): a message between a call and its result is refused with HTTP 400.
+    """
+    for at, message in enumerate(messages):
+        if message.tool_calls:
+            after = messages[at + 1 : at + 1 + len(message.tool_calls)]
+            if sorted(m.tool_call_id or "" for m in after if m.role is Role.TOOL) != sorted(
+                c.id for c in message.tool_calls
+            ):
+                return False
+    return True
+
+
+async def test_a_foreign_result_inside_an_exchange_of_cores_is_sent_after_it_never_between() -> None:
+    # The foreign result sits between core's call and its results (its id answers none of them):
+    # sent where it is, its data message would part the calls from their results.
+    provider = ScriptedProvider(replies=["done"])
+    runtime = _runtime(provider)
+    calling = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "fetch"), ToolCall("c2", "fetch")))
+    messages = [
+        Message(Role.USER, "Fetch both."),
+        calling,
+        Message(Role.TOOL, "first", tool_call_id="c1"),
+        _result("c9"),
+        Message(Role.TOOL, "second", tool_call_id="c2"),
+        Message(Role.ASSISTANT, "Both fetched."),
+    ]
+    async with runtime:
+        with anyio.fail_after(30):
+            await runtime.append(ANA, "s1", messages)
+            await runtime.append(ANA, "s1", [Message(Role.USER, "q"), calling, _result("c1"), _result("c2")])
+            await runtime.run(ANA, "s1", "Summarize it.")
+    (request,) = provider.calls
+    sent = _sent(request)
+    assert _exchanges_answered_in_turn(sent), [(m.role.value, m.tool_call_id) for m in sent]
+    # Nothing is lost or reordered but the data message: it follows the exchange it sat in.
+    first = sent[:6]
+    assert [m.content for m in first[:4]] == ["Fetch both.", "", "first", "second"]
+    shown = BLOCK.fullmatch(first[4].content)
+    assert first[4].role is Role.USER and shown is not None and shown["call"] == "c9"
+    assert first[5] == Message(Role.ASSISTANT, "Both fetched.")
+    # Results answering core's calls (payload or not) stay right after them, as before.
+    assert [(m.role, m.tool_call_id) for m in sent[6:9]] == [
+        (Role.USER, None),
+        (Role.ASSISTANT, None),
+        (Role.TOOL, "c1"),
+    ]
+
+
 async def test_a_partial_retraction_keeps_a_lone_foreign_result_in_the_view_and_as_data() -> None:
     provider = ScriptedProvider(replies=["done"])
     runtime = _runtime(provider)

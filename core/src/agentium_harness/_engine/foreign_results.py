@@ -65,24 +65,36 @@ def for_model(messages: Sequence[Message], seq: int) -> list[Message]:
     the group (as core pairs them: the earliest open call of its id) and a
     legacy one (:func:`legacy_tool_output`) become a ``tool_output`` block
     (:func:`_as_data`); one answering a call of core's is sent as any result.
-    Every other message is sent as it is, without its payload.
+    Every other message is sent as it is, without its payload. A block made
+    while calls of core's are still open follows the result that closes the
+    last of them: a provider API (Chat Completions) refuses a request whose
+    call is not followed at once by its results, and a foreign result needs
+    no place among them.
     """
     out: list[Message] = []
+    held: list[Message] = []  # blocks made inside an exchange of core's, sent once it closes
     open_calls: dict[str, int] = {}
+    waiting = 0  # calls of core's not answered yet
     for index, message in enumerate(messages):
         for call in message.tool_calls:
             open_calls[call.id] = open_calls.get(call.id, 0) + 1
+            waiting += 1
         if message.role is Role.TOOL:
             call_id = message.tool_call_id
             if call_id is not None and open_calls.get(call_id):
                 open_calls[call_id] -= 1
+                waiting -= 1
             elif message.payload is not None:
-                out.append(_as_data(message, seq, index))
+                (held if waiting else out).append(_as_data(message, seq, index))
                 continue
         elif legacy_tool_output(message):
-            out.append(_as_data(message, seq, index))
+            (held if waiting else out).append(_as_data(message, seq, index))
             continue
         if message.payload is not None or message.payload_format is not None:
             message = Message(message.role, message.content, message.tool_calls, message.tool_call_id)
         out.append(message)
+        if held and not waiting:
+            out.extend(held)
+            held.clear()
+    out.extend(held)  # calls left open (none in a group as shown: paired_messages drops them)
     return out
