@@ -279,3 +279,31 @@ def test_a_recall_query_never_takes_a_tool_output_for_what_the_user_asked_before
     assert previous_and_latest_user_text(turn) == "Fetch the page.\nAnd the valve?"
     only_output = QueryInput("And the valve?", model_history([MessageGroup(0, (output,), scope)], None))
     assert previous_and_latest_user_text(only_output) == "And the valve?"
+
+
+async def test_resident_max_tokens_bounds_the_history_as_sent_foreign_results_included() -> None:
+    # A foreign result is sent as a notice and an escaped block: far more tokens than its content
+    # ("＜" is sent as "&#xFF1C;"). Counted as stored, the history sent was over max_tokens.
+    from agentium_harness import ResidentLimits, RuntimeLimits
+    from agentium_harness._history_messages import messages_tokens
+
+    provider = ScriptedProvider(replies=["done"], cycle=True)
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=8, max_tokens=2000))
+    runtime = create_harness_runtime(
+        provider=provider, archive=InMemoryArchive(), session_store=InMemorySessionStore(), limits=limits
+    )
+    page = "＜" * 700
+    async with runtime:
+        with anyio.fail_after(30):
+            for i in range(6):
+                item = {"kind": "result", "text": page}
+                result = Message(Role.TOOL, page, tool_call_id=f"c{i}", payload=item, payload_format=FORMAT)
+                await runtime.append(ANA, "s1", [result])
+            await runtime.run(ANA, "s1", "Summarize it.")
+    request = provider.calls[-1]
+    assert len(request.history) >= 1
+    # Every group kept but the newest fits the bound as sent (the newest stays whole, flagged).
+    assert len(request.history) == 1 or messages_tokens(request.history) <= 2000, (
+        len(request.history),
+        messages_tokens(request.history),
+    )

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import attrs
 
 from .._history import MessageGroup, tokens_and_sizes
+from .._history_messages import messages_tokens
+from .foreign_results import for_model
 from .limits import ResidentLimits
 
 __all__ = ["EvictionPlan", "plan_eviction"]
@@ -32,12 +34,29 @@ class EvictionPlan:
     blocked_by_incomplete: int | None = None
 
 
+def _as_sent(group: MessageGroup, counted: tuple[int, int]) -> tuple[int, int]:
+    """``counted`` (tokens, bytes), its tokens at least those of the group as ``run()`` sends it.
+
+    A foreign tool result is sent as a notice and an escaped ``tool_output`` block
+    (:func:`.foreign_results.for_model`), many times its content's tokens: counted as stored,
+    the history sent could be far over ``max_tokens``. Other groups are sent as stored.
+    """
+    if not any(m.payload is not None for m in group.messages):
+        return counted
+    return max(counted[0], messages_tokens(for_model(group.messages, group.seq))), counted[1]
+
+
 def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> EvictionPlan:
-    """Plan the eviction of the oldest complete groups until ``resident`` fits ``limits``."""
+    """Plan the eviction of the oldest complete groups until ``resident`` fits ``limits``.
+
+    A group's tokens are those ``run()`` sends of it (:func:`_as_sent`).
+    """
     # Each group's size is measured once (a canonical encoding each) and the
     # totals kept as running sums, so planning is linear in resident groups;
     # the sums and the oversized check run at C speed (itemgetter, max).
     sizes = tokens_and_sizes(resident)
+    # Only a group holding foreign items (payloads) is sent otherwise than stored.
+    sizes = [_as_sent(g, counted) for g, counted in zip(resident, sizes, strict=True)]
     tokens = sum(map(_TOKENS, sizes))
     size = sum(map(_BYTES, sizes))
     first = 0
