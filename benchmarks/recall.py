@@ -179,7 +179,7 @@ async def measure(store: Any, scope: Any, query_set: Sequence[str]) -> dict[str,
         found += len(excerpts)
         # The engine's own work on the same excerpts: labeled blocks and whole assembly.
         began = time.perf_counter_ns()
-        blocks = [_block(e, rank) for rank, e in enumerate(excerpts, start=1)]
+        blocks = [_block(e, e.text, rank) for rank, e in enumerate(excerpts, start=1)]
         assemble_sources(blocks, limits.max_evidence_tokens)
         assembly.append((time.perf_counter_ns() - began) / 1e6)
         # A whole engine round as a run makes it: every item checked, the fence validation included.
