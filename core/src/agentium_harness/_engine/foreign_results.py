@@ -38,8 +38,13 @@ TOOL_OUTPUT_NOTICE: Final = (
     "character it stands for."
 )
 
-#: How every message :func:`_as_data` makes begins (the block's id and attributes follow).
-_BLOCK_START: Final = f'{TOOL_OUTPUT_NOTICE}\n\n<source-data kind="{SourceKind.TOOL_OUTPUT.value}" '
+#: How every message :func:`_as_data` makes begins (the block's id and attributes follow): taken
+#: from the renderer's own output, the one path to a wrapper tag.
+_BLOCK_START: Final = (
+    f"{TOOL_OUTPUT_NOTICE}\n\n"
+    + SourceBlock(SourceKind.TOOL_OUTPUT, "x", "").render().split(" id=", 1)[0]
+    + " "
+)
 
 
 def is_tool_output_block(message: Message) -> bool:

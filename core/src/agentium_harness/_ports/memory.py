@@ -211,7 +211,7 @@ def _plain_text(value: object) -> object:
 
 #: Most provenance items a fact is built with: past MAX_PROVENANCE it is rejected (and says how
 #: many it cited), but an endless iterable is never read whole.
-_PROVENANCE_READ = 10 * MAX_PROVENANCE
+PROVENANCE_READ = 10 * MAX_PROVENANCE
 
 
 def _provenance(value: Iterable[GroupRef]) -> tuple[GroupRef, ...]:
@@ -219,10 +219,10 @@ def _provenance(value: Iterable[GroupRef]) -> tuple[GroupRef, ...]:
         raise InvalidArgumentError("provenance must be a collection of GroupRef, not a string")
     if not isinstance(value, Iterable):
         raise InvalidArgumentError(f"provenance must be a collection of GroupRef, got {type(value).__name__}")
-    refs = tuple(itertools.islice(value, _PROVENANCE_READ + 1))
-    if len(refs) > _PROVENANCE_READ:
+    refs = tuple(itertools.islice(value, PROVENANCE_READ + 1))
+    if len(refs) > PROVENANCE_READ:
         raise InvalidArgumentError(
-            f"provenance holds more than {_PROVENANCE_READ} items; at most {MAX_PROVENANCE}"
+            f"provenance holds more than {PROVENANCE_READ} items; at most {MAX_PROVENANCE}"
         )
     for ref in refs:
         if not isinstance(ref, GroupRef):

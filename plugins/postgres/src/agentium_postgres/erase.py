@@ -14,8 +14,7 @@ to it), and removes at most ``max_items`` items:
   erased group it keeps in ``archive_groups`` for ``seek_groups``;
 - the memory store: every revision of each covered fact.
 
-Keys are compared whole (injective key segments, bound parameters): no id
-can match another's rows, and nothing of another tenant is read.
+Keys are compared whole (injective segments, bound parameters): no id matches another's rows.
 
 **How physical.** A ``DELETE`` makes the rows invisible to every reader at
 once, but PostgreSQL keeps the dead row versions in the table's pages until

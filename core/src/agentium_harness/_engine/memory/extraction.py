@@ -24,8 +24,8 @@ import attrs
 from ..._errors import ContractViolationError, EncodingError, InvalidArgumentError
 from ..._history import Message, MessageGroup
 from ..._ports.memory import (
-    _PROVENANCE_READ,
     MAX_PROVENANCE,
+    PROVENANCE_READ,
     AckStatus,
     GroupRef,
     MemoryAck,
@@ -47,7 +47,7 @@ def checked_sources(sources: object) -> tuple[GroupRef, ...]:
             f"{type(sources).__name__}; nothing was started"
         )
     # Read bounded: an endless iterable is never read whole.
-    refs = tuple(itertools.islice(sources, _PROVENANCE_READ + 1))
+    refs = tuple(itertools.islice(sources, PROVENANCE_READ + 1))
     if not all(isinstance(ref, GroupRef) for ref in refs):
         raise InvalidArgumentError("sources must be GroupRefs; nothing was started")
     refs = tuple(dict.fromkeys(refs))
