@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,6 +55,9 @@ CALLERS = (
     "agentium_harness._config.load",
     "agentium_harness._config.runtime",
     "agentium_harness._cli.main",
+    "agentium_harness._demo.task",
+    "agentium_harness.adapters.recorded",
+    "agentium_harness.eval._runner",
 )
 #: The one call of each test that hangs (how ``call_with_deadline`` names it): only it gets BOUND_S.
 _HUNG_REGISTRATION = f"agentium_register_providers of plugin {DIST}"
@@ -88,8 +92,23 @@ def only_the_hanging_call_gets_the_short_bound(
             timeout_s = ROOMY_S
         return real(call, timeout_s, what, bound)
 
-    for name in CALLERS:
-        monkeypatch.setattr(importlib.import_module(name), "call_with_deadline", bounded)
+    # Every caller is imported before any is patched: a module first imported while ``deadline``'s
+    # own name was patched bound ``bounded`` for good, and a later test file's calls got ROOMY_S.
+    modules = [importlib.import_module(name) for name in CALLERS]
+    for module in modules:
+        monkeypatch.setattr(module, "call_with_deadline", bounded)
+
+
+def test_callers_lists_every_module_that_imports_call_with_deadline() -> None:
+    # A module missing here keeps its real bound in these tests, or (imported during one) keeps
+    # ``bounded`` after it: the list is checked against the source, not kept by hand.
+    src = Path(deadline_module.__file__).resolve().parents[1]
+    importing = {
+        "agentium_harness." + ".".join(path.relative_to(src).with_suffix("").parts)
+        for path in src.rglob("*.py")
+        if re.search(r"^from \S*deadline import .*\bcall_with_deadline\b", path.read_text("utf-8"), re.M)
+    }
+    assert importing | {"agentium_harness._plugins.deadline"} == set(CALLERS)
 
 
 @pytest.fixture
