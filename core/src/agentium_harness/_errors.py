@@ -465,8 +465,12 @@ class IncompleteGroupError(InvalidArgumentError):
     """Messages given to ``append`` would not form a complete group; nothing was written.
 
     A group is complete when it has at least one message, every tool call in
-    it has its result after it, and every tool result answers an earlier call
-    of the same group, once. Append a tool call together with its result.
+    it has its result after it, every tool result answers an earlier call of
+    the same group, once, and no other message comes between an assistant's
+    tool calls and their results (Chat Completions refuses a request with
+    one there, and ``run()`` sends the group as committed). A foreign tool
+    result (a ``tool`` message with a ``payload``) needs no call of core's
+    and may come anywhere. Append a tool call together with its result.
     """
 
 

@@ -143,3 +143,26 @@ async def test_a_tool_output_stored_as_user_before_the_fix_reaches_the_model_as_
     (request,) = provider.calls
     _page_as_data(request, None)
     assert page.groups[0].group.messages == tuple(legacy)  # decoded as it was stored
+
+
+async def test_an_item_between_a_function_call_and_its_output_is_kept_as_the_sdk_added_it(
+    provider_runtime: tuple[HarnessRuntime, ScriptedProvider],
+) -> None:
+    # append refuses a message between a structured tool call of core's and its result (a model
+    # API refuses such a request). The SDK's calls are foreign items, never core's structured
+    # calls: whatever order the SDK adds items in is stored as it is, and run() sends no tool call.
+    runtime, provider = provider_runtime
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    between = {"role": "user", "content": "And the other page?"}
+    with anyio.fail_after(30):
+        await session.add_items([QUESTION, CALL, between, OUTPUT])
+        assert (await session.get_items()) == [QUESTION, CALL, between, OUTPUT]
+        await runtime.run(ANA, "chat-1", "Summarize it.")
+    (request,) = provider.calls
+    sent = [*request.history, *request.turn]
+    assert not any(m.tool_calls or m.role is Role.TOOL for m in sent)
+    assert [m.content for m in sent][:3] == [
+        QUESTION["content"],
+        "[function_call fetch] " + CALL["arguments"],
+        between["content"],
+    ]

@@ -27,7 +27,7 @@ from .._foreign_items import legacy_tool_output
 from .._history import Message, Role
 from .._ports.provider import SourceBlock, SourceKind
 
-__all__ = ["TOOL_OUTPUT_NOTICE", "for_model", "is_tool_output_block"]
+__all__ = ["TOOL_OUTPUT_NOTICE", "for_model", "interjection", "is_tool_output_block"]
 
 #: What the model reads before a foreign tool result's block, in the same message.
 TOOL_OUTPUT_NOTICE: Final = (
@@ -103,3 +103,42 @@ def for_model(messages: Sequence[Message], seq: int) -> list[Message]:
             held.clear()
     out.extend(held)  # calls left open (none in a group as shown: paired_messages drops them)
     return out
+
+
+def interjection(messages: Sequence[Message]) -> tuple[int, tuple[str, ...]] | None:
+    """The first message :func:`for_model` would send between tool calls of core's and their results.
+
+    ``(its index, the ids of the calls still open before it)``, or ``None``
+    when every call is answered before any other message is sent. Chat
+    Completions refuses a request whose assistant tool calls are not
+    followed at once by their ``tool`` results, so ``append`` refuses a
+    group holding one: ``run()`` would send it so on every later turn. The
+    same walk as :func:`for_model`: a result answers the earliest open call
+    of its id; a foreign tool result (a payload ``tool`` message answering no
+    open call, or a legacy one) is held until the exchange closes, so it
+    interjects nothing; any other message while a call is open does (a
+    ``user`` or ``system`` message, an assistant's text or its next calls).
+    """
+    open_calls: dict[str, int] = {}
+    waiting = 0  # calls of core's not answered yet
+    for index, message in enumerate(messages):
+        was_open = waiting
+        for call in message.tool_calls:
+            open_calls[call.id] = open_calls.get(call.id, 0) + 1
+            waiting += 1
+        if message.role is Role.TOOL:
+            call_id = message.tool_call_id
+            if call_id is not None and open_calls.get(call_id):
+                open_calls[call_id] -= 1
+                waiting -= 1
+                continue
+            if message.payload is not None:
+                continue  # held by for_model until the exchange closes
+        elif legacy_tool_output(message):
+            continue  # held too
+        if was_open:
+            still = [call_id for call_id, n in open_calls.items() for _ in range(n)]
+            for call in message.tool_calls:
+                still.remove(call.id)  # its own calls were counted above: only earlier ones are open
+            return index, tuple(still)
+    return None

@@ -107,7 +107,9 @@ class HistoryOperations:
 
         One call is one group, and the group must be complete: every tool call
         with its result after it, every tool result answering an earlier call
-        of the same call's messages (:class:`IncompleteGroupError` otherwise).
+        of the same call's messages, and nothing but tool results between an
+        assistant's tool calls and the last of their results (a model API
+        refuses a request otherwise; :class:`IncompleteGroupError` for each).
         Messages are checked and copied first: ``content`` valid text, tool
         arguments and ``payload`` plain JSON within their bounds
         (:class:`InvalidPayloadError`). ``expected_revision`` (0: the session

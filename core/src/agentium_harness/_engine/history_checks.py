@@ -37,6 +37,7 @@ from .._history_messages import PAYLOAD_FORMAT
 from .._json import same_plain_json
 from .._text import cut_text
 from .._validators import check_count, exact_int, lone_surrogate_at, shown_number, validate_id
+from .foreign_results import interjection
 
 __all__ = [
     "MAX_APPEND_BYTES",
@@ -441,6 +442,16 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
         raise IncompleteGroupError(
             "the messages would form an incomplete group: " + "; ".join(what) + ". Append a tool call "
             "together with its result, in one call; nothing was written"
+        )
+    cut = interjection(checked)
+    if cut is not None:
+        index, still_open = cut
+        raise IncompleteGroupError(
+            f"message {index} ({checked[index].role.value}) comes between tool call(s) "
+            f"{list(still_open)[:5]} and their result(s): an assistant's tool calls must be answered "
+            "by their tool results before any other message (a model API refuses a request "
+            "otherwise, and run() would send this group on every later turn). Put the message after "
+            "the results; nothing was written"
         )
     return checked, encoded
 
