@@ -63,7 +63,7 @@ from .._ports.summary import (
     fit_notes,
 )
 from .._scope import SessionKey, encode_segment
-from .._text import error_text, shorten
+from .._text import error_text, one_line, shorten
 from .._validators import shown_number
 from .adapter_lists import listed
 from .commit import CommitOutcome
@@ -87,6 +87,7 @@ __all__ = [
     "summarize_timeout",
     "summary_block",
     "summary_reader",
+    "uncertainty_attribute",
     "update_summary",
 ]
 
@@ -125,8 +126,26 @@ class SummaryUpdate:
     diagnostics: tuple[Diagnostic, ...]
 
 
+def uncertainty_attribute(notes: Sequence[str]) -> str:
+    r"""A summary block's ``uncertainty``: one note per line, each note's own line breaks escaped.
+
+    A note is a summarizer's free text (it may quote a group): joined with
+    ``"; "``, one holding ``"; "`` read as two notes, a forged one among
+    them. Each note is written on one line (:func:`~agentium_harness._text.one_line`:
+    ``\n``, ``\r``, ``\u2028``… and ``\\`` for a backslash, as the
+    recall-status notice writes its lines), and the lines are joined with a
+    line break, which no note then holds: ``value.split("\n")`` gives the
+    notes back, each as written. The renderer writes each line break of an
+    attribute as ``&#xA;`` (an opening tag is one line), like every other
+    character it escapes.
+    """
+    return "\n".join(map(one_line, notes))
+
+
 def summary_block(key: SessionKey, state: SummaryState, view_start: int = 0) -> SourceBlock:
     """The summary as labeled source data: text, coverage, citations, policy and uncertainty.
+
+    The uncertainty notes are one per line (:func:`uncertainty_attribute`).
 
     After a view reset (``view_start`` above 0) the coverage says the summary
     starts at the view: what came before was cleared and is not summarized.
@@ -146,7 +165,7 @@ def summary_block(key: SessionKey, state: SummaryState, view_start: int = 0) -> 
         ("citations", cited),
     ]
     if summary.uncertainty:
-        attributes.append(("uncertainty", "; ".join(summary.uncertainty)))
+        attributes.append(("uncertainty", uncertainty_attribute(summary.uncertainty)))
     return SourceBlock(
         SourceKind.SUMMARY,
         f"summary/{encode_segment(key.session)}",
