@@ -321,7 +321,8 @@ async def test_a_provenance_digest_that_matches_no_stored_group_erases_nothing(
     with caplog.at_level("WARNING", logger="agentium.engine.memory"):
         result = await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
     assert result.ack.ok and result.erasures == () and result.still_held == ()
-    assert {h.place for h in result.sources} == {SourcePlace.GONE}
+    # Not the fact's sources, and never erased by anyone: not held here (never "gone").
+    assert {(h.place, h.state) for h in result.sources} == {(SourcePlace.NOT_HELD, SourceState.NOT_HELD)}
     assert any("digest the stored group does not have" in n for n in result.notes)
     assert [g.seq for g in await archive.read_groups(key, 0, 10, OpContext())] == [0, 1]
     view = await rt.inspect_session(ANA, "s1")

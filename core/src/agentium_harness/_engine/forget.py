@@ -14,10 +14,13 @@ in a task summary covering them. ``runtime.forget`` therefore:
    (and so is a fact past the one bounded listing of a store without history);
 2. looks up each source group (before forgetting, so a failed read changes
    nothing) and says where its text still is (:class:`SourceHolder`):
-   archived, resident, covered by the summary, or already gone. Only a stored
-   group whose digest equals the cited digest is a source: a reference whose
-   digest matches no stored group is reported ``gone`` with a note (and a
-   WARNING log, seqs and the hashed session only), and never erased. A
+   archived, resident, covered by the summary, already gone (erased
+   earlier), or never held here (``not_held``: an :class:`Agent`'s own
+   conversation, which Agentium does not archive, cites groups no session
+   stores). Only a stored group whose digest equals the cited digest is a
+   source: a reference whose digest matches no stored group is reported
+   ``not_held`` with a note (and a WARNING log, seqs and the hashed session
+   only), and never erased. A
    group erased earlier (retention keeps the summary's text) is gone, but a
    summary still covering it holds text written from it: that is reported
    (and emptied below) unless the summary cites the seq with another digest;
@@ -50,6 +53,8 @@ from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import SessionKey, validate_id
 from .erased_groups import may_state, merge_ranges
 from .erasure import ErasureResult, OperatorAttestation, check_request
+from .erasure_index import finished_covering
+from .erasure_ledger import pending_records
 from .history_read import fetch_groups, read_settled
 from .load import load_session
 from .memory.manager import counted_listing
@@ -72,15 +77,26 @@ class SourcePlace(enum.StrEnum):
     RESIDENT = "resident"
     #: Covered by the session's task summary (cited, or below its frontier), whose text may state the fact.
     SUMMARY = "summary"
-    #: Not stored any more: erased earlier, or its session does not exist.
+    #: Not stored any more, erased earlier: one of its session's erased groups, or its session is gone
+    #: and an erasure of it (or of its user or tenant) is on record.
     GONE = "gone"
+    #: Never held by Agentium: no stored group of its session matches the citation and no erasure
+    #: removed one — an :class:`~agentium_harness.Agent`'s own conversation (Agentium does not
+    #: archive it), a group never written, or a stored group with another digest at that seq.
+    NOT_HELD = "not_held"
 
 
 class SourceState(enum.StrEnum):
     """Whether the text is still there after the call."""
 
+    #: Agentium still holds the text there (:attr:`ForgetResult.still_held`).
     HOLDS_TEXT = "holds_text"
+    #: Agentium holds no text there: erased by this call (place ``archived`` or ``summary``) or
+    #: before it (place ``gone``).
     ERASED = "erased"
+    #: Agentium never held it (place ``not_held``): nothing was erased, by this call or before it;
+    #: whatever keeps the text outside Agentium (the host's own conversation store) is the host's to erase.
+    NOT_HELD = "not_held"
 
 
 @attrs.frozen(slots=True)
@@ -185,6 +201,8 @@ class _Places:
     archived: list[int]
     mismatched: list[int]
     summarized: list[int] = attrs.field(factory=list)
+    #: Cited groups no stored group of the session is (and no erasure removed): never held here.
+    not_held: list[int] = attrs.field(factory=list)
 
 
 async def _places(
@@ -197,8 +215,12 @@ async def _places(
     group at each cited seq is read — resident ones from the snapshot,
     archived ones from the archive, inside the same admission ticket — and
     only one whose digest equals a cited digest is the fact's source. A
-    mismatch is reported ``gone`` (the fact's source is not held there) and
-    is never erased; the summary counts for a seq only if its group matches.
+    mismatch is reported ``not_held`` (the fact's source is not held there)
+    and is never erased; the summary counts for a seq only if its group
+    matches. A cited seq with no stored group is ``gone`` only when an
+    erasure removed it (one of the snapshot's erased groups, or a session
+    absent with an erasure of it on record); otherwise Agentium never held
+    it (an Agent's own conversation): ``not_held``, never ``gone``.
     """
     async with runtime.parts.admission.admit_shared(key, "forget sources") as ticket:
         # With erase_sources, a session an erasure is still pending on is refused (typed) as the
@@ -228,6 +250,16 @@ async def _places(
             lambda: load_session(ticket, runtime.session_store, key, None, attest_legacy=False, fence=True),
             read,
         )
+        # A session that is not stored: erased whole (a tombstone, or an erasure under way), or never
+        # written here (an Agent's conversation is its own, not archived by Agentium). Only the
+        # first is "gone": reporting the second erased would claim an erasure nobody ran.
+        erased_whole = stored is None and any(
+            r.target.covers_session(key)
+            for r in (
+                *await finished_covering(ticket, runtime.session_store, key),
+                *await pending_records(ticket, runtime.session_store, key.tenant),
+            )
+        )
     digests: dict[int, set[str]] = {}
     for seq, digest in cited:
         digests.setdefault(seq, set()).add(digest)
@@ -241,6 +273,11 @@ async def _places(
     erased = snap.erased or ()
     for seq in dict.fromkeys(seq for seq, _ in cited):
         group = groups.get(seq)
+        if group is None and not erased_whole and not any(seq in r for r in erased):
+            # Never stored in this session (absent, or the seq past its groups) and no erasure took it.
+            places.holders.append(SourceHolder(key, seq, SourcePlace.NOT_HELD, SourceState.NOT_HELD))
+            places.not_held.append(seq)
+            continue
         if group is None:
             places.holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
             # Erased earlier by retention, which keeps the summary's text: written from the group
@@ -253,7 +290,7 @@ async def _places(
                 places.summarized.append(seq)
             continue
         if group.digest not in digests[seq]:
-            places.holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
+            places.holders.append(SourceHolder(key, seq, SourcePlace.NOT_HELD, SourceState.NOT_HELD))
             places.mismatched.append(seq)
             continue
         if seq >= snap.boundary:
@@ -307,7 +344,14 @@ async def _sources(
             seqs = ", ".join(map(str, place.mismatched))
             notes.append(
                 f"the fact cites group(s) {seqs} of session {session!r} with a "
-                "digest the stored group does not have: not its source, reported as gone and not erased"
+                "digest the stored group does not have: not its source, reported as not held and not erased"
+            )
+        if place.not_held:
+            seqs = ", ".join(map(str, place.not_held))
+            notes.append(
+                f"group(s) {seqs} of session {session!r} the fact cites were never held by Agentium (an "
+                "Agent's own conversation is not archived by Agentium): nothing of them was erased here; "
+                "erase them wherever the host keeps that conversation"
             )
         # Groups erased earlier that the summary still covers are erased again with the others: the
         # archive and recall index hold nothing of them, and the marking (a forget erasure) empties

@@ -1,0 +1,137 @@
+"""``runtime.forget`` says truthfully what happened to each source: erased now, gone before, never held.
+
+An ``Agent`` cites each turn of its own conversation as a group of its
+session, but Agentium does not archive that conversation: no session store
+holds it. ``forget(erase_sources=True)`` of such a fact reported its source
+``gone`` / ``erased`` — an erasure nobody ran. It is now ``not_held``, apart
+from a source erased by the call (``archived`` → ``erased``) and one erased
+before it (``gone``), and the fact itself is forgotten either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    Agent,
+    EraseTarget,
+    FactStatus,
+    GroupRef,
+    MemoryFact,
+    MemoryManager,
+    MemoryScope,
+    OperatorAttestation,
+    ResidentLimits,
+    RuntimeLimits,
+    SessionKey,
+    SourcePlace,
+    SourceState,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import Message, OpContext, Role
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+SCOPE = MemoryScope("acme", "ana")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 9")
+
+
+class SaysExtractor:
+    """Proposes ``said: <text>`` for each user message (the manager attaches the turn it read)."""
+
+    async def extract(
+        self, scope: MemoryScope, messages: Sequence[Message], ctx: OpContext
+    ) -> list[MemoryFact]:
+        return [MemoryFact(scope, f"said: {m.content}") for m in messages if m.role is Role.USER]
+
+
+def _runtime(archive: InMemoryArchive) -> object:
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        memory=MemoryManager(InMemoryMemoryStore(), extractor=SaysExtractor()),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+
+
+async def _status(rt: object, fact_id: str) -> tuple[object, set[tuple[str, int, str, str]]]:
+    result = await rt.forget(  # type: ignore[attr-defined]
+        SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR
+    )
+    return result, {(h.session.session, h.seq, h.place, h.state) for h in result.sources}
+
+
+async def test_each_source_is_reported_erased_gone_or_not_held_as_it_truly_is() -> None:
+    archive = InMemoryArchive()
+    rt = _runtime(archive)
+    key = SessionKey("acme", "ana", "s1")
+    with anyio.fail_after(30):
+        async with rt:  # type: ignore[attr-defined]
+            memory = rt.memory  # type: ignore[attr-defined]
+            for text in ("my pin is 4321", "the sky is blue", "again"):
+                await rt.run(ANA, "s1", text)  # type: ignore[attr-defined]  # groups 0 and 1 archived
+            (group,) = await archive.read_groups(key, 0, 1, OpContext())
+            cited = [GroupRef("s1", 0, group.digest)]
+            first = await memory.remember(MemoryFact(SCOPE, "ana's pin is 4321", provenance=cited))
+            second = await memory.remember(MemoryFact(SCOPE, "ana has a pin", provenance=cited))
+            agent = Agent(ScriptedProvider(replies=["noted"], cycle=True), memory, SCOPE, session="chat")
+            await agent.run("I live in Leeds")
+            await agent.close()  # drains the extraction: its fact cites the agent's turn 0 of "chat"
+            [extracted] = [f for f in await memory.list(SCOPE) if f.text == "said: I live in Leeds"]
+            assert [(r.session, r.seq) for r in extracted.fact.provenance] == [("chat", 0)]
+            assert first.fact_id is not None and second.fact_id is not None
+
+            # An archived source: erased by this call.
+            result, status = await _status(rt, first.fact_id)
+            assert ("s1", 0, SourcePlace.ARCHIVED, SourceState.ERASED) in status
+            assert len(result.erasures) == 1
+            assert 0 not in [g.seq for g in await archive.read_groups(key, 0, 10, OpContext())]
+
+            # The same source, cited by another fact: erased already, so gone (and no erasure ran).
+            result, status = await _status(rt, second.fact_id)
+            assert status == {("s1", 0, SourcePlace.GONE, SourceState.ERASED)}
+            assert result.erasures == ()
+
+            # The Agent's turn: never held by Agentium, so nothing was erased — not "gone".
+            result, status = await _status(rt, extracted.fact_id)
+            assert status == {("chat", 0, SourcePlace.NOT_HELD, SourceState.NOT_HELD)}
+            assert result.erasures == () and result.still_held == ()
+            assert any("never held by Agentium" in n for n in result.notes)
+
+            # Every fact itself is forgotten all the same.
+            for fact_id in (first.fact_id, second.fact_id, extracted.fact_id):
+                assert (await memory.history(SCOPE, fact_id))[-1].status is FactStatus.FORGOTTEN
+
+
+async def test_a_source_whose_session_was_erased_whole_is_gone_not_not_held() -> None:
+    archive = InMemoryArchive()
+    rt = _runtime(archive)
+    with anyio.fail_after(30):
+        async with rt:  # type: ignore[attr-defined]
+            memory = rt.memory  # type: ignore[attr-defined]
+            for text in ("one", "two", "three"):
+                await rt.run(ANA, "s2", text)  # type: ignore[attr-defined]
+                await rt.run(ANA, "s3", text)  # type: ignore[attr-defined]
+            refs = [
+                GroupRef(s, 0, g.digest)
+                for s in ("s2", "s3")
+                for g in await archive.read_groups(SessionKey("acme", "ana", s), 0, 1, OpContext())
+            ]
+            # The session erasure removes facts citing s2; this one is written after it.
+            await rt.erase(  # type: ignore[attr-defined]
+                EraseTarget.session("acme", "ana", "s2"), reason="dsr", attestation=OPERATOR
+            )
+            ack = await memory.remember(MemoryFact(SCOPE, "ana counts", provenance=refs))
+            assert ack.fact_id is not None
+            _, status = await _status(rt, ack.fact_id)
+            assert ("s2", 0, SourcePlace.GONE, SourceState.ERASED) in status
+            assert ("s3", 0, SourcePlace.ARCHIVED, SourceState.ERASED) in status
