@@ -477,15 +477,21 @@ def test_erase_on_an_existing_database_holding_nothing_records_that_nothing_was_
     assert code == 0 and f"erasure {record['erasure_id']} (erasure) complete" in out
 
 
-def test_erase_works_when_only_a_store_not_yet_used_has_no_database(
+def test_erase_with_a_store_not_yet_used_is_refused_until_its_file_exists(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A store's database is created on first use: after one turn nothing was archived, so the
-    # archive's file does not exist yet. That store holds nothing; the erasure is not refused.
+    # archive's file does not exist yet. A missing file cannot be told from a mistyped path (whose
+    # erasure recorded "nothing" while the real archive kept the data), so the erasure is refused,
+    # creating nothing, and says how to go on: an empty file there is a store holding nothing.
     cfg = str(_typo_config(tmp_path, "archive.db", "sessions.db"))
     who = ("--tenant", "acme", "--user", "ana")
     assert _agentium(capsys, "run", cfg, *who, "--session", "s1", f"{MARK} hi")[0] == 0
     assert not (tmp_path / "archive.db").exists() and (tmp_path / "sessions.db").exists()
+    code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "r")
+    assert code == 2 and out == "" and f"no database at {tmp_path / 'archive.db'} ([archive])" in err
+    assert "create an empty file at that path" in err and not (tmp_path / "archive.db").exists()
+    (tmp_path / "archive.db").touch()
     code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "r", "--json")
     assert code == 0, err
     (record,) = json.loads(out)

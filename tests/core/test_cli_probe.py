@@ -206,7 +206,8 @@ NOTHING_THERE = [
     (["session", "reconcile", "{cfg}", *ANA], 0, "unchanged: no stored session"),
     (["session", "migrate", "{cfg}", *ANA, "--attest-legacy-memory-scope"], 0, "unchanged"),
     (["recall", "rebuild", "{cfg}", *ANA], 0, "0 group(s) newly indexed"),
-    (["retention", "apply", "{cfg}", "--tenant", "acme"], 0, "0 session(s) checked"),
+    # Retention erases: pointed at no database it is refused (exit 2, naming it), as erase is.
+    (["retention", "apply", "{cfg}", "--tenant", "acme"], 2, "no database at"),
 ]
 
 

@@ -41,7 +41,6 @@ from .output import (
     refuse_missing,
     shown,
     shown_lines,
-    unless_missing,
 )
 
 __all__ = [
@@ -142,24 +141,35 @@ def erasure_lines(view: SessionView) -> list[str]:
     return lines
 
 
+#: What a refused erasure's message adds: how to erase with a store that was never written to.
+_NEVER_USED: Final = (
+    " (a store never written to has no file yet: if so, create an empty file at that path"
+    " and run the command again)"
+)
+
+
 def _run(
-    config: str, work: Callable[[Any], Awaitable[T]], *, reading: bool = False, starts_from: str = ""
+    config: str,
+    work: Callable[[Any], Awaitable[T]],
+    *,
+    reading: bool = False,
+    needs: tuple[str, ...] | None = None,
 ) -> T:
     """``work`` on the config's runtime; ``reading`` (a dry run, a status) creates no database file.
 
-    Nor does a command whose work ``starts_from`` a store whose database does not exist
-    (:func:`unless_missing`): retention finds no session there. Any other (an erasure, a resume)
-    is refused when the session store, where erasures are recorded, is a built-in SQLite
-    database that does not exist (:func:`refuse_missing`): a mistyped path created an empty
-    database and saved a tombstone there saying nothing was there.
+    Any other (an erasure, a resume, retention) is refused when a store it erases from or
+    records in is a built-in SQLite database that does not exist (:func:`refuse_missing`):
+    the adapters create their file on first use, so a mistyped path created an empty
+    database, and the tombstone said nothing was there while the data stayed where it was
+    (retention even marked groups erased in the session store that the real archive kept).
+    ``needs`` names those stores (default: every configured one, the session store first).
     """
     resolved = load_config(config)
     if reading:
         resolved = reading_only(resolved)
-    elif starts_from:
-        resolved = unless_missing(resolved, starts_from)
     else:
-        refuse_missing(resolved, "session_store", "nothing was erased")
+        sections = ("session_store", *resolved.components()) if needs is None else needs
+        refuse_missing(resolved, sections, "nothing was erased", _NEVER_USED)
     runtime = build_runtime(resolved)
 
     async def go() -> T:
@@ -199,8 +209,8 @@ def cmd_erase(args: argparse.Namespace) -> int:
     Needs --reason. With --dry-run, print what each store would remove and
     change nothing. With --resume, complete the tenant's erasures left
     pending. With --status, list the erasures covering the scope. An
-    erasure or a resume whose session store is a SQLite database that does
-    not exist is refused, and creates nothing.
+    erasure or a resume with a store whose SQLite database does not exist
+    is refused, and creates nothing.
     """
     modes = [m for m in ("dry_run", "resume", "status") if getattr(args, m)]
     # Usage errors are raised, not printed: main() reports them (as JSON on stdout with --json too).
@@ -265,7 +275,9 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
     """Apply the config's [retention] policy: erase archived groups past it, one tombstone per session.
 
     The scope is the tenant, or --user (and --session) of it. With
-    --dry-run, print what would go and change nothing.
+    --dry-run, print what would go and change nothing. Refused, creating
+    nothing, when the session store, archive or recall store is a SQLite
+    database that does not exist.
     """
     attestation = _attestation(args)
     target = _target(args)
@@ -280,7 +292,10 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
         after = await _all_status(rt, attestation, target)
         return result, [r for r in after if r.state is ErasureState.PENDING and r.erasure_id not in before]
 
-    result, stopped = _run(args.config, apply, reading=args.dry_run, starts_from="session_store")
+    # Retention reads the sessions' snapshots and erases archived groups and their index entries: those
+    # stores must exist (a mistyped archive path let it mark groups erased that the real archive kept).
+    needs = ("session_store", "archive", "recall")
+    result, stopped = _run(args.config, apply, reading=args.dry_run, needs=needs)
     if stopped:
         sys.stderr.write(
             f"agentium retention: {len(stopped)} erasure(s) stopped part way and stay pending (their "

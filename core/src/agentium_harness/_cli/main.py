@@ -368,8 +368,8 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
 
 def cmd_session_reconcile(args: argparse.Namespace) -> int:
     """Resolve a diverged session: keep the archive's groups and renumber the session's own after them."""
-    # No session in a database that does not exist: "unchanged", and none is created.
-    runtime = build_runtime(unless_missing(load_config(args.config), "session_store"))
+    # No session in a missing database: "unchanged"; a missing archive is refused. None is created.
+    runtime = build_runtime(unless_missing(load_config(args.config), "session_store", refuse=("archive",)))
 
     async def go() -> ReconcileReport:
         async with runtime:

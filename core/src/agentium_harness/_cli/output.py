@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any, Final, TextIO
 
@@ -310,31 +311,35 @@ def _missing_sections(resolved: ResolvedConfig) -> dict[str, str]:
     return missing
 
 
-def refuse_missing(resolved: ResolvedConfig, section: str, outcome: str) -> None:
-    """Refuse a command that must act on what ``section``'s store holds when its database does not exist.
+def refuse_missing(
+    resolved: ResolvedConfig, section: str | Sequence[str], outcome: str, hint: str = ""
+) -> None:
+    """Refuse a command that must act on what a section's store holds when its database does not exist.
 
     The built-in SQLite adapters create their file on first use, so ``agentium erase`` pointed
     at a mistyped path created a database there and saved a tombstone in it saying nothing was
-    there, while the data it was meant to erase stayed where it was. The store where such a
-    command records what it did (the session store, for an erasure) must already exist: a run,
-    a memory write and a document indexed all create it. ``outcome`` ends the message
-    (``"nothing was erased"``). Checked before anything is built.
+    there, while the data it was meant to erase stayed where it was; ``retention apply`` with a
+    mistyped archive path created an empty archive and marked groups erased in the session store
+    while the real archive kept them. ``section`` is one section or several (the first missing
+    one is named). ``outcome`` ends the message (``"nothing was erased"``), ``hint`` follows it.
+    Checked before anything is built.
 
     :raises InvalidArgumentError: naming the missing database and every section configured
         with it; nothing was created.
     """
     missing = _missing_sections(resolved)
-    path = missing.get(section)
+    wanted = (section,) if isinstance(section, str) else tuple(section)
+    path = next((missing[name] for name in wanted if name in missing), None)
     if path is None:
         return
     sections = ", ".join(f"[{name}]" for name, other in missing.items() if other == path)
     raise InvalidArgumentError(
         f"no database at {shown(path)} ({sections}): check the path in the config; {outcome}, "
-        "and no database was created"
+        f"and no database was created{hint}"
     )
 
 
-def unless_missing(resolved: ResolvedConfig, section: str) -> ResolvedConfig:
+def unless_missing(resolved: ResolvedConfig, section: str, refuse: Sequence[str] = ()) -> ResolvedConfig:
     """``resolved`` for a command whose work starts from what ``section``'s store holds.
 
     When that store is a built-in SQLite database that does not exist, it holds
@@ -342,7 +347,13 @@ def unless_missing(resolved: ResolvedConfig, section: str) -> ResolvedConfig:
     archived group to index), and the command is answered as
     :func:`reading_only` answers it: nothing there, and no database created.
     A ``memory forget`` on a mistyped path said "nothing was changed" after
-    creating an empty database there. Otherwise ``resolved`` is returned as it is.
+    creating an empty database there. Otherwise ``resolved`` is returned as it is,
+    unless a store of ``refuse`` (one the work then reads or changes: the archive a
+    ``session reconcile`` compares with) has no database: that is refused
+    (:func:`refuse_missing`), since an empty one would be created and taken for the truth.
     """
     readable = reading_only(resolved)
-    return readable if getattr(readable, section) is not getattr(resolved, section) else resolved
+    if getattr(readable, section) is not getattr(resolved, section):
+        return readable
+    refuse_missing(resolved, refuse, "nothing was changed")
+    return resolved

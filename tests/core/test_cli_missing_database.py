@@ -1,0 +1,121 @@
+"""An operator command pointed at a SQLite database that does not exist is refused and creates nothing.
+
+The built-in SQLite adapters create their file on first use. ``agentium
+retention apply`` with the archive's path mistyped created an empty archive
+there, marked the session's archived groups erased in the (real) session
+store and recall index, and exited 0 — while the real archive kept every
+group. ``agentium erase`` with the archive, recall or memory path mistyped
+created an empty database there and recorded "nothing" erased from it, and
+``session reconcile`` created an empty archive and compared the session with
+it. Each is now refused before anything is built: exit 2, one line naming
+the path, no file created, the real databases unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentium_harness._cli import main
+
+STORES = ("archive", "session_store", "recall", "memory")
+WHO = ("--tenant", "acme", "--user", "ana")
+
+
+def _config(folder: Path, name: str, paths: dict[str, str]) -> str:
+    body = (
+        "[runtime.resident]\nmax_groups = 1\n"
+        '[provider]\nplugin = "scripted"\n[provider.options]\nresponses = ["noted"]\ncycle = true\n'
+        "[retention]\nmax_archived_groups = 1\n"
+    )
+    for section in STORES:
+        body += f'[{section}]\nplugin = "sqlite"\n[{section}.options]\npath = "{folder / paths[section]}"\n'
+    (folder / name).write_text(body, encoding="utf-8")
+    return str(folder / name)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture
+def stored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """Four turns of acme/ana/s1 (groups 0 to 2 archived, so retention would trim) and one fact."""
+    real = _config(tmp_path, "real.toml", {s: f"{s}.db" for s in STORES})
+    for i in range(4):
+        assert main(["run", real, *WHO, "--session", "s1", f"turn {i}"]) == 0
+    assert main(["memory", "remember", real, *WHO, "ana likes tea"]) == 0
+    assert {f"{s}.db" for s in STORES} <= {p.name for p in tmp_path.iterdir()}
+    capsys.readouterr()
+    return tmp_path
+
+
+def _refused(
+    folder: Path, capsys: pytest.CaptureFixture[str], argv: list[str], typo: str, command: str
+) -> None:
+    before = _files(folder)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    (line,) = err.splitlines()
+    assert line.startswith(f"agentium {command}: no database at {folder / typo} (")
+    assert "no database was created" in line
+    if "--json" in argv:
+        assert json.loads(out)["error_type"] == "InvalidArgumentError"
+    else:
+        assert out == ""
+    assert not any(p.name.startswith(typo) for p in folder.iterdir()), "a file (or -wal, -shm) was created"
+    assert _files(folder) == before, "a real database changed"
+
+
+@pytest.mark.parametrize("missing", ["archive", "session_store", "recall"])
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_retention_apply_with_a_store_database_missing_is_refused_and_creates_nothing(
+    stored: Path, capsys: pytest.CaptureFixture[str], missing: str, json_form: bool
+) -> None:
+    typo = f"typo-{missing}.db"
+    cfg = _config(stored, "typo.toml", {s: typo if s == missing else f"{s}.db" for s in STORES})
+    argv = ["retention", "apply", cfg, "--tenant", "acme", *(["--json"] if json_form else [])]
+    _refused(stored, capsys, argv, typo, "retention")
+    # The same config with the real path trims: the refusal was the missing file, nothing else.
+    real = _config(stored, "real.toml", {s: f"{s}.db" for s in STORES})
+    assert main(["retention", "apply", real, "--tenant", "acme"]) == 0
+    assert "1 trimmed" in capsys.readouterr().out
+
+
+def test_retention_apply_with_no_database_at_all_is_refused_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _config(tmp_path, "typo.toml", {s: "typo.db" for s in STORES})
+    _refused(tmp_path, capsys, ["retention", "apply", cfg, "--tenant", "acme"], "typo.db", "retention")
+    # A dry run only reads: it still reads a missing database as empty, and creates none.
+    assert main(["retention", "apply", cfg, "--tenant", "acme", "--dry-run"]) == 0
+    assert "0 session(s) checked" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["typo.toml"]
+
+
+@pytest.mark.parametrize("missing", ["archive", "recall", "memory"])
+def test_erase_with_a_store_database_missing_is_refused_and_creates_nothing(
+    stored: Path, capsys: pytest.CaptureFixture[str], missing: str
+) -> None:
+    typo = f"typo-{missing}.db"
+    cfg = _config(stored, "typo.toml", {s: typo if s == missing else f"{s}.db" for s in STORES})
+    _refused(stored, capsys, ["erase", cfg, *WHO, "--reason", "dsr"], typo, "erase")
+    _refused(stored, capsys, ["erase", cfg, "--tenant", "acme", "--resume"], typo, "erase")
+
+
+def test_session_reconcile_with_the_archive_missing_is_refused_and_creates_nothing(
+    stored: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = "typo-archive.db"
+    cfg = _config(stored, "typo.toml", {s: typo if s == "archive" else f"{s}.db" for s in STORES})
+    _refused(stored, capsys, ["session", "reconcile", cfg, *WHO, "--session", "s1"], typo, "session")
+
+
+def test_demo_still_creates_its_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The demo's purpose is to make its database: the refusals above must not reach it.
+    assert main(["demo", "--dir", str(tmp_path / "demo"), "--turns", "2"]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "demo" / "demo.db").exists()
