@@ -13,10 +13,13 @@ import errno
 import os
 import stat
 import sys
+from collections.abc import Awaitable
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from .._config import load_config
 from .._config.runtime import build_runtime, load_runtime
@@ -34,7 +37,13 @@ from .._engine.recall_groups import session_groups
 from .._engine.recall_policy import QueryInput
 from .._engine.results import CommitState
 from .._engine.runtime import HarnessRuntime
-from .._errors import AgentiumError, CapabilityError, ContractViolationError, InvalidArgumentError
+from .._errors import (
+    AgentiumError,
+    CapabilityError,
+    ContractViolationError,
+    InvalidArgumentError,
+    OperationTimeoutError,
+)
 from .._history import MessageGroup
 from .._ports import OpContext
 from .._ports._base import capabilities_of
@@ -202,6 +211,34 @@ def _read_document(path: Path, doc_id: str, *, follow: bool) -> bytes:
         raise _Skipped(f"cannot be read: {exc.strerror or exc}") from None
 
 
+#: The deadline of one document's read, in seconds: a file on a stalled network share (or any read
+#: that blocks) is walked away from and skipped, never waited on for good.
+READ_TIMEOUT_S = 30.0
+
+
+async def _read_off_loop(ticket: Ticket, path: Path, doc_id: str, *, follow: bool) -> bytes:
+    """:func:`_read_document` in a worker thread, under ``ticket``'s deadline (:data:`READ_TIMEOUT_S`).
+
+    The opens, the ``fstat`` and the read (up to one byte past :data:`MAX_DOCUMENT_BYTES`) block
+    the thread they run on: on the event loop they stalled every task of it (the fence, the
+    store's calls, a progress line) for as long as the file system took. In a worker thread that
+    abandons on cancellation, under the engine's call deadline, a read past it is abandoned (its
+    late bytes discarded) and the file skipped like one that cannot be read.
+
+    :raises _Skipped: not read (as :func:`_read_document`, or past the deadline).
+    """
+
+    def work(_ctx: OpContext) -> Awaitable[bytes]:
+        # _read_document is looked up at each call (not bound once): the module's one reader.
+        read = partial(_read_document, path, doc_id, follow=follow)
+        return anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+
+    try:
+        return await ticket.call("read document", work, timeout_s=READ_TIMEOUT_S, traced=False)
+    except OperationTimeoutError:
+        raise _Skipped(f"not read within {READ_TIMEOUT_S}s (abandoned); not indexed") from None
+
+
 class _Progress:
     """A one-line progress counter on stderr, only when stderr is a terminal."""
 
@@ -241,10 +278,12 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
             progress = _Progress(len(files))
             for done, (doc_id, path) in enumerate(files, start=1):
                 at.update(done=done, doc_id=doc_id, path=path, taken=False)
-                # At most one byte past the bound is read: a huge file is skipped, never loaded.
-                # A skipped file's name is the folder's text, escaped like a document's lines.
+                ticket = Ticket(None, "recall add", runtime.limits.op_timeout_s)
+                # At most one byte past the bound is read, off the event loop: a huge file is
+                # skipped, never loaded. A skipped file's name is the folder's text, escaped like a
+                # document's lines.
                 try:
-                    data = _read_document(path, doc_id, follow=path in named)
+                    data = await _read_off_loop(ticket, path, doc_id, follow=path in named)
                 except _Skipped as why:
                     # Unreadable (permissions, removed since the walk), or no longer a regular file:
                     # skipped like a binary file, and the command goes on to the next file, not a
@@ -264,7 +303,6 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
                     counts["skipped"] += 1
                     sys.stderr.write(f"  skipped {shown(str(path))}: not UTF-8 text\n")
                     continue
-                ticket = Ticket(None, "recall add", runtime.limits.op_timeout_s)
                 # Fenced like a memory write: refused while an erasure of the owner is pending, and
                 # deleted again (and refused) if one began while it was written (docs/erasure.md).
                 ref, notes = await index_document_fenced(
