@@ -21,6 +21,7 @@ from agentium_harness import (
     EffectLevel,
     HarnessRuntime,
     IncompleteGroupError,
+    InvalidArgumentError,
     Message,
     Role,
     SessionKey,
@@ -207,3 +208,32 @@ async def test_runs_own_groups_read_back_are_appended_again() -> None:
             copied = await rt.append(ANA, "s2", messages)
             again = (await rt.read_history(ANA, "s2", max_groups=10)).messages
     assert copied.seq == 0 and list(again) == messages
+
+
+def _with_calls(role: Role, **extra: Any) -> Message:
+    return Message(role, "asks", tool_calls=(ToolCall("c9", "fetch", {"q": "x"}),), **extra)
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        pytest.param(
+            _with_calls(Role.TOOL, payload={"k": "result"}, payload_format=FORMAT), id="foreign-tool"
+        ),
+        pytest.param(_with_calls(Role.USER), id="user"),
+        pytest.param(_with_calls(Role.SYSTEM), id="system"),
+    ],
+)
+async def test_tool_calls_on_a_message_not_the_assistants_are_refused_nothing_written(
+    caller: Message,
+) -> None:
+    # run() sends a foreign tool message as data and a user message as text, never their calls: the
+    # results after them would reach the model answering no call (a request the API refuses).
+    rt = _runtime()
+    async with rt:
+        with anyio.fail_after(30):
+            await rt.append(ANA, "s1", [Message(Role.USER, "u0"), Message(Role.ASSISTANT, "a0")])
+            before = await _state(rt)
+            with pytest.raises(InvalidArgumentError, match=r"message 1 \(\w+\) carries tool calls"):
+                await rt.append(ANA, "s1", [USER, caller, _result("c9")])
+            assert await _state(rt) == before

@@ -598,7 +598,11 @@ def test_check_messages_refuses_what_the_one_by_one_check_refuses(messages: list
     if isinstance(expected[0], type):
         assert got == expected
     elif isinstance(got[0], type):
-        assert got[0] is IncompleteGroupError  # each message was fine; the group is not
+        if any(m.tool_calls and m.role is not Role.ASSISTANT for m in messages):
+            # Each message was fine alone, but only an assistant's tool calls can be sent.
+            assert got[0] is InvalidArgumentError and "carries tool calls" in got[1]
+        else:
+            assert got[0] is IncompleteGroupError  # each message was fine; the group is not
     else:
         assert got[0] == expected
 

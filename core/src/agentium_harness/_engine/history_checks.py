@@ -432,6 +432,14 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
         checked, encoded = at_once
     else:
         checked, encoded = tuple([_message(m, i) for i, m in enumerate(messages)]), None
+    for index, message in enumerate(checked):
+        # Only an assistant asks for tools: run() sends a user or tool message's calls nowhere (a
+        # foreign result goes as data), so their results would reach the model with no call before.
+        if message.tool_calls and message.role is not Role.ASSISTANT:
+            raise InvalidArgumentError(
+                f"message {index} ({message.role.value}) carries tool calls; only an assistant "
+                "message may; nothing was written"
+            )
     missing, orphans = match_tool_results(checked)
     if missing or orphans:
         what = []
