@@ -110,3 +110,31 @@ async def test_damaged_counters_and_wrong_typed_store_keys_stop_a_write_before_a
     with pytest.raises(RedisRecallError):
         await store.index_groups(key_, [group], [ArchiveReceipt(0, group.digest, "x")], ctx())
     assert await key_space(admin, store.config.key_prefix) == before
+
+
+@pytest.mark.parametrize("damage", ["lowered", "deleted", "deleted with the row set"])
+async def test_a_damaged_row_counter_never_makes_a_write_overwrite_a_live_row(
+    fresh: Any, admin: aioredis.Redis, damage: str
+) -> None:
+    # New rows took the counter's next number: with the counter lowered (or deleted) behind the
+    # store's back, the next write took row 2's number, overwrote document b's row and text, and b's
+    # postings then led to document c. A new row now goes past the tenant's highest listed row and
+    # past every number whose keys still exist (the row set itself may be gone too).
+    store, tp = fresh
+    await store.index_document(OWNER, "a", "qalpha text", ctx())
+    await store.index_document(OWNER, "b", "qbeta text", ctx())
+    before = {n: (await admin.hgetall(f"{tp}:m:{n}"), await admin.get(f"{tp}:t:{n}")) for n in (1, 2)}
+    if damage == "lowered":
+        await admin.set(f"{tp}:n", "1")
+    else:
+        await admin.delete(f"{tp}:n")
+    if damage == "deleted with the row set":
+        await admin.delete(f"{tp}:rows")
+
+    await store.index_document(OWNER, "c", "qgamma text", ctx())
+
+    assert {n: (await admin.hgetall(f"{tp}:m:{n}"), await admin.get(f"{tp}:t:{n}")) for n in (1, 2)} == before
+    assert [sid.rsplit("/", 1)[1] for sid in await _discover(store, "qbeta")] == ["b"]
+    assert [sid.rsplit("/", 1)[1] for sid in await _discover(store, "qgamma")] == ["c"]
+    assert await store.delete_document(OWNER, "b", ctx())
+    assert [sid.rsplit("/", 1)[1] for sid in await _discover(store, "qgamma")] == ["c"]

@@ -11,9 +11,17 @@ vector in Redis while reporting complete.
 
 So every erase that found all its indexed sources ends with a sweep. Rows
 are numbered by one counter, ``P:n``, that only grows, so ``P:m:1`` to
-``P:m:<P:n>`` are every row the tenant ever had: the sweep reads them in
-pages of :data:`SWEEP_PAGE` (one bounded script call each), by number — no
-key pattern, no ``SCAN``, no other tenant's key — and judges each row by its
+``P:m:<P:n>`` are every row the tenant ever had — unless the counter
+itself was lowered or deleted behind the store's back. So each row is also
+listed, in the script that writes it, in the tenant's row set ``P:rows``
+(member and score its number; it leaves with the row), and after the
+counter's numbers the sweep reads the rows that set lists past them: a
+damaged counter and a damaged index together no longer hide a row (both
+the counter and the row set would have to be damaged too). The sweep reads
+pages of :data:`SWEEP_PAGE` row numbers (one bounded script call each, its
+reply at most :data:`SWEEP_REPLY_CAP` bytes, resumed where a full one
+stopped), by number — no key pattern, no ``SCAN``, no other tenant's
+key — and judges each row by its
 own fields: its owner key ``o`` decides when it is one the store writes
 and the bucket map ``P:bk`` files it under the row's bucket (it chose the
 bucket: an id edited to name the target never takes another owner's row,
@@ -55,12 +63,28 @@ from .scripts import FIELD_CAP
 if TYPE_CHECKING:
     from .erase import EraseOps
 
-__all__ = ["MINE", "SWEEP", "SWEEP_PAGE", "VOUCHED", "Swept", "judge", "noted", "sweep_rows"]
+__all__ = [
+    "MINE",
+    "SWEEP",
+    "SWEEP_PAGE",
+    "SWEEP_REPLY_CAP",
+    "VOUCHED",
+    "Swept",
+    "judge",
+    "noted",
+    "sweep_rows",
+]
 
 logger = logging.getLogger("agentium.plugins.recall_redis")
 
 #: Row numbers one ``SWEEP`` call reads.
 SWEEP_PAGE: Final = 1024
+
+#: The most bytes one ``SWEEP`` reply takes (each element counted with 16 bytes of framing, more than
+#: RESP uses). A row's fields take at most about 66 KB (two of :data:`~agentium_recall_redis.scripts.
+#: FIELD_CAP`), so a reply always has room for at least one row; a call whose rows would pass it stops
+#: early and the next call goes on from there. 1,024 rows of the longest fields were about 64 MiB.
+SWEEP_REPLY_CAP: Final = 1024 * 1024
 
 # The digest of row hash ``key`` a report may carry: its ``dg`` field (``rev`` in a row without one) when
 # it is ``sha256:`` and 64 lowercase hex digits, else ''. Each report line goes into the erasure's
@@ -88,49 +112,80 @@ local function mine(key, sid, okey)
 end
 """
 
-#: One page of the sweep. KEYS: P:n. ARGV: P, first row, page size, longest field, owner-key prefix, then
-#: id prefixes. Returns {last row number (P:n, 0 when absent or not a counter), then per row of the page
-#: with a row hash whose owner key starts with the owner-key prefix or whose id starts with an id prefix:
-#: n, owner key, id, seq, digest (as ``vouched``), filed ("1" when the tenant's bucket map ``P:bk`` files
-#: the owner key under the row's bucket, else "0")}. A field longer than the longest field (the seq: 20
-#: bytes) comes back as "", unread.
+#: One page of the sweep. KEYS: P:n. ARGV: P, first row number, page size, longest field, reply cap,
+#: owner-key prefix, then id prefixes. The page's row numbers are ``first`` to ``first + page - 1`` up to
+#: the counter P:n while ``first`` is within it, else the next ``page`` members of the tenant's row set
+#: ``P:rows`` numbered ``first`` or more (rows past a counter damaged to a lower value, or deleted).
+#: Returns {the row number to go on from ("0": no row left), then per row of the page with a row hash
+#: whose owner key starts with the owner-key prefix or whose id starts with an id prefix: n, owner key,
+#: id, seq, digest (as ``vouched``), filed ("1" when the tenant's bucket map ``P:bk`` files the owner key
+#: under the row's bucket, else "0")}. A field longer than the longest field (the seq: 20 bytes) comes
+#: back as "", unread. The page stops early, before a row that would take the reply past the reply cap
+#: (each element counted with 16 bytes of framing, more than RESP takes), so no reply is larger; the
+#: first row always goes, and at most a row's worth of fields fits any cap of 1 MiB.
 SWEEP = Script(
     "erase_sweep",
     VOUCHED
     + """
-local P, first, count, cap, okp = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local t = redis.call('TYPE', KEYS[1])
-t = t['ok'] or t
-local last = 0
-if t == 'string' then
-  local v = redis.call('GET', KEYS[1])
-  if string.match(v, '^%d+$') then last = tonumber(v) end
+local P, first, count, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local rcap, okp = tonumber(ARGV[5]), ARGV[6]
+local function kind_of(key)
+  local t = redis.call('TYPE', key)
+  return t['ok'] or t
 end
-local out = {string.format('%d', last)}
+local last = 0
+if kind_of(KEYS[1]) == 'string' then
+  -- A counter of more than 15 digits (past what a Lua number holds exactly) was damaged: read as absent,
+  -- the row set still leads to the rows.
+  local v = redis.call('GET', KEYS[1])
+  if #v <= 15 and string.match(v, '^%d+$') then last = tonumber(v) end
+end
+-- The page: row numbers (strings) in order, each with the number a next call would go on from at it.
+local page, at, rest = {}, {}, '0'
+if first <= last then
+  local stop = math.min(last, first + count - 1)
+  for i = first, stop do
+    page[#page + 1] = string.format('%d', i)
+    at[#at + 1] = page[#page]
+  end
+  rest = string.format('%d', stop + 1)
+elseif kind_of(P .. ':rows') == 'zset' then
+  local listed = redis.call('ZRANGEBYSCORE', P .. ':rows', ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, count)
+  for j = 1, #listed, 2 do
+    local score = tonumber(listed[j + 1])
+    if score >= 1e15 then break end  -- damaged: no row number the store writes is that large
+    if #listed[j] <= 15 and string.match(listed[j], '^%d+$') then
+      page[#page + 1] = listed[j]
+      at[#at + 1] = string.format('%d', math.floor(score))
+    end
+    if #listed == 2 * count and j + 1 == #listed then rest = string.format('%d', math.floor(score) + 1) end
+  end
+end
+local out = {rest}
+local size = 16 + #rest
 local function field(key, name, limit)
   if redis.call('HSTRLEN', key, name) > limit then return '' end
   return redis.call('HGET', key, name) or ''
 end
 local function starts(s, p) return string.sub(s, 1, #p) == p end
-local bk = redis.call('TYPE', P .. ':bk')
-bk = (bk['ok'] or bk) == 'hash'
-for i = first, math.min(last, first + count - 1) do
-  local n = string.format('%d', i)
+local bk = kind_of(P .. ':bk') == 'hash'
+for i, n in ipairs(page) do
   local key = P .. ':m:' .. n
-  local kind = redis.call('TYPE', key)
-  kind = kind['ok'] or kind
-  if kind == 'hash' and redis.call('HEXISTS', key, 'b') == 1 then
+  if kind_of(key) == 'hash' and redis.call('HEXISTS', key, 'b') == 1 then
     local o, sid = field(key, 'o', cap), field(key, 'sid', cap)
     local ours = starts(o, okp)
-    for j = 6, #ARGV do ours = ours or starts(sid, ARGV[j]) end
+    for j = 7, #ARGV do ours = ours or starts(sid, ARGV[j]) end
     if ours then
-      out[#out + 1] = n
-      out[#out + 1] = o
-      out[#out + 1] = sid
-      out[#out + 1] = field(key, 'seq', 20)
-      out[#out + 1] = vouched(key)
       local filed = bk and o ~= '' and redis.call('HGET', P .. ':bk', o) == redis.call('HGET', key, 'b')
-      out[#out + 1] = filed and '1' or '0'
+      local row = {n, o, sid, field(key, 'seq', 20), vouched(key), filed and '1' or '0'}
+      local bytes = 0
+      for _, v in ipairs(row) do bytes = bytes + 16 + #v end
+      if #out > 1 and size + bytes > rcap then
+        out[1] = at[i]  -- full: the next call goes on from this row
+        return out
+      end
+      size = size + bytes
+      for _, v in ipairs(row) do out[#out + 1] = v end
     end
   end
 end
@@ -233,17 +288,19 @@ async def sweep_rows(
     """Rows of ``target`` left in the tenant (at most ``want``), and whether more were seen past it.
 
     ``skip`` holds row numbers the first pass already takes (a dry run,
-    which removes nothing). Reads ``P:m:1`` to ``P:m:<P:n>``, one script
-    call of :data:`SWEEP_PAGE` rows at a time.
+    which removes nothing). Reads ``P:m:1`` to ``P:m:<P:n>``, then the rows
+    the tenant's row set ``P:rows`` lists past the counter, one script call
+    of :data:`SWEEP_PAGE` rows at a time, each reply at most
+    :data:`SWEEP_REPLY_CAP` bytes (a full one is resumed where it stopped).
     """
     okp, sid_prefixes = _prefixes(target)
     skipped = set(skip)
     found: list[Swept] = []
     first = 1
     while True:
-        args: list[str | int] = [prefix, first, SWEEP_PAGE, FIELD_CAP, okp, *sid_prefixes]
+        args: list[str | int] = [prefix, first, SWEEP_PAGE, FIELD_CAP, SWEEP_REPLY_CAP, okp, *sid_prefixes]
         reply = await store.script(SWEEP, [f"{prefix}:n"], args, ctx, "recall erase")
-        last, rows = int(as_text(reply[0])), [as_text(v) for v in reply[1:]]
+        resume, rows = int(as_text(reply[0])), [as_text(v) for v in reply[1:]]
         for i in range(0, len(rows) - 5, 6):
             n = rows[i]
             if n in skipped:
@@ -254,9 +311,10 @@ async def sweep_rows(
             if len(found) >= want:
                 return found, True
             found.append(row)
-        first += SWEEP_PAGE
-        if first > last:
+        if resume <= 0:
             return found, False
+        # Always forward: a row set damaged to give two rows one score must not loop the sweep.
+        first = max(resume, first + 1)
 
 
 def noted(report: EraseReport, swept: Sequence[Swept], *, dry_run: bool) -> EraseReport:

@@ -18,6 +18,9 @@ Under the tenant prefix (``P``):
 ``P:bk``               hash    owner key -> bucket number (one bucket per owner)
 ``P:bn``               hash    bucket number -> how many sources it holds
 ``P:nb`` / ``P:n``     string  counters of buckets and of rows
+``P:rows``             zset    every row hash's number (member and score ``n``), written and
+                               removed with the row: what an erasure's sweep reads past a
+                               damaged ``P:n`` (rows written before it existed are not listed)
 ``P:v``                string  the tenant's layout version, ``4`` (words stemmed, groups with
                                neighbouring context, block digests); see below
 ``P:m:<n>``            hash    the row: sid, rev, title, size, owner key, bucket, kind,

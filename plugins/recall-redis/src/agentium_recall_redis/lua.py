@@ -186,7 +186,9 @@ end
 -- Removing row n (bucket b, kind) of a source. Its term list is P:k:n; a row written before term lists
 -- existed keeps its terms in the row hash ('legacy') and is removed whole, as it always was.
 local function plan_drop(P, n, b, kind, legacy, room)
-  local d = {n = n, b = b, kind = kind, later = false, terms = {}}
+  -- Out of the tenant's row set too, when it is one (a set damaged to another type must never stop a
+  -- removal, least of all an erasure's: the sweep reads it only when it is a sorted set).
+  local d = {n = n, b = b, kind = kind, later = false, terms = {}, listed = type_of(P .. ':rows') == 'zset'}
   local list = P .. ':k:' .. n
   need(list, 'list')
   if legacy then
@@ -219,6 +221,7 @@ local function drop(P, d)
     redis.call('DECR', P .. ':vc')
   end
   redis.call('DEL', P .. ':m:' .. d.n, P .. ':t:' .. d.n, P .. ':c:' .. d.n)
+  if d.listed then redis.call('ZREM', P .. ':rows', d.n) end
   if d.later then
     redis.call('RPUSH', P .. ':gc', d.b .. ' ' .. d.n)
   else

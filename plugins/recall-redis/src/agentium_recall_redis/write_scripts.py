@@ -65,6 +65,8 @@ local function publish(P, n, b, src)
              'size', string.format('%d', #src.text), 'o', src.okey, 'b', b, 'kind', src.kind,
              'seq', src.seq, 'dg', src.dg, 'td', src.td)
   redis.call('SET', P .. ':t:' .. n, src.text)
+  -- Listed with the tenant's rows, so an erasure's sweep finds it even when the row counter is damaged.
+  redis.call('ZADD', P .. ':rows', n, n)
   if src.kind == 'g' then
     redis.call('SET', P .. ':c:' .. n, src.canon)
     redis.call('ZADD', P .. ':g:' .. b, src.seq, n)
@@ -73,8 +75,28 @@ local function publish(P, n, b, src)
   redis.call('HSET', P .. ':rev', src.sid, src.rev)
   redis.call('HINCRBY', P .. ':bn', b, 1)
 end
+-- The number of a new row after `last` (the counter's value, or the previous new row of this call): past
+-- the tenant's highest listed row and every number whose row hash, text, canonical bytes or term list
+-- (a staged row) still exists. The counter alone would do if nothing edited it; lowered behind the
+-- store's back, it made a write take a live row's number and overwrite that row.
+local top_read = false
+local function next_row(P, last)
+  local n = last + 1
+  if not top_read and type_of(P .. ':rows') == 'zset' then  -- once a call: later rows come after it
+    top_read = true
+    local top = redis.call('ZREVRANGE', P .. ':rows', 0, 0, 'WITHSCORES')
+    local score = tonumber(top[2] or '0')
+    if score < 1e15 and score >= n then n = math.floor(score) + 1 end
+  end
+  while redis.call('EXISTS', P .. ':m:' .. fmt(n), P .. ':t:' .. fmt(n), P .. ':c:' .. fmt(n),
+                   P .. ':k:' .. fmt(n)) > 0 do
+    n = n + 1
+  end
+  return n
+end
 local function need_publish(P, n, b, kind)
   need(P .. ':m:' .. n, 'hash')
+  need(P .. ':rows', 'zset')
   if kind == 'g' then need(P .. ':g:' .. b, 'zset') end
   need_count(P, b)
 end
@@ -132,7 +154,7 @@ for s = 1, count do
       src.newb = true
     end
     buckets[src.okey] = b
-    last = last + 1
+    last = next_row(P, last)
     src.b, src.n = b, fmt(last)
     need(P .. ':k:' .. src.n, 'list')
     need_postings(P, b, src.t0, src.nt)
@@ -215,7 +237,7 @@ need_int(nbv)
 local b = redis.call('HGET', P .. ':bk', okey)
 local newb = not b
 if newb then b = fmt(tonumber(nbv or '0') + 1) end
-local n = fmt(tonumber(lastv or '0') + 1)
+local n = fmt(next_row(P, tonumber(lastv or '0')))
 need(P .. ':k:' .. n, 'list')
 need_postings(P, b, 8, nt)
 local expires = now_ms() + tonumber(ARGV[3])
