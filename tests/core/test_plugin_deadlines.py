@@ -203,24 +203,23 @@ def test_a_registration_hook_that_blocks_is_abandoned_and_reported(gate: threadi
 
 
 def test_an_abandoned_registration_hook_is_a_span_event_under_the_hosts_span(gate: threading.Event) -> None:
-    # No runtime exists yet, so no span of Agentium's is under way: the WARNING on agentium.registry
-    # was all. Now a short span of its own says it, a child of the host's (its start-up, say).
+    # No runtime exists yet, so no telemetry of a runtime's is under way: the WARNING on
+    # agentium.registry was all. The event now goes on the host's own span (its start-up, say);
+    # no span is made for it, which would pick the global provider for a call of no runtime's.
     with recording_spans() as spans:
         with otel_trace.get_tracer("host").start_as_current_span("host start-up"):
             registry = PluginRegistry.load(
                 autoload=False, extra_plugins=[(DIST, _hanging_registration(gate))], hook_timeout_s=BOUND_S
             )
     assert [p.hook for p in registry.problems if p.distribution == DIST] == ["agentium_register_providers"]
-    [host] = [s for s in spans.finished if s.name == "host start-up"]
-    [call] = [s for s in spans.finished if s.name == "agentium.plugin.call"]
-    assert call.parent is not None and call.parent.span_id == host.context.span_id
-    assert [(e.name, dict(e.attributes or {})) for e in call.events] == [
+    [host] = spans.finished
+    assert host.name == "host start-up"
+    assert [(e.name, dict(e.attributes or {})) for e in host.events] == [
         (
             "agentium.plugin.abandoned",
             {"agentium.plugin.call": _HUNG_REGISTRATION, "agentium.plugin.timeout_s": BOUND_S},
         )
     ]
-    assert dict(call.attributes or {}) == {"error.type": "HookTimeoutError"}
 
 
 def test_a_bad_hook_timeout_is_a_typed_error() -> None:

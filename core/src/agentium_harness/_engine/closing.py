@@ -168,7 +168,7 @@ async def shutdown_runtime(runtime: HarnessRuntime) -> None:
     _lifecycle.info("runtime closing")
     # One span per attempt, under the runtime's telemetry: its drain, hooks and closes are children,
     # and what it left is an event on it (an incomplete close has no other span to go on).
-    with observe.using(runtime.parts.telemetry), observe.internal_span(CLOSE_SPAN) as span:
+    with observe.using(runtime.parts.telemetry, runtime), observe.internal_span(CLOSE_SPAN) as span:
         left: dict[str, int] = {}
         try:
             failures = await _shutdown_once(runtime, left)
@@ -230,7 +230,7 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
         drainer = runtime.parts.drainer
         tracker = work_tracker(drainer) if isinstance(drainer, MemoryManager) else drainer
         # Under the runtime's own telemetry: the drain's span and metrics go where its turns' go.
-        with observe.using(runtime.parts.telemetry):
+        with observe.using(runtime.parts.telemetry, runtime):
             drained.append(await tracker.drain(settle, limits.close_timeout_s))
 
     async with anyio.create_task_group() as tg:
@@ -285,7 +285,7 @@ def _count(left: dict[str, int], key: str, count: int) -> None:
 async def drain_runtime(runtime: HarnessRuntime, timeout_s: float) -> DrainResult:
     """``HarnessRuntime.drain``: one drain over all owned work; raises when anything did not complete."""
     # Under the runtime's own telemetry (a memory manager's own applies only where the runtime set none).
-    with observe.using(runtime.parts.telemetry):
+    with observe.using(runtime.parts.telemetry, runtime):
         result = await runtime.parts.drainer.drain(timeout_s)  # the memory manager raises itself
     if not result.ok:
         raise MemoryDrainError(f"drain: {result.describe()}", result)

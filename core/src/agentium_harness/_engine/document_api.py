@@ -257,7 +257,7 @@ class DocumentOperations:
         timeout = _checked_timeout(runtime, timeout_s)
         store = _document_store(runtime)
         admitted = False
-        with using(settings_of(runtime)):
+        with using(settings_of(runtime), runtime):
             try:
                 async with runtime.parts.admission.admit_shared(None, "document delete", timeout) as ticket:
                     admitted = True

@@ -128,7 +128,7 @@ async def run_erasure(
             except Exception as exc:
                 plan.failed(exc)
                 raise
-    with using(settings_of(runtime)), typed_unexpected(operation, progress, _ERASURE):
+    with using(settings_of(runtime), runtime), typed_unexpected(operation, progress, _ERASURE):
         return await _run_erasure(
             runtime, target, reason, attestation, kind, dry_run=dry_run, progress=progress
         )
@@ -247,7 +247,10 @@ class ErasureOperations:
             raise InvalidArgumentError("resume_erasures needs an OperatorAttestation; nothing was done")
         tenant = attestation.operator.tenant
         # Its reads of the pending records record where the runtime's calls do (its Telemetry).
-        with using(settings_of(runtime)), typed_unexpected("resume_erasures", WriteProgress(), _RESUME):
+        with (
+            using(settings_of(runtime), runtime),
+            typed_unexpected("resume_erasures", WriteProgress(), _RESUME),
+        ):
             async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
                 pending = await pending_records(ticket, runtime.session_store, tenant)
             results: list[ErasureResult] = []
@@ -292,7 +295,7 @@ class ErasureOperations:
             raise ErasureRefusedError(f"the status asked for is outside tenant {tenant!r}, the operator's")
         cursor, count = check_status_args(after, limit)
         # A read, but its session store calls record where the runtime's do (its Telemetry).
-        with using(settings_of(runtime)):
+        with using(settings_of(runtime), runtime):
             async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
                 return await status_page(ticket, runtime.session_store, tenant, target, cursor, count)
         raise AssertionError("unreachable")  # pragma: no cover - admit_shared() re-raises a cancellation

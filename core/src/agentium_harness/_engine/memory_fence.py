@@ -74,7 +74,9 @@ _log = logging.getLogger("agentium.engine.memory")
 
 
 @contextmanager
-def write_span(telemetry: Resolved | None, operation: str) -> Iterator[observe.Span | observe.NullSpan]:
+def write_span(
+    telemetry: Resolved | None, owner: object, operation: str
+) -> Iterator[observe.Span | observe.NullSpan]:
     """The ``create_memory`` / ``update_memory`` span of a write, around its fence as well as its store call.
 
     Open before the fence's first read and closed after its second (and any
@@ -89,7 +91,8 @@ def write_span(telemetry: Resolved | None, operation: str) -> Iterator[observe.S
     of an adapter call it opens.
     """
     name = observe.MEMORY_OPERATIONS[operation]
-    with observe.using(telemetry):  # the manager's own (``None``: a turn's, or the global providers)
+    # The manager's own (``None``: its runtime's operation's, or the global providers).
+    with observe.using(telemetry, owner):
         with observe.operation(name, name, **{"agentium.operation": operation}) as span:
             try:
                 yield span

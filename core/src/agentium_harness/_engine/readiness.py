@@ -50,7 +50,7 @@ class AdapterReadiness:
         hybrid = runtime.hybrid
         if hybrid is None:
             return ()
-        with using(settings_of(runtime)):
+        with using(settings_of(runtime), runtime):
             async with runtime.parts.admission.admit_shared(None, "start") as ticket:
                 why = await warm_embedder(ticket, hybrid)
         return () if why is None else (Diagnostic("embedder_warm_up_failed", why, Severity.WARNING),)
@@ -65,7 +65,7 @@ class AdapterReadiness:
         roles.update(recall=runtime.recall, verifier=runtime.verifier, provider=runtime.provider)
         roles["embedder"] = runtime.hybrid.embedder if runtime.hybrid is not None else None
         adapters = [(role, adapter) for role, adapter in roles.items() if adapter is not None]
-        with using(settings_of(runtime)):
+        with using(settings_of(runtime), runtime):
             async with runtime.parts.admission.admit_shared(None, "probe") as ticket:
                 return await probe_adapters(ticket, adapters)
         raise AssertionError("unreachable")  # pragma: no cover

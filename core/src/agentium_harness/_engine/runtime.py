@@ -567,6 +567,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                 started_at=since,
                 timeout_s=self.verify_timeout_s,
                 telemetry=settings_of(self),
+                owner=self,
             )
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -388,14 +388,15 @@ async def verify_on_demand(
     started_at: float,
     timeout_s: float,
     telemetry: Resolved,
+    owner: object = None,
 ) -> tuple[VerificationRecord, tuple[Diagnostic, ...]]:
     """One verification outside a turn (``agentium verify``): same deadline, budget and checks.
 
-    Recorded under the runtime's ``telemetry``, as a turn's verification is,
+    Recorded under the runtime's ``telemetry`` (``owner``: the runtime), as a turn's verification is,
     and its diagnostics reported as a run's: an event each on its span, a
     record each on its stage's logger (a degraded outcome is a WARNING).
     """
-    with observe.using(telemetry), observe.stage("verification", ON_DEMAND) as span:
+    with observe.using(telemetry, owner), observe.stage("verification", ON_DEMAND) as span:
         attempt, found = await _attempt(
             ticket,
             verifier,

@@ -34,7 +34,9 @@ class runtime_span:
     is the current one, in this task and the tasks and threads it starts:
     the runtime's operations called inside are its children, and
     ``plugin_api.current_span_event`` (a degraded outcome found deep in the
-    block) adds its event to it. ``span.event(name, attributes)`` adds one
+    block) adds its event to it. Another runtime's operations called in the
+    block stay that runtime's: they record under its own telemetry (its
+    provider, its content capture), never this one's. ``span.event(name, attributes)`` adds one
     directly; ``span.captures_content`` says whether the host opted in to
     content capture (``span.content(key, value)`` sets an attribute only
     then). An exception leaving the block marks it failed with the
@@ -49,7 +51,7 @@ class runtime_span:
         non-empty string, ``attributes`` no mapping with string keys.
     """
 
-    __slots__ = ("_attributes", "_name", "_settings", "_span", "_token")
+    __slots__ = ("_attributes", "_name", "_runtime", "_settings", "_span", "_token")
 
     def __init__(self, runtime: object, name: str, attributes: Mapping[str, Any] | None = None) -> None:
         settings = getattr(getattr(runtime, "parts", None), "telemetry", None)
@@ -62,13 +64,14 @@ class runtime_span:
         ):
             raise InvalidArgumentError("attributes must be a mapping with string keys")
         self._settings = settings
+        self._runtime = runtime
         self._name = name
         self._attributes = dict(attributes or {})
         self._span: Span | None = None
         self._token: Any = None
 
     def __enter__(self) -> Span | NullSpan:
-        active = begin(self._settings)
+        active = begin(self._settings, self._runtime)
         self._token = enter(active)
         if active.tracer is None:
             return NULL

@@ -6,7 +6,8 @@ records nothing either: :func:`begin` finds no live provider once per turn,
 and every helper below then returns :data:`NULL`, whose ``with`` costs a
 method call (``benchmarks/otel_overhead.py`` measures it).
 
-Inside a turn the live state travels in a context variable, so stage
+Inside a turn the live state (:mod:`.state`: whose operation it is, and
+its tracer, instruments and settings) travels in a context variable, so stage
 modules, adapter calls in their own tasks (:func:`~.._engine.bounded.bounded`)
 and worker threads (``anyio.to_thread`` copies the context) all see it, and
 OpenTelemetry's own context (also a context variable) makes the spans of
@@ -20,17 +21,28 @@ a failure (a span processor or metric reader that raises) is logged once on
 
 from __future__ import annotations
 
-import contextvars
 import json
-import logging
-import os
 from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
-from .logs import one_line
-from .metrics import Instruments, instruments_of, version
-from .settings import Resolved, Telemetry
+from .metrics import Instruments
+from .state import (
+    ACTIVE,
+    HAVE_OTEL,
+    INTERNAL_KIND,
+    Active,
+    begin,
+    current,
+    enter,
+    error_type,
+    leave,
+    live,
+    silent,
+    using,
+)
+from .state import CLIENT_KIND as _CLIENT
+from .state import report_broken as _broken
 
 __all__ = [
     "HAVE_OTEL",
@@ -41,15 +53,21 @@ __all__ = [
     "Span",
     "adapter_call",
     "begin",
+    "caller_span_event",
     "chat",
     "client_span",
     "current",
     "current_span_event",
+    "enter",
     "error_type",
     "internal_span",
+    "leave",
+    "live",
     "operation",
+    "silent",
     "stage",
     "tool",
+    "using",
 ]
 
 try:
@@ -57,150 +75,6 @@ try:
     from opentelemetry import trace as _trace
 except ImportError:  # the core runs without OpenTelemetry (tests/core/test_observability_off.py)
     _context = _trace = None  # type: ignore[assignment]
-
-#: True when ``opentelemetry-api`` is importable.
-HAVE_OTEL = _trace is not None
-
-_log = logging.getLogger("agentium.telemetry")
-
-_ABSENT = object()
-#: ``get_tracer_provider()`` reads the environment on every call until a provider is set; when no
-#: provider is named there (OTEL_PYTHON_TRACER_PROVIDER), an unset global means nothing records,
-#: which a read of the API's global tells at once. Any other state takes the API's own path.
-_UNSET_FAST = "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
-_reported: set[tuple[str, type[BaseException]]] = set()
-
-# Span kinds by name, so this module never touches the API when it is absent.
-_CLIENT = _trace.SpanKind.CLIENT if _trace is not None else None
-#: OpenTelemetry's span kind of an operation inside the process (``None`` without OpenTelemetry).
-INTERNAL_KIND = _trace.SpanKind.INTERNAL if _trace is not None else None
-
-
-def _broken(what: str, exc: BaseException) -> None:
-    """Report an instrumentation failure once per kind; the turn goes on."""
-    # Once per kind of failure and exception class: a broken exporter must not flood the log.
-    if (what, type(exc)) not in _reported:
-        _reported.add((what, type(exc)))
-        _log.warning(
-            "telemetry: %s failed (%s); the run goes on without it",
-            what,
-            error_type(exc),
-            extra={"agentium_error_type": error_type(exc)},
-        )
-
-
-def error_type(exc: BaseException) -> str:
-    """The low-cardinality ``error.type`` of an exception: its class name, never its message.
-
-    The name is an adapter's to choose (``type()`` takes any string): it
-    goes into log messages too, so whatever could break a log line is escaped.
-    """
-    name = one_line(type(exc).__qualname__)
-    return "cancelled" if name in ("CancelledError", "Cancelled") else name
-
-
-# -- providers ----------------------------------------------------------------------------------
-
-
-_TRACERS: dict[int, tuple[Any, Any]] = {}
-
-
-def _tracer(provider: Any) -> Any:
-    """The agentium tracer of ``provider`` (the global one when ``None``), or ``None`` if nothing records."""
-    if _trace is None:
-        return None
-    if provider is None:
-        if _UNSET_FAST and getattr(_trace, "_TRACER_PROVIDER", _ABSENT) is None:
-            return None  # no provider set, none to load from the environment: the common disabled case
-        provider = _trace.get_tracer_provider()
-        if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
-            return None
-    held = _TRACERS.get(id(provider))
-    if held is not None and held[0] is provider:
-        return held[1]
-    try:
-        tracer = provider.get_tracer("agentium_harness", version())
-    except Exception as exc:
-        _broken("getting a tracer", exc)
-        return None
-    _TRACERS[id(provider)] = (provider, tracer)
-    return tracer
-
-
-# -- the live state of one operation -------------------------------------------------------------
-
-
-class Active:
-    """What one operation (a turn, a drain, a memory call) records through: tracer, instruments, settings."""
-
-    __slots__ = ("instruments", "on", "settings", "tracer")
-
-    def __init__(self, tracer: Any, instruments: Instruments | None, settings: Resolved) -> None:
-        self.tracer = tracer
-        self.instruments = instruments
-        self.settings = settings
-        #: True when anything records (set once: every span helper asks, and neither part changes).
-        self.on = tracer is not None or instruments is not None
-
-
-_ACTIVE: contextvars.ContextVar[Active | None] = contextvars.ContextVar("agentium_telemetry", default=None)
-_DEFAULT: list[tuple[Any, Any, Active]] = []
-
-
-def begin(settings: Resolved) -> Active:
-    """The live state for one operation under ``settings`` (checks the providers once)."""
-    chosen = settings.settings
-    return Active(_tracer(chosen.tracer_provider), instruments_of(chosen.meter_provider), settings)
-
-
-def current() -> Active | None:
-    """The state of the operation under way, or of a standalone call (global providers, default settings)."""
-    active = _ACTIVE.get()
-    if active is not None:
-        return active if active.on else None
-    if _trace is None:
-        return None
-    tracer, instruments = _tracer(None), instruments_of(None)
-    if tracer is None and instruments is None:
-        return None
-    if _DEFAULT and _DEFAULT[0][0] is tracer and _DEFAULT[0][1] is instruments:
-        return _DEFAULT[0][2]
-    active = Active(tracer, instruments, Telemetry().resolve())
-    _DEFAULT[:] = [(tracer, instruments, active)]
-    return active
-
-
-def enter(active: Active) -> contextvars.Token[Active | None]:
-    """Make ``active`` the state of this task (and of the tasks and threads it starts)."""
-    return _ACTIVE.set(active)
-
-
-def leave(token: contextvars.Token[Active | None]) -> None:
-    """Undo :func:`enter`."""
-    _ACTIVE.reset(token)
-
-
-class using:
-    """Record under ``settings`` for the block, unless an operation (a turn) is already under way.
-
-    ``None`` changes nothing (the global providers and default settings apply).
-    """
-
-    __slots__ = ("_settings", "_token")
-
-    def __init__(self, settings: Resolved | None) -> None:
-        self._settings = settings
-        self._token: contextvars.Token[Active | None] | None = None
-
-    def __enter__(self) -> None:
-        if self._settings is not None and _ACTIVE.get() is None:
-            self._token = _ACTIVE.set(begin(self._settings))
-
-    def __exit__(self, *exc: object) -> None:
-        if self._token is not None:
-            _ACTIVE.reset(self._token)
-            self._token = None
-
 
 # -- spans ---------------------------------------------------------------------------------------
 
@@ -409,7 +283,7 @@ def stage(
     name: str, attributes: Mapping[str, Any] | None = None, *, span_name: str | None = None
 ) -> Span | NullSpan:
     """The span of one stage of a turn (``agentium.<name>`` unless ``span_name``) and its duration."""
-    active = _ACTIVE.get()  # what current() answers, without its call while an operation is under way
+    active = ACTIVE.get()  # what current() answers, without its call while an operation is under way
     active = current() if active is None else active if active.on else None
     if active is None:
         return NULL
@@ -456,7 +330,7 @@ CALLER_TRACED = frozenset(
 
 def adapter_call(operation_name: str) -> Span | NullSpan:
     """The span of one adapter call through ``Ticket.call``: ``agentium.<operation>``, or a GenAI one."""
-    active = _ACTIVE.get()  # as in stage()
+    active = ACTIVE.get()  # as in stage()
     active = current() if active is None else active if active.on else None
     if active is None or operation_name in CALLER_TRACED:
         return NULL
@@ -475,7 +349,7 @@ def chat(provider: object) -> Span | NullSpan:
     A provider may declare ``gen_ai_provider_name`` (e.g. ``"openai"``) and
     ``gen_ai_request_model``; otherwise its class name is the provider name.
     """
-    active = _ACTIVE.get()  # as in stage()
+    active = ACTIVE.get()  # as in stage()
     if (current() if active is None else active if active.on else None) is None:
         return NULL
     name = getattr(provider, "gen_ai_provider_name", None)
@@ -545,6 +419,24 @@ def current_span_event(name: str, attributes: Mapping[str, Any] | None = None) -
     """
     active = current()
     if active is None or active.tracer is None or _trace is None:
+        return
+    try:
+        span = _trace.get_current_span()
+        if span.is_recording():
+            span.add_event(name, dict(attributes or {}))
+    except Exception as exc:
+        _broken("adding a span event", exc)
+
+
+def caller_span_event(name: str, attributes: Mapping[str, Any] | None = None) -> None:
+    """Add an event to the span the caller has current (a host's own), if it records; make no span.
+
+    For what no runtime's telemetry can be attributed to (a call into plugin
+    code abandoned while no runtime's operation was under way): opening a
+    span would pick a provider (the global one) for it; the host's own
+    span, made by whichever provider the host chose, is the caller's.
+    """
+    if _trace is None:
         return
     try:
         span = _trace.get_current_span()

@@ -167,7 +167,7 @@ def traced_run(
     @functools.wraps(run)
     async def observed(self: Any, identity: Any, session_id: Any, *args: P.args, **kwargs: P.kwargs) -> R:
         settings = settings_of(self)
-        active = begin(settings)
+        active = begin(settings, self)
         token = enter(active)
         started = perf_counter()
         scope: dict[str, Any] = {}
@@ -228,7 +228,7 @@ class traced_operation:
 
     def __enter__(self) -> Span | NullSpan:
         settings = settings_of(self._owner)
-        self._active = active = begin(settings)
+        self._active = active = begin(settings, self._owner)
         self._token = token = enter(active)
         if not active.on:
             return NULL

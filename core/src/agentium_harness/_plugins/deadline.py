@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from .._errors import InvalidArgumentError, PluginError
 from .._observe.logs import one_line
-from .._observe.spans import internal_span
+from .._observe.spans import INTERNAL_KIND, Active, Span, caller_span_event, enter, live, silent
 from .._validators import exact_number, shown_number
 
 __all__ = [
@@ -91,15 +91,25 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
     """``call()`` in a daemon thread, waited for at most ``timeout_s``; its result or its exception.
 
     The call runs in a copy of the caller's context (context variables such as
-    the build context reach it). ``what`` names the call in the error and the
-    log: a plugin and hook, never data. ``bound`` names the setting that gave
+    the build context reach it). Its telemetry is captured as it starts: the
+    runtime's operation under way then (its ``runtime_span``, a turn), whose
+    telemetry the call and what it does late (finishing after its deadline,
+    outside any operation) report under; with none under way it records
+    nothing on any provider, the global one included (code it runs with
+    settings of its own, a runtime's operations, records under them).
+    ``what`` names the call in the error and the log: a plugin and hook,
+    never data. ``bound`` names the setting that gave
     ``timeout_s``, for the error (default :data:`ENV_HOOK_TIMEOUT`; a plugin
     command's ``timeout_s``, say, is not set there).
 
     :raises HookTimeoutError: ``call`` had not returned at the deadline; it is
         abandoned (still running in its thread) and its late outcome discarded.
     """
+    # Captured now: whatever is current later (at the deadline, when it ends), the call is this one's.
+    active = live()
     context = contextvars.copy_context()
+    if active is None:
+        context.run(enter, silent())  # no runtime's: never the global providers'
     outcome: list[tuple[bool, object]] = []
     done = threading.Event()
 
@@ -117,7 +127,7 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
         _log.warning(
             "%s did not return within %ss; abandoned, still running in a daemon thread", what, timeout_s
         )
-        _abandoned(what, timeout_s)
+        _abandoned(what, timeout_s, active)
         raise HookTimeoutError(
             f"{what} did not return within {timeout_s:g}s ({bound or ENV_HOOK_TIMEOUT} sets this bound); "
             "it was abandoned"
@@ -134,14 +144,21 @@ ABANDONED_SPAN = "agentium.plugin.call"
 ABANDONED_EVENT = "agentium.plugin.abandoned"
 
 
-def _abandoned(what: str, timeout_s: float) -> None:
+def _abandoned(what: str, timeout_s: float, active: Active | None) -> None:
     """Say an abandoned call on a span of its own: there is no span of the call (none is opened per import).
 
-    A child of the span current in the caller (a host's start-up span), under the telemetry
-    under way (a runtime's, or the global providers'); nothing when nothing records. ``what``
-    names a plugin and a hook, never data.
+    Under ``active``, the telemetry captured when the call started (a runtime's), a child of
+    the span current in the caller; nothing when that records nothing. Started under no
+    runtime's (a registry load: no runtime exists yet), no span is made, since that would pick
+    the global provider for it: the event goes on the caller's own span (a host's start-up
+    span) if one records. ``what`` names a plugin and a hook, never data.
     """
-    with internal_span(ABANDONED_SPAN) as span:
-        event = {"agentium.plugin.call": one_line(what), "agentium.plugin.timeout_s": timeout_s}
+    event = {"agentium.plugin.call": one_line(what), "agentium.plugin.timeout_s": timeout_s}
+    if active is None:
+        caller_span_event(ABANDONED_EVENT, event)
+        return
+    if active.tracer is None:
+        return
+    with Span(active, ABANDONED_SPAN, INTERNAL_KIND, {}) as span:
         span.event(ABANDONED_EVENT, event)
         span.fail(HookTimeoutError.__name__)

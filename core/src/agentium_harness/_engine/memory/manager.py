@@ -113,7 +113,8 @@ class MemoryManager:
     ``selection`` replaces the default :func:`recent_and_relevant`;
     ``extractor`` turns on extraction; ``accept`` adds the host's own rule.
     ``telemetry`` chooses where the spans of its calls go outside a turn (inside
-    one they follow the runtime's); the global OpenTelemetry providers by default.
+    an operation of the runtime it serves they follow that runtime's; inside
+    another runtime's, its own); the global OpenTelemetry providers by default.
     """
 
     def __init__(
@@ -199,7 +200,7 @@ class MemoryManager:
         # not the store's deadline (an extractor's model's). ``writes``: where it may add a fact;
         # abandoned, in ``late`` till it ends (erasures wait). In owned work, a drain's cancel sets
         # the signal too (threads see it).
-        with observe.using(self._telemetry):
+        with observe.using(self._telemetry, self):
             try:
                 ticket = Ticket(None, operation, self.limits.op_timeout_s, parent=current_work_signal())
                 ticket.late = self._late if writes is not None else None
@@ -245,7 +246,7 @@ class MemoryManager:
             reason = self._reject_reason(fact)
             if reason is not None:
                 return MemoryAck(AckStatus.REJECTED, reason=reason)
-            with write_span(self._telemetry, "memory remember") as w:
+            with write_span(self._telemetry, self, "memory remember") as w:
                 seen = await fence_check(self._erasure_fence, fact.scope, fact.provenance)
                 progress.saving()
                 try:
@@ -297,7 +298,7 @@ class MemoryManager:
                 raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
             revisions = await self._check_owner(scope, fact_id, "memory correct")
             check_cap(revisions, replacement)
-            with write_span(self._telemetry, "memory correct") as w:
+            with write_span(self._telemetry, self, "memory correct") as w:
                 seen = await fence_check(self._erasure_fence, replacement.scope, replacement.provenance)
                 progress.saving()
                 raw = await self._call(
@@ -352,7 +353,8 @@ class MemoryManager:
         """:meth:`list`, and how many facts the store answered (``runtime.forget``: was it full?)."""
         self._check_open("list")
         scope, _ = checked_scope(scope), check_limit(limit)
-        with write_span(self._telemetry, "memory list") as span:  # around the check: its drops are events
+        # Around the check: its drops are events.
+        with write_span(self._telemetry, self, "memory list") as span:
             raw = await self._call("memory list", lambda ctx: self.store.list_facts(scope, limit, ctx))
             span.result(raw)
             facts = checked_facts(raw, scope, limit, "memory list")
@@ -512,7 +514,7 @@ class MemoryManager:
         any item failed or was cancelled.
         """
         timeout = self.limits.drain_timeout_s if timeout_s is None else timeout_s
-        with observe.using(self._telemetry):
+        with observe.using(self._telemetry, self):
             result = await self._work.drain(timeout, CANCEL_GRACE_S if grace_s is None else grace_s)
         result = await self._announce_drain(result, self.limits.drain_timeout_s)
         if not result.ok:
@@ -521,7 +523,8 @@ class MemoryManager:
 
     async def _announce_drain(self, result: DrainResult, timeout_s: float) -> DrainResult:
         """Broadcast the ``drained`` event (bounded by ``timeout_s``); hook failures go in ``notes``."""
-        return await announce_drained(self._hooks, result, timeout_s, self._telemetry)
+        with observe.using(self._telemetry, self):
+            return await announce_drained(self._hooks, result, timeout_s, self._telemetry)
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Refuse further calls and close the store if owned (bounded). Call :meth:`drain` first.
@@ -571,7 +574,7 @@ async def forget_fact(manager: MemoryManager, scope: MemoryScope, fact_id: str) 
     with typed_unexpected("memory forget", progress, MEMORY_WRITE):
         scope = checked_scope(scope)
         fact_id = validate_id(fact_id, "fact id")
-        with write_span(m._telemetry, "memory forget") as w:  # its owner check, store call and hooks
+        with write_span(m._telemetry, m, "memory forget") as w:  # its owner check, store call and hooks
             await m._check_owner(scope, fact_id, "memory forget")
             progress.saving()
             raw = await m._call("memory forget", lambda ctx: m.store.forget(scope, fact_id, ctx))

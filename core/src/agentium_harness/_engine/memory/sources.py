@@ -239,7 +239,7 @@ async def agent_memory_blocks(
 
     settings = telemetry_of(manager)
     store = type(manager.store).__name__
-    with observe.using(settings):
+    with observe.using(settings, manager):
         with observe.operation("search_memory", "search_memory", **{"gen_ai.memory.store.id": store}) as span:
             blocks, omitted = await memory_blocks(
                 manager, None, scope, text, manager.limits.injection_tokens, op

@@ -1,0 +1,229 @@
+"""One runtime's telemetry never applies to another runtime's operations, whatever is current.
+
+A host runs runtimes for many tenants in one process. ``plugin_api.runtime_span``
+(and the engine's own entry points) made a runtime's telemetry *current* in a
+context variable, and an operation of another runtime called inside that
+block (its ``aclose()``, ``drain()``, its memory manager's writes) took it as
+its own: its spans went to the first runtime's tracer provider, under the
+first runtime's content capture, so the second tenant's messages and errors
+reached the first tenant's exporter. Each runtime's operations now record
+under that runtime's own ``Telemetry``, and the plugin calls made on its
+behalf with it.
+
+A call into plugin code abandoned at its deadline (``call_with_deadline``) is
+attributed to the runtime whose telemetry was under way when it started;
+one started under none (a registry load, no runtime yet) records nothing on
+any provider, the global one included (its WARNING stays).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import opentelemetry.trace as otel_trace
+import pytest
+from _telemetry_support import Telemetered
+
+from agentium_harness import (
+    MemoryFact,
+    MemoryScope,
+    Message,
+    Role,
+    RuntimeCloseError,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._plugins.deadline import HookTimeoutError, call_with_deadline
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import client_span, current_span_event, runtime_span
+from agentium_harness.testing import SpanRecorder, recording_spans
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "sso")
+SECRET = "QZV-secret-7731"
+
+
+class LeakyClose(InMemoryArchive):
+    """An owned adapter whose close sends a request, says a degraded outcome, and fails quoting content."""
+
+    capabilities = InMemoryArchive.capabilities
+
+    async def aclose(self) -> None:
+        with client_span("b.flush", {"db.operation.name": "flush"}):
+            current_span_event("b.flush.degraded", {"error.type": "OSError"})
+        raise OSError(f"disk gone while flushing {SECRET}")
+
+
+@pytest.fixture
+def global_provider() -> Iterator[SpanRecorder]:
+    """A third provider installed as the global one: nothing of either runtime may reach it."""
+    with recording_spans() as recorder:
+        yield recorder
+
+
+def _carried(spans: Any) -> list[str]:
+    """Every attribute value and event attribute value of ``spans``, as text."""
+    out = [str(v) for s in spans for v in (s.attributes or {}).values()]
+    out += [str(v) for s in spans for e in s.events for v in (e.attributes or {}).values()]
+    return out
+
+
+async def test_another_runtimes_operations_inside_a_runtime_span_use_their_own_telemetry(
+    global_provider: SpanRecorder,
+) -> None:
+    a, b = Telemetered(), Telemetered()
+    rt_a = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=a.telemetry(capture_content=True),
+    )
+    archive_b = LeakyClose()
+    rt_b = create_harness_runtime(
+        provider=ScriptedProvider(replies=[f"reply {SECRET}"]),
+        archive=archive_b,
+        session_store=InMemorySessionStore(),
+        memory=InMemoryMemoryStore(),
+        owned=[archive_b],
+        telemetry=b.telemetry(capture_content=False),
+    )
+    with anyio.fail_after(30), runtime_span(rt_a, "host.a", {"agentium.operation": "a"}):
+        await rt_b.append(ANA, "s1", [Message(Role.USER, f"hello {SECRET}")])
+        await rt_b.run(ANA, "s2", f"question {SECRET}")
+        assert rt_b.memory is not None
+        await rt_b.memory.remember(MemoryFact(MemoryScope("acme", "ana"), f"fact {SECRET}"))
+        await rt_b.drain()
+        with pytest.raises(RuntimeCloseError):
+            await rt_b.aclose()
+    # A's exporter has A's own span, and nothing of B's.
+    assert [s.name for s in a.spans] == ["host.a"]
+    await rt_a.aclose()
+    names = {s.name for s in b.spans}
+    assert {
+        "agentium.history.append",
+        "invoke_agent agentium",
+        "create_memory",
+        "agentium.drain",
+        "agentium.runtime.close",
+        "b.flush",
+    } <= names
+    # The plugin call made on B's behalf (its adapter's close) reported on B's close span.
+    close = b.one("agentium.runtime.close")
+    assert b.child_of("b.flush", close)
+    assert ("b.flush", "b.flush.degraded", {"error.type": "OSError"}) in b.events("b.flush")
+    # B records no content (A's capture never applied to it), and the global provider got nothing.
+    assert not [text for text in _carried(b.spans) if SECRET in text]
+    assert not [e for s in b.spans for e in s.events if "exception.message" in (e.attributes or {})]
+    assert global_provider.finished == ()
+
+
+async def test_an_abandoned_plugin_call_reports_under_the_runtime_it_was_made_for(
+    global_provider: SpanRecorder,
+) -> None:
+    a, b = Telemetered(), Telemetered()
+    rt_a = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=a.telemetry(capture_content=True),
+    )
+    rt_b = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=b.telemetry(capture_content=False),
+    )
+    gate, finished = threading.Event(), threading.Event()
+
+    def plugin_code() -> None:
+        gate.wait(30)  # blocked past its deadline; released once every operation has ended
+        try:
+            with client_span("late.request", {"db.operation.name": "get"}):
+                current_span_event("late.degraded", {"error.type": "TimeoutError"})
+        finally:
+            finished.set()
+
+    with runtime_span(rt_a, "host.a"), runtime_span(rt_b, "host.b"):
+        with pytest.raises(HookTimeoutError):
+            await anyio.to_thread.run_sync(call_with_deadline, plugin_code, 0.2, "plugin hook of b")
+    gate.set()  # it finishes now, outside any operation of either runtime
+    assert await anyio.to_thread.run_sync(finished.wait, 30)
+    assert [s.name for s in a.spans] == ["host.a"]
+    abandoned = b.one("agentium.plugin.call")
+    assert b.child_of("agentium.plugin.call", b.one("host.b"))
+    assert dict(abandoned.attributes or {}) == {"error.type": "HookTimeoutError"}
+    late = b.one("late.request")
+    assert [e.name for e in late.events] == ["late.degraded"]
+    assert global_provider.finished == ()
+
+
+async def test_an_abandoned_plugin_call_no_runtime_made_records_nothing_on_the_global_provider(
+    global_provider: SpanRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate, finished = threading.Event(), threading.Event()
+
+    def plugin_code() -> None:
+        gate.wait(30)
+        try:
+            with client_span("late.request"):
+                current_span_event("late.degraded", {"error.type": "TimeoutError"})
+        finally:
+            finished.set()
+
+    with caplog.at_level("WARNING", logger="agentium.registry"), pytest.raises(HookTimeoutError):
+        await anyio.to_thread.run_sync(call_with_deadline, plugin_code, 0.2, "a hook of plugin x")
+    gate.set()
+    assert await anyio.to_thread.run_sync(finished.wait, 30)
+    assert [r.getMessage() for r in caplog.records if r.name == "agentium.registry"] == [
+        "a hook of plugin x did not return within 0.2s; abandoned, still running in a daemon thread"
+    ]
+    assert global_provider.finished == ()
+
+
+async def test_an_unattributed_abandoned_call_is_an_event_on_the_callers_own_span() -> None:
+    # The host's start-up span is the host's: the event goes on it, and no span is made.
+    host = Telemetered()
+    gate = threading.Event()
+    try:
+        with otel_trace.use_span(host.tracer_provider.get_tracer("host").start_span("host start-up"), True):
+            with pytest.raises(HookTimeoutError):
+                await anyio.to_thread.run_sync(call_with_deadline, lambda: gate.wait(30), 0.2, "hook of x")
+    finally:
+        gate.set()
+    assert [s.name for s in host.spans] == ["host start-up"]
+    assert host.events("agentium.plugin") == [
+        (
+            "host start-up",
+            "agentium.plugin.abandoned",
+            {"agentium.plugin.call": "hook of x", "agentium.plugin.timeout_s": 0.2},
+        )
+    ]
+
+
+async def test_a_runtime_used_by_plugin_code_no_runtime_made_still_records_under_its_own_telemetry(
+    global_provider: SpanRecorder,
+) -> None:
+    # The call records nothing of its own, but a runtime it drives (a plugin command's) is that runtime's.
+    b = Telemetered()
+    rt_b = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=b.telemetry(),
+    )
+
+    def plugin_command() -> None:
+        anyio.run(rt_b.aclose)
+        with client_span("not.b"):  # outside B's operations: nobody's, recorded nowhere
+            pass
+
+    await anyio.to_thread.run_sync(call_with_deadline, plugin_command, 30.0, "plugin command 'b'")
+    assert [s.name for s in b.spans] == ["agentium.drain", "agentium.runtime.close"]
+    assert global_provider.finished == ()
