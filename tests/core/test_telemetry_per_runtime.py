@@ -29,7 +29,9 @@ import pytest
 from _telemetry_support import Telemetered
 
 from agentium_harness import (
+    Agent,
     MemoryFact,
+    MemoryManager,
     MemoryScope,
     Message,
     Role,
@@ -226,4 +228,28 @@ async def test_a_runtime_used_by_plugin_code_no_runtime_made_still_records_under
 
     await anyio.to_thread.run_sync(call_with_deadline, plugin_command, 30.0, "plugin command 'b'")
     assert [s.name for s in b.spans] == ["agentium.drain", "agentium.runtime.close"]
+    assert global_provider.finished == ()
+
+
+async def test_an_agent_run_inside_another_runtimes_span_records_under_its_managers_telemetry(
+    global_provider: SpanRecorder,
+) -> None:
+    # An Agent's model call and memory search are its manager's: A's content capture never applies.
+    a, m = Telemetered(), Telemetered()
+    rt_a = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=a.telemetry(capture_content=True),
+    )
+    manager = MemoryManager(InMemoryMemoryStore(), telemetry=m.telemetry(capture_content=False))
+    agent = Agent(
+        ScriptedProvider(replies=[f"noted {SECRET}"]), manager, MemoryScope("acme", "ana"), session="s1"
+    )
+    with anyio.fail_after(30), runtime_span(rt_a, "host.a"):
+        await agent.run(f"my pin is {SECRET}")
+        await agent.close()
+    assert [s.name for s in a.spans] == ["host.a"]
+    assert {"chat", "search_memory"} <= {s.name for s in m.spans}
+    assert not [text for text in _carried(m.spans) if SECRET in text]
     assert global_provider.finished == ()

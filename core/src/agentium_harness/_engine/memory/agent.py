@@ -304,7 +304,7 @@ class Agent:
             # chat span has ended), and "the span current" would be the host's, through the global
             # provider, whatever the manager's Telemetry says (one recording nothing included).
             with (
-                observe.using(telemetry_of(self.memory)),
+                observe.using(telemetry_of(self.memory), self.memory),
                 observe.internal_span(SKIPPED_SPAN) as span,
             ):
                 span.event(SKIPPED_EVENT, {"agentium.memory.reason": "encoding"})
@@ -322,7 +322,8 @@ class Agent:
         """
         settings = telemetry_of(self.memory)
         try:
-            with observe.using(settings), observe.chat(self.provider) as span:
+            # Its manager's: under another runtime's operation too (that one's content capture never applies).
+            with observe.using(settings, self.memory), observe.chat(self.provider) as span:
                 if span.captures_content:
                     span.content(
                         "gen_ai.system_instructions", [{"type": "text", "content": request.instructions}]
