@@ -244,8 +244,9 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
         ),
         (
             "config.md",
-            r"`max_query_bytes` \(counts, default (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+) "
-            r"and (\d+); `max_validations` at least 2\) and `max_latency_s` \(a duration, default (\d+)\)",
+            r"`max_query_bytes`, `max_readback_bytes` \(counts, default (\d+), (\d+), (\d+), (\d+), (\d+), "
+            r"(\d+), (\d+),\s+(\d+) and (\d+); `max_validations` at least 2\) and `max_latency_s` "
+            r"\(a duration,\s+default (\d+)\)",
             lambda: (
                 ah.RecallLimits().max_queries,
                 ah.RecallLimits().max_candidates,
@@ -255,6 +256,7 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
                 ah.RecallLimits().max_evidence_tokens,
                 ah.RecallLimits().max_validations,
                 ah.RecallLimits().max_query_bytes,
+                ah.RecallLimits().max_readback_bytes,
                 int(ah.RecallLimits().max_latency_s),
             ),
         ),

@@ -33,8 +33,8 @@ from .._engine.history_view import recall_hidden
 from .._engine.lifecycle import Ticket
 from .._engine.load import load_session
 from .._engine.recall import Evidence, gather_evidence
-from .._engine.recall_groups import session_groups
 from .._engine.recall_policy import QueryInput
+from .._engine.recall_readback import session_groups
 from .._engine.results import CommitState
 from .._engine.runtime import HarnessRuntime
 from .._errors import (
@@ -379,7 +379,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
                 runtime.recall_policy,
                 QueryInput(query),
                 hidden=recall_hidden(key, snap.view, snap.erased),
-                groups=session_groups(ticket, runtime.archive, key, snap),
+                groups=session_groups(ticket, runtime.archive, runtime.session_store, key, snap),
             )
 
     evidence = anyio.run(go)
@@ -393,6 +393,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
             "source_bytes": [u.source_bytes, limits.max_source_bytes],
             "evidence_tokens": [u.evidence_tokens, limits.max_evidence_tokens],
             "validations": [u.validations, limits.max_validations],
+            "readback_bytes": [u.readback_bytes, limits.max_readback_bytes],
         }
         blocks = [
             {"source_id": block.source_id, "attributes": dict(block.attributes), "content": block.content}
@@ -435,7 +436,9 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
         f"discovery bytes {u.discovery_bytes}/{limits.max_discovery_bytes}, "
         f"source bytes {u.source_bytes}/{limits.max_source_bytes}, "
         f"evidence tokens {u.evidence_tokens}/{limits.max_evidence_tokens}, "
-        f"validations {u.validations}/{limits.max_validations}, latency {u.latency_s * 1000:.1f} ms\n"
+        f"validations {u.validations}/{limits.max_validations}, "
+        f"read-back bytes {u.readback_bytes}/{limits.max_readback_bytes}, "
+        f"latency {u.latency_s * 1000:.1f} ms\n"
     )
     return 0
 

@@ -40,9 +40,10 @@ from .lifecycle import Ticket
 from .recall_checks import Failed as _Failed
 from .recall_checks import capped, checked_excerpts, same_candidates
 from .recall_discovery import discover_visible
-from .recall_groups import GroupReader, attributed_texts
+from .recall_groups import attributed_texts
 from .recall_items import validation_fault
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
+from .recall_readback import GroupReader
 from .recall_round import RecallUsage, Round, adapter_call
 from .sources import assemble_sources
 
@@ -301,9 +302,10 @@ async def _gather_open(
         )
         excerpts = checked_excerpts(raw_excerpts, state, scope, to_read)
     texts = await attributed_texts(excerpts, state, scope, groups)
-    blocks = [
-        _block(e, text, rank) for rank, (e, text) in enumerate(zip(excerpts, texts, strict=True), start=1)
-    ]
+    # ``None``: hidden (a group of the session as erased before its id was used again), said in a note.
+    shown = [(e, text) for e, text in zip(excerpts, texts, strict=True) if text is not None]
+    excerpts = [e for e, _ in shown]
+    blocks = [_block(e, text, rank) for rank, (e, text) in enumerate(shown, start=1)]
     assembly = assemble_sources(blocks, limits.max_evidence_tokens)
     for source_id in assembly.omitted:
         omitted.append(source_id)

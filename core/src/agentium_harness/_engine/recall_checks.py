@@ -36,6 +36,8 @@ class RoundState(Protocol):
     discovery_bytes: int
     source_bytes: int
     tokens: int
+    #: Bytes of archived groups the run read back to render recalled excerpts (``max_readback_bytes``).
+    readback_bytes: int
     violations: list[str]
     problems: list[str]
     notes: list[str]

@@ -53,6 +53,8 @@ class RecallUsage:
     evidence_tokens: int = 0
     validations: int = 0
     latency_s: float = 0.0
+    #: Bytes of archived groups read back to render recalled excerpts (``max_readback_bytes``).
+    readback_bytes: int = 0
 
 
 class Round:
@@ -80,6 +82,7 @@ class Round:
         self.source_bytes = spent.source_bytes
         self.tokens = 0
         self.validations = spent.validations
+        self.readback_bytes = spent.readback_bytes
         self.violations: list[str] = []
         self.problems: list[str] = []
         self.notes: list[str] = []
@@ -123,6 +126,7 @@ class Round:
             evidence_tokens=self.tokens,
             validations=self.validations,
             latency_s=round(self.spent_latency + time.monotonic() - self.started, 6),
+            readback_bytes=self.readback_bytes,
         )
 
 

@@ -28,7 +28,6 @@ from .bounded import bounded
 from .embedding import Hybrid
 from .lifecycle import Ticket
 from .recall import Evidence, RecallUsage, gather_evidence, revalidate
-from .recall_groups import GroupReader
 from .recall_policy import (
     PolicyDecision,
     PolicyInput,
@@ -38,6 +37,7 @@ from .recall_policy import (
     RecallPolicy,
     RecallStatus,
 )
+from .recall_readback import GroupReader
 from .recall_view import source_view_revision
 from .results import CommitState, Diagnostic, EvictionStatus, RunResult, RunStatus, Severity
 from .sources import SourceStatus

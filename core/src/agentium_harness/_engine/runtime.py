@@ -90,8 +90,8 @@ from .owned_work import OwnedWork
 from .parts import RuntimeParts
 from .progress import RunProgress, failed_run, unexpected_error
 from .readiness import AdapterReadiness
-from .recall_groups import session_groups
 from .recall_policy import RecallPolicy, current_session_recall_policy
+from .recall_readback import session_groups
 from .recall_turn import (
     Clarifier,
     RecallEnd,
@@ -376,7 +376,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                 clarify_timeout_s=self.limits.op_timeout_s,
                 hidden=recall_hidden(key, snap.view, snap.erased),
                 hybrid=self.hybrid,
-                groups=session_groups(ticket, self.archive, key, snap),
+                groups=session_groups(ticket, self.archive, self.session_store, key, snap),
             )
             diagnostics.extend(step.diagnostics)
             progress.recall = step.outcome

@@ -129,7 +129,9 @@ class RecallLimits:
     A run's rounds share them: the round after a clarification and the
     commit fence get what the earlier rounds left. ``max_evidence_tokens``
     bounds the evidence of the one request sent; ``max_latency_s`` the time
-    spent in recall calls (not a clarifier's wait for the user).
+    spent in recall calls (not a clarifier's wait for the user);
+    ``max_readback_bytes`` what the engine reads back from the archive to
+    render recalled groups (docs/recall.md, "Render recalled groups").
     """
 
     max_queries: int = attrs.field(default=1, validator=bounded_count())
@@ -142,6 +144,10 @@ class RecallLimits:
     max_validations: int = attrs.field(default=16, validator=bounded_count(minimum=2))
     #: The query sent to discovery is cut to this many UTF-8 bytes (a pasted 1 MB input stays a normal run).
     max_query_bytes: int = attrs.field(default=2_048, validator=bounded_count())
+    #: Bytes of archived groups read back to render recalled excerpts by role (a group is read whole,
+    #: up to 32 MiB, for an excerpt of ``max_excerpt_bytes``): 16 times the default ``max_source_bytes``.
+    #: No read starts past it and each read asks for one group, so at most one group more is read.
+    max_readback_bytes: int = attrs.field(default=1_048_576, validator=bounded_count())
 
 
 class Completeness(enum.StrEnum):

@@ -1,0 +1,154 @@
+"""Reading recalled groups back for :mod:`.recall_groups`: within a byte budget, and the session's past.
+
+Recall renders each recalled group's excerpt from the group itself
+(:mod:`.recall_groups`). This module reads those groups: resident ones from
+the snapshot (nothing is read), archived ones from the archive, one group
+per read, in the order asked (the excerpts' rank order), each checked as
+every history read checks it (:func:`.history_read.fetch_groups`: seq,
+owner, receipt digest), inside the round's latency deadline. A group may
+be up to 32 MiB (``MAX_APPEND_BYTES``) for an excerpt of a few hundred
+bytes, so the reads have a byte budget of their own
+(``RecallLimits.max_readback_bytes``): once what they returned reaches it,
+no read starts, whatever size the archive's groups turn out to be. One
+group per read is what lets the engine hold it: it learns a group's size
+only once it has it, so at most one group past the budget is read, and
+each digest check runs on a group the budget allowed.
+
+It also answers the question an excerpt nothing here can vouch for leaves
+open: was this session id erased whole before (the tenant's index of
+finished erasures, :func:`.erasure_index.last_whole_erasures`)? A session
+erased and then used again starts at seq 0 with the same source ids, so a
+recall store that missed the erasure answers with the erased groups' text
+under ids the new session uses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import anyio
+import attrs
+
+from .._errors import OperationCancelledError, OperationTimeoutError
+from .._history import MessageGroup
+from .._ports.archive import HistoryArchive
+from .._ports.sessions import SessionSnapshot, SessionStore
+from .._scope import SessionKey
+from .erasure_index import last_whole_erasures
+from .history_read import fetch_groups
+from .lifecycle import Ticket
+
+__all__ = ["GroupReader", "ReadBack", "SessionGroups", "session_groups"]
+
+
+@attrs.frozen(slots=True)
+class ReadBack:
+    """What one read-back found: the groups, what reading them cost, and what it left.
+
+    ``groups`` by seq (resident ones too, read from nothing); ``read_bytes``
+    the archived groups' bytes (their canonical encoding, what a read
+    returns); ``unread`` the seqs not read because ``max_bytes`` was spent;
+    ``error`` what stopped the reads (a failed or timed-out archive read):
+    the seqs after it were not read.
+    """
+
+    groups: Mapping[int, MessageGroup] = attrs.field(factory=dict)
+    read_bytes: int = 0
+    unread: tuple[int, ...] = ()
+    error: Exception | None = None
+
+
+class GroupReader(Protocol):
+    """Reads the run's session's groups back for recall, and says whether the session was erased whole."""
+
+    async def read(self, seqs: Sequence[int], deadline: float, max_bytes: int) -> ReadBack:
+        """Groups ``seqs``, in that order, until their archived bytes reach ``max_bytes`` (:class:`ReadBack`).
+
+        ``deadline`` (``time.monotonic()``) is the round's: past it no read
+        starts and a read running is cut (:class:`OperationTimeoutError`,
+        in ``error``). A cancellation of the run itself is raised.
+        """
+        ...
+
+    async def erased_whole(self, deadline: float) -> bool:
+        """Whether a finished erasure took the whole session (its own, its user's or its tenant's).
+
+        Raises :class:`OperationTimeoutError` past ``deadline`` (not started,
+        or cut), or what reading the erasure index raised.
+        """
+        ...
+
+
+class SessionGroups:
+    """The :class:`GroupReader` of session ``key`` as ``snap`` holds it (an erased group is not read)."""
+
+    def __init__(
+        self,
+        ticket: Ticket,
+        archive: HistoryArchive,
+        store: SessionStore,
+        key: SessionKey,
+        snap: SessionSnapshot,
+    ) -> None:
+        self._ticket, self._archive, self._store, self._key, self._snap = ticket, archive, store, key, snap
+
+    async def read(self, seqs: Sequence[int], deadline: float, max_bytes: int) -> ReadBack:
+        snap = self._snap
+        erased = snap.erased or ()
+        resident = {g.seq: g for g in snap.resident}
+        groups: dict[int, MessageGroup] = {}
+        spent = 0
+        unread: list[int] = []
+        for seq in seqs:
+            if any(seq in span for span in erased):
+                continue  # removed by an erasure: not history any more, never read
+            if seq in resident:
+                groups[seq] = resident[seq]  # held already: nothing is read
+                continue
+            if seq >= snap.boundary:
+                continue  # neither resident nor archived: no group of this session's to read
+            if spent >= max_bytes:
+                unread.append(seq)
+                continue
+            try:
+                # One group a read: the next read starts only while the budget has room left.
+                got = await fetch_groups(
+                    self._ticket, self._archive, self._key, snap, [seq], deadline=deadline
+                )
+            except OperationCancelledError as exc:
+                if not isinstance(exc, OperationTimeoutError):
+                    raise  # the run itself was cancelled: not a degraded read
+                return ReadBack(groups, spent, tuple(unread), exc)
+            except Exception as exc:
+                return ReadBack(groups, spent, tuple(unread), exc)
+            group = got[seq]
+            groups[seq] = group
+            spent += group.size_bytes
+        return ReadBack(groups, spent, tuple(unread))
+
+    async def erased_whole(self, deadline: float) -> bool:
+        left = min(deadline - time.monotonic(), self._ticket.op_timeout_s)
+        if left <= 0:
+            raise OperationTimeoutError(
+                "erasure index read not started: its deadline had passed", "erasure index read", 0.0
+            )
+        # Several small reads (the tenant's, the user's and the session's chains) under one deadline:
+        # each is a bounded call, so a cancellation at the deadline leaves none of them running.
+        with anyio.move_on_after(left) as scope:
+            found = await last_whole_erasures(self._ticket, self._store, self._key)
+        if scope.cancelled_caught:
+            raise OperationTimeoutError(
+                f"erasure index read did not finish within {left:.3f}s and was cancelled",
+                "erasure index read",
+                left,
+            )
+        return bool(found)
+
+
+def session_groups(
+    ticket: Ticket, archive: HistoryArchive, store: SessionStore, key: SessionKey, snap: SessionSnapshot
+) -> SessionGroups:
+    """The :class:`GroupReader` of session ``key`` as ``snap`` holds it."""
+    return SessionGroups(ticket, archive, store, key, snap)
