@@ -29,21 +29,24 @@ from agentium_harness import (
     ResidentLimits,
     RunStatus,
     RuntimeLimits,
+    SessionKey,
     VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness._engine.recall_groups import UNATTRIBUTED
+from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports.erasure import DEFAULT_ERASE_BATCH, EraseReport
 from agentium_harness._ports.erasure import EraseTarget as Target
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import ArchiveReceipt, OpContext
 
 pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), statement="DSR-1")
 SECRET = "My quince account password is tangerine-42."
 FRESH = "My quince locker code is blueberry-7."
@@ -161,3 +164,48 @@ async def test_an_erased_sessions_excerpt_never_reaches_the_model_when_the_id_is
     )
     assert all(list(attributes) == ["agentium.recall.hidden"] for _, _, attributes in events)
     assert len(events) == len(hidden)
+
+
+class IndexDown(InMemorySessionStore):
+    """A real in-memory session store whose reads of the tenant's erasure index fail once ``down`` is set."""
+
+    down = False
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> Any:
+        if self.down and (key.session == "index" or key.session.startswith("by-")):
+            raise ConnectionError("session store unreachable")
+        return await super().load(key, ctx)
+
+
+async def test_when_the_erasure_index_cannot_be_read_recall_fails_and_shows_nothing_unvouched(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Whether an excerpt the archive does not vouch for is erased text is then not known: nothing of it.
+
+    The session was never erased; the store answers with a group past the
+    session's next seq (a host indexing ahead of the runtime), which would be
+    shown on one line. With the erasure index unreadable, recall fails and
+    the default ``on_failed="stop"`` stops the run before its model call.
+    """
+    provider, recall, sessions = Recording(), InMemoryRecallStore(), IndexDown()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        recall=recall,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    ahead = MessageGroup(7, (Message(Role.USER, SECRET),))
+    try:
+        with anyio.fail_after(30):
+            await runtime.run(ANA, "s1", "Unrelated chatter.")
+            receipt = ArchiveReceipt(7, ahead.digest, "ahead")
+            await recall.index_groups(KEY, [ahead], [receipt], OpContext.with_timeout(10.0))
+            sessions.down = True
+            run = await runtime.run(ANA, "s1", "What is my quince account password?")
+    finally:
+        await runtime.aclose()
+    assert run.status is RunStatus.STOPPED
+    assert len(provider.requests) == 1  # the first run's: this one made no model call
+    failed = [d.message for d in run.diagnostics if d.code == "recall_failed"]
+    assert any("recall erasure check failed" in m and "ConnectionError" in m for m in failed), failed
