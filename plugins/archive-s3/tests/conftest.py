@@ -36,10 +36,9 @@ def _launch(flavour: str, workdir: Path) -> S3Server:
         pytest.fail(str(exc), pytrace=False)
 
 
-@pytest.fixture(scope="session", params=FLAVOURS)
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """One server of each flavour, shared by the session, with the versioned test bucket."""
-    process = _launch(request.param, tmp_path_factory.mktemp(request.param))
+def _serve(flavour: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """Start a server of ``flavour`` with the test buckets; stop it (by its PIDs) afterwards."""
+    process = _launch(flavour, tmp_path_factory.mktemp(flavour))
     try:
         s3 = raw_client(process)
         s3.create_bucket(Bucket=BUCKET)
@@ -54,6 +53,30 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         yield process
     finally:
         process.stop()
+
+
+# One server per flavour for the whole session, in fixtures without params. A session fixture
+# *with* params (this was one) holds one param's value at a time: under xdist's per-file runs each
+# file's switch from moto to rgw and back stopped the other server, so Ceph (about 13 s to start)
+# started again for every test file, some 25 times per run.
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto's standalone server, shared by the session, with the test buckets."""
+    yield from _serve("moto", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def rgw_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """Single-node Ceph RGW, shared by the session, with the test buckets."""
+    yield from _serve("rgw", tmp_path_factory)
+
+
+@pytest.fixture(params=FLAVOURS)
+def server(request: pytest.FixtureRequest) -> S3Server:
+    """The shared server of each flavour (started at its first use, kept for the session)."""
+    flavour: str = request.param
+    served: S3Server = request.getfixturevalue(f"{flavour}_server")
+    return served
 
 
 @pytest.fixture
