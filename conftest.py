@@ -103,3 +103,41 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the workers' summary lines: a worker's own terminal summary is never shown."""
     for line in _WORKER_SUMMARY:
         terminalreporter.write_line(line)
+
+
+#: Test files of the most worker time in a full run (2026-12-06, each about 100 s or more with
+#: three workers on two cores; the disk-heavy ones spread among the others). pytest-xdist's
+#: ``--dist loadfile`` hands files out in collection order, so one of these collected last (the
+#: postgres and integration folders come last) kept one worker busy for minutes after the others
+#: ran out of files.
+RUN_FIRST = (
+    "tests/core/test_write_encodings.py",
+    "plugins/postgres/tests/test_pg_dependency_floor.py",
+    "tests/core/test_sqlite_oversize.py",
+    "tests/test_quality.py",
+    "tests/core/test_memory_sqlite_oversize.py",
+    "tests/contracts/test_recall_suite_catches_broken_adapters.py",
+    "tests/core/test_reference_cycles.py",
+    "tests/core/test_sqlite_recall_oversize.py",
+    "tests/contracts/test_erasure_suites_catch_broken_adapters.py",
+    "plugins/recall-redis/tests/test_oversize_fields.py",
+    "tests/reliability/test_history_state_machine.py",
+    "tests/core/test_cli_run_status.py",
+    "integrations/openai-agents/tests/test_sdk_suite.py",
+    "plugins/provider-openai/tests/test_openai_dependency_floor.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Move the files of :data:`RUN_FIRST` to the front, in its order; the rest keep theirs."""
+    root = Path(config.rootpath)
+    rank = {name: index for index, name in enumerate(RUN_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        try:
+            name = Path(item.path).relative_to(root).as_posix()
+        except ValueError:  # a test outside the repository (none today)
+            return len(RUN_FIRST)
+        return rank.get(name, len(RUN_FIRST))
+
+    items.sort(key=key)  # stable: within a file and among the others, collection order stays
