@@ -335,15 +335,24 @@ async def test_failing_test_names_are_shortened_and_cleaned(root: Path) -> None:
     assert verdict is Verdict.FAIL
     shown = detail.split("failing: ", 1)[1]
     assert len(shown) == 60 and shown.endswith("…") and "\x7f" not in detail
+    assert shown.startswith("\\x7fxxx")
 
 
-async def test_failing_test_names_lose_c1_controls_and_line_separators(root: Path) -> None:
-    """XML 1.0 allows NEL (U+0085) and U+2028/2029, which end a line for str.splitlines and viewers."""
-    name = "a\x85b\u2028c\u2029d\x9be"
+async def test_a_shortened_name_is_never_cut_inside_an_escape(root: Path) -> None:
+    name = "x" * 56 + "\U000e0041" * 3  # the first escape (10 characters) does not fit in 60
     data = f'<testsuite tests="1"><testcase name="{name}"><failure/></testcase></testsuite>'.encode()
     verdict, detail = await _record(root, data)
     assert verdict is Verdict.FAIL
-    assert detail.endswith("failing: a b c d e") and len(detail.splitlines()) == 1
+    assert detail.endswith("failing: " + "x" * 56 + "…")
+
+
+async def test_failing_test_names_show_c1_controls_and_line_separators_escaped(root: Path) -> None:
+    """XML 1.0 allows NEL (U+0085) and U+2028/2029, which end a line for str.splitlines and viewers."""
+    name = "a\x85b\u2028c\u2029d\x9be\x7ff"
+    data = f'<testsuite tests="1"><testcase name="{name}"><failure/></testcase></testsuite>'.encode()
+    verdict, detail = await _record(root, data)
+    assert verdict is Verdict.FAIL
+    assert detail.endswith("failing: a\\x85b\\u2028c\\u2029d\\x9be\\x7ff") and len(detail.splitlines()) == 1
 
 
 #: Every bidirectional-text control: embeddings and overrides (U+202A-U+202E), isolates
@@ -352,21 +361,76 @@ BIDI_CONTROLS = [chr(c) for c in range(0x202A, 0x202F)] + [chr(c) for c in range
 BIDI_CONTROLS += ["\u200e", "\u200f", "\u061c"]
 
 
+def _failing_one(name: str) -> bytes:
+    return (
+        '<testsuite tests="1" failures="1">'
+        f'<testcase classname="c" name="{name}"><failure message="x"/></testcase></testsuite>'
+    ).encode()
+
+
+def _code(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 @pytest.mark.parametrize("control", BIDI_CONTROLS, ids=[f"U+{ord(c):04X}" for c in BIDI_CONTROLS])
-async def test_bidirectional_controls_in_a_failing_test_name_are_replaced(root: Path, control: str) -> None:
+async def test_bidirectional_controls_in_a_failing_test_name_are_escaped(root: Path, control: str) -> None:
     """A failing test's name is shown to the model and the operator: it must read as it is stored.
 
     ``test_ok\u202e)deliaf(`` displays as ``test_ok(failed)`` reversed; an
     override or isolate in a name can make the evidence look like other text
-    (another test, a ``pass:``). They are replaced by a space, like the C0
-    and C1 controls and the line separators already were.
+    (another test, a ``pass:``). They show as their code point, like every
+    character that does not draw as itself.
     """
-    name = f"test_ok{control}deliaf :ssap"
-    data = (
-        '<testsuite tests="1" failures="1">'
-        f'<testcase classname="c" name="{name}"><failure message="x"/></testcase></testsuite>'
-    ).encode()
-    verdict, detail = await _record(root, data)
+    verdict, detail = await _record(root, _failing_one(f"test_ok{control}deliaf :ssap"))
     assert verdict is Verdict.FAIL
-    assert detail == "fail: 1 tests ran, 1 failures, 0 errors, 0 skipped; failing: c::test_ok deliaf :ssap"
+    assert detail == (
+        f"fail: 1 tests ran, 1 failures, 0 errors, 0 skipped; failing: c::test_ok{_code(control)}deliaf :ssap"
+    )
     assert not any(c in detail for c in BIDI_CONTROLS)
+
+
+#: Characters that draw nothing: zero-width space, non-joiner, joiner, word joiner, invisible
+#: operators, no-break space U+FEFF, soft hyphen, Mongolian vowel separator, and the tag
+#: characters (U+E0001, U+E0020-U+E007F: "invisible ASCII" a model reads); plus the printable
+#: ones (combining grapheme joiner, Hangul fillers, variation selectors) and spaces that look
+#: like U+0020. Each makes a name that draws like another, or hides text in it.
+HIDDEN = ["\u200b", "\u200c", "\u200d", "\u2060", "\u2061", "\u2064", "\ufeff", "\u00ad", "\u180e"]
+HIDDEN += ["\U000e0001", "\U000e0020", "\U000e0041", "\U000e007f"]
+HIDDEN += ["\u034f", "\u115f", "\u3164", "\uffa0", "\ufe0f", "\U000e0100", "\u00a0", "\u3000"]
+
+
+@pytest.mark.parametrize("hidden", HIDDEN, ids=[f"U+{ord(c):04X}" for c in HIDDEN])
+async def test_invisible_characters_in_a_failing_test_name_are_escaped(root: Path, hidden: str) -> None:
+    """``test_ok\u200b`` draws as ``test_ok``: shown, it names its hidden character."""
+    verdict, detail = await _record(root, _failing_one(f"test_ok{hidden}more"))
+    assert verdict is Verdict.FAIL
+    assert detail.endswith(f"failing: c::test_ok{_code(hidden)}more")
+    assert hidden not in detail
+
+
+async def test_text_hidden_in_tag_characters_shows(root: Path) -> None:
+    """Tag characters spell ASCII no viewer draws (a model reads it): each shows as its code point."""
+    smuggled = "".join(chr(0xE0000 + ord(c)) for c in "pass")
+    verdict, detail = await _record(root, _failing_one(f"t{smuggled}"))
+    assert verdict is Verdict.FAIL
+    assert detail.endswith("failing: c::t\\U000e0070\\U000e0061\\U000e0073\\U000e0073")
+
+
+async def test_names_that_draw_alike_show_differently(root: Path) -> None:
+    """A real zero-width space, the text of its escape, and no character at all are three names."""
+    names = ["test_ok", "test\u200b_ok", "test\\u200b_ok"]
+    cases = "".join(f'<testcase classname="c" name="{n}"><failure/></testcase>' for n in names)
+    verdict, detail = await _record(root, f'<testsuite tests="3">{cases}</testsuite>'.encode())
+    assert verdict is Verdict.FAIL
+    shown = detail.split("failing: ", 1)[1].split(", ")
+    assert shown == ["c::test_ok", "c::test\\u200b_ok", "c::test\\\\u200b_ok"]
+    assert len(set(shown)) == 3
+
+
+async def test_an_unparseable_count_shows_hidden_characters_escaped(root: Path) -> None:
+    verdict, detail = await _record(root, '<testsuite tests="1" failures="0\u3164\u200b"/>'.encode())
+    assert verdict is Verdict.UNKNOWN
+    assert detail == "unknown: unparseable: <testsuite> has failures='0\\u3164\\u200b', not a count"

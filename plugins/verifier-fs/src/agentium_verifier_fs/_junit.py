@@ -5,13 +5,12 @@ it is parsed with :mod:`defusedxml` with DTDs forbidden (a JUnit record never
 needs one), which refuses entity-expansion bombs and external entities
 before anything is expanded. It is counted as it is parsed (no tree is
 built) and may nest at most :data:`MAX_DEPTH` elements deep, so its memory
-stays near its size. Only counts and a few test names (shortened, control
-and bidirectional-text characters replaced by spaces) come out of it.
+stays near its size. Only counts and a few test names (shortened, with every
+character that does not show as itself escaped: see :func:`visible`) come out of it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Final
 from xml.etree.ElementTree import ParseError
@@ -22,7 +21,7 @@ from defusedxml.ElementTree import DefusedXMLParser
 
 from ._confined import EvidenceUnavailable
 
-__all__ = ["FEED_BYTES", "MAX_DEPTH", "TestCounts", "parse_junit"]
+__all__ = ["FEED_BYTES", "MAX_DEPTH", "TestCounts", "parse_junit", "visible"]
 
 #: Bytes fed to the parser per step; the time and cancel checks run between steps.
 FEED_BYTES: Final = 64 * 1024
@@ -34,13 +33,65 @@ MAX_DEPTH: Final = 256
 _ROOTS: Final = ("testsuites", "testsuite")
 _NAME_CHARS: Final = 60
 _NAMES: Final = 3
-#: C0, DEL, C1 (NEL U+0085 ends a line for str.splitlines and many viewers) and the Unicode
-#: line and paragraph separators: each would break a name across lines of the evidence. And the
-#: bidirectional-text controls — embeddings and overrides (U+202A-U+202E), isolates (U+2066-U+2069),
-#: the left-to-right, right-to-left and Arabic letter marks (U+200E, U+200F, U+061C) — which make
-#: a viewer draw the text after them reordered: a name could show the operator or the model text
-#: other than its own (another test's name, a ``pass:``).
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+#: Characters Python counts as printable that still draw nothing (Unicode's default-ignorable
+#: code points outside the format, control and unassigned categories): the combining grapheme
+#: joiner, the Hangul fillers, the Khmer inherent vowels, the Mongolian free variation selectors
+#: and the variation selectors (U+FE00-U+FE0F, U+E0100-U+E01EF). Each lets two names that draw
+#: alike differ, or carries text a reader does not see.
+_INVISIBLE: Final = frozenset(
+    [
+        *(0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F, 0x3164, 0xFFA0),
+        *range(0xFE00, 0xFE10),
+        *range(0xE0100, 0xE01F0),
+    ]
+)
+
+
+def _escaped(char: str) -> str:
+    """``char`` as it shows in a name: itself, or its code point written as Python writes it."""
+    code = ord(char)
+    if char == "\\":
+        return "\\\\"  # so an escape in a name is never taken for one the verifier wrote
+    if char.isprintable() and code not in _INVISIBLE:
+        return char
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def visible(text: str, limit: int) -> str:
+    r"""``text`` as evidence shows it: what does not draw as itself escaped, at most ``limit`` long.
+
+    Escaped (``\x85``, ``\u200b``, ``\U000e0041``), like Python's ``repr``,
+    is every character ``str.isprintable`` refuses — controls (C0, DEL, C1),
+    format characters (Cf: the bidirectional-text controls, the zero-width
+    space, joiners and no-break space U+FEFF, the word joiner and invisible
+    operators U+2060-U+2064, the soft hyphen, the tag characters
+    U+E0001-U+E007F), the line and paragraph separators, every space but
+    U+0020, private-use and unassigned code points — and the printable
+    invisibles of :data:`_INVISIBLE`. A backslash is doubled, so the escaped
+    text names one string: two names that draw alike show differently, text
+    hidden in one (tag characters spell ASCII a model reads and a person does
+    not see) shows, and none breaks a line or makes a viewer reorder what
+    follows. Text longer than ``limit`` is cut, never inside an escape, and
+    ends with ``…``; only the characters shown are looked at.
+    """
+    pieces: list[str] = []
+    length = 0
+    for char in text:
+        piece = _escaped(char)
+        if length + len(piece) > limit:
+            kept: list[str] = []
+            room = limit - 1
+            for shown in pieces:
+                if len(shown) > room:
+                    break
+                kept.append(shown)
+                room -= len(shown)
+            return "".join(kept) + "…"
+        pieces.append(piece)
+        length += len(piece)
+    return "".join(pieces)
 
 
 @attrs.frozen(slots=True)
@@ -72,8 +123,8 @@ def _count(tag: str, attrib: dict[str, str], name: str) -> int:
     try:
         value = int(raw.strip())
     except ValueError:
-        shown = raw[:20]
-        raise EvidenceUnavailable(f"unparseable: <{tag}> has {name}={shown!r}, not a count") from None
+        shown = visible(raw, 20)
+        raise EvidenceUnavailable(f"unparseable: <{tag}> has {name}='{shown}', not a count") from None
     if value < 0:
         raise EvidenceUnavailable(f"unparseable: <{tag}> has a negative {name}")
     return value
@@ -81,8 +132,7 @@ def _count(tag: str, attrib: dict[str, str], name: str) -> int:
 
 def _name(attrib: dict[str, str]) -> str:
     raw = f"{attrib.get('classname', '')}::{attrib.get('name', '')}".strip(":")
-    clean = _CONTROL.sub(" ", raw) or "(unnamed)"
-    return clean if len(clean) <= _NAME_CHARS else clean[: _NAME_CHARS - 1] + "…"
+    return visible(raw, _NAME_CHARS) or "(unnamed)"
 
 
 class _Case:
@@ -119,7 +169,7 @@ class _Counter:
             self._root = tag
             if tag not in _ROOTS:
                 raise EvidenceUnavailable(
-                    f"unparseable: root element <{tag[:40]}> is not <testsuites> or <testsuite>"
+                    f"unparseable: root element <{visible(tag, 40)}> is not <testsuites> or <testsuite>"
                 )
         if len(self._open) >= MAX_DEPTH:
             raise EvidenceUnavailable(f"unparseable: elements nested more than {MAX_DEPTH} deep")
