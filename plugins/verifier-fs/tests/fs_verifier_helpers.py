@@ -103,3 +103,24 @@ def verifier_for(root: Path, *paths: str, records: tuple[str, ...] = (), **optio
 def details(result: VerificationResult) -> dict[str, str]:
     """``ref -> detail`` of a result's evidence."""
     return {e.ref: e.detail for e in result.evidence}
+
+
+def without_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``F_SETLEASE`` refuse a read lease with ``EACCES``, as for another user's file.
+
+    Such a file (the process has no ``CAP_LEASE``; these tests run as its
+    owner, or as root) or a file system without leases (NFS) is read without
+    one: the double read and the times are what check it then. Every other
+    ``fcntl`` call is the real one.
+    """
+    import errno
+    import fcntl
+
+    real = fcntl.fcntl
+
+    def refusing(fd: Any, cmd: int, arg: Any = 0) -> Any:
+        if cmd == fcntl.F_SETLEASE and arg == fcntl.F_RDLCK:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", refusing)

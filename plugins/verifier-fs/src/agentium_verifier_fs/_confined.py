@@ -28,6 +28,7 @@ import errno
 import hashlib
 import os
 import stat
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -73,6 +74,67 @@ def _flags(*names: str) -> int:
 
 _DIR_FLAGS: Final = _flags("O_DIRECTORY", "O_NOFOLLOW", "O_CLOEXEC")
 _FILE_FLAGS: Final = _flags("O_NOFOLLOW", "O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC")
+
+
+if sys.platform == "linux":
+    import fcntl
+    import signal
+
+    def _take_lease(fd: int) -> bool:
+        """Take a read lease on ``fd``: True when held, False when this file cannot have one.
+
+        The kernel grants it only while no descriptor anywhere has the file open
+        for writing (``EAGAIN``: raised, the caller refuses the file), and
+        breaks it when one is opened for writing or the file is truncated, so
+        while it holds nothing can change the bytes, whatever the timestamps
+        say. Refused (``EACCES``: the file is another user's and the process
+        lacks ``CAP_LEASE``; ``EINVAL``: NFS, leases switched off by
+        ``fs.leases-enable``) it is not held, and the other checks stand alone.
+
+        :raises OSError: ``EAGAIN``, the file is open for writing.
+        """
+        try:
+            # A break is announced with SIGIO to the process that took the lease, and SIGIO's
+            # default action ends the process: a signal ignored by default (SIGURG) is named
+            # first, and no process at all once the lease is held (the lease records the break).
+            fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                raise
+            return False
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
+        except OSError:
+            _drop_lease(fd)
+            return False
+        return True
+
+    def _lease_held(fd: int) -> bool:
+        """Whether the read lease is still held: not broken by an open for writing or a truncate."""
+        try:
+            return fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK
+        except OSError:
+            return False
+
+    def _drop_lease(fd: int) -> None:
+        """Release the lease at once, so a writer waiting on its break goes on (closing would too)."""
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        except OSError:
+            pass
+
+else:
+
+    def _take_lease(fd: int) -> bool:
+        """No file leases here: the other checks stand alone."""
+        return False
+
+    def _lease_held(fd: int) -> bool:
+        return False
+
+    def _drop_lease(fd: int) -> None:
+        """Nothing is held."""
 
 
 class EvidenceUnavailable(Exception):
@@ -196,6 +258,39 @@ class OpenedFile:
         self._name = name
         self._shown = shown
 
+    @contextmanager
+    def leased(self) -> Iterator[None]:
+        """Hold a read lease on the file while the body reads it; no write can land unseen.
+
+        Chunked reads, even read twice and compared, can be fooled by a writer
+        that watches them (inotify reports each read) and rewrites each chunk
+        in step with both reads, every write within one tick of the timestamp
+        clock, ``mtime`` set back: both reads then agree on bytes the file
+        never held. The lease closes that on Linux: it is granted only while no
+        descriptor has the file open for writing, and any open for writing or
+        truncate while it is held breaks it (the writer waits for the release).
+        Where no lease can be had (another user's file, NFS, not Linux) the
+        reads are checked as before (:meth:`read_again`, :meth:`check_still_in_place`).
+
+        :raises EvidenceUnavailable: the file is open for writing (``busy``), or was
+            opened for writing while it was read (``changed``).
+        """
+        try:
+            held = _take_lease(self.fd)
+        except OSError:
+            raise EvidenceUnavailable(
+                f"busy: {self._shown!r} is open for writing, so it could change while it is read; not read"
+            ) from None
+        try:
+            yield
+            if held and not _lease_held(self.fd):
+                raise EvidenceUnavailable(
+                    f"changed: {self._shown!r} was opened for writing while it was read"
+                )
+        finally:
+            if held:
+                _drop_lease(self.fd)
+
     def read_again(self, first: bytes, max_bytes: int, option: str, check: Callable[[], None]) -> None:
         """Read the descriptor again from its start: its SHA-256 must be ``first``, that of the first read.
 
@@ -204,9 +299,10 @@ class OpenedFile:
         leaves the size, ``mtime`` and ``ctime`` as they were, so comparing
         them cannot see it; a writer can set ``mtime`` back besides. The first
         read may then hold a mix of old and new bytes the file never held at
-        one moment; the second read holds the new bytes, and differs. Only a
-        writer that rewrites each chunk back and forth in step with both reads,
-        every write within one tick, goes unseen. The same bounds hold: the
+        one moment; the second read holds the new bytes, and differs. Where no
+        lease is held (:meth:`leased`), a writer that rewrites each chunk back
+        and forth in step with both reads, every write within one tick, goes
+        unseen. The same bounds hold: the
         size bound, and ``check()`` before each chunk.
 
         :raises EvidenceUnavailable: the bytes differ, or the descriptor cannot be read again.
@@ -369,7 +465,8 @@ def _open_file(name: str, parent: int, shown: str, opened: list[int]) -> OpenedF
 def hash_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> str:
     """sha256 hex of the descriptor's bytes, read in chunks with ``check()`` before each.
 
-    Read twice (:meth:`OpenedFile.read_again`): a same-size write the times cannot show is seen.
+    Read under a read lease where the file system grants one (:meth:`OpenedFile.leased`), and
+    twice (:meth:`OpenedFile.read_again`): a same-size write the times cannot show is seen.
 
     :raises EvidenceUnavailable: the file is (or grows) larger than ``max_bytes``, or a read fails.
     """
@@ -377,9 +474,10 @@ def hash_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> 
     if size > max_bytes:
         raise EvidenceUnavailable(f"too large: {size} bytes, more than max_file_bytes={max_bytes}; not read")
     digest = hashlib.sha256()
-    for chunk in _chunks(opened.fd, max_bytes, "max_file_bytes", check):
-        digest.update(chunk)
-    opened.read_again(digest.digest(), max_bytes, "max_file_bytes", check)
+    with opened.leased():
+        for chunk in _chunks(opened.fd, max_bytes, "max_file_bytes", check):
+            digest.update(chunk)
+        opened.read_again(digest.digest(), max_bytes, "max_file_bytes", check)
     opened.check_still_in_place()
     return digest.hexdigest()
 
@@ -398,15 +496,16 @@ def last_changed(opened: OpenedFile) -> float:
 def read_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> bytes:
     """The descriptor's bytes (at most ``max_bytes``), read in chunks with ``check()`` between them.
 
-    Read twice, like :func:`hash_file`'s.
+    Leased and read twice, like :func:`hash_file`'s.
     """
     size = opened.stat.st_size
     if size > max_bytes:
         raise EvidenceUnavailable(
             f"too large: {size} bytes, more than max_record_bytes={max_bytes}; not read"
         )
-    data = b"".join(_chunks(opened.fd, max_bytes, "max_record_bytes", check))
-    opened.read_again(hashlib.sha256(data).digest(), max_bytes, "max_record_bytes", check)
+    with opened.leased():
+        data = b"".join(_chunks(opened.fd, max_bytes, "max_record_bytes", check))
+        opened.read_again(hashlib.sha256(data).digest(), max_bytes, "max_record_bytes", check)
     opened.check_still_in_place()
     return data
 

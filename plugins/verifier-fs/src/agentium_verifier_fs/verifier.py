@@ -9,8 +9,8 @@ Per item the outcome is:
 - artifact: ``pass`` when the confined, opened file's sha256 equals the
   expected one; ``fail`` when it differs; ``unknown`` when it is missing,
   unreadable, refused by confinement (a symlink anywhere on its path, a
-  FIFO or device, a file with several hard links), over ``max_file_bytes``
-  or written while it was read;
+  FIFO or device, a file with several hard links), over ``max_file_bytes``,
+  open for writing when it is to be read, or written while it was read;
 - test record: ``unknown`` when missing, refused, over ``max_record_bytes``,
   last written before the run started or before any expected artifact last
   changed (it did not test the artifact as it is), not well-formed or not
