@@ -253,3 +253,49 @@ async def test_an_agent_run_inside_another_runtimes_span_records_under_its_manag
     assert {"chat", "search_memory"} <= {s.name for s in m.spans}
     assert not [text for text in _carried(m.spans) if SECRET in text]
     assert global_provider.finished == ()
+
+
+class _ClosingStore(InMemoryMemoryStore):
+    """A memory store whose close sends its backend a request (a flush)."""
+
+    async def aclose(self) -> None:
+        with client_span("store.flush", {"db.operation.name": "flush"}):
+            pass
+
+
+class _ClosingProvider(ScriptedProvider):
+    """A model provider whose close sends its backend a request."""
+
+    async def aclose(self) -> None:
+        with client_span("provider.flush", {"db.operation.name": "flush"}):
+            pass
+
+
+async def test_a_managers_and_an_agents_owned_adapters_close_under_the_managers_telemetry(
+    global_provider: SpanRecorder,
+) -> None:
+    # MemoryManager.aclose (an owned store) and Agent.close (owned adapters) are the manager's operations:
+    # what their adapters' closes record goes to its provider, never to the runtime whose block they are in.
+    a, m = Telemetered(), Telemetered()
+    rt_a = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=a.telemetry(capture_content=True),
+    )
+    manager = MemoryManager(_ClosingStore(), telemetry=m.telemetry(), owns_store=True)
+    provider = _ClosingProvider(replies=["noted"])
+    agent = Agent(
+        provider,
+        MemoryManager(InMemoryMemoryStore(), telemetry=m.telemetry()),
+        MemoryScope("acme", "ana"),
+        session="s1",
+        owned=[provider],
+    )
+    with anyio.fail_after(30), runtime_span(rt_a, "host.a"):
+        await manager.aclose()
+        await agent.close()
+    assert [s.name for s in a.spans] == ["host.a"]
+    assert {"store.flush", "provider.flush"} <= {s.name for s in m.spans}
+    assert global_provider.finished == ()
+    await rt_a.aclose()

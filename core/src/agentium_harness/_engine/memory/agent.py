@@ -440,7 +440,10 @@ class Agent:
             failures.append("owned work did not stop: " + ", ".join(drain.still_running))
         if not failures:
             still_open: list[object] = []
-            for adapter, problem in await close_owned(self._owned, self._close_timeout_s):
+            # Its manager's, as its model calls are: not the telemetry of a block it is closed in.
+            with observe.using(telemetry_of(self.memory), self.memory):
+                closed = await close_owned(self._owned, self._close_timeout_s)
+            for adapter, problem in closed:
                 if problem is not None:
                     failures.append(problem)
                     still_open.append(adapter)

@@ -537,7 +537,9 @@ class MemoryManager:
         self._closed = True
         if not self._owns_store:
             return
-        [(_, problem)] = await close_owned([self.store], timeout_s)
+        # Its own operation: the store's close records under its telemetry, whatever block it is called in.
+        with observe.using(self._telemetry, self):
+            [(_, problem)] = await close_owned([self.store], timeout_s)
         if problem is not None:
             raise AgentCloseError([problem])
         self._owns_store = False
