@@ -299,3 +299,35 @@ async def test_a_managers_and_an_agents_owned_adapters_close_under_the_managers_
     assert {"store.flush", "provider.flush"} <= {s.name for s in m.spans}
     assert global_provider.finished == ()
     await rt_a.aclose()
+
+
+class _DegradedClose(InMemoryMemoryStore):
+    """A memory store whose close says a degraded outcome (no span of its own around it)."""
+
+    async def aclose(self) -> None:
+        current_span_event("store.close.degraded", {"error.type": "OSError"})
+
+
+async def test_an_event_said_under_one_telemetry_never_goes_on_another_runtimes_span(
+    global_provider: SpanRecorder,
+) -> None:
+    # The manager's close opens no span: what its store says there has no span of the manager's to go
+    # on, and the span current (runtime A's) is not one. The host's own span still takes such an event.
+    a, m, host = Telemetered(), Telemetered(), Telemetered()
+    rt_a = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=a.telemetry(capture_content=True),
+    )
+    inside_a = MemoryManager(_DegradedClose(), telemetry=m.telemetry(), owns_store=True)
+    under_host = MemoryManager(_DegradedClose(), telemetry=m.telemetry(), owns_store=True)
+    with anyio.fail_after(30):
+        with runtime_span(rt_a, "host.a"):
+            await inside_a.aclose()
+        with otel_trace.use_span(host.tracer_provider.get_tracer("host").start_span("host.request"), True):
+            await under_host.aclose()
+    assert a.events("store.") == []
+    assert host.events("store.") == [("host.request", "store.close.degraded", {"error.type": "OSError"})]
+    assert global_provider.finished == ()
+    await rt_a.aclose()

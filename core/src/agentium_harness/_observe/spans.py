@@ -21,6 +21,7 @@ a failure (a span processor or metric reader that raises) is logged once on
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import Mapping, Sequence
 from time import perf_counter
@@ -119,6 +120,12 @@ class NullSpan:
 #: The span every helper returns when nothing records.
 NULL = NullSpan()
 
+#: The OpenTelemetry span the innermost :class:`Span` of this context made current, and the tracer
+#: that made it: :func:`current_span_event` tells a span of another runtime's telemetry by it.
+_OPENED: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar(
+    "agentium_opened_span", default=None
+)
+
 
 class Span:
     """One span (and its duration metric) of a live operation; use it as a context manager.
@@ -136,6 +143,7 @@ class Span:
         "_kind",
         "_metric",
         "_name",
+        "_opened",
         "_otel",
         "_stage",
         "_started",
@@ -159,6 +167,7 @@ class Span:
         self._metric = metric
         self._otel: Any = None
         self._token: Any = None
+        self._opened: contextvars.Token[tuple[Any, Any] | None] | None = None
         self._error: str | None = None
         self._started = 0.0
 
@@ -183,6 +192,7 @@ class Span:
             try:
                 span = tracer.start_span(self._name, kind=self._kind, attributes=self._attrs)
                 self._token = _context.attach(_trace.set_span_in_context(span))
+                self._opened = _OPENED.set((span, tracer))
                 self._otel = span
             except Exception as exc:
                 _broken("starting a span", exc)
@@ -198,6 +208,12 @@ class Span:
                 _context.detach(self._token)
             except Exception as err:  # pragma: no cover - only a foreign context could refuse it
                 _broken("leaving a span's context", err)
+            opened, self._opened = self._opened, None
+            if opened is not None:
+                try:
+                    _OPENED.reset(opened)
+                except ValueError as err:  # pragma: no cover - left in another context than it was entered in
+                    _broken("leaving a span's context", err)
             try:
                 span.end()
             except Exception as err:
@@ -415,13 +431,20 @@ def current_span_event(name: str, attributes: Mapping[str, Any] | None = None) -
     load or commit stage, a history write's, a memory write's; an adapter's
     (``plugin_api.current_span_event``) for a degraded outcome its call still
     answers, next to its WARNING (a lost reply settled by reading back): on the
-    adapter call's span. Nothing when no tracer records. No content in attributes.
+    adapter call's span. Nothing when no tracer records, and nothing when the span
+    current is another runtime's (its ``runtime_span``, with no span of this
+    telemetry opened inside it): its provider is not this one's. No content in attributes.
     """
     active = current()
     if active is None or active.tracer is None or _trace is None:
         return
     try:
         span = _trace.get_current_span()
+        opened = _OPENED.get()
+        if opened is not None and opened[0] is span and opened[1] is not active.tracer:
+            # Another runtime's span (its runtime_span block, with no span of this telemetry opened
+            # inside it yet): its provider is not this one's, so the event has no span to go on.
+            return
         if span.is_recording():
             span.add_event(name, dict(attributes or {}))
     except Exception as exc:
