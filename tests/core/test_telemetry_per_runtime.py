@@ -331,3 +331,30 @@ async def test_an_event_said_under_one_telemetry_never_goes_on_another_runtimes_
     assert host.events("store.") == [("host.request", "store.close.degraded", {"error.type": "OSError"})]
     assert global_provider.finished == ()
     await rt_a.aclose()
+
+
+async def test_a_call_abandoned_inside_an_unattributed_call_is_an_event_on_the_callers_own_span() -> None:
+    # Plugin code no runtime's telemetry covers (a plugin command) makes a call into plugin code of its
+    # own (a registry load's import) that is abandoned: no runtime's either, so its event goes on the
+    # host's span, as the outer call's would.
+    host = Telemetered()
+    gate = threading.Event()
+
+    def command() -> str:
+        with pytest.raises(HookTimeoutError):
+            call_with_deadline(lambda: gate.wait(30), 0.2, "importing plugin y")
+        return "done"
+
+    try:
+        with otel_trace.use_span(host.tracer_provider.get_tracer("host").start_span("host start-up"), True):
+            assert await anyio.to_thread.run_sync(call_with_deadline, command, 30.0, "command of x") == "done"
+    finally:
+        gate.set()
+    assert [s.name for s in host.spans] == ["host start-up"]
+    assert host.events("agentium.plugin") == [
+        (
+            "host start-up",
+            "agentium.plugin.abandoned",
+            {"agentium.plugin.call": "importing plugin y", "agentium.plugin.timeout_s": 0.2},
+        )
+    ]

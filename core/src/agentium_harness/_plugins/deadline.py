@@ -94,7 +94,8 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
     the build context reach it). Its telemetry is captured as it starts: the
     runtime's operation under way then (its ``runtime_span``, a turn), whose
     telemetry the call and what it does late (finishing after its deadline,
-    outside any operation) report under; with none under way it records
+    outside any operation) report under; with none under way (or only an
+    unattributed call's, this one made inside it) it records
     nothing on any provider, the global one included (code it runs with
     settings of its own, a runtime's operations, records under them).
     ``what`` names the call in the error and the log: a plugin and hook,
@@ -107,6 +108,8 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
     """
     # Captured now: whatever is current later (at the deadline, when it ends), the call is this one's.
     active = live()
+    if active is silent():
+        active = None  # made by plugin code no runtime's telemetry covers: no runtime's either
     context = contextvars.copy_context()
     if active is None:
         context.run(enter, silent())  # no runtime's: never the global providers'
