@@ -191,3 +191,50 @@ async def test_each_sweep_reply_stays_under_its_cap_with_the_longest_ids(
         assert (await _holding(admin, tp, b"qlongdoc") == []) is not dry_run
     finally:
         await store.aclose()
+
+
+def _counting(calls: list[int], limit: int) -> Callable[..., Awaitable[Any]]:
+    """``sweep_rows`` with its ``SWEEP`` calls counted, failing past ``limit`` (a walk that would not end)."""
+    real = erase_sweep.sweep_rows
+
+    async def sweep_rows(ops: erase.EraseOps, *args: Any) -> Any:
+        async def script(s: Any, keys: Sequence[str], argv: Sequence[Any], ctx: OpContext, op: str) -> Any:
+            if s is erase_sweep.SWEEP:
+                calls.append(int(argv[1]))
+                assert len(calls) <= limit, f"the sweep went on past {limit} calls: {calls[-4:]}"
+            return await ops.script(s, keys, argv, ctx, op)
+
+        return await real(attrs.evolve(ops, script=script), *args)
+
+    return sweep_rows
+
+
+@pytest.mark.parametrize(
+    ("member", "score"),
+    [("99999999999999", 99999999999999), ("junk", 99999999999999), ("4", 99999999999999)],
+)
+async def test_a_junk_member_of_the_row_set_never_makes_writes_push_the_counter_out(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, member: str, score: int
+) -> None:
+    # A new row went past the row set's highest score, whatever member held it: one junk entry there
+    # (a number no row has, a non-number, a row's number with another score) made the next write take
+    # row 10^14 and set the counter to it, and every erase of the tenant after that walked 10^14 row
+    # numbers, 1,024 per call (about 10^11 calls: it never ended). The store wrote that counter itself.
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    calls: list[int] = []
+    monkeypatch.setattr(erase, "sweep_rows", _counting(calls, 8))
+    try:
+        await _setup(store)
+        tp = f"{prefix}:{{acme}}"
+        await admin.zadd(f"{tp}:rows", {member: score})
+        await store.index_document(SourceOwner("acme", "ana", "s1"), "later", "qlater text", _ctx())
+        assert await _found(store, KEY, "qlater") == ["doc/acme/ana/s1/~/~/later"]
+
+        report = await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 2
+        assert await _holding(admin, tp, b"qlater") == [] and await _holding(admin, tp, b"qword0x") == []
+        assert await _found(store, OTHER, "qother0x") and await _found(store, OTHER, "qdocother")
+    finally:
+        await store.aclose()

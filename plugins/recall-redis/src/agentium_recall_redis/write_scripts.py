@@ -75,22 +75,39 @@ local function publish(P, n, b, src)
   redis.call('HSET', P .. ':rev', src.sid, src.rev)
   redis.call('HINCRBY', P .. ':bn', b, 1)
 end
+-- Whether row number n is in use: its row hash, text, canonical bytes or term list (a staged row) exists.
+local function in_use(P, n)
+  local s = fmt(n)
+  return redis.call('EXISTS', P .. ':m:' .. s, P .. ':t:' .. s, P .. ':c:' .. s, P .. ':k:' .. s) > 0
+end
 -- The number of a new row after `last` (the counter's value, or the previous new row of this call): past
--- the tenant's highest listed row and every number whose row hash, text, canonical bytes or term list
--- (a staged row) still exists. The counter alone would do if nothing edited it; lowered behind the
--- store's back, it made a write take a live row's number and overwrite that row.
+-- the tenant's highest listed row and never a number in use. The counter alone would do if nothing edited
+-- it; lowered behind the store's back, it made a write take a live row's number and overwrite that row.
+-- Only a listed row that is one counts (member and score the same whole number, its keys there): a junk
+-- entry of the set made a write take its number, setting the counter there, and every later erase's
+-- sweep then walked up to it (10^14 numbers, never ending). Past a number in use, the next tries are 1,
+-- 2, 4, ... further (any free number will do): a counter lowered below many live rows costs a write a
+-- few dozen lookups at most, not one per row.
 local top_read = false
 local function next_row(P, last)
   local n = last + 1
   if not top_read and type_of(P .. ':rows') == 'zset' then  -- once a call: later rows come after it
     top_read = true
-    local top = redis.call('ZREVRANGE', P .. ':rows', 0, 0, 'WITHSCORES')
-    local score = tonumber(top[2] or '0')
-    if score < 1e15 and score >= n then n = math.floor(score) + 1 end
+    local top = redis.call('ZREVRANGEBYSCORE', P .. ':rows', '(1000000000000000', fmt(n), 'WITHSCORES',
+                           'LIMIT', 0, 8)
+    for j = 1, #top, 2 do
+      local score = tonumber(top[j + 1])
+      if score == math.floor(score) and top[j] == fmt(score) and in_use(P, score) then
+        n = score + 1
+        break
+      end
+    end
   end
-  while redis.call('EXISTS', P .. ':m:' .. fmt(n), P .. ':t:' .. fmt(n), P .. ':c:' .. fmt(n),
-                   P .. ':k:' .. fmt(n)) > 0 do
-    n = n + 1
+  local step = 1
+  while in_use(P, n) do
+    if step > 2 ^ 50 then refuse('a row counter') end  -- 2^50 rows in use: never a store's own state
+    n = n + step
+    step = step * 2
   end
   return n
 end
