@@ -17,7 +17,7 @@ from redis_servers import new_prefix
 
 from agentium_harness import OpContext, RecallLimits, Scope, SessionKey, SourceOwner
 from agentium_harness import ValidationStatus as V
-from agentium_harness.plugin_api import ArchiveReceipt
+from agentium_harness.plugin_api import ArchiveReceipt, EraseStatus, EraseTarget
 from agentium_harness.testing import plain_group
 from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
 from agentium_recall_redis.keys import tenant_prefix
@@ -175,3 +175,53 @@ async def test_a_damaged_row_counter_costs_a_write_a_bounded_number_of_lookups(
     }
     assert [sid.rsplit("/", 1)[1] for sid in await _discover(store, "qgamma")] == ["c"]
     assert len(await _discover(store, "figs")) == 16
+
+
+@pytest.mark.parametrize("counter", ["1000000000000000", "99999999999999999999"])
+async def test_a_row_counter_past_15_digits_stops_a_write_before_any_write(
+    fresh: Any, admin: aioredis.Redis, counter: str
+) -> None:
+    # A counter damaged past 15 digits (where the erase sweep stops trusting it) made the write take row
+    # 10^15 + 1 (or, past 2^53, a number Lua cannot hold exactly): a row the erase sweep never reads (it
+    # walks 1..counter and the row set up to 10^15), so an erasure of the tenant reported complete and
+    # left that row's text, term list and postings in Redis.
+    store, tp = fresh
+    await store.index_document(OWNER, "a", "qalpha text", ctx())
+    await admin.set(f"{tp}:n", counter)
+    before = await key_space(admin, store.config.key_prefix)
+    group = plain_group(0, "qdelta")
+
+    with pytest.raises(RedisRecallError, match="another type"):
+        await store.index_document(OWNER, "c", "qgamma text", ctx())
+    with pytest.raises(RedisRecallError, match="another type"):
+        await store.index_groups(
+            SessionKey("wi", "u", "s"), [group], [ArchiveReceipt(0, group.digest, "x")], ctx()
+        )
+
+    assert await key_space(admin, store.config.key_prefix) == before
+    assert [sid.rsplit("/", 1)[1] for sid in await _discover(store, "qalpha")] == ["a"]
+
+
+@pytest.mark.parametrize("rows", ["listed", "not listed"])
+async def test_a_negative_row_counter_gives_a_new_row_a_number_the_erase_sweep_reads(
+    fresh: Any, admin: aioredis.Redis, rows: str
+) -> None:
+    # A counter damaged to -5 made the next write take row -4, which the sweep (1..counter, then the
+    # row set from 1) never reads. It now counts from 0, as a deleted counter does, past live rows.
+    store, tp = fresh
+    await store.index_document(OWNER, "a", "qalpha text", ctx())
+    await admin.set(f"{tp}:n", "-5")
+    if rows == "not listed":
+        await admin.delete(f"{tp}:rows")
+
+    await store.index_document(OWNER, "c", "qgamma text", ctx())
+
+    assert [sid.rsplit("/", 1)[1] for sid in await _discover(store, "qalpha")] == ["a"]
+    assert [sid.rsplit("/", 1)[1] for sid in await _discover(store, "qgamma")] == ["c"]
+    # With its index entries gone too, only the sweep can find row c for an erasure.
+    await admin.hdel(f"{tp}:ids", "doc/wi/~/~/~/~/c")
+    await admin.hdel(f"{tp}:rev", "doc/wi/~/~/~/~/c")
+    report = await store.erase(EraseTarget.tenant("wi"), ctx())
+    assert report.status is EraseStatus.COMPLETE
+    space = await key_space(admin, store.config.key_prefix)
+    assert [k for k, (_, v) in space.items() if b"qgamma" in k or b"qgamma" in repr(v).encode()] == []

@@ -90,7 +90,12 @@ end
 -- few dozen lookups at most, not one per row.
 local top_read = false
 local function next_row(P, last)
-  local n = last + 1
+  -- A row number is 1 to 15 digits, what the erase sweep reads: a counter damaged past 15 digits made a
+  -- write take row 10^15 + 1 (past 2^53, numbers Lua cannot hold exactly), which no sweep reads (an
+  -- erasure reported complete with its text left); it is refused, as a counter that is not a number is.
+  -- One damaged to a negative value (which took row -4) counts from 0, as a deleted one does.
+  local n = math.max(last, 0) + 1
+  if n >= 1e15 then refuse('a counter') end
   if not top_read and type_of(P .. ':rows') == 'zset' then  -- once a call: later rows come after it
     top_read = true
     local top = redis.call('ZREVRANGEBYSCORE', P .. ':rows', '(1000000000000000', fmt(n), 'WITHSCORES',
@@ -105,9 +110,9 @@ local function next_row(P, last)
   end
   local step = 1
   while in_use(P, n) do
-    if step > 2 ^ 50 then refuse('a row counter') end  -- 2^50 rows in use: never a store's own state
     n = n + step
     step = step * 2
+    if n >= 1e15 then refuse('a counter') end
   end
   return n
 end
