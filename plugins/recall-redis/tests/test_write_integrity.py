@@ -225,3 +225,31 @@ async def test_a_negative_row_counter_gives_a_new_row_a_number_the_erase_sweep_r
     assert report.status is EraseStatus.COMPLETE
     space = await key_space(admin, store.config.key_prefix)
     assert [k for k, (_, v) in space.items() if b"qgamma" in k or b"qgamma" in repr(v).encode()] == []
+
+
+@pytest.mark.parametrize("key", [":rows", ":rev", ":bn", ":gc"])
+async def test_a_wrong_typed_key_stops_a_staged_write_before_it_begins(
+    fresh: Any, admin: aioredis.Redis, key: str
+) -> None:
+    # A source of more words than one call takes is staged: BEGIN took a row number (the counter moved),
+    # wrote the first slice's postings and a lease, and only COMMIT found the row set (or the revision
+    # hash, bucket counts or garbage list) of another type: the write failed saying nothing was written,
+    # and its postings were left for garbage collection. BEGIN now checks what COMMIT will write.
+    prefix = new_prefix()
+    store = RedisRecallStore(
+        RedisRecallConfig(url=fresh[0].config.url, key_prefix=prefix, max_terms_per_call=16)
+    )
+    tp = tenant_prefix(prefix, "wi")
+    try:
+        await store.index_document(OWNER, "a", "qalpha text", ctx())
+        await admin.delete(f"{tp}{key}")
+        await admin.set(f"{tp}{key}", "a string")
+        before = await key_space(admin, prefix)
+
+        with pytest.raises(RedisRecallError, match="another type"):
+            await store.index_document(OWNER, "c", " ".join(f"w{i}x" for i in range(100)), ctx())
+        await store.aclose()  # waits for any collection the failed write left behind
+
+        assert await key_space(admin, prefix) == before
+    finally:
+        await store.aclose()

@@ -249,6 +249,11 @@ local cur = current_row(P, sid, okey, '')
 if cur and redis.call('HGET', P .. ':m:' .. cur, 'rev') == rev then return done('same') end
 need(P .. ':bk', 'hash')
 need(P .. ':pend', 'zset')
+-- What COMMIT will write, checked now: found only then, the write failed after this call had taken a
+-- row number and written a slice of postings.
+for _, key in ipairs({':rev', ':bn'}) do need(P .. key, 'hash') end
+need(P .. ':gc', 'list')
+need(P .. ':rows', 'zset')
 need(P .. ':n', 'string')
 need(P .. ':nb', 'string')
 need(P .. ':v', 'string')
