@@ -37,7 +37,7 @@ def _config(folder: Path, name: str, paths: dict[str, str]) -> str:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {p.name: p.read_bytes() if p.is_file() else b"<folder>" for p in sorted(folder.iterdir())}
 
 
 @pytest.fixture
@@ -119,3 +119,48 @@ def test_demo_still_creates_its_database(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["demo", "--dir", str(tmp_path / "demo"), "--turns", "2"]) == 0
     capsys.readouterr()
     assert (tmp_path / "demo" / "demo.db").exists()
+
+
+def _not_a_database(path: Path, what: str) -> None:
+    if what == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes(b"id,text\n1,not a database\n" * 8)
+
+
+@pytest.mark.parametrize("what", ["folder", "text file"])
+@pytest.mark.parametrize("missing", ["archive", "recall", "memory"])
+def test_erase_with_a_store_path_that_is_no_database_is_refused_and_writes_nothing(
+    stored: Path, capsys: pytest.CaptureFixture[str], missing: str, what: str
+) -> None:
+    # A folder or a text file at a store's path: the erasure started, recorded itself pending in
+    # the (real) session store, failed on that store, and left the user's scope refused (exit 7).
+    typo = f"typo-{missing}.db"
+    _not_a_database(stored / typo, what)
+    cfg = _config(stored, "typo.toml", {s: typo if s == missing else f"{s}.db" for s in STORES})
+    before = _files(stored)
+    code = main(["erase", cfg, *WHO, "--reason", "dsr"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    (line,) = err.splitlines()
+    assert line.startswith(f"agentium erase: {stored / typo} ([{missing}]) is not a SQLite database (")
+    assert "nothing was erased" in line
+    assert _files(stored) == before, "a database changed (a pending erasure was recorded)"
+    # Nothing is pending: the scope still runs.
+    real = _config(stored, "real.toml", {s: f"{s}.db" for s in STORES})
+    assert main(["run", real, *WHO, "--session", "s1", "after"]) == 0
+
+
+@pytest.mark.parametrize("what", ["folder", "text file"])
+def test_retention_apply_with_an_archive_that_is_no_database_is_refused_and_writes_nothing(
+    stored: Path, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    typo = "typo-archive.db"
+    _not_a_database(stored / typo, what)
+    cfg = _config(stored, "typo.toml", {s: typo if s == "archive" else f"{s}.db" for s in STORES})
+    before = _files(stored)
+    code = main(["retention", "apply", cfg, "--tenant", "acme"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert err.startswith(f"agentium retention: {stored / typo} ([archive]) is not a SQLite database (")
+    assert _files(stored) == before, "a database changed (a pending erasure was recorded)"

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Sequence
 from types import MappingProxyType
@@ -322,13 +323,21 @@ def refuse_missing(
     mistyped archive path created an empty archive and marked groups erased in the session store
     while the real archive kept them. ``section`` is one section or several (the first missing
     one is named). ``outcome`` ends the message (``"nothing was erased"``), ``hint`` follows it.
+    A path holding something that is no SQLite database (:func:`_not_a_database`) is refused too.
     Checked before anything is built.
 
     :raises InvalidArgumentError: naming the missing database and every section configured
-        with it; nothing was created.
+        with it, or the path that is no database; nothing was created or written.
     """
     missing = _missing_sections(resolved)
     wanted = (section,) if isinstance(section, str) else tuple(section)
+    for name in wanted:
+        why = _not_a_database(resolved, name) if name not in missing else None
+        if why is not None:
+            raise InvalidArgumentError(
+                f"{shown(why[0])} ([{name}]) is not a SQLite database ({why[1]}): check the path in "
+                f"the config; {outcome}, and nothing was written"
+            )
     path = next((missing[name] for name in wanted if name in missing), None)
     if path is None:
         return
@@ -337,6 +346,43 @@ def refuse_missing(
         f"no database at {shown(path)} ({sections}): check the path in the config; {outcome}, "
         f"and no database was created{hint}"
     )
+
+
+#: How every SQLite database file begins (an empty file is one too: SQLite makes it a database).
+_SQLITE_HEADER: Final = b"SQLite format 3\x00"
+
+
+def _not_a_database(resolved: ResolvedConfig, section: str) -> tuple[str, str] | None:
+    """``(path, why)`` when ``section``'s built-in SQLite store has something at its path that is no database.
+
+    A folder, a device or a file of other text there fails only once the store is first used:
+    for an erasure that is after it recorded itself pending in the session store, so the scope was
+    left refused (until ``erase --resume``) over a path typed wrong. Read without waiting (a FIFO).
+    """
+    component = resolved.components().get(section)
+    path = getattr(component.options, "path", None) if component is not None else None
+    if (
+        component is None
+        or component.distribution != BUILTIN_DISTRIBUTION
+        or component.plugin != "sqlite"
+        or not isinstance(path, str | os.PathLike)
+        or str(path) == ":memory:"
+    ):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return os.fspath(path), f"cannot be opened: {exc.strerror or exc}"
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            return os.fspath(path), "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        head = os.read(fd, len(_SQLITE_HEADER))
+    except OSError as exc:
+        return os.fspath(path), f"cannot be read: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    return None if head in (b"", _SQLITE_HEADER) else (os.fspath(path), "its first bytes are not SQLite's")
 
 
 def unless_missing(resolved: ResolvedConfig, section: str, refuse: Sequence[str] = ()) -> ResolvedConfig:
