@@ -135,3 +135,87 @@ async def test_a_source_whose_session_was_erased_whole_is_gone_not_not_held() ->
             _, status = await _status(rt, ack.fact_id)
             assert ("s2", 0, SourcePlace.GONE, SourceState.ERASED) in status
             assert ("s3", 0, SourcePlace.ARCHIVED, SourceState.ERASED) in status
+
+
+async def test_a_source_of_a_session_erased_and_then_used_again_is_gone_not_not_held() -> None:
+    # The session erasure took s2's groups 0-2; s2 was then used again (its new groups 0-1 have
+    # other digests). The old groups were held and erased: "never held" would be false.
+    archive = InMemoryArchive()
+    rt = _runtime(archive)
+    key = SessionKey("acme", "ana", "s2")
+    with anyio.fail_after(30):
+        async with rt:  # type: ignore[attr-defined]
+            memory = rt.memory  # type: ignore[attr-defined]
+            for text in ("one", "two", "three", "four"):
+                await rt.run(ANA, "s2", text)  # type: ignore[attr-defined]  # groups 0-2 archived
+            old = await archive.read_groups(key, 0, 3, OpContext())
+            refs = [GroupRef("s2", g.seq, g.digest) for g in old if g.seq in (0, 2)]
+            await rt.erase(  # type: ignore[attr-defined]
+                EraseTarget.session("acme", "ana", "s2"), reason="dsr", attestation=OPERATOR
+            )
+            for text in ("again", "and again"):
+                await rt.run(ANA, "s2", text)  # type: ignore[attr-defined]  # new groups 0 and 1
+            (new,) = await archive.read_groups(key, 0, 1, OpContext())
+            assert new.digest != refs[0].digest
+            ack = await memory.remember(MemoryFact(SCOPE, "ana counts", provenance=refs))
+            assert ack.fact_id is not None
+            result, status = await _status(rt, ack.fact_id)
+            assert status == {
+                ("s2", 0, SourcePlace.GONE, SourceState.ERASED),
+                ("s2", 2, SourcePlace.GONE, SourceState.ERASED),
+            }
+            assert result.erasures == ()
+            assert not any("never held" in n for n in result.notes)
+            # The session's new group was not taken for the old one: still stored.
+            assert [g.digest for g in await archive.read_groups(key, 0, 1, OpContext())] == [new.digest]
+
+
+async def test_an_erasure_completing_between_the_ledger_reads_still_reads_as_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # forget read the finished erasures, then the pending ones. An erasure of the (absent) session
+    # that completed between the two reads (indexed, then out of pending: in that order) was in
+    # neither, and its erased source read as never held. Each read here answers as the store did
+    # at its moment: the first one before the erasure completed, the later ones after.
+    from agentium_harness._engine import forget as forget_module
+
+    archive = InMemoryArchive()
+    rt = _runtime(archive)
+    with anyio.fail_after(30):
+        async with rt:  # type: ignore[attr-defined]
+            memory = rt.memory  # type: ignore[attr-defined]
+            for text in ("one", "two", "three"):
+                await rt.run(ANA, "s2", text)  # type: ignore[attr-defined]
+            (group,) = await archive.read_groups(SessionKey("acme", "ana", "s2"), 0, 1, OpContext())
+            await rt.erase(  # type: ignore[attr-defined]
+                EraseTarget.session("acme", "ana", "s2"), reason="dsr", attestation=OPERATOR
+            )
+            ack = await memory.remember(
+                MemoryFact(SCOPE, "ana counts", provenance=[GroupRef("s2", 0, group.digest)])
+            )
+            assert ack.fact_id is not None
+            real_finished, real_pending = forget_module.finished_covering, forget_module.pending_records
+            reads: list[str] = []
+
+            async def finished(*args: object, **kw: object) -> tuple[object, ...]:
+                done = await real_finished(*args, **kw)  # type: ignore[arg-type]
+                reads.append("finished")
+                return () if len(reads) == 1 else done  # first read: not indexed yet
+
+            async def pending(*args: object, **kw: object) -> tuple[object, ...]:
+                found = await real_pending(*args, **kw)  # type: ignore[arg-type]
+                assert found == ()
+                reads.append("pending")
+                if len(reads) == 1:  # first read: still pending, so the finished one it becomes
+                    return tuple(await real_finished(*args[:2], SessionKey("acme", "ana", "s2")))  # type: ignore[arg-type]
+                return found
+
+            monkeypatch.setattr(forget_module, "finished_covering", finished)
+            monkeypatch.setattr(forget_module, "pending_records", pending)
+            result = await rt.forget(  # type: ignore[attr-defined]
+                SCOPE, ack.fact_id, erase_sources=False
+            )
+            assert reads, "forget read no erasure ledger"
+            assert {(h.session.session, h.seq, h.place, h.state) for h in result.sources} == {
+                ("s2", 0, SourcePlace.GONE, SourceState.ERASED)
+            }

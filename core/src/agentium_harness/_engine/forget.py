@@ -61,6 +61,7 @@ from .memory.manager import counted_listing
 from .unexpected import WriteProgress
 
 if TYPE_CHECKING:
+    from .lifecycle import Ticket
     from .runtime import HarnessRuntime
 
 __all__ = ["ForgetResult", "SourceHolder", "SourcePlace", "SourceState", "forget_fact"]
@@ -77,8 +78,9 @@ class SourcePlace(enum.StrEnum):
     RESIDENT = "resident"
     #: Covered by the session's task summary (cited, or below its frontier), whose text may state the fact.
     SUMMARY = "summary"
-    #: Not stored any more, erased earlier: one of its session's erased groups, or its session is gone
-    #: and an erasure of it (or of its user or tenant) is on record.
+    #: Not stored any more, erased earlier: one of its session's erased groups, or a group no stored
+    #: group matches of a session an erasure of it (or of its user or tenant) is on record for (the
+    #: session gone, or used again since: its new groups are not the fact's, never erased for it).
     GONE = "gone"
     #: Never held by Agentium: no stored group of its session matches the citation and no erasure
     #: removed one — an :class:`~agentium_harness.Agent`'s own conversation (Agentium does not
@@ -205,6 +207,21 @@ class _Places:
     not_held: list[int] = attrs.field(factory=list)
 
 
+async def _erased_whole(ticket: Ticket, runtime: HarnessRuntime, key: SessionKey) -> bool:
+    """Whether an erasure of session ``key`` (or of its user or tenant) is on record, done or under way.
+
+    The pending ledger is read first: an erasure is indexed as finished and only then leaves it,
+    so one completing between the two reads is in the second. Read the other way round, it could
+    be in neither, and the groups it erased read as never held.
+    """
+    pending = await pending_records(ticket, runtime.session_store, key.tenant)
+    if any(r.target.covers_session(key) for r in pending):
+        return True
+    return any(
+        r.target.covers_session(key) for r in await finished_covering(ticket, runtime.session_store, key)
+    )
+
+
 async def _places(
     runtime: HarnessRuntime, key: SessionKey, cited: Sequence[tuple[int, str]], *, fence: bool
 ) -> _Places:
@@ -250,16 +267,13 @@ async def _places(
             lambda: load_session(ticket, runtime.session_store, key, None, attest_legacy=False, fence=True),
             read,
         )
-        # A session that is not stored: erased whole (a tombstone, or an erasure under way), or never
-        # written here (an Agent's conversation is its own, not archived by Agentium). Only the
-        # first is "gone": reporting the second erased would claim an erasure nobody ran.
-        erased_whole = stored is None and any(
-            r.target.covers_session(key)
-            for r in (
-                *await finished_covering(ticket, runtime.session_store, key),
-                *await pending_records(ticket, runtime.session_store, key.tenant),
-            )
-        )
+        # A cited group no stored group matches: erased with its whole session (a tombstone, or an
+        # erasure under way) — the session since gone, or used again, its new groups others —, or
+        # never written here (an Agent's conversation is its own, not archived by Agentium). Only
+        # the first is "gone": reporting the second erased would claim an erasure nobody ran.
+        erased_whole = any(
+            groups.get(seq) is None or groups[seq].digest != digest for seq, digest in cited
+        ) and await _erased_whole(ticket, runtime, key)
     digests: dict[int, set[str]] = {}
     for seq, digest in cited:
         digests.setdefault(seq, set()).add(digest)
@@ -277,6 +291,11 @@ async def _places(
             # Never stored in this session (absent, or the seq past its groups) and no erasure took it.
             places.holders.append(SourceHolder(key, seq, SourcePlace.NOT_HELD, SourceState.NOT_HELD))
             places.not_held.append(seq)
+            continue
+        if group is not None and group.digest not in digests[seq] and erased_whole:
+            # Another group at that seq, of the session used again after its erasure: the one cited
+            # was held and erased with the session (gone); the new one is not the fact's, never erased.
+            places.holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
             continue
         if group is None:
             places.holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
