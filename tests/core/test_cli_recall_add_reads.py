@@ -116,3 +116,38 @@ def test_a_read_that_blocks_past_its_deadline_is_abandoned_and_the_file_skipped(
     monkeypatch.undo()
     assert main(["recall", "search", str(config), *ANA, "VPN certificate"]) == 0
     assert "March 3rd" not in capsys.readouterr().out  # the abandoned read's late text was discarded
+
+
+_STUCK_FOR_GOOD = """
+import sys, threading
+from pathlib import Path
+from agentium_harness._cli import main, recall
+never = threading.Event()
+read = recall._read_document
+def stuck(path, doc_id, *, follow):
+    if doc_id == "vpn.md":
+        never.wait()  # a read stuck in the file system for good (a hard-mounted share gone away)
+    return read(path, doc_id, follow=follow)
+recall._read_document = stuck
+recall.READ_TIMEOUT_S = 0.5
+sys.exit(main(["recall", "add", sys.argv[1], "--tenant", "acme", sys.argv[2]]))
+"""
+
+
+def test_a_read_abandoned_for_good_does_not_keep_the_command_from_exiting(config: Path) -> None:
+    # The read ran in one of anyio's worker threads, which are not daemons: the command printed
+    # its summary and main() returned, but the process then waited at exit for that thread, so
+    # `agentium recall add` never ended while the read stayed stuck.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-c", _STUCK_FOR_GOOD, str(config), str(config.parent / "docs")]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=25, env=env, check=False)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the command did not exit (stdout {exc.stdout!r})")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "1 indexed, 1 skipped\n"
+    assert "vpn.md: not read within 0.5s (abandoned); not indexed" in done.stderr

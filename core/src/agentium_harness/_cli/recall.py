@@ -13,7 +13,8 @@ import errno
 import os
 import stat
 import sys
-from collections.abc import Awaitable
+import threading
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -223,20 +224,52 @@ async def _read_off_loop(ticket: Ticket, path: Path, doc_id: str, *, follow: boo
     the thread they run on: on the event loop they stalled every task of it (the fence, the
     store's calls, a progress line) for as long as the file system took. In a worker thread that
     abandons on cancellation, under the engine's call deadline, a read past it is abandoned (its
-    late bytes discarded) and the file skipped like one that cannot be read.
+    late bytes discarded) and the file skipped like one that cannot be read. The read itself runs
+    in a daemon thread (:func:`_in_daemon`), so one that never returns cannot hold the exit.
 
     :raises _Skipped: not read (as :func:`_read_document`, or past the deadline).
     """
+    timeout_s = READ_TIMEOUT_S
 
     def work(_ctx: OpContext) -> Awaitable[bytes]:
         # _read_document is looked up at each call (not bound once): the module's one reader.
         read = partial(_read_document, path, doc_id, follow=follow)
-        return anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+        return anyio.to_thread.run_sync(partial(_in_daemon, read, timeout_s), abandon_on_cancel=True)
 
     try:
-        return await ticket.call("read document", work, timeout_s=READ_TIMEOUT_S, traced=False)
+        return await ticket.call("read document", work, timeout_s=timeout_s, traced=False)
     except OperationTimeoutError:
-        raise _Skipped(f"not read within {READ_TIMEOUT_S}s (abandoned); not indexed") from None
+        raise _Skipped(f"not read within {timeout_s}s (abandoned); not indexed") from None
+
+
+def _in_daemon(read: Callable[[], bytes], timeout_s: float) -> bytes:
+    """``read()`` in a daemon thread of its own, waited for at most ``timeout_s`` by the calling thread.
+
+    anyio's worker threads are not daemons: one left in a read that never returns (a hard-mounted
+    share gone away) kept the process from exiting once the command was done, for good. The read
+    runs in a daemon instead, which never holds the exit; the worker thread only waits for it, up
+    to the deadline, and so always ends. A read past it is abandoned and what it returns discarded.
+
+    :raises _Skipped: as :func:`_read_document`, or not read within ``timeout_s``.
+    """
+    outcome: list[bytes | BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append(read())
+        except BaseException as exc:  # handed to the waiting thread; nothing escapes this one
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="agentium-recall-add-read", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise _Skipped(f"not read within {timeout_s}s (abandoned); not indexed")
+    (result,) = outcome
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 class _Progress:
