@@ -219,3 +219,55 @@ async def test_an_erasure_completing_between_the_ledger_reads_still_reads_as_gon
             assert {(h.session.session, h.seq, h.place, h.state) for h in result.sources} == {
                 ("s2", 0, SourcePlace.GONE, SourceState.ERASED)
             }
+
+
+async def test_an_agent_source_is_not_held_also_after_an_erasure_of_its_user() -> None:
+    # An erasure of the whole user is on record (ana was erased, then came back). It covers every
+    # session id of hers, but it removed only the sessions it lists: the Agent's conversation,
+    # never stored, is not among them, and reporting its turn "gone" claims an erasure of it.
+    archive = InMemoryArchive()
+    rt = _runtime(archive)
+    with anyio.fail_after(30):
+        async with rt:  # type: ignore[attr-defined]
+            memory = rt.memory  # type: ignore[attr-defined]
+            await rt.run(ANA, "s1", "hello")  # type: ignore[attr-defined]
+            await rt.erase(  # type: ignore[attr-defined]
+                EraseTarget.user("acme", "ana"), reason="dsr", attestation=OPERATOR
+            )
+            agent = Agent(ScriptedProvider(replies=["noted"], cycle=True), memory, SCOPE, session="chat")
+            await agent.run("I live in Leeds")
+            await agent.close()
+            [extracted] = [f for f in await memory.list(SCOPE) if f.text == "said: I live in Leeds"]
+            result, status = await _status(rt, extracted.fact_id)
+            assert status == {("chat", 0, SourcePlace.NOT_HELD, SourceState.NOT_HELD)}
+            assert result.erasures == ()
+
+
+async def test_a_source_erased_by_a_groups_erasure_before_its_session_was_erased_and_reused_is_gone() -> None:
+    # Group 0 of s2 went first (a forgotten fact's sources), then the whole session, which was then
+    # used again. The session erasure's tombstone lists only what it removed itself; the groups
+    # erasure before it names group 0.
+    archive = InMemoryArchive()
+    rt = _runtime(archive)
+    key = SessionKey("acme", "ana", "s2")
+    with anyio.fail_after(30):
+        async with rt:  # type: ignore[attr-defined]
+            memory = rt.memory  # type: ignore[attr-defined]
+            for text in ("one", "two", "three"):
+                await rt.run(ANA, "s2", text)  # type: ignore[attr-defined]
+            (group,) = await archive.read_groups(key, 0, 1, OpContext())
+            ref = [GroupRef("s2", 0, group.digest)]
+            first = await memory.remember(MemoryFact(SCOPE, "ana said one", provenance=ref))
+            assert first.fact_id is not None
+            result, status = await _status(rt, first.fact_id)
+            assert ("s2", 0, SourcePlace.ARCHIVED, SourceState.ERASED) in status
+            await rt.erase(  # type: ignore[attr-defined]
+                EraseTarget.session("acme", "ana", "s2"), reason="dsr", attestation=OPERATOR
+            )
+            for text in ("again", "and again"):
+                await rt.run(ANA, "s2", text)  # type: ignore[attr-defined]
+            later = await memory.remember(MemoryFact(SCOPE, "ana said one, again", provenance=ref))
+            assert later.fact_id is not None
+            result, status = await _status(rt, later.fact_id)
+            assert status == {("s2", 0, SourcePlace.GONE, SourceState.ERASED)}
+            assert result.erasures == ()

@@ -52,7 +52,7 @@ from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, M
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import SessionKey, validate_id
 from .erased_groups import may_state, merge_ranges
-from .erasure import ErasureResult, OperatorAttestation, check_request
+from .erasure import ErasureResult, OperatorAttestation, check_request, load_record
 from .erasure_index import finished_covering
 from .erasure_ledger import pending_records
 from .history_read import fetch_groups, read_settled
@@ -79,8 +79,9 @@ class SourcePlace(enum.StrEnum):
     #: Covered by the session's task summary (cited, or below its frontier), whose text may state the fact.
     SUMMARY = "summary"
     #: Not stored any more, erased earlier: one of its session's erased groups, or a group no stored
-    #: group matches of a session an erasure of it (or of its user or tenant) is on record for (the
-    #: session gone, or used again since: its new groups are not the fact's, never erased for it).
+    #: group matches that an erasure on record removed (its target's groups, or the seqs its
+    #: tombstone lists for the session; the session gone, or used again since: its new groups are
+    #: not the fact's, never erased for it).
     GONE = "gone"
     #: Never held by Agentium: no stored group of its session matches the citation and no erasure
     #: removed one — an :class:`~agentium_harness.Agent`'s own conversation (Agentium does not
@@ -207,19 +208,36 @@ class _Places:
     not_held: list[int] = attrs.field(factory=list)
 
 
-async def _erased_whole(ticket: Ticket, runtime: HarnessRuntime, key: SessionKey) -> bool:
-    """Whether an erasure of session ``key`` (or of its user or tenant) is on record, done or under way.
+async def _erased_seqs(
+    ticket: Ticket, runtime: HarnessRuntime, key: SessionKey, seqs: Sequence[int]
+) -> set[int]:
+    """Which of ``seqs`` an erasure on record removed from session ``key`` (done, or under way).
+
+    An erasure of some of the session's groups (retention, another fact's sources) removed the
+    seqs of its target. One of the whole session, or of its user or tenant, counts under way for
+    every seq (its inventory may not be saved yet); finished, for the seqs its tombstone lists
+    for this session (:attr:`~agentium_harness.ErasedGroups.ranges`), or every seq when the
+    tombstone cannot say (it left sessions out, or only its header is there): a user's or
+    tenant's erasure covers every session id of theirs but removed only the sessions it lists,
+    and one never stored (an Agent's conversation) is not among them.
 
     The pending ledger is read first: an erasure is indexed as finished and only then leaves it,
     so one completing between the two reads is in the second. Read the other way round, it could
     be in neither, and the groups it erased read as never held.
     """
-    pending = await pending_records(ticket, runtime.session_store, key.tenant)
-    if any(r.target.covers_session(key) for r in pending):
-        return True
-    return any(
-        r.target.covers_session(key) for r in await finished_covering(ticket, runtime.session_store, key)
-    )
+    found: set[int] = set()
+    for head in await pending_records(ticket, runtime.session_store, key.tenant):
+        found.update(seq for seq in seqs if head.target.covers_group(key, seq))
+    for head in await finished_covering(ticket, runtime.session_store, key):
+        if not head.target.covers_session(key):
+            found.update(seq for seq in seqs if head.target.covers_group(key, seq))
+            continue
+        record = await load_record(ticket, runtime.session_store, head)
+        listed = [g for g in record.sessions if g.session == key]
+        if record is head or (record.omitted_sessions and not listed):
+            return set(seqs)
+        found.update(seq for seq in seqs for g in listed if any(seq in r for r in g.ranges))
+    return found
 
 
 async def _places(
@@ -271,9 +289,11 @@ async def _places(
         # erasure under way) — the session since gone, or used again, its new groups others —, or
         # never written here (an Agent's conversation is its own, not archived by Agentium). Only
         # the first is "gone": reporting the second erased would claim an erasure nobody ran.
-        erased_whole = any(
-            groups.get(seq) is None or groups[seq].digest != digest for seq, digest in cited
-        ) and await _erased_whole(ticket, runtime, key)
+        unmatched = sorted(
+            {seq for seq, digest in cited if groups.get(seq) is None or groups[seq].digest != digest}
+            - {seq for seq, digest in cited if seq in groups and groups[seq].digest == digest}
+        )
+        erased_whole = await _erased_seqs(ticket, runtime, key, unmatched) if unmatched else set()
     digests: dict[int, set[str]] = {}
     for seq, digest in cited:
         digests.setdefault(seq, set()).add(digest)
@@ -287,12 +307,12 @@ async def _places(
     erased = snap.erased or ()
     for seq in dict.fromkeys(seq for seq, _ in cited):
         group = groups.get(seq)
-        if group is None and not erased_whole and not any(seq in r for r in erased):
+        if group is None and seq not in erased_whole and not any(seq in r for r in erased):
             # Never stored in this session (absent, or the seq past its groups) and no erasure took it.
             places.holders.append(SourceHolder(key, seq, SourcePlace.NOT_HELD, SourceState.NOT_HELD))
             places.not_held.append(seq)
             continue
-        if group is not None and group.digest not in digests[seq] and erased_whole:
+        if group is not None and group.digest not in digests[seq] and seq in erased_whole:
             # Another group at that seq, of the session used again after its erasure: the one cited
             # was held and erased with the session (gone); the new one is not the fact's, never erased.
             places.holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
