@@ -46,7 +46,8 @@ def appended(draw: st.DrawFn) -> list[Message]:
         payload = draw(st.one_of(st.none(), JSON))
         messages.append(
             Message(
-                draw(st.sampled_from([Role.USER, Role.ASSISTANT, Role.SYSTEM])),
+                # Only an assistant message may carry tool calls (append refuses any other's).
+                Role.ASSISTANT if calls else draw(st.sampled_from([Role.USER, Role.ASSISTANT, Role.SYSTEM])),
                 draw(TEXT),
                 calls,
                 payload=payload,
