@@ -237,3 +237,21 @@ async def test_tool_calls_on_a_message_not_the_assistants_are_refused_nothing_wr
             with pytest.raises(InvalidArgumentError, match=r"message 1 \(\w+\) carries tool calls"):
                 await rt.append(ANA, "s1", [USER, caller, _result("c9")])
             assert await _state(rt) == before
+
+
+async def test_one_assistant_message_naming_a_call_id_twice_is_refused_nothing_written() -> None:
+    # run() refuses such a reply from a provider ("each result answers exactly one call"), and Chat
+    # Completions refuses a request holding it ("Duplicate value for 'tool_call_id'"): appended, the
+    # group was sent on every later turn of the session.
+    rt = _runtime()
+    async with rt:
+        with anyio.fail_after(30):
+            await rt.append(ANA, "s1", [Message(Role.USER, "u0"), Message(Role.ASSISTANT, "a0")])
+            before = await _state(rt)
+            with pytest.raises(
+                InvalidArgumentError, match=r"message 1 \(assistant\) names tool call id 'c1' twice"
+            ):
+                await rt.append(ANA, "s1", [USER, _calling("c1", "c1"), _result("c1"), _result("c1")])
+            assert await _state(rt) == before
+            # The same calls with an id each are one valid group.
+            await rt.append(ANA, "s1", [USER, _calling("c1", "c2"), _result("c1"), _result("c2")])

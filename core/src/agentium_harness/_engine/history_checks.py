@@ -440,6 +440,20 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
                 f"message {index} ({message.role.value}) carries tool calls; only an assistant "
                 "message may; nothing was written"
             )
+        # Each call of one message answered by one result, as run() requires of a provider's reply:
+        # Chat Completions refuses a request with an id twice there, on every later turn.
+        seen: set[str] = set()
+        twice = None
+        for call in message.tool_calls:
+            if call.id in seen:
+                twice = call.id
+                break
+            seen.add(call.id)
+        if twice is not None:
+            raise InvalidArgumentError(
+                f"message {index} ({message.role.value}) names tool call id {twice!r} twice; each "
+                "call of one message needs an id of its own; nothing was written"
+            )
     missing, orphans = match_tool_results(checked)
     if missing or orphans:
         what = []
