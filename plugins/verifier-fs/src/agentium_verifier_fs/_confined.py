@@ -28,6 +28,7 @@ import errno
 import hashlib
 import os
 import stat
+import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -80,6 +81,10 @@ if sys.platform == "linux":
     import fcntl
     import signal
 
+    #: ``fcntl`` commands and owner type of ``<linux/fcntl.h>`` the module does not name.
+    _F_SETOWN_EX: Final = getattr(fcntl, "F_SETOWN_EX", 15)
+    _F_OWNER_TID: Final = 0
+
     def _take_lease(fd: int) -> bool:
         """Take a read lease on ``fd``: True when held, False when this file cannot have one.
 
@@ -91,13 +96,34 @@ if sys.platform == "linux":
         lacks ``CAP_LEASE``; ``EINVAL``: NFS, leases switched off by
         ``fs.leases-enable``) it is not held, and the other checks stand alone.
 
+        No signal reaches the host process. A break is announced with a signal
+        (SIGIO unless ``F_SETSIG`` names another; its default action ends the
+        process) to the descriptor's owner, and granting the lease makes the
+        process the owner unless one is set already: a writer opening the file
+        between ``F_SETLEASE`` and clearing the owner would signal the process,
+        and a handler the host has for that signal would run in its main
+        thread. So the owner is first this thread alone (``F_SETOWN_EX``,
+        ``F_OWNER_TID``), the signal SIGURG, blocked in this thread while the
+        lease is taken; the owner is then cleared (later breaks signal nobody),
+        and a SIGURG that a break in between left pending here is taken
+        (``sigtimedwait``) before the thread's mask is restored.
+
         :raises OSError: ``EAGAIN``, the file is open for writing.
         """
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
         try:
-            # A break is announced with SIGIO to the process that took the lease, and SIGIO's
-            # default action ends the process: a signal ignored by default (SIGURG) is named
-            # first, and no process at all once the lease is held (the lease records the break).
+            return _take_lease_signalling_this_thread(fd)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    def _take_lease_signalling_this_thread(fd: int) -> bool:
+        try:
+            owner = struct.pack("ii", _F_OWNER_TID, threading.get_native_id())
+            fcntl.fcntl(fd, _F_SETOWN_EX, owner)
             fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+        except OSError:
+            return False  # no lease is taken unless a break can only signal this thread
+        try:
             fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
@@ -108,6 +134,11 @@ if sys.platform == "linux":
         except OSError:
             _drop_lease(fd)
             return False
+        finally:
+            if not _lease_held(fd):
+                # Broken before the owner was cleared: its SIGURG is pending on this thread
+                # (blocked here); taken now, it never reaches a handler of the host's.
+                signal.sigtimedwait({signal.SIGURG}, 0)
         return True
 
     def _lease_held(fd: int) -> bool:

@@ -1,0 +1,142 @@
+"""The read lease never signals the host process, whenever a writer arrives.
+
+Taking a lease (``F_SETLEASE``) names the calling process as the one to
+signal when it is broken; the verifier then names no process (``F_SETOWN 0``).
+A writer that opens the file between those two calls breaks the lease while
+the process is still named: the host process gets the break signal, and a
+handler the host installed for it runs (in its main thread). The window is
+made here deterministic: a writer opens the file right after the real
+``F_SETLEASE`` returns. Files are real (tmpfs or the local disk); only the
+moment of the writer's open is placed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fs_verifier_helpers import CLAIM, details, root_fixture
+
+from agentium_harness.plugin_api import OpContext, Scope, Verdict, VerifyContext
+from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig
+from agentium_verifier_fs._confined import EvidenceUnavailable, hash_file, open_confined
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="file leases are Linux's"),
+]
+
+root = root_fixture()
+
+DATA = b"the expected report\n"
+
+
+def _writer_in_the_window(monkeypatch: pytest.MonkeyPatch, path: Path) -> list[str]:
+    """Right after each read lease is granted, a writer opens ``path`` (non-blocking: it breaks the lease)."""
+    import fcntl
+
+    real = fcntl.fcntl
+    opens: list[str] = []
+
+    def fcntl_then_writer(fd: Any, cmd: int, arg: Any = 0) -> Any:
+        result = real(fd, cmd, arg)
+        if cmd == fcntl.F_SETLEASE and arg == fcntl.F_RDLCK:
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+                opens.append("opened")
+            except BlockingIOError:  # the lease held it off, and was broken
+                opens.append("blocked")
+        return result
+
+    monkeypatch.setattr(fcntl, "fcntl", fcntl_then_writer)
+    return opens
+
+
+@pytest.fixture
+def sigurg_handler() -> Iterator[list[str]]:
+    """A host handler for SIGURG (installed from the main thread), recording the threads it ran in."""
+    ran: list[str] = []
+    previous = signal.signal(signal.SIGURG, lambda number, frame: ran.append(threading.current_thread().name))
+    try:
+        yield ran
+    finally:
+        signal.signal(signal.SIGURG, previous)
+
+
+async def test_a_writer_between_lease_and_release_of_the_owner_signals_nobody(
+    root: Path, monkeypatch: pytest.MonkeyPatch, sigurg_handler: list[str]
+) -> None:
+    """The break in the window is still seen (``changed``); the host's SIGURG handler never runs."""
+    path = root / "report.bin"
+    path.write_bytes(DATA)
+    verifier = FsVerifier(
+        FsVerifierConfig(
+            root=str(root),
+            artifacts=(ExpectedArtifact(path="report.bin", sha256=hashlib.sha256(DATA).hexdigest()),),
+        )
+    )
+    opens = _writer_in_the_window(monkeypatch, path)
+    ctx = VerifyContext(
+        scope=Scope("tenant", "user", "session"), op=OpContext(), run_started_at=time.time() - 60
+    )
+    with anyio.fail_after(30):
+        try:
+            result = await verifier.verify(CLAIM, ctx)
+        finally:
+            await verifier.aclose()
+        for _ in range(20):  # give a delivered signal's handler every chance to run here
+            await anyio.sleep(0.001)
+    assert opens == ["blocked"]
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result) == {
+        "report.bin": "unknown: changed: 'report.bin' was opened for writing while it was read"
+    }
+    assert sigurg_handler == []
+
+
+def test_reading_leaves_the_threads_signal_mask_and_nothing_pending(
+    root: Path, monkeypatch: pytest.MonkeyPatch, sigurg_handler: list[str]
+) -> None:
+    """The reading thread's mask is as it was, no SIGURG is left pending, the disposition is the host's."""
+    path = root / "report.bin"
+    path.write_bytes(DATA)
+    opens = _writer_in_the_window(monkeypatch, path)
+    handler = signal.getsignal(signal.SIGURG)
+    seen: dict[str, object] = {}
+
+    def read() -> None:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with open_confined(fd, ("report.bin",)) as opened:
+                try:
+                    hash_file(opened, 1024, lambda: None)
+                except EvidenceUnavailable as exc:
+                    seen["error"] = exc.reason
+        finally:
+            os.close(fd)
+        seen["mask"] = (before, signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        seen["pending"] = signal.sigpending()
+
+    worker = threading.Thread(target=read, name="reader")
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    for _ in range(20):
+        time.sleep(0.001)
+    assert opens == ["blocked"]
+    assert seen["error"] == "changed: 'report.bin' was opened for writing while it was read"
+    before, after = seen["mask"]  # type: ignore[misc]
+    assert before == after
+    assert signal.SIGURG not in seen["pending"]  # type: ignore[operator]
+    assert signal.getsignal(signal.SIGURG) is handler
+    assert sigurg_handler == []
