@@ -27,7 +27,7 @@ import pytest
 from fs_verifier_helpers import CLAIM, details, root_fixture
 
 from agentium_harness.plugin_api import OpContext, Scope, Verdict, VerifyContext
-from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig
+from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig, _lease
 from agentium_verifier_fs._confined import EvidenceUnavailable, hash_file, open_confined
 
 pytestmark = [
@@ -140,3 +140,89 @@ def test_reading_leaves_the_threads_signal_mask_and_nothing_pending(
     assert signal.SIGURG not in seen["pending"]  # type: ignore[operator]
     assert signal.getsignal(signal.SIGURG) is handler
     assert sigurg_handler == []
+
+
+def _refused_with_eagain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``F_SETLEASE F_RDLCK`` answers ``EAGAIN``, as the NFSv4 client does without a delegation."""
+    import errno
+    import fcntl
+
+    real = fcntl.fcntl
+
+    def refusing(fd: Any, cmd: int, arg: Any = 0) -> Any:
+        if cmd == fcntl.F_SETLEASE and arg == fcntl.F_RDLCK:
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", refusing)
+
+
+def test_the_file_system_of_a_descriptor_is_its_mounts() -> None:
+    """Read from the descriptor's mount: ``/proc`` is proc, ``/dev/shm`` tmpfs."""
+    fd = os.open("/proc/self/status", os.O_RDONLY)
+    try:
+        assert _lease.file_system(fd) == "proc"
+    finally:
+        os.close(fd)
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    fd = os.open("/dev/shm", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert _lease.file_system(fd) == "tmpfs"
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("file_system", ["nfs4", "cifs"])
+async def test_a_lease_a_network_file_system_refuses_with_eagain_is_not_busy(
+    root: Path, monkeypatch: pytest.MonkeyPatch, file_system: str
+) -> None:
+    """NFSv4 (no delegation) and SMB (no oplock) answer ``EAGAIN``: read without the lease, not ``busy``.
+
+    The file is open for writing nowhere: ``busy: ... is open for writing`` would
+    be untrue, and every file there would be ``unknown`` for good.
+    """
+    path = root / "report.bin"
+    path.write_bytes(DATA)
+    _refused_with_eagain(monkeypatch)
+    monkeypatch.setattr(_lease, "file_system", lambda fd: file_system)
+    verifier = FsVerifier(
+        FsVerifierConfig(
+            root=str(root),
+            artifacts=(ExpectedArtifact(path="report.bin", sha256=hashlib.sha256(DATA).hexdigest()),),
+        )
+    )
+    ctx = VerifyContext(
+        scope=Scope("tenant", "user", "session"), op=OpContext(), run_started_at=time.time() - 60
+    )
+    with anyio.fail_after(30):
+        try:
+            result = await verifier.verify(CLAIM, ctx)
+        finally:
+            await verifier.aclose()
+    assert result.verdict is Verdict.PASS, details(result)
+
+
+async def test_eagain_on_a_local_file_system_is_busy(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the local file system (its real type) ``EAGAIN`` means a writer has the file open: ``busy``."""
+    path = root / "report.bin"
+    path.write_bytes(DATA)
+    _refused_with_eagain(monkeypatch)
+    verifier = FsVerifier(
+        FsVerifierConfig(
+            root=str(root),
+            artifacts=(ExpectedArtifact(path="report.bin", sha256=hashlib.sha256(DATA).hexdigest()),),
+        )
+    )
+    ctx = VerifyContext(
+        scope=Scope("tenant", "user", "session"), op=OpContext(), run_started_at=time.time() - 60
+    )
+    with anyio.fail_after(30):
+        try:
+            result = await verifier.verify(CLAIM, ctx)
+        finally:
+            await verifier.aclose()
+    assert details(result) == {
+        "report.bin": "unknown: busy: 'report.bin' is open for writing, so it could change while it is "
+        "read; not read"
+    }

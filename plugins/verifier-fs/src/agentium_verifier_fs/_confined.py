@@ -28,12 +28,12 @@ import errno
 import hashlib
 import os
 import stat
-import struct
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
+
+from ._lease import drop_lease, lease_held, take_lease
 
 __all__ = [
     "CHUNK_BYTES",
@@ -75,97 +75,6 @@ def _flags(*names: str) -> int:
 
 _DIR_FLAGS: Final = _flags("O_DIRECTORY", "O_NOFOLLOW", "O_CLOEXEC")
 _FILE_FLAGS: Final = _flags("O_NOFOLLOW", "O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC")
-
-
-if sys.platform == "linux":
-    import fcntl
-    import signal
-
-    #: ``fcntl`` commands and owner type of ``<linux/fcntl.h>`` the module does not name.
-    _F_SETOWN_EX: Final = getattr(fcntl, "F_SETOWN_EX", 15)
-    _F_OWNER_TID: Final = 0
-
-    def _take_lease(fd: int) -> bool:
-        """Take a read lease on ``fd``: True when held, False when this file cannot have one.
-
-        The kernel grants it only while no descriptor anywhere has the file open
-        for writing (``EAGAIN``: raised, the caller refuses the file), and
-        breaks it when one is opened for writing or the file is truncated, so
-        while it holds nothing can change the bytes, whatever the timestamps
-        say. Refused (``EACCES``: the file is another user's and the process
-        lacks ``CAP_LEASE``; ``EINVAL``: NFS, leases switched off by
-        ``fs.leases-enable``) it is not held, and the other checks stand alone.
-
-        No signal reaches the host process. A break is announced with a signal
-        (SIGIO unless ``F_SETSIG`` names another; its default action ends the
-        process) to the descriptor's owner, and granting the lease makes the
-        process the owner unless one is set already: a writer opening the file
-        between ``F_SETLEASE`` and clearing the owner would signal the process,
-        and a handler the host has for that signal would run in its main
-        thread. So the owner is first this thread alone (``F_SETOWN_EX``,
-        ``F_OWNER_TID``), the signal SIGURG, blocked in this thread while the
-        lease is taken; the owner is then cleared (later breaks signal nobody),
-        and a SIGURG that a break in between left pending here is taken
-        (``sigtimedwait``) before the thread's mask is restored.
-
-        :raises OSError: ``EAGAIN``, the file is open for writing.
-        """
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
-        try:
-            return _take_lease_signalling_this_thread(fd)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-    def _take_lease_signalling_this_thread(fd: int) -> bool:
-        try:
-            owner = struct.pack("ii", _F_OWNER_TID, threading.get_native_id())
-            fcntl.fcntl(fd, _F_SETOWN_EX, owner)
-            fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
-        except OSError:
-            return False  # no lease is taken unless a break can only signal this thread
-        try:
-            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
-        except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-                raise
-            return False
-        try:
-            fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
-        except OSError:
-            _drop_lease(fd)
-            return False
-        finally:
-            if not _lease_held(fd):
-                # Broken before the owner was cleared: its SIGURG is pending on this thread
-                # (blocked here); taken now, it never reaches a handler of the host's.
-                signal.sigtimedwait({signal.SIGURG}, 0)
-        return True
-
-    def _lease_held(fd: int) -> bool:
-        """Whether the read lease is still held: not broken by an open for writing or a truncate."""
-        try:
-            return fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK
-        except OSError:
-            return False
-
-    def _drop_lease(fd: int) -> None:
-        """Release the lease at once, so a writer waiting on its break goes on (closing would too)."""
-        try:
-            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-        except OSError:
-            pass
-
-else:
-
-    def _take_lease(fd: int) -> bool:
-        """No file leases here: the other checks stand alone."""
-        return False
-
-    def _lease_held(fd: int) -> bool:
-        return False
-
-    def _drop_lease(fd: int) -> None:
-        """Nothing is held."""
 
 
 class EvidenceUnavailable(Exception):
@@ -307,20 +216,20 @@ class OpenedFile:
             opened for writing while it was read (``changed``).
         """
         try:
-            held = _take_lease(self.fd)
+            held = take_lease(self.fd)
         except OSError:
             raise EvidenceUnavailable(
                 f"busy: {self._shown!r} is open for writing, so it could change while it is read; not read"
             ) from None
         try:
             yield
-            if held and not _lease_held(self.fd):
+            if held and not lease_held(self.fd):
                 raise EvidenceUnavailable(
                     f"changed: {self._shown!r} was opened for writing while it was read"
                 )
         finally:
             if held:
-                _drop_lease(self.fd)
+                drop_lease(self.fd)
 
     def read_again(self, first: bytes, max_bytes: int, option: str, check: Callable[[], None]) -> None:
         """Read the descriptor again from its start: its SHA-256 must be ``first``, that of the first read.
