@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from fs_verifier_helpers import CLAIM, details, root_fixture
 
-from agentium_harness.plugin_api import OpContext, Scope, Verdict, VerifyContext
+from agentium_harness.plugin_api import CancelSignal, OpContext, Scope, Verdict, VerifyContext
 from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig, _lease
-from agentium_verifier_fs._confined import EvidenceUnavailable, hash_file, open_confined
+from agentium_verifier_fs._confined import CHUNK_BYTES, EvidenceUnavailable, hash_file, open_confined
 
 pytestmark = [
     pytest.mark.anyio,
@@ -226,3 +227,94 @@ async def test_eagain_on_a_local_file_system_is_busy(root: Path, monkeypatch: py
         "report.bin": "unknown: busy: 'report.bin' is open for writing, so it could change while it is "
         "read; not read"
     }
+
+
+class BreakOnce(CancelSignal):
+    """Never cancelled. At the first check made under the lease, a writer opens ``path`` (blocking).
+
+    It waits until the lease shows broken (``F_GETLEASE`` on the verifier's own
+    descriptor), so the writer is in its open, held off by the lease. Counts the
+    checks made after that; the writer counts them again when its open returns.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.checks = 0
+        self.checks_at_break: int | None = None
+        self.checks_when_let_in: int | None = None
+        self.writer: threading.Thread | None = None
+
+    def _leased_descriptor(self) -> int | None:
+        import fcntl
+
+        target = os.path.realpath(self.path)
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{name}") == target:
+                    if fcntl.fcntl(int(name), fcntl.F_GETLEASE) == fcntl.F_RDLCK:
+                        return int(name)
+            except OSError:
+                continue
+        return None
+
+    def _write(self) -> None:
+        os.close(os.open(self.path, os.O_WRONLY))  # waits while the lease is held
+        self.checks_when_let_in = self.checks
+
+    @property
+    def cancelled(self) -> bool:
+        import fcntl
+
+        self.checks += 1
+        if self.writer is None:
+            fd = self._leased_descriptor()
+            if fd is not None:
+                self.writer = threading.Thread(target=self._write, name="writer")
+                self.writer.start()
+                for _ in range(10_000):  # until the writer's open has broken the lease (≤ 10 s)
+                    if fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK:
+                        break
+                    time.sleep(0.001)
+                self.checks_at_break = self.checks
+        return False
+
+
+async def test_a_writer_waits_for_one_chunk_at_most_once_it_broke_the_lease(root: Path) -> None:
+    """A broken lease stops the read at the next chunk: the writer is let in then, not after both reads.
+
+    The file is three chunks long, read twice: without the stop the writer
+    (the host's own test runner, say) waited for five more chunk reads, up to
+    ``read_timeout_s`` or the kernel's 45 s lease-break time on a slow disk.
+    """
+    path = root / "report.bin"
+    data = b"r" * (3 * CHUNK_BYTES)
+    path.write_bytes(data)
+    verifier = FsVerifier(
+        FsVerifierConfig(
+            root=str(root),
+            artifacts=(ExpectedArtifact(path="report.bin", sha256=hashlib.sha256(data).hexdigest()),),
+        )
+    )
+    signal_ = BreakOnce(path)
+    ctx = VerifyContext(
+        scope=Scope("tenant", "user", "session"),
+        op=OpContext(signal=signal_),
+        run_started_at=time.time() - 60,
+    )
+    with anyio.fail_after(30):
+        try:
+            result = await verifier.verify(CLAIM, ctx)
+        finally:
+            await verifier.aclose()
+        assert signal_.writer is not None
+        await anyio.to_thread.run_sync(signal_.writer.join, 20)
+    assert not signal_.writer.is_alive()
+    assert details(result) == {
+        "report.bin": "unknown: changed: 'report.bin' was opened for writing while it was read"
+    }
+    assert signal_.checks_at_break is not None and signal_.checks_when_let_in is not None
+    assert signal_.checks_when_let_in - signal_.checks_at_break <= 1, (
+        signal_.checks_at_break,
+        signal_.checks_when_let_in,
+    )

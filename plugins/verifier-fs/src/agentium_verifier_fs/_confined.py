@@ -199,7 +199,7 @@ class OpenedFile:
         self._shown = shown
 
     @contextmanager
-    def leased(self) -> Iterator[None]:
+    def leased(self, check: Callable[[], None]) -> Iterator[Callable[[], None]]:
         """Hold a read lease on the file while the body reads it; no write can land unseen.
 
         Chunked reads, even read twice and compared, can be fooled by a writer
@@ -212,6 +212,11 @@ class OpenedFile:
         Where no lease can be had (another user's file, NFS, not Linux) the
         reads are checked as before (:meth:`read_again`, :meth:`check_still_in_place`).
 
+        Yields ``check`` extended for the reads to call before each chunk: it also
+        stops the read as soon as the lease is broken, so a writer waiting on the
+        break (the host's own test runner, say) is let in after one more chunk,
+        not after both reads (up to ``read_timeout_s``, or the kernel's 45 s).
+
         :raises EvidenceUnavailable: the file is open for writing (``busy``), or was
             opened for writing while it was read (``changed``).
         """
@@ -221,12 +226,20 @@ class OpenedFile:
             raise EvidenceUnavailable(
                 f"busy: {self._shown!r} is open for writing, so it could change while it is read; not read"
             ) from None
-        try:
-            yield
+
+        def still_leased() -> None:
             if held and not lease_held(self.fd):
                 raise EvidenceUnavailable(
                     f"changed: {self._shown!r} was opened for writing while it was read"
                 )
+
+        def watched() -> None:
+            check()
+            still_leased()
+
+        try:
+            yield watched
+            still_leased()
         finally:
             if held:
                 drop_lease(self.fd)
@@ -414,10 +427,10 @@ def hash_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> 
     if size > max_bytes:
         raise EvidenceUnavailable(f"too large: {size} bytes, more than max_file_bytes={max_bytes}; not read")
     digest = hashlib.sha256()
-    with opened.leased():
-        for chunk in _chunks(opened.fd, max_bytes, "max_file_bytes", check):
+    with opened.leased(check) as watched:
+        for chunk in _chunks(opened.fd, max_bytes, "max_file_bytes", watched):
             digest.update(chunk)
-        opened.read_again(digest.digest(), max_bytes, "max_file_bytes", check)
+        opened.read_again(digest.digest(), max_bytes, "max_file_bytes", watched)
     opened.check_still_in_place()
     return digest.hexdigest()
 
@@ -443,9 +456,9 @@ def read_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> 
         raise EvidenceUnavailable(
             f"too large: {size} bytes, more than max_record_bytes={max_bytes}; not read"
         )
-    with opened.leased():
-        data = b"".join(_chunks(opened.fd, max_bytes, "max_record_bytes", check))
-        opened.read_again(hashlib.sha256(data).digest(), max_bytes, "max_record_bytes", check)
+    with opened.leased(check) as watched:
+        data = b"".join(_chunks(opened.fd, max_bytes, "max_record_bytes", watched))
+        opened.read_again(hashlib.sha256(data).digest(), max_bytes, "max_record_bytes", watched)
     opened.check_still_in_place()
     return data
 
