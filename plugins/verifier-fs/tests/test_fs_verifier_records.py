@@ -434,3 +434,17 @@ async def test_an_unparseable_count_shows_hidden_characters_escaped(root: Path) 
     verdict, detail = await _record(root, '<testsuite tests="1" failures="0\u3164\u200b"/>'.encode())
     assert verdict is Verdict.UNKNOWN
     assert detail == "unknown: unparseable: <testsuite> has failures='0\\u3164\\u200b', not a count"
+
+
+async def test_a_whole_name_ending_in_an_ellipsis_never_shows_as_a_shortened_one(root: Path) -> None:
+    """``…`` ends only a name that was cut: a name that holds one shows it escaped.
+
+    The whole name ``x``*50 + ``…`` and the longer ``x``*50 + two tag
+    characters (cut before its first escape, which does not fit) showed alike.
+    """
+    names = ["x" * 50 + "…", "x" * 50 + "\U000e0041\U000e0041"]
+    cases = "".join(f'<testcase classname="" name="{n}"><failure/></testcase>' for n in names)
+    verdict, detail = await _record(root, f'<testsuite tests="2">{cases}</testsuite>'.encode())
+    assert verdict is Verdict.FAIL
+    shown = detail.split("failing: ", 1)[1].split(", ")
+    assert shown == ["x" * 50 + "\\u2026", "x" * 50 + "…"]

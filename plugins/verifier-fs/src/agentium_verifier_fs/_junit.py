@@ -47,12 +47,16 @@ _INVISIBLE: Final = frozenset(
 )
 
 
+#: What ends a name that was cut; a name's own U+2026 is escaped, so this shows only a cut.
+_CUT: Final = "\u2026"
+
+
 def _escaped(char: str) -> str:
     """``char`` as it shows in a name: itself, or its code point written as Python writes it."""
     code = ord(char)
     if char == "\\":
         return "\\\\"  # so an escape in a name is never taken for one the verifier wrote
-    if char.isprintable() and code not in _INVISIBLE:
+    if char.isprintable() and code not in _INVISIBLE and char != _CUT:
         return char
     if code <= 0xFF:
         return f"\\x{code:02x}"
@@ -74,7 +78,8 @@ def visible(text: str, limit: int) -> str:
     hidden in one (tag characters spell ASCII a model reads and a person does
     not see) shows, and none breaks a line or makes a viewer reorder what
     follows. Text longer than ``limit`` is cut, never inside an escape, and
-    ends with ``…``; only the characters shown are looked at.
+    ends with ``…``; a ``…`` of the text's own is escaped (``\u2026``), so a
+    whole text never shows as a cut one. Only the characters shown are looked at.
     """
     pieces: list[str] = []
     length = 0
@@ -88,7 +93,7 @@ def visible(text: str, limit: int) -> str:
                     break
                 kept.append(shown)
                 room -= len(shown)
-            return "".join(kept) + "…"
+            return "".join(kept) + _CUT
         pieces.append(piece)
         length += len(piece)
     return "".join(pieces)
