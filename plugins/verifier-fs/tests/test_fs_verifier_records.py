@@ -448,3 +448,29 @@ async def test_a_whole_name_ending_in_an_ellipsis_never_shows_as_a_shortened_one
     assert verdict is Verdict.FAIL
     shown = detail.split("failing: ", 1)[1].split(", ")
     assert shown == ["x" * 50 + "\\u2026", "x" * 50 + "…"]
+
+
+#: Names that draw like another, the same text spelled with other code points (canonically
+#: equivalent): a decomposed accent, Hangul conjoining jamo, the Angstrom and Ohm signs, accents
+#: in another order; and a combining mark with no character of the name to draw on (first, or
+#: after an escape, where it drew on the separator or on the escape's last digit).
+EQUIVALENT = [
+    ("cafe\u0301", "caf\u00e9", "cafe\\u0301"),
+    ("\u1100\u1161", "\uac00", "\u1100\\u1161"),
+    ("\u212b", "\u00c5", "\\u212b"),
+    ("\u2126", "\u03a9", "\\u2126"),
+    ("a\u0307\u0323", "\u1ea1\u0307", "a\\u0307\\u0323"),
+    ("\u0301x", "x", "\\u0301x"),
+    ("t\u200b\u0338", "t", "t\\u200b\\u0338"),
+]
+
+
+@pytest.mark.parametrize(("name", "alike", "shown"), EQUIVALENT, ids=[s for _, _, s in EQUIVALENT])
+async def test_names_spelled_with_other_code_points_show_differently(
+    root: Path, name: str, alike: str, shown: str
+) -> None:
+    """Each name shows its composing or stray mark escaped; the name in its usual spelling shows as itself."""
+    cases = "".join(f'<testcase classname="" name="{n}"><failure/></testcase>' for n in (name, alike))
+    verdict, detail = await _record(root, f'<testsuite tests="2">{cases}</testsuite>'.encode())
+    assert verdict is Verdict.FAIL
+    assert detail.split("failing: ", 1)[1].split(", ") == [shown, alike]

@@ -11,6 +11,7 @@ character that does not show as itself escaped: see :func:`visible`) come out of
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from typing import Final
 from xml.etree.ElementTree import ParseError
@@ -51,6 +52,12 @@ _INVISIBLE: Final = frozenset(
 _CUT: Final = "\u2026"
 
 
+def _code_point(code: int) -> str:
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 def _escaped(char: str) -> str:
     """``char`` as it shows in a name: itself, or its code point written as Python writes it."""
     code = ord(char)
@@ -58,9 +65,23 @@ def _escaped(char: str) -> str:
         return "\\\\"  # so an escape in a name is never taken for one the verifier wrote
     if char.isprintable() and code not in _INVISIBLE and char != _CUT:
         return char
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    return _code_point(code)
+
+
+def _spells_another(run: str, char: str) -> bool:
+    """Whether ``char``, after ``run`` (what shows as itself since the last escape), draws unlike itself.
+
+    It does when ``run`` followed by it is not in Unicode's composed form
+    (NFC): it composes with what precedes it (``e`` + U+0301 draws as ``é``,
+    U+1100 + U+1161 as U+AC00), is one of two marks out of their canonical
+    order, or is itself another spelling of a character (the Angstrom sign
+    U+212B of ``Å``) — so two names that are the same text for Unicode
+    cannot show alike. A combining mark with nothing of the name before it
+    (first, or after an escape) would draw on the text around it.
+    """
+    if not run and (unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Mc", "Me")):
+        return True
+    return not unicodedata.is_normalized("NFC", run + char)
 
 
 def visible(text: str, limit: int) -> str:
@@ -73,8 +94,12 @@ def visible(text: str, limit: int) -> str:
     operators U+2060-U+2064, the soft hyphen, the tag characters
     U+E0001-U+E007F), the line and paragraph separators, every space but
     U+0020, private-use and unassigned code points — and the printable
-    invisibles of :data:`_INVISIBLE`. A backslash is doubled, so the escaped
-    text names one string: two names that draw alike show differently, text
+    invisibles of :data:`_INVISIBLE`; and a character that would draw as
+    something else where it stands (see :func:`_spells_another`: it composes
+    with the one before it, as ``e`` + U+0301 draws ``é``, or is a combining
+    mark with nothing of the name to draw on). A backslash is doubled, so the
+    escaped text names one string: two names that are the same text for
+    Unicode (canonically equivalent) show differently, text
     hidden in one (tag characters spell ASCII a model reads and a person does
     not see) shows, and none breaks a line or makes a viewer reorder what
     follows. Text longer than ``limit`` is cut, never inside an escape, and
@@ -83,8 +108,12 @@ def visible(text: str, limit: int) -> str:
     """
     pieces: list[str] = []
     length = 0
+    run = ""  # what shows as itself since the last escape (at most ``limit`` characters)
     for char in text:
         piece = _escaped(char)
+        if piece == char and _spells_another(run, char):
+            piece = _code_point(ord(char))
+        run = run + char if piece == char else ""
         if length + len(piece) > limit:
             kept: list[str] = []
             room = limit - 1
