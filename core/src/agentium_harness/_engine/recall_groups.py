@@ -119,7 +119,8 @@ async def attributed_texts(
     contract violation (the round is ``partial``). ``None`` in place of a
     text: the excerpt is hidden, because the session was erased whole
     before (its id used again) and nothing vouches that the excerpt is not
-    the erased session's (see :func:`_hidden_as_erased`).
+    the erased session's (see :func:`_hidden_as_erased`): any of the
+    unmapped ones above, and one whose text is no piece of its group.
     """
     seqs = [_group_seq(e.ref.source_id, scope) for e in excerpts]
     wanted = list(dict.fromkeys(s for s in seqs if s is not None))  # rank order, each once
@@ -140,6 +141,9 @@ async def attributed_texts(
             failure = error_type(back.error)
     out: list[str | None] = []
     unmapped: list[int] = []
+    # Excerpts whose group was read at their revision but whose text is no piece of it: the archive
+    # vouches for them no more than for an unread group's, so a whole erasure before hides them too.
+    misfit: list[int] = []
     for at, (excerpt, seq) in enumerate(zip(excerpts, seqs, strict=True)):
         if seq is None:
             # A document as it is; a group of no session this run reads (the scope check drops
@@ -154,29 +158,35 @@ async def attributed_texts(
             if rendered is None:
                 state.violation(
                     f"read returned an excerpt of {excerpt.ref.source_id!r} that is no piece of the group's "
-                    "indexed text; shown on one line, its roles unchecked"
+                    "indexed text; shown on one line, its roles unchecked, unless the session was erased "
+                    "whole before"
                 )
+                misfit.append(at)
         else:
             unmapped.append(at)
         out.append(rendered if rendered is not None else _flat(excerpt.text))
-    if not unmapped:
+    if not unmapped and not misfit:
         return out
     unread = set(back.unread)
     over = [excerpts[at].ref.source_id for at in unmapped if seqs[at] in unread]
     unchecked = [excerpts[at].ref.source_id for at in unmapped if seqs[at] not in unread]
     if reader is not None and await _hidden_as_erased(reader, state, unchecked, why):
-        for at in unmapped:
+        unvouched = sorted([*unmapped, *misfit])
+        for at in unvouched:
             out[at] = None
-        ids = [excerpts[at].ref.source_id for at in unmapped]
+        ids = [excerpts[at].ref.source_id for at in unvouched]
         state.notes.append(
             f"{len(ids)} recalled group(s) hidden: this session id was erased whole before, and the archive "
-            "did not vouch for these groups at the excerpts' revisions (not held there, unread or "
-            f"unreadable), so they may be the erased session's: {_listed(ids)}"
+            "did not vouch for these groups at the excerpts' revisions (not held there, unread, "
+            "unreadable, or the text no piece of the group), so they may be the erased session's: "
+            + _listed(ids)
         )
         _log.warning(
             "%d recalled group(s) hidden: from a session erased whole before this one used its id", len(ids)
         )
         current_span_event("agentium.recall.group_erased", {"agentium.recall.hidden": len(ids)})
+        return out
+    if not unmapped:
         return out
     if over:
         state.notes.append(

@@ -1,0 +1,194 @@
+"""The erasure check of recall (was this session id erased whole before?) within every recall bound.
+
+Recall reads the tenant's index of finished erasures when an excerpt of the
+run's own session is one the archive does not vouch for
+(:mod:`agentium_harness._engine.recall_groups`). That read is held to the
+round's latency budget whatever the session store does, a read blocked in a
+worker thread included; and whether an excerpt is vouched for is decided
+the same way for every excerpt the archive's group does not hold.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureState,
+    OperatorAttestation,
+    RecallLimits,
+    ResidentLimits,
+    RunStatus,
+    RuntimeLimits,
+    SessionKey,
+    VerifiedIdentity,
+    create_harness_runtime,
+    current_session_recall_policy,
+)
+from agentium_harness._engine.recall_groups import UNATTRIBUTED
+from agentium_harness._history import Message, MessageGroup, Role
+from agentium_harness._ports.erasure import DEFAULT_ERASE_BATCH, EraseReport
+from agentium_harness._ports.erasure import EraseTarget as Target
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import ArchiveReceipt, OpContext
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), statement="DSR-1")
+SECRET = "My quince account password is tangerine-42."
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()  # lets a thread the test left blocked finish
+
+
+class Recording(ScriptedProvider):
+    capabilities = ScriptedProvider.capabilities
+
+    def __init__(self) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.requests: list[object] = []
+
+    async def complete(self, request: object, ctx: OpContext) -> object:
+        self.requests.append(request)
+        return await super().complete(request, ctx)  # type: ignore[arg-type]
+
+
+class IndexBlocked(InMemorySessionStore):
+    """A real in-memory session store whose reads of the erasure index block in a worker thread.
+
+    Once ``gate`` is given, each such read waits in a thread that no
+    cancellation reaches, for up to 25 s (a driver stuck on a socket).
+    """
+
+    gate: threading.Event | None = None
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> Any:
+        gate = self.gate
+        if gate is not None and (key.session == "index" or key.session.startswith("by-")):
+            await anyio.to_thread.run_sync(gate.wait, 25.0)
+        return await super().load(key, ctx)
+
+
+async def test_an_erasure_index_read_blocked_in_a_worker_thread_is_cut_at_the_recall_latency_budget(
+    gate: threading.Event,
+) -> None:
+    """The operation deadline is 28 s, the recall latency budget 1 s: the run stops, no model call.
+
+    The store answers with a group past the session's next seq (an excerpt
+    the archive does not vouch for), so the engine asks the erasure index;
+    the read never returns. Whether the excerpt is erased text is not known,
+    so recall fails (default ``on_failed="stop"``), inside its budget.
+    """
+    provider, recall, sessions = Recording(), InMemoryRecallStore(), IndexBlocked()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        recall=recall,
+        recall_limits=RecallLimits(max_latency_s=1.0),
+        limits=RuntimeLimits(op_timeout_s=28.0, resident=ResidentLimits(max_groups=1)),
+    )
+    ahead = MessageGroup(7, (Message(Role.USER, SECRET),))
+    try:
+        with anyio.fail_after(30):
+            await runtime.run(ANA, "s1", "Unrelated chatter.")
+            receipt = ArchiveReceipt(7, ahead.digest, "ahead")
+            await recall.index_groups(KEY, [ahead], [receipt], OpContext.with_timeout(10.0))
+            sessions.gate = gate
+            # 12 s: far past the 1 s budget and its grace, far below the 25 s the read blocks.
+            with anyio.fail_after(12):
+                run = await runtime.run(ANA, "s1", "What is my quince account password?")
+    finally:
+        gate.set()
+        with anyio.fail_after(30):
+            await runtime.aclose()
+    assert run.status is RunStatus.STOPPED
+    assert len(provider.requests) == 1  # the first run's: this one made no model call
+    failed = [d.message for d in run.diagnostics if d.code == "recall_failed"]
+    assert any("recall erasure check not started or cut" in m for m in failed), failed
+
+
+class StaleText(InMemoryRecallStore):
+    """A real in-memory recall store as a stale replica: it missed the erasure; re-indexing keeps old text.
+
+    Its ``erase`` never reaches it (it reports nothing held, so the erasure
+    completes); indexing a group over a row it already has writes the new
+    revision but keeps the row's old text (an upsert that updated only
+    the metadata). So it answers with the erased group's text under the
+    revision of the new session's group at that seq.
+    """
+
+    async def erase(
+        self, target: Target, ctx: OpContext, *, dry_run: bool = False, max_items: int = DEFAULT_ERASE_BATCH
+    ) -> EraseReport:
+        return EraseReport()
+
+    async def index_groups(self, key: SessionKey, groups: Any, receipts: Any, ctx: OpContext) -> Any:
+        before = dict(self._sources)
+        fresh = await super().index_groups(key, groups, receipts, ctx)
+        for sid, old in before.items():
+            new = self._sources.get(sid)
+            if new is not None and new.revision != old.revision:
+                self._sources[sid] = attrs.evolve(new, text=old.text, terms=old.terms)
+        return fresh
+
+
+async def test_an_excerpt_no_piece_of_its_group_is_hidden_when_the_session_was_erased_whole() -> None:
+    """Text that is no piece of the archive's group is not vouched for either: after a whole erasure, hidden.
+
+    The secret was group 2 of the erased session; the session id is used
+    again and its new group 2 is indexed, the replica keeping the erased
+    text under the new revision. The host continues on partial evidence.
+    The excerpt is a contract violation (recall is ``partial``), and it
+    must not reach the model: nothing vouches that it is not erased text.
+    """
+    provider, recall = Recording(), StaleText()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=recall,
+        recall_policy=current_session_recall_policy(on_partial="continue"),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        with anyio.fail_after(30):
+            for i in range(4):
+                await runtime.run(ANA, "s1", SECRET if i == 2 else f"Unrelated chatter number {i}.")
+            erased = await runtime.erase(
+                EraseTarget.session("acme", "ana", "s1"), reason="data-subject request", attestation=OPERATOR
+            )
+            assert erased.tombstone is not None and erased.tombstone.state is ErasureState.COMPLETE
+            for i in range(4):
+                await runtime.run(ANA, "s1", f"New chatter number {i}.")
+            run = await runtime.run(ANA, "s1", "What is my quince account password?")
+    finally:
+        await runtime.aclose()
+    assert run.status is RunStatus.COMPLETED
+    request = provider.requests[-1]
+    assert "tangerine" not in repr(request)
+    blocks = {b.source_id: b.content for b in request.sources}  # type: ignore[attr-defined]
+    assert "group/acme/ana/s1/2" not in blocks
+    assert not any(c.startswith(UNATTRIBUTED) for c in blocks.values())
+    assert any("no piece of the group" in v for v in run.recall.violations)  # type: ignore[union-attr]
+    notes = [d.message for d in run.diagnostics if d.code == "recall_note"]
+    assert any("erased" in n and "group/acme/ana/s1/2" in n for n in notes), notes
