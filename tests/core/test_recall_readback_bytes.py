@@ -24,7 +24,7 @@ from _telemetry_support import Telemetered
 from agentium_harness import RecallStatus, RunStatus, SessionKey, VerifiedIdentity, create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
 from agentium_harness._engine.recall_groups import UNATTRIBUTED
-from agentium_harness._history import MessageGroup
+from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.provider import ModelRequest, ModelResponse
 from agentium_harness._ports.recall import RecallLimits
@@ -200,3 +200,50 @@ def test_the_budget_is_a_recall_limit_with_a_default_and_bounds() -> None:
     assert RecallLimits().max_readback_bytes == 1_048_576
     with pytest.raises(Exception, match="max_readback_bytes"):
         RecallLimits(max_readback_bytes=0)
+
+
+_MISFILED = 1_000
+
+
+class TamperingArchive(CountingArchive):
+    """A real in-memory archive whose read of one parcel group returns another, larger group in its place.
+
+    What the read returned (counted as :class:`CountingArchive` counts)
+    includes the bytes of the group the engine refuses.
+    """
+
+    tampered = -1
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        groups = list(await InMemoryArchive.read_groups(self, key, start_seq, max_groups, ctx))
+        if self.counting:
+            if self.tampered < 0:
+                self.tampered = groups[0].seq  # the first group recall reads back: the top-ranked one
+            # At another seq than asked (a misfiled row): the engine's check refuses it.
+            groups = [
+                MessageGroup(g.seq + _MISFILED, (*g.messages, Message(Role.ASSISTANT, "x" * 30_000)))
+                if g.seq == self.tampered
+                else g
+                for g in groups
+            ]
+            parcels = [g for g in groups if g.seq < GROUPS or g.seq >= _MISFILED]
+            self.read_bytes += sum(g.size_bytes for g in parcels)
+            self.read_seqs.extend(g.seq for g in parcels)
+        return groups
+
+
+async def test_the_bytes_of_a_group_that_fails_its_check_count_as_read_back() -> None:
+    """``readback_bytes`` says what the archive's reads returned, a group its digest check refused included.
+
+    The top-ranked group comes back at another seq, with 30 KB more (about
+    50 KB): the check refuses it and no read starts after it, but its bytes
+    were read: the usage says so, and they count against the run's budget.
+    """
+    archive = TamperingArchive()
+    result, _ = await _run(InMemoryRecallStore(), archive, 20_000, RecallLimits(**ROOMY))
+    # One read, refused: nothing is read after it.
+    assert archive.read_seqs == [archive.tampered + _MISFILED]
+    assert archive.read_bytes > 40_000
+    assert result.recall is not None and result.recall.usage.readback_bytes == archive.read_bytes

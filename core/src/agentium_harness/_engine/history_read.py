@@ -179,6 +179,7 @@ async def fetch_groups(
     seqs: Sequence[int],
     *,
     deadline: float | None = None,
+    on_page: Callable[[Sequence[object]], None] | None = None,
 ) -> dict[int, MessageGroup]:
     """Groups ``seqs`` of the session: resident ones from ``snap``, archived ones from ``archive``, checked.
 
@@ -190,6 +191,9 @@ async def fetch_groups(
     ``deadline`` (``time.monotonic()``): a bound of the caller's, tighter than
     each read's operation deadline (recall's latency budget); past it a read
     is not started, or is cut, with :class:`OperationTimeoutError`.
+    ``on_page`` is given what each read returned (bounded: one item past
+    what was asked at most) before it is checked, so a caller counting what
+    was read counts a group the checks then refuse.
     """
 
     async def read_run(first: int, count: int) -> Sequence[MessageGroup]:
@@ -203,7 +207,7 @@ async def fetch_groups(
             )
         return await ticket.call("archive read", work, timeout_s=min(left, ticket.op_timeout_s))
 
-    return await _fetch(archive, key, snap, seqs, read_run)
+    return await _fetch(archive, key, snap, seqs, read_run, on_page)
 
 
 async def _read_in_call(
@@ -220,6 +224,7 @@ async def _fetch(
     snap: SessionSnapshot,
     seqs: Sequence[int],
     read_run: Callable[[int, int], Awaitable[Sequence[MessageGroup]]],
+    on_page: Callable[[Sequence[object]], None] | None = None,
 ) -> dict[int, MessageGroup]:
     """:func:`fetch_groups`, reading each contiguous run of archived seqs with ``read_run(first, count)``."""
     asked = set(seqs)
@@ -238,6 +243,8 @@ async def _fetch(
         first, count = seqs_in_run[0], len(seqs_in_run)
         who = adapter_method("archive", archive, "read_groups")
         page = listed(await read_run(first, count), count, who, "groups")
+        if on_page is not None:
+            on_page(page)
         if len(page) > count:
             raise ContractViolationError(f"{who} returned more than the {count} groups asked at most")
         for offset, seq in enumerate(seqs_in_run):

@@ -48,8 +48,9 @@ class ReadBack:
     """What one read-back found: the groups, what reading them cost, and what it left.
 
     ``groups`` by seq (resident ones too, read from nothing); ``read_bytes``
-    the archived groups' bytes (their canonical encoding, what a read
-    returns); ``unread`` the seqs not read because ``max_bytes`` was spent;
+    the bytes of the archived groups the reads returned (their canonical
+    encoding), a group the checks refused included; ``unread`` the seqs
+    not read because ``max_bytes`` was spent;
     ``error`` what stopped the reads (a failed or timed-out archive read):
     the seqs after it were not read.
     """
@@ -112,20 +113,27 @@ class SessionGroups:
             if spent >= max_bytes:
                 unread.append(seq)
                 continue
+            returned: list[Sequence[object]] = []
             try:
                 # One group a read: the next read starts only while the budget has room left.
                 got = await fetch_groups(
-                    self._ticket, self._archive, self._key, snap, [seq], deadline=deadline
+                    self._ticket,
+                    self._archive,
+                    self._key,
+                    snap,
+                    [seq],
+                    deadline=deadline,
+                    on_page=returned.append,
                 )
             except OperationCancelledError as exc:
                 if not isinstance(exc, OperationTimeoutError):
                     raise  # the run itself was cancelled: not a degraded read
-                return ReadBack(groups, spent, tuple(unread), exc)
+                return ReadBack(groups, spent + _bytes_of(returned), tuple(unread), exc)
             except Exception as exc:
-                return ReadBack(groups, spent, tuple(unread), exc)
-            group = got[seq]
-            groups[seq] = group
-            spent += group.size_bytes
+                # A group the checks refused was read all the same: it counts, as it is reported.
+                return ReadBack(groups, spent + _bytes_of(returned), tuple(unread), exc)
+            groups[seq] = got[seq]
+            spent += _bytes_of(returned)
         return ReadBack(groups, spent, tuple(unread))
 
     async def erased_whole(self, deadline: float) -> bool:
@@ -145,6 +153,19 @@ class SessionGroups:
                 left,
             )
         return bool(found)
+
+
+def _bytes_of(pages: Sequence[Sequence[object]]) -> int:
+    """The canonical bytes of the groups the archive's reads returned (nothing else there has a size)."""
+    total = 0
+    for item in (item for page in pages for item in page):
+        if not isinstance(item, MessageGroup):
+            continue
+        try:
+            total += item.size_bytes
+        except Exception:  # noqa: S112  # a group set past its validators, unencodable: the checks refuse it
+            continue
+    return total
 
 
 def session_groups(
