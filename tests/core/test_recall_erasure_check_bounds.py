@@ -192,3 +192,99 @@ async def test_an_excerpt_no_piece_of_its_group_is_hidden_when_the_session_was_e
     assert any("no piece of the group" in v for v in run.recall.violations)  # type: ignore[union-attr]
     notes = [d.message for d in run.diagnostics if d.code == "recall_note"]
     assert any("erased" in n and "group/acme/ana/s1/2" in n for n in notes), notes
+
+
+class Paused(InMemoryArchive):
+    """A real in-memory archive shared by two runtimes (two processes), with two pauses the test drives.
+
+    Armed, the next read waits (``at_read`` set) until ``erased`` is set;
+    the next erase erases, sets ``erased`` and waits for ``release``: the
+    erasure is then under way, its archive step done, not finished.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.at_read, self.erased, self.release = anyio.Event(), anyio.Event(), anyio.Event()
+        self.blocking = True
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        if self.armed:
+            self.armed = False
+            self.at_read.set()
+            await self.erased.wait()
+        return await super().read_groups(key, start_seq, max_groups, ctx)
+
+    async def erase(self, target: Target, ctx: OpContext, **kw: Any) -> EraseReport:
+        report = await super().erase(target, ctx, **kw)
+        if self.blocking and not kw.get("dry_run", False):
+            self.blocking = False
+            self.erased.set()
+            await self.release.wait()
+        return report
+
+
+class Missed(InMemoryRecallStore):
+    """A real in-memory recall store whose ``erase`` never reaches it (a stale replica)."""
+
+    async def erase(
+        self, target: Target, ctx: OpContext, *, dry_run: bool = False, max_items: int = DEFAULT_ERASE_BATCH
+    ) -> EraseReport:
+        return EraseReport()
+
+
+async def test_an_excerpt_of_a_session_an_erasure_is_taking_now_is_hidden() -> None:
+    """A run loaded before a session erasure began; the erasure removed its archived groups, not finished yet.
+
+    Another process (a second runtime over the same stores) erases the
+    session while the run reads its recalled groups back; the recall store
+    missed the erasure. The archive no longer holds the group the secret
+    was in, and no finished erasure covers the session yet: the erasure in
+    ``pending`` says the excerpt may be erased text, so it is hidden.
+    """
+    provider, recall, archive, sessions = Recording(), Missed(), Paused(), InMemorySessionStore()
+    common: dict[str, Any] = {
+        "archive": archive,
+        "session_store": sessions,
+        "recall": recall,
+        "limits": RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    }
+    runtime = create_harness_runtime(
+        provider=provider, recall_limits=RecallLimits(max_latency_s=25.0), **common
+    )
+    other = create_harness_runtime(provider=Recording(), **common)
+    outcome: list[object] = []
+    done = anyio.Event()
+
+    async def probe() -> None:
+        try:
+            outcome.append(await runtime.run(ANA, "s1", "What is my quince account password?"))
+        except Exception as exc:  # the commit is refused: the erasure is pending
+            outcome.append(exc)
+        done.set()
+
+    async def erase() -> None:
+        await other.erase(
+            EraseTarget.session("acme", "ana", "s1"), reason="data-subject request", attestation=OPERATOR
+        )
+
+    try:
+        with anyio.fail_after(30):
+            for i in range(4):
+                await runtime.run(ANA, "s1", SECRET if i == 1 else f"Unrelated chatter number {i}.")
+            archive.armed = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(probe)
+                await archive.at_read.wait()  # loaded and recalled; reading the groups back
+                tg.start_soon(erase)
+                await archive.erased.wait()  # the probe's read goes on now, the erasure pending
+                await done.wait()
+                archive.release.set()
+    finally:
+        archive.release.set()
+        await runtime.aclose()
+        await other.aclose()
+    assert len(provider.requests) == 5, outcome
+    request = provider.requests[-1]
+    assert "tangerine" not in repr(request)
+    assert "group/acme/ana/s1/1" not in {b.source_id for b in request.sources}  # type: ignore[attr-defined]

@@ -176,13 +176,16 @@ async def attributed_texts(
             out[at] = None
         ids = [excerpts[at].ref.source_id for at in unvouched]
         state.notes.append(
-            f"{len(ids)} recalled group(s) hidden: this session id was erased whole before, and the archive "
+            f"{len(ids)} recalled group(s) hidden: this session id was erased whole before (or an erasure "
+            "of it is under way), and the archive "
             "did not vouch for these groups at the excerpts' revisions (not held there, unread, "
             "unreadable, or the text no piece of the group), so they may be the erased session's: "
             + _listed(ids)
         )
         _log.warning(
-            "%d recalled group(s) hidden: from a session erased whole before this one used its id", len(ids)
+            "%d recalled group(s) hidden: from a session erased whole before this one used its id, "
+            "or under an erasure now",
+            len(ids),
         )
         current_span_event("agentium.recall.group_erased", {"agentium.recall.hidden": len(ids)})
         return out
@@ -235,8 +238,11 @@ async def _hidden_as_erased(
     none of them at their revisions, so an excerpt it cannot vouch for may
     be erased text, and is hidden. A session never erased whole keeps
     showing such excerpts on one line (a host indexing ahead of the
-    runtime, an archive that is down). Asked only when an excerpt went
-    unmapped; within the round's latency budget. When the erasure index
+    runtime, an archive that is down). An erasure of the session under way
+    (begun after the run loaded) hides them too: it may have removed their
+    groups from the archive already, and the index names it only once it
+    finishes. Asked only when an excerpt went unmapped; within the round's
+    latency budget. When the erasure index
     cannot be read, whether they are erased text is not known: recall fails
     (:class:`Failed`), so the policy's ``on_failed`` decides and nothing of
     them is shown.

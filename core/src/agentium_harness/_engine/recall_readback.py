@@ -37,8 +37,9 @@ from .._ports.archive import HistoryArchive
 from .._ports.sessions import SessionSnapshot, SessionStore
 from .._scope import SessionKey
 from .erasure_index import last_whole_erasures
+from .erasure_ledger import load_ledger, pending_key
 from .history_read import fetch_groups
-from .lifecycle import Ticket
+from .lifecycle import Ticket, covers
 
 __all__ = ["GroupReader", "ReadBack", "SessionGroups", "session_groups"]
 
@@ -75,6 +76,9 @@ class GroupReader(Protocol):
 
     async def erased_whole(self, deadline: float) -> bool:
         """Whether a finished erasure took the whole session (its own, its user's or its tenant's).
+
+        Or whether an erasure touching the session is under way: it may have
+        removed groups the archive no longer vouches for.
 
         Raises :class:`OperationTimeoutError` past ``deadline`` (not started,
         or cut), or what reading the erasure index raised.
@@ -142,10 +146,11 @@ class SessionGroups:
             raise OperationTimeoutError(
                 "erasure index read not started: its deadline had passed", "erasure index read", 0.0
             )
-        # Several small reads (the tenant's, the user's and the session's chains) under one deadline:
-        # each is a bounded call, so a cancellation at the deadline leaves none of them running.
+        # Several small reads (the tenant's pending erasures, then the tenant's, the user's and the
+        # session's chains) under one deadline: each is a bounded call, so a cancellation at the
+        # deadline leaves none of them running.
         with anyio.move_on_after(left) as scope:
-            found = await last_whole_erasures(self._ticket, self._store, self._key)
+            found = await self._under_way() or await last_whole_erasures(self._ticket, self._store, self._key)
         if scope.cancelled_caught:
             raise OperationTimeoutError(
                 f"erasure index read did not finish within {left:.3f}s and was cancelled",
@@ -153,6 +158,17 @@ class SessionGroups:
                 left,
             )
         return bool(found)
+
+    async def _under_way(self) -> bool:
+        """Whether an erasure touching this session is under way (in the tenant's ``pending``).
+
+        The run loaded before it began (a load refuses while one is pending),
+        so it may have removed archived groups already, while its excerpts in
+        a recall store that missed it are still answered: until it finishes
+        the index of finished erasures does not name it.
+        """
+        _, pending = await load_ledger(self._ticket, self._store, pending_key(self._key.tenant))
+        return any(covers(record.target, self._key) for record in pending.records)
 
 
 def _bytes_of(pages: Sequence[Sequence[object]]) -> int:
