@@ -4,8 +4,10 @@ Recall reads the tenant's index of finished erasures when an excerpt of the
 run's own session is one the archive does not vouch for
 (:mod:`agentium_harness._engine.recall_groups`). That read is held to the
 round's latency budget whatever the session store does, a read blocked in a
-worker thread included; and whether an excerpt is vouched for is decided
-the same way for every excerpt the archive's group does not hold.
+worker thread included; whether an excerpt is vouched for is decided the
+same way for every excerpt the archive's group does not hold (its text no
+piece of the group included); and an erasure under way counts as one
+finished does.
 """
 
 from __future__ import annotations

@@ -19,7 +19,10 @@ open: was this session id erased whole before (the tenant's index of
 finished erasures, :func:`.erasure_index.last_whole_erasures`)? A session
 erased and then used again starts at seq 0 with the same source ids, so a
 recall store that missed the erasure answers with the erased groups' text
-under ids the new session uses.
+under ids the new session uses. An erasure of the session still under way
+(the tenant's ``pending``, begun after the run loaded) counts too: it may
+have removed the groups from the archive already, and the index names it
+only once it finishes.
 """
 
 from __future__ import annotations
