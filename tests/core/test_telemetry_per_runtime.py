@@ -18,7 +18,10 @@ any provider, the global one included (its WARNING stays).
 
 from __future__ import annotations
 
+import contextvars
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -358,3 +361,25 @@ async def test_a_call_abandoned_inside_an_unattributed_call_is_an_event_on_the_c
             {"agentium.plugin.call": "importing plugin y", "agentium.plugin.timeout_s": 0.2},
         )
     ]
+
+
+async def test_a_context_copied_inside_a_runtime_span_does_not_keep_the_runtime_alive() -> None:
+    # A worker thread's or an abandoned plugin call's copy of the context outlives the operation;
+    # its telemetry state named the runtime strongly, so the runtime (and all it holds) lived on
+    # until that copy died: the reference-cycle tests saw a closed runtime freed inside a later one.
+    a = Telemetered()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=a.telemetry(),
+    )
+    with anyio.fail_after(30):
+        async with rt:
+            with runtime_span(rt, "host.a"):
+                kept = contextvars.copy_context()
+    gone = weakref.ref(rt)
+    del rt
+    gc.collect()
+    assert gone() is None, "a copied context kept the runtime alive"
+    assert len(kept) > 0  # the copy itself is still alive, holding the operation's state

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from .logs import one_line
@@ -124,10 +126,11 @@ class Active:
     """What one operation (a turn, a drain, a memory call) records through: tracer, instruments, settings.
 
     ``owner`` is the runtime (or memory manager) whose operation it is;
-    ``None`` for a state no runtime made (an ``Agent``'s, the defaults').
+    ``None`` for a state no runtime made (an ``Agent``'s, the defaults'), or
+    once that owner is gone.
     """
 
-    __slots__ = ("instruments", "on", "owner", "settings", "tracer")
+    __slots__ = ("_owner", "instruments", "on", "settings", "tracer")
 
     def __init__(
         self, tracer: Any, instruments: Instruments | None, settings: Resolved, owner: object = None
@@ -135,9 +138,26 @@ class Active:
         self.tracer = tracer
         self.instruments = instruments
         self.settings = settings
-        self.owner = owner
+        # Held weakly: a context that outlives the operation (a worker thread's copy, an abandoned
+        # plugin call's) must not keep the runtime and all it holds alive until it ends.
+        self._owner: Callable[[], object] = _strong(owner)
+        if owner is not None:
+            try:
+                self._owner = weakref.ref(owner)
+            except TypeError:  # a sentinel (``object()``) takes no weak reference; it holds nothing
+                pass
         #: True when anything records (set once: every span helper asks, and neither part changes).
         self.on = tracer is not None or instruments is not None
+
+    @property
+    def owner(self) -> object:
+        """The runtime or memory manager whose operation this is; ``None`` if none (or it is gone)."""
+        return self._owner()
+
+
+def _strong(value: object) -> Callable[[], object]:
+    """A callable returning ``value``, the way a weak reference's call returns its object."""
+    return lambda: value
 
 
 #: The state of the operation under way in this context (read directly on the hot path: a stage, a call).
