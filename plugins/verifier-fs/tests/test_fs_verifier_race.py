@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fs_verifier_helpers import ARTIFACT_BYTES, CLAIM, context, root_fixture, verifier_for, write
@@ -133,3 +134,45 @@ async def test_a_file_swapped_for_a_hardlink_to_the_outside_never_passes(root: P
     with flipping(step) as flips:
         seen = await _race(verifier_for(root, "report.txt"), "link")
     assert seen[Verdict.FAIL] and flips["flips"] > 0, (seen, flips)
+
+
+async def test_a_hardlink_unlinked_before_the_fstat_and_relinked_before_the_name_check_never_passes(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The interleaving the race above hit once in CI, made deterministic: the verifier opens the
+    # name while it is a hard link to the outside file; the swapper puts the inside file back
+    # before the open's fstat (the outside inode has one link again), and links the outside file
+    # in again before the after-read check looks the name up. The check read the link count from
+    # the descriptor and the name's inode from a later lookup, each fine at its own moment, and
+    # the outside bytes passed. The name's lookup must give the link count too.
+    target, outside = root / "report.txt", tmp_path / "outside.txt"
+    write(target, WRONG)
+    real_open, real_stat = os.open, os.stat
+    state = {"opened": False}
+
+    def point_at_outside() -> None:
+        os.link(outside, root / ".h")
+        os.replace(root / ".h", target)
+
+    def opening(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == "report.txt" and not state["opened"]:
+            point_at_outside()  # the name is a link to the outside file as it is opened
+            fd = real_open(path, flags, *args, **kwargs)
+            state["opened"] = True
+            write(root / ".r", WRONG)
+            os.replace(root / ".r", target)  # and the inside file is back before the fstat
+            return fd
+        return real_open(path, flags, *args, **kwargs)
+
+    def looking_up(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if path == "report.txt" and state["opened"] and kwargs.get("dir_fd") is not None:
+            point_at_outside()  # linked in again just before the name's check
+            state["opened"] = False
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opening)
+    monkeypatch.setattr(os, "stat", looking_up)
+    result = await verifier_for(root, "report.txt").verify(CLAIM, context())
+    monkeypatch.undo()
+    assert result.verdict is not Verdict.PASS, result.evidence
+    assert result.verdict is Verdict.UNKNOWN and "linked elsewhere" in result.evidence[0].detail, result

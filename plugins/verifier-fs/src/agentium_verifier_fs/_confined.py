@@ -277,7 +277,11 @@ class OpenedFile:
         existed and then removed (so ``st_nlink`` is back to 1 when
         ``fstat`` runs), would have its bytes counted. When the opened inode
         has exactly one link and that link is the confined name, the bytes
-        read are those of a file under the root.
+        read are those of a file under the root. The link count is read from
+        the name's lookup too, which gives the name's inode and its count
+        together: the descriptor's count and a later lookup's inode, each fine
+        at its own moment, let through an outside file whose second link was
+        removed before the ``fstat`` and made again before the lookup.
 
         The bytes are read in chunks, so a file written while it is read gives
         a mix of its old and new bytes, which it may never have held at any
@@ -300,7 +304,10 @@ class OpenedFile:
         except OSError:
             named = None
         same = named is not None and (named.st_dev, named.st_ino) == (now.st_dev, now.st_ino)
-        if now.st_nlink != 1 or not same:
+        # The name's own lookup must find one link too: the descriptor's count and the name's
+        # inode, each read at its own moment, were both fine for an outside file whose link was
+        # removed before the fstat and made again before the lookup.
+        if now.st_nlink != 1 or not same or named is None or named.st_nlink != 1:
             raise EvidenceUnavailable(
                 f"refused: {self._shown!r} was replaced or linked elsewhere while it was read"
             )
