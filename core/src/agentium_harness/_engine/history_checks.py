@@ -432,24 +432,24 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
         checked, encoded = at_once
     else:
         checked, encoded = tuple([_message(m, i) for i, m in enumerate(messages)]), None
+    calling = False  # any tool call at all: without one, no message can come between a call and its result
     for index, message in enumerate(checked):
+        calls = message.tool_calls
+        if not calls:
+            continue
+        calling = True
         # Only an assistant asks for tools: run() sends a user or tool message's calls nowhere (a
         # foreign result goes as data), so their results would reach the model with no call before.
-        if message.tool_calls and message.role is not Role.ASSISTANT:
+        if message.role is not Role.ASSISTANT:
             raise InvalidArgumentError(
                 f"message {index} ({message.role.value}) carries tool calls; only an assistant "
                 "message may; nothing was written"
             )
         # Each call of one message answered by one result, as run() requires of a provider's reply:
         # Chat Completions refuses a request with an id twice there, on every later turn.
-        seen: set[str] = set()
-        twice = None
-        for call in message.tool_calls:
-            if call.id in seen:
-                twice = call.id
-                break
-            seen.add(call.id)
-        if twice is not None:
+        ids = [call.id for call in calls]
+        if len(set(ids)) != len(ids):
+            twice = next(call_id for k, call_id in enumerate(ids) if call_id in ids[:k])
             raise InvalidArgumentError(
                 f"message {index} ({message.role.value}) names tool call id {twice!r} twice; each "
                 "call of one message needs an id of its own; nothing was written"
@@ -465,7 +465,7 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
             "the messages would form an incomplete group: " + "; ".join(what) + ". Append a tool call "
             "together with its result, in one call; nothing was written"
         )
-    cut = interjection(checked)
+    cut = interjection(checked) if calling else None
     if cut is not None:
         index, still_open = cut
         raise IncompleteGroupError(
