@@ -7,7 +7,9 @@ a call and its result would make every later turn of the session fail. Such a
 group is refused with ``IncompleteGroupError`` and nothing is written. Foreign
 tool results (a payload ``tool`` message answering no call of core's, or an
 integration's legacy one) keep their acceptance: ``run()`` sends them after
-the exchange. ``run()``'s own groups, read back and appended, still pass.
+the exchange. ``run()``'s own groups, read back and appended, still pass. A tool call id
+is one call's in its group: one named again, in the same message or a later
+step, is refused (``InvalidArgumentError``), nothing written.
 """
 
 from __future__ import annotations
@@ -146,10 +148,6 @@ ACCEPTED = [
         [USER, _calling("c1", "c2"), _result("c2"), _result("c1"), Message(Role.ASSISTANT, "done")],
         id="results-in-any-order",
     ),
-    pytest.param(
-        [USER, _calling("c1"), _result("c1"), _calling("c1"), _result("c1"), Message(Role.USER, "more")],
-        id="an-id-reused-on-a-later-step",
-    ),
     pytest.param([USER, _calling("c1"), _foreign("c9"), _result("c1")], id="foreign-result-between"),
     pytest.param([USER, _calling("c1"), _foreign(None), _result("c1")], id="foreign-result-no-id-between"),
     pytest.param(
@@ -194,7 +192,7 @@ async def test_runs_own_groups_read_back_are_appended_again() -> None:
 
     script: list[object] = [
         {"content": "", "tool_calls": [{"id": "c1", "name": "fetch"}, {"id": "c2", "name": "fetch"}]},
-        {"content": "", "tool_calls": [{"id": "c1", "name": "fetch"}]},
+        {"content": "", "tool_calls": [{"id": "c3", "name": "fetch"}]},
         "fetched",
     ]
     provider = ScriptedProvider(replies=script)
@@ -255,3 +253,72 @@ async def test_one_assistant_message_naming_a_call_id_twice_is_refused_nothing_w
             assert await _state(rt) == before
             # The same calls with an id each are one valid group.
             await rt.append(ANA, "s1", [USER, _calling("c1", "c2"), _result("c1"), _result("c2")])
+
+
+REUSED = [
+    pytest.param(
+        [USER, _calling("c1"), _result("c1"), _calling("c1"), _result("c1"), Message(Role.USER, "more")],
+        3,
+        1,
+        id="on-the-next-step",
+    ),
+    pytest.param(
+        [USER, _calling("c1"), _result("c1"), _calling("c2", "c1"), _result("c2"), _result("c1")],
+        3,
+        1,
+        id="second-call-of-a-later-step",
+    ),
+    pytest.param(
+        [
+            USER,
+            _calling("a", "b"),
+            _result("b"),
+            _result("a"),
+            Message(Role.ASSISTANT, "and again"),
+            Message(Role.USER, "once more"),
+            _calling("b"),
+            _result("b"),
+        ],
+        6,
+        1,
+        id="steps-apart",
+    ),
+]
+
+
+@pytest.mark.parametrize(("messages", "index", "first"), REUSED)
+async def test_a_call_id_named_again_on_a_later_step_is_refused_nothing_written(
+    messages: list[Message], index: int, first: int
+) -> None:
+    # run() sends a group as committed: with one id on two calls, the request of every later turn
+    # holds two tool results of that id, which Chat Completions refuses ("Duplicate value for
+    # 'tool_call_id'"); the pairing of results to calls is ambiguous too.
+    rt = _runtime()
+    async with rt:
+        with anyio.fail_after(30):
+            await rt.append(ANA, "s1", [Message(Role.USER, "u0"), Message(Role.ASSISTANT, "a0")])
+            before = await _state(rt)
+            with pytest.raises(
+                InvalidArgumentError,
+                match=rf"message {index} \(assistant\) names tool call id '\w+', already named by "
+                rf"message {first}",
+            ) as caught:
+                await rt.append(ANA, "s1", messages)
+            assert not isinstance(caught.value, IncompleteGroupError)  # every call is answered
+            assert "nothing was written" in str(caught.value)
+            assert await _state(rt) == before
+
+
+async def test_a_foreign_result_naming_an_answered_call_id_is_still_accepted() -> None:
+    # A payload tool message answering no open call is sent as data (no tool_call_id on the wire):
+    # naming an id already answered repeats nothing in the request.
+    provider = ScriptedProvider(replies=["ok"])
+    rt = _runtime(provider)
+    async with rt:
+        with anyio.fail_after(30):
+            await rt.append(ANA, "s1", [USER, _calling("c1"), _result("c1"), _foreign("c1")])
+            await rt.run(ANA, "s1", "next")
+    (request,) = provider.calls
+    sent = [*request.history, *request.turn]
+    ids = [m.tool_call_id for m in sent if m.role is Role.TOOL]
+    assert ids == ["c1"] and _answered_in_turn(sent)

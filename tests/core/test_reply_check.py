@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from agentium_harness import ContractViolationError, Message, Role, ToolCall
 from agentium_harness._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds, unstructure
-from agentium_harness._engine.turn import _check_response
+from agentium_harness._engine.reply_check import check_response as _check_response
 from agentium_harness.plugin_api import ModelResponse, Usage
 
 

@@ -573,9 +573,10 @@ async def test_step_limit_keeps_group_complete() -> None:
     async def ping(args: Any) -> str:
         return "pong"
 
-    loop = {"content": "", "tool_calls": [{"id": "c", "name": "ping"}]}
+    # An id of its own on every step: one id on two calls of a turn is refused (test_run_call_id_reuse).
+    loop = [{"content": "", "tool_calls": [{"id": f"c{n}", "name": "ping"}]} for n in range(3)]
     limits = RuntimeLimits(max_steps=3)
-    rt = runtime(replies=[loop], tools=ToolRegistry([Tool("ping", ping)]), limits=limits)
+    rt = runtime(replies=loop, tools=ToolRegistry([Tool("ping", ping)]), limits=limits)
     result = await rt.run(ALICE, "s1", "loop", grants=["ping"])
     assert result.status is RunStatus.STEP_LIMIT and result.has("step_limit")
     stored = await rt.session_store.load(SessionKey("tenant-a", "alice", "s1"), CTX)

@@ -37,6 +37,7 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness._engine import commit as commit_module
+from agentium_harness._engine import reply_check
 from agentium_harness._engine import turn as turn_module
 from agentium_harness._engine import turn_budget
 from agentium_harness._text import error_text
@@ -270,7 +271,7 @@ async def test_tool_output_over_the_bound_is_cut_with_a_diagnostic(monkeypatch: 
 async def test_a_reply_over_the_bound_after_a_write_is_refused_and_the_write_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(turn_module, "MAX_REPLY_BYTES", 1000)
+    monkeypatch.setattr(reply_check, "MAX_REPLY_BYTES", 1000)
     outcome, ran, store = await _run(Hostile(DEPLOY, odd_content("y" * 1001)))
     assert ran == [1]
     await _kept(outcome, store, ContractViolationError)

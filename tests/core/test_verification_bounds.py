@@ -81,8 +81,8 @@ async def test_revisions_share_the_runs_max_steps() -> None:
 
 
 async def test_a_revision_gets_only_the_steps_the_run_has_left() -> None:
-    loop = {"content": "", "tool_calls": [{"id": "c", "name": "ping"}]}
-    provider = ScriptedProvider(replies=["Done.", loop, loop, loop, "Revised."])
+    loop = [{"content": "", "tool_calls": [{"id": f"c{n}", "name": "ping"}]} for n in range(3)]
+    provider = ScriptedProvider(replies=["Done.", *loop, "Revised."])
 
     async def ping(args: Any) -> str:
         return "pong"

@@ -110,7 +110,11 @@ class HistoryOperations:
         of the same call's messages, and nothing but tool results between an
         assistant's tool calls and the last of their results (a model API
         refuses a request otherwise; :class:`IncompleteGroupError` for each).
-        Messages are checked and copied first: ``content`` valid text, tool
+        Tool calls only on assistant messages, and each tool call id once in
+        the group, in one message or across steps (:class:`InvalidArgumentError`:
+        ``run()`` sends the group on every later turn, and a model API refuses
+        a request with two results of one id). Messages are checked and
+        copied first: ``content`` valid text, tool
         arguments and ``payload`` plain JSON within their bounds
         (:class:`InvalidPayloadError`). ``expected_revision`` (0: the session
         must not exist yet) refuses the append with :class:`SessionConflictError`

@@ -433,6 +433,7 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
     else:
         checked, encoded = tuple([_message(m, i) for i, m in enumerate(messages)]), None
     calling = False  # any tool call at all: without one, no message can come between a call and its result
+    named: dict[str, int] = {}  # each tool call id of the group: the message naming it
     for index, message in enumerate(checked):
         calls = message.tool_calls
         if not calls:
@@ -445,15 +446,25 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
                 f"message {index} ({message.role.value}) carries tool calls; only an assistant "
                 "message may; nothing was written"
             )
-        # Each call of one message answered by one result, as run() requires of a provider's reply:
-        # Chat Completions refuses a request with an id twice there, on every later turn.
-        ids = [call.id for call in calls]
-        if len(set(ids)) != len(ids):
-            twice = next(call_id for k, call_id in enumerate(ids) if call_id in ids[:k])
-            raise InvalidArgumentError(
-                f"message {index} ({message.role.value}) names tool call id {twice!r} twice; each "
-                "call of one message needs an id of its own; nothing was written"
-            )
+        # Each call of the group answered by one result, as run() requires of a provider's replies
+        # in one turn: run() sends the group as committed, and Chat Completions refuses a request
+        # with two tool results of one id ("Duplicate value for 'tool_call_id'"), on every later turn.
+        for call in calls:
+            first = named.get(call.id)
+            if first is None:
+                named[call.id] = index
+            elif first == index:
+                raise InvalidArgumentError(
+                    f"message {index} ({message.role.value}) names tool call id {call.id!r} twice; each "
+                    "call of one message needs an id of its own; nothing was written"
+                )
+            else:
+                raise InvalidArgumentError(
+                    f"message {index} ({message.role.value}) names tool call id {call.id!r}, already "
+                    f"named by message {first}; each tool call of a group needs an id of its own (run() "
+                    "sends the group on every later turn, and a model API refuses a request with two "
+                    "results of one id); nothing was written"
+                )
     missing, orphans = match_tool_results(checked)
     if missing or orphans:
         what = []

@@ -1,11 +1,11 @@
 """Steps 6 and 7 of a turn: build the model request, dispatch it, run granted tools.
 
-Every provider answer is checked before anything acts on it: its type, that
-it only carries tool calls when the provider declared ``tool_calls`` (at most
-:data:`MAX_TOOL_CALLS`), that its tool call ids are unique, and that it is
-what ``append`` would store (text that is valid Unicode, at most
-:data:`MAX_REPLY_BYTES` of it; plain JSON arguments and payloads, bounded),
-and that the turn with it, and room for each call's result, stays within
+Every provider answer is checked before anything acts on it
+(:mod:`.reply_check`: its type, that it only carries tool calls when the
+provider declared ``tool_calls``, at most :data:`MAX_TOOL_CALLS`, that its
+tool call ids are unique within the reply and the turn, and that it is what
+``append`` would store, at most :data:`MAX_REPLY_BYTES` of text), and that
+the turn with it, and room for each call's result, stays within
 what a committed turn may take (:mod:`.turn_budget`) — a response that fails
 any check is refused with
 :class:`~agentium_harness._errors.ContractViolationError` before a tool runs,
@@ -26,21 +26,19 @@ import attrs
 from .._codec import canonical_json
 from .._errors import (
     AgentiumError,
-    ContractViolationError,
-    InvalidArgumentError,
     ToolNotGrantedError,
 )
 from .._history import Message, Role, ToolCall
 from .._observe import spans as observe
 from .._ports._base import capabilities_of
-from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
+from .._ports.provider import ModelProvider, ModelRequest, SourceBlock, Usage
 from .._text import clean_text, cut_text, error_text
-from .._validators import MAX_COUNT, lone_surrogate_at
+from .._validators import lone_surrogate_at
 from .bounded import Overrun, bounded
-from .history_checks import check_reply
 from .lifecycle import Ticket
 from .limits import RuntimeLimits
 from .provider_call import complete_bounded
+from .reply_check import MAX_REPLY_BYTES, MAX_TOOL_CALLS, checked_response
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 from .turn_budget import TurnBudget, message_limit, room_for_reply
@@ -70,12 +68,8 @@ class TurnOutcome:
     steps: int = 0
 
 
-#: Most tool calls one provider reply may carry; a reply with more is a contract violation.
-MAX_TOOL_CALLS = 128
 #: Most UTF-8 bytes of one tool's output a turn keeps: longer text is cut to it, with a marker (8 MiB).
 MAX_TOOL_OUTPUT_BYTES = 8 * 1024 * 1024
-#: Most UTF-8 bytes of text in one provider reply: a longer one is a contract violation (8 MiB).
-MAX_REPLY_BYTES = 8 * 1024 * 1024
 
 #: The diagnostic code of each tool outcome but ``ok`` (a handler that ran and raised: ``tool_failed``).
 _CODES = {
@@ -236,6 +230,9 @@ async def run_turn(
     status = RunStatus.STEP_LIMIT
     specs = tools.specs(granted)
     made = 0
+    # The ids of the turn's calls (a revision's prior ones too): the turn is one group, sent as
+    # stored on every later turn, so a reply naming one of them again is refused before it runs.
+    used = {call.id for message in turn for call in message.tool_calls}
     # What the provider is handed: the same messages, but each one with tool calls (or a payload)
     # as its own copy. A ToolCall's arguments are a dict: shared, a provider could rewrite the
     # arguments the engine commits (not those the tool ran with), or put in a value no commit can
@@ -259,7 +256,7 @@ async def run_turn(
             )
         try:
             reply, usage = await _complete(
-                ticket, provider, request, sent, may_call_tools, budget, limits.model_timeout_s
+                ticket, provider, request, sent, may_call_tools, budget, limits.model_timeout_s, used
             )
         except AgentiumError as exc:
             partial = TurnOutcome(
@@ -280,6 +277,7 @@ async def run_turn(
         usage_out += call_out
         turn.append(reply)
         shown.append(_shown(reply))
+        used.update(call.id for call in reply.tool_calls)
         trace.messages = tuple(turn)
         trace.steps += 1
         trace.usage_in += call_in
@@ -364,12 +362,14 @@ async def _complete(
     may_call_tools: bool,
     budget: TurnBudget,
     timeout_s: float | None,
+    used: set[str],
 ) -> tuple[Message, Usage]:
-    """The provider's reply and usage, checked (:func:`_checked_response`) before the span reads them.
+    """The provider's reply and usage, checked (:func:`.reply_check.checked_response`) before the span.
 
     ``sent`` is what the provider is handed; ``request``, the same request on the engine's own
     messages, is what the span and the token estimate read (whatever the provider did to ``sent``).
-    ``timeout_s`` bounds the call (the limits' ``model_timeout_s``; ``None``: the op deadline).
+    ``timeout_s`` bounds the call (the limits' ``model_timeout_s``; ``None``: the op deadline);
+    ``used`` holds the ids of the turn's calls so far (a reply naming one again is refused).
     """
     # The model call's GenAI span (``chat {model}``); Ticket.call leaves this one to us.
     with observe.chat(provider) as span:
@@ -380,7 +380,7 @@ async def _complete(
         # Checked first: the span's token estimate and content read the reply, and a reply of
         # the wrong shape (content that is no text, arguments nested thousands deep) would make
         # them raise untyped errors, outside the handler that commits what ran.
-        reply, usage = _checked_response(response, may_call_tools)
+        reply, usage = checked_response(response, may_call_tools, used)
         budget.admit(reply)  # a turn that could not be committed: refused before its tools run
         if span.recording or observe.current() is not None:
             _describe(span, request, usage, reply)
@@ -402,117 +402,6 @@ def _describe(
     span.set("agentium.tool_calls", len(message.tool_calls))
     if span.captures_content:
         span.content("gen_ai.output.messages", observe.messages_json((message,)))
-
-
-def _count(value: object, what: str) -> int | None:
-    """A token count a provider reported, as a plain ``int`` from 0 to ``MAX_COUNT``; ``None`` (unknown) kept.
-
-    Anything else (a bool, a float, below 0, past the ceiling of every count) is a
-    :class:`ContractViolationError`. The value is copied as a plain ``int`` first: an ``int``
-    subclass's own comparisons and arithmetic are not trusted.
-    """
-    if value is None:
-        return None
-    plain = int.__int__(value) if isinstance(value, int) and not isinstance(value, bool) else None
-    if plain is None or not 0 <= plain <= MAX_COUNT:
-        # Never the number itself: one of more than 4,300 digits cannot even be printed.
-        shown = (
-            f"a {clean_text(type(value).__name__)}"
-            if plain is None
-            else ("below 0" if plain < 0 else "too large")
-        )
-        raise ContractViolationError(
-            f"provider returned invalid usage ({what} is {shown}: a count is an int from 0 to {MAX_COUNT}); "
-            "none of its tool calls was run"
-        )
-    return plain
-
-
-def _check_calls(calls: tuple[ToolCall, ...], may_call_tools: bool) -> None:
-    """Tool calls only when declared, at most :data:`MAX_TOOL_CALLS`, well formed, each id once."""
-    if calls and not may_call_tools:
-        raise ContractViolationError(
-            "provider returned tool calls but does not declare the tool_calls capability; "
-            "none of its tool calls was run"
-        )
-    if len(calls) > MAX_TOOL_CALLS:
-        raise ContractViolationError(
-            f"provider returned {len(calls)} tool calls in one reply, over the limit of {MAX_TOOL_CALLS}; "
-            "none of its tool calls was run"
-        )
-    # Ids must be unique within one reply: each result answers exactly one call.
-    seen: set[str] = set()
-    for call in calls:
-        if (
-            not isinstance(call, ToolCall)
-            or not isinstance(call.arguments, dict)
-            or not isinstance(call.id, str)
-        ):
-            raise ContractViolationError("provider returned a malformed tool call")
-        key = str.__str__(call.id)  # a plain copy: a str subclass's own hash or repr is not trusted
-        if key in seen:
-            raise ContractViolationError(
-                f"provider returned tool call id {key!r} twice in one reply; none of its tool calls was run"
-            )
-        seen.add(key)
-
-
-def _check_response(response: object, may_call_tools: bool) -> Message:
-    """The reply as a plain assistant message, or :class:`ContractViolationError` before anything runs."""
-    return _checked_response(response, may_call_tools)[0]
-
-
-def _checked_response(response: object, may_call_tools: bool) -> tuple[Message, Usage]:
-    """The reply as a plain assistant message and its usage as plain counts (or ContractViolationError).
-
-    Each field of the response is read once: what is checked is what is used (a subclass's
-    property could answer differently on a second read).
-    """
-    if not isinstance(response, ModelResponse):
-        raise ContractViolationError(
-            f"provider returned {clean_text(type(response).__name__)}, not a ModelResponse"
-        )
-    given = response.message
-    if not isinstance(given, Message):
-        # Said apart: "returned ModelResponse, not a ModelResponse" sent the author to the wrong field.
-        raise ContractViolationError(
-            f"provider returned a ModelResponse whose message is a {clean_text(type(given).__name__)}, "
-            "not a Message"
-        )
-    reported = response.usage
-    if not isinstance(reported, Usage):
-        raise ContractViolationError(
-            f"provider returned invalid usage (a {clean_text(type(reported).__name__)})"
-        )
-    usage = Usage(
-        input_tokens=_count(reported.input_tokens, "input_tokens"),
-        output_tokens=_count(reported.output_tokens, "output_tokens"),
-    )
-    calls = given.tool_calls
-    if not isinstance(calls, tuple):
-        raise ContractViolationError("provider returned a malformed tool call")
-    _check_calls(calls, may_call_tools)  # before the copy: it bounds the work of copying
-    try:
-        # The checks ``append`` applies (valid text, plain JSON arguments nested at most
-        # MAX_ARGUMENT_DEPTH, a bounded payload named by its format), on a plain copy: a reply
-        # never becomes history ``append`` would refuse, or that its own decoder would.
-        reply = check_reply(given)
-    except InvalidArgumentError as exc:
-        what = clean_text(str(exc)).removesuffix("; nothing was written")
-        raise ContractViolationError(
-            f"provider returned a message that cannot be encoded canonically ({what}); "
-            "none of its tool calls was run"
-        ) from exc
-    # Again on the copy, which is what runs and is kept: a Message subclass may answer a second
-    # read of its tool calls with others than the first.
-    _check_calls(reply.tool_calls, may_call_tools)
-    content = reply.content
-    if len(content) * 4 > MAX_REPLY_BYTES and len(content.encode("utf-8")) > MAX_REPLY_BYTES:
-        raise ContractViolationError(
-            f"provider returned a reply of more than {MAX_REPLY_BYTES} bytes of text; "
-            "none of its tool calls was run"
-        )
-    return reply, usage
 
 
 async def _run_tool(
