@@ -381,7 +381,10 @@ async def _dispatch_fence(
                     + tuple(f"source {d} left out to make room for the recall status" for d in dropped)
                 ),
             )
-        diagnostics.append(Diagnostic("recall_uncertain", "; ".join(outcome.uncertainty), Severity.WARNING))
+        # One note per line, each note's own line breaks escaped (as the notice above writes them):
+        # joined with "; ", a note holding "; " (a store's error text; "…; dropped") read as two.
+        listed = "\n".join(map(one_line, outcome.uncertainty))
+        diagnostics.append(Diagnostic("recall_uncertain", listed, Severity.WARNING))
     return RecallStep(outcome, tuple(blocks), None, tuple(diagnostics))
 
 
