@@ -37,9 +37,8 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness._engine import commit as commit_module
-from agentium_harness._engine import reply_check
+from agentium_harness._engine import reply_check, turn_budget
 from agentium_harness._engine import turn as turn_module
-from agentium_harness._engine import turn_budget
 from agentium_harness._text import error_text
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.plugin_api import (
