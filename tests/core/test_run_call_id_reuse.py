@@ -12,7 +12,7 @@ Completions refuses ("Duplicate value for 'tool_call_id'").
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -32,11 +32,21 @@ from agentium_harness import (
     Telemetry,
     Tool,
     ToolRegistry,
+    Verdict,
     VerifiedIdentity,
     create_harness_runtime,
+    verified_completion_policy,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import (
+    CompletionCandidate,
+    CompletionVerifier,
+    EvidenceEntry,
+    VerificationResult,
+    VerifierCapabilities,
+    VerifyContext,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -166,3 +176,39 @@ async def test_the_interruption_names_the_provider() -> None:
     (entry,) = page.groups
     interruption = entry.group.retained.interruption
     assert interruption is not None and interruption.cause is InterruptionCause.PROVIDER_FAILED
+
+
+class _Fails(CompletionVerifier):
+    """Always ``fail``: the run revises its answer."""
+
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities(artifact_digests=True)
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        return VerificationResult(Verdict.FAIL, (EvidenceEntry("artifact", "out.txt", "differs"),), "draft")
+
+
+async def test_a_revision_reusing_an_id_of_the_turn_it_continues_is_refused_and_what_ran_committed() -> None:
+    # A revision continues the turn (one group): an id its turn already used is refused there too.
+    ran: list[str] = []
+
+    async def fetch(arguments: dict[str, Any]) -> str:
+        ran.append(arguments["q"])
+        return "page"
+
+    provider = ScriptedProvider(replies=[_calls("c1"), "Done.", _calls("c1"), "Revised."])
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        tools=ToolRegistry([Tool("fetch", fetch, EffectLevel.READ)]),
+        verifier=_Fails(),
+    )
+    policy = verified_completion_policy(on_fail="revise", max_revisions=1)
+    async with runtime:
+        with anyio.fail_after(30):
+            with pytest.raises(ContractViolationError, match="earlier call of this turn") as caught:
+                await runtime.run(ANA, "s1", "write the report", grants=["fetch"], completion=policy)
+            history = list((await runtime.read_history(ANA, "s1", max_groups=10)).messages)
+    assert caught.value.commit_state is CommitState.COMMITTED
+    assert ran == ["c1"]
+    assert _tool_ids(history) == (["c1"], ["c1"])
