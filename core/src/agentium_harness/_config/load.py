@@ -35,6 +35,7 @@ from .._engine.retention import RetentionPolicy
 from .._engine.runtime import DEFAULT_INSTRUCTIONS
 from .._engine.verification import CompletionPolicy
 from .._errors import ConfigError, ConfigIssue, PluginNotFoundError
+from .._observe.spans import unattributed
 from .._plugins.deadline import HookTimeoutError, call_with_deadline
 from .._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
 from .._plugins.spec import AdapterSpec
@@ -421,7 +422,9 @@ def _resolve_component(
     what = f"the config class of {kind} adapter {plugin!r} (plugin {found.distribution})"
     structure = partial(structure_options, options, found.spec.config_class, where, conv, base_dir)
     try:
-        structured, issues = call_with_deadline(structure, registry.hook_timeout_s, what)
+        # No runtime's operation, whatever block the host loads the config in (docs/observability.md).
+        with unattributed():
+            structured, issues = call_with_deadline(structure, registry.hook_timeout_s, what)
     except HookTimeoutError as exc:
         return None, found, [ConfigIssue(where, str(exc))]
     if issues:

@@ -17,6 +17,7 @@ from .._engine.recall_policy import current_session_recall_policy
 from .._engine.runtime import HarnessRuntime
 from .._engine.tools import ToolRegistry
 from .._errors import ConfigError, ConfigIssue
+from .._observe.spans import unattributed
 from .._plugins.deadline import call_with_deadline
 from .._plugins.registry import PluginRegistry
 from .._plugins.spec import BUILDING, BuildContext
@@ -38,7 +39,9 @@ def build_component(component: ResolvedComponent, resolved: ResolvedConfig) -> A
     """
     build = partial(component.spec.build, component.options, base_dir=resolved.base_dir)
     what = f"the factory of {component.kind} adapter {component.plugin!r} (plugin {component.distribution})"
-    return call_with_deadline(build, resolved.registry.hook_timeout_s, what)
+    # Building is no runtime's operation (the runtime does not exist yet), whatever block it is done in.
+    with unattributed():
+        return call_with_deadline(build, resolved.registry.hook_timeout_s, what)
 
 
 def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None) -> HarnessRuntime:

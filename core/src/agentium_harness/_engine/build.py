@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from .._errors import CapabilityError, InvalidArgumentError
 from .._observe.settings import Telemetry
+from .._observe.spans import unattributed
 from .._ports.archive import HistoryArchive
 from .._ports.embedder import Embedder, EmbeddingLimits
 from .._ports.memory import MemoryStore
@@ -153,7 +154,8 @@ def create_harness_runtime(
     check_closable(owned)
     bind = getattr(summarizer, "bind_provider", None)
     if callable(bind):
-        bind(provider)  # a summarizer that asks a model uses the runtime's unless it has its own
+        with unattributed():  # adapter code run while building: no runtime's operation, whatever block
+            bind(provider)  # a summarizer that asks a model uses the runtime's unless it has its own
     return HarnessRuntime(
         provider=provider,
         archive=archive,

@@ -40,6 +40,7 @@ from .state import (
     leave,
     live,
     silent,
+    unattributed,
     using,
 )
 from .state import CLIENT_KIND as _CLIENT
@@ -68,6 +69,7 @@ __all__ = [
     "silent",
     "stage",
     "tool",
+    "unattributed",
     "using",
 ]
 
@@ -457,12 +459,18 @@ def caller_span_event(name: str, attributes: Mapping[str, Any] | None = None) ->
     For what no runtime's telemetry can be attributed to (a call into plugin
     code abandoned while no runtime's operation was under way): opening a
     span would pick a provider (the global one) for it; the host's own
-    span, made by whichever provider the host chose, is the caller's.
+    span, made by whichever provider the host chose, is the caller's. A span
+    the engine opened (a runtime's ``runtime_span`` or operation, current
+    because the host built a runtime inside it) is that runtime's, not the
+    caller's own: the event goes on no span then (the WARNING stays).
     """
     if _trace is None:
         return
     try:
         span = _trace.get_current_span()
+        opened = _OPENED.get()
+        if opened is not None and opened[0] is span:
+            return
         if span.is_recording():
             span.add_event(name, dict(attributes or {}))
     except Exception as exc:

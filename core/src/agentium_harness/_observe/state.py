@@ -41,6 +41,7 @@ __all__ = [
     "live",
     "report_broken",
     "silent",
+    "unattributed",
     "using",
 ]
 
@@ -185,6 +186,33 @@ def silent() -> Active:
     if not _SILENT:
         _SILENT.append(Active(None, None, Telemetry(capture_content=False).resolve(), _NOBODY))
     return _SILENT[0]
+
+
+class unattributed:
+    """Run the block as work of no runtime's: loading plugins, building a runtime (its adapters' factories).
+
+    Host code may do either inside a runtime's block (building runtime B in
+    runtime A's ``runtime_span``, a tool or hook of A's): the plugin code run
+    then (an import, a registration hook, a config class, a factory) is not A's
+    operation, and B does not exist yet. Under :func:`silent`'s state, it
+    records on no provider (A's and the global one included), and a call of
+    it abandoned at its deadline is an event on the host's own span only
+    (``caller_span_event``), never on a span of A's. A runtime's operation
+    inside the block still records under that runtime's own settings.
+    """
+
+    __slots__ = ("_token",)
+
+    def __init__(self) -> None:
+        self._token: contextvars.Token[Active | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = ACTIVE.set(silent())
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            ACTIVE.reset(self._token)
+            self._token = None
 
 
 def live() -> Active | None:

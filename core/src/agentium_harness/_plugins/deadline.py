@@ -97,7 +97,9 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
     outside any operation) report under; with none under way (or only an
     unattributed call's, this one made inside it) it records
     nothing on any provider, the global one included (code it runs with
-    settings of its own, a runtime's operations, records under them).
+    settings of its own, a runtime's operations, records under them). Calls
+    that are no runtime's whatever is under way (loading plugins, building a
+    runtime) are made under ``unattributed()``, so they are nobody's too.
     ``what`` names the call in the error and the log: a plugin and hook,
     never data. ``bound`` names the setting that gave
     ``timeout_s``, for the error (default :data:`ENV_HOOK_TIMEOUT`; a plugin

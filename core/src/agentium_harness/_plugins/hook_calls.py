@@ -14,6 +14,7 @@ from typing import Any
 import pluggy
 
 from .._errors import PluginError
+from .._observe.spans import unattributed
 from .._text import error_text
 from .deadline import call_with_deadline
 from .hookspecs import LIFECYCLE_HOOKS
@@ -87,7 +88,8 @@ def call_registration_hook(
                 discard_awaitable(result)
                 raise TypeError("registration hooks must be plain functions, not async")
 
-    call_with_deadline(call, timeout_s, f"{hook} of plugin {distribution}")
+    with unattributed():  # registering is no runtime's operation, whatever block the host does it in
+        call_with_deadline(call, timeout_s, f"{hook} of plugin {distribution}")
 
 
 def caller_for(pm: pluggy.PluginManager, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:

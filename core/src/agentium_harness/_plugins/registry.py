@@ -33,6 +33,7 @@ import attrs
 import pluggy
 
 from .._errors import PluginError, PluginNotFoundError
+from .._observe.spans import unattributed
 from . import hookspecs
 from .commands import COMMAND_HOOK, CliCommand, CommandTable
 from .deadline import call_with_deadline, check_timeout, hook_timeout
@@ -224,7 +225,8 @@ class PluginRegistry:
                 continue
             try:
                 # Bounded: a module that blocks at import is a failed import, not a hung command.
-                module = call_with_deadline(ep.load, self._timeout_s, f"importing plugin {dist_name}")
+                with unattributed():  # an import is no runtime's operation, whatever block loads the registry
+                    module = call_with_deadline(ep.load, self._timeout_s, f"importing plugin {dist_name}")
             # Any import-time failure is the plugin's, not ours: SystemExit too (a module calling
             # sys.exit at import ended the whole command, exit 0, with nothing said). Ctrl-C stays.
             except (Exception, SystemExit) as exc:

@@ -34,6 +34,7 @@ import attrs
 
 from .._codec import decode_json, digest_of, structure, unstructure
 from .._errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
+from .._observe.spans import unattributed
 from .._plugins.deadline import HookTimeoutError, call_with_deadline
 from .._plugins.spec import BUILDING, PATH_OPTION
 from .._ports import OpContext
@@ -165,9 +166,10 @@ def wrapped_provider(config: RecordedProviderConfig, registry: Any) -> tuple[Any
         # Its config class is plugin code, bounded as the config's own classes are (docs/config.md):
         # structured on the caller's thread, a validator that blocked hung `agentium check` for good.
         what = f"the config class of provider adapter {config.provider!r} (plugin {found.distribution})"
-        options: Any = call_with_deadline(
-            partial(structure, config.provider_options, spec.config_class), registry.hook_timeout_s, what
-        )
+        with unattributed():  # no runtime's operation, as the config's own classes are not
+            options: Any = call_with_deadline(
+                partial(structure, config.provider_options, spec.config_class), registry.hook_timeout_s, what
+            )
     except HookTimeoutError as exc:
         raise ConfigError([ConfigIssue("$.provider.options.provider_options", str(exc))]) from exc
     except RecordDecodeError as exc:
@@ -188,8 +190,10 @@ def _inner_provider(config: RecordedProviderConfig) -> ModelProvider:
     building = BUILDING.get()
     registry = building.registry if building is not None else PluginRegistry.load()
     spec, options = wrapped_provider(config, registry)
-    # Its relative paths mean paths next to the config file, as the config's own do.
-    inner = spec.build(options, base_dir=building.base_dir if building is not None else None)
+    # Its relative paths mean paths next to the config file, as the config's own do. Plugin code
+    # building an adapter: no runtime's operation, also when a host builds this provider in a block.
+    with unattributed():
+        inner = spec.build(options, base_dir=building.base_dir if building is not None else None)
     if not isinstance(inner, ModelProvider):
         raise ConfigError(
             [ConfigIssue("$.provider.options.provider", f"{config.provider!r} is not a provider")]

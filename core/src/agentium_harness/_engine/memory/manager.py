@@ -114,7 +114,8 @@ class MemoryManager:
     ``extractor`` turns on extraction; ``accept`` adds the host's own rule.
     ``telemetry`` chooses where the spans of its calls go outside a turn (inside
     an operation of the runtime it serves they follow that runtime's; inside
-    another runtime's, its own); the global OpenTelemetry providers by default.
+    another runtime's, its own); the global OpenTelemetry providers by default,
+    inside another runtime's block or turn too (never that runtime's).
     """
 
     def __init__(

@@ -1,0 +1,299 @@
+"""Whose telemetry records work done inside another runtime's block: its own, the global one's, or nobody's.
+
+Three cases a host running runtimes of many tenants in one process meets
+(``test_telemetry_per_runtime.py`` has the operations of a runtime B called
+inside runtime A's block):
+
+- a ``MemoryManager`` the host built with no ``Telemetry`` of its own records
+  on the *global* providers, the same whether it is called outside any block,
+  inside runtime A's ``runtime_span`` or inside A's turn (a model call, a tool
+  of A's): never on A's providers, never under A's content capture;
+- ``runtime.memory`` (the manager a runtime built over its memory store)
+  records on its runtime's providers, also inside runtime B's block or turn;
+- building a runtime (loading plugins, a config file, the adapters'
+  factories) is no runtime's operation: done inside A's block, what its plugin
+  code records reaches no provider, and a call of it abandoned at its deadline
+  is an event on the host's own span only, never on A's. It used to be A's:
+  the plugin's spans and events went to A's exporter, under A's content
+  capture, with an ``agentium.plugin.call`` span of A's for the abandoned call.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import opentelemetry.trace as otel_trace
+import pytest
+from _telemetry_support import Telemetered
+
+from agentium_harness import (
+    Agent,
+    ConfigError,
+    HarnessRuntime,
+    MemoryFact,
+    MemoryManager,
+    MemoryScope,
+    VerifiedIdentity,
+    create_harness_runtime,
+    load_config,
+    load_runtime,
+)
+from agentium_harness._config import runtime as config_runtime
+from agentium_harness._plugins import deadline
+from agentium_harness._plugins.hookspecs import hookimpl
+from agentium_harness._plugins.registry import PluginRegistry
+from agentium_harness._plugins.spec import AdapterSpec
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.providers import ScriptedProvider, ScriptedProviderConfig
+from agentium_harness.plugin_api import client_span, current_span_event, runtime_span
+from agentium_harness.testing import SpanRecorder, recording_spans
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "sso")
+SCOPE = MemoryScope("acme", "ana")
+SECRET = "QZV-secret-7731"
+#: The memory operations' own spans (the store's request under a write is ``store.request``).
+MEMORY_SPANS = {"create_memory", "update_memory", "delete_memory", "search_memory", "store.request"}
+
+
+@pytest.fixture
+def global_provider() -> Iterator[SpanRecorder]:
+    """A third provider installed as the global one."""
+    with recording_spans() as recorder:
+        yield recorder
+
+
+class _Store(InMemoryMemoryStore):
+    """A memory store whose write sends its backend a request and says a degraded outcome on it."""
+
+    async def remember(self, fact: MemoryFact, ctx: Any) -> Any:
+        with client_span("store.request", {"db.operation.name": "put"}):
+            current_span_event("store.degraded", {"error.type": "OSError"})
+        return await super().remember(fact, ctx)
+
+
+class _CallingProvider(ScriptedProvider):
+    """A model whose call runs the host's ``action`` first: work done inside its runtime's turn."""
+
+    action: Callable[[], Awaitable[object]] | None = None
+
+    async def complete(self, request: Any, ctx: Any) -> Any:
+        action, self.action = self.action, None
+        if action is not None:
+            await action()
+        return await super().complete(request, ctx)
+
+
+def _runtime(provider: ScriptedProvider | None = None, **kw: Any) -> HarnessRuntime:
+    return create_harness_runtime(
+        provider=provider or ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        **kw,
+    )
+
+
+async def _memory_calls(manager: MemoryManager) -> None:
+    """Each kind of memory call a host makes: write, correct, list, select, forget, an Agent's run."""
+    ack = await manager.remember(MemoryFact(SCOPE, f"fact {SECRET}"))
+    assert ack.fact_id is not None
+    await manager.correct(SCOPE, ack.fact_id, MemoryFact(SCOPE, f"fact two {SECRET}"))
+    await manager.list(SCOPE)
+    await manager.select(SCOPE, f"query {SECRET}")
+    await manager.forget(SCOPE, ack.fact_id)
+    agent = Agent(ScriptedProvider(replies=[f"noted {SECRET}"]), manager, SCOPE, session="s1")
+    await agent.run(f"my pin is {SECRET}")
+    await agent.close()
+
+
+def _carried(spans: Any) -> list[str]:
+    out = [str(v) for s in spans for v in (s.attributes or {}).values()]
+    return out + [str(v) for s in spans for e in s.events for v in (e.attributes or {}).values()]
+
+
+async def test_a_manager_with_no_telemetry_records_on_the_global_providers_inside_another_runtimes_block_too(
+    global_provider: SpanRecorder,
+) -> None:
+    a = Telemetered()
+    model_a = _CallingProvider(replies=["ok"], cycle=True)
+    rt_a = _runtime(model_a, telemetry=a.telemetry(capture_content=True))
+    seen: dict[str, list[str]] = {}
+    with anyio.fail_after(30):
+        for where in ("outside", "A's runtime_span", "A's turn"):
+            manager, before = MemoryManager(_Store()), len(global_provider.finished)
+            if where == "outside":
+                await _memory_calls(manager)
+            elif where == "A's runtime_span":
+                with runtime_span(rt_a, "host.a"):
+                    await _memory_calls(manager)
+            else:
+                model_a.action = lambda m=manager: _memory_calls(m)
+                await rt_a.run(ANA, "s1", "hi")
+                assert model_a.action is None  # it ran, inside A's model call
+            seen[where] = sorted(s.name for s in global_provider.finished[before:])
+        await rt_a.aclose()
+    # The same spans on the global provider wherever it was called; none on A's.
+    assert MEMORY_SPANS | {"chat"} <= set(seen["outside"])
+    assert seen["A's runtime_span"] == seen["outside"] == seen["A's turn"]
+    assert not MEMORY_SPANS & {s.name for s in a.spans}
+    assert not [e for s in a.spans for e in s.events if e.name == "store.degraded"]
+    # The manager's store said its degraded outcome on its own request's span (the global provider's).
+    degraded = [s.name for s in global_provider.finished for e in s.events if e.name == "store.degraded"]
+    assert degraded == ["store.request"] * 3
+    # A's content capture never applied to the manager's calls: the defaults capture none.
+    assert not [text for text in _carried(global_provider.finished) if SECRET in text]
+
+
+async def test_a_runtimes_memory_records_on_its_runtimes_providers_inside_another_runtimes_block(
+    global_provider: SpanRecorder,
+) -> None:
+    a, b = Telemetered(), Telemetered()
+    rt_a = _runtime(memory=_Store(), telemetry=a.telemetry())
+    model_b = _CallingProvider(replies=["ok"], cycle=True)
+    rt_b = _runtime(model_b, telemetry=b.telemetry(capture_content=True))
+    assert rt_a.memory is not None
+    memory: MemoryManager = rt_a.memory
+    seen: dict[str, list[str]] = {}
+    with anyio.fail_after(30):
+        for where in ("outside", "B's runtime_span", "B's turn"):
+            before = len(a.spans)
+            if where == "outside":
+                await _memory_calls(memory)
+            elif where == "B's runtime_span":
+                with runtime_span(rt_b, "host.b"):
+                    await _memory_calls(memory)
+            else:
+                model_b.action = lambda: _memory_calls(memory)
+                await rt_b.run(ANA, "s1", "hi")
+                assert model_b.action is None
+            seen[where] = sorted(s.name for s in a.spans[before:])
+        await rt_b.aclose()
+    assert MEMORY_SPANS | {"chat"} <= set(seen["outside"])
+    assert seen["B's runtime_span"] == seen["outside"] == seen["B's turn"]
+    assert not MEMORY_SPANS & {s.name for s in b.spans}
+    assert not [e for s in b.spans for e in s.events if e.name == "store.degraded"]
+    assert not [text for text in _carried(a.spans) if SECRET in text]  # B's capture never applied
+    assert global_provider.finished == ()
+    await rt_a.aclose()
+
+
+# -- building a runtime inside another runtime's block --------------------------------------------
+
+
+def _plugin(gate: threading.Event, finished: threading.Event) -> types.ModuleType:
+    """A plugin whose registration hook and factories send requests and say degraded outcomes.
+
+    Provider ``probe`` builds at once; provider ``hang`` blocks until ``gate`` is set, then
+    sends a request (late: its call was abandoned) and sets ``finished``.
+    """
+    module = types.ModuleType("agtest_build_probe")
+
+    def probe(config: ScriptedProviderConfig) -> ScriptedProvider:
+        with client_span("factory.request", {"db.operation.name": "connect"}):
+            current_span_event("factory.degraded", {"error.type": "OSError"})
+        current_span_event("factory.said", {"error.type": "OSError"})
+        return ScriptedProvider(config)
+
+    def hang(config: ScriptedProviderConfig) -> ScriptedProvider:
+        gate.wait(30)
+        try:
+            with client_span("late.factory.request"):
+                current_span_event("late.degraded", {"error.type": "TimeoutError"})
+        finally:
+            finished.set()
+        return ScriptedProvider(config)
+
+    @hookimpl
+    def agentium_register_providers(register: Callable[[AdapterSpec], None]) -> None:
+        with client_span("register.request"):
+            current_span_event("register.degraded", {"error.type": "OSError"})
+        for name, factory in (("probe", probe), ("hang", hang)):
+            spec = AdapterSpec(
+                name=name,
+                adapter_class=ScriptedProvider,
+                config_class=ScriptedProviderConfig,
+                factory=factory,
+            )
+            register(spec)
+
+    module.agentium_register_providers = agentium_register_providers  # type: ignore[attr-defined]
+    return module
+
+
+def _config(tmp_path: Path, provider: str) -> Path:
+    path = tmp_path / f"{provider}.toml"
+    path.write_text(
+        f'[provider]\nplugin = "{provider}"\n[provider.options]\nresponses = ["hi"]\n'
+        '[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """The hanging factory's gate; only that factory gets a short bound (every other plugin call 30 s)."""
+    real = deadline.call_with_deadline
+
+    def bounded(call: Callable[[], Any], timeout_s: float, what: str, bound: str | None = None) -> Any:
+        return real(call, 0.3 if "'hang'" in what else timeout_s, what, bound)
+
+    monkeypatch.setattr(config_runtime, "call_with_deadline", bounded)
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+async def test_building_a_runtime_inside_another_runtimes_span_records_on_no_runtimes_providers(
+    global_provider: SpanRecorder,
+    gate: threading.Event,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Host code builds runtime B (plugins, config, factories) inside runtime A's block. None of it is
+    # A's operation, and B does not exist yet: its plugin code records on no provider, and the factory
+    # abandoned at its deadline is an event on the host's own span inside the block, never on A's.
+    a, host = Telemetered(), Telemetered()
+    rt_a = _runtime(telemetry=a.telemetry(capture_content=True))
+    finished = threading.Event()
+    hung = "the factory of provider adapter 'hang' (plugin agtest-build-probe) did not return within 0.3s"
+    with caplog.at_level("WARNING", logger="agentium.registry"), runtime_span(rt_a, "host.a"):
+        registry = PluginRegistry.load(
+            autoload=False,
+            extra_plugins=[("agtest-build-probe", _plugin(gate, finished))],
+            hook_timeout_s=30.0,
+        )
+        load_config(_config(tmp_path, "probe"), registry)
+        rt_b = load_runtime(_config(tmp_path, "probe"), registry=registry)
+        with pytest.raises(ConfigError, match=r"did not return within 0\.3s"):
+            load_runtime(_config(tmp_path, "hang"), registry=registry)
+        with otel_trace.use_span(host.tracer_provider.get_tracer("host").start_span("host.build"), True):
+            with pytest.raises(ConfigError, match=r"did not return within 0\.3s"):
+                load_runtime(_config(tmp_path, "hang"), registry=registry)
+    gate.set()  # the abandoned factories go on now, outside A's block, and send their late requests
+    assert await anyio.to_thread.run_sync(finished.wait, 30)
+    assert [s.name for s in a.spans] == ["host.a"]
+    assert a.one("host.a").events == ()
+    assert global_provider.finished == ()
+    # The WARNING says each abandoned call; the host's own span has its event.
+    assert [r.getMessage() for r in caplog.records if r.name == "agentium.registry"] == [
+        f"{hung}; abandoned, still running in a daemon thread"
+    ] * 2
+    assert host.events("agentium.plugin") == [
+        (
+            "host.build",
+            "agentium.plugin.abandoned",
+            {"agentium.plugin.call": hung.split(" did not")[0], "agentium.plugin.timeout_s": 0.3},
+        )
+    ]
+    with anyio.fail_after(30):
+        await rt_a.aclose()
+        await rt_b.aclose()
