@@ -8,8 +8,11 @@ inside runtime A's block):
   on the *global* providers, the same whether it is called outside any block,
   inside runtime A's ``runtime_span`` or inside A's turn (a model call, a tool
   of A's): never on A's providers, never under A's content capture;
-- ``runtime.memory`` (the manager a runtime built over its memory store)
-  records on its runtime's providers, also inside runtime B's block or turn;
+- ``runtime.memory`` records on its runtime's providers, also inside runtime
+  B's block or turn: the manager the runtime built over its memory store, and
+  one the host built with no ``Telemetry`` and handed over (it used to record
+  on the global providers outside the runtime's own operations); shared by
+  runtimes of different telemetry, it takes none of theirs;
 - building a runtime (loading plugins, a config file, the adapters'
   factories) is no runtime's operation: done inside A's block, what its plugin
   code records reaches no provider, and a call of it abandoned at its deadline
@@ -152,11 +155,16 @@ async def test_a_manager_with_no_telemetry_records_on_the_global_providers_insid
     assert not [text for text in _carried(global_provider.finished) if SECRET in text]
 
 
+@pytest.mark.parametrize("built_by", ["runtime", "host"])
 async def test_a_runtimes_memory_records_on_its_runtimes_providers_inside_another_runtimes_block(
-    global_provider: SpanRecorder,
+    global_provider: SpanRecorder, built_by: str
 ) -> None:
+    # Built by the runtime over a store, or by the host with no Telemetry and handed over: the same.
+    # The host's used to record on the global providers outside the runtime's own operations.
     a, b = Telemetered(), Telemetered()
-    rt_a = _runtime(memory=_Store(), telemetry=a.telemetry())
+    rt_a = _runtime(
+        memory=_Store() if built_by == "runtime" else MemoryManager(_Store()), telemetry=a.telemetry()
+    )
     model_b = _CallingProvider(replies=["ok"], cycle=True)
     rt_b = _runtime(model_b, telemetry=b.telemetry(capture_content=True))
     assert rt_a.memory is not None
@@ -183,6 +191,35 @@ async def test_a_runtimes_memory_records_on_its_runtimes_providers_inside_anothe
     assert not [text for text in _carried(a.spans) if SECRET in text]  # B's capture never applied
     assert global_provider.finished == ()
     await rt_a.aclose()
+
+
+async def test_a_manager_given_no_telemetry_takes_its_runtimes_unless_runtimes_of_other_telemetry_share_it(
+    global_provider: SpanRecorder,
+) -> None:
+    a, c, own = Telemetered(), Telemetered(), Telemetered()
+    same = a.telemetry(capture_content=True)
+    shared, kept, given = (
+        MemoryManager(_Store()),
+        MemoryManager(_Store()),
+        MemoryManager(_Store(), telemetry=own.telemetry()),
+    )
+    rt_a1, rt_a2 = _runtime(memory=kept, telemetry=same), _runtime(memory=kept, telemetry=same)
+    rt_a, rt_c = _runtime(memory=shared, telemetry=same), _runtime(memory=shared, telemetry=c.telemetry())
+    rt_given = _runtime(memory=given, telemetry=a.telemetry())
+    with anyio.fail_after(30):
+        await kept.remember(MemoryFact(SCOPE, "kept"))  # two runtimes of the same telemetry: theirs
+        assert {"create_memory", "store.request"} <= {s.name for s in a.spans}
+        before = len(a.spans)
+        # Two tenants' runtimes share it: neither's providers nor content capture for the host's calls.
+        await _memory_calls(shared)
+        await given.remember(MemoryFact(SCOPE, "given"))  # given its own Telemetry: its own, always
+        for runtime in (rt_a1, rt_a2, rt_a, rt_c, rt_given):
+            await runtime.aclose()
+    assert not MEMORY_SPANS & {s.name for s in a.spans[before:]}
+    assert not MEMORY_SPANS & {s.name for s in c.spans}
+    assert MEMORY_SPANS | {"chat"} <= {s.name for s in global_provider.finished}
+    assert not [text for text in _carried(global_provider.finished) if SECRET in text]
+    assert {"create_memory", "store.request"} <= {s.name for s in own.spans}
 
 
 # -- building a runtime inside another runtime's block --------------------------------------------

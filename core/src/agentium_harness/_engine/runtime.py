@@ -81,7 +81,7 @@ from .maintenance import (
     migrate_admitted,
     reconcile_admitted,
 )
-from .memory.limits import adopt_runtime_limits
+from .memory.limits import adopt_runtime
 from .memory.manager import MemoryManager
 from .memory.work import DrainResult, OwnedWorkSource
 from .memory.work import WorkTracker as MemoryWorkDrainer
@@ -183,7 +183,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         self._memory = memory
         if memory is not None:
             fence_memory(memory, session_store, limits.op_timeout_s)
-            adopt_runtime_limits(memory, limits)  # an Agent on it gets this runtime's model deadline
+            adopt_runtime(memory, limits, self.telemetry.resolve())  # its model deadline, its telemetry
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
         self.evidence_limits = evidence_limits or EvidenceLimits()

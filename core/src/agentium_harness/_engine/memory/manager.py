@@ -114,7 +114,9 @@ class MemoryManager:
     ``extractor`` turns on extraction; ``accept`` adds the host's own rule.
     ``telemetry`` chooses where the spans of its calls go outside a turn (inside
     an operation of the runtime it serves they follow that runtime's; inside
-    another runtime's, its own); the global OpenTelemetry providers by default,
+    another runtime's, its own). Without it: the telemetry of the runtime it is
+    given to (``create_harness_runtime(memory=manager)``; none if given to
+    runtimes of different telemetry), else the global OpenTelemetry providers,
     inside another runtime's block or turn too (never that runtime's).
     """
 
@@ -164,10 +166,11 @@ class MemoryManager:
         #: Set by the runtime (or Agent, CLI) with a session store (:mod:`..memory_fence`): around each write.
         self._erasure_fence: ErasureFence | None = None
         self._late = LateCalls()  # its writes abandoned past their deadline, maybe running: erasures wait
-        self._runtime_limits: RuntimeLimits | None = None  # its runtime's (.limits.adopt_runtime_limits)
+        self._runtime_limits: RuntimeLimits | None = None  # its runtime's (.limits.adopt_runtime)
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
         self._telemetry = telemetry.resolve() if telemetry is not None else None
+        self._adopted: object = None  # given none: its runtime's telemetry, taken (.limits.adopt_runtime)
 
     # -- state ------------------------------------------------------------------------------
 
