@@ -334,3 +334,69 @@ async def test_building_a_runtime_inside_another_runtimes_span_records_on_no_run
     with anyio.fail_after(30):
         await rt_a.aclose()
         await rt_b.aclose()
+
+
+class _ClosingProvider(ScriptedProvider):
+    """A provider whose close sends its backend a request."""
+
+    capabilities = ScriptedProvider.capabilities
+
+    async def aclose(self) -> None:
+        with client_span("provider.close.request", {"db.operation.name": "close"}):
+            current_span_event("provider.close.degraded", {"error.type": "OSError"})
+
+
+def _failing_build_plugin() -> types.ModuleType:
+    """Provider ``closing`` builds; archive ``broken``'s factory raises, so the build closes the provider."""
+    module = types.ModuleType("agtest_failing_build")
+
+    def broken(config: ScriptedProviderConfig) -> InMemoryArchive:
+        raise OSError("the archive cannot be built")
+
+    @hookimpl
+    def agentium_register_providers(register: Callable[[AdapterSpec], None]) -> None:
+        register(
+            AdapterSpec(name="closing", adapter_class=_ClosingProvider, config_class=ScriptedProviderConfig)
+        )
+
+    @hookimpl
+    def agentium_register_archives(register: Callable[[AdapterSpec], None]) -> None:
+        register(
+            AdapterSpec(
+                name="broken",
+                adapter_class=InMemoryArchive,
+                config_class=ScriptedProviderConfig,
+                factory=broken,
+            )
+        )
+
+    module.agentium_register_providers = agentium_register_providers  # type: ignore[attr-defined]
+    module.agentium_register_archives = agentium_register_archives  # type: ignore[attr-defined]
+    return module
+
+
+async def test_a_failed_builds_adapter_closes_record_on_no_provider(
+    global_provider: SpanRecorder, tmp_path: Path
+) -> None:
+    # The adapters built before a failure are closed in a thread of the build's: that thread's
+    # context had no state, so their closes took the global providers, in A's block or not.
+    a = Telemetered()
+    rt_a = _runtime(telemetry=a.telemetry())
+    registry = PluginRegistry.load(
+        autoload=False, extra_plugins=[("agtest-failing-build", _failing_build_plugin())], hook_timeout_s=30.0
+    )
+    config = tmp_path / "failing.toml"
+    config.write_text(
+        '[provider]\nplugin = "closing"\n[provider.options]\nresponses = ["hi"]\n'
+        '[archive]\nplugin = "broken"\n[session_store]\nplugin = "memory"\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="the archive cannot be built"):
+        load_runtime(config, registry=registry)
+    with runtime_span(rt_a, "host.a"), pytest.raises(ConfigError, match="the archive cannot be built"):
+        load_runtime(config, registry=registry)
+    assert [s.name for s in a.spans] == ["host.a"]
+    assert a.one("host.a").events == ()
+    assert global_provider.finished == ()
+    with anyio.fail_after(30):
+        await rt_a.aclose()

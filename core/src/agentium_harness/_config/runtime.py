@@ -144,7 +144,10 @@ def close_built(adapters: list[Any], timeout_s: float) -> list[str]:
 
     def closing() -> None:
         try:
-            outcome = anyio.run(close_owned, closable, timeout_s)
+            # Part of the build, no runtime's operation: a new thread's context has no state, and the
+            # adapters' closes took the global providers for their spans.
+            with unattributed():
+                outcome = anyio.run(close_owned, closable, timeout_s)
         except BaseException as exc:  # reported: nothing may escape a daemon thread
             problems.append(f"closing the adapters built before the failure failed: {exc!r}")
             return
