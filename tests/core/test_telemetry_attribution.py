@@ -23,6 +23,7 @@ inside runtime A's block):
 
 from __future__ import annotations
 
+import json
 import threading
 import types
 from collections.abc import Awaitable, Callable, Iterator
@@ -33,6 +34,7 @@ import anyio
 import anyio.to_thread
 import opentelemetry.trace as otel_trace
 import pytest
+from _eval_support import FACT_CASE
 from _telemetry_support import Telemetered
 
 from agentium_harness import (
@@ -54,9 +56,11 @@ from agentium_harness._plugins.registry import PluginRegistry
 from agentium_harness._plugins.spec import AdapterSpec
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.adapters.providers import ScriptedProvider, ScriptedProviderConfig
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ExtractiveProvider, ScriptedProvider, ScriptedProviderConfig
+from agentium_harness.eval import CaseTrace, EvalCase, Grade, Grader, GradeStatus, parse_cases, run_eval
 from agentium_harness.plugin_api import client_span, current_span_event, runtime_span
-from agentium_harness.testing import SpanRecorder, recording_spans
+from agentium_harness.testing import SpanRecorder, create_harness_eval_target, recording_spans
 
 pytestmark = pytest.mark.anyio
 
@@ -399,4 +403,51 @@ async def test_a_failed_builds_adapter_closes_record_on_no_provider(
     assert a.one("host.a").events == ()
     assert global_provider.finished == ()
     with anyio.fail_after(30):
+        await rt_a.aclose()
+
+
+class _TracingGrader:
+    """A grader whose grading sends a request (a judge model's, say) and says a degraded outcome."""
+
+    name = "tracing"
+    description = "passes every case, after a request of its own"
+    evidence = False
+
+    def grade(self, case: EvalCase, trace: CaseTrace) -> Grade:
+        with client_span("grader.request", {"db.operation.name": "judge"}):
+            current_span_event("grader.degraded", {"error.type": "OSError"})
+        current_span_event("grader.said", {"error.type": "OSError"})
+        return Grade.passed("graded")
+
+
+async def test_grading_an_eval_inside_another_runtimes_span_records_on_no_provider(
+    global_provider: SpanRecorder,
+) -> None:
+    # A grader is plugin code no runtime's operation covers: it was A's when the host ran the eval
+    # in A's block (its request on A's provider, its events on A's span), nothing outside it. The
+    # eval's runtime given its own telemetry had its cases' runs on the global provider instead.
+    a, e = Telemetered(), Telemetered()
+    rt_a = _runtime(telemetry=a.telemetry(capture_content=True))
+    target_runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=InMemoryRecallStore(),
+        telemetry=e.telemetry(),
+    )
+    graders: dict[str, Grader] = {"tracing": _TracingGrader()}
+    cases = parse_cases(json.dumps({**FACT_CASE, "graders": ["tracing"]}), graders=list(graders))
+    with anyio.fail_after(30), runtime_span(rt_a, "host.a"):
+        run = await run_eval(cases, create_harness_eval_target(runtime=target_runtime), graders)
+    assert run.results[0].grades["tracing"].status is GradeStatus.PASS
+    assert [s.name for s in a.spans] == ["host.a"]
+    assert a.one("host.a").events == ()
+    # A case's runs record under the eval's runtime's telemetry (they took the global providers);
+    # the grader's request and events on no provider.
+    assert "invoke_agent agentium" in {s.name for s in e.spans}
+    assert not [s for s in e.spans if s.name.startswith("grader.")]
+    assert not [ev for s in e.spans for ev in s.events if ev.name.startswith("grader.")]
+    assert global_provider.finished == ()
+    with anyio.fail_after(30):
+        await target_runtime.aclose()
         await rt_a.aclose()

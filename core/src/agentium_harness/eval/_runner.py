@@ -23,6 +23,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from .._observe.spans import unattributed
 from .._plugins.deadline import ENV_HOOK_TIMEOUT, call_with_deadline, check_timeout, process_hook_timeout
 from ._cases import EvalCase
 from ._graders import Grade, Grader, GradeStatus
@@ -198,7 +199,9 @@ async def _grade(
         call_with_deadline, partial(grader.grade, case, trace), timeout_s, f"grader {name!r}", bound
     )
     try:
-        grade = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        # Grading is no runtime's operation, also when the host runs the eval inside a runtime's block.
+        with unattributed():
+            grade = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
     except Exception as exc:  # a grader's own bug or hang (HookTimeoutError): recorded, never a pass
         return Grade.absent(f"grader error: {type(exc).__name__}: {exc}")
     if not isinstance(grade, Grade):

@@ -186,7 +186,7 @@ def recording_runtime(
     session_store: Any = None,
     recall_budget: Mapping[str, Any] | None = None,
 ) -> HarnessRuntime:
-    """A runtime over ``base``'s adapters (borrowed), with recording provider and recall wrappers."""
+    """A runtime over ``base``'s adapters (borrowed) and telemetry, its provider and recall recorded."""
     extra: dict[str, Any] = {}
     if base.recall is not None:
         limits = base.recall_limits
@@ -219,6 +219,9 @@ def recording_runtime(
         instructions=base.instructions,
         tools=base.tools,
         hooks=hooks,
+        # The host's runtime's telemetry: a case's runs record where that runtime's do (and a memory
+        # manager it took telemetry from keeps it: the same telemetry, not another runtime's).
+        telemetry=base.telemetry,
         **extra,
     )
 
