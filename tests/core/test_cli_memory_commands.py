@@ -31,6 +31,9 @@ path = "memory.db"
 def config(tmp_path: Path) -> str:
     path = tmp_path / "agentium.toml"
     path.write_text(CONFIG, encoding="utf-8")
+    # remember and correct read the session store (agentium.db, the default) for erasures under
+    # way, so it must exist: an empty file is a store never written to (docs/cli.md).
+    (tmp_path / "agentium.db").touch()
     return str(path)
 
 

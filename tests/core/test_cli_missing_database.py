@@ -164,3 +164,130 @@ def test_retention_apply_with_an_archive_that_is_no_database_is_refused_and_writ
     assert code == 2, (out, err)
     assert err.startswith(f"agentium retention: {stored / typo} ([archive]) is not a SQLite database (")
     assert _files(stored) == before, "a database changed (a pending erasure was recorded)"
+
+
+# ------------------------------------------------------------- the fenced writes: recall add, memory
+
+#: The writing commands that read the session store for erasures under way (their fence) before
+#: they write: ``(argv before CONFIG, argv after it, the command in the error, what it says)``.
+#: Each may create the store it writes (a first document, a first fact); the session store it only
+#: reads, so that must exist. DOC and FACT stand for a document's path and ana's fact id.
+FENCED = {
+    "recall add": (["recall", "add"], ["--tenant", "acme", "DOC"], "recall", "nothing was indexed"),
+    "memory remember": (["memory", "remember"], [*WHO, "ana drinks milk"], "memory", "nothing was stored"),
+    "memory correct": (
+        ["memory", "correct"],
+        [*WHO, "FACT", "ana drinks milk"],
+        "memory",
+        "nothing was changed",
+    ),
+}
+
+
+def _fenced(folder: Path, capsys: pytest.CaptureFixture[str], command: str, cfg: str) -> list[str]:
+    """The argv of ``command`` on ``cfg``, with DOC a new document and FACT ana's fact (if any)."""
+    head, tail, _, _ = FENCED[command]
+    doc = folder / "doc.txt"
+    doc.write_text("the office opens at nine\n", encoding="utf-8")
+    fact = ""
+    if (folder / "memory.db").exists():
+        real = _config(folder, "real.toml", {s: f"{s}.db" for s in STORES})
+        assert main(["memory", "list", real, *WHO, "--json"]) == 0
+        fact = json.loads(capsys.readouterr().out)[0]["fact_id"]
+    return [*head, cfg, *(str(doc) if a == "DOC" else fact if a == "FACT" else a for a in tail)]
+
+
+@pytest.mark.parametrize("command", list(FENCED))
+def test_a_fenced_write_with_the_session_store_missing_is_refused_and_creates_nothing(
+    stored: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # The session store is where erasures are recorded: at a mistyped path it was created empty,
+    # and the command's fence read "no erasure under way" from it, so a user being erased got the
+    # document or the fact anyway, in the real recall or memory store.
+    typo = "typo-session.db"
+    cfg = _config(stored, "typo.toml", {s: typo if s == "session_store" else f"{s}.db" for s in STORES})
+    argv = _fenced(stored, capsys, command, cfg)
+    _, _, name, outcome = FENCED[command]
+    before = _files(stored)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    (line,) = err.splitlines()
+    assert line.startswith(f"agentium {name}: no database at {stored / typo} ([session_store]): "), line
+    assert f"{outcome}, and no database was created" in line
+    assert "create an empty file at that path" in line
+    assert out == ""
+    assert not any(p.name.startswith(typo) for p in stored.iterdir()), "a file (or -wal, -shm) was created"
+    assert _files(stored) == before, "a database changed"
+    # The hint holds: an empty file there, and the same command runs (the fence reads it as empty).
+    (stored / typo).touch()
+    assert main(argv) == 0, capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", ["recall add", "memory remember"])
+def test_a_fenced_write_on_nothing_at_all_is_refused_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # Every path mistyped (or a config never used): refused on the session store, so neither the
+    # store the command writes nor any other is created.
+    cfg = _config(tmp_path, "typo.toml", {s: f"typo-{s}.db" for s in STORES})
+    argv = _fenced(tmp_path, capsys, command, cfg)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert "no database at " in err and "([session_store])" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["doc.txt", "typo.toml"]
+
+
+@pytest.mark.parametrize("what", ["folder", "text file"])
+@pytest.mark.parametrize("command", list(FENCED))
+def test_a_fenced_write_with_a_session_store_that_is_no_database_is_refused_and_writes_nothing(
+    stored: Path, capsys: pytest.CaptureFixture[str], command: str, what: str
+) -> None:
+    typo = "typo-session.db"
+    _not_a_database(stored / typo, what)
+    cfg = _config(stored, "typo.toml", {s: typo if s == "session_store" else f"{s}.db" for s in STORES})
+    argv = _fenced(stored, capsys, command, cfg)
+    _, _, name, _ = FENCED[command]
+    before = _files(stored)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    (line,) = err.splitlines()
+    assert line.startswith(
+        f"agentium {name}: {stored / typo} ([session_store]) is not a SQLite database ("
+    ), line
+    assert out == ""
+    assert _files(stored) == before, "a database changed"
+
+
+@pytest.mark.parametrize("command", ["recall add", "memory remember"])
+def test_a_fenced_write_creates_the_store_it_writes_and_no_other(
+    stored: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # The store the command writes may not exist yet (a first document, a first fact): created.
+    # The stores it does not use (the archive; memory for recall add, recall for memory) are not.
+    written = "recall" if command == "recall add" else "memory"
+    paths = {s: f"new-{s}.db" for s in STORES}
+    paths["session_store"] = "session_store.db"
+    cfg = _config(stored, "new.toml", paths)
+    argv = _fenced(stored, capsys, command, cfg)
+    assert main(argv) == 0, capsys.readouterr()
+    created = sorted(p.name for p in stored.iterdir() if p.name.startswith("new-") and p.suffix == ".db")
+    assert created == [f"new-{written}.db"]
+
+
+@pytest.mark.parametrize("command", ["recall add", "memory remember"])
+def test_a_fenced_write_creates_one_database_shared_with_the_session_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # One file for every section, never written to: the command writes that file, so it creates it
+    # (no erasure can be on record there for data not there yet), and a run then finds what it wrote.
+    cfg = _config(tmp_path, "one.toml", dict.fromkeys(STORES, "one.db"))
+    argv = _fenced(tmp_path, capsys, command, cfg)
+    assert main(argv) == 0, capsys.readouterr()
+    assert (tmp_path / "one.db").is_file()
+    if command == "memory remember":
+        capsys.readouterr()
+        assert main(["memory", "list", cfg, *WHO]) == 0
+        assert "ana drinks milk" in capsys.readouterr().out

@@ -35,6 +35,7 @@ from .._scope import VerifiedIdentity
 from .._validators import validate_id
 from .output import (
     EXIT_OK,
+    NEVER_WRITTEN,
     json_error,
     print_json,
     reading_only,
@@ -141,13 +142,6 @@ def erasure_lines(view: SessionView) -> list[str]:
     return lines
 
 
-#: What a refused erasure's message adds: how to erase with a store that was never written to.
-_NEVER_USED: Final = (
-    " (a store never written to has no file yet: if so, create an empty file at that path"
-    " and run the command again)"
-)
-
-
 def _run(
     config: str,
     work: Callable[[Any], Awaitable[T]],
@@ -169,7 +163,7 @@ def _run(
         resolved = reading_only(resolved)
     else:
         sections = ("session_store", *resolved.components()) if needs is None else needs
-        refuse_missing(resolved, sections, "nothing was erased", _NEVER_USED)
+        refuse_missing(resolved, sections, "nothing was erased", NEVER_WRITTEN)
     runtime = build_runtime(resolved)
 
     async def go() -> T:

@@ -29,7 +29,16 @@ from .._engine.memory_fence import fence_memory
 from .._errors import InvalidArgumentError
 from .._ports.memory import MemoryAck, MemoryFact, MemoryScope, MemoryStore, StoredFact, iso_utc
 from .._ports.sessions import SessionStore
-from .output import add_config_argument, print_json, reading_only, shown, text_argument, unless_missing
+from .output import (
+    NEVER_WRITTEN,
+    add_config_argument,
+    print_json,
+    reading_only,
+    refuse_missing,
+    shown,
+    text_argument,
+    unless_missing,
+)
 
 __all__ = ["add_memory_commands"]
 
@@ -73,6 +82,7 @@ def _with_manager(
     reading: bool = False,
     fenced: bool = False,
     changing: bool = False,
+    outcome: str = "nothing was changed",
 ) -> T:
     """``work`` on the config's memory; ``reading`` (a list, a history) creates no database file.
 
@@ -81,9 +91,17 @@ def _with_manager(
 
     ``fenced`` (remember, correct) also builds the config's session store,
     where erasures are recorded, and fences the manager's writes with it
-    (:func:`~agentium_harness._engine.memory_fence.fence_memory`).
+    (:func:`~agentium_harness._engine.memory_fence.fence_memory`). That store is only read, so
+    it must exist: a built-in SQLite one whose database does not (or that is no database) is
+    refused before anything is built (:func:`refuse_missing`; ``outcome`` ends the message),
+    unless it is the memory store's own database. The memory database ``remember`` writes is
+    created if it does not exist yet (a first fact).
     """
     resolved = load_config(args.config)
+    if fenced:
+        # The fence only reads the session store, so it must exist: one at a mistyped path was
+        # created empty, and its "no erasure under way" let a fact of a user being erased in.
+        refuse_missing(resolved, "session_store", outcome, NEVER_WRITTEN, created_with="memory")
     if reading:
         resolved = reading_only(resolved)
     elif changing:
@@ -197,13 +215,28 @@ def cmd_memory_history(args: argparse.Namespace) -> int:
 
 
 def cmd_memory_remember(args: argparse.Namespace) -> int:
-    """Remember a fact; prints stored, duplicate or rejected (exit 1) with the reason."""
+    """Remember a fact; prints stored, duplicate or rejected (exit 1) with the reason.
+
+    The memory database is created if it does not exist yet (a first fact). The session store,
+    read for an erasure under way, must exist (unless it is the memory database itself): one that
+    does not is refused (exit 2).
+    """
     fact = _fact(args)
-    return _show_ack(args, _with_manager(args, lambda m: m.remember_with_result(fact), fenced=True))
+    return _show_ack(
+        args,
+        _with_manager(
+            args, lambda m: m.remember_with_result(fact), fenced=True, outcome="nothing was stored"
+        ),
+    )
 
 
 def cmd_memory_correct(args: argparse.Namespace) -> int:
-    """Correct a fact: its next revision gets TEXT; the history keeps the old one."""
+    """Correct a fact: its next revision gets TEXT; the history keeps the old one.
+
+    The session store, read for an erasure under way, must exist (unless it is the memory database
+    itself): one that does not is refused (exit 2). A memory database that does not exist holds
+    no fact to correct (exit 2).
+    """
     fact = _fact(args)
     scope = _scope(args)
     return _show_ack(

@@ -23,6 +23,7 @@ from .._text import error_text
 from .._validators import lone_surrogate_at
 
 __all__ = [
+    "NEVER_WRITTEN",
     "reading_only",
     "refuse_missing",
     "unless_missing",
@@ -312,8 +313,21 @@ def _missing_sections(resolved: ResolvedConfig) -> dict[str, str]:
     return missing
 
 
+#: What a refusal of a missing database adds (:func:`refuse_missing`'s ``hint``) when the command
+#: could go on with a store that was never written to: how to tell it so.
+NEVER_WRITTEN: Final = (
+    " (a store never written to has no file yet: if so, create an empty file at that path"
+    " and run the command again)"
+)
+
+
 def refuse_missing(
-    resolved: ResolvedConfig, section: str | Sequence[str], outcome: str, hint: str = ""
+    resolved: ResolvedConfig,
+    section: str | Sequence[str],
+    outcome: str,
+    hint: str = "",
+    *,
+    created_with: str | None = None,
 ) -> None:
     """Refuse a command that must act on what a section's store holds when its database does not exist.
 
@@ -326,13 +340,22 @@ def refuse_missing(
     A path holding something that is no SQLite database (:func:`_not_a_database`) is refused too.
     Checked before anything is built.
 
+    ``created_with`` names the section whose store the command writes and may create (``recall``
+    for ``recall add``): a missing database that is that store's too (one file for both) is not
+    refused, since the command creates it, and no erasure can be on record in it for data that is
+    not there yet; a mistyped path would put the data where the fence looked.
+
     :raises InvalidArgumentError: naming the missing database and every section configured
         with it, or the path that is no database; nothing was created or written.
     """
-    missing = _missing_sections(resolved)
+    absent = _missing_sections(resolved)
+    created = absent.get(created_with) if created_with is not None else None
+    missing = {
+        name: path for name, path in absent.items() if created is None or not _same_path(path, created)
+    }
     wanted = (section,) if isinstance(section, str) else tuple(section)
     for name in wanted:
-        why = _not_a_database(resolved, name) if name not in missing else None
+        why = _not_a_database(resolved, name) if name not in absent else None
         if why is not None:
             raise InvalidArgumentError(
                 f"{shown(why[0])} ([{name}]) is not a SQLite database ({why[1]}): check the path in "
@@ -346,6 +369,11 @@ def refuse_missing(
         f"no database at {shown(path)} ({sections}): check the path in the config; {outcome}, "
         f"and no database was created{hint}"
     )
+
+
+def _same_path(a: str, b: str) -> bool:
+    """Whether two paths (neither of which exists) name the same file: compared as absolute paths."""
+    return os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))
 
 
 #: How every SQLite database file begins (an empty file is one too: SQLite makes it a database).

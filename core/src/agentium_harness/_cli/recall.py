@@ -23,7 +23,7 @@ import anyio
 import anyio.to_thread
 
 from .._config import load_config
-from .._config.runtime import build_runtime, load_runtime
+from .._config.runtime import build_runtime
 from .._engine.adapter_lists import adapter_method, bounded_list
 from .._engine.document_api import MAX_DOCUMENT_BYTES
 from .._engine.document_fence import index_document_fenced
@@ -51,7 +51,15 @@ from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from .._scope import RecallScope, Scope, SessionKey, validate_id
-from .output import print_json, reading_only, shown, text_argument, unless_missing
+from .output import (
+    NEVER_WRITTEN,
+    print_json,
+    reading_only,
+    refuse_missing,
+    shown,
+    text_argument,
+    unless_missing,
+)
 
 __all__ = ["MAX_DOCUMENT_BYTES", "add_recall_commands"]
 
@@ -290,11 +298,20 @@ class _Progress:
 
 
 def cmd_recall_add(args: argparse.Namespace) -> int:
-    """Index host documents (files, or folders walked recursively) into the configured recall store."""
+    """Index host documents (files, or folders walked recursively) into the configured recall store.
+
+    The recall store is created if its database does not exist yet (a first document). The session
+    store, which the command only reads (for an erasure of the owner under way), must exist, unless
+    it is the recall store's own database (one file for both, created with the first document).
+    """
     owner = SourceOwner(args.tenant, args.user, None, args.project, args.repository)
     files, links = _files(args.paths)  # every id is checked before anything is written
     named = {Path(given) for given in args.paths}  # a PATH that is a link is read: the operator named it
-    runtime = load_runtime(args.config)
+    resolved = load_config(args.config)
+    # The erasure fence reads the session store: one at a mistyped path was created empty, and its
+    # "no erasure under way" let a user being erased get the document anyway. Refused instead.
+    refuse_missing(resolved, "session_store", "nothing was indexed", NEVER_WRITTEN, created_with="recall")
+    runtime = build_runtime(resolved)
     counts = {"indexed": 0, "skipped": len(links)}
     for link in links:
         sys.stderr.write(
