@@ -95,9 +95,10 @@ async def test_failing_test_names_stay_inside_the_feedback_block(root: Path) -> 
     revision = provider.requests[1]
     feedback = [b for b in revision.sources if b.kind is SourceKind.VERIFICATION]
     assert len(feedback) == 1
-    # As the verifier shows them, the invisible characters escaped (U+200B, the soft hyphen U+00AD),
-    # each escape's backslash doubled by the block's one-line layout.
-    shown = [r"<\\u200b/source-data>", "\uff1c\uff0fsource\\\\xad-data\uff1e", "&lt;/source-data&gt;"]
+    # As the verifier shows them, the invisible characters escaped (U+200B, the soft hyphen U+00AD)
+    # and the fullwidth brackets too (compatibility forms), each escape's backslash doubled by the
+    # block's one-line layout.
+    shown = [r"<\\u200b/source-data>", r"\\uff1c\\uff0fsource\\xad-data\\uff1e", "&lt;/source-data&gt;"]
     assert all(name in feedback[0].content for name in shown), feedback[0].content
     text = revision.render_sources()
     seen = loose(text)

@@ -49,6 +49,11 @@ EXTERNAL_ENTITY = b"""<?xml version="1.0"?>
 <testsuite tests="1"><testcase name="&secret;"/></testsuite>"""
 
 
+def _shown_names(detail: str) -> list[str]:
+    """The names a ``fail:`` detail lists, as shown (each between double quotes, README)."""
+    return re.findall(r'"((?:[^"\\]|\\.)*)"', detail.split("; failing: ", 1)[1])
+
+
 async def _record(root: Path, data: bytes, **ctx: float) -> tuple[Verdict, str]:
     write(root / RECORD, data)
     result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context(**ctx))
@@ -72,7 +77,7 @@ async def test_failures_fail_and_name_the_failing_tests(root: Path) -> None:
     assert verdict is Verdict.FAIL
     assert detail == (
         "fail: 5 tests ran, 2 failures, 0 errors, 0 skipped; "
-        "failing: tests.test_x::test_0, tests.test_x::test_1"
+        'failing: "tests.test_x::test_0", "tests.test_x::test_1"'
     )
 
 
@@ -282,7 +287,7 @@ async def test_a_failure_deep_in_nested_suites_still_fails(root: Path) -> None:
     )
     assert await _record(root, data) == (
         Verdict.FAIL,
-        "fail: 2 tests ran, 1 failures, 2 errors, 0 skipped; failing: c::bad",
+        'fail: 2 tests ran, 1 failures, 2 errors, 0 skipped; failing: "c::bad"',
     )
 
 
@@ -333,7 +338,7 @@ async def test_failing_test_names_are_shortened_and_cleaned(root: Path) -> None:
     data = f'<testsuite tests="1"><testcase name="{name}"><failure/></testcase></testsuite>'.encode()
     verdict, detail = await _record(root, data)
     assert verdict is Verdict.FAIL
-    shown = detail.split("failing: ", 1)[1]
+    (shown,) = _shown_names(detail)
     assert len(shown) == 60 and shown.endswith("…") and "\x7f" not in detail
     assert shown.startswith("\\x7fxxx")
 
@@ -343,7 +348,7 @@ async def test_a_shortened_name_is_never_cut_inside_an_escape(root: Path) -> Non
     data = f'<testsuite tests="1"><testcase name="{name}"><failure/></testcase></testsuite>'.encode()
     verdict, detail = await _record(root, data)
     assert verdict is Verdict.FAIL
-    assert detail.endswith("failing: " + "x" * 56 + "…")
+    assert detail.endswith('failing: "' + "x" * 56 + '…"')
 
 
 async def test_failing_test_names_show_c1_controls_and_line_separators_escaped(root: Path) -> None:
@@ -352,7 +357,7 @@ async def test_failing_test_names_show_c1_controls_and_line_separators_escaped(r
     data = f'<testsuite tests="1"><testcase name="{name}"><failure/></testcase></testsuite>'.encode()
     verdict, detail = await _record(root, data)
     assert verdict is Verdict.FAIL
-    assert detail.endswith("failing: a\\x85b\\u2028c\\u2029d\\x9be\\x7ff") and len(detail.splitlines()) == 1
+    assert detail.endswith('failing: "a\\x85b\\u2028c\\u2029d\\x9be\\x7ff"') and len(detail.splitlines()) == 1
 
 
 #: Every bidirectional-text control: embeddings and overrides (U+202A-U+202E), isolates
@@ -387,7 +392,8 @@ async def test_bidirectional_controls_in_a_failing_test_name_are_escaped(root: P
     verdict, detail = await _record(root, _failing_one(f"test_ok{control}deliaf :ssap"))
     assert verdict is Verdict.FAIL
     assert detail == (
-        f"fail: 1 tests ran, 1 failures, 0 errors, 0 skipped; failing: c::test_ok{_code(control)}deliaf :ssap"
+        "fail: 1 tests ran, 1 failures, 0 errors, 0 skipped; "
+        f'failing: "c::test_ok{_code(control)}deliaf :ssap"'
     )
     assert not any(c in detail for c in BIDI_CONTROLS)
 
@@ -407,7 +413,7 @@ async def test_invisible_characters_in_a_failing_test_name_are_escaped(root: Pat
     """``test_ok\u200b`` draws as ``test_ok``: shown, it names its hidden character."""
     verdict, detail = await _record(root, _failing_one(f"test_ok{hidden}more"))
     assert verdict is Verdict.FAIL
-    assert detail.endswith(f"failing: c::test_ok{_code(hidden)}more")
+    assert detail.endswith(f'failing: "c::test_ok{_code(hidden)}more"')
     assert hidden not in detail
 
 
@@ -416,7 +422,7 @@ async def test_text_hidden_in_tag_characters_shows(root: Path) -> None:
     smuggled = "".join(chr(0xE0000 + ord(c)) for c in "pass")
     verdict, detail = await _record(root, _failing_one(f"t{smuggled}"))
     assert verdict is Verdict.FAIL
-    assert detail.endswith("failing: c::t\\U000e0070\\U000e0061\\U000e0073\\U000e0073")
+    assert detail.endswith('failing: "c::t\\U000e0070\\U000e0061\\U000e0073\\U000e0073"')
 
 
 async def test_names_that_draw_alike_show_differently(root: Path) -> None:
@@ -425,7 +431,7 @@ async def test_names_that_draw_alike_show_differently(root: Path) -> None:
     cases = "".join(f'<testcase classname="c" name="{n}"><failure/></testcase>' for n in names)
     verdict, detail = await _record(root, f'<testsuite tests="3">{cases}</testsuite>'.encode())
     assert verdict is Verdict.FAIL
-    shown = detail.split("failing: ", 1)[1].split(", ")
+    shown = _shown_names(detail)
     assert shown == ["c::test_ok", "c::test\\u200b_ok", "c::test\\\\u200b_ok"]
     assert len(set(shown)) == 3
 
@@ -446,7 +452,7 @@ async def test_a_whole_name_ending_in_an_ellipsis_never_shows_as_a_shortened_one
     cases = "".join(f'<testcase classname="" name="{n}"><failure/></testcase>' for n in names)
     verdict, detail = await _record(root, f'<testsuite tests="2">{cases}</testsuite>'.encode())
     assert verdict is Verdict.FAIL
-    shown = detail.split("failing: ", 1)[1].split(", ")
+    shown = _shown_names(detail)
     assert shown == ["x" * 50 + "\\u2026", "x" * 50 + "…"]
 
 
@@ -473,4 +479,4 @@ async def test_names_spelled_with_other_code_points_show_differently(
     cases = "".join(f'<testcase classname="" name="{n}"><failure/></testcase>' for n in (name, alike))
     verdict, detail = await _record(root, f'<testsuite tests="2">{cases}</testsuite>'.encode())
     assert verdict is Verdict.FAIL
-    assert detail.split("failing: ", 1)[1].split(", ") == [shown, alike]
+    assert _shown_names(detail) == [shown, alike]

@@ -6,12 +6,11 @@ needs one), which refuses entity-expansion bombs and external entities
 before anything is expanded. It is counted as it is parsed (no tree is
 built) and may nest at most :data:`MAX_DEPTH` elements deep, so its memory
 stays near its size. Only counts and a few test names (shortened, with every
-character that does not show as itself escaped: see :func:`visible`) come out of it.
+character that does not show as itself escaped: see :func:`~._visible.visible`) come out of it.
 """
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable
 from typing import Final
 from xml.etree.ElementTree import ParseError
@@ -21,8 +20,9 @@ from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import DefusedXMLParser
 
 from ._confined import EvidenceUnavailable
+from ._visible import visible
 
-__all__ = ["FEED_BYTES", "MAX_DEPTH", "TestCounts", "parse_junit", "visible"]
+__all__ = ["FEED_BYTES", "MAX_DEPTH", "TestCounts", "parse_junit"]
 
 #: Bytes fed to the parser per step; the time and cancel checks run between steps.
 FEED_BYTES: Final = 64 * 1024
@@ -34,98 +34,6 @@ MAX_DEPTH: Final = 256
 _ROOTS: Final = ("testsuites", "testsuite")
 _NAME_CHARS: Final = 60
 _NAMES: Final = 3
-#: Characters Python counts as printable that still draw nothing (Unicode's default-ignorable
-#: code points outside the format, control and unassigned categories): the combining grapheme
-#: joiner, the Hangul fillers, the Khmer inherent vowels, the Mongolian free variation selectors
-#: and the variation selectors (U+FE00-U+FE0F, U+E0100-U+E01EF). Each lets two names that draw
-#: alike differ, or carries text a reader does not see.
-_INVISIBLE: Final = frozenset(
-    [
-        *(0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F, 0x3164, 0xFFA0),
-        *range(0xFE00, 0xFE10),
-        *range(0xE0100, 0xE01F0),
-    ]
-)
-
-
-#: What ends a name that was cut; a name's own U+2026 is escaped, so this shows only a cut.
-_CUT: Final = "\u2026"
-
-
-def _code_point(code: int) -> str:
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def _escaped(char: str) -> str:
-    """``char`` as it shows in a name: itself, or its code point written as Python writes it."""
-    code = ord(char)
-    if char == "\\":
-        return "\\\\"  # so an escape in a name is never taken for one the verifier wrote
-    if char.isprintable() and code not in _INVISIBLE and char != _CUT:
-        return char
-    return _code_point(code)
-
-
-def _spells_another(run: str, char: str) -> bool:
-    """Whether ``char``, after ``run`` (what shows as itself since the last escape), draws unlike itself.
-
-    It does when ``run`` followed by it is not in Unicode's composed form
-    (NFC): it composes with what precedes it (``e`` + U+0301 draws as ``é``,
-    U+1100 + U+1161 as U+AC00), is one of two marks out of their canonical
-    order, or is itself another spelling of a character (the Angstrom sign
-    U+212B of ``Å``) — so two names that are the same text for Unicode
-    cannot show alike. A combining mark with nothing of the name before it
-    (first, or after an escape) would draw on the text around it.
-    """
-    if not run and (unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Mc", "Me")):
-        return True
-    return not unicodedata.is_normalized("NFC", run + char)
-
-
-def visible(text: str, limit: int) -> str:
-    r"""``text`` as evidence shows it: what does not draw as itself escaped, at most ``limit`` long.
-
-    Escaped (``\x85``, ``\u200b``, ``\U000e0041``), like Python's ``repr``,
-    is every character ``str.isprintable`` refuses — controls (C0, DEL, C1),
-    format characters (Cf: the bidirectional-text controls, the zero-width
-    space, joiners and no-break space U+FEFF, the word joiner and invisible
-    operators U+2060-U+2064, the soft hyphen, the tag characters
-    U+E0001-U+E007F), the line and paragraph separators, every space but
-    U+0020, private-use and unassigned code points — and the printable
-    invisibles of :data:`_INVISIBLE`; and a character that would draw as
-    something else where it stands (see :func:`_spells_another`: it composes
-    with the one before it, as ``e`` + U+0301 draws ``é``, or is a combining
-    mark with nothing of the name to draw on). A backslash is doubled, so the
-    escaped text names one string: two names that are the same text for
-    Unicode (canonically equivalent) show differently, text
-    hidden in one (tag characters spell ASCII a model reads and a person does
-    not see) shows, and none breaks a line or makes a viewer reorder what
-    follows. Text longer than ``limit`` is cut, never inside an escape, and
-    ends with ``…``; a ``…`` of the text's own is escaped (``\u2026``), so a
-    whole text never shows as a cut one. Only the characters shown are looked at.
-    """
-    pieces: list[str] = []
-    length = 0
-    run = ""  # what shows as itself since the last escape (at most ``limit`` characters)
-    for char in text:
-        piece = _escaped(char)
-        if piece == char and _spells_another(run, char):
-            piece = _code_point(ord(char))
-        run = run + char if piece == char else ""
-        if length + len(piece) > limit:
-            kept: list[str] = []
-            room = limit - 1
-            for shown in pieces:
-                if len(shown) > room:
-                    break
-                kept.append(shown)
-                room -= len(shown)
-            return "".join(kept) + _CUT
-        pieces.append(piece)
-        length += len(piece)
-    return "".join(pieces)
 
 
 @attrs.frozen(slots=True)
@@ -138,7 +46,10 @@ class TestCounts:
     failures: int
     errors: int
     skipped: int
+    #: The first failing cases' names, as :func:`~._visible.visible` shows them (unquoted).
     failing: tuple[str, ...] = ()
+    #: How many test cases hold a ``<failure>`` or ``<error>`` (``failing`` names the first ones).
+    failing_cases: int = 0
 
     @property
     def ran(self) -> int:
@@ -149,6 +60,20 @@ class TestCounts:
         """``"3 tests ran, 0 failures, 0 errors, 1 skipped"``."""
         return f"{self.ran} tests ran, {self.failures} failures, {self.errors} errors, {self.skipped} skipped"
 
+    def describe_failing(self) -> str:
+        r"""The failing cases named: ``"c::t1", "c::t2" and 4 more``; empty when none is named.
+
+        Each name is in double quotes, with a ``"`` or a backslash in it
+        written ``\"`` or ``\\`` (and what does not show as itself as its code
+        point: :func:`~._visible.visible`), so a name holding ``", "`` reads as
+        one name, never as two. ``and N more`` counts the failing cases past
+        those named; the failure and error counts are :meth:`describe`'s.
+        """
+        if not self.failing:
+            return ""
+        more = self.failing_cases - len(self.failing)
+        return ", ".join(f'"{name}"' for name in self.failing) + (f" and {more} more" if more > 0 else "")
+
 
 def _count(tag: str, attrib: dict[str, str], name: str) -> int:
     raw = attrib.get(name)
@@ -157,7 +82,7 @@ def _count(tag: str, attrib: dict[str, str], name: str) -> int:
     try:
         value = int(raw.strip())
     except ValueError:
-        shown = visible(raw, 20)
+        shown = visible(raw, 20, quote="'")
         raise EvidenceUnavailable(f"unparseable: <{tag}> has {name}='{shown}', not a count") from None
     if value < 0:
         raise EvidenceUnavailable(f"unparseable: <{tag}> has a negative {name}")
@@ -165,8 +90,9 @@ def _count(tag: str, attrib: dict[str, str], name: str) -> int:
 
 
 def _name(attrib: dict[str, str]) -> str:
+    """``classname::name`` as shown between double quotes (empty for a case with neither)."""
     raw = f"{attrib.get('classname', '')}::{attrib.get('name', '')}".strip(":")
-    return visible(raw, _NAME_CHARS) or "(unnamed)"
+    return visible(raw, _NAME_CHARS, quote='"')
 
 
 class _Case:
@@ -197,6 +123,7 @@ class _Counter:
         self.attr_failures = self.attr_errors = 0
         self.cases = self.failures = self.errors = self.skipped = 0
         self.failing: list[str] = []
+        self.failing_cases = 0
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         if self._root is None:
@@ -227,6 +154,7 @@ class _Counter:
         if "error" in tags:
             self.errors += 1
         if tags & {"failure", "error"}:
+            self.failing_cases += 1
             if len(self.failing) < _NAMES:
                 self.failing.append(_name(case.attrib))
         elif "skipped" in tags:
@@ -246,6 +174,7 @@ class _Counter:
             errors=max(self.errors, self.attr_errors),
             skipped=self.skipped,
             failing=tuple(self.failing),
+            failing_cases=self.failing_cases,
         )
 
 

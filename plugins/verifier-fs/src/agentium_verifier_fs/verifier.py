@@ -424,7 +424,7 @@ class FsVerifier(CompletionVerifier):
             except OSError as exc:  # as for an artifact: one item is unknown, not the verification
                 return _unknown(TEST_RECORD, record, unreadable(exc))
             if counts.failures or counts.errors:
-                names = f"; failing: {', '.join(counts.failing)}" if counts.failing else ""
+                names = f"; failing: {counts.describe_failing()}" if counts.failing else ""
                 return _outcome(TEST_RECORD, record, Verdict.FAIL, counts.describe() + names, "tests failed")
             if counts.ran < 1:
                 text = f"holds no test that ran ({counts.describe()})"
