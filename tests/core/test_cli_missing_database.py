@@ -291,3 +291,26 @@ def test_a_fenced_write_creates_one_database_shared_with_the_session_store(
         capsys.readouterr()
         assert main(["memory", "list", cfg, *WHO]) == 0
         assert "ana drinks milk" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("what", ["folder", "text file"])
+@pytest.mark.parametrize("command", ["recall add", "memory remember"])
+def test_a_fenced_write_whose_own_store_is_no_database_is_refused_before_anything(
+    stored: Path, capsys: pytest.CaptureFixture[str], command: str, what: str
+) -> None:
+    # It failed only at the first write; recall add then said "whether it was indexed is not known".
+    written = "recall" if command == "recall add" else "memory"
+    typo = f"typo-{written}.db"
+    _not_a_database(stored / typo, what)
+    cfg = _config(stored, "typo.toml", {s: typo if s == written else f"{s}.db" for s in STORES})
+    argv = _fenced(stored, capsys, command, cfg)
+    _, _, name, outcome = FENCED[command]
+    before = _files(stored)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    (line,) = err.splitlines()
+    assert line.startswith(f"agentium {name}: {stored / typo} ([{written}]) is not a SQLite database ("), line
+    assert f"{outcome}, and nothing was written" in line
+    assert out == ""
+    assert _files(stored) == before, "a database changed"

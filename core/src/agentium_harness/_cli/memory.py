@@ -95,13 +95,14 @@ def _with_manager(
     it must exist: a built-in SQLite one whose database does not (or that is no database) is
     refused before anything is built (:func:`refuse_missing`; ``outcome`` ends the message),
     unless it is the memory store's own database. The memory database ``remember`` writes is
-    created if it does not exist yet (a first fact).
+    created if it does not exist yet (a first fact); a folder or other file at its path is refused.
     """
     resolved = load_config(args.config)
     if fenced:
         # The fence only reads the session store, so it must exist: one at a mistyped path was
         # created empty, and its "no erasure under way" let a fact of a user being erased in.
-        refuse_missing(resolved, "session_store", outcome, NEVER_WRITTEN, created_with="memory")
+        # A memory path holding a folder or other file is refused as early (it failed at the write).
+        refuse_missing(resolved, ("session_store", "memory"), outcome, NEVER_WRITTEN, created_with="memory")
     if reading:
         resolved = reading_only(resolved)
     elif changing:

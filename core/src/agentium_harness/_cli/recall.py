@@ -309,8 +309,11 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
     named = {Path(given) for given in args.paths}  # a PATH that is a link is read: the operator named it
     resolved = load_config(args.config)
     # The erasure fence reads the session store: one at a mistyped path was created empty, and its
-    # "no erasure under way" let a user being erased get the document anyway. Refused instead.
-    refuse_missing(resolved, "session_store", "nothing was indexed", NEVER_WRITTEN, created_with="recall")
+    # "no erasure under way" let a user being erased get the document anyway. Refused instead; and
+    # a recall path holding a folder or other file failed only at the first document, as "not known".
+    refuse_missing(
+        resolved, ("session_store", "recall"), "nothing was indexed", NEVER_WRITTEN, created_with="recall"
+    )
     runtime = build_runtime(resolved)
     counts = {"indexed": 0, "skipped": len(links)}
     for link in links:
