@@ -23,6 +23,7 @@ import gc
 import threading
 import weakref
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import anyio
@@ -33,6 +34,7 @@ from _telemetry_support import Telemetered
 
 from agentium_harness import (
     Agent,
+    HarnessRuntime,
     MemoryFact,
     MemoryManager,
     MemoryScope,
@@ -80,16 +82,37 @@ def _carried(spans: Any) -> list[str]:
     return out
 
 
+def _runtime(recorded: Telemetered, **telemetry: Any) -> HarnessRuntime:
+    """A runtime over in-memory storage and a scripted model, recording under ``recorded``'s telemetry."""
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=recorded.telemetry(**telemetry),
+    )
+
+
+def _host_span(host: Telemetered, name: str) -> AbstractContextManager[Any]:
+    """A span of the host's own (no runtime's), current inside the block and ended at its end."""
+    return otel_trace.use_span(host.tracer_provider.get_tracer("host").start_span(name), True)
+
+
+def _abandoned_on(span: str, call: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """The one event a call abandoned at its 0.2 s deadline leaves on the host's ``span``."""
+    return [
+        (
+            span,
+            "agentium.plugin.abandoned",
+            {"agentium.plugin.call": call, "agentium.plugin.timeout_s": 0.2},
+        )
+    ]
+
+
 async def test_another_runtimes_operations_inside_a_runtime_span_use_their_own_telemetry(
     global_provider: SpanRecorder,
 ) -> None:
     a, b = Telemetered(), Telemetered()
-    rt_a = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=a.telemetry(capture_content=True),
-    )
+    rt_a = _runtime(a, capture_content=True)
     archive_b = LeakyClose()
     rt_b = create_harness_runtime(
         provider=ScriptedProvider(replies=[f"reply {SECRET}"]),
@@ -133,18 +156,8 @@ async def test_an_abandoned_plugin_call_reports_under_the_runtime_it_was_made_fo
     global_provider: SpanRecorder,
 ) -> None:
     a, b = Telemetered(), Telemetered()
-    rt_a = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=a.telemetry(capture_content=True),
-    )
-    rt_b = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=b.telemetry(capture_content=False),
-    )
+    rt_a = _runtime(a, capture_content=True)
+    rt_b = _runtime(b, capture_content=False)
     gate, finished = threading.Event(), threading.Event()
 
     def plugin_code() -> None:
@@ -197,19 +210,13 @@ async def test_an_unattributed_abandoned_call_is_an_event_on_the_callers_own_spa
     host = Telemetered()
     gate = threading.Event()
     try:
-        with otel_trace.use_span(host.tracer_provider.get_tracer("host").start_span("host start-up"), True):
+        with _host_span(host, "host start-up"):
             with pytest.raises(HookTimeoutError):
                 await anyio.to_thread.run_sync(call_with_deadline, lambda: gate.wait(30), 0.2, "hook of x")
     finally:
         gate.set()
     assert [s.name for s in host.spans] == ["host start-up"]
-    assert host.events("agentium.plugin") == [
-        (
-            "host start-up",
-            "agentium.plugin.abandoned",
-            {"agentium.plugin.call": "hook of x", "agentium.plugin.timeout_s": 0.2},
-        )
-    ]
+    assert host.events("agentium.plugin") == _abandoned_on("host start-up", "hook of x")
 
 
 async def test_a_runtime_used_by_plugin_code_no_runtime_made_still_records_under_its_own_telemetry(
@@ -217,12 +224,7 @@ async def test_a_runtime_used_by_plugin_code_no_runtime_made_still_records_under
 ) -> None:
     # The call records nothing of its own, but a runtime it drives (a plugin command's) is that runtime's.
     b = Telemetered()
-    rt_b = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=b.telemetry(),
-    )
+    rt_b = _runtime(b)
 
     def plugin_command() -> None:
         anyio.run(rt_b.aclose)
@@ -239,12 +241,7 @@ async def test_an_agent_run_inside_another_runtimes_span_records_under_its_manag
 ) -> None:
     # An Agent's model call and memory search are its manager's: A's content capture never applies.
     a, m = Telemetered(), Telemetered()
-    rt_a = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=a.telemetry(capture_content=True),
-    )
+    rt_a = _runtime(a, capture_content=True)
     manager = MemoryManager(InMemoryMemoryStore(), telemetry=m.telemetry(capture_content=False))
     agent = Agent(
         ScriptedProvider(replies=[f"noted {SECRET}"]), manager, MemoryScope("acme", "ana"), session="s1"
@@ -280,12 +277,7 @@ async def test_a_managers_and_an_agents_owned_adapters_close_under_the_managers_
     # MemoryManager.aclose (an owned store) and Agent.close (owned adapters) are the manager's operations:
     # what their adapters' closes record goes to its provider, never to the runtime whose block they are in.
     a, m = Telemetered(), Telemetered()
-    rt_a = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=a.telemetry(capture_content=True),
-    )
+    rt_a = _runtime(a, capture_content=True)
     manager = MemoryManager(_ClosingStore(), telemetry=m.telemetry(), owns_store=True)
     provider = _ClosingProvider(replies=["noted"])
     agent = Agent(
@@ -317,18 +309,13 @@ async def test_an_event_said_under_one_telemetry_never_goes_on_another_runtimes_
     # The manager's close opens no span: what its store says there has no span of the manager's to go
     # on, and the span current (runtime A's) is not one. The host's own span still takes such an event.
     a, m, host = Telemetered(), Telemetered(), Telemetered()
-    rt_a = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=a.telemetry(capture_content=True),
-    )
+    rt_a = _runtime(a, capture_content=True)
     inside_a = MemoryManager(_DegradedClose(), telemetry=m.telemetry(), owns_store=True)
     under_host = MemoryManager(_DegradedClose(), telemetry=m.telemetry(), owns_store=True)
     with anyio.fail_after(30):
         with runtime_span(rt_a, "host.a"):
             await inside_a.aclose()
-        with otel_trace.use_span(host.tracer_provider.get_tracer("host").start_span("host.request"), True):
+        with _host_span(host, "host.request"):
             await under_host.aclose()
     assert a.events("store.") == []
     assert host.events("store.") == [("host.request", "store.close.degraded", {"error.type": "OSError"})]
@@ -349,18 +336,12 @@ async def test_a_call_abandoned_inside_an_unattributed_call_is_an_event_on_the_c
         return "done"
 
     try:
-        with otel_trace.use_span(host.tracer_provider.get_tracer("host").start_span("host start-up"), True):
+        with _host_span(host, "host start-up"):
             assert await anyio.to_thread.run_sync(call_with_deadline, command, 30.0, "command of x") == "done"
     finally:
         gate.set()
     assert [s.name for s in host.spans] == ["host start-up"]
-    assert host.events("agentium.plugin") == [
-        (
-            "host start-up",
-            "agentium.plugin.abandoned",
-            {"agentium.plugin.call": "importing plugin y", "agentium.plugin.timeout_s": 0.2},
-        )
-    ]
+    assert host.events("agentium.plugin") == _abandoned_on("host start-up", "importing plugin y")
 
 
 async def test_a_context_copied_inside_a_runtime_span_does_not_keep_the_runtime_alive() -> None:
@@ -368,12 +349,7 @@ async def test_a_context_copied_inside_a_runtime_span_does_not_keep_the_runtime_
     # its telemetry state named the runtime strongly, so the runtime (and all it holds) lived on
     # until that copy died: the reference-cycle tests saw a closed runtime freed inside a later one.
     a = Telemetered()
-    rt = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=a.telemetry(),
-    )
+    rt = _runtime(a)
     with anyio.fail_after(30):
         async with rt:
             with runtime_span(rt, "host.a"):
