@@ -105,6 +105,24 @@ def details(result: VerificationResult) -> dict[str, str]:
     return {e.ref: e.detail for e in result.evidence}
 
 
+def refuse_read_leases(monkeypatch: pytest.MonkeyPatch, code: int, message: str) -> None:
+    """Make ``F_SETLEASE F_RDLCK`` fail with ``OSError(code, message)``; every other ``fcntl`` call is real.
+
+    ``OSError`` picks its subclass from ``code`` (``PermissionError`` for
+    ``EACCES``, ``BlockingIOError`` for ``EAGAIN``), as the real call's does.
+    """
+    import fcntl
+
+    real = fcntl.fcntl
+
+    def refusing(fd: Any, cmd: int, arg: Any = 0) -> Any:
+        if cmd == fcntl.F_SETLEASE and arg == fcntl.F_RDLCK:
+            raise OSError(code, message)
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", refusing)
+
+
 def without_leases(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make ``F_SETLEASE`` refuse a read lease with ``EACCES``, as for another user's file.
 
@@ -114,13 +132,5 @@ def without_leases(monkeypatch: pytest.MonkeyPatch) -> None:
     ``fcntl`` call is the real one.
     """
     import errno
-    import fcntl
 
-    real = fcntl.fcntl
-
-    def refusing(fd: Any, cmd: int, arg: Any = 0) -> Any:
-        if cmd == fcntl.F_SETLEASE and arg == fcntl.F_RDLCK:
-            raise PermissionError(errno.EACCES, "Permission denied")
-        return real(fd, cmd, arg)
-
-    monkeypatch.setattr(fcntl, "fcntl", refusing)
+    refuse_read_leases(monkeypatch, errno.EACCES, "Permission denied")

@@ -12,7 +12,6 @@ moment of the writer's open is placed.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import sys
@@ -25,9 +24,16 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from fs_verifier_helpers import CLAIM, details, root_fixture
+from fs_verifier_helpers import CLAIM, details, refuse_read_leases, root_fixture, sha256
 
-from agentium_harness.plugin_api import CancelSignal, OpContext, Scope, Verdict, VerifyContext
+from agentium_harness.plugin_api import (
+    CancelSignal,
+    OpContext,
+    Scope,
+    Verdict,
+    VerificationResult,
+    VerifyContext,
+)
 from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig, _lease
 from agentium_verifier_fs._confined import CHUNK_BYTES, EvidenceUnavailable, hash_file, open_confined
 
@@ -39,6 +45,31 @@ pytestmark = [
 root = root_fixture()
 
 DATA = b"the expected report\n"
+
+
+def _report(root: Path, data: bytes = DATA) -> Path:
+    """``report.bin`` under ``root``, holding ``data``."""
+    path = root / "report.bin"
+    path.write_bytes(data)
+    return path
+
+
+async def _verify_report(root: Path, data: bytes, op: OpContext | None = None) -> VerificationResult:
+    """Verify ``report.bin`` under ``root`` against ``data``'s digest (run started a minute ago); close."""
+    verifier = FsVerifier(
+        FsVerifierConfig(
+            root=str(root), artifacts=(ExpectedArtifact(path="report.bin", sha256=sha256(data)),)
+        )
+    )
+    ctx = VerifyContext(
+        scope=Scope("tenant", "user", "session"),
+        op=op if op is not None else OpContext(),
+        run_started_at=time.time() - 60,
+    )
+    try:
+        return await verifier.verify(CLAIM, ctx)
+    finally:
+        await verifier.aclose()
 
 
 def _writer_in_the_window(monkeypatch: pytest.MonkeyPatch, path: Path) -> list[str]:
@@ -77,23 +108,10 @@ async def test_a_writer_between_lease_and_release_of_the_owner_signals_nobody(
     root: Path, monkeypatch: pytest.MonkeyPatch, sigurg_handler: list[str]
 ) -> None:
     """The break in the window is still seen (``changed``); the host's SIGURG handler never runs."""
-    path = root / "report.bin"
-    path.write_bytes(DATA)
-    verifier = FsVerifier(
-        FsVerifierConfig(
-            root=str(root),
-            artifacts=(ExpectedArtifact(path="report.bin", sha256=hashlib.sha256(DATA).hexdigest()),),
-        )
-    )
+    path = _report(root)
     opens = _writer_in_the_window(monkeypatch, path)
-    ctx = VerifyContext(
-        scope=Scope("tenant", "user", "session"), op=OpContext(), run_started_at=time.time() - 60
-    )
     with anyio.fail_after(30):
-        try:
-            result = await verifier.verify(CLAIM, ctx)
-        finally:
-            await verifier.aclose()
+        result = await _verify_report(root, DATA)
         for _ in range(20):  # give a delivered signal's handler every chance to run here
             await anyio.sleep(0.001)
     assert opens == ["blocked"]
@@ -108,8 +126,7 @@ def test_reading_leaves_the_threads_signal_mask_and_nothing_pending(
     root: Path, monkeypatch: pytest.MonkeyPatch, sigurg_handler: list[str]
 ) -> None:
     """The reading thread's mask is as it was, no SIGURG is left pending, the disposition is the host's."""
-    path = root / "report.bin"
-    path.write_bytes(DATA)
+    path = _report(root)
     opens = _writer_in_the_window(monkeypatch, path)
     handler = signal.getsignal(signal.SIGURG)
     seen: dict[str, object] = {}
@@ -146,16 +163,8 @@ def test_reading_leaves_the_threads_signal_mask_and_nothing_pending(
 def _refused_with_eagain(monkeypatch: pytest.MonkeyPatch) -> None:
     """``F_SETLEASE F_RDLCK`` answers ``EAGAIN``, as the NFSv4 client does without a delegation."""
     import errno
-    import fcntl
 
-    real = fcntl.fcntl
-
-    def refusing(fd: Any, cmd: int, arg: Any = 0) -> Any:
-        if cmd == fcntl.F_SETLEASE and arg == fcntl.F_RDLCK:
-            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-        return real(fd, cmd, arg)
-
-    monkeypatch.setattr(fcntl, "fcntl", refusing)
+    refuse_read_leases(monkeypatch, errno.EAGAIN, "Resource temporarily unavailable")
 
 
 def test_the_file_system_of_a_descriptor_is_its_mounts() -> None:
@@ -183,46 +192,20 @@ async def test_a_lease_a_network_file_system_refuses_with_eagain_is_not_busy(
     The file is open for writing nowhere: ``busy: ... is open for writing`` would
     be untrue, and every file there would be ``unknown`` for good.
     """
-    path = root / "report.bin"
-    path.write_bytes(DATA)
+    _report(root)
     _refused_with_eagain(monkeypatch)
     monkeypatch.setattr(_lease, "file_system", lambda fd: file_system)
-    verifier = FsVerifier(
-        FsVerifierConfig(
-            root=str(root),
-            artifacts=(ExpectedArtifact(path="report.bin", sha256=hashlib.sha256(DATA).hexdigest()),),
-        )
-    )
-    ctx = VerifyContext(
-        scope=Scope("tenant", "user", "session"), op=OpContext(), run_started_at=time.time() - 60
-    )
     with anyio.fail_after(30):
-        try:
-            result = await verifier.verify(CLAIM, ctx)
-        finally:
-            await verifier.aclose()
+        result = await _verify_report(root, DATA)
     assert result.verdict is Verdict.PASS, details(result)
 
 
 async def test_eagain_on_a_local_file_system_is_busy(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the local file system (its real type) ``EAGAIN`` means a writer has the file open: ``busy``."""
-    path = root / "report.bin"
-    path.write_bytes(DATA)
+    _report(root)
     _refused_with_eagain(monkeypatch)
-    verifier = FsVerifier(
-        FsVerifierConfig(
-            root=str(root),
-            artifacts=(ExpectedArtifact(path="report.bin", sha256=hashlib.sha256(DATA).hexdigest()),),
-        )
-    )
-    ctx = VerifyContext(
-        scope=Scope("tenant", "user", "session"), op=OpContext(), run_started_at=time.time() - 60
-    )
     with anyio.fail_after(30):
-        try:
-            result = await verifier.verify(CLAIM, ctx)
-        finally:
-            await verifier.aclose()
+        result = await _verify_report(root, DATA)
     assert details(result) == {
         "report.bin": "unknown: busy: 'report.bin' is open for writing, so it could change while it is "
         "read; not read"
@@ -287,26 +270,10 @@ async def test_a_writer_waits_for_one_chunk_at_most_once_it_broke_the_lease(root
     (the host's own test runner, say) waited for five more chunk reads, up to
     ``read_timeout_s`` or the kernel's 45 s lease-break time on a slow disk.
     """
-    path = root / "report.bin"
     data = b"r" * (3 * CHUNK_BYTES)
-    path.write_bytes(data)
-    verifier = FsVerifier(
-        FsVerifierConfig(
-            root=str(root),
-            artifacts=(ExpectedArtifact(path="report.bin", sha256=hashlib.sha256(data).hexdigest()),),
-        )
-    )
-    signal_ = BreakOnce(path)
-    ctx = VerifyContext(
-        scope=Scope("tenant", "user", "session"),
-        op=OpContext(signal=signal_),
-        run_started_at=time.time() - 60,
-    )
+    signal_ = BreakOnce(_report(root, data))
     with anyio.fail_after(30):
-        try:
-            result = await verifier.verify(CLAIM, ctx)
-        finally:
-            await verifier.aclose()
+        result = await _verify_report(root, data, OpContext(signal=signal_))
         assert signal_.writer is not None
         await anyio.to_thread.run_sync(signal_.writer.join, 20)
     assert not signal_.writer.is_alive()
