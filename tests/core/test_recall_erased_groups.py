@@ -11,52 +11,20 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from _recall_erasure_support import ANA, KEY, SECRET, Recording, recall_runtime
 
-from agentium_harness import (
-    OperatorAttestation,
-    ResidentLimits,
-    RetentionPolicy,
-    RunStatus,
-    RuntimeLimits,
-    SessionKey,
-    VerifiedIdentity,
-    create_harness_runtime,
-)
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness import OperatorAttestation, RetentionPolicy, RunStatus, VerifiedIdentity
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import ArchiveReceipt, OpContext
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"))
-KEY = SessionKey("acme", "ana", "s1")
-SECRET = "My quince account password is tangerine-42."
-
-
-class Recording(ScriptedProvider):
-    capabilities = ScriptedProvider.capabilities
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.requests: list[object] = []
-
-    async def complete(self, request: object, ctx: OpContext) -> object:
-        self.requests.append(request)
-        return await super().complete(request, ctx)  # type: ignore[arg-type]
 
 
 async def test_an_erased_groups_excerpt_is_hidden_not_shown_on_one_line() -> None:
     provider, recall = Recording(), InMemoryRecallStore()
-    runtime = create_harness_runtime(
-        provider=provider,
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        recall=recall,
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-        retention=RetentionPolicy(max_archived_groups=2),
-    )
+    runtime = recall_runtime(provider, recall, retention=RetentionPolicy(max_archived_groups=2))
     try:
         with anyio.fail_after(30):
             await runtime.run(ANA, "s1", SECRET)

@@ -20,62 +20,29 @@ from typing import Any
 
 import anyio
 import pytest
+from _recall_erasure_support import (
+    ANA,
+    KEY,
+    SECRET,
+    MissedErasure,
+    Recording,
+    chatter,
+    erase_completely,
+    hidden_with_a_note,
+    recall_runtime,
+)
 from _telemetry_support import Telemetered
 
-from agentium_harness import (
-    EraseTarget,
-    ErasureState,
-    OperatorAttestation,
-    ResidentLimits,
-    RunStatus,
-    RuntimeLimits,
-    SessionKey,
-    VerifiedIdentity,
-    create_harness_runtime,
-)
-from agentium_harness._engine.recall_groups import UNATTRIBUTED
+from agentium_harness import EraseTarget, RunStatus, SessionKey
 from agentium_harness._history import Message, MessageGroup, Role
-from agentium_harness._ports.erasure import DEFAULT_ERASE_BATCH, EraseReport
-from agentium_harness._ports.erasure import EraseTarget as Target
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory import InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.plugin_api import ArchiveReceipt, OpContext
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-KEY = SessionKey("acme", "ana", "s1")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), statement="DSR-1")
-SECRET = "My quince account password is tangerine-42."
 FRESH = "My quince locker code is blueberry-7."
-
-
-class Recording(ScriptedProvider):
-    capabilities = ScriptedProvider.capabilities
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.requests: list[object] = []
-
-    async def complete(self, request: object, ctx: OpContext) -> object:
-        self.requests.append(request)
-        return await super().complete(request, ctx)  # type: ignore[arg-type]
-
-
-class MissedErasure:
-    """Mixed into a real built-in recall store: its ``erase`` never reaches it (the store was down).
-
-    Every other call is the real store's. Its erase reports nothing held and
-    nothing removed, as a replica that missed the erasure would, so the
-    erasure completes and its index entries stay.
-    """
-
-    async def erase(
-        self, target: Target, ctx: OpContext, *, dry_run: bool = False, max_items: int = DEFAULT_ERASE_BATCH
-    ) -> EraseReport:
-        return EraseReport()
 
 
 class MissedMemory(MissedErasure, InMemoryRecallStore):
@@ -114,20 +81,11 @@ async def test_an_erased_sessions_excerpt_never_reaches_the_model_when_the_id_is
     """
     provider, recall, t = Recording(), _store(kind, tmp_path), Telemetered()
     caplog.set_level(logging.WARNING, "agentium.engine.recall")
-    runtime = create_harness_runtime(
-        provider=provider,
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        recall=recall,
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-        telemetry=t.telemetry(),
-    )
+    runtime = recall_runtime(provider, recall, telemetry=t.telemetry())
     try:
         with anyio.fail_after(30):
-            for i in range(6):
-                await runtime.run(ANA, "s1", SECRET if i == at else f"Unrelated chatter number {i}.")
-            erased = await runtime.erase(_target(level), reason="data-subject request", attestation=OPERATOR)
-            assert erased.tombstone is not None and erased.tombstone.state is ErasureState.COMPLETE
+            await chatter(runtime, 6, secret_at=at)
+            await erase_completely(runtime, _target(level))
             # The same id again: a new session, seqs from 0. Its group 0 is indexed over the old one.
             await runtime.run(ANA, "s1", FRESH)
             await runtime.run(ANA, "s1", "More chatter.")
@@ -137,15 +95,9 @@ async def test_an_erased_sessions_excerpt_never_reaches_the_model_when_the_id_is
         await runtime.aclose()
         await recall.aclose()
     assert run.status is RunStatus.COMPLETED
-    request = provider.requests[-1]
-    assert "tangerine" not in repr(request)
-    blocks = {b.source_id: b.content for b in request.sources}  # type: ignore[attr-defined]
+    blocks = hidden_with_a_note(run, provider, f"group/acme/ana/s1/{at}")
     # The new session's own group is recalled and rendered with its roles: nothing legitimate is hidden.
     assert blocks.get("group/acme/ana/s1/0", "").startswith("user: " + FRESH), blocks
-    assert f"group/acme/ana/s1/{at}" not in blocks
-    assert not any(c.startswith(UNATTRIBUTED) for c in blocks.values())
-    notes = [d.message for d in run.diagnostics if d.code == "recall_note"]
-    assert any("erased" in n and f"group/acme/ana/s1/{at}" in n for n in notes), notes
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     hidden = [
         w
@@ -191,13 +143,7 @@ async def test_when_the_erasure_index_cannot_be_read_recall_fails_and_shows_noth
     the default ``on_failed="stop"`` stops the run before its model call.
     """
     provider, recall, sessions = Recording(), InMemoryRecallStore(), IndexDown()
-    runtime = create_harness_runtime(
-        provider=provider,
-        archive=InMemoryArchive(),
-        session_store=sessions,
-        recall=recall,
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    )
+    runtime = recall_runtime(provider, recall, session_store=sessions)
     ahead = MessageGroup(7, (Message(Role.USER, SECRET),))
     try:
         with anyio.fail_after(30):

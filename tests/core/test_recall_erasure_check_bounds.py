@@ -19,35 +19,36 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from _recall_erasure_support import (
+    ANA,
+    KEY,
+    OPERATOR,
+    SECRET,
+    MissedErasure,
+    Recording,
+    chatter,
+    erase_completely,
+    hidden_with_a_note,
+    recall_runtime,
+)
 
 from agentium_harness import (
     EraseTarget,
-    ErasureState,
-    OperatorAttestation,
     RecallLimits,
     ResidentLimits,
     RunStatus,
     RuntimeLimits,
     SessionKey,
-    VerifiedIdentity,
-    create_harness_runtime,
     current_session_recall_policy,
 )
-from agentium_harness._engine.recall_groups import UNATTRIBUTED
 from agentium_harness._history import Message, MessageGroup, Role
-from agentium_harness._ports.erasure import DEFAULT_ERASE_BATCH, EraseReport
+from agentium_harness._ports.erasure import EraseReport
 from agentium_harness._ports.erasure import EraseTarget as Target
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import ArchiveReceipt, OpContext
 
 pytestmark = pytest.mark.anyio
-
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-KEY = SessionKey("acme", "ana", "s1")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), statement="DSR-1")
-SECRET = "My quince account password is tangerine-42."
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -60,18 +61,6 @@ def gate() -> Iterator[threading.Event]:
     event = threading.Event()
     yield event
     event.set()  # lets a thread the test left blocked finish
-
-
-class Recording(ScriptedProvider):
-    capabilities = ScriptedProvider.capabilities
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.requests: list[object] = []
-
-    async def complete(self, request: object, ctx: OpContext) -> object:
-        self.requests.append(request)
-        return await super().complete(request, ctx)  # type: ignore[arg-type]
 
 
 class IndexBlocked(InMemorySessionStore):
@@ -101,11 +90,10 @@ async def test_an_erasure_index_read_blocked_in_a_worker_thread_is_cut_at_the_re
     so recall fails (default ``on_failed="stop"``), inside its budget.
     """
     provider, recall, sessions = Recording(), InMemoryRecallStore(), IndexBlocked()
-    runtime = create_harness_runtime(
-        provider=provider,
-        archive=InMemoryArchive(),
+    runtime = recall_runtime(
+        provider,
+        recall,
         session_store=sessions,
-        recall=recall,
         recall_limits=RecallLimits(max_latency_s=1.0),
         limits=RuntimeLimits(op_timeout_s=28.0, resident=ResidentLimits(max_groups=1)),
     )
@@ -129,7 +117,7 @@ async def test_an_erasure_index_read_blocked_in_a_worker_thread_is_cut_at_the_re
     assert any("recall erasure check not started or cut" in m for m in failed), failed
 
 
-class StaleText(InMemoryRecallStore):
+class StaleText(MissedErasure, InMemoryRecallStore):
     """A real in-memory recall store as a stale replica: it missed the erasure; re-indexing keeps old text.
 
     Its ``erase`` never reaches it (it reports nothing held, so the erasure
@@ -138,11 +126,6 @@ class StaleText(InMemoryRecallStore):
     the metadata). So it answers with the erased group's text under the
     revision of the new session's group at that seq.
     """
-
-    async def erase(
-        self, target: Target, ctx: OpContext, *, dry_run: bool = False, max_items: int = DEFAULT_ERASE_BATCH
-    ) -> EraseReport:
-        return EraseReport()
 
     async def index_groups(self, key: SessionKey, groups: Any, receipts: Any, ctx: OpContext) -> Any:
         before = dict(self._sources)
@@ -164,36 +147,21 @@ async def test_an_excerpt_no_piece_of_its_group_is_hidden_when_the_session_was_e
     must not reach the model: nothing vouches that it is not erased text.
     """
     provider, recall = Recording(), StaleText()
-    runtime = create_harness_runtime(
-        provider=provider,
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        recall=recall,
-        recall_policy=current_session_recall_policy(on_partial="continue"),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    runtime = recall_runtime(
+        provider, recall, recall_policy=current_session_recall_policy(on_partial="continue")
     )
     try:
         with anyio.fail_after(30):
-            for i in range(4):
-                await runtime.run(ANA, "s1", SECRET if i == 2 else f"Unrelated chatter number {i}.")
-            erased = await runtime.erase(
-                EraseTarget.session("acme", "ana", "s1"), reason="data-subject request", attestation=OPERATOR
-            )
-            assert erased.tombstone is not None and erased.tombstone.state is ErasureState.COMPLETE
+            await chatter(runtime, 4, secret_at=2)
+            await erase_completely(runtime, EraseTarget.session("acme", "ana", "s1"))
             for i in range(4):
                 await runtime.run(ANA, "s1", f"New chatter number {i}.")
             run = await runtime.run(ANA, "s1", "What is my quince account password?")
     finally:
         await runtime.aclose()
     assert run.status is RunStatus.COMPLETED
-    request = provider.requests[-1]
-    assert "tangerine" not in repr(request)
-    blocks = {b.source_id: b.content for b in request.sources}  # type: ignore[attr-defined]
-    assert "group/acme/ana/s1/2" not in blocks
-    assert not any(c.startswith(UNATTRIBUTED) for c in blocks.values())
+    hidden_with_a_note(run, provider, "group/acme/ana/s1/2")
     assert any("no piece of the group" in v for v in run.recall.violations)  # type: ignore[union-attr]
-    notes = [d.message for d in run.diagnostics if d.code == "recall_note"]
-    assert any("erased" in n and "group/acme/ana/s1/2" in n for n in notes), notes
 
 
 class Paused(InMemoryArchive):
@@ -226,13 +194,8 @@ class Paused(InMemoryArchive):
         return report
 
 
-class Missed(InMemoryRecallStore):
+class Missed(MissedErasure, InMemoryRecallStore):
     """A real in-memory recall store whose ``erase`` never reaches it (a stale replica)."""
-
-    async def erase(
-        self, target: Target, ctx: OpContext, *, dry_run: bool = False, max_items: int = DEFAULT_ERASE_BATCH
-    ) -> EraseReport:
-        return EraseReport()
 
 
 async def test_an_excerpt_of_a_session_an_erasure_is_taking_now_is_hidden() -> None:
@@ -245,16 +208,14 @@ async def test_an_excerpt_of_a_session_an_erasure_is_taking_now_is_hidden() -> N
     ``pending`` says the excerpt may be erased text, so it is hidden.
     """
     provider, recall, archive, sessions = Recording(), Missed(), Paused(), InMemorySessionStore()
-    common: dict[str, Any] = {
-        "archive": archive,
-        "session_store": sessions,
-        "recall": recall,
-        "limits": RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    }
-    runtime = create_harness_runtime(
-        provider=provider, recall_limits=RecallLimits(max_latency_s=25.0), **common
+    runtime = recall_runtime(
+        provider,
+        recall,
+        session_store=sessions,
+        archive=archive,
+        recall_limits=RecallLimits(max_latency_s=25.0),
     )
-    other = create_harness_runtime(provider=Recording(), **common)
+    other = recall_runtime(Recording(), recall, session_store=sessions, archive=archive)
     outcome: list[object] = []
     done = anyio.Event()
 
@@ -272,8 +233,7 @@ async def test_an_excerpt_of_a_session_an_erasure_is_taking_now_is_hidden() -> N
 
     try:
         with anyio.fail_after(30):
-            for i in range(4):
-                await runtime.run(ANA, "s1", SECRET if i == 1 else f"Unrelated chatter number {i}.")
+            await chatter(runtime, 4, secret_at=1)
             archive.armed = True
             async with anyio.create_task_group() as tg:
                 tg.start_soon(probe)
