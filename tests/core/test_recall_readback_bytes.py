@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _recall_support import Recording
 from _telemetry_support import Telemetered
 
 from agentium_harness import RecallStatus, RunStatus, SessionKey, VerifiedIdentity, create_harness_runtime
@@ -26,11 +27,9 @@ from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
 from agentium_harness._engine.recall_groups import UNATTRIBUTED
 from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
-from agentium_harness._ports.provider import ModelRequest, ModelResponse
 from agentium_harness._ports.recall import RecallLimits
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 
 pytestmark = pytest.mark.anyio
@@ -38,16 +37,6 @@ pytestmark = pytest.mark.anyio
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
 GROUPS = 8
-
-
-class Recording(ExtractiveProvider):
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return await super().complete(request, ctx)
 
 
 class CountingArchive(InMemoryArchive):

@@ -18,15 +18,15 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from _recall_support import Recording
 
 from agentium_harness import VerifiedIdentity, create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
 from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
-from agentium_harness._ports.provider import ModelRequest, ModelResponse, SourceBlock, SourceKind
+from agentium_harness._ports.provider import ModelRequest, SourceBlock, SourceKind
 from agentium_harness._ports.summary import SummaryLimits, TaskSummary
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 
 pytestmark = pytest.mark.anyio
@@ -56,16 +56,6 @@ def _one_note(line: str) -> str:
 
 def _notes(value: str) -> list[str]:
     return [_one_note(line) for line in value.split("\n")]
-
-
-class Recording(ExtractiveProvider):
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return await super().complete(request, ctx)
 
 
 class Noting(ExtractiveSummarizer):
