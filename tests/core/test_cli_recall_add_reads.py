@@ -13,23 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli_support import SQLITE_RECALL_CONFIG
 
 from agentium_harness._cli import main, recall
 from agentium_harness._engine.document_api import MAX_DOCUMENT_BYTES
 
-CONFIG = """
-[provider]
-plugin = "extractive"
-[archive]
-plugin = "sqlite"
-options = {{ path = "{db}" }}
-[session_store]
-plugin = "sqlite"
-options = {{ path = "{db}" }}
-[recall]
-plugin = "sqlite"
-options = {{ path = "{db}" }}
-"""
+CONFIG = SQLITE_RECALL_CONFIG
 ANA = ["--tenant", "acme", "--user", "ana", "--session", "s1"]
 
 

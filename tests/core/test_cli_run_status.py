@@ -16,23 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli_support import SQLITE_RECALL_CONFIG
 
-CONFIG = """
-[provider]
-plugin = "extractive"
-[archive]
-plugin = "sqlite"
-options = {{ path = "{db}" }}
-[session_store]
-plugin = "sqlite"
-options = {{ path = "{db}" }}
-[recall]
-plugin = "sqlite"
-options = {{ path = "{db}" }}
-{policy}
-[recall.budget]
-{budget}
-"""
+CONFIG = SQLITE_RECALL_CONFIG + "{policy}\n[recall.budget]\n{budget}\n"
 IDS = ("--tenant", "acme", "--user", "ana", "--session", "s1")
 QUESTION = "When does the VPN certificate expire?"
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _cli_support import SQLITE_RECALL_CONFIG
 
 from agentium_harness import (
     EraseTarget,
@@ -285,19 +286,7 @@ async def test_a_failed_second_read_keeps_the_document_and_says_so(caplog: pytes
 
 # -- agentium recall add ------------------------------------------------------------------------
 
-CONFIG = """
-[provider]
-plugin = "extractive"
-[archive]
-plugin = "sqlite"
-options = {{ path = "{db}" }}
-[session_store]
-plugin = "sqlite"
-options = {{ path = "{db}" }}
-[recall]
-plugin = "sqlite"
-options = {{ path = "{db}" }}
-"""
+CONFIG = SQLITE_RECALL_CONFIG
 
 
 @pytest.fixture
