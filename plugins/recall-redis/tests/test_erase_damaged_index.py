@@ -25,6 +25,7 @@ from typing import Final
 import pytest
 import redis.asyncio as aioredis
 from keyspace import key_space
+from redis_erase_rows import KEY, OTHER, discovered, six_rows
 from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness.plugin_api import (
@@ -33,10 +34,7 @@ from agentium_harness.plugin_api import (
     EraseStatus,
     EraseTarget,
     OpContext,
-    RecallLimits,
-    Scope,
     SeqRange,
-    SessionKey,
     SourceOwner,
     SourceRef,
     SourceVector,
@@ -47,8 +45,6 @@ from agentium_recall_redis import RedisRecallConfig, RedisRecallStore, erase_swe
 
 pytestmark = pytest.mark.anyio
 
-KEY: Final = SessionKey("acme", "ana", "s1")
-OTHER: Final = SessionKey("acme", "ana", "s2")
 TARGETS: Final = {
     "session": EraseTarget.session("acme", "ana", "s1"),
     "user": EraseTarget.user("acme", "ana"),
@@ -72,25 +68,6 @@ async def _traces(admin: aioredis.Redis, tp: str, n: int) -> list[bytes]:
     return found
 
 
-async def _found(store: RedisRecallStore, key: SessionKey, word: str) -> list[str]:
-    session = await store.open(Scope(key.tenant, key.user, key.session), RecallLimits(), _ctx())
-    try:
-        return [c.ref.source_id for c in await session.discover(word, 8, _ctx())]
-    finally:
-        await session.close()
-
-
-async def _setup(store: RedisRecallStore) -> tuple[list[str], str]:
-    """Rows 1-3: groups 0-2 of s1; row 4: group 0 of s2; row 5: a document of s1; row 6: one of s2."""
-    groups = [plain_group(seq, f" qword{seq}x text") for seq in range(3)]
-    await store.index_groups(KEY, groups, [ArchiveReceipt(g.seq, g.digest, "x") for g in groups], _ctx())
-    kept = plain_group(0, " qother0x text")
-    await store.index_groups(OTHER, [kept], [ArchiveReceipt(0, kept.digest, "x")], _ctx())
-    await store.index_document(SourceOwner("acme", "ana", "s1"), "notes", "qdocmine text", _ctx())
-    await store.index_document(SourceOwner("acme", "ana", "s2"), "notes", "qdocother text", _ctx())
-    return [g.digest for g in groups], kept.digest
-
-
 @pytest.mark.parametrize("level", ["session", "groups"])
 async def test_a_redirected_ids_entry_leaves_nothing_of_the_targets_own_row(
     server: ServerProcess, admin: aioredis.Redis, level: str, caplog: pytest.LogCaptureFixture
@@ -98,7 +75,7 @@ async def test_a_redirected_ids_entry_leaves_nothing_of_the_targets_own_row(
     prefix = new_prefix()
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     try:
-        digests, _ = await _setup(store)
+        digests, _ = await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         # Group 0 of s1 (row 1) and s1's document (row 5) now name s2's rows in P:ids.
         await admin.hset(f"{tp}:ids", "group/acme/ana/s1/0", "4")
@@ -118,11 +95,11 @@ async def test_a_redirected_ids_entry_leaves_nothing_of_the_targets_own_row(
         erased = [1, 2, 3, 5] if level == "session" else [1, 2, 3]
         for n in erased:
             assert await _traces(admin, tp, n) == [], n
-        assert not await _found(store, KEY, "qword0x")
+        assert not await discovered(store, KEY, "qword0x")
         # s2's rows, which the redirected entries named, are untouched.
         for n in (4, 6):
             assert await _traces(admin, tp, n) != [], n
-        assert await _found(store, OTHER, "qother0x") and await _found(store, OTHER, "qdocother")
+        assert await discovered(store, OTHER, "qother0x") and await discovered(store, OTHER, "qdocother")
         # A second erase finds nothing left.
         again = await store.erase(target, _ctx())
         assert again.removed == 0 and "damaged" not in again.detail
@@ -139,7 +116,7 @@ async def test_a_group_missing_from_its_group_set_is_still_erased_with_its_vecto
     model = EmbeddingModel("test-axes", 4)
     axis = [Vector.normalized(model, [1.0 if j == i else 0.0 for j in range(4)]) for i in range(4)]
     try:
-        digests, _ = await _setup(store)
+        digests, _ = await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         kept_rev = (await admin.hget(f"{tp}:m:4", "rev")).decode()
         refs = [SourceRef(f"group/acme/ana/s1/{seq}", digest) for seq, digest in enumerate(digests)]
@@ -158,7 +135,7 @@ async def test_a_group_missing_from_its_group_set_is_still_erased_with_its_vecto
         assert [list(s.groups) for s in mine] == [list(enumerate(digests))]
         for n in (1, 2, 3):
             assert await _traces(admin, tp, n) == [], n
-        assert not await _found(store, KEY, "qword1x")
+        assert not await discovered(store, KEY, "qword1x")
         if level == "groups":
             assert "damaged" in report.detail
             assert await admin.get(f"{tp}:vc") == b"1"  # s2's vector is left, and counted
@@ -178,7 +155,7 @@ async def test_an_orphaned_row_with_a_huge_id_is_found_by_its_owner_and_its_id_n
     prefix = new_prefix()
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     try:
-        digests, _ = await _setup(store)
+        digests, _ = await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         # Group 0 of s1 (row 1) lost its ids and rev entries, and its id field grew to 64 MiB: only
         # its owner key and seq still say whose it is.
@@ -209,7 +186,7 @@ async def test_the_sweep_pages_through_the_rows_and_a_small_max_items_ends_compl
     prefix = new_prefix()
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     try:
-        digests, _ = await _setup(store)
+        digests, _ = await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         # Rows 1 and 3 (groups 0 and 2) and row 5 (the document) are in no index any more.
         for sid in ("group/acme/ana/s1/0", "group/acme/ana/s1/2", "doc/acme/ana/s1/~/~/notes"):
@@ -243,7 +220,7 @@ async def test_a_write_through_a_redirected_ids_entry_never_removes_another_owne
     prefix = new_prefix()
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     try:
-        _, kept = await _setup(store)
+        _, kept = await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         await admin.hset(f"{tp}:ids", "doc/acme/ana/s1/~/~/notes", "6")
         await admin.hset(f"{tp}:ids", "group/acme/ana/s1/0", "4")
@@ -255,7 +232,7 @@ async def test_a_write_through_a_redirected_ids_entry_never_removes_another_owne
 
         assert {n: await admin.hgetall(f"{tp}:m:{n}") for n in (4, 6)} == other_rows
         assert [g.digest for g in await store.seek_groups(OTHER, 0, 5, _ctx())] == [kept]
-        assert await _found(store, OTHER, "qdocother")
+        assert await discovered(store, OTHER, "qdocother")
         # The group's new version is current (its ids entry names it again), and s1's own old rows are
         # still erased by an erasure of s1 (the sweep finds them), s2's rows untouched.
         assert [g.digest for g in await store.seek_groups(KEY, 0, 1, _ctx())] == [changed.digest]
@@ -277,7 +254,7 @@ async def test_a_tenant_erasure_reports_each_group_with_its_own_digest_despite_a
     prefix = new_prefix()
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     try:
-        digests, kept = await _setup(store)
+        digests, kept = await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         await admin.hset(f"{tp}:ids", "group/acme/ana/s1/0", "4")
 
@@ -307,7 +284,7 @@ async def test_the_sweep_trusts_a_valid_owner_key_over_an_edited_id(
     prefix = new_prefix()
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     try:
-        digests, kept = await _setup(store)
+        digests, kept = await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         other_row = await admin.hgetall(f"{tp}:m:4")
         await admin.hset(f"{tp}:m:4", "sid", "group/acme/ana/s1/1")
@@ -343,7 +320,7 @@ async def test_the_sweep_never_takes_another_owners_row_whose_owner_key_alone_wa
     prefix = new_prefix()
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     try:
-        digests, _ = await _setup(store)
+        digests, _ = await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         rows = {n: await admin.hgetall(f"{tp}:m:{n}") for n in (4, 6)}
         await admin.hset(f"{tp}:m:4", "o", "ana/s1/~/~")

@@ -21,25 +21,19 @@ import attrs
 import pytest
 import redis.asyncio as aioredis
 from keyspace import key_space
+from redis_erase_rows import KEY, OTHER, discovered, six_rows
 from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness.plugin_api import (
-    ArchiveReceipt,
     EraseStatus,
     EraseTarget,
     OpContext,
-    RecallLimits,
-    Scope,
-    SessionKey,
     SourceOwner,
 )
-from agentium_harness.testing import plain_group
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore, erase, erase_sweep
 
 pytestmark = pytest.mark.anyio
 
-KEY: Final = SessionKey("acme", "ana", "s1")
-OTHER: Final = SessionKey("acme", "ana", "s2")
 #: The cap the README documents for one sweep reply (RESP bytes on the wire).
 REPLY_CAP: Final = 1024 * 1024
 
@@ -67,25 +61,6 @@ async def _holding(admin: aioredis.Redis, tp: str, needle: bytes) -> list[bytes]
     return found
 
 
-async def _found(store: RedisRecallStore, key: SessionKey, word: str) -> list[str]:
-    session = await store.open(Scope(key.tenant, key.user, key.session), RecallLimits(), _ctx())
-    try:
-        return [c.ref.source_id for c in await session.discover(word, 8, _ctx())]
-    finally:
-        await session.close()
-
-
-async def _setup(store: RedisRecallStore) -> list[str]:
-    """Rows 1-3: groups 0-2 of s1; row 4: group 0 of s2; row 5: a document of s1; row 6: one of s2."""
-    groups = [plain_group(seq, f" qword{seq}x text") for seq in range(3)]
-    await store.index_groups(KEY, groups, [ArchiveReceipt(g.seq, g.digest, "x") for g in groups], _ctx())
-    kept = plain_group(0, " qother0x text")
-    await store.index_groups(OTHER, [kept], [ArchiveReceipt(0, kept.digest, "x")], _ctx())
-    await store.index_document(SourceOwner("acme", "ana", "s1"), "notes", "qdocmine text", _ctx())
-    await store.index_document(SourceOwner("acme", "ana", "s2"), "notes", "qdocother text", _ctx())
-    return [g.digest for g in groups]
-
-
 @pytest.mark.parametrize("damage", ["lowered", "deleted"])
 @pytest.mark.parametrize("level", ["session", "tenant"])
 async def test_a_damaged_row_counter_hides_no_row_from_the_sweep(
@@ -95,7 +70,7 @@ async def test_a_damaged_row_counter_hides_no_row_from_the_sweep(
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     target = EraseTarget.session("acme", "ana", "s1") if level == "session" else EraseTarget.tenant("acme")
     try:
-        digests = await _setup(store)
+        digests, _ = await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         # Group 2 of s1 (row 3) and s1's document (row 5) are in no index any more, and the row
         # counter no longer reaches them: lowered to 2, or gone.
@@ -120,9 +95,9 @@ async def test_a_damaged_row_counter_hides_no_row_from_the_sweep(
         assert "damaged" in report.detail
         for needle in (b"qword2x", b"qdocmin"):
             assert await _holding(admin, tp, needle) == [], needle
-        assert not await _found(store, KEY, "qword2x") and not await _found(store, KEY, "qdocmine")
+        assert not await discovered(store, KEY, "qword2x") and not await discovered(store, KEY, "qdocmine")
         if level == "session":  # s2's rows stay
-            assert await _found(store, OTHER, "qother0x") and await _found(store, OTHER, "qdocother")
+            assert await discovered(store, OTHER, "qother0x") and await discovered(store, OTHER, "qdocother")
         again = await store.erase(target, _ctx())
         assert again.removed == 0 and "damaged" not in again.detail
     finally:
@@ -225,16 +200,16 @@ async def test_a_junk_member_of_the_row_set_never_makes_writes_push_the_counter_
     calls: list[int] = []
     monkeypatch.setattr(erase, "sweep_rows", _counting(calls, 8))
     try:
-        await _setup(store)
+        await six_rows(store)
         tp = f"{prefix}:{{acme}}"
         await admin.zadd(f"{tp}:rows", {member: score})
         await store.index_document(SourceOwner("acme", "ana", "s1"), "later", "qlater text", _ctx())
-        assert await _found(store, KEY, "qlater") == ["doc/acme/ana/s1/~/~/later"]
+        assert await discovered(store, KEY, "qlater") == ["doc/acme/ana/s1/~/~/later"]
 
         report = await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
 
         assert report.status is EraseStatus.COMPLETE and report.count("document") == 2
         assert await _holding(admin, tp, b"qlater") == [] and await _holding(admin, tp, b"qword0x") == []
-        assert await _found(store, OTHER, "qother0x") and await _found(store, OTHER, "qdocother")
+        assert await discovered(store, OTHER, "qother0x") and await discovered(store, OTHER, "qdocother")
     finally:
         await store.aclose()
