@@ -28,7 +28,14 @@ from typing import Any
 import pytest
 from fs_verifier_helpers import CLAIM, details, root_fixture, without_leases
 
-from agentium_harness.plugin_api import CancelSignal, OpContext, Scope, Verdict, VerifyContext
+from agentium_harness.plugin_api import (
+    CancelSignal,
+    OpContext,
+    Scope,
+    Verdict,
+    VerificationResult,
+    VerifyContext,
+)
 from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig
 from agentium_verifier_fs._confined import CHUNK_BYTES
 
@@ -40,6 +47,20 @@ pytestmark = [
 ]
 
 root = root_fixture()
+
+
+async def _verify_under(verifier: FsVerifier, signal: CancelSignal) -> VerificationResult:
+    """``verifier``'s result with ``signal`` as the operation's (run started a minute ago); then closed."""
+    ctx = VerifyContext(
+        scope=Scope("tenant", "user", "session"),
+        op=OpContext(signal=signal),
+        run_started_at=time.time() - 60,
+    )
+    try:
+        return await verifier.verify(CLAIM, ctx)
+    finally:
+        await verifier.aclose()
+
 
 EXPECTED = (b"E" * CHUNK_BYTES, b"e" * CHUNK_BYTES)
 WRONG = (b"X" * CHUNK_BYTES, b"x" * CHUNK_BYTES)
@@ -100,15 +121,7 @@ async def test_an_artifact_written_while_it_is_read_never_passes_on_the_mix(
         FsVerifierConfig(root=str(root), artifacts=(ExpectedArtifact(path="report.bin", sha256=expected),))
     )
     signal = Flipper(path)
-    ctx = VerifyContext(
-        scope=Scope("tenant", "user", "session"),
-        op=OpContext(signal=signal),
-        run_started_at=time.time() - 60,
-    )
-    try:
-        result = await verifier.verify(CLAIM, ctx)
-    finally:
-        await verifier.aclose()
+    result = await _verify_under(verifier, signal)
     assert signal.flips >= 2  # the file was written between the chunks
     assert path.read_bytes() != b"".join(EXPECTED)  # it never held the expected bytes
     assert result.verdict is not Verdict.PASS, details(result)
@@ -213,15 +226,7 @@ async def test_a_same_size_rewrite_within_one_clock_tick_is_seen(
     verifier = FsVerifier(config)
     monkeypatch.setattr(os, "fstat", _HeldTimes(path))
     signal = OneRewrite(path, after)
-    ctx = VerifyContext(
-        scope=Scope("tenant", "user", "session"),
-        op=OpContext(signal=signal),
-        run_started_at=time.time() - 60,
-    )
-    try:
-        result = await verifier.verify(CLAIM, ctx)
-    finally:
-        await verifier.aclose()
+    result = await _verify_under(verifier, signal)
     assert signal.rewrites == 1
     assert path.read_bytes() == after  # the file held before, then after; never the mix
     # The mix would pass: the expected digest, or a record with one test that ran and no failure.
@@ -298,15 +303,9 @@ async def test_a_writer_in_step_with_both_reads_within_one_tick_is_seen(
     # (SIGIO, the default, would have ended the test process.)
     announced: list[int] = []
     previous = signals.signal(signals.SIGURG, lambda number, frame: announced.append(number))
-    ctx = VerifyContext(
-        scope=Scope("tenant", "user", "session"),
-        op=OpContext(signal=signal),
-        run_started_at=time.time() - 60,
-    )
     try:
-        result = await verifier.verify(CLAIM, ctx)
+        result = await _verify_under(verifier, signal)
     finally:
-        await verifier.aclose()
         if fd is not None:
             os.close(fd)
         signals.signal(signals.SIGURG, previous)
