@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentium_harness._cli import main
+from agentium_harness.testing.sqlite_rows import with_inflated_rows
 
 MARK = "qcliSecret4f2a9"
 
@@ -55,10 +56,12 @@ def _agentium(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str,
 
 
 def _raw(tmp_path: Path) -> bytes:
-    return b"".join(
-        (tmp_path / name).read_bytes()
-        for name in ("agentium.db", "agentium.db-wal")
-        if (tmp_path / name).exists()
+    return with_inflated_rows(
+        b"".join(
+            (tmp_path / name).read_bytes()
+            for name in ("agentium.db", "agentium.db-wal")
+            if (tmp_path / name).exists()
+        )
     )
 
 

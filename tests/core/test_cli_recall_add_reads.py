@@ -17,6 +17,7 @@ from _cli_support import SQLITE_RECALL_CONFIG
 
 from agentium_harness._cli import main, recall
 from agentium_harness._engine.document_api import MAX_DOCUMENT_BYTES
+from agentium_harness.testing.sqlite_rows import with_inflated_rows
 
 CONFIG = SQLITE_RECALL_CONFIG
 ANA = ["--tenant", "acme", "--user", "ana", "--session", "s1"]
@@ -34,8 +35,8 @@ def config(tmp_path: Path) -> Path:
 
 
 def _stored_bytes(folder: Path) -> bytes:
-    """Every byte of the SQLite database and its log (what the command wrote)."""
-    return b"".join(p.read_bytes() for p in sorted(folder.glob("a.db*")))
+    """Every byte of the SQLite database and its log (what the command wrote), deflated rows inflated."""
+    return with_inflated_rows(b"".join(p.read_bytes() for p in sorted(folder.glob("a.db*"))))
 
 
 def test_each_file_is_read_off_the_event_loop_thread(
@@ -111,6 +112,7 @@ _STUCK_FOR_GOOD = """
 import sys, threading
 from pathlib import Path
 from agentium_harness._cli import main, recall
+from agentium_harness.testing.sqlite_rows import with_inflated_rows
 never = threading.Event()
 read = recall._read_document
 def stuck(path, doc_id, *, follow):

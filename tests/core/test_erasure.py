@@ -61,6 +61,7 @@ from agentium_harness.plugin_api import (
     ErasedSession,
     SeqRange,
 )
+from agentium_harness.testing.sqlite_rows import with_inflated_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -139,7 +140,7 @@ def _raw(db: str) -> bytes:
             data += Path(path).read_bytes()
         except FileNotFoundError:
             continue
-    return data
+    return with_inflated_rows(data)
 
 
 async def test_a_session_erasure_reaches_every_store_down_to_the_bytes(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from test_erasure_groups_overtaken import KEY, SCOPE, _fact, _Process
 from agentium_harness import ErasureIncompleteError, ErasureState
 from agentium_harness._engine import erasure_run
 from agentium_harness.plugin_api import OpContext
+from agentium_harness.testing.sqlite_rows import with_inflated_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +35,7 @@ SOURCE = b"My vault code is 4471"
 
 
 def _file_bytes(path: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists())
+    return with_inflated_rows(b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists()))
 
 
 def _fail_after_marking(step: str, first: _Process, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -249,7 +249,7 @@ async def test_a_database_written_before_the_floor_existed_opens_and_gains_it(tm
         await store.aclose()
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("SELECT id, floor FROM revision_floor").fetchall() == [(0, 2)]
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
 
 
 async def test_a_damaged_floor_refuses_to_create_a_session_and_changes_nothing(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ from agentium_harness import (
 )
 from agentium_harness._engine import erasure_run
 from agentium_harness.plugin_api import OpContext
+from agentium_harness.testing.sqlite_rows import with_inflated_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +57,9 @@ def _file_bytes(path: Path) -> bytes:
     connections on it, would drop their POSIX locks (tests/core/test_sqlite_erasure_bytes.py).
     """
     files = [str(p) for p in (path, Path(f"{path}-wal")) if p.exists()]
-    return subprocess.run(["cat", *files], capture_output=True, check=True, timeout=30).stdout
+    return with_inflated_rows(
+        subprocess.run(["cat", *files], capture_output=True, check=True, timeout=30).stdout
+    )
 
 
 def _marking_read_fails_once(first: Any, monkeypatch: pytest.MonkeyPatch) -> list[bool]:

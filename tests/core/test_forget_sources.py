@@ -57,6 +57,7 @@ from agentium_harness.plugin_api import (
     SummarizerCapabilities,
     TaskSummary,
 )
+from agentium_harness.testing.sqlite_rows import with_inflated_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -260,8 +261,12 @@ async def test_forget_with_erase_sources_needs_an_operator_before_anything_chang
 
 
 def _database_files(folder: Path) -> dict[str, bytes]:
-    """The bytes of the database, its log and its shared-memory index."""
-    return {p.name: p.read_bytes() for p in folder.iterdir() if p.name.startswith("agentium.db")}
+    """The bytes of the database, its log and its shared-memory index, deflated rows inflated."""
+    return {
+        p.name: with_inflated_rows(p.read_bytes())
+        for p in folder.iterdir()
+        if p.name.startswith("agentium.db")
+    }
 
 
 async def test_a_forgotten_facts_summary_text_leaves_the_sqlite_files_too(

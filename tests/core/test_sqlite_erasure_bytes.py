@@ -34,6 +34,7 @@ from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.testing.sqlite_rows import with_inflated_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +44,7 @@ OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), stateme
 def _file_bytes(path: Path) -> bytes:
     # Read only once every connection is closed: closing another descriptor of the file in a
     # process that holds SQLite connections on it would drop their POSIX locks.
-    return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists())
+    return with_inflated_rows(b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists()))
 
 
 async def test_a_user_erasure_leaves_no_copy_of_rows_sqlite_moved_while_they_lived(

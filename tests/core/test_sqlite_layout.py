@@ -30,6 +30,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness.adapters._sqlite_pack import unpack
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import (
     SCHEMA_VERSION,
@@ -112,7 +113,7 @@ async def test_a_damaged_or_missing_resident_row_fails_closed_and_is_left_alone(
         with sqlite3.connect(path) as conn:
             conn.execute(
                 "UPDATE groups SET data = ? WHERE id = ?",
-                (rows[first].replace(b"resident", b"Resident"), first),
+                (unpack(rows[first], 1 << 20).replace(b"resident", b"Resident"), first),
             )
         damaged = _group_rows(path)
         for _ in range(2):
@@ -227,7 +228,7 @@ async def test_a_version_1_file_is_migrated_in_place_on_first_open(tmp_path: Pat
             version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
             floor = conn.execute("SELECT id, floor FROM revision_floor").fetchall()
             guards = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-        assert version == str(SCHEMA_VERSION) == "3"  # straight to the current version
+        assert version == str(SCHEMA_VERSION) == "4"  # straight to the current version
         assert floor == [(0, 0)]
         # The floor's triggers (it only rises) come with it.
         assert {"revision_floor_update_only_rises", "revision_floor_insert_only_rises"} <= guards

@@ -139,20 +139,32 @@ async def test_a_huge_resident_group_is_refused_by_the_load_before_it_is_fetched
     assert _fingerprint(path) == before
 
 
+def _group_ids_all(path: Path) -> list[int]:
+    return [int(i) for (i,) in _sql(path, "SELECT id FROM groups ORDER BY id")]  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("form", ["deflated", "as is"])
 async def test_resident_groups_joining_past_the_bound_are_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
 ) -> None:
-    # Each row within the bound, their join over it: the rows after the bound are not fetched.
+    # Each row within the bound, their join over it: the rows after the bound are not fetched, and a
+    # deflated one is not inflated past what is left of the bound. "as is": rows of schema version 3.
     path = tmp_path / "a.db"
     store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
     groups = tuple(plain_group(seq, "x" * 4000) for seq in range(3))
     snapshot = seal_snapshot(SessionSnapshot(Scope("acme", "ana", "s1"), 0, 3, groups))
     await store.save(KEY, snapshot, None, _ctx())
     await store.aclose()
+    lengths = [n for (n,) in _sql(path, "SELECT length(data) FROM groups ORDER BY id")]
+    assert all(n < 1000 for n in lengths), lengths  # 4,000 x's deflate to a few dozen bytes
+    if form == "as is":
+        for i, group in zip(_group_ids_all(path), groups, strict=True):
+            _sql(path, "UPDATE groups SET data = ? WHERE id = ?", (group.canonical_bytes(), i))
     size = len(_sql(path, "SELECT snapshot FROM sessions")[0][0])  # type: ignore[arg-type]
     monkeypatch.setattr(_sqlite_rows, "JSON_BYTES", size + 2 * (len(groups[0].canonical_bytes()) + 1))
     store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
-    with pytest.raises(SnapshotCorruptError, match=r"group 2 of length \d+ bytes \(the whole at most"):
+    over = r"over \d+ inflated" if form == "deflated" else r"\d+"
+    with pytest.raises(SnapshotCorruptError, match=rf"group 2 of length {over} bytes \(the whole at most"):
         await store.load(KEY, _ctx())
     monkeypatch.undo()
     loaded = await store.load(KEY, _ctx())

@@ -73,7 +73,7 @@ async def test_the_health_probe_refuses_a_schema_version_hiding_its_size_behind_
     seeder = SQLiteArchive(config)
     await seeder.append(KEY, GROUPS, _ctx())
     await seeder.aclose()
-    assert "schema v3" in await store.health(_ctx())  # the connection is open
+    assert "schema v4" in await store.health(_ctx())  # the connection is open
     _sql(path, f"UPDATE meta SET value = {NUL_TEXT} WHERE key = 'schema_version'", (HUGE,))
     before = _session_state(path)
     message = rf"schema version of 1 characters \({HUGE + 2} bytes\).*damaged; nothing was changed"

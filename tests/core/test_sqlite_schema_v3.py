@@ -160,9 +160,9 @@ async def test_a_version_2_file_is_upgraded_on_first_open_and_keeps_its_sessions
         assert await archive.read_groups(KEY, 0, 10, _ctx()) == [plain_group(s, " of s1") for s in range(5)]
         assert await archive.read_groups(OTHER, 0, 10, _ctx()) == [plain_group(0, " of s9")]
         assert await store.list_sessions("acme", "ana", 10, _ctx()) == ["s1"]
-        # Version 3, with the floor's row: a new one at 0, or the one version 2 code left, kept.
+        # The current version (4), with the floor's row: a new one at 0, or the one version 2 code left, kept.
         assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-        assert SCHEMA_VERSION == 3
+        assert SCHEMA_VERSION == 4
         assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, kept)]
         assert _guards(path) == set(GUARDS)  # and its triggers: it only rises from now on
         with pytest.raises(sqlite3.IntegrityError, match="only rises; DELETE refused"):
@@ -189,7 +189,7 @@ async def test_a_damaged_floor_of_a_version_2_file_is_kept_and_still_refuses_an_
     try:
         loaded = await store.load(KEY, _ctx())
         assert loaded is not None and loaded.revision == 7
-        assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+        assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [("4",)]
         assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, "damaged")]
         with pytest.raises(SQLiteRevisionFloorError, match="damaged"):
             await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
@@ -202,16 +202,16 @@ async def test_a_file_of_a_newer_version_is_refused_and_nothing_is_written(tmp_p
     path = tmp_path / "agentium.db"
     _v2_file(path, None)
     # What a later version might have left: its own version, and no floor table this code would make.
-    _raw(path, "UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    _raw(path, "UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     before = _dump(path)
     config = SQLiteConfig(path=str(path))
     archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
     try:
-        with pytest.raises(SQLiteStorageError, match="schema version 4"):
+        with pytest.raises(SQLiteStorageError, match="schema version 5"):
             await store.load(KEY, _ctx())
-        with pytest.raises(SQLiteStorageError, match="schema version 4"):
+        with pytest.raises(SQLiteStorageError, match="schema version 5"):
             await store.save(OTHER, scoped_snapshot(OTHER, " x"), None, _ctx())
-        with pytest.raises(ArchiveError, match="schema version 4"):
+        with pytest.raises(ArchiveError, match="schema version 5"):
             await archive.append(OTHER, [plain_group(1, " of s9")], _ctx())
     finally:
         await archive.aclose()
@@ -414,7 +414,7 @@ async def test_a_version_3_file_without_the_triggers_gets_them_on_open_and_keeps
     try:
         await archive.read_groups(KEY, 0, 10, _ctx())  # either adapter's first open makes them
         assert _guards(path) == set(GUARDS)
-        assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+        assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [("4",)]
         assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, 4)]  # kept as it was
         with pytest.raises(sqlite3.IntegrityError, match="only rises; UPDATE refused"):
             _raw(path, "UPDATE revision_floor SET floor = 3 WHERE id = 0")

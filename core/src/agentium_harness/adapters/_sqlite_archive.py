@@ -14,6 +14,7 @@ from typing import ClassVar, Final
 
 from .._errors import (
     AgentiumError,
+    ArchiveCorruptError,
     ArchiveError,
     InvalidArgumentError,
 )
@@ -39,6 +40,7 @@ from ._sqlite_base import (
     data_version,
 )
 from ._sqlite_bounds import JSON_BYTES
+from ._sqlite_pack import PackedRowError, is_packed, unpack
 from ._sqlite_rows import (
     append_groups,
     drop_if_empty,
@@ -217,10 +219,18 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         The stored digest must match the stored bytes, the bytes must decode
         without coercion, and the group must be the one filed under this key
         (its ``seq``, its retained scope, and the digest of its canonical bytes).
+        A deflated row is inflated first, within the decoder's bound (``_sqlite_pack``).
         """
-        return decode_archived_group(
-            key, seq, digest, data, lambda: f"group {seq!r} of session {key.key()} in {self._path}"
-        )
+
+        def where() -> str:
+            return f"group {seq!r} of session {key.key()} in {self._path}"
+
+        if isinstance(data, bytes) and is_packed(data):
+            try:
+                data = unpack(data, JSON_BYTES)
+            except PackedRowError as exc:
+                raise ArchiveCorruptError(f"{where()} is damaged: {exc}") from None
+        return decode_archived_group(key, seq, digest, data, where)
 
     async def erase(
         self,

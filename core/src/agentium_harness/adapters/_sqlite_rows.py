@@ -1,10 +1,7 @@
-"""The row layout of the SQLite archive and session store (schema versions 2 and 3): each group once.
+"""The row layout of the SQLite archive and session store (schema versions 2 to 4): each group once.
 
-A turn that evicts a group used to write it twice and its neighbours again:
-the whole snapshot (every resident group) was rewritten into one row, and
-the evicted group was inserted again into the archive's table. Here every
-group either adapter stores is one row of ``groups``, and a row is never
-rewritten while its content stays the same:
+Every group either adapter stores is one row of ``groups``, never rewritten
+while its content stays the same (docs/adapters.md):
 
 - ``sessions``: one row per session, numbered ``sid`` (never reused), with
   the archive's watermark ``adopted`` and the session store's snapshot:
@@ -13,16 +10,15 @@ rewritten while its content stays the same:
   ``inline`` set, the whole snapshot (a snapshot this layout cannot split,
   and every snapshot written before it).
 - ``groups``: ``id = sid << 33 | seq << 1 | archived``, the group's
-  ``digest`` and canonical ``data``. ``archived = 1`` rows are the
+  ``digest`` and canonical ``data``, deflated when that is smaller
+  (:mod:`._sqlite_pack`). ``archived = 1`` rows are the
   archive's own (``HistoryArchive.append``); ``archived = 0`` rows are the
   session store's resident groups.
 
 When both adapters share the file, the joint commit of a turn archives the
 groups it evicts by *adopting* the store's rows: ``adopted`` moves to the new
 boundary and the store's rows below it belong to the archive from then on,
-unchanged. So an evicting turn writes the new group's row and the session's
-row — two leaf pages, where it used to rewrite the whole snapshot (four
-pages) and insert the evicted group again (two, with its overflow page).
+unchanged. So an evicting turn writes the new group's row and the session's row.
 
 What each adapter sees:
 
@@ -66,6 +62,7 @@ from ._sqlite_bounds import (
     over_check,
     oversize,
 )
+from ._sqlite_pack import PackedRowError, PackedRowOverBound, is_packed, pack, unpack
 from ._sqlite_sql import revision_floor
 
 __all__ = [
@@ -78,7 +75,6 @@ __all__ = [
     "archived_where",
     "checked_session",
     "drop_if_empty",
-    "drop_snapshot",
     "find_session",
     "group_rows",
     "joined_snapshot",
@@ -302,7 +298,7 @@ def append_groups(
         if held is None:
             conn.execute(
                 "INSERT INTO groups (id, digest, data) VALUES (?, ?, ?)",
-                (row_id(session.sid, seq, True), digest, data),
+                (row_id(session.sid, seq, True), digest, pack(data)),
             )
         elif held != digest:
             raise _conflict(key, seq, held, digest)
@@ -379,9 +375,8 @@ def split_snapshot(snapshot: SessionSnapshot, data: bytes) -> SnapshotRows:
 def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, object, SessionRow] | None:
     """``(revision, bytes, row)`` of the stored snapshot, joined from its rows; ``None`` if there is none.
 
-    The bytes are ``None`` when the session's row does not describe a whole
-    snapshot (a resident row missing, a column of the wrong type): damage the
-    caller reports. They are checked like any snapshot's bytes by the caller.
+    The bytes (checked by the caller) are ``None`` when the row does not describe a whole
+    snapshot (a resident row missing, a column of the wrong type): damage the caller reports.
     """
     session = find_session(conn, key)
     if session is None or session.revision is None:
@@ -435,7 +430,18 @@ def joined_snapshot(
         "WHERE id >= ?2 AND id < ?3 AND (id & 1) = 0 ORDER BY id",
         (room, row_id(session.sid, boundary, False), row_id(session.sid, next_seq, False)),
     ):
-        size += (length or 0) + 1
+        if type(data) is bytes and is_packed(data):
+            try:  # within what is left of the bound (a row is never stored larger deflated)
+                data = unpack(data, JSON_BYTES - size)
+                length = len(data)
+            except PackedRowOverBound:
+                data, length = None, f"over {max(0, JSON_BYTES - size)} inflated"  # refused below
+            except PackedRowError as exc:
+                if erasing:
+                    return session.revision, None, session
+                where = f"the snapshot of session {key.key()} is damaged: group {seq_of(i)}'s row"
+                raise SnapshotCorruptError(f"{where}: {exc}; nothing was changed") from None
+        size += (length if type(length) is int else 0) + 1
         if data is None or size > JSON_BYTES + 1:  # data is NOT NULL: None is a value over the bound
             if erasing:
                 return session.revision, None, session
@@ -524,7 +530,7 @@ def save_snapshot(
             else:
                 conn.execute(
                     "INSERT INTO groups (id, digest, data) VALUES (?, ?, ?)",
-                    (row_id(sid, seq, True), digest, data),
+                    (row_id(sid, seq, True), digest, pack(data)),
                 )
         receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
     adopted = max([session.adopted, *(seq + 1 for seq in adopt)])
@@ -537,14 +543,14 @@ def save_snapshot(
             if seq not in held:
                 conn.execute(
                     "INSERT INTO groups (id, digest, data) VALUES (?, ?, ?)",
-                    (row_id(sid, seq, False), digest, data),
+                    (row_id(sid, seq, False), digest, pack(data)),
                 )
             elif held[seq] != digest:
                 if seq not in owned:
                     raise _unowned(key, seq, session)
                 conn.execute(
                     "UPDATE groups SET digest = ?, data = ? WHERE id = ?",
-                    (digest, data, row_id(sid, seq, False)),
+                    (digest, pack(data), row_id(sid, seq, False)),
                 )
             keep.add(seq)
     else:
@@ -583,17 +589,3 @@ def _unowned(key: SessionKey, seq: int, session: SessionRow) -> SnapshotCorruptE
         f"(boundary {session.boundary!r}, next seq {session.next_seq!r}); it may be an archived "
         "group, so it is neither rewritten nor deleted, and nothing was changed"
     )
-
-
-def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
-    """Delete a session's snapshot: its resident rows and its columns (adopted rows stay the archive's)."""
-    conn.execute(
-        "DELETE FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",
-        (row_id(session.sid, session.adopted, False), _base(session.sid + 1)),
-    )
-    conn.execute(
-        "UPDATE sessions SET revision = NULL, boundary = NULL, next_seq = NULL, inline = NULL, "
-        "snapshot = NULL WHERE sid = ?",
-        (session.sid,),
-    )
-    drop_if_empty(conn, session.sid)

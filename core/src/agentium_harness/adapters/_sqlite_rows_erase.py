@@ -21,12 +21,13 @@ from ._sqlite_rows import (
     SessionRow,
     archived_where,
     checked_session,
+    drop_if_empty,
     row_id,
     seq_of,
 )
 from ._sqlite_sql import session_filter
 
-__all__ = ["archived_rows_covered", "sessions_covered"]
+__all__ = ["archived_rows_covered", "drop_snapshot", "sessions_covered"]
 
 
 def _keyed_sessions(
@@ -114,3 +115,17 @@ def sessions_covered(
         SnapshotCorruptError,
     )
     return found[:bound], len(found) > bound
+
+
+def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
+    """Delete a session's snapshot: its resident rows and its columns (adopted rows stay the archive's)."""
+    conn.execute(
+        "DELETE FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",
+        (row_id(session.sid, session.adopted, False), row_id(session.sid + 1, 0, False)),
+    )
+    conn.execute(
+        "UPDATE sessions SET revision = NULL, boundary = NULL, next_seq = NULL, inline = NULL, "
+        "snapshot = NULL WHERE sid = ?",
+        (session.sid,),
+    )
+    drop_if_empty(conn, session.sid)

@@ -45,7 +45,9 @@ __all__ = [
 #: version 3 adds the session store's revision floor (``revision_floor``, its one row made
 #: with the table). The floor is a version of its own because code that predates it erases
 #: without raising it: a file that has it must be refused by such code, not quietly used.
-SCHEMA_VERSION: Final = 3
+#: Version 4 may store a group's bytes deflated (:mod:`._sqlite_pack`), which version 3 code
+#: would read as damage (and an erasure of its would delete such a snapshot unread).
+SCHEMA_VERSION: Final = 4
 
 #: The tables both adapters create (each creates all of them, idempotently).
 SCHEMA: Final = (
@@ -215,7 +217,7 @@ def stored_version(conn: sqlite3.Connection, meta_table: str) -> str | None:
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables of a new file, migrate a version 1 or 2 file, refuse a newer one (one transaction).
+    """Create the tables of a new file, migrate one of version 1 to 3, refuse a newer one (one transaction).
 
     Two connections opening one file at once are ordered by the write lock: the
     second finds the tables made (or migrated) by the first. A file already at
@@ -229,7 +231,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         if found == "1":
             # In this transaction: a crash or an error leaves version 1 whole.
             _migrate_v1(conn)
-        elif found not in (None, "2", str(SCHEMA_VERSION)):
+        elif found not in (None, "2", "3", str(SCHEMA_VERSION)):
             raise SchemaError(
                 f"it has schema version {found}, this version of agentium-harness understands "
                 f"{SCHEMA_VERSION}; upgrade agentium-harness or use another file"
@@ -237,8 +239,10 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         for statement in SCHEMA[1:]:
             conn.execute(statement)
         if found != str(SCHEMA_VERSION):
-            # Version 2 to 3 (and a new file): the floor's row. A version 2 file may already hold
-            # one (code of version 2 that knew the floor); it is kept as it is, damaged or not.
+            # Version 2 or 3 to 4 (and a new file): the floor's row, if the file has none yet. A
+            # version 2 file may already hold one (code of version 2 that knew the floor); it is kept
+            # as it is, damaged or not. Version 4 only adds deflated group rows (_sqlite_pack), which
+            # code of version 3 would take for damage: the version keeps that code off the file.
             conn.execute(_FLOOR_ROW)
             conn.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",

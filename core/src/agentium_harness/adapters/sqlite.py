@@ -86,14 +86,13 @@ from ._sqlite_base import (
 )
 from ._sqlite_bounds import ID_CHARS, bounded_select, oversize
 from ._sqlite_rows import (
-    drop_snapshot,
     group_rows,
     joined_snapshot,
     read_snapshot,
     save_snapshot,
     split_snapshot,
 )
-from ._sqlite_rows_erase import sessions_covered
+from ._sqlite_rows_erase import drop_snapshot, sessions_covered
 from ._sqlite_sql import immediate_transaction, raise_revision_floor, read_transaction, scrub_log
 
 __all__ = [

@@ -4,7 +4,7 @@ Tests of strict reading need to change what is on disk behind an adapter's
 back: flip bytes in an archived group, file a row under another session,
 rewrite a snapshot in another form. These functions do that on the file
 directly (their own connection, committed at once), whatever the layout of
-the adapters' tables (schema version 2, docs/adapters.md): a test says
+the adapters' tables (schema version 4, docs/adapters.md): a test says
 *which* stored record to change, not where it lives.
 
 They are for tests only: they bypass every check the adapters make.
@@ -12,12 +12,16 @@ They are for tests only: they bypass every check the adapters make.
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .._json import MAX_JSON_BYTES
 from .._scope import SessionKey
+from ..adapters._sqlite_pack import unpack
 from ..adapters._sqlite_rows import find_session, read_snapshot, row_id, seq_of
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "set_group_row",
     "set_snapshot_row",
     "snapshot_row",
+    "with_inflated_rows",
 ]
 
 
@@ -89,12 +94,17 @@ def archived_seqs(path: str | Path, key: SessionKey) -> list[int]:
 
 
 def group_row(path: str | Path, key: SessionKey, seq: int) -> tuple[str, bytes]:
-    """``(digest, data)`` stored for archived group ``seq`` of ``key``; ``LookupError`` if there is none."""
+    """``(digest, data)`` stored for archived group ``seq`` of ``key``; ``LookupError`` if there is none.
+
+    ``data`` is the group's canonical bytes, inflated if the row holds them deflated (schema
+    version 4), so a test can change them as text; :func:`set_group_row` stores what it is given
+    as it is, which the adapters read as well.
+    """
     with _connect(path) as conn:
         row = conn.execute(
             "SELECT digest, data FROM groups WHERE id = ?", (_archived_id(conn, key, seq),)
         ).fetchone()
-        return str(row[0]), bytes(row[1])
+        return str(row[0]), unpack(bytes(row[1]), MAX_JSON_BYTES)
 
 
 def set_group_row(
@@ -158,3 +168,36 @@ def set_snapshot_row(path: str | Path, key: SessionKey, data: bytes, revision: i
             "WHERE sid = ?",
             (keep if revision is None else revision, data, sid),
         )
+
+
+#: The first byte of a zlib stream (deflate, any window) and any second byte: every place one may start.
+_STREAM_START = re.compile(rb"(?=[\x08\x18\x28\x38\x48\x58\x68\x78].)", re.DOTALL)
+
+
+def with_inflated_rows(data: bytes, *, most: int = 1 << 20) -> bytes:
+    """``data`` (a database file's or log's bytes) followed by the text of every deflated row found in it.
+
+    The adapters store a group's bytes deflated when that is smaller (schema
+    version 4), so a stored word is not in the file's bytes as such. A test that
+    looks for a word in a file (an erasure must leave no copy, live or in a freed
+    page or the log) searches this instead: every place a zlib stream may start
+    is inflated as far as it goes (at most ``most`` bytes each), damaged or cut
+    short by a page boundary or not, and what comes out is appended.
+    """
+    found = [data]
+    for match in _STREAM_START.finditer(data):
+        at = match.start()
+        if (data[at] * 256 + data[at + 1]) % 31 or data[at + 1] & 0x20:  # not a header, or a preset dict
+            continue
+        inflater = zlib.decompressobj()
+        out = bytearray()
+        for start in range(at, min(len(data), at + 2 * most), 64):
+            try:
+                out += inflater.decompress(data[start : start + 64], most - len(out))
+            except zlib.error:
+                break
+            if inflater.eof or inflater.unconsumed_tail or len(out) >= most:
+                break
+        if len(out) >= 8:
+            found.append(bytes(out))
+    return b"\n".join(found)

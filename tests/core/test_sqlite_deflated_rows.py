@@ -1,0 +1,176 @@
+"""Schema version 4: group rows stored deflated when smaller, read strictly, old rows read as they are."""
+
+from __future__ import annotations
+
+import sqlite3
+import zlib
+from pathlib import Path
+
+import pytest
+
+from agentium_harness import ArchiveCorruptError, SnapshotCorruptError
+from agentium_harness._ports import OpContext
+from agentium_harness._scope import Scope, SessionKey
+from agentium_harness.adapters import _sqlite_archive, _sqlite_rows
+from agentium_harness.adapters._sqlite_pack import (
+    MIN_PACKED,
+    PackedRowError,
+    PackedRowOverBound,
+    pack,
+    unpack,
+)
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import SessionSnapshot, seal_snapshot
+from agentium_harness.testing import plain_group
+from agentium_harness.testing.sqlite_rows import group_row
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("acme", "ana", "s1")
+SCOPE = Scope("acme", "ana", "s1")
+TEXT = "The archive keeps every word of the conversation, in order, checked on every read. " * 8
+
+
+def _adapters(path: Path) -> tuple[SQLiteArchive, SQLiteSessionStore]:
+    return SQLiteArchive(SQLiteConfig(path=str(path))), SQLiteSessionStore(SQLiteConfig(path=str(path)))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _rows(path: Path) -> dict[int, tuple[str, bytes]]:
+    with sqlite3.connect(path) as conn:
+        return {int(i): (str(d), bytes(b)) for i, d, b in conn.execute("SELECT id, digest, data FROM groups")}
+
+
+def _set(path: Path, row: int, data: bytes) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE groups SET data = ? WHERE id = ?", (data, row))
+
+
+def test_pack_round_trips_and_keeps_small_or_incompressible_rows_as_they_are() -> None:
+    data = plain_group(0, TEXT).canonical_bytes()
+    packed = pack(data)
+    assert packed[:1] != b"{" and len(packed) < len(data) // 3
+    assert unpack(packed, len(data)) == data
+    small = plain_group(0, "hi").canonical_bytes()
+    assert len(small) < MIN_PACKED and pack(small) == small
+    # Random-looking text deflates to more than it is: kept as it is.
+    noise = plain_group(0, bytes(range(256)).hex() * 2).canonical_bytes()
+    assert pack(noise) == noise or len(pack(noise)) < len(noise)
+    assert unpack(small, 0) == small  # a row as it is: its size is the caller's to check
+
+
+@pytest.mark.parametrize(
+    ("stored", "error"),
+    [
+        (zlib.compress(b'{"a":1}')[:-3], PackedRowError),  # cut short
+        (zlib.compress(b'{"a":1}') + b"x", PackedRowError),  # bytes after the stream
+        (zlib.compress(b'{"a":1}')[:-1] + b"\x00", PackedRowError),  # checksum
+        (b"\x78\x9c garbage", PackedRowError),
+        (b"", PackedRowError),
+        (zlib.compress(b"{" + b" " * 100_000 + b"}"), PackedRowOverBound),  # a bomb, over the bound
+    ],
+    ids=["truncated", "trailing", "checksum", "garbage", "empty", "over-bound"],
+)
+def test_unpack_refuses_damage_and_never_inflates_past_its_bound(
+    stored: bytes, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        unpack(stored, 1000)
+    with pytest.raises(PackedRowError):
+        unpack(zlib.compress(b"{}" * 10), -5)  # nothing left of the bound: never "no limit"
+
+
+async def test_a_turns_rows_are_deflated_and_read_back_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    archive, store = _adapters(path)
+    ctx = OpContext()
+    groups = tuple(plain_group(seq, f"{seq} {TEXT}") for seq in range(4))
+    try:
+        await archive.append(KEY, groups[:2], ctx)
+        snapshot = seal_snapshot(SessionSnapshot(SCOPE, 2, 4, groups[2:]))
+        await store.save(KEY, snapshot, None, ctx)
+        rows = _rows(path)
+        assert len(rows) == 4
+        for digest, data in rows.values():
+            assert data[:1] != b"{" and len(data) < 400, len(data)  # ~1 KB of JSON each
+            assert digest.startswith("sha256:")
+        assert list(await archive.read_groups(KEY, 0, 10, ctx)) == list(groups[:2])
+        loaded = await SQLiteSessionStore(SQLiteConfig(path=str(path))).load(KEY, ctx)
+        assert loaded is not None and loaded.snapshot.resident == groups[2:]
+        assert group_row(path, KEY, 0)[1] == groups[0].canonical_bytes()  # the test helper inflates
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_rows_stored_as_they_are_by_version_3_are_read_and_never_rewritten(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    archive, store = _adapters(path)
+    ctx = OpContext()
+    groups = tuple(plain_group(seq, f"{seq} {TEXT}") for seq in range(4))
+    try:
+        await archive.append(KEY, groups[:2], ctx)
+        stored = await store.save(KEY, seal_snapshot(SessionSnapshot(SCOPE, 2, 4, groups[2:])), None, ctx)
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    # What version 3 wrote: canonical JSON as it is, and the version it recorded.
+    by_seq = {g.seq: g for g in groups}
+    for row in _rows(path):
+        _set(path, row, by_seq[(row >> 1) & 0xFFFFFFFF].canonical_bytes())
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    before = _rows(path)
+    archive, store = _adapters(path)
+    try:
+        assert list(await archive.read_groups(KEY, 0, 10, ctx)) == list(groups[:2])
+        loaded = await store.load(KEY, ctx)
+        assert loaded is not None and loaded.snapshot.resident == groups[2:] and loaded.revision == stored
+        assert _rows(path) == before  # read as they are, not rewritten
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bit", "bomb"])
+async def test_a_damaged_deflated_row_fails_closed_and_is_left_alone(
+    tmp_path: Path, damage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "a.db"
+    archive, store = _adapters(path)
+    ctx = OpContext()
+    groups = tuple(plain_group(seq, f"{seq} {TEXT}") for seq in range(2))
+    try:
+        await archive.append(KEY, groups[:1], ctx)
+        await store.save(KEY, seal_snapshot(SessionSnapshot(SCOPE, 1, 2, groups[1:])), None, ctx)
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    rows = _rows(path)
+    for row, (_, data) in rows.items():
+        if damage == "truncated":
+            bad = data[: len(data) // 2]
+        elif damage == "bit":
+            bad = data[:40] + bytes([data[40] ^ 0x10]) + data[41:]
+        else:  # a valid stream whose JSON is larger than anything the decoder reads back (bound lowered)
+            for module in (_sqlite_archive, _sqlite_rows):
+                monkeypatch.setattr(module, "JSON_BYTES", 100_000)
+            bad = zlib.compress(b"{" + b" " * 1_000_000 + b"}", 9)
+        _set(path, row, bad)
+    damaged = _rows(path)
+    archive, store = _adapters(path)
+    try:
+        with pytest.raises(ArchiveCorruptError):
+            await archive.read_groups(KEY, 0, 10, ctx)
+        with pytest.raises(SnapshotCorruptError):
+            await store.load(KEY, ctx)
+        assert _rows(path) == damaged  # nothing changed
+    finally:
+        await archive.aclose()
+        await store.aclose()
