@@ -10,7 +10,8 @@ same row is about 400 bytes. Schema version 4 stores a group either way:
 - **deflated**: a zlib stream (RFC 1950: header, deflate data, Adler-32),
   whose first byte's low four bits are always 8 (the deflate method), so it
   can never start with ``{`` (``0x7B``). It is written only when it is
-  smaller than the JSON.
+  smaller than the JSON. A row is read as deflated when it starts with a
+  valid zlib header (:func:`is_packed`), else as JSON.
 
 The stored digest is always that of the canonical JSON, so a deflated row is
 checked like any other once inflated. Inflating is bounded like every read
@@ -61,8 +62,17 @@ def pack(data: bytes) -> bytes:
 
 
 def is_packed(stored: bytes) -> bool:
-    """Whether ``stored`` is a deflated row (anything not starting with ``{``, the JSON's first byte)."""
-    return stored[:1] != b"{"
+    """Whether ``stored`` starts with a zlib header (deflate, a window of at most 32 KB, a valid check).
+
+    Canonical JSON never does (its first byte is ``{``); anything else that does not is read as
+    JSON, which the strict decoder then refuses if it is no group (too deep, not an object, ...).
+    """
+    return (
+        len(stored) >= 2
+        and stored[0] & 0x0F == 8
+        and stored[0] >> 4 <= 7
+        and (stored[0] << 8 | stored[1]) % 31 == 0
+    )
 
 
 def unpack(stored: bytes, limit: int) -> bytes:
