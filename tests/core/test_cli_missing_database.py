@@ -293,6 +293,27 @@ def test_a_fenced_write_creates_one_database_shared_with_the_session_store(
         assert "ana drinks milk" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("linked", ["session_store", "written"])
+@pytest.mark.parametrize("command", ["recall add", "memory remember"])
+def test_a_fenced_write_creates_one_database_shared_with_the_session_store_through_a_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, linked: str
+) -> None:
+    # One file for both, one of the two paths a link (not there yet) to the other: the same file
+    # as one spelling, so created with the first write. Compared as spelled, it was refused as a
+    # missing session store, and the hint (create an empty file there) named the link.
+    written = "recall" if command == "recall add" else "memory"
+    (tmp_path / "link.db").symlink_to(tmp_path / "one.db")
+    paths = {s: "other.db" for s in STORES}
+    paths["session_store"], paths[written] = (
+        ("link.db", "one.db") if linked == "session_store" else ("one.db", "link.db")
+    )
+    cfg = _config(tmp_path, "one.toml", paths)
+    argv = _fenced(tmp_path, capsys, command, cfg)
+    assert main(argv) == 0, capsys.readouterr()
+    assert (tmp_path / "one.db").is_file()
+    assert not (tmp_path / "other.db").exists()
+
+
 @pytest.mark.parametrize("what", ["folder", "text file"])
 @pytest.mark.parametrize("command", ["recall add", "memory remember"])
 def test_a_fenced_write_whose_own_store_is_no_database_is_refused_before_anything(

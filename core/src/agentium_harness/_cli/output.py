@@ -372,8 +372,13 @@ def refuse_missing(
 
 
 def _same_path(a: str, b: str) -> bool:
-    """Whether two paths (neither of which exists) name the same file: compared as absolute paths."""
-    return os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))
+    """Whether two paths (neither of which exists) name the same file once opened.
+
+    Compared with their links resolved: SQLite opens a link that leads nowhere yet by creating
+    the file it names, so a session store's path that is a link to the written store's (or the
+    other way round) is one file for both, as one spelling is.
+    """
+    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
 
 
 #: How every SQLite database file begins (an empty file is one too: SQLite makes it a database).
