@@ -4,20 +4,25 @@ A reply is refused with :class:`~agentium_harness._errors.ContractViolationError
 before any of its tool calls runs when it is not a ``ModelResponse`` holding a
 ``Message``, when its usage is no plain count, when it carries tool calls the
 provider did not declare or more than :data:`MAX_TOOL_CALLS`, when a tool call
-id is named twice in it or was already used by an earlier call of the same
-turn (the turn is one group, sent as stored on every later turn: a request
-with two ``tool`` results of one id is refused by Chat Completions), when it
-is not what ``append`` would store, or when its text is over
-:data:`MAX_REPLY_BYTES`.
+id is named twice in it, when it is not what ``append`` would store, or when
+its text is over :data:`MAX_REPLY_BYTES`.
+
+A call naming the id of an earlier call of the same turn is given an id of
+its own instead (:func:`distinct_ids`): the turn is one group, sent as stored
+on every later turn, and Chat Completions refuses a request with two ``tool``
+results of one id; models that number their calls per response (``call_0`` on
+every step) name such ids in every turn of two tool steps.
 """
 
 from __future__ import annotations
+
+import attrs
 
 from .._errors import ContractViolationError, InvalidArgumentError
 from .._history import Message, ToolCall
 from .._ports.provider import ModelResponse, Usage
 from .._text import clean_text
-from .._validators import MAX_COUNT
+from .._validators import MAX_COUNT, MAX_ID_LENGTH
 from .history_checks import check_reply
 
 __all__ = [
@@ -27,6 +32,7 @@ __all__ = [
     "check_response",
     "checked_response",
     "count_of",
+    "distinct_ids",
 ]
 
 #: Most tool calls one provider reply may carry; a reply with more is a contract violation.
@@ -59,15 +65,10 @@ def count_of(value: object, what: str) -> int | None:
     return plain
 
 
-def check_calls(
-    calls: tuple[ToolCall, ...], may_call_tools: bool, used: frozenset[str] | set[str] = frozenset()
-) -> None:
+def check_calls(calls: tuple[ToolCall, ...], may_call_tools: bool) -> None:
     """Tool calls only when declared, at most :data:`MAX_TOOL_CALLS`, well formed, each id once.
 
-    ``used`` holds the ids of the turn's earlier calls: an id among them is refused too. The turn is
-    committed as one group and sent as stored on every later turn; with one id on two calls, that
-    request holds two ``tool`` results of the id, which Chat Completions refuses ("Duplicate value
-    for 'tool_call_id'"), and ``append`` refuses such a group.
+    An id of an earlier call of the turn is no error here: :func:`distinct_ids` renames it.
     """
     if calls and not may_call_tools:
         raise ContractViolationError(
@@ -93,28 +94,19 @@ def check_calls(
             raise ContractViolationError(
                 f"provider returned tool call id {key!r} twice in one reply; none of its tool calls was run"
             )
-        if key in used:
-            raise ContractViolationError(
-                f"provider returned tool call id {key!r}, the id of an earlier call of this turn; each "
-                "call of a turn needs an id of its own; none of its tool calls was run"
-            )
         seen.add(key)
 
 
-def check_response(
-    response: object, may_call_tools: bool, used: frozenset[str] | set[str] = frozenset()
-) -> Message:
+def check_response(response: object, may_call_tools: bool) -> Message:
     """The reply as a plain assistant message, or :class:`ContractViolationError` before anything runs."""
-    return checked_response(response, may_call_tools, used)[0]
+    return checked_response(response, may_call_tools)[0]
 
 
-def checked_response(
-    response: object, may_call_tools: bool, used: frozenset[str] | set[str] = frozenset()
-) -> tuple[Message, Usage]:
+def checked_response(response: object, may_call_tools: bool) -> tuple[Message, Usage]:
     """The reply as a plain assistant message and its usage as plain counts (or ContractViolationError).
 
     Each field of the response is read once: what is checked is what is used (a subclass's
-    property could answer differently on a second read). ``used``: the ids of the turn's calls so far.
+    property could answer differently on a second read).
     """
     if not isinstance(response, ModelResponse):
         raise ContractViolationError(
@@ -139,7 +131,7 @@ def checked_response(
     calls = given.tool_calls
     if not isinstance(calls, tuple):
         raise ContractViolationError("provider returned a malformed tool call")
-    check_calls(calls, may_call_tools, used)  # before the copy: it bounds the work of copying
+    check_calls(calls, may_call_tools)  # before the copy: it bounds the work of copying
     try:
         # The checks ``append`` applies (valid text, plain JSON arguments nested at most
         # MAX_ARGUMENT_DEPTH, a bounded payload named by its format), on a plain copy: a reply
@@ -153,7 +145,7 @@ def checked_response(
         ) from exc
     # Again on the copy, which is what runs and is kept: a Message subclass may answer a second
     # read of its tool calls with others than the first.
-    check_calls(reply.tool_calls, may_call_tools, used)
+    check_calls(reply.tool_calls, may_call_tools)
     content = reply.content
     if len(content) * 4 > MAX_REPLY_BYTES and len(content.encode("utf-8")) > MAX_REPLY_BYTES:
         raise ContractViolationError(
@@ -161,3 +153,34 @@ def checked_response(
             "none of its tool calls was run"
         )
     return reply, usage
+
+
+def distinct_ids(reply: Message, used: set[str]) -> tuple[Message, int]:
+    """``reply`` with each call naming an id in ``used`` (the turn's earlier calls') given its own.
+
+    The new id is ``"<id>#<n>"``, ``n`` the first from 1 that neither ``used`` nor any call of
+    the reply holds, the id cut to keep it within :data:`MAX_ID_LENGTH`. Returns the reply (itself
+    when nothing was renamed) and how many calls were. ``reply`` is a checked copy: plain ids,
+    each once in it.
+    """
+    calls = reply.tool_calls
+    if not calls or all(call.id not in used for call in calls):
+        return reply, 0
+    taken = used | {call.id for call in calls}
+    renamed: list[ToolCall] = []
+    count = 0
+    for call in calls:
+        if call.id not in used:
+            renamed.append(call)
+            continue
+        n = 1
+        while True:
+            suffix = f"#{n}"
+            own = call.id[: MAX_ID_LENGTH - len(suffix)] + suffix
+            if own not in taken:
+                break
+            n += 1
+        taken.add(own)
+        renamed.append(ToolCall(own, call.name, call.arguments))
+        count += 1
+    return attrs.evolve(reply, tool_calls=tuple(renamed)), count

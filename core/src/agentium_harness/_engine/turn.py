@@ -38,7 +38,7 @@ from .bounded import Overrun, bounded
 from .lifecycle import Ticket
 from .limits import RuntimeLimits
 from .provider_call import complete_bounded
-from .reply_check import MAX_REPLY_BYTES, MAX_TOOL_CALLS, checked_response
+from .reply_check import MAX_REPLY_BYTES, MAX_TOOL_CALLS, checked_response, distinct_ids
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 from .turn_budget import TurnBudget, message_limit, room_for_reply
@@ -231,7 +231,7 @@ async def run_turn(
     specs = tools.specs(granted)
     made = 0
     # The ids of the turn's calls (a revision's prior ones too): the turn is one group, sent as
-    # stored on every later turn, so a reply naming one of them again is refused before it runs.
+    # stored on every later turn, so a call of a reply naming one again gets an id of its own.
     used = {call.id for message in turn for call in message.tool_calls}
     # What the provider is handed: the same messages, but each one with tool calls (or a payload)
     # as its own copy. A ToolCall's arguments are a dict: shared, a provider could rewrite the
@@ -255,7 +255,7 @@ async def run_turn(
                 instructions=instructions, sources=sources, history=shown_history, turn=told, tools=specs
             )
         try:
-            reply, usage = await _complete(
+            reply, usage, renamed = await _complete(
                 ticket, provider, request, sent, may_call_tools, budget, limits.model_timeout_s, used
             )
         except AgentiumError as exc:
@@ -269,6 +269,8 @@ async def run_turn(
             )
             raise TurnInterrupted(exc, partial) from exc
         made += 1
+        if renamed:
+            diagnostics.append(_renamed(renamed))
         # The provider's counts where it reported them (a reported 0 stays 0), estimates otherwise.
         call_in = request.estimated_tokens if usage.input_tokens is None else usage.input_tokens
         call_out = reply.estimated_tokens if usage.output_tokens is None else usage.output_tokens
@@ -363,13 +365,15 @@ async def _complete(
     budget: TurnBudget,
     timeout_s: float | None,
     used: set[str],
-) -> tuple[Message, Usage]:
+) -> tuple[Message, Usage, int]:
     """The provider's reply and usage, checked (:func:`.reply_check.checked_response`) before the span.
 
     ``sent`` is what the provider is handed; ``request``, the same request on the engine's own
     messages, is what the span and the token estimate read (whatever the provider did to ``sent``).
     ``timeout_s`` bounds the call (the limits' ``model_timeout_s``; ``None``: the op deadline);
-    ``used`` holds the ids of the turn's calls so far (a reply naming one again is refused).
+    ``used`` holds the ids of the turn's calls so far: a call naming one again is given an id of
+    its own (:func:`.reply_check.distinct_ids`), before the budget and the span read the reply;
+    how many were is returned with it.
     """
     # The model call's GenAI span (``chat {model}``); Ticket.call leaves this one to us.
     with observe.chat(provider) as span:
@@ -380,11 +384,22 @@ async def _complete(
         # Checked first: the span's token estimate and content read the reply, and a reply of
         # the wrong shape (content that is no text, arguments nested thousands deep) would make
         # them raise untyped errors, outside the handler that commits what ran.
-        reply, usage = checked_response(response, may_call_tools, used)
+        reply, usage = checked_response(response, may_call_tools)
+        reply, renamed = distinct_ids(reply, used)
         budget.admit(reply)  # a turn that could not be committed: refused before its tools run
         if span.recording or observe.current() is not None:
             _describe(span, request, usage, reply)
-        return reply, usage
+        return reply, usage, renamed
+
+
+def _renamed(count: int) -> Diagnostic:
+    """The note that ``count`` calls of a reply run under an id of their own (a count: no id)."""
+    return Diagnostic(
+        "tool_call_ids_renamed",
+        f"{count} tool call{'' if count == 1 else 's'} of the reply named the id of an earlier call of "
+        "this turn; each runs and is committed under an id of its own (<id>#<n>)",
+        Severity.INFO,
+    )
 
 
 def _describe(
