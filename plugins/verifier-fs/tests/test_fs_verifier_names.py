@@ -94,6 +94,26 @@ async def test_every_name_reads_back_as_itself_and_the_list_keeps_its_length(roo
     assert detail.startswith("fail: 3 tests ran, 3 failures, 0 errors, 0 skipped; failing: ")
 
 
+#: A case's classname and name, and the text it shows as: ``classname::name``, or the one that is
+#: not empty, with the colons of its own (every leading and trailing colon was cut off).
+COLONS = [
+    (("", ":setup"), ":setup"),
+    (("c", "t:"), "c::t:"),
+    (("", "::"), "::"),
+    (("c:", ""), "c:"),
+    (("c", ""), "c"),
+]
+
+
+@pytest.mark.parametrize(("case", "text"), COLONS, ids=[t for _, t in COLONS])
+async def test_a_names_own_leading_and_trailing_colons_are_kept(
+    root: Path, case: tuple[str, str], text: str
+) -> None:
+    detail = await _detail(root, [("c", "t"), case])
+    shown, _ = _listed(detail)
+    assert [_unescaped(s) for s in shown] == ["c::t", text], detail
+
+
 async def test_failing_cases_past_the_three_named_are_counted(root: Path) -> None:
     detail = await _detail(root, [("c", f"t{i}") for i in range(7)])
     assert detail == (

@@ -90,8 +90,13 @@ def _count(tag: str, attrib: dict[str, str], name: str) -> int:
 
 
 def _name(attrib: dict[str, str]) -> str:
-    """``classname::name`` as shown between double quotes (empty for a case with neither)."""
-    raw = f"{attrib.get('classname', '')}::{attrib.get('name', '')}".strip(":")
+    """``classname::name`` as shown between double quotes; the one that is not empty; empty for neither.
+
+    Only the separator is left out for an empty part: a name's own leading or trailing colons
+    (``t:``, ``::``) are its text, and cut off they showed it as another name (``t``, nothing).
+    """
+    classname, name = attrib.get("classname", ""), attrib.get("name", "")
+    raw = f"{classname}::{name}" if classname and name else classname or name
     return visible(raw, _NAME_CHARS, quote='"')
 
 
