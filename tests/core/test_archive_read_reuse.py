@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from agentium_harness import ArchiveCorruptError, Message, Role, VerifiedIdentity
+from agentium_harness.adapters._sqlite_archive import RECENT_BYTES
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig
 from agentium_harness.plugin_api import EraseTarget, MessageGroup, OpContext, SeqRange, SessionKey
 from agentium_harness.testing.sqlite_rows import group_row, set_group_row
@@ -162,5 +163,22 @@ async def test_a_read_during_its_own_append_is_not_remembered_past_it(tmp_path: 
             archive.resume.set()
         # The append's own commit leaves this connection's data_version as it is.
         assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == [0, 1]
+    finally:
+        await archive.aclose()
+
+
+async def test_the_decoded_groups_are_bounded_by_their_canonical_bytes_not_their_stored_ones(
+    tmp_path: Path,
+) -> None:
+    # Rows are stored deflated (schema version 4): 2 MB of one letter takes a few KB on disk. The
+    # decoded groups kept must still be bounded by what they hold (RECENT_BYTES of canonical JSON),
+    # or a few MB of stored rows would keep gigabytes decoded.
+    archive = SQLiteArchive(SQLiteConfig(path=str(tmp_path / "a.db")))
+    try:
+        big = [MessageGroup(n, [Message(Role.USER, "a" * (2 * 1024 * 1024))]) for n in range(12)]
+        await archive.append(KEY, big, OpContext())
+        assert len(await archive.read_groups(KEY, 0, 20, OpContext())) == 12
+        held = sum(entry[1].size_bytes for entry in archive._decoded.values())
+        assert 0 < held <= RECENT_BYTES
     finally:
         await archive.aclose()

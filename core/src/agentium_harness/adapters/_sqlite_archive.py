@@ -83,8 +83,10 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         # every turn) hands back that group instead of decoding and re-checking it. Rows never
         # change once written, and a row whose bytes differ in any way is decoded and checked
         # afresh. Bounded in bytes, least recently used first out; reads may run in several
-        # worker threads at once (one per event loop), hence the lock.
-        self._decoded: OrderedDict[tuple[SessionKey, int], tuple[bytes, MessageGroup]] = OrderedDict()
+        # worker threads at once (one per event loop), hence the lock. Each entry counts the larger
+        # of its stored and canonical bytes: a deflated row (_sqlite_pack) may be a thousandth of
+        # the group it decodes to, and the bound is on what is kept in memory.
+        self._decoded: OrderedDict[tuple[SessionKey, int], tuple[bytes, MessageGroup, int]] = OrderedDict()
         self._decoded_bytes = 0
         self._decoded_lock = threading.Lock()
         # Reads answered in a worker thread, by (session, start, limit): the seqs they found and
@@ -201,16 +203,17 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                     return hit[1]
         group = self._decode_group(key, seq, digest, data)
         assert isinstance(data, bytes) and isinstance(seq, int)  # _decode_group refused anything else
-        if len(data) <= RECENT_BYTES:
+        cost = max(len(data), group.size_bytes)
+        if cost <= RECENT_BYTES:
             with self._decoded_lock:
                 previous = self._decoded.pop((key, seq), None)
                 if previous is not None:
-                    self._decoded_bytes -= len(previous[0])
-                self._decoded[(key, seq)] = (data, group)
-                self._decoded_bytes += len(data)
+                    self._decoded_bytes -= previous[2]
+                self._decoded[(key, seq)] = (data, group, cost)
+                self._decoded_bytes += cost
                 while self._decoded_bytes > RECENT_BYTES:
-                    _, (dropped, _) = self._decoded.popitem(last=False)
-                    self._decoded_bytes -= len(dropped)
+                    _, (_, _, dropped) = self._decoded.popitem(last=False)
+                    self._decoded_bytes -= dropped
         return group
 
     def _decode_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
@@ -296,7 +299,7 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                     for seq, _ in entry.groups:
                         dropped = self._decoded.pop((entry.session, seq), None)
                         if dropped is not None:
-                            self._decoded_bytes -= len(dropped[0])
+                            self._decoded_bytes -= dropped[2]
         return report
 
     async def health(self, ctx: OpContext) -> str:
