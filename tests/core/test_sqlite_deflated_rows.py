@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
+import string
 import zlib
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from agentium_harness.adapters._sqlite_pack import (
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import SessionSnapshot, seal_snapshot
 from agentium_harness.testing import plain_group
-from agentium_harness.testing.sqlite_rows import group_row
+from agentium_harness.testing.sqlite_rows import group_row, with_inflated_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -176,3 +178,48 @@ async def test_a_damaged_deflated_row_fails_closed_and_is_left_alone(
     finally:
         await archive.aclose()
         await store.aclose()
+
+
+def _files_holding(row: bytes, folder: Path, *, checkpointed: bool) -> bytes:
+    """The bytes of a database (and its log) holding ``row``: in the file, or only in the log."""
+    path = folder / "b.db"
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute("CREATE TABLE groups (id INTEGER PRIMARY KEY, digest TEXT, data BLOB)")
+        conn.execute("INSERT INTO groups VALUES (1, 'x', ?)", (row,))
+        conn.commit()
+        if checkpointed:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        # Read while the connection is open: closing the last one would checkpoint the log.
+        log = Path(f"{path}-wal").read_bytes()
+        assert (len(log) > len(row)) is not checkpointed
+        return path.read_bytes() + log
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("checkpointed", [True, False], ids=["in-the-file", "in-the-log"])
+async def test_with_inflated_rows_finds_a_word_past_the_first_page_of_a_deflated_row(
+    tmp_path: Path, checkpointed: bool
+) -> None:
+    # A row deflated to more than a page spills into overflow pages, each starting with the
+    # number of the next: the stream is not contiguous in the file. A test asserting that an
+    # erasure left no copy of a word must still see the word when it lies past the first page.
+    words = random.Random(7)
+    text = " ".join(
+        "".join(words.choices(string.ascii_lowercase, k=words.randint(3, 9))) for _ in range(3000)
+    )
+    group = plain_group(0, f"EARLYWORD {text} LATEWORD")
+    path = tmp_path / "a.db"
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    try:
+        await archive.append(KEY, [group], OpContext())
+    finally:
+        await archive.aclose()
+    with sqlite3.connect(path) as conn:
+        (stored,) = conn.execute("SELECT data FROM groups").fetchone()
+    assert 3 * 4096 < len(stored) < group.size_bytes  # deflated, over several pages
+    found = with_inflated_rows(_files_holding(stored, tmp_path, checkpointed=checkpointed))
+    assert b"EARLYWORD" in found and b"LATEWORD" in found

@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
 from .._json import MAX_JSON_BYTES
 from .._scope import SessionKey
@@ -173,6 +174,10 @@ def set_snapshot_row(path: str | Path, key: SessionKey, data: bytes, revision: i
 #: The first byte of a zlib stream (deflate, any window) and any second byte: every place one may start.
 _STREAM_START = re.compile(rb"(?=[\x08\x18\x28\x38\x48\x58\x68\x78].)", re.DOTALL)
 
+#: A database file's first bytes, and a write-ahead log's (magic, either byte order, then version 3007000).
+_DB_MAGIC: Final = b"SQLite format 3\x00"
+_WAL_MAGIC = re.compile(rb"\x37\x7f\x06[\x82\x83]\x00\x2d\xe2\x18")
+
 
 def with_inflated_rows(data: bytes, *, most: int = 1 << 20) -> bytes:
     """``data`` (a database file's or log's bytes) followed by the text of every deflated row found in it.
@@ -183,8 +188,25 @@ def with_inflated_rows(data: bytes, *, most: int = 1 << 20) -> bytes:
     page or the log) searches this instead: every place a zlib stream may start
     is inflated as far as it goes (at most ``most`` bytes each), damaged or cut
     short by a page boundary or not, and what comes out is appended.
+
+    A row longer than its page goes on in overflow pages, each starting with
+    the next one's number, so its stream is not contiguous: the records of every
+    table leaf page found (in a database file starting ``data``, and in every
+    log frame after a log header in it, several files may be concatenated) are
+    also put together with their overflow chains and searched the same way.
+    What cannot be put together is found only up to its first page boundary:
+    the rest of a deleted row whose overflow pages are still in the file, with
+    ``secure_delete`` off (the adapters turn it on).
     """
-    found = [data]
+    found = [data, *_inflated(data, most)]
+    for payload in _record_payloads(data):
+        found.extend(_inflated(payload, most))
+    return b"\n".join(found)
+
+
+def _inflated(data: bytes, most: int) -> list[bytes]:
+    """What every place in ``data`` a zlib stream may start inflates to (8 bytes or more of it)."""
+    found: list[bytes] = []
     for match in _STREAM_START.finditer(data):
         at = match.start()
         if (data[at] * 256 + data[at + 1]) % 31 or data[at + 1] & 0x20:  # not a header, or a preset dict
@@ -200,4 +222,79 @@ def with_inflated_rows(data: bytes, *, most: int = 1 << 20) -> bytes:
                 break
         if len(out) >= 8:
             found.append(bytes(out))
-    return b"\n".join(found)
+    return found
+
+
+def _pages(data: bytes) -> tuple[dict[int, list[bytes]], int, int]:
+    """Every version of every page in ``data`` (the file's, then each log frame's), page and usable size."""
+    pages: dict[int, list[bytes]] = {}
+    size = usable = 0
+    if data.startswith(_DB_MAGIC) and len(data) >= 100:
+        size = int.from_bytes(data[16:18], "big")
+        size = 65536 if size == 1 else size
+        usable = size - data[20]
+        count = int.from_bytes(data[28:32], "big") or len(data) // size
+        for n in range(min(count, len(data) // size)):
+            pages.setdefault(n + 1, []).append(data[n * size : (n + 1) * size])
+    for log in _WAL_MAGIC.finditer(data):
+        frame_size = int.from_bytes(data[log.start() + 8 : log.start() + 12], "big")
+        if not 512 <= frame_size <= 65536 or (size and frame_size != size):
+            continue
+        size, usable = frame_size, usable or frame_size
+        at = log.start() + 32
+        while at + 24 + size <= len(data):
+            number = int.from_bytes(data[at : at + 4], "big")
+            pages.setdefault(number, []).append(data[at + 24 : at + 24 + size])
+            at += 24 + size
+    return pages, size, usable
+
+
+def _varint(page: bytes, at: int) -> tuple[int, int]:
+    """SQLite's variable-length integer at ``at``: its value and the offset after it."""
+    value = 0
+    for i in range(8):
+        if at + i >= len(page):
+            return value, len(page)
+        value = value << 7 | page[at + i] & 0x7F
+        if page[at + i] < 0x80:
+            return value, at + i + 1
+    return (value << 8 | page[at + 8]) if at + 8 < len(page) else value, at + 9
+
+
+def _record_payloads(data: bytes) -> list[bytes]:
+    """The records of every table leaf page in ``data``, each with its overflow chain put back."""
+    pages, size, usable = _pages(data)
+    if not size or usable < 480:
+        return []
+    payloads: list[bytes] = []
+    for number, versions in pages.items():
+        for page in versions:
+            head = 100 if number == 1 else 0
+            if page[head] != 0x0D:  # not a table leaf page
+                continue
+            cells = int.from_bytes(page[head + 3 : head + 5], "big")
+            for i in range(min(cells, (size - head - 8) // 2)):
+                cell = int.from_bytes(page[head + 8 + 2 * i : head + 10 + 2 * i], "big")
+                total, at = _varint(page, cell)
+                _, at = _varint(page, at)  # the rowid
+                payloads.append(_payload(pages, page, at, total, usable))
+    return payloads
+
+
+def _payload(pages: dict[int, list[bytes]], page: bytes, at: int, total: int, usable: int) -> bytes:
+    """A record of ``total`` bytes from ``at`` in ``page``, its overflow pages (newest versions) after it."""
+    most_local, least_local = usable - 35, (usable - 12) * 32 // 255 - 23
+    local = total
+    if total > most_local:
+        local = least_local + (total - least_local) % (usable - 4)
+        local = local if local <= most_local else least_local
+    out = bytearray(page[at : at + local])
+    if local < total:
+        following = int.from_bytes(page[at + local : at + local + 4], "big")
+        seen: set[int] = set()
+        while following and following not in seen and following in pages and len(out) < total:
+            seen.add(following)
+            overflow = pages[following][-1]
+            out += overflow[4:usable][: total - len(out)]
+            following = int.from_bytes(overflow[:4], "big")
+    return bytes(out)
