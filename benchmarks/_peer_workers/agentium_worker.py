@@ -22,7 +22,7 @@ seeded state. The turn archived its evicted group by adoption (the group's
 row became the archive's: the session row's ``adopted`` watermark moved past
 it); the restore moves the watermark back and deletes any archive row at or
 past the seeded boundary (the archive port has no delete: these are the
-adapters' tables, schema version 3), then saves the seeded snapshot again
+adapters' tables, schema version 4), then saves the seeded snapshot again
 through the store's ``save``, with compare-and-set on the turn's revision,
 which deletes the turn's new group row. Both run on the session store's own
 connection, the one a turn's joint commit writes through, so the next turn
