@@ -6,11 +6,13 @@ adapter's back (directly in the dict, or with :mod:`sqlite3` in the file).
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
+from agentium_harness._ports import OpContext
 from agentium_harness._ports.archive import HistoryArchive
 from agentium_harness._ports.sessions import SessionStore
 from agentium_harness._scope import SessionKey
@@ -22,8 +24,16 @@ from agentium_harness.testing import (
     RawStorage,
     SessionStoreContract,
     raw_files,
+    scoped_snapshot,
 )
-from agentium_harness.testing.sqlite_rows import group_row, set_group_row, set_snapshot_row, snapshot_row
+from agentium_harness.testing.erasure_contract import marker, tail
+from agentium_harness.testing.sqlite_rows import (
+    group_row,
+    set_group_row,
+    set_snapshot_row,
+    snapshot_row,
+    with_inflated_rows,
+)
 
 Transform = Callable[[bytes], bytes]
 
@@ -77,8 +87,16 @@ def db_config(tmp_path: Path) -> SQLiteConfig:
 
 @pytest.fixture
 def db_files(db_config: SQLiteConfig) -> RawStorage:
-    # The database file and its write-ahead log: erased rows must be in neither.
-    return raw_files(db_config.path, db_config.path + "-wal", db_config.path + "-journal")
+    # The database file and its write-ahead log: erased rows must be in neither. Group rows may be
+    # stored deflated (schema version 4): their text is shown as well, so a copy left is found.
+    files = raw_files(db_config.path, db_config.path + "-wal", db_config.path + "-journal")
+
+    def read() -> bytes:
+        raw = files()
+        assert isinstance(raw, bytes)  # raw_files reads synchronously
+        return with_inflated_rows(raw)
+
+    return read
 
 
 class TestSQLiteArchive(ArchiveContract):
@@ -130,3 +148,29 @@ class TestSQLiteSessionStore(SessionStoreContract):
             set_snapshot_row(db_config.path, key, transform(found[1]))
 
         return corrupt
+
+
+@pytest.mark.anyio
+async def test_the_sqlite_raw_storage_shows_what_a_deflated_row_holds(
+    db_config: SQLiteConfig, db_files: RawStorage
+) -> None:
+    # The byte-level erasure tests look for a marker in raw_storage. The adapters store a group
+    # deflated when that is smaller (schema version 4): a copy left in such a row must still show,
+    # or 'the erased text is nowhere' would hold with the text still on disk.
+    key = SessionKey("tenant-1", "user-1", "session-1")
+    text = marker("deflated")
+    store = SQLiteSessionStore(db_config)
+    try:
+        await store.save(key, scoped_snapshot(key, text), None, OpContext())
+    finally:
+        await store.aclose()
+    with sqlite3.connect(db_config.path) as conn:  # keep only the deflated rows, zeroing the others
+        conn.execute("PRAGMA secure_delete = ON")
+        conn.execute("DELETE FROM groups WHERE hex(substr(data, 1, 1)) = '7B'")
+        (left,) = conn.execute("SELECT count(*) FROM groups").fetchone()
+    assert left == 1  # the snapshot's rich group, stored deflated
+    with sqlite3.connect(db_config.path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = db_files()
+    assert isinstance(raw, bytes)
+    assert tail(text) in raw

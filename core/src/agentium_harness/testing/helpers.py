@@ -424,7 +424,10 @@ def raw_files(*paths: str) -> RawStorage:
     """A ``raw_storage`` hook reading ``paths`` as they are on disk, concatenated (missing files read empty).
 
     For a SQLite-backed adapter pass the database file and its ``-wal`` and
-    ``-journal`` companions: erased bytes must be in none of them.
+    ``-journal`` companions: erased bytes must be in none of them. The built-in
+    SQLite archive and session store keep a group deflated when that is smaller:
+    pass what this reads through :func:`~agentium_harness.testing.sqlite_rows.with_inflated_rows`
+    so the text of those rows is searched as well.
     """
 
     def read() -> bytes:
