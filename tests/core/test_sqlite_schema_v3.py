@@ -452,3 +452,31 @@ async def test_a_damaged_floor_from_before_the_triggers_can_still_be_repaired(tm
         assert await store.save(KEY, scoped_snapshot(KEY, " b"), None, _ctx()) == 1000002
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("damage", ["row-missing", "table-missing"])
+async def test_a_version_3_file_whose_floor_is_missing_stays_refused_after_the_upgrade_to_4(
+    damage: str, tmp_path: Path
+) -> None:
+    # Version 4 changes only the recorded version of a version 3 file. Its floor's row was made with
+    # the table, once: missing later it is damage, never made again at 0 (below a revision an
+    # erased session had), by the upgrade or anything else.
+    path = tmp_path / "agentium.db"
+    config = SQLiteConfig(path=str(path))
+    store = SQLiteSessionStore(config)
+    try:
+        await store.save(KEY, scoped_snapshot(KEY, " a"), None, _ctx())
+        await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+    finally:
+        await store.aclose()
+    assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, 1)]
+    _damage(path, DAMAGE[damage])
+    _raw(path, "UPDATE meta SET value = '3' WHERE key = 'schema_version'")  # as version 3 left it
+    store = SQLiteSessionStore(config)
+    try:
+        with pytest.raises(SQLiteRevisionFloorError, match="missing"):
+            await store.save(OTHER, scoped_snapshot(OTHER, " b"), None, _ctx())
+        assert _raw(path, "SELECT id, floor FROM revision_floor") == []  # not made again at 0
+        assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [("4",)]
+    finally:
+        await store.aclose()

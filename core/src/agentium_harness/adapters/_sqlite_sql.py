@@ -239,11 +239,14 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         for statement in SCHEMA[1:]:
             conn.execute(statement)
         if found != str(SCHEMA_VERSION):
-            # Version 2 or 3 to 4 (and a new file): the floor's row, if the file has none yet. A
-            # version 2 file may already hold one (code of version 2 that knew the floor); it is kept
-            # as it is, damaged or not. Version 4 only adds deflated group rows (_sqlite_pack), which
-            # code of version 3 would take for damage: the version keeps that code off the file.
-            conn.execute(_FLOOR_ROW)
+            if found != "3":
+                # A new file, or version 1 or 2: the floor's row, if the file has none yet. A version
+                # 2 file may already hold one (code of version 2 that knew the floor); it is kept as
+                # it is, damaged or not. A version 3 file's row was made with its table: one missing
+                # now is damage, never made again at 0 (below a revision an erased session had).
+                conn.execute(_FLOOR_ROW)
+            # Version 4 only adds deflated group rows (_sqlite_pack), which code of version 3 would
+            # take for damage: the version keeps that code off the file.
             conn.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
