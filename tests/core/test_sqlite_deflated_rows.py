@@ -223,3 +223,17 @@ async def test_with_inflated_rows_finds_a_word_past_the_first_page_of_a_deflated
     assert 3 * 4096 < len(stored) < group.size_bytes  # deflated, over several pages
     found = with_inflated_rows(_files_holding(stored, tmp_path, checkpointed=checkpointed))
     assert b"EARLYWORD" in found and b"LATEWORD" in found
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"SQLite format 3\x00" + bytes(200),  # page size 0
+        b"SQLite format 3\x00\x03\x00" + bytes(5000),  # page size not a power of two
+        b"\x37\x7f\x06\x82\x00\x2d\xe2\x18" + bytes(100),  # a log header and no frame
+        b"x\x9c",  # a zlib header and nothing after it
+    ],
+    ids=["page-size-0", "page-size-odd", "log-header-only", "stream-header-only"],
+)
+def test_with_inflated_rows_reads_damaged_files_as_they_are(data: bytes) -> None:
+    assert with_inflated_rows(data) == data

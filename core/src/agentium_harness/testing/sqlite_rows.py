@@ -232,6 +232,8 @@ def _pages(data: bytes) -> tuple[dict[int, list[bytes]], int, int]:
     if data.startswith(_DB_MAGIC) and len(data) >= 100:
         size = int.from_bytes(data[16:18], "big")
         size = 65536 if size == 1 else size
+        if size < 512 or size & (size - 1):  # a damaged header: no pages to put together
+            return pages, 0, 0
         usable = size - data[20]
         count = int.from_bytes(data[28:32], "big") or len(data) // size
         for n in range(min(count, len(data) // size)):
