@@ -22,7 +22,7 @@ from agentium_harness.adapters._sqlite_pack import (
     unpack,
 )
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import SessionSnapshot, seal_snapshot
+from agentium_harness.plugin_api import EraseStatus, EraseTarget, SessionSnapshot, seal_snapshot
 from agentium_harness.testing import plain_group
 from agentium_harness.testing.sqlite_rows import group_row, with_inflated_rows
 
@@ -175,6 +175,14 @@ async def test_a_damaged_deflated_row_fails_closed_and_is_left_alone(
         with pytest.raises(SnapshotCorruptError):
             await store.load(KEY, ctx)
         assert _rows(path) == damaged  # nothing changed
+        # Damage never stops an erasure: the snapshot is erased unread (reported with no groups),
+        # the archived group by its digest alone.
+        target = EraseTarget.session("acme", "ana", "s1")
+        report = await store.erase(target, ctx)
+        assert report.status is EraseStatus.COMPLETE and [s.session for s in report.sessions] == [KEY]
+        assert [g for s in report.sessions for g in s.groups] == []
+        assert (await archive.erase(target, ctx)).status is EraseStatus.COMPLETE
+        assert _rows(path) == {}
     finally:
         await archive.aclose()
         await store.aclose()
