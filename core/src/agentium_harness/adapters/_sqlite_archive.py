@@ -50,9 +50,10 @@ from ._sqlite_rows import (
 from ._sqlite_rows_erase import archived_rows_covered
 from ._sqlite_sql import immediate_transaction, read_transaction, scrub_log
 
-#: Bytes of stored rows an adapter keeps decoded, most recently used first: the session
-#: store's snapshots (``SQLiteSessionStore.load``) and the archive's groups alike; the
-#: decoded records cost about as much again. Bounded in bytes, not rows, because one may be large.
+#: Bytes of canonical JSON an adapter keeps decoded, most recently used first: the session
+#: store's snapshots (``SQLiteSessionStore.load``) and the archive's groups alike (a deflated
+#: row counts what it inflates to); the decoded records cost about as much again. Bounded in
+#: bytes, not rows, because one may be large.
 RECENT_BYTES: Final = 8 * 1024 * 1024
 
 #: How many archive reads an archive remembers the seqs of (see ``SQLiteArchive.read_groups``).
