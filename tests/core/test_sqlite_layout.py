@@ -20,7 +20,9 @@ import pytest
 from agentium_harness import (
     ArchiveCorruptError,
     EraseTarget,
+    ErasureState,
     OpContext,
+    OperatorAttestation,
     PhysicalErasure,
     ResidentLimits,
     RuntimeLimits,
@@ -303,6 +305,88 @@ async def test_a_watermark_moved_back_is_refused_and_no_archived_group_is_delete
         assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == [0, 1, 2, 3]
         await runtime.run(ANA, "s1", TEXT)
     assert archived_seqs(path, KEY) == [0, 1, 2, 3, 4]
+
+
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
+
+
+def _by_session(path: Path) -> dict[str, list[tuple[int, str, bytes]]]:
+    """Every group row (id, digest, data) under its session id, and each session row as one more row."""
+    with sqlite3.connect(path) as conn:
+        sessions = conn.execute("SELECT sid, user_id || '/' || session_id, * FROM sessions").fetchall()
+        rows = conn.execute("SELECT id, digest, data FROM groups ORDER BY id").fetchall()
+    return {
+        name: [(0, repr(row), b""), *(r for r in rows if r[0] >> 33 == sid)] for sid, name, *row in sessions
+    }
+
+
+async def _three_sessions_one_watermark_moved_back(path: Path) -> dict[str, list[tuple[int, str, bytes]]]:
+    """Six turns of ana/s1 (0-3 adopted, 4-5 resident), three of ana/s2 and of bob/s1; s1's watermark at 1."""
+    runtime, _, _ = _runtime(path, max_groups=2)
+    async with runtime:
+        for n in range(6):
+            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+        for who in (ANA, VerifiedIdentity("acme", "bob", "test")):
+            for n in range(3):
+                await runtime.run(who, "s2" if who is ANA else "s1", f"{n} {TEXT}")
+    before = _by_session(path)
+    assert [len(before[name]) for name in ("ana/s1", "ana/s2", "bob/s1")] == [7, 4, 4]
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE sessions SET adopted = 1 WHERE user_id = 'ana' AND session_id = 's1'")
+    return before
+
+
+@pytest.mark.parametrize("level", ["session", "user"])
+async def test_a_watermark_moved_back_never_stops_an_erasure_and_leaves_nothing_of_the_target(
+    tmp_path: Path, level: str
+) -> None:
+    # The damage check of joined_snapshot stopped the store's erasure (dry run included), so the
+    # erasure stayed pending on damage in what the operator asked to remove, on every retry.
+    path = tmp_path / "agentium.db"
+    before = await _three_sessions_one_watermark_moved_back(path)
+    runtime, _, store = _runtime(path, max_groups=2)
+    async with runtime:
+        with pytest.raises(SnapshotCorruptError, match="above the archive's watermark"):
+            await store.load(KEY, OpContext())  # a load refuses it as before
+        target = EraseTarget.user("acme", "ana")
+        if level == "session":
+            target = EraseTarget.session("acme", "ana", "s1")
+        result = await runtime.erase(target, reason="dsr", attestation=OPERATOR)
+    counts = {s.role: {c.kind: c.count for c in s.counts} for s in result.record.stores}
+    # The archive takes groups 0-3 (1-3 below the snapshot's boundary: adopted rows whatever the
+    # watermark says), the store its snapshot; a user erasure takes s2 too (one archived group).
+    assert result.record.state is ErasureState.COMPLETE
+    extra = 1 if level == "user" else 0
+    assert counts == {"archive": {"group": 4 + extra}, "session_store": {"snapshot": 1 + extra}}
+    erased = {s.session.session: s for s in result.record.sessions}
+    assert erased["s1"].count == 6 and erased["s1"].snapshot
+    after = _by_session(path)
+    left = {"bob/s1"} if level == "user" else {"ana/s2", "bob/s1"}
+    assert "ana/s1" not in after and ("ana/s2" in after) is (level == "session")
+    for name in left:
+        assert after[name] == before[name]  # other sessions' rows byte for byte
+
+
+async def test_a_watermark_moved_back_store_erasure_leaves_the_archived_groups_to_the_archive(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agentium.db"
+    before = await _three_sessions_one_watermark_moved_back(path)
+    runtime, archive, store = _runtime(path, max_groups=2)
+    target = EraseTarget.session("acme", "ana", "s1")
+    async with runtime:
+        report = await store.erase(target, OpContext())
+        # Erased unread and reported with no groups, as any damaged snapshot.
+        assert report.count("snapshot") == 1 and [s.groups for s in report.sessions] == [()]
+        # Only the resident rows went: the archive still holds its four groups, watermark over them.
+        assert archived_seqs(path, KEY) == [0, 1, 2, 3]
+        assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == [0, 1, 2, 3]
+        report = await archive.erase(target, OpContext())
+        assert report.count("group") == 4
+        assert [seq for s in report.sessions for seq, _ in s.groups] == [0, 1, 2, 3]
+    after = _by_session(path)
+    assert "ana/s1" not in after
+    assert after["ana/s2"] == before["ana/s2"] and after["bob/s1"] == before["bob/s1"]
 
 
 @pytest.mark.parametrize("adopted", [5, -1, 2**40, 2.5, "x"])

@@ -81,6 +81,7 @@ __all__ = [
     "read_archived",
     "read_snapshot",
     "save_snapshot",
+    "split_range",
     "split_snapshot",
     "store_rows",
 ]
@@ -176,7 +177,7 @@ KEYED_COLUMNS: Final = (
 _GROUP_COLUMNS: Final = bounded_select((("digest", DIGEST_CHARS), ("data", JSON_BYTES)))
 
 
-def _split_range(session: SessionRow) -> range | None:
+def split_range(session: SessionRow) -> range | None:
     """The seqs of a split snapshot's resident rows (``boundary..next_seq``), ``None`` if not split."""
     boundary, next_seq = session.boundary, session.next_seq
     if session.revision is None or session.inline != 0:
@@ -197,7 +198,7 @@ def checked_session(
     a resident row below it is stored whole). A row past that is damage: it
     is refused here, before anything is read by it or deleted by it.
     """
-    adopted, split = session.adopted, _split_range(session)
+    adopted, split = session.adopted, split_range(session)
     if (
         type(adopted) is not int
         or not 0 <= adopted <= SEQ_LIMIT
@@ -389,8 +390,9 @@ def joined_snapshot(
 ) -> tuple[object, object, SessionRow]:
     """:func:`read_snapshot` of ``session``'s row (which holds a snapshot), already read.
 
-    ``erasing``: a resident row over its bound gives bytes ``None`` (unread) instead of raising,
-    so an erasure deletes the damaged snapshot rather than stopping on it.
+    ``erasing``: a resident row over its bound or damaged, or a row below the boundary above the
+    watermark, gives bytes ``None`` (unread) instead of raising, so an erasure deletes the
+    damaged snapshot rather than stopping on it.
     """
     if session.inline:
         return session.revision, session.snapshot, session
@@ -411,7 +413,10 @@ def joined_snapshot(
     ):
         # Every save deletes the store's rows below its boundary or has the archive adopt them:
         # one here means the watermark was moved back (damage), and the next save would take the
-        # row for the store's own stale row and delete an archived group.
+        # row for the store's own stale row and delete an archived group. An erasure deletes the
+        # snapshot unread and leaves those rows to the archive (_sqlite_rows_erase.drop_snapshot).
+        if erasing:
+            return session.revision, None, session
         raise SnapshotCorruptError(
             f"the row of session {key.key()} is damaged: a group row below the snapshot's boundary "
             f"{boundary} is above the archive's watermark (adopted {session.adopted}); nothing was changed"
@@ -535,7 +540,7 @@ def save_snapshot(
         receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
     adopted = max([session.adopted, *(seq + 1 for seq in adopt)])
     # The rows the stored snapshot holds: the only ones this save may rewrite or delete.
-    owned = _split_range(session) or range(0)
+    owned = split_range(session) or range(0)
     keep: set[int] = set()
     header = snapshot.header
     if header is not None and snapshot.boundary >= adopted:

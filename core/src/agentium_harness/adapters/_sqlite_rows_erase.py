@@ -24,6 +24,7 @@ from ._sqlite_rows import (
     drop_if_empty,
     row_id,
     seq_of,
+    split_range,
 )
 from ._sqlite_sql import session_filter
 
@@ -54,6 +55,23 @@ def _keyed_sessions(
     return found
 
 
+def _erasure_watermark(session: SessionRow) -> int:
+    """Where the archive's rows end for an erasure: ``adopted``, or a split snapshot's boundary above it.
+
+    The session store keeps no row below its snapshot's boundary (a save deletes it or has the
+    archive adopt it), so a store row there is an archived group even when ``adopted`` was moved
+    back below it: damage that a load refuses (``joined_snapshot``), and that an erasure, which
+    must not stop on damage in what it removes, settles by the layout. The archive's erasure
+    takes such a row, the store's leaves it. A boundary that is not a seq of this session (past
+    :data:`SEQ_LIMIT` or its next seq) is damage too: the watermark stays, so no row id computed
+    from it can reach another session's rows.
+    """
+    split = split_range(session)
+    if split is None or not session.adopted < split.start <= split.stop <= SEQ_LIMIT:
+        return int(session.adopted)
+    return split.start
+
+
 def archived_rows_covered(
     conn: sqlite3.Connection, target: EraseTarget, bound: int
 ) -> tuple[list[tuple[SessionKey | None, int, str, int, int]], bool]:
@@ -77,7 +95,7 @@ def archived_rows_covered(
     found: list[tuple[SessionKey | None, int, str, int, int]] = []
     for key, session in sessions:
         sid = session.sid
-        archived, extra = archived_where(session)
+        archived, extra = archived_where(SessionRow(sid, _erasure_watermark(session), *session[2:]))
         for start, stop in sorted(spans):
             if start >= stop:
                 continue
@@ -118,14 +136,21 @@ def sessions_covered(
 
 
 def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
-    """Delete a session's snapshot: its resident rows and its columns (adopted rows stay the archive's)."""
+    """Delete a session's snapshot: its resident rows and its columns (adopted rows stay the archive's).
+
+    Store rows below the snapshot's boundary are the archive's (:func:`_erasure_watermark`): left,
+    and ``adopted`` raised over them, so the archive (whose erasure may come later) still holds them.
+    """
+    sid, watermark = session.sid, _erasure_watermark(session)
+    above = row_id(sid, watermark, False)
     conn.execute(
         "DELETE FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",
-        (row_id(session.sid, session.adopted, False), row_id(session.sid + 1, 0, False)),
+        (above, row_id(sid + 1, 0, False)),
     )
     conn.execute(
-        "UPDATE sessions SET revision = NULL, boundary = NULL, next_seq = NULL, inline = NULL, "
-        "snapshot = NULL WHERE sid = ?",
-        (session.sid,),
+        "UPDATE sessions SET adopted = CASE WHEN EXISTS (SELECT 1 FROM groups "
+        "WHERE id >= ? AND id < ? AND (id & 1) = 0) THEN ? ELSE adopted END, "
+        "revision = NULL, boundary = NULL, next_seq = NULL, inline = NULL, snapshot = NULL WHERE sid = ?",
+        (row_id(sid, session.adopted, False), above, watermark, sid),
     )
-    drop_if_empty(conn, session.sid)
+    drop_if_empty(conn, sid)
