@@ -389,6 +389,31 @@ async def test_a_watermark_moved_back_store_erasure_leaves_the_archived_groups_t
     assert after["ana/s2"] == before["ana/s2"] and after["bob/s1"] == before["bob/s1"]
 
 
+@pytest.mark.parametrize(("boundary", "next_seq", "archived"), [(2**40, 6, 1), (2**32, 2**32, 6)])
+async def test_a_watermark_moved_back_with_a_damaged_boundary_erases_only_the_target(
+    tmp_path: Path, boundary: int, next_seq: int, archived: int
+) -> None:
+    # A boundary that is no seq of the session (past its next seq) leaves the watermark where it
+    # is; one at the last seq (2**32) hands every row to the archive: neither reaches another
+    # session's row ids (the next session's start at 2**32 above this one's).
+    path = tmp_path / "agentium.db"
+    before = await _three_sessions_one_watermark_moved_back(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE sessions SET boundary = ?, next_seq = ? WHERE user_id = 'ana' AND session_id = 's1'",
+            (boundary, next_seq),
+        )
+    runtime, archive, store = _runtime(path, max_groups=2)
+    target = EraseTarget.session("acme", "ana", "s1")
+    async with runtime:
+        report = await store.erase(target, OpContext())
+        assert report.count("snapshot") == 1 and [s.groups for s in report.sessions] == [()]
+        assert (await archive.erase(target, OpContext())).count("group") == archived
+    after = _by_session(path)
+    assert "ana/s1" not in after
+    assert after["ana/s2"] == before["ana/s2"] and after["bob/s1"] == before["bob/s1"]
+
+
 @pytest.mark.parametrize("adopted", [5, -1, 2**40, 2.5, "x"])
 async def test_a_watermark_past_the_boundary_or_not_a_seq_is_refused_by_every_operation(
     tmp_path: Path, adopted: object
