@@ -22,7 +22,7 @@ from agentium_harness.adapters._sqlite_pack import (
     unpack,
 )
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import EraseStatus, EraseTarget, SessionSnapshot, seal_snapshot
+from agentium_harness.plugin_api import EraseStatus, EraseTarget, MessageGroup, SessionSnapshot, seal_snapshot
 from agentium_harness.testing import plain_group
 from agentium_harness.testing.sqlite_rows import group_row, with_inflated_rows
 
@@ -40,6 +40,21 @@ def _adapters(path: Path) -> tuple[SQLiteArchive, SQLiteSessionStore]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+async def _stored(path: Path, count: int, archived: int) -> tuple[tuple[MessageGroup, ...], int]:
+    """Groups 0..count-1 of ~1 KB each: the first ``archived`` appended to the archive, the rest
+    resident in a saved snapshot; returns them and the snapshot's revision (adapters closed)."""
+    archive, store = _adapters(path)
+    groups = tuple(plain_group(seq, f"{seq} {TEXT}") for seq in range(count))
+    try:
+        await archive.append(KEY, groups[:archived], OpContext())
+        snapshot = seal_snapshot(SessionSnapshot(SCOPE, archived, count, groups[archived:]))
+        revision = await store.save(KEY, snapshot, None, OpContext())
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    return groups, revision
 
 
 def _rows(path: Path) -> dict[int, tuple[str, bytes]]:
@@ -90,20 +105,17 @@ def test_unpack_refuses_damage_and_never_inflates_past_its_bound(
 
 async def test_a_turns_rows_are_deflated_and_read_back_exactly(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
+    groups, _ = await _stored(path, 4, 2)
     archive, store = _adapters(path)
     ctx = OpContext()
-    groups = tuple(plain_group(seq, f"{seq} {TEXT}") for seq in range(4))
     try:
-        await archive.append(KEY, groups[:2], ctx)
-        snapshot = seal_snapshot(SessionSnapshot(SCOPE, 2, 4, groups[2:]))
-        await store.save(KEY, snapshot, None, ctx)
         rows = _rows(path)
         assert len(rows) == 4
         for digest, data in rows.values():
             assert data[:1] != b"{" and len(data) < 400, len(data)  # ~1 KB of JSON each
             assert digest.startswith("sha256:")
         assert list(await archive.read_groups(KEY, 0, 10, ctx)) == list(groups[:2])
-        loaded = await SQLiteSessionStore(SQLiteConfig(path=str(path))).load(KEY, ctx)
+        loaded = await store.load(KEY, ctx)
         assert loaded is not None and loaded.snapshot.resident == groups[2:]
         assert group_row(path, KEY, 0)[1] == groups[0].canonical_bytes()  # the test helper inflates
     finally:
@@ -113,15 +125,8 @@ async def test_a_turns_rows_are_deflated_and_read_back_exactly(tmp_path: Path) -
 
 async def test_rows_stored_as_they_are_by_version_3_are_read_and_never_rewritten(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
-    archive, store = _adapters(path)
+    groups, stored = await _stored(path, 4, 2)
     ctx = OpContext()
-    groups = tuple(plain_group(seq, f"{seq} {TEXT}") for seq in range(4))
-    try:
-        await archive.append(KEY, groups[:2], ctx)
-        stored = await store.save(KEY, seal_snapshot(SessionSnapshot(SCOPE, 2, 4, groups[2:])), None, ctx)
-    finally:
-        await archive.aclose()
-        await store.aclose()
     # What version 3 wrote: canonical JSON as it is, and the version it recorded.
     by_seq = {g.seq: g for g in groups}
     for row in _rows(path):
@@ -147,15 +152,8 @@ async def test_a_damaged_deflated_row_fails_closed_and_is_left_alone(
     tmp_path: Path, damage: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "a.db"
-    archive, store = _adapters(path)
+    await _stored(path, 2, 1)
     ctx = OpContext()
-    groups = tuple(plain_group(seq, f"{seq} {TEXT}") for seq in range(2))
-    try:
-        await archive.append(KEY, groups[:1], ctx)
-        await store.save(KEY, seal_snapshot(SessionSnapshot(SCOPE, 1, 2, groups[1:])), None, ctx)
-    finally:
-        await archive.aclose()
-        await store.aclose()
     rows = _rows(path)
     for row, (_, data) in rows.items():
         if damage == "truncated":
