@@ -441,6 +441,38 @@ async def test_a_watermark_past_the_boundary_or_not_a_seq_is_refused_by_every_op
     assert _group_rows(path) == rows
 
 
+@pytest.mark.parametrize("sid", [2**30 - 1, 2**40])
+async def test_a_session_number_whose_rows_end_past_63_bits_is_refused_by_every_operation(
+    tmp_path: Path, sid: int
+) -> None:
+    # A session's rows end at (sid + 1) << 33 (an exclusive bound): for the last number creation
+    # allowed (2**30 - 1) or one a damaged file holds, that is past SQLite's integers, and every
+    # archive read and erasure raised an untyped OverflowError.
+    path = tmp_path / "agentium.db"
+    await _six_turns(path)
+    with sqlite3.connect(path) as conn:
+        (old,) = conn.execute("SELECT sid FROM sessions").fetchone()
+        # Every row id of the session moved with it (kept within 63 bits: seqs are small).
+        shift = (min(sid, 2**30 - 1) - old) << 33
+        conn.execute("UPDATE groups SET id = id + ?", (shift,))
+        conn.execute("UPDATE sessions SET sid = ?", (sid,))
+    rows = _group_rows(path)
+
+    runtime, archive, store = _runtime(path, max_groups=2)
+    async with runtime:
+        with pytest.raises(ArchiveCorruptError, match="session number"):
+            await archive.read_groups(KEY, 0, 10, OpContext())
+        with pytest.raises(ArchiveCorruptError, match="session number"):
+            await archive.erase(EraseTarget.session("acme", "ana", "s1"), OpContext())
+        with pytest.raises(ArchiveCorruptError, match="session number"):
+            await archive.append(KEY, [plain_group(6)], OpContext())
+        with pytest.raises(SnapshotCorruptError, match="session number"):
+            await store.load(KEY, OpContext())
+        with pytest.raises(SnapshotCorruptError, match="session number"):
+            await store.erase(EraseTarget.session("acme", "ana", "s1"), OpContext())
+    assert _group_rows(path) == rows
+
+
 async def test_an_erase_with_a_reader_holding_the_log_says_unreferenced_within_its_deadline(
     tmp_path: Path,
 ) -> None:

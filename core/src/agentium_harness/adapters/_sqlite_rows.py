@@ -88,8 +88,8 @@ __all__ = [
 
 #: Seqs a row id can hold (``seq << 1`` below ``1 << 33``): four billion groups per session.
 SEQ_LIMIT: Final = 1 << 32
-#: Sessions a file can number (``sid << 33`` stays a positive 63-bit row id).
-SID_LIMIT: Final = 1 << 30
+#: Sessions a file can number: ``(sid + 1) << 33``, the end of a session's row ids, stays 63-bit.
+SID_LIMIT: Final = (1 << 30) - 1
 #: The highest revision a SQLite INTEGER holds.
 _REVISION_LIMIT: Final = 2**63 - 1
 
@@ -195,19 +195,23 @@ def checked_session(
     No digest covers ``adopted``, and it decides which rows belong to which
     adapter: every write keeps it an integer from 0 to :data:`SEQ_LIMIT`, and
     at or below the boundary of a split snapshot (a snapshot that would need
-    a resident row below it is stored whole). A row past that is damage: it
-    is refused here, before anything is read by it or deleted by it.
+    a resident row below it is stored whole). Its session number (``sid``) is
+    below :data:`SID_LIMIT`, so every row id range of it is a SQLite integer.
+    A row past that is damage: it is refused here, before anything is read
+    by it or deleted by it.
     """
-    adopted, split = session.adopted, split_range(session)
+    adopted, split, sid = session.adopted, split_range(session), session.sid
     if (
         type(adopted) is not int
         or not 0 <= adopted <= SEQ_LIMIT
         or (split is not None and adopted > split.start)
+        or not (type(sid) is int and 0 <= sid < SID_LIMIT)  # else its rows' range is past 63 bits
     ):
         named = "with an id over its bound" if key is None else key.key()
         raise damaged(
-            f"the row of session {named} is damaged: its archive watermark (adopted) is "
-            f"{adopted!r}, its snapshot's boundary {session.boundary!r}; nothing was changed"
+            f"the row of session {named} is damaged: its session number is {sid!r}, its archive "
+            f"watermark (adopted) {adopted!r}, its snapshot's boundary {session.boundary!r}; nothing "
+            "was changed"
         )
     return session
 
