@@ -215,3 +215,33 @@ async def test_a_revision_reusing_an_id_of_the_turn_it_continues_runs_under_an_i
     assert result.committed
     assert ran == ["c1", "c1"]
     assert _tool_ids(history) == (["c1", "c1#1"], ["c1", "c1#1"])
+
+
+async def test_a_call_naming_an_id_of_the_history_sent_runs_under_an_id_of_its_own() -> None:
+    # A model numbering its calls per response names call_0 on the first step of every turn: the
+    # request of the next step carries the earlier turn's group (call_0 and its result) beside this
+    # turn's, and Chat Completions refuses two tool results of one id anywhere in a request.
+    async def fetch(arguments: dict[str, Any]) -> str:
+        return "page"
+
+    provider = ScriptedProvider(replies=[_calls("call_0"), "one", _calls("call_0"), "two", "three"])
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        tools=ToolRegistry([Tool("fetch", fetch, EffectLevel.READ)]),
+    )
+    async with runtime:
+        with anyio.fail_after(30):
+            await runtime.run(ANA, "s1", "first", grants=["fetch"])
+            second = await runtime.run(ANA, "s1", "second", grants=["fetch"])
+            await runtime.run(ANA, "s1", "third")
+            history = list((await runtime.read_history(ANA, "s1", max_groups=10)).messages)
+    assert second.output == "two"
+    # Every request of the session: each tool call id once, each answered once.
+    for request in provider.calls:
+        calls, results = _tool_ids([*request.history, *request.turn])
+        assert len(set(calls)) == len(calls) and sorted(results) == sorted(calls)
+    assert len(_renamed(second)) == 1
+    ids = ["call_0", "call_0#1"]
+    assert _tool_ids(history) == (ids, ids)

@@ -35,7 +35,10 @@ from agentium_agent_framework import AgentiumHistoryProvider
 from agentium_harness import (
     EffectLevel,
     HarnessRuntime,
+    Message,
+    Role,
     Tool,
+    ToolCall,
     ToolRegistry,
     VerifiedIdentity,
     create_harness_runtime,
@@ -245,14 +248,29 @@ async def test_guard_a_call_the_framework_never_runs_is_kept_without_a_result(
 
 
 async def test_a_call_id_used_again_is_paired_in_order_not_by_id_alone(tmp_path: Path) -> None:
-    # Models reuse call ids across turns (ScriptedProvider here, local models in practice): a
-    # result answers an unanswered call of its id, not any call of it. Two runs made calls c1 and
-    # c2; the second run's answer and its c2 result retracted leave its c2 call unanswered: the
-    # first run's c2 result answers the first run's call, not this one, which must be left out.
+    # Models reuse call ids across turns (local models number them per response), and a group
+    # may name an id an earlier group did: a result answers an unanswered call of its id, not any
+    # call of it. A run made calls c1 and c2, and so does the next group (appended as a host
+    # writes it: run() itself gives a call naming an id of the history it sends one of its own);
+    # its answer and its c2 result retracted leave its c2 call unanswered: the first group's c2
+    # result answers the first group's call, not this one, which must be left out.
     config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
     archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    second = [
+        Message(Role.USER, "Second?"),
+        Message(
+            Role.ASSISTANT,
+            TWO_CALLS["content"],
+            tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in TWO_CALLS["tool_calls"]),
+        ),
+        *(
+            Message(Role.TOOL, f"page {c['arguments']['url']}", tool_call_id=c["id"])
+            for c in TWO_CALLS["tool_calls"]
+        ),
+        Message(Role.ASSISTANT, "Dogs."),
+    ]
     built = create_harness_runtime(
-        provider=ScriptedProvider(replies=[TWO_CALLS, "Cats.", TWO_CALLS, "Dogs."]),
+        provider=ScriptedProvider(replies=[TWO_CALLS, "Cats."]),
         archive=archive,
         session_store=store,
         owned=(archive, store),
@@ -260,7 +278,7 @@ async def test_a_call_id_used_again_is_paired_in_order_not_by_id_alone(tmp_path:
     )
     async with built:
         assert (await built.run(ANA, "chat-1", "First?", grants=["fetch"])).committed
-        assert (await built.run(ANA, "chat-1", "Second?", grants=["fetch"])).committed
+        await built.append(ANA, "chat-1", second)
         await built.retract(ANA, "chat-1", count=2, reason="undo")
         loaded = await AgentiumHistoryProvider(built, ANA).get_messages("chat-1")
         assert kinds(loaded)[5:] == [

@@ -429,10 +429,11 @@ async def test_an_sdk_item_whose_payload_is_no_item_fails_the_reads_that_reach_i
 async def test_a_call_id_reused_across_turns_reaches_the_model_paired_with_its_own_output(
     tmp_path: Path,
 ) -> None:
-    # Both run() turns call c9. The SDK dedupes its input by call id (the first call's place, the
-    # latest call's value, the latest output): the model saw turn 1 holding turn 2's call and no
-    # output of its own. Each exchange gets an id of its own in the items read (c9#<later calls of
-    # c9>), the same in every read that returns it.
+    # Both run() turns' models call c9. The SDK dedupes its input by call id (the first call's
+    # place, the latest call's value, the latest output): the model saw turn 1 holding turn 2's
+    # call and no output of its own. Turn 1's group is in the history turn 2's request sends, so
+    # run() commits turn 2's call as c9#1; each native exchange gets an id of its own in the items
+    # read too (<id>#<later calls of it>), the same in every read that returns it.
     other = {
         "content": "",
         "tool_calls": [{"id": "c9", "name": "fetch", "arguments": {"url": "https://d.example"}}],
@@ -451,10 +452,10 @@ async def test_a_call_id_reused_across_turns_reaches_the_model_paired_with_its_o
 
         everything = [
             {"role": "user", "content": "look"},
-            *exchange("c9#1", "https://c.example"),
+            *exchange("c9#0", "https://c.example"),
             {"role": "assistant", "content": "done"},
             {"role": "user", "content": "look again"},
-            *exchange("c9#0", "https://d.example"),
+            *exchange("c9#1#0", "https://d.example"),
             {"role": "assistant", "content": "done again"},
         ]
         assert await session.get_items() == everything

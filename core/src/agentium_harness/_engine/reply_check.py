@@ -7,11 +7,13 @@ provider did not declare or more than :data:`MAX_TOOL_CALLS`, when a tool call
 id is named twice in it, when it is not what ``append`` would store, or when
 its text is over :data:`MAX_REPLY_BYTES`.
 
-A call naming the id of an earlier call of the same turn is given an id of
-its own instead (:func:`distinct_ids`): the turn is one group, sent as stored
-on every later turn, and Chat Completions refuses a request with two ``tool``
-results of one id; models that number their calls per response (``call_0`` on
-every step) name such ids in every turn of two tool steps.
+A call naming the id of an earlier call of the same turn, or of a call in the
+history the request sends, is given an id of its own instead
+(:func:`distinct_ids`): the turn is one group, sent as stored on every later
+turn, and Chat Completions refuses a request with two ``tool`` results of one
+id anywhere in it; models that number their calls per response (``call_0`` on
+every step) name such ids in every turn of two tool steps, and on the first
+step of every turn after a turn that called a tool.
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ def count_of(value: object, what: str) -> int | None:
 def check_calls(calls: tuple[ToolCall, ...], may_call_tools: bool) -> None:
     """Tool calls only when declared, at most :data:`MAX_TOOL_CALLS`, well formed, each id once.
 
-    An id of an earlier call of the turn is no error here: :func:`distinct_ids` renames it.
+    An id of an earlier call (of the turn or the history sent) is no error here:
+    :func:`distinct_ids` renames it.
     """
     if calls and not may_call_tools:
         raise ContractViolationError(
@@ -156,7 +159,7 @@ def checked_response(response: object, may_call_tools: bool) -> tuple[Message, U
 
 
 def distinct_ids(reply: Message, used: set[str]) -> tuple[Message, int]:
-    """``reply`` with each call naming an id in ``used`` (the turn's earlier calls') given its own.
+    """``reply`` with each call naming an id in ``used`` (the calls the request sends) given its own.
 
     The new id is ``"<id>#<n>"``, ``n`` the first from 1 that neither ``used`` nor any call of
     the reply holds, the id cut to keep it within :data:`MAX_ID_LENGTH`. Returns the reply (itself

@@ -230,9 +230,10 @@ async def run_turn(
     status = RunStatus.STEP_LIMIT
     specs = tools.specs(granted)
     made = 0
-    # The ids of the turn's calls (a revision's prior ones too): the turn is one group, sent as
-    # stored on every later turn, so a call of a reply naming one again gets an id of its own.
-    used = {call.id for message in turn for call in message.tool_calls}
+    # The ids of the calls every request of this turn carries: the history sent and the turn's
+    # own (a revision's prior ones too). Chat Completions refuses two tool results of one id
+    # anywhere in a request, so a call of a reply naming one again gets an id of its own.
+    used = {call.id for messages in (history, turn) for message in messages for call in message.tool_calls}
     # What the provider is handed: the same messages, but each one with tool calls (or a payload)
     # as its own copy. A ToolCall's arguments are a dict: shared, a provider could rewrite the
     # arguments the engine commits (not those the tool ran with), or put in a value no commit can
@@ -371,9 +372,9 @@ async def _complete(
     ``sent`` is what the provider is handed; ``request``, the same request on the engine's own
     messages, is what the span and the token estimate read (whatever the provider did to ``sent``).
     ``timeout_s`` bounds the call (the limits' ``model_timeout_s``; ``None``: the op deadline);
-    ``used`` holds the ids of the turn's calls so far: a call naming one again is given an id of
-    its own (:func:`.reply_check.distinct_ids`), before the budget and the span read the reply;
-    how many were is returned with it.
+    ``used`` holds the ids of the calls the request sends (history and turn so far): a call
+    naming one again is given an id of its own (:func:`.reply_check.distinct_ids`), before the
+    budget and the span read the reply; how many were is returned with it.
     """
     # The model call's GenAI span (``chat {model}``); Ticket.call leaves this one to us.
     with observe.chat(provider) as span:
@@ -397,7 +398,7 @@ def _renamed(count: int) -> Diagnostic:
     return Diagnostic(
         "tool_call_ids_renamed",
         f"{count} tool call{'' if count == 1 else 's'} of the reply named the id of an earlier call of "
-        "this turn; each runs and is committed under an id of its own (<id>#<n>)",
+        "this turn or of the history sent; each runs and is committed under an id of its own (<id>#<n>)",
         Severity.INFO,
     )
 
