@@ -414,6 +414,34 @@ async def test_a_watermark_moved_back_with_a_damaged_boundary_erases_only_the_ta
     assert after["ana/s2"] == before["ana/s2"] and after["bob/s1"] == before["bob/s1"]
 
 
+@pytest.mark.parametrize("first", ["archive", "store"])
+async def test_a_watermark_moved_back_over_a_group_the_archive_also_holds_leaves_no_copy_of_it(
+    tmp_path: Path, first: str
+) -> None:
+    # Group 2 is a store row (below the boundary, above the moved-back watermark) and an archive row
+    # of its own. The store's erasure left its row (below the boundary: "the archive's") and the
+    # archive's skipped it (it has a row of its own for seq 2): both reported complete, and the
+    # erased session's group 2 was read back from the archive.
+    path = tmp_path / "agentium.db"
+    before = await _three_sessions_one_watermark_moved_back(path)
+    with sqlite3.connect(path) as conn:
+        query = "SELECT sid FROM sessions WHERE user_id = 'ana' AND session_id = 's1'"
+        (sid,) = conn.execute(query).fetchone()
+        conn.execute(
+            "INSERT INTO groups (id, digest, data) SELECT id + 1, digest, data FROM groups WHERE id = ?",
+            ((sid << 33) + (2 << 1),),
+        )
+    runtime, archive, store = _runtime(path, max_groups=2)
+    target = EraseTarget.session("acme", "ana", "s1")
+    async with runtime:
+        for adapter in (archive, store) if first == "archive" else (store, archive):
+            assert (await adapter.erase(target, OpContext())).status.value == "complete"
+        assert await archive.read_groups(KEY, 0, 10, OpContext()) == []
+    after = _by_session(path)
+    assert "ana/s1" not in after
+    assert after["ana/s2"] == before["ana/s2"] and after["bob/s1"] == before["bob/s1"]
+
+
 @pytest.mark.parametrize("adopted", [5, -1, 2**40, 2.5, "x"])
 async def test_a_watermark_past_the_boundary_or_not_a_seq_is_refused_by_every_operation(
     tmp_path: Path, adopted: object

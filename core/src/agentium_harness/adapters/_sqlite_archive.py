@@ -264,10 +264,12 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         def work(conn: sqlite3.Connection) -> EraseReport:
             with immediate_transaction(conn):
                 # The archive's rows and the store's rows it adopted (see _sqlite_rows).
-                taken, more = archived_rows_covered(conn, target, bound)
+                copies: list[int] = []  # stale store copies of the groups found (damage): deleted too
+                taken, more = archived_rows_covered(conn, target, bound, copies)
                 if not dry_run and taken:
                     ctx.raise_if_expired("archive erase")
                     conn.executemany("DELETE FROM groups WHERE id = ?", [(row[3],) for row in taken])
+                    conn.executemany("DELETE FROM groups WHERE id = ?", [(i,) for i in copies])
                     for sid in sorted({row[4] for row in taken}):
                         drop_if_empty(conn, sid)
             physical, detail = (

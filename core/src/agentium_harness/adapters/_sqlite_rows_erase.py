@@ -73,7 +73,7 @@ def _erasure_watermark(session: SessionRow) -> int:
 
 
 def archived_rows_covered(
-    conn: sqlite3.Connection, target: EraseTarget, bound: int
+    conn: sqlite3.Connection, target: EraseTarget, bound: int, copies: list[int] | None = None
 ) -> tuple[list[tuple[SessionKey | None, int, str, int, int]], bool]:
     """The archived groups ``target`` covers (at most ``bound``), and whether more are left.
 
@@ -81,6 +81,9 @@ def archived_rows_covered(
     user, session ids), seqs ascending, as the rows would be erased batch
     after batch. ``key`` is ``None`` for a session whose id is over its
     bound (damage: its rows are erased unread, counted as ``damaged``).
+    ``copies`` receives the id of the store's row of each archive row found
+    below :func:`_erasure_watermark`: no resident row, a stale copy of the
+    group (damage) that no other erasure would take; the caller deletes it.
     """
     where, params = session_filter(target)
     sessions = _keyed_sessions(
@@ -95,7 +98,9 @@ def archived_rows_covered(
     found: list[tuple[SessionKey | None, int, str, int, int]] = []
     for key, session in sessions:
         sid = session.sid
-        archived, extra = archived_where(SessionRow(sid, _erasure_watermark(session), *session[2:]))
+        watermark = _erasure_watermark(session)
+        archived, extra = archived_where(SessionRow(sid, watermark, *session[2:]))
+        below = row_id(sid, watermark, False)
         for start, stop in sorted(spans):
             if start >= stop:
                 continue
@@ -109,6 +114,8 @@ def archived_rows_covered(
             # it, as a group the S3 archive finds with no stored digest) and the group is erased all
             # the same, so damage in a row the operator asked to remove never stops the erasure.
             found.extend((key, seq_of(i), d if isinstance(d, str) else "", i, sid) for i, d in rows)
+            if copies is not None:
+                copies.extend(i - 1 for i, _ in rows if i & 1 and i - 1 < below)
             if len(found) > bound:
                 return found[:bound], True
     return found, False
@@ -139,13 +146,17 @@ def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
     """Delete a session's snapshot: its resident rows and its columns (adopted rows stay the archive's).
 
     Store rows below the snapshot's boundary are the archive's (:func:`_erasure_watermark`): left,
-    and ``adopted`` raised over them, so the archive (whose erasure may come later) still holds them.
+    and ``adopted`` raised over them, so the archive (whose erasure may come later) still holds them;
+    one the archive also holds a row of its own for is a stale copy, deleted.
     """
     sid, watermark = session.sid, _erasure_watermark(session)
     above = row_id(sid, watermark, False)
+    # Below the boundary, a row the archive holds a row of its own for is no adopted group but a
+    # stale copy (damage): neither the archive's erasure nor a read counts it, so it goes here.
     conn.execute(
-        "DELETE FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",
-        (above, row_id(sid + 1, 0, False)),
+        "DELETE FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0 AND (id >= ? "
+        "OR EXISTS (SELECT 1 FROM groups AS own WHERE own.id = groups.id + 1))",
+        (row_id(sid, session.adopted, False), row_id(sid + 1, 0, False), above),
     )
     conn.execute(
         "UPDATE sessions SET adopted = CASE WHEN EXISTS (SELECT 1 FROM groups "
