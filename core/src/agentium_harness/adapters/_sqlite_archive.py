@@ -40,7 +40,7 @@ from ._sqlite_base import (
     data_version,
 )
 from ._sqlite_bounds import JSON_BYTES
-from ._sqlite_pack import PackedRowError, is_packed, unpack
+from ._sqlite_pack import PackedRowError, unpack
 from ._sqlite_rows import (
     append_groups,
     drop_if_empty,
@@ -229,7 +229,7 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         def where() -> str:
             return f"group {seq!r} of session {key.key()} in {self._path}"
 
-        if isinstance(data, bytes) and is_packed(data):
+        if isinstance(data, bytes):  # a row stored as it is comes back unchanged
             try:
                 data = unpack(data, JSON_BYTES)
             except PackedRowError as exc:

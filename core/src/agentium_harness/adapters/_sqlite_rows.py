@@ -62,7 +62,7 @@ from ._sqlite_bounds import (
     over_check,
     oversize,
 )
-from ._sqlite_pack import PackedRowError, PackedRowOverBound, is_packed, pack, unpack
+from ._sqlite_pack import PackedRowError, PackedRowOverBound, pack, unpack
 from ._sqlite_sql import revision_floor
 
 __all__ = [
@@ -439,7 +439,7 @@ def joined_snapshot(
         "WHERE id >= ?2 AND id < ?3 AND (id & 1) = 0 ORDER BY id",
         (room, row_id(session.sid, boundary, False), row_id(session.sid, next_seq, False)),
     ):
-        if type(data) is bytes and is_packed(data):
+        if type(data) is bytes:  # a row stored as it is comes back unchanged, of its stored length
             try:  # within what is left of the bound (a row is never stored larger deflated)
                 data = unpack(data, JSON_BYTES - size)
                 length = len(data)
