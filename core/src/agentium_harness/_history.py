@@ -17,7 +17,7 @@ both are re-exported here (see docs/history-api.md).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as _json_string
 from typing import Any, ClassVar, Final
 
@@ -103,7 +103,7 @@ def _cache(
 ) -> list[Any]:
     """Record ``data`` as ``group``'s canonical bytes (with its digest and tokens when known)."""
     key = id(group)
-    entry: list[Any] = [data, digest, tokens, None]
+    entry: list[Any] = [data, digest, tokens, None, None]
     # The entry leaves when the group dies (the callback runs before its id can be reused);
     # a weak reference kept in the entry costs a third of a weakref.finalize.
     entry[3] = weakref.ref(group, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
@@ -112,7 +112,10 @@ def _cache(
 
 
 def _encoding(group: MessageGroup) -> list[Any]:
-    """``[canonical bytes, digest or None, tokens or None, weak ref]`` of ``group``, encoded on first use."""
+    """``[canonical bytes, digest or None, tokens or None, weak ref, sent tokens or None]`` of ``group``.
+
+    Encoded on first use. The last slot is :func:`sent_tokens`' memo.
+    """
     cached = _ENCODED.get(id(group))
     return cached if cached is not None else _cache(group, _group_json(group))
 
@@ -170,7 +173,7 @@ def detached(group: MessageGroup, messages: tuple[Message, ...] | None = None) -
     _set_field(copy, "control", group.control)
     cached = _ENCODED.get(id(group))
     if cached is not None:
-        _cache(copy, cached[0], cached[1], cached[2])
+        _cache(copy, cached[0], cached[1], cached[2])[4] = cached[4]
     return copy
 
 
@@ -195,6 +198,22 @@ def tokens_and_sizes(groups: Sequence[MessageGroup]) -> list[tuple[int, int]]:
         (entry[2], len(entry[0])) if entry is not None and entry[2] is not None else tokens_and_size(group)
         for group, entry in zip(groups, map(_ENCODED.get, map(id, groups)), strict=True)
     ]
+
+
+def sent_tokens(group: MessageGroup, count: Callable[[MessageGroup], int]) -> int:
+    """``count(group)``, computed once per group and kept with the group's cached encoding.
+
+    For a figure that depends only on the group's fields, such as the tokens
+    of the group as ``run()`` sends it (eviction planning counts every
+    resident group on every commit, and a group holding foreign items is sent
+    rewritten). A group is immutable once encoded (its bytes are cached the
+    same way), so the figure cannot go stale; it leaves with the group.
+    """
+    cached = _ENCODED.get(id(group)) or _encoding(group)
+    found: int | None = cached[4]
+    if found is None:
+        found = cached[4] = count(group)
+    return found
 
 
 def bytes_and_digest(group: MessageGroup) -> tuple[bytes, str]:

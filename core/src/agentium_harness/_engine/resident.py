@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from .._history import MessageGroup, tokens_and_sizes
+from .._history import MessageGroup, sent_tokens, tokens_and_sizes
 from .._history_messages import messages_tokens
 from .foreign_results import for_model
 from .limits import ResidentLimits
@@ -43,7 +43,12 @@ def _as_sent(group: MessageGroup, counted: tuple[int, int]) -> tuple[int, int]:
     """
     if not any(m.payload is not None for m in group.messages):
         return counted
-    return max(counted[0], messages_tokens(for_model(group.messages, group.seq))), counted[1]
+    # Counted once per group (kept with its encoding): every commit plans over every resident group.
+    return max(counted[0], sent_tokens(group, _tokens_sent)), counted[1]
+
+
+def _tokens_sent(group: MessageGroup) -> int:
+    return messages_tokens(for_model(group.messages, group.seq))
 
 
 def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> EvictionPlan:
