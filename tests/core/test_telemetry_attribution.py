@@ -9,10 +9,14 @@ inside runtime A's block):
   inside runtime A's ``runtime_span`` or inside A's turn (a model call, a tool
   of A's): never on A's providers, never under A's content capture;
 - ``runtime.memory`` records on its runtime's providers, also inside runtime
-  B's block or turn: the manager the runtime built over its memory store, and
-  one the host built with no ``Telemetry`` and handed over (it used to record
-  on the global providers outside the runtime's own operations); shared by
-  runtimes of different telemetry, it takes none of theirs;
+  B's block or turn, when it has the runtime's ``Telemetry``: the manager the
+  runtime built over its memory store, or one the host built with it. One the
+  host built with no ``Telemetry`` and handed over takes no runtime's: a
+  runtime never sets a manager's telemetry (it used to take the first
+  runtime's, so a manager shared by two tenants' runtimes put the host's
+  calls for the second tenant on the first's exporter until the second
+  runtime was built: ``test_telemetry_shared_manager.py``); the runtime's own
+  operations on it still record under the runtime's;
 - building a runtime (loading plugins, a config file, the adapters'
   factories) is no runtime's operation: done inside A's block, what its plugin
   code records reaches no provider, and a call of it abandoned at its deadline
@@ -163,11 +167,11 @@ async def test_a_manager_with_no_telemetry_records_on_the_global_providers_insid
 async def test_a_runtimes_memory_records_on_its_runtimes_providers_inside_another_runtimes_block(
     global_provider: SpanRecorder, built_by: str
 ) -> None:
-    # Built by the runtime over a store, or by the host with no Telemetry and handed over: the same.
-    # The host's used to record on the global providers outside the runtime's own operations.
+    # Built by the runtime over a store, or by the host with the runtime's Telemetry: the same.
     a, b = Telemetered(), Telemetered()
     rt_a = _runtime(
-        memory=_Store() if built_by == "runtime" else MemoryManager(_Store()), telemetry=a.telemetry()
+        memory=_Store() if built_by == "runtime" else MemoryManager(_Store(), telemetry=a.telemetry()),
+        telemetry=a.telemetry(),
     )
     model_b = _CallingProvider(replies=["ok"], cycle=True)
     rt_b = _runtime(model_b, telemetry=b.telemetry(capture_content=True))
@@ -197,32 +201,39 @@ async def test_a_runtimes_memory_records_on_its_runtimes_providers_inside_anothe
     await rt_a.aclose()
 
 
-async def test_a_manager_given_no_telemetry_takes_its_runtimes_unless_runtimes_of_other_telemetry_share_it(
+async def test_a_manager_given_no_telemetry_never_takes_a_runtimes_for_the_hosts_calls(
     global_provider: SpanRecorder,
 ) -> None:
+    # Given to one runtime, to two of the same telemetry, or to two of different telemetry: the
+    # host's own calls on it record as a standalone manager's, never under a runtime's (its content
+    # capture included). A manager the host gave its own Telemetry keeps it.
     a, c, own = Telemetered(), Telemetered(), Telemetered()
     same = a.telemetry(capture_content=True)
-    shared, kept, given = (
+    alone, kept, shared, given = (
+        MemoryManager(_Store()),
         MemoryManager(_Store()),
         MemoryManager(_Store()),
         MemoryManager(_Store(), telemetry=own.telemetry()),
     )
-    rt_a1, rt_a2 = _runtime(memory=kept, telemetry=same), _runtime(memory=kept, telemetry=same)
-    rt_a, rt_c = _runtime(memory=shared, telemetry=same), _runtime(memory=shared, telemetry=c.telemetry())
-    rt_given = _runtime(memory=given, telemetry=a.telemetry())
+    runtimes = [
+        _runtime(memory=alone, telemetry=same),
+        _runtime(memory=kept, telemetry=same),
+        _runtime(memory=kept, telemetry=same),
+        _runtime(memory=shared, telemetry=same),
+        _runtime(memory=shared, telemetry=c.telemetry()),
+        _runtime(memory=given, telemetry=a.telemetry()),
+    ]
     with anyio.fail_after(30):
-        await kept.remember(MemoryFact(SCOPE, "kept"))  # two runtimes of the same telemetry: theirs
-        assert {"create_memory", "store.request"} <= {s.name for s in a.spans}
-        before = len(a.spans)
-        # Two tenants' runtimes share it: neither's providers nor content capture for the host's calls.
-        await _memory_calls(shared)
+        for manager in (alone, kept, shared):
+            await _memory_calls(manager)
         await given.remember(MemoryFact(SCOPE, "given"))  # given its own Telemetry: its own, always
-        for runtime in (rt_a1, rt_a2, rt_a, rt_c, rt_given):
+        for runtime in runtimes:
             await runtime.aclose()
-    assert not MEMORY_SPANS & {s.name for s in a.spans[before:]}
+    assert not MEMORY_SPANS & {s.name for s in a.spans}
     assert not MEMORY_SPANS & {s.name for s in c.spans}
     assert MEMORY_SPANS | {"chat"} <= {s.name for s in global_provider.finished}
     assert not [text for text in _carried(global_provider.finished) if SECRET in text]
+    assert not [text for text in _carried(a.spans) if SECRET in text]
     assert {"create_memory", "store.request"} <= {s.name for s in own.spans}
 
 

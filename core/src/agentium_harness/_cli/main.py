@@ -39,6 +39,7 @@ from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
 from .._engine.tools import ToolRegistry
 from .._errors import AgentiumError, InvalidArgumentError
 from .._observe import tree
+from .._observe.spans import unattributed
 from .._plugins.commands import CORE_COMMANDS, CliCommand
 from .._plugins.deadline import call_with_deadline, process_hook_timeout
 from .._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
@@ -474,10 +475,10 @@ def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser
             command.name, help=command.help, description=command.description or command.help
         )
         try:
-            # Bounded like every other call into plugin code at load time: a hang is a broken command.
-            call_with_deadline(
-                partial(command.configure, sub), timeout_s, f"configure of command {command.name!r}"
-            )
+            # Bounded (a hang is a broken command) and nobody's, as loading it is: never runtime A's.
+            with unattributed():
+                what = f"configure of command {command.name!r}"
+                call_with_deadline(partial(command.configure, sub), timeout_s, what)
         # A plugin's bug must not break the other commands: SystemExit too (``parser.error()`` in
         # configure exited the whole command line, --help and every other plugin command included).
         except (Exception, SystemExit) as exc:

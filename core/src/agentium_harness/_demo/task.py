@@ -30,6 +30,7 @@ from .._engine.build import create_harness_runtime
 from .._engine.tools import EffectLevel, Tool, ToolRegistry
 from .._engine.verification import verified_completion_policy
 from .._errors import PluginNotFoundError
+from .._observe.spans import unattributed
 from .._plugins.deadline import call_with_deadline
 from .._plugins.registry import PluginRegistry
 from .._ports.archive import HistoryArchive
@@ -115,8 +116,16 @@ async def _verifier(registry: PluginRegistry, task: Path) -> Any:
 
 
 async def _bounded(registry: PluginRegistry, call: Callable[[], Any], what: str) -> Any:
-    """``call()`` (plugin code) in a daemon thread, abandoned past ``hook_timeout_s``; off the event loop."""
-    bounded = partial(call_with_deadline, call, registry.hook_timeout_s, what)
+    """``call()`` (plugin code) in a daemon thread, abandoned past ``hook_timeout_s``; off the event loop.
+
+    Nobody's telemetry, as ``load_runtime``'s factory calls are: building an adapter is no
+    runtime's operation, also when the demo is run inside runtime A's block (never A's spans).
+    """
+
+    def bounded() -> Any:
+        with unattributed():  # entered in the worker thread's copy of the context
+            return call_with_deadline(call, registry.hook_timeout_s, what)
+
     return await anyio.to_thread.run_sync(bounded, abandon_on_cancel=True)
 
 

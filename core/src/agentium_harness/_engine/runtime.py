@@ -81,7 +81,7 @@ from .maintenance import (
     migrate_admitted,
     reconcile_admitted,
 )
-from .memory.limits import adopt_runtime
+from .memory.limits import adopt_runtime_limits
 from .memory.manager import MemoryManager
 from .memory.work import DrainResult, OwnedWorkSource
 from .memory.work import WorkTracker as MemoryWorkDrainer
@@ -183,7 +183,8 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         self._memory = memory
         if memory is not None:
             fence_memory(memory, session_store, limits.op_timeout_s)
-            adopt_runtime(memory, limits, self.telemetry.resolve())  # its model deadline, its telemetry
+            # Its model deadline only: its telemetry stays the host's (the runtime's operations set theirs).
+            adopt_runtime_limits(memory, limits)
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
         self.evidence_limits = evidence_limits or EvidenceLimits()

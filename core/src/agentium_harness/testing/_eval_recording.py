@@ -219,8 +219,8 @@ def recording_runtime(
         instructions=base.instructions,
         tools=base.tools,
         hooks=hooks,
-        # The host's runtime's telemetry: a case's runs record where that runtime's do (and a memory
-        # manager it took telemetry from keeps it: the same telemetry, not another runtime's).
+        # The host's runtime's telemetry: a case's runs record where that runtime's do (their memory
+        # calls too: inside this runtime's turn the shared manager follows it, and it sets nothing on it).
         telemetry=base.telemetry,
         **extra,
     )

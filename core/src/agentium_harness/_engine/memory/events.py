@@ -73,8 +73,11 @@ def log_hook_failures(notes: Sequence[Diagnostic], telemetry: Resolved | None) -
     same for its ``agentium.diagnostic`` event on the span current (code and severity), counted in
     ``agentium.diagnostics``.
     """
-    # A manager given no Telemetry: the defaults (the environment's opt-in), as telemetry_of says.
-    capture = (telemetry if telemetry is not None else Telemetry().resolve()).capture_content
+    # Called where the manager's call records (its ``observe.using`` block): the settings under way
+    # there, the calling runtime's inside its operation; else the manager's own, else the defaults.
+    active = observe.live()
+    chosen = active.settings if active is not None else telemetry
+    capture = (chosen if chosen is not None else Telemetry().resolve()).capture_content
     log_diagnostics(notes, {}, capture_content=capture)
     for note in notes:
         counted = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": note.severity.value}

@@ -16,13 +16,19 @@ well call a model to find the facts worth keeping.
    own ``op_timeout_s`` (60 s by default) for its model call, the manager's
    ``op_timeout_s`` (10 s by default) for the extractor.
 
-What else a manager takes from the runtime it is given to: a manager the host
-built with no ``Telemetry`` takes the runtime's (:func:`adopt_runtime`), so
-``runtime.memory``'s calls go where the runtime's operations go, wherever they
-are made. Given to runtimes whose telemetry differs (one manager shared by
-two tenants' runtimes), it takes none: no tenant's providers or content
-capture apply to the host's own calls on it, which record on the global
-providers under the defaults, as a standalone manager's do.
+A runtime never changes a manager's telemetry. Inside the runtime's own
+operations (its turn's memory selection, ``runtime.forget``, its drain and
+close) the manager's calls record under that runtime's ``Telemetry``: the
+operation's state is a context variable (:mod:`..._observe.state`), set and
+reset around each operation in its own task, so two runtimes sharing one
+manager each record their own calls, however their tasks interleave. A
+host's own call on the manager, outside any runtime's operation, records under
+the ``Telemetry`` the host gave the manager, else the defaults (the global
+providers, no content capture unless the environment opts in): never under a
+runtime's it was handed to. It used to take the first runtime's, so one
+manager shared by two tenants' runtimes put the host's calls for the second
+tenant on the first's exporter, under its content capture, until the second
+runtime was built.
 """
 
 from __future__ import annotations
@@ -32,7 +38,6 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..._observe.settings import Resolved
 from ..._ports.memory import MAX_FACT_BYTES, MAX_LOOKUP_LIMIT
 from ..._validators import bounded_count, bounded_duration
 from ..limits import RuntimeLimits
@@ -40,11 +45,9 @@ from ..limits import RuntimeLimits
 if TYPE_CHECKING:
     from .manager import MemoryManager
 
-__all__ = ["MemoryLimits", "adopt_runtime", "model_timeout"]
+__all__ = ["MemoryLimits", "adopt_runtime_limits", "model_timeout"]
 
 _adopting = threading.Lock()
-#: What a manager given to runtimes of different telemetry holds: no runtime's.
-_NONE_OF_THEM = object()
 
 
 @attrs.frozen(slots=True)
@@ -77,32 +80,15 @@ class MemoryLimits:
     model_timeout_s: float | None = attrs.field(default=None, validator=bounded_duration(optional=True))
 
 
-def adopt_runtime(manager: MemoryManager, limits: RuntimeLimits, telemetry: Resolved) -> None:
-    """Record that ``manager`` belongs to a runtime with ``limits`` and ``telemetry`` (module docs).
+def adopt_runtime_limits(manager: MemoryManager, limits: RuntimeLimits) -> None:
+    """Record that ``manager`` belongs to a runtime with ``limits``; the first runtime's stay.
 
-    The first runtime's limits stay. Its telemetry is taken only by a manager
-    given none, and given up again (the global providers) once a runtime with
-    other telemetry is given the same manager.
+    Only its limits (the model deadline): the manager's telemetry is the
+    host's to give, never a runtime's to set (module docs).
     """
     with _adopting:  # runtimes may be built on several threads around one manager
         if manager._runtime_limits is None:
             manager._runtime_limits = limits
-        held = manager._adopted
-        if held is _NONE_OF_THEM or (manager._telemetry is not None and held is None):
-            return  # given its own Telemetry, or already shared by runtimes of different telemetry
-        if held is None:
-            manager._adopted = manager._telemetry = telemetry
-        elif not (isinstance(held, Resolved) and _same(held, telemetry)):
-            manager._adopted, manager._telemetry = _NONE_OF_THEM, None
-
-
-def _same(a: Resolved, b: Resolved) -> bool:
-    """Whether two resolved settings send to the same providers and show the same (content, ids)."""
-
-    def shown(r: Resolved) -> tuple[object, ...]:
-        return (r.settings, r.capture_content, r.hash_ids, r.key)
-
-    return shown(a) == shown(b)
 
 
 def model_timeout(manager: MemoryManager, op_timeout_s: float) -> float:

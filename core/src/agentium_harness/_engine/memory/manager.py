@@ -112,12 +112,14 @@ class MemoryManager:
     closes it). ``hooks`` broadcasts lifecycle events (the plugin registry);
     ``selection`` replaces the default :func:`recent_and_relevant`;
     ``extractor`` turns on extraction; ``accept`` adds the host's own rule.
-    ``telemetry`` chooses where the spans of its calls go outside a turn (inside
-    an operation of the runtime it serves they follow that runtime's; inside
-    another runtime's, its own). Without it: the telemetry of the runtime it is
-    given to (``create_harness_runtime(memory=manager)``; none if given to
-    runtimes of different telemetry), else the global OpenTelemetry providers,
-    inside another runtime's block or turn too (never that runtime's).
+    ``telemetry`` chooses where the spans of its calls go outside a runtime's
+    operation (inside an operation of a runtime it was given to, its turn,
+    ``forget`` or drain, they follow that runtime's; inside another runtime's,
+    its own). Without it: the global OpenTelemetry providers under the
+    default settings, inside another runtime's block or turn too. A runtime it
+    is given to (``create_harness_runtime(memory=manager)``) never sets it, so
+    a manager shared by tenants' runtimes records the host's own calls under
+    no tenant's telemetry (:mod:`.limits`).
     """
 
     def __init__(
@@ -166,11 +168,11 @@ class MemoryManager:
         #: Set by the runtime (or Agent, CLI) with a session store (:mod:`..memory_fence`): around each write.
         self._erasure_fence: ErasureFence | None = None
         self._late = LateCalls()  # its writes abandoned past their deadline, maybe running: erasures wait
-        self._runtime_limits: RuntimeLimits | None = None  # its runtime's (.limits.adopt_runtime)
+        self._runtime_limits: RuntimeLimits | None = None  # its runtime's (.limits.adopt_runtime_limits)
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
+        # The host's only: no runtime given the manager changes it (.limits).
         self._telemetry = telemetry.resolve() if telemetry is not None else None
-        self._adopted: object = None  # given none: its runtime's telemetry, taken (.limits.adopt_runtime)
 
     # -- state ------------------------------------------------------------------------------
 
