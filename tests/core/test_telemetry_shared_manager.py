@@ -19,6 +19,7 @@ as loading plugins is: made inside runtime A's block, they record nothing on A's
 from __future__ import annotations
 
 import io
+import logging
 import types
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
@@ -153,6 +154,45 @@ async def test_two_runtimes_turns_interleaved_on_one_manager_each_record_their_o
     assert not [t for t in a.carried() if SECRET_B in t]
     assert not [t for t in b.carried() if SECRET_A in t]
     assert not [s for s in global_provider.finished if s.name == "search_memory"]
+
+
+def _exploding_hooks() -> PluginRegistry:
+    """A real registry whose memory-event hook raises with the tenant's secret in its message."""
+
+    @hookimpl
+    def agentium_memory_event(event: object) -> None:
+        raise RuntimeError(f"hook saw {SECRET_A}")
+
+    registry = PluginRegistry(autoload=False)
+    registry.register_plugin(
+        "memory-exploder", types.SimpleNamespace(agentium_memory_event=agentium_memory_event)
+    )
+    return registry
+
+
+async def test_a_hook_failure_in_a_runtimes_operation_is_logged_under_that_runtimes_capture_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The runtime no longer sets its telemetry on the manager: the hook failure of its own
+    # operation's write (runtime.forget) still follows the runtime's content capture, in the log
+    # and on its span; the host's own call on the same manager shows no content.
+    a = Telemetered()
+    shared = MemoryManager(InMemoryMemoryStore(), hooks=_exploding_hooks())
+    rt_a = _runtime(shared, a)
+    caplog.set_level(logging.WARNING, logger="agentium.engine.hooks")
+    with anyio.fail_after(30):
+        ack = await shared.remember(MemoryFact(ACME, "a fact"))  # the host's: the defaults
+        assert ack.fact_id is not None
+        hosts = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        await rt_a.forget(ACME, ack.fact_id)  # the runtime's operation: its capture
+        runtimes = [r.getMessage() for r in caplog.records]
+        await rt_a.aclose()
+    assert hosts and not [m for m in hosts if SECRET_A in m]
+    assert [m for m in runtimes if SECRET_A in m]
+    [deleted] = a.named("delete_memory")
+    said = [dict(e.attributes or {}) for e in deleted.events if e.name == "agentium.diagnostic"]
+    assert said and SECRET_A in str(said[0].get("agentium.diagnostic.message"))
 
 
 # -- the CLI's and the demo's calls into plugin code ---------------------------------------------
