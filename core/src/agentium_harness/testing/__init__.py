@@ -25,6 +25,9 @@
   ``opentelemetry-sdk`` when used): :class:`SpanRecorder` keeps finished spans
   in memory (``finished``, ``carried()``), and :func:`recording_spans` installs
   one as the global tracer provider for a ``with`` block.
+- Request recording (:mod:`agentium_harness.testing.providers`):
+  :func:`record_requests` keeps every request a model provider is asked, for a
+  test to check what a turn sent the model.
 - Dependency floors (:mod:`agentium_harness.testing.floors`): :func:`declared_floors`,
   :func:`install_floors`, :func:`run_python` and :func:`run_pytest` run a
   distribution's code and tests on the oldest releases its metadata accepts
@@ -65,6 +68,7 @@ from .helpers import (
     scoped_snapshot,
 )
 from .loops import LoopStyle, run_in_threads, run_in_turn
+from .providers import record_requests
 from .spans import SpanRecorder, recording_spans
 
 if TYPE_CHECKING:
@@ -113,6 +117,7 @@ __all__ = [
     "raw_files",
     "register_assert_rewrite",
     "reopen",
+    "record_requests",
     "recording_spans",
     "reopened",
     "replace_once",
