@@ -17,14 +17,15 @@ and method, raised before the engine acts on any of the answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import islice
 from typing import TypeVar
 
 from .._errors import ContractViolationError
+from .._history import MessageGroup
 from .._text import error_text
 
-__all__ = ["adapter_method", "bounded_list", "listed"]
+__all__ = ["adapter_method", "bounded_list", "listed", "read_on"]
 
 T = TypeVar("T")
 
@@ -74,3 +75,43 @@ def bounded_list(raw: object, limit: int, who: str, what: str, item: type[T]) ->
                 "nothing of it was used"
             )
     return items  # type: ignore[return-value]  # each item checked above
+
+
+async def read_on(
+    read: Callable[[int, int], Awaitable[object]],
+    first: int,
+    count: int,
+    who: str,
+    on_page: Callable[[Sequence[object]], None] | None = None,
+) -> list[object]:
+    """Up to ``count`` archived groups from seq ``first``: ``read(start, n)`` again after a shorter page.
+
+    ``read_groups`` may answer with fewer groups than asked (an archive
+    bounding the bytes one call returns, as the SQLite archive does); only an
+    empty page means there is nothing more. So a page shorter than asked is
+    followed by a read of the rest from its last group's seq + 1, until
+    ``count`` items, an empty page, or a page whose last item is not a group
+    at or past where that read started (returned as it is, for the caller's
+    own checks to refuse). Each page is read with :func:`listed` and handed
+    to ``on_page`` first; one over what it was asked is a
+    :class:`ContractViolationError`. At most ``count`` reads: each moves past
+    the last.
+    """
+    out: list[object] = []
+    start = first
+    while len(out) < count:
+        left = count - len(out)
+        page = listed(await read(start, left), left, who, "groups")
+        if on_page is not None:
+            on_page(page)
+        if len(page) > left:
+            raise ContractViolationError(f"{who} returned more than the {left} groups asked at most")
+        out.extend(page)
+        last = page[-1] if page else None
+        # ``type(...) is int``: a seq set past the group's validator is not compared by its ``__ne__``.
+        if len(page) == left or not isinstance(last, MessageGroup) or type(last.seq) is not int:
+            break
+        if last.seq < start:
+            break
+        start = last.seq + 1
+    return out

@@ -30,7 +30,7 @@ from .._ports.recall import RecallStore
 from .._scope import SessionKey
 from .._text import error_text
 from .._validators import exact_int
-from .adapter_lists import adapter_method, bounded_list, listed
+from .adapter_lists import adapter_method, bounded_list, listed, read_on
 from .group_identity import split_foreign
 from .index_recheck import drop_erased_meanwhile
 from .lifecycle import Ticket
@@ -168,12 +168,17 @@ async def catch_up_index(
     wanted = {s for s in missing if s < first + span}
     refused: list[int] = []
     try:
-        raw = await ticket.call("archive read", lambda ctx: archive.read_groups(key, first, span, ctx))
+        who = adapter_method("archive", archive, "read_groups")
         # Read to one past the span at most (an answer that never ends cannot hold the commit), and
         # an answer over it is refused whole (a ContractViolationError, reported below): nothing indexed.
-        page = bounded_list(
-            raw, span, adapter_method("archive", archive, "read_groups"), "groups", MessageGroup
+        # A shorter answer is read on (an archive may bound a call's bytes), not taken for missing groups.
+        raw = await read_on(
+            lambda at, n: ticket.call("archive read", lambda ctx: archive.read_groups(key, at, n, ctx)),
+            first,
+            span,
+            who,
         )
+        page = bounded_list(raw, span, who, "groups", MessageGroup)
         # ``type(g.seq) is int``: a group's validator keeps its seq exact; one set past it is refused.
         groups = [g for g in page if type(g.seq) is int and g.seq in wanted]
         groups = groups[:CATCH_UP_GROUPS]

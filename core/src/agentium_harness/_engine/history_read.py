@@ -32,7 +32,7 @@ from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
 from .._scope import SessionKey
-from .adapter_lists import adapter_method, bounded_list, listed
+from .adapter_lists import adapter_method, bounded_list, read_on
 from .history_checks import MAX_APPEND_BYTES, check_before_seq
 from .history_records import HistoryGroup, HistoryPage, ReadFence, SessionPage
 from .history_view import ViewIndex
@@ -242,11 +242,8 @@ async def _fetch(
         seqs_in_run = [seq for _, seq in run]
         first, count = seqs_in_run[0], len(seqs_in_run)
         who = adapter_method("archive", archive, "read_groups")
-        page = listed(await read_run(first, count), count, who, "groups")
-        if on_page is not None:
-            on_page(page)
-        if len(page) > count:
-            raise ContractViolationError(f"{who} returned more than the {count} groups asked at most")
+        # A shorter page is read on from its last seq + 1 (an archive may bound a call's bytes).
+        page = await read_on(read_run, first, count, who, on_page)
         for offset, seq in enumerate(seqs_in_run):
             group = page[offset] if offset < len(page) else None
             # ``type(...) is int``: a seq set past the group's validator is not compared by its ``__ne__``.

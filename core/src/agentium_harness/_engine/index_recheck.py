@@ -24,7 +24,7 @@ from .._ports.erasure import EraseTarget, SeqRange
 from .._ports.recall import RecallStore
 from .._scope import SessionKey
 from .._text import error_text
-from .adapter_lists import adapter_method, bounded_list
+from .adapter_lists import adapter_method, bounded_list, read_on
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 
@@ -60,12 +60,17 @@ async def drop_erased_meanwhile(
     seqs = sorted({g.seq for g in groups})
     first, span = seqs[0], seqs[-1] - seqs[0] + 1
     try:
-        raw = await ticket.call("archive read", lambda ctx: archive.read_groups(key, first, span, ctx))
+        who = adapter_method("archive", archive, "read_groups")
         # Read to one past the span at most; an answer over it, or not a sequence of groups, is
-        # refused (the warning below) before anything is erased on its word.
-        page = bounded_list(
-            raw, span, adapter_method("archive", archive, "read_groups"), "groups", MessageGroup
+        # refused (the warning below) before anything is erased on its word. A shorter answer is
+        # read on (an archive may bound a call's bytes): the groups past it were not erased.
+        raw = await read_on(
+            lambda at, n: ticket.call("archive read", lambda ctx: archive.read_groups(key, at, n, ctx)),
+            first,
+            span,
+            who,
         )
+        page = bounded_list(raw, span, who, "groups", MessageGroup)
         held = {g.seq: g.digest for g in page if type(g.seq) is int}
         gone = sorted({g.seq for g in groups if held.get(g.seq) != g.digest})
         if not gone:

@@ -65,7 +65,7 @@ from .._ports.summary import (
 from .._scope import SessionKey, encode_segment
 from .._text import error_text, one_line, shorten
 from .._validators import shown_number
-from .adapter_lists import listed
+from .adapter_lists import listed, read_on
 from .commit import CommitOutcome
 from .group_identity import foreign_group
 from .history_view import ViewIndex, paired_messages
@@ -201,14 +201,18 @@ async def _read(
 ) -> tuple[list[MessageGroup], CoverageGap | None]:
     """Read ``count`` groups from ``start``; on a failure, find the first group that cannot be read."""
 
-    def batch(ctx: OpContext) -> Awaitable[Sequence[MessageGroup]]:
-        return reader(key, start, count, ctx)
+    async def batch(ctx: OpContext) -> list[object]:
+        async def page(at: int, n: int) -> list[MessageGroup]:
+            # At most ``n``, whatever the reader returned: past them lie groups this update must
+            # not offer (past ``max_groups``, the archive boundary, or an erased range).
+            return list(islice(await reader(key, at, n, ctx), n))
+
+        # A shorter answer is read on (an archive may bound a call's bytes), not taken for a gap.
+        return await read_on(page, start, count, "summary group read")
 
     try:
-        # At most ``count``, whatever the reader returned: past them lie groups this update must
-        # not offer (past ``max_groups``, the archive boundary, or an erased range).
         got = await ticket.call("summary group read", batch, timeout_s=timeout_s)
-        return list(islice(got, count)), None
+        return got, None  # type: ignore[return-value]  # its type is checked with the rest (_admissible)
     except Exception as exc:
         # Any failure is narrowed down below, group by group; the batch error is not reported as such.
         del exc

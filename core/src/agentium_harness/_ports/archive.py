@@ -253,7 +253,13 @@ class HistoryArchive:
         Declared by ``bounded_reads``. Must return whole groups only and never
         more than ``max_groups``, as a list or tuple: the engine reads no
         further than one group past ``max_groups`` and refuses anything else
-        (docs/plugins.md, "Sequence answers"). Each group is re-checked before it is
+        (docs/plugins.md, "Sequence answers"). It may return fewer (a shorter
+        page, still ascending: an archive bounding the bytes one call returns,
+        as the built-in SQLite archive does), but never none while a group
+        with ``seq >= start_seq`` is stored: only an empty answer means there
+        is nothing more. A caller reads on from the last returned group's
+        ``seq + 1``, as the engine and ``agentium recall rebuild`` do; a short
+        page is not the end of the history. Each group is re-checked before it is
         returned (:func:`check_archived_group`): a row that does not decode
         strictly, does not match its digest or belongs to another session
         raises ``ArchiveCorruptError``; nothing is changed.
