@@ -40,7 +40,7 @@ from ._sqlite_base import (
     data_version,
 )
 from ._sqlite_bounds import JSON_BYTES
-from ._sqlite_pack import PackedRowError, unpack
+from ._sqlite_pack import PackedRowError, PackedRowOverBound, is_packed, unpack
 from ._sqlite_rows import (
     append_groups,
     drop_if_empty,
@@ -58,6 +58,14 @@ RECENT_BYTES: Final = 8 * 1024 * 1024
 
 #: How many archive reads an archive remembers the seqs of (see ``SQLiteArchive.read_groups``).
 _REMEMBERED_READS: Final = 1024
+
+#: Canonical bytes one ``read_groups`` call returns at most (and so inflates: a deflated row may be a
+#: thousandth of its group): a page stops before the group that would pass it, but holds the first
+#: group whatever its size (at most ``MAX_JSON_BYTES``, the same). Without it a file of N tiny,
+#: highly compressed rows made one call inflate N times the per-row bound; before rows were
+#: deflated that needed a file that large. A shorter page is allowed by the port: callers read on
+#: from the last group's seq + 1 until a page comes back empty.
+READ_BUDGET: Final = JSON_BYTES
 
 
 class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
@@ -134,7 +142,14 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
     async def read_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
-        """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending."""
+        """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending, within :data:`READ_BUDGET`.
+
+        The page stops early (shorter, still in order, never empty while a
+        group at or past ``start_seq`` exists) before the group that would
+        take its canonical bytes past :data:`READ_BUDGET`; a deflated row is
+        inflated no further than what is left of it. Read on from the last
+        group's seq + 1: only an empty page means there is nothing more.
+        """
         checked_ctx(ctx, "archive read")
         key = checked_key(key, "archive read")
         start_seq = checked_count(start_seq, "start_seq", "archive read")  # clamped to SQLite's integers
@@ -155,7 +170,17 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
             with read_transaction(conn):
                 version = data_version(conn)
                 rows = read_archived(conn, key, start_seq, limit)
-            return version, [self._cached_group(key, seq, digest, data) for seq, digest, data in rows]
+            groups: list[MessageGroup] = []
+            left: int = READ_BUDGET
+            for seq, digest, data in rows:
+                # The first group within the per-row bound (the same), every later one within what
+                # the page has left: past it the page ends there, the group unread (the next page's first).
+                group = self._cached_group(key, seq, digest, data, left if groups else JSON_BYTES)
+                if group is None:
+                    break
+                left -= group.size_bytes
+                groups.append(group)
+            return version, groups
 
         version, groups = await self.run(ctx, "archive read", work)
         with self._decoded_lock:
@@ -194,15 +219,31 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
             self._epoch += 1
             self._reads.clear()
 
-    def _cached_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
-        """The group of this row: the one decoded from exactly these bytes before, else decoded now."""
+    def _cached_group(
+        self, key: SessionKey, seq: object, digest: object, data: object, room: int = JSON_BYTES
+    ) -> MessageGroup | None:
+        """The group of this row: the one decoded from exactly these bytes before, else decoded now.
+
+        ``None`` (nothing decoded, at most ``room + 1`` bytes inflated) when ``room`` is less than
+        the per-row bound and the group's canonical bytes would be more than ``room``.
+        """
         if isinstance(seq, int) and isinstance(data, bytes):
             with self._decoded_lock:
                 hit = self._decoded.get((key, seq))
                 if hit is not None and hit[0] == data and isinstance(digest, str) and hit[1].digest == digest:
+                    # Counted as if read: a page holds the same groups whatever this cache holds.
+                    if hit[1].size_bytes > room:
+                        return None
                     self._decoded.move_to_end((key, seq))
                     return hit[1]
-        group = self._decode_group(key, seq, digest, data)
+        if room < JSON_BYTES and isinstance(data, bytes) and not is_packed(data) and len(data) > room:
+            return None  # stored as it is: its bytes are its canonical bytes
+        try:
+            group = self._decode_group(key, seq, digest, data, room)
+        except PackedRowOverBound:
+            if room >= JSON_BYTES:
+                raise  # _decode_group reports it as damage at the per-row bound
+            return None
         assert isinstance(data, bytes) and isinstance(seq, int)  # _decode_group refused anything else
         cost = max(len(data), group.size_bytes)
         if cost <= RECENT_BYTES:
@@ -217,13 +258,17 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                     self._decoded_bytes -= dropped
         return group
 
-    def _decode_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
+    def _decode_group(
+        self, key: SessionKey, seq: object, digest: object, data: object, room: int = JSON_BYTES
+    ) -> MessageGroup:
         """Decode one row strictly and re-check it; any doubt is an ``ArchiveCorruptError``.
 
         The stored digest must match the stored bytes, the bytes must decode
         without coercion, and the group must be the one filed under this key
         (its ``seq``, its retained scope, and the digest of its canonical bytes).
-        A deflated row is inflated first, within the decoder's bound (``_sqlite_pack``).
+        A deflated row is inflated first, within the decoder's bound (``_sqlite_pack``), or
+        within ``room`` when that is less: then a row over it raises ``PackedRowOverBound``
+        (the caller's page ends before it; it is not damage at that bound).
         """
 
         def where() -> str:
@@ -231,8 +276,10 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
 
         if isinstance(data, bytes):  # a row stored as it is comes back unchanged
             try:
-                data = unpack(data, JSON_BYTES)
+                data = unpack(data, min(room, JSON_BYTES))
             except PackedRowError as exc:
+                if room < JSON_BYTES and isinstance(exc, PackedRowOverBound):
+                    raise  # over the page's room, not the row's bound: for the caller to stop at
                 raise ArchiveCorruptError(f"{where()} is damaged: {exc}") from None
         return decode_archived_group(key, seq, digest, data, where)
 

@@ -20,7 +20,11 @@ of stored data: never more than the caller's bound (what the strict decoder
 reads back, less what the read already took) is produced, and a stream that
 would give more, ends early, carries bytes past its end or fails its
 checksum is damage (:class:`PackedRowError`), reported by the caller with
-its store's typed error. Rows written by older versions (JSON as it is) are
+its store's typed error — except where the bound is what is left of one
+call's budget (``SQLiteArchive.read_groups``: at most ``MAX_JSON_BYTES`` of
+canonical bytes a page): a row over that (:class:`PackedRowOverBound`, at
+most one byte past it inflated) ends the page before it, and is the next
+page's first. Rows written by older versions (JSON as it is) are
 read as they are and never rewritten for this.
 """
 
