@@ -33,10 +33,18 @@ from agentium_harness._json import MAX_JSON_BYTES
 from agentium_harness._ports import OpContext
 from agentium_harness._scope import SessionKey
 from agentium_harness.adapters import _sqlite_archive
+from agentium_harness.adapters import sqlite as sqlite_module
 from agentium_harness.adapters._sqlite_pack import pack
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import MessageGroup
+from agentium_harness.plugin_api import (
+    EraseStatus,
+    EraseTarget,
+    MessageGroup,
+    Scope,
+    SessionSnapshot,
+    seal_snapshot,
+)
 from agentium_harness.testing import plain_group
 from agentium_harness.testing.sqlite_rows import put_group_row
 
@@ -186,3 +194,38 @@ async def test_the_engine_reads_a_long_history_whole_across_short_pages(
             page = await rt.read_history(ANA, "s1", max_groups=14)
     assert [g.seq for g in page.groups] == list(range(14))
     assert [g.group.messages[1].content for g in page.groups] == [f"a{n}" for n in range(14)]
+
+
+async def test_a_session_store_erase_call_reads_snapshots_within_its_budget_and_erases_every_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflated: list[int]
+) -> None:
+    # Each session's resident group is a crafted 2 MB of one letter, a few KB on disk: an erasure of
+    # the user read (inflated) every snapshot for its report in one call, up to max_items of them.
+    monkeypatch.setattr(sqlite_module, "READ_BUDGET", BUDGET, raising=False)
+    config = SQLiteConfig(path=str(tmp_path / "a.db"))
+    store = SQLiteSessionStore(config)
+    sessions = [f"s{n:02}" for n in range(12)]
+    try:
+        for session in sessions:
+            snapshot = seal_snapshot(
+                SessionSnapshot(Scope("acme", "ana", session), 0, 1, (plain_group(0, "a" * BIG),))
+            )
+            await store.save(SessionKey("acme", "ana", session), snapshot, None, OpContext())
+        target = EraseTarget.user("acme", "ana")
+        erased: list[str] = []
+        for _ in range(len(sessions)):
+            inflated[0] = 0
+            with anyio.fail_after(30):
+                report = await store.erase(target, OpContext())
+            # Before: 12 snapshots, 24 MB inflated by one call. Now at most one snapshot past the budget.
+            assert inflated[0] < BUDGET + 2 * BIG + 4096, inflated[0]
+            erased += [entry.session.session for entry in report.sessions]
+            assert all(entry.groups for entry in report.sessions)  # each read whole, not as damage
+            if report.status is EraseStatus.COMPLETE:
+                break
+            assert report.sessions  # a partial call erased something
+        assert erased == sessions
+        for session in sessions:
+            assert await store.load(SessionKey("acme", "ana", session), OpContext()) is None
+    finally:
+        await store.aclose()

@@ -73,7 +73,7 @@ from .._ports.sessions import (
     verify_snapshot,
 )
 from .._scope import SessionKey
-from ._sqlite_archive import RECENT_BYTES, SQLiteArchive
+from ._sqlite_archive import READ_BUDGET, RECENT_BYTES, SQLiteArchive
 from ._sqlite_base import (
     SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
@@ -526,10 +526,10 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
     ) -> EraseReport:
         """Delete the snapshots of every covered session (at most ``max_items``), then empty the WAL.
 
-        A groups target deletes nothing here. Snapshots this store keeps
-        decoded in memory for the erased sessions are dropped as well. The
-        file's revision floor rises to the highest revision deleted, in the
-        same transaction (see the class docstring); while it is damaged or
+        A groups target deletes nothing here; the erased sessions' decoded snapshots leave memory.
+        A call is partial once the snapshots read for its report reach ``READ_BUDGET`` bytes (it
+        reads less than twice that). The file's revision floor rises to the highest revision
+        deleted, in the same transaction (see the class docstring); while it is damaged or
         missing, an erase that would delete a snapshot raises
         :class:`SQLiteRevisionFloorError` and changes nothing (a dry run
         answers as usual).
@@ -550,7 +550,11 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
             found: list[tuple[SessionKey, bytes]] = []
             with immediate_transaction(conn):
                 taken, more = sessions_covered(conn, target, bound)
-                for key, session in taken:
+                size = 0  # joined (inflated) bytes read: a small file's deflated rows may be huge
+                for n, (key, session) in enumerate(taken):
+                    if size >= READ_BUDGET:  # the rest waits for the next call (partial)
+                        taken, more = taken[:n], True
+                        break
                     if key is None:
                         continue  # an id over its bound: no key names it; counted as damaged below
                     # The whole snapshot, for the report (its resident groups' seqs and digests);
@@ -558,6 +562,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                     # groups, as any damaged snapshot).
                     data = joined_snapshot(conn, key, session, erasing=True)[1]
                     found.append((key, data if isinstance(data, bytes) else str(data or "").encode()))
+                    size += len(found[-1][1])
                 if not dry_run and taken:
                     ctx.raise_if_expired("session store erase")
                     # With the rows, or not at all: a writer holding one of these revisions must
