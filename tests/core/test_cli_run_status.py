@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _cli_support import SQLITE_RECALL_CONFIG
@@ -170,3 +171,43 @@ def test_json_of_a_failed_run_is_its_interrupted_result(
     assert report["committed"] is False and "ran out of replies" in report["error"]
     assert report["error_type"].endswith("Error")  # the JSON error form's fields, in one document
     assert err.startswith("agentium run: provider failed") and "nothing was committed" in err
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_stopped_run_without_a_reason_lists_each_diagnostic_on_its_own_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    # A recall policy that stops without a reason: the why is the run's diagnostics. Joined with
+    # "; " in the one line, a diagnostic holding "; " could not be told from the next one, nor
+    # from "nothing was committed".
+    import attrs
+
+    from agentium_harness import Diagnostic, HarnessRuntime, Severity
+    from agentium_harness._cli import main
+
+    notes = (
+        Diagnostic("recall_stopped", "the policy said no; nothing more", Severity.WARNING),
+        Diagnostic("usage_estimated", "not a reason", Severity.INFO),
+        Diagnostic("source_omitted", "source 'a; b' did not fit", Severity.WARNING),
+    )
+    real = HarnessRuntime.run
+
+    async def stopped_without_a_reason(self: HarnessRuntime, *args: Any, **kwargs: Any) -> Any:
+        result = await real(self, *args, **kwargs)  # a real stopped run (partial evidence)
+        assert result.recall is not None and result.recall.reason
+        return attrs.evolve(result, recall=attrs.evolve(result.recall, reason=""), diagnostics=notes)
+
+    config = recall_config(tmp_path, budget="max_evidence_tokens = 3")
+    capsys.readouterr()
+    monkeypatch.setattr(HarnessRuntime, "run", stopped_without_a_reason)
+    assert main(["run", str(config), *IDS, QUESTION, *(["--json"] if as_json else [])]) == 4
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert lines[:3] == [
+        "agentium run: the recall policy stopped the run: 2 reasons, one a line below; "
+        "nothing was committed (exit status 4)",
+        "  reason: recall_stopped: the policy said no; nothing more",
+        "  reason: source_omitted: source 'a; b' did not fit",
+    ]
+    if as_json:  # --json keeps stdout the one document, diagnostics as they are
+        assert [d["message"] for d in json.loads(out)["diagnostics"]] == [d.message for d in notes]

@@ -34,7 +34,7 @@ from .._codec import unstructure
 from .._config import load_config
 from .._config.runtime import build_runtime, load_runtime
 from .._demo import run_demo, run_demo_config
-from .._engine.results import RunResult, RunStatus, Severity
+from .._engine.results import RunResult, RunStatus
 from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
 from .._engine.tools import ToolRegistry
 from .._errors import AgentiumError, InvalidArgumentError
@@ -68,6 +68,7 @@ from .output import (
 )
 from .plugins import add_plugins_command, options_report, plugins_report
 from .recall import add_recall_commands
+from .run_outcome import print_run_outcome
 from .verify import add_verify_commands, print_verification
 
 __all__ = [
@@ -233,7 +234,7 @@ def _run_turn(args: argparse.Namespace) -> int:
         # committed), and a clarification question is not an answer (it is in the line below).
         sys.stdout.write(result.output + "\n")
     if status != EXIT_OK:
-        sys.stderr.write(f"agentium run: {shown(_run_outcome(result))} (exit status {status})\n")
+        print_run_outcome(result, status, sys.stderr)
     if not args.json:
         sys.stderr.write(
             f"[group {result.group_seq}, boundary {result.boundary}, resident {result.resident_groups}, "
@@ -255,33 +256,6 @@ def _run_turn(args: argparse.Namespace) -> int:
         for d in result.diagnostics:
             sys.stderr.write(f"  {d.severity.value}: {d.code}: {shown(d.message)}\n")
     return status
-
-
-def _shorten(text: str, limit: int = 300) -> str:
-    # One line of stderr: the full text is in the lines below it and in --json.
-    return shorten(" ".join(text.split()), limit)
-
-
-def _run_outcome(result: RunResult) -> str:
-    """Why a run did not complete, and what became of the turn, in one line for stderr."""
-    recall = result.recall
-    why = _shorten(
-        (recall.reason if recall is not None else "")
-        or "; ".join(d.message for d in result.diagnostics if d.severity is not Severity.INFO)
-    )
-    kept = "the turn was committed" if result.committed else "nothing was committed"
-    if result.status is RunStatus.STOPPED:
-        return f"the recall policy stopped the run: {why or 'no reason given'}; {kept}"
-    if result.status is RunStatus.NEEDS_CLARIFICATION:
-        question = _shorten(result.output) or "no question given"
-        return (
-            f"the recall policy asks a clarification: {question!r}; {kept}; run again with the answer in TEXT"
-        )
-    if result.status is RunStatus.NOT_ACCEPTED:
-        record = result.verification
-        verdict = f"{record.verdict.value}: {_shorten(record.reason)}" if record is not None else "unknown"
-        return f"the completion was verified and not accepted (verdict {verdict}); {kept} with the verdict"
-    return f"the model was still calling tools at max_steps; {kept} as it stood"
 
 
 def _add_run(subparsers: Any) -> None:
