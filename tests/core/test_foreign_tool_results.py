@@ -153,12 +153,14 @@ async def test_a_foreign_result_inside_an_exchange_of_cores_is_sent_after_it_nev
     shown = BLOCK.fullmatch(first[4].content)
     assert first[4].role is Role.USER and shown is not None and shown["call"] == "c9"
     assert first[5] == Message(Role.ASSISTANT, "Both fetched.")
-    # Results answering core's calls (payload or not) stay right after them, as before.
+    # Results answering core's calls (payload or not) stay right after them, as before; the second
+    # group names c1 and c2 again, so its exchange is sent under ids of its own (the request only).
     assert [(m.role, m.tool_call_id) for m in sent[6:9]] == [
         (Role.USER, None),
         (Role.ASSISTANT, None),
-        (Role.TOOL, "c1"),
+        (Role.TOOL, "c1_1"),
     ]
+    assert [c.id for c in sent[7].tool_calls] == ["c1_1", "c2_1"]
 
 
 async def test_a_partial_retraction_keeps_a_lone_foreign_result_in_the_view_and_as_data() -> None:

@@ -201,7 +201,7 @@ async def test_a_turn_is_one_span_with_a_child_span_per_stage() -> None:
     assert tool["gen_ai.tool.name"] == "lookup"
     # The script calls call-1 on both turns: the first turn's group is in the history this turn's
     # request sends, so this call runs (and its span is named) under an id of its own.
-    assert tool["gen_ai.tool.call.id"] == "call-1#1"
+    assert tool["gen_ai.tool.call.id"] == "call-1_1"
     assert tool["agentium.tool.status"] == "ok"
 
     memory = [s for s in mine if s.name == "search_memory"]

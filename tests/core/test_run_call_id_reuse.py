@@ -6,15 +6,20 @@ earlier step of the same turn already used. Committed as given, the group
 would hold two ``tool`` results of one id, which ``run()`` sends on every
 later turn and Chat Completions refuses ("Duplicate value for
 'tool_call_id'"); refused, every turn of two tool steps with such a model
-failed. Such a call runs under an id of its own, ``"<id>#<n>"`` (the first
-``n`` from 1 no call of the turn uses, the id cut to fit 256 characters), and
-the run says so in an INFO diagnostic (``tool_call_ids_renamed``, a count, no
-id or content).
+failed. Such a call runs under an id of its own, ``"<id>_<n>"`` (the first
+``n`` from 1 no call of the turn or the history sent uses, the id cut to fit 64
+characters; an id of nine ASCII letters and digits keeps that form), and the
+run says so in an INFO diagnostic (``tool_call_ids_renamed``, a count, no id
+or content). So does a call naming an id twice in one reply (the second is
+renamed), and a history sent holding one id in two groups (the later is sent,
+not stored, under an id of its own). Each keeps to ``[A-Za-z0-9_-]`` when the
+model's id does: Anthropic and Bedrock refuse any other character.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, ClassVar
 
 import anyio
@@ -32,12 +37,14 @@ from agentium_harness import (
     Severity,
     Telemetry,
     Tool,
+    ToolCall,
     ToolRegistry,
     Verdict,
     VerifiedIdentity,
     create_harness_runtime,
     verified_completion_policy,
 )
+from agentium_harness._engine.call_ids import distinct_history
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import (
@@ -116,9 +123,9 @@ def _renamed(result: RunResult) -> list[str]:
 @pytest.mark.parametrize(
     ("second", "committed"),
     [
-        pytest.param(("c1",), ["c1", "c1#1"], id="same-id"),
-        pytest.param(("c2", "c1"), ["c1", "c2", "c1#1"], id="second-call-of-the-reply"),
-        pytest.param(("c1", "c1#1"), ["c1", "c1#2", "c1#1"], id="the-new-id-taken-in-the-reply"),
+        pytest.param(("c1",), ["c1", "c1_1"], id="same-id"),
+        pytest.param(("c2", "c1"), ["c1", "c2", "c1_1"], id="second-call-of-the-reply"),
+        pytest.param(("c1", "c1_1"), ["c1", "c1_2", "c1_1"], id="the-new-id-taken-in-the-reply"),
     ],
 )
 async def test_a_reply_reusing_an_earlier_call_id_runs_under_an_id_of_its_own(
@@ -151,7 +158,7 @@ async def test_a_model_numbering_its_calls_per_response_completes_a_turn_of_many
         [_calls("call_0", "call_1"), _calls("call_0"), _calls("call_0", "call_1")], ["fetch"], caplog
     )
     assert ran == ["call_0", "call_1", "call_0", "call_0", "call_1"]
-    ids = ["call_0", "call_1", "call_0#1", "call_0#2", "call_1#1"]
+    ids = ["call_0", "call_1", "call_0_1", "call_0_2", "call_1_1"]
     assert _tool_ids(history) == (ids, ids)
     assert [note.split(" ", 1)[0] for note in _renamed(outcome)] == ["1", "2"]  # a note per reply
 
@@ -160,16 +167,16 @@ async def test_a_reused_id_of_calls_that_never_ran_is_renamed_too(caplog: pytest
     # No grant: each call is refused, not run, and recorded under an id of its own.
     _outcome, ran, history, _provider, _exporter = await _completes([_calls("c1"), _calls("c1")], [], caplog)
     assert ran == []
-    assert _tool_ids(history) == (["c1", "c1#1"], ["c1", "c1#1"])
+    assert _tool_ids(history) == (["c1", "c1_1"], ["c1", "c1_1"])
 
 
-async def test_a_reused_id_of_the_longest_length_is_cut_to_fit(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_reused_long_id_is_cut_to_fit_64_characters(caplog: pytest.LogCaptureFixture) -> None:
     long = "x" * 256
     _outcome, ran, history, _provider, _exporter = await _completes(
         [_calls(long), _calls(long)], ["fetch"], caplog
     )
     assert ran == [long, long]
-    ids = [long, "x" * 254 + "#1"]
+    ids = [long, "x" * 62 + "_1"]
     assert _tool_ids(history) == (ids, ids)
 
 
@@ -214,7 +221,7 @@ async def test_a_revision_reusing_an_id_of_the_turn_it_continues_runs_under_an_i
             history = list((await runtime.read_history(ANA, "s1", max_groups=10)).messages)
     assert result.committed
     assert ran == ["c1", "c1"]
-    assert _tool_ids(history) == (["c1", "c1#1"], ["c1", "c1#1"])
+    assert _tool_ids(history) == (["c1", "c1_1"], ["c1", "c1_1"])
 
 
 async def test_a_call_naming_an_id_of_the_history_sent_runs_under_an_id_of_its_own() -> None:
@@ -243,5 +250,128 @@ async def test_a_call_naming_an_id_of_the_history_sent_runs_under_an_id_of_its_o
         calls, results = _tool_ids([*request.history, *request.turn])
         assert len(set(calls)) == len(calls) and sorted(results) == sorted(calls)
     assert len(_renamed(second)) == 1
-    ids = ["call_0", "call_0#1"]
+    ids = ["call_0", "call_0_1"]
     assert _tool_ids(history) == (ids, ids)
+
+
+STRICT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@pytest.mark.parametrize(
+    ("script", "committed"),
+    [
+        pytest.param([_calls("c1", "c1")], ["c1", "c1_1"], id="twice-in-one-reply"),
+        pytest.param([_calls("c1"), _calls("c1", "c1")], ["c1", "c1_1", "c1_2"], id="twice-and-earlier"),
+        pytest.param([_calls("c1", "c1_1", "c1")], ["c1", "c1_1", "c1_2"], id="the-new-id-taken-after-it"),
+    ],
+)
+async def test_a_reply_naming_one_id_twice_runs_the_second_under_an_id_of_its_own(
+    script: list[object], committed: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # It was refused (ContractViolationError, no tool run): the second call and its result are
+    # renamed instead, so each result answers one call, and the model reads which.
+    outcome, ran, history, provider, _exporter = await _completes(script, ["fetch"], caplog)
+    assert sorted(ran) == sorted(c for reply in script for c in _ids_of(reply))
+    assert _tool_ids(history) == (committed, committed)
+    calls, results = _tool_ids([*provider.calls[-1].history, *provider.calls[-1].turn])
+    assert calls == results == committed
+    given = [c for reply in script for c in _ids_of(reply)]
+    assert sum(int(note.split(" ", 1)[0]) for note in _renamed(outcome)) == len(given) - len(set(given))
+
+
+def _ids_of(reply: object) -> list[str]:
+    assert isinstance(reply, dict)
+    return [call["id"] for call in reply["tool_calls"]]
+
+
+@pytest.mark.parametrize(
+    ("given", "own"),
+    [
+        pytest.param("call_0", "call_0_1", id="openai-like"),
+        pytest.param("toolu_01A09q90qw90lq917835lq9", "toolu_01A09q90qw90lq917835lq9_1", id="anthropic-like"),
+        pytest.param("aB3dE5gH7", "aB3dE5gH1", id="mistral-nine-alphanumerics"),
+        pytest.param("aB3dE5gH1", "aB3dE5gH2", id="mistral-ending-in-the-digit"),
+        pytest.param("functions.edit:0", "functions.edit:0_1", id="kimi-keeps-its-own-alphabet"),
+        pytest.param("y" * 80, "y" * 62 + "_1", id="long"),
+    ],
+)
+async def test_an_id_of_its_own_keeps_the_strict_alphabet_and_form_of_the_given_id(
+    given: str, own: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _outcome, _ran, history, _provider, _exporter = await _completes(
+        [_calls(given), _calls(given)], ["fetch"], caplog
+    )
+    assert _tool_ids(history) == ([given, own], [given, own])
+    if STRICT.fullmatch(given[:64]):
+        assert STRICT.fullmatch(own)  # nothing Anthropic's or Bedrock's [A-Za-z0-9_-] refuses
+    if given.isalnum() and len(given) == 9:
+        assert own.isalnum() and own.isascii() and len(own) == 9  # Mistral's form
+
+
+def _exchange(call_id: str, tag: str) -> list[Message]:
+    return [
+        Message(Role.USER, f"ask {tag}"),
+        Message(Role.ASSISTANT, "", tool_calls=(ToolCall(call_id, "fetch", {"q": tag}),)),
+        Message(Role.TOOL, f"result {tag}", tool_call_id=call_id),
+        Message(Role.ASSISTANT, f"answer {tag}"),
+    ]
+
+
+async def test_groups_appended_with_one_id_are_sent_each_under_an_id_of_its_own() -> None:
+    # append's rule is per group: two groups may hold call c1 (and one c1_1). Sent as stored, a
+    # request held two results of c1, which Chat Completions refuses; the later is sent under an
+    # id of its own, its result too, in the request only: history stays as committed.
+    async def fetch(arguments: dict[str, Any]) -> str:
+        return f"result {arguments['q']}"
+
+    provider = ScriptedProvider(replies=[_calls("c1"), "done", "again"])
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        tools=ToolRegistry([Tool("fetch", fetch, EffectLevel.READ)]),
+    )
+    async with runtime:
+        with anyio.fail_after(30):
+            for call_id, tag in (("c1", "A"), ("c1", "B"), ("c1_1", "C"), ("c1", "D")):
+                await runtime.append(ANA, "s1", _exchange(call_id, tag))
+            result = await runtime.run(ANA, "s1", "go on", grants=["fetch"])
+            again = await runtime.run(ANA, "s1", "and again")
+            history = list((await runtime.read_history(ANA, "s1", max_groups=10)).messages)
+    assert result.output == "done" and again.output == "again"
+    for request in provider.calls:
+        messages = [*request.history, *request.turn]
+        calls, results = _tool_ids(messages)
+        assert len(set(calls)) == len(calls) and sorted(results) == sorted(calls)
+        asked = {c.id: c.arguments["q"] for m in messages for c in m.tool_calls}
+        for m in messages:  # each result still answers its own call
+            if m.role is Role.TOOL:
+                assert m.content == f"result {asked[m.tool_call_id or '']}"
+        assert all(STRICT.fullmatch(c) for c in calls)
+    first = [*provider.calls[0].history]
+    assert _tool_ids(first)[0] == ["c1", "c1_2", "c1_1", "c1_3"]  # c1_1 is taken by group C
+    # Canonical history is as appended and as run() committed (its call named c1: an id of its own).
+    assert _tool_ids(history)[0] == ["c1", "c1", "c1_1", "c1", "c1_4"]
+    notes = [d for d in result.diagnostics if d.code == "tool_call_ids_renamed"]
+    assert [n.message.split(" ", 1)[0] for n in notes] == ["2", "1"]  # the history's, the reply's
+    assert all(n.severity is Severity.INFO for n in notes)
+
+
+def test_a_group_naming_one_id_on_two_steps_pairs_each_result_with_its_call() -> None:
+    # run() committed such groups before it renamed ids: each result answers the earliest open
+    # call of its id, as match_tool_results pairs them, and follows it to its id of its own.
+    group = (
+        Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "fetch", {"q": "1"}),)),
+        Message(Role.TOOL, "r1", tool_call_id="c1"),
+        Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "fetch", {"q": "2"}),)),
+        Message(Role.TOOL, "r2", tool_call_id="c1"),
+    )
+    sent, count = distinct_history(group)
+    assert count == 1
+    assert [(m.tool_calls[0].id if m.tool_calls else m.tool_call_id) for m in sent] == [
+        "c1",
+        "c1",
+        "c1_1",
+        "c1_1",
+    ]
+    assert distinct_history(group[:2]) == (group[:2], 0)

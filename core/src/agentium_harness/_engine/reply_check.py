@@ -3,28 +3,21 @@
 A reply is refused with :class:`~agentium_harness._errors.ContractViolationError`
 before any of its tool calls runs when it is not a ``ModelResponse`` holding a
 ``Message``, when its usage is no plain count, when it carries tool calls the
-provider did not declare or more than :data:`MAX_TOOL_CALLS`, when a tool call
-id is named twice in it, when it is not what ``append`` would store, or when
-its text is over :data:`MAX_REPLY_BYTES`.
+provider did not declare or more than :data:`MAX_TOOL_CALLS`, when it is not
+what ``append`` would store, or when its text is over :data:`MAX_REPLY_BYTES`.
 
-A call naming the id of an earlier call of the same turn, or of a call in the
-history the request sends, is given an id of its own instead
-(:func:`distinct_ids`): the turn is one group, sent as stored on every later
-turn, and Chat Completions refuses a request with two ``tool`` results of one
-id anywhere in it; models that number their calls per response (``call_0`` on
-every step) name such ids in every turn of two tool steps, and on the first
-step of every turn after a turn that called a tool.
+A call naming the id of an earlier call of the same reply, of the same turn,
+or of a call in the history the request sends is no error: it is given an id
+of its own (:func:`.call_ids.distinct_ids`).
 """
 
 from __future__ import annotations
-
-import attrs
 
 from .._errors import ContractViolationError, InvalidArgumentError
 from .._history import Message, ToolCall
 from .._ports.provider import ModelResponse, Usage
 from .._text import clean_text
-from .._validators import MAX_COUNT, MAX_ID_LENGTH
+from .._validators import MAX_COUNT
 from .history_checks import check_reply
 
 __all__ = [
@@ -34,7 +27,6 @@ __all__ = [
     "check_response",
     "checked_response",
     "count_of",
-    "distinct_ids",
 ]
 
 #: Most tool calls one provider reply may carry; a reply with more is a contract violation.
@@ -68,10 +60,10 @@ def count_of(value: object, what: str) -> int | None:
 
 
 def check_calls(calls: tuple[ToolCall, ...], may_call_tools: bool) -> None:
-    """Tool calls only when declared, at most :data:`MAX_TOOL_CALLS`, well formed, each id once.
+    """Tool calls only when declared, at most :data:`MAX_TOOL_CALLS`, well formed.
 
-    An id of an earlier call (of the turn or the history sent) is no error here:
-    :func:`distinct_ids` renames it.
+    An id named twice (in the reply, the turn or the history sent) is no error here:
+    :func:`.call_ids.distinct_ids` renames the later call.
     """
     if calls and not may_call_tools:
         raise ContractViolationError(
@@ -83,8 +75,6 @@ def check_calls(calls: tuple[ToolCall, ...], may_call_tools: bool) -> None:
             f"provider returned {len(calls)} tool calls in one reply, over the limit of {MAX_TOOL_CALLS}; "
             "none of its tool calls was run"
         )
-    # Ids must be unique within one reply: each result answers exactly one call.
-    seen: set[str] = set()
     for call in calls:
         if (
             not isinstance(call, ToolCall)
@@ -92,12 +82,6 @@ def check_calls(calls: tuple[ToolCall, ...], may_call_tools: bool) -> None:
             or not isinstance(call.id, str)
         ):
             raise ContractViolationError("provider returned a malformed tool call")
-        key = str.__str__(call.id)  # a plain copy: a str subclass's own hash or repr is not trusted
-        if key in seen:
-            raise ContractViolationError(
-                f"provider returned tool call id {key!r} twice in one reply; none of its tool calls was run"
-            )
-        seen.add(key)
 
 
 def check_response(response: object, may_call_tools: bool) -> Message:
@@ -156,34 +140,3 @@ def checked_response(response: object, may_call_tools: bool) -> tuple[Message, U
             "none of its tool calls was run"
         )
     return reply, usage
-
-
-def distinct_ids(reply: Message, used: set[str]) -> tuple[Message, int]:
-    """``reply`` with each call naming an id in ``used`` (the calls the request sends) given its own.
-
-    The new id is ``"<id>#<n>"``, ``n`` the first from 1 that neither ``used`` nor any call of
-    the reply holds, the id cut to keep it within :data:`MAX_ID_LENGTH`. Returns the reply (itself
-    when nothing was renamed) and how many calls were. ``reply`` is a checked copy: plain ids,
-    each once in it.
-    """
-    calls = reply.tool_calls
-    if not calls or all(call.id not in used for call in calls):
-        return reply, 0
-    taken = used | {call.id for call in calls}
-    renamed: list[ToolCall] = []
-    count = 0
-    for call in calls:
-        if call.id not in used:
-            renamed.append(call)
-            continue
-        n = 1
-        while True:
-            suffix = f"#{n}"
-            own = call.id[: MAX_ID_LENGTH - len(suffix)] + suffix
-            if own not in taken:
-                break
-            n += 1
-        taken.add(own)
-        renamed.append(ToolCall(own, call.name, call.arguments))
-        count += 1
-    return attrs.evolve(reply, tool_calls=tuple(renamed)), count

@@ -61,13 +61,14 @@ from .arguments import (
     check_user_input,
     run_scope,
 )
+from .call_ids import request_history
 from .closing import HarnessResources, drain_runtime, shutdown_runtime
 from .document_api import DocumentOperations
 from .effects import EffectsKeeper
 from .embedding import Hybrid
 from .erasure_api import ErasureOperations
 from .history_api import HistoryOperations
-from .history_view import model_history, recall_hidden
+from .history_view import recall_hidden
 from .hooks import HookBroadcaster
 from .lifecycle import Admission, LifecycleState, Ticket
 from .limits import RuntimeLimits
@@ -361,8 +362,8 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                     "legacy_scope_attested", "legacy snapshot loaded by attestation; stamped at commit"
                 )
             )
-        # The view's messages only: no control record, nothing retracted or cleared, no payloads.
-        history = model_history(snap.resident, snap.view)
+        # The view's messages (no control record, retracted or cleared one, payload), each call id once.
+        history = request_history(snap.resident, snap.view, diagnostics)
         step: RecallStep | None = None
         if self.recall is not None:
             step = await recall_before_dispatch(

@@ -2,8 +2,7 @@
 
 Every provider answer is checked before anything acts on it
 (:mod:`.reply_check`: its type, that it only carries tool calls when the
-provider declared ``tool_calls``, at most :data:`MAX_TOOL_CALLS`, that its
-tool call ids are unique within the reply and the turn, and that it is what
+provider declared ``tool_calls``, at most :data:`MAX_TOOL_CALLS`, and that it is what
 ``append`` would store, at most :data:`MAX_REPLY_BYTES` of text), and that
 the turn with it, and room for each call's result, stays within
 what a committed turn may take (:mod:`.turn_budget`) — a response that fails
@@ -35,10 +34,11 @@ from .._ports.provider import ModelProvider, ModelRequest, SourceBlock, Usage
 from .._text import clean_text, cut_text, error_text
 from .._validators import lone_surrogate_at
 from .bounded import Overrun, bounded
+from .call_ids import distinct_ids, renamed_note
 from .lifecycle import Ticket
 from .limits import RuntimeLimits
 from .provider_call import complete_bounded
-from .reply_check import MAX_REPLY_BYTES, MAX_TOOL_CALLS, checked_response, distinct_ids
+from .reply_check import MAX_REPLY_BYTES, MAX_TOOL_CALLS, checked_response
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 from .turn_budget import TurnBudget, message_limit, room_for_reply
@@ -271,7 +271,7 @@ async def run_turn(
             raise TurnInterrupted(exc, partial) from exc
         made += 1
         if renamed:
-            diagnostics.append(_renamed(renamed))
+            diagnostics.append(renamed_note(renamed, "reply"))
         # The provider's counts where it reported them (a reported 0 stays 0), estimates otherwise.
         call_in = request.estimated_tokens if usage.input_tokens is None else usage.input_tokens
         call_out = reply.estimated_tokens if usage.output_tokens is None else usage.output_tokens
@@ -373,7 +373,7 @@ async def _complete(
     messages, is what the span and the token estimate read (whatever the provider did to ``sent``).
     ``timeout_s`` bounds the call (the limits' ``model_timeout_s``; ``None``: the op deadline);
     ``used`` holds the ids of the calls the request sends (history and turn so far): a call
-    naming one again is given an id of its own (:func:`.reply_check.distinct_ids`), before the
+    naming one again is given an id of its own (:func:`.call_ids.distinct_ids`), before the
     budget and the span read the reply; how many were is returned with it.
     """
     # The model call's GenAI span (``chat {model}``); Ticket.call leaves this one to us.
@@ -391,16 +391,6 @@ async def _complete(
         if span.recording or observe.current() is not None:
             _describe(span, request, usage, reply)
         return reply, usage, renamed
-
-
-def _renamed(count: int) -> Diagnostic:
-    """The note that ``count`` calls of a reply run under an id of their own (a count: no id)."""
-    return Diagnostic(
-        "tool_call_ids_renamed",
-        f"{count} tool call{'' if count == 1 else 's'} of the reply named the id of an earlier call of "
-        "this turn or of the history sent; each runs and is committed under an id of its own (<id>#<n>)",
-        Severity.INFO,
-    )
 
 
 def _describe(
