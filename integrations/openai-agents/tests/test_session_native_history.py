@@ -11,6 +11,7 @@ half an exchange, and ``pop_item`` never retracts items it cannot return.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -70,18 +71,18 @@ EXPECTED = [
     {"role": "assistant", "content": LOOKING},
     {
         "type": "function_call",
-        "call_id": "c1#0",
+        "call_id": "c1_0",
         "name": "fetch",
         "arguments": '{"url":"https://a.example/é"}',
     },
     {
         "type": "function_call",
-        "call_id": "c2#0",
+        "call_id": "c2_0",
         "name": "fetch",
         "arguments": '{"raw":true,"url":"https://b.example"}',
     },
-    {"type": "function_call_output", "call_id": "c1#0", "output": f"https://a.example/é: {INJECTED}"},
-    {"type": "function_call_output", "call_id": "c2#0", "output": f"https://b.example: {INJECTED}"},
+    {"type": "function_call_output", "call_id": "c1_0", "output": f"https://a.example/é: {INJECTED}"},
+    {"type": "function_call_output", "call_id": "c2_0", "output": f"https://b.example: {INJECTED}"},
     {"role": "assistant", "content": ANSWER},
 ]
 
@@ -148,11 +149,11 @@ async def test_a_call_without_text_is_only_its_function_call(tmp_path: Path) -> 
         {"role": "user", "content": "look"},
         {
             "type": "function_call",
-            "call_id": "c9#0",
+            "call_id": "c9_0",
             "name": "fetch",
             "arguments": '{"url":"https://c.example"}',
         },
-        {"type": "function_call_output", "call_id": "c9#0", "output": f"https://c.example: {INJECTED}"},
+        {"type": "function_call_output", "call_id": "c9_0", "output": f"https://c.example: {INJECTED}"},
         {"role": "assistant", "content": "done"},
     ]
 
@@ -336,13 +337,13 @@ async def test_a_call_id_used_again_in_a_later_turn_pairs_with_its_own_turns_res
         session = AgentiumSession(runtime, ANA, "chat-1")
         call = {
             "type": "function_call",
-            "call_id": "c9#0",
+            "call_id": "c9_0",
             "name": "fetch",
             "arguments": '{"url":"https://c.example"}',
         }
         output = {
             "type": "function_call_output",
-            "call_id": "c9#0",
+            "call_id": "c9_0",
             "output": f"https://c.example: {INJECTED}",
         }
         everything = [
@@ -432,8 +433,8 @@ async def test_a_call_id_reused_across_turns_reaches_the_model_paired_with_its_o
     # Both run() turns' models call c9. The SDK dedupes its input by call id (the first call's
     # place, the latest call's value, the latest output): the model saw turn 1 holding turn 2's
     # call and no output of its own. Turn 1's group is in the history turn 2's request sends, so
-    # run() commits turn 2's call as c9#1; each native exchange gets an id of its own in the items
-    # read too (<id>#<later calls of it>), the same in every read that returns it.
+    # run() commits turn 2's call as c9_1; each native exchange gets an id of its own in the items
+    # read too (<id>_<later calls of it>), the same in every read that returns it.
     other = {
         "content": "",
         "tool_calls": [{"id": "c9", "name": "fetch", "arguments": {"url": "https://d.example"}}],
@@ -452,10 +453,10 @@ async def test_a_call_id_reused_across_turns_reaches_the_model_paired_with_its_o
 
         everything = [
             {"role": "user", "content": "look"},
-            *exchange("c9#0", "https://c.example"),
+            *exchange("c9_0", "https://c.example"),
             {"role": "assistant", "content": "done"},
             {"role": "user", "content": "look again"},
-            *exchange("c9#1#0", "https://d.example"),
+            *exchange("c9_1_0", "https://d.example"),
             {"role": "assistant", "content": "done again"},
         ]
         assert await session.get_items() == everything
@@ -530,3 +531,35 @@ async def test_a_run_call_whose_id_the_models_next_call_uses_again_reaches_it_pa
             ("function_call_output", "c9"),
         ]
         assert new[2]["output"] == "looked up"
+
+
+async def test_ids_of_their_own_keep_the_strict_alphabet_and_a_committed_hash_id_reads_as_stored(
+    tmp_path: Path,
+) -> None:
+    # "<id>#<n>" put '#' in the ids the SDK sends, which Anthropic, Bedrock and Mistral (through
+    # LiteLLM) refuse. The ids made now add only '_' and digits, and a nine-letters-and-digits id
+    # (Mistral's form) keeps that form. An id run() committed as "c9#1" is stored history: it reads
+    # back as stored, with a suffix of its own in the items only.
+    nine = {
+        "content": "",
+        "tool_calls": [{"id": "aB3dE5gH7", "name": "fetch", "arguments": {"url": "https://n.example"}}],
+    }
+    async with tool_runtime(tmp_path / "a.db", nine, "one", nine, "two") as runtime:
+        await runtime.run(ANA, "chat-1", "look", grants=["fetch"])
+        await runtime.run(ANA, "chat-1", "look again", grants=["fetch"])
+        await runtime.append(
+            ANA,
+            "chat-1",
+            [
+                Message(Role.USER, "legacy"),
+                Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c9#1", "fetch", {"url": "x"}),)),
+                Message(Role.TOOL, "x: legacy", tool_call_id="c9#1"),
+            ],
+        )
+        items = await AgentiumSession(runtime, ANA, "chat-1").get_items()
+        stored = (await runtime.read_history(ANA, "chat-1", max_groups=10)).messages
+    assert pairs_whole(items)
+    calls = [item["call_id"] for item in items if item.get("type") == "function_call"]
+    assert calls == ["aB3dE5gH2", "aB3dE5gH0", "c9#1_0"]
+    assert all(re.fullmatch(r"[A-Za-z0-9]{9}", c) for c in calls[:2])
+    assert [c.id for m in stored for c in m.tool_calls] == ["aB3dE5gH7", "aB3dE5gH1", "c9#1"]
