@@ -26,7 +26,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Container, Iterable
-from typing import Final
+from typing import Final, Literal
 
 import attrs
 
@@ -37,9 +37,9 @@ from .results import Diagnostic, Severity
 __all__ = ["MAX_OWN_ID_LENGTH", "distinct_ids", "own_id", "renamed_note", "request_history"]
 
 #: Most characters of an id of its own: an original id longer than it is cut to fit with its
-#: suffix. The shortest documented cap of a provider that takes any length of id: Bedrock's
-#: Converse ``toolUseId`` (1 to 64 of ``[a-zA-Z0-9_-]``), the alphabet Anthropic's ``tool_use``
-#: ids are held to; OpenAI's own call ids are well within it.
+#: suffix. Bedrock's Converse documents ``toolUseId`` as 1 to 64 characters of ``[a-zA-Z0-9_-]``
+#: (the alphabet Anthropic's ``tool_use`` ids are held to): the tightest documented cap of an
+#: API whose ids have no fixed form; OpenAI's call ids are well within it.
 MAX_OWN_ID_LENGTH: Final = 64
 
 #: Mistral's form of a tool call id: exactly nine ASCII letters and digits.
@@ -67,7 +67,7 @@ def own_id(call_id: str, taken: Container[str]) -> str:
     return own
 
 
-def renamed_note(count: int, where: str) -> Diagnostic:
+def renamed_note(count: int, where: Literal["reply", "history"]) -> Diagnostic:
     """The INFO note ``tool_call_ids_renamed``: ``count`` calls (of ``where``) got ids of their own.
 
     A count and no id: ids are the model's text, which no diagnostic carries.
