@@ -31,6 +31,7 @@ from agentium_harness import (
     create_harness_runtime,
     verified_completion_policy,
 )
+from agentium_harness._engine.turn import MAX_TOOL_CALLS
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
@@ -135,8 +136,11 @@ async def test_a_provider_failure_before_any_tool_ran_commits_nothing_and_report
 
 async def test_a_contract_violating_second_reply_keeps_the_first_tools_effect() -> None:
     log: list[str] = []
-    twice = {"content": "", "tool_calls": [{"id": "d", "name": "deploy"}, {"id": "d", "name": "deploy"}]}
-    runtime = _runtime(ScriptedProvider(replies=[DEPLOY, twice]), _deploy_tool(log))
+    # Over MAX_TOOL_CALLS (an id named twice in one reply was the violation here; such a call
+    # now runs under an id of its own, test_run_call_id_reuse.py).
+    calls = [{"id": f"d{n}", "name": "deploy"} for n in range(MAX_TOOL_CALLS + 1)]
+    too_many = {"content": "", "tool_calls": calls}
+    runtime = _runtime(ScriptedProvider(replies=[DEPLOY, too_many]), _deploy_tool(log))
     with pytest.raises(ContractViolationError) as caught:
         await runtime.run(ANA, "s1", "deploy v2", grants=["deploy"])
     assert log == ["deployed to prod"]  # the bad reply ran nothing; the first call did run
