@@ -4,7 +4,10 @@ Runs, appends and reads read the tenant's pending erasures before they load
 a session (:mod:`.load`); a fenced memory manager does the same around each
 ``remember`` and ``correct``, in every process sharing the session store,
 through the shared :class:`~.erasure_fence.ErasureFence` (its docstring says
-why the two reads suffice). A fact an erasure covers
+why the two reads suffice). A manager given to several runtimes on separate
+session stores (:func:`fence_memory`) reads every one of them around every
+write, whoever makes it: its memory store is one, so an erasure recorded in
+any of those stores scrubs the facts any of them would write. A fact an erasure covers
 (:meth:`EraseTarget.covers_fact`: its user or tenant, or a session its
 provenance names) is refused with
 :class:`~agentium_harness._errors.ErasureInProgressError`:
@@ -30,6 +33,7 @@ late take-back), before the cancellation goes on (:func:`fence_confirm`).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -63,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ErasureFence",
     "FenceCheck",
+    "FenceChecks",
     "fence_check",
     "fence_confirm",
     "fence_memory",
@@ -71,6 +76,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("agentium.engine.memory")
+#: Held while a store is added to a manager's fences (:func:`fence_memory`).
+_fencing = threading.Lock()
 
 
 @contextmanager
@@ -153,26 +160,65 @@ def fence_memory(
     *,
     clock: Callable[[], datetime] = utc_now,
 ) -> None:
-    """Fence ``manager``'s writes with the erasures recorded in ``store`` (a fence it has stays).
+    """Fence ``manager``'s writes with the erasures recorded in ``store`` too (each store once).
 
     Used by the runtime, an :class:`~.memory.agent.Agent` given a session
     store, and ``agentium memory remember|correct``: the session store is
     where erasures are recorded, so a manager without one cannot be fenced.
+    Every store a manager is given to fences every one of its writes, for
+    its lifetime: a host's own call and a runtime's alike, since an erasure
+    recorded in any of them scrubs the manager's one memory store, and
+    which store records the erasures of a tenant and user the manager
+    cannot know. A store given again (two runtimes on one store) adds
+    nothing: its fence (and its ``timeout_s``, ``clock``) is the first one's.
     ``clock`` is :attr:`.ErasureFence.clock` (this process's; a test skews it).
     """
-    if manager._erasure_fence is None:
-        manager._erasure_fence = ErasureFence(store, timeout_s, clock=clock)
+    with _fencing:  # runtimes may be built on several threads around one manager
+        held = manager._erasure_fences
+        if not any(fence.store is store for fence in held):
+            manager._erasure_fences = (*held, ErasureFence(store, timeout_s, clock=clock))
+
+
+#: What a write's first reads saw: one :class:`FenceCheck` per store fencing it (none: unfenced).
+FenceChecks = tuple[FenceCheck, ...]
 
 
 async def fence_check(
-    fence: ErasureFence | None, scope: MemoryScope, provenance: Sequence[GroupRef]
-) -> FenceCheck | None:
-    """:meth:`ErasureFence.check` of the fact, or ``None`` for a manager without a fence."""
-    return None if fence is None else await fence.check(_FactWrite(scope, tuple(provenance)))
+    fences: Sequence[ErasureFence], scope: MemoryScope, provenance: Sequence[GroupRef]
+) -> FenceChecks:
+    """:meth:`ErasureFence.check` of the fact by each fence, in turn; ``()`` for a manager without one.
+
+    A covering erasure pending in any store refuses the write, and so does
+    a store that cannot be read (typed, nothing written): the erasures it
+    records may cover the fact.
+    """
+    write = _FactWrite(scope, tuple(provenance))
+    return tuple([await fence.check(write) for fence in fences])
+
+
+async def _covering(seen: FenceChecks) -> tuple[FenceCheck, ErasureRecord] | None:
+    """:meth:`ErasureFence.covering_since` of each check: the first covering erasure found, with its check.
+
+    Every store is read even if one fails: a covering erasure in another is
+    still acted on. With none found, the first failure is raised (the write
+    was not checked again against that store).
+    """
+    failed: Exception | None = None
+    for check in seen:
+        try:
+            record = await check.fence.covering_since(check)
+        except Exception as exc:
+            failed = failed or exc
+            continue
+        if record is not None:
+            return check, record
+    if failed is not None:
+        raise failed
+    return None
 
 
 async def fence_confirm(
-    seen: FenceCheck | None,
+    seen: FenceChecks,
     manager: MemoryManager,
     owner: MemoryScope,
     ack: MemoryAck,
@@ -181,9 +227,9 @@ async def fence_confirm(
     """After the store acknowledged ``ack``: take the fact back and refuse if an erasure took its scope.
 
     ``owner`` is the scope the write was made under (the manager's
-    ``forget`` is asked with it: its hooks see the fact forgotten). If the
-    second read fails, the write stands and the ack's notes say it was not
-    checked again (a WARNING too).
+    ``forget`` is asked with it: its hooks see the fact forgotten). If a
+    second read fails (and no other store's shows a covering erasure), the
+    write stands and the ack's notes say it was not checked again (a WARNING too).
 
     A cancellation from the store's answer on (a drain cancelling the owned
     work, ``aclose()``, the host) is not let strand a fact an erasure took:
@@ -192,7 +238,7 @@ async def fence_confirm(
     write's, :func:`write_span`) is told the acknowledgment.
     """
     span.result(ack)
-    if seen is None or ack.fact_id is None:
+    if not seen or ack.fact_id is None:
         return ack
     try:
         return await _confirm(seen, manager, owner, ack, ack.fact_id)
@@ -203,23 +249,24 @@ async def fence_confirm(
 
 
 async def _confirm(
-    seen: FenceCheck, manager: MemoryManager, owner: MemoryScope, ack: MemoryAck, fact_id: str
+    seen: FenceChecks, manager: MemoryManager, owner: MemoryScope, ack: MemoryAck, fact_id: str
 ) -> MemoryAck:
     try:
-        record = await seen.fence.covering_since(seen)
+        found = await _covering(seen)
     except Exception as exc:  # the write stands: said in the ack, never a bare error after a commit
         _log.warning("memory write not confirmed against erasures: %s", type(exc).__name__)
         _event("agentium.memory.unconfirmed", "answered", exc)
         note = f"the write was not checked again against erasures under way ({type(exc).__name__})"
         return attrs.evolve(ack, notes=(*ack.notes, note))
-    if record is None:
+    if found is None:
         return ack
+    write, record = found[0].write, found[1]
     from .memory.manager import forget_fact  # here: the manager module imports this one
 
     if ack.status is not AckStatus.STORED:
         # ``duplicate``: this write stored nothing. The fact it names is an older one, whose
         # provenance may well be outside the erasure (duplicates are told by text, not sources).
-        raise seen.write.refusal(
+        raise write.refusal(
             record,
             f"the store answered {ack.status.value} (fact {fact_id}, left as it was): nothing was written",
         )
@@ -234,17 +281,17 @@ async def _confirm(
     except AgentiumError as exc:
         _log.warning("a fact written during an erasure could not be taken back: %s", type(exc).__name__)
         _event("agentium.memory.take_back_failed", "answered", exc)
-        raise seen.write.refusal(
+        raise write.refusal(
             record,
             f"fact {fact_id} was written meanwhile and taking it back failed ({type(exc).__name__}): "
             "forget it (agentium memory forget)",
         ) from exc
     _event("agentium.memory.taken_back", "answered")  # the caller is told too: the refusal below
-    raise seen.write.refusal(record, f"fact {fact_id}, written meanwhile, was forgotten: it was not kept")
+    raise write.refusal(record, f"fact {fact_id}, written meanwhile, was forgotten: it was not kept")
 
 
 async def _take_back_cancelled(
-    seen: FenceCheck, manager: MemoryManager, owner: MemoryScope, fact_id: str
+    seen: FenceChecks, manager: MemoryManager, owner: MemoryScope, fact_id: str
 ) -> None:
     """After a cancellation that cut :func:`_confirm` short: check again and forget, shielded and bounded.
 
@@ -272,7 +319,7 @@ async def _take_back_cancelled(
 
 
 def late_take_back(
-    seen: FenceCheck | None,
+    seen: FenceChecks,
     manager: MemoryManager,
     owner: MemoryScope,
     operation: str,
@@ -288,7 +335,7 @@ def late_take_back(
     as :func:`.memory.answers.checked_ack` reads it on time) is acted on: any
     other answer names no fact this write stored, and nothing is forgotten.
     """
-    if seen is None:
+    if not seen:
         return None
 
     async def take_back(raw: object) -> None:
@@ -302,7 +349,7 @@ def late_take_back(
 
 
 async def _take_back_late(
-    seen: FenceCheck,
+    seen: FenceChecks,
     manager: MemoryManager,
     owner: MemoryScope,
     raw: object,
@@ -351,7 +398,7 @@ async def _take_back_late(
 
 
 async def _forget_if_erased(
-    seen: FenceCheck, manager: MemoryManager, owner: MemoryScope, fact_id: str
+    seen: FenceChecks, manager: MemoryManager, owner: MemoryScope, fact_id: str
 ) -> bool:
     """Forget ``fact_id`` if a covering erasure is pending or joined since ``seen``; say if one was.
 
@@ -362,7 +409,7 @@ async def _forget_if_erased(
     """
     from .memory.manager import forget_fact  # here: the manager module imports this one
 
-    if await seen.fence.covering_since(seen) is None:
+    if await _covering(seen) is None:
         return False
     with outside_owned_work():
         await forget_fact(manager, owner, fact_id)

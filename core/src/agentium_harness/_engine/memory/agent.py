@@ -114,15 +114,16 @@ class Agent:
       messages a run sends and the agent keeps (:attr:`history`); 0 keeps none.
     - ``op_timeout_s`` (default 60) bounds its model call when neither the
       manager's limits nor its runtime set a model deadline
-      (:attr:`model_timeout_s`), and the erasure fence's session-store
-      calls when this agent is the one that fences the manager.
+      (:attr:`model_timeout_s`), and the erasure fence's reads of
+      ``session_store`` (unless the manager was given that store already:
+      the first timeout given with it stays).
     - ``session_store`` is where erasures are recorded (the one your runtime
       and ``agentium erase`` use): given, the manager's ``remember`` and
       ``correct`` (extraction's too) are fenced by the erasures under way, as
       ``runtime.memory``'s are (docs/erasure.md); a manager a runtime fenced
-      already keeps its fence. Without one, and unless a runtime fenced the
-      manager, nothing checks erasures: a fact written while its user is
-      being erased can outlive the erasure.
+      already is fenced by both stores, around every write. Without one, and
+      unless a runtime fenced the manager, nothing checks erasures: a fact
+      written while its user is being erased can outlive the erasure.
     """
 
     def __init__(

@@ -165,8 +165,9 @@ class MemoryManager:
         self._claims: dict[SessionKey, tuple[HistoryOwner, int]] = {}  # owner and how many claims
         self._claims_lock = threading.Lock()
         self._closed = False
-        #: Set by the runtime (or Agent, CLI) with a session store (:mod:`..memory_fence`): around each write.
-        self._erasure_fence: ErasureFence | None = None
+        #: Added by each runtime (or Agent, CLI) with its session store (:mod:`..memory_fence`): all read
+        #: around each write, whoever makes it (one memory store: any of them may be erasing its facts).
+        self._erasure_fences: tuple[ErasureFence, ...] = ()
         self._late = LateCalls()  # its writes abandoned past their deadline, maybe running: erasures wait
         self._runtime_limits: RuntimeLimits | None = None  # its runtime's (.limits.adopt_runtime_limits)
         if telemetry is not None and not isinstance(telemetry, Telemetry):
@@ -253,7 +254,7 @@ class MemoryManager:
             if reason is not None:
                 return MemoryAck(AckStatus.REJECTED, reason=reason)
             with write_span(self._telemetry, self, "memory remember") as w:
-                seen = await fence_check(self._erasure_fence, fact.scope, fact.provenance)
+                seen = await fence_check(self._erasure_fences, fact.scope, fact.provenance)
                 progress.saving()
                 try:
                     raw = await self._call(
@@ -305,7 +306,7 @@ class MemoryManager:
             revisions = await self._check_owner(scope, fact_id, "memory correct")
             check_cap(revisions, replacement)
             with write_span(self._telemetry, self, "memory correct") as w:
-                seen = await fence_check(self._erasure_fence, replacement.scope, replacement.provenance)
+                seen = await fence_check(self._erasure_fences, replacement.scope, replacement.provenance)
                 progress.saving()
                 raw = await self._call(
                     "memory correct",
