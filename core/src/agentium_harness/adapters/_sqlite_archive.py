@@ -325,10 +325,11 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                 else scrub_log(conn, time_left=ctx.time_left())
             )
             # A session whose id is over its bound (key None) cannot be named: its groups are
-            # counted as damaged, erased all the same.
+            # counted as damaged, erased all the same; so is each stale copy of a group (a store
+            # row beside the archive's own row of it), which may hold other content than the group.
             named = [(key, seq, digest) for key, seq, digest, _, _ in taken if key is not None]
             return EraseReport(
-                count_items(group=len(named), damaged=len(taken) - len(named)),
+                count_items(group=len(named), damaged=len(taken) - len(named) + len(copies)),
                 group_sessions(named),
                 EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
                 physical,

@@ -8,11 +8,14 @@ value read is bounded (:mod:`._sqlite_bounds`).
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Sequence
+from typing import Final
 
 from .._errors import AgentiumError, ArchiveCorruptError, SnapshotCorruptError
-from .._ports.erasure import EraseTarget
+from .._ports.erasure import MAX_ERASE_RANGES, ErasedSession, EraseTarget
+from .._ports.snapshot import snapshot_erasure
 from .._scope import SessionKey
 from ._sqlite_bounds import oversize, vouched_digest
 from ._sqlite_rows import (
@@ -28,7 +31,7 @@ from ._sqlite_rows import (
 )
 from ._sqlite_sql import session_filter
 
-__all__ = ["archived_rows_covered", "drop_snapshot", "sessions_covered"]
+__all__ = ["archived_rows_covered", "drop_snapshot", "sessions_covered", "snapshot_report"]
 
 
 def _keyed_sessions(
@@ -55,17 +58,24 @@ def _keyed_sessions(
     return found
 
 
-def _erasure_watermark(session: SessionRow) -> int:
+def _erasure_watermark(session: SessionRow, snapshotless: bool = False) -> int:
     """Where the archive's rows end for an erasure: ``adopted``, or a split snapshot's boundary above it.
 
     The session store keeps no row below its snapshot's boundary (a save deletes it or has the
     archive adopt it), so a store row there is an archived group even when ``adopted`` was moved
     back below it: damage that a load refuses (``joined_snapshot``), and that an erasure, which
     must not stop on damage in what it removes, settles by the layout. The archive's erasure
-    takes such a row, the store's leaves it. A boundary that is not a seq of this session (past
-    :data:`SEQ_LIMIT` or its next seq) is damage too: the watermark stays, so no row id computed
-    from it can reach another session's rows.
+    takes such a row, the store's leaves it. A session with no snapshot (``snapshotless``: its
+    revision is NULL, not merely over its bound) has no store rows at all: every row is the
+    archive's (the watermark is :data:`SEQ_LIMIT`). A boundary that is
+    not a seq of this session (past :data:`SEQ_LIMIT` or its next seq) is damage too: the
+    watermark stays, so no row id computed from it can reach another session's rows.
     """
+    if snapshotless:
+        # No snapshot: the store holds no row of the session, so each of its rows is the archive's
+        # (damage: a store erasure never leaves one, and a save writes its snapshot with its rows).
+        # Left to neither adapter, such a row outlived every erasure of its session, unread.
+        return SEQ_LIMIT
     split = split_range(session)
     if split is None or not session.adopted < split.start <= split.stop <= SEQ_LIMIT:
         return int(session.adopted)
@@ -82,8 +92,9 @@ def archived_rows_covered(
     after batch. ``key`` is ``None`` for a session whose id is over its
     bound (damage: its rows are erased unread, counted as ``damaged``).
     ``copies`` receives the id of the store's row of each archive row found
-    below :func:`_erasure_watermark`: no resident row, a stale copy of the
-    group (damage) that no other erasure would take; the caller deletes it.
+    below :func:`_erasure_watermark` (one that exists): no resident row, a
+    stale copy of the group (damage) that no other erasure would take; the
+    caller deletes it and counts it as ``damaged``.
     """
     where, params = session_filter(target)
     sessions = _keyed_sessions(
@@ -98,14 +109,19 @@ def archived_rows_covered(
     found: list[tuple[SessionKey | None, int, str, int, int]] = []
     for key, session in sessions:
         sid = session.sid
-        watermark = _erasure_watermark(session)
+        # A revision over its bound is read as None too: only NULL in the row means no snapshot.
+        (snapshotless,) = conn.execute(
+            "SELECT revision IS NULL FROM sessions WHERE sid = ?", (sid,)
+        ).fetchone()
+        watermark = _erasure_watermark(session, bool(snapshotless))
         archived, extra = archived_where(SessionRow(sid, watermark, *session[2:]))
         below = row_id(sid, watermark, False)
         for start, stop in sorted(spans):
             if start >= stop:
                 continue
             rows = conn.execute(
-                f"SELECT id, {vouched_digest('digest')} FROM groups "  # noqa: S608
+                f"SELECT id, {vouched_digest('digest')}, (id & 1) = 1 AND EXISTS "  # noqa: S608
+                "(SELECT 1 FROM groups AS copy WHERE copy.id = groups.id - 1) FROM groups "
                 f"WHERE id >= ? AND id < ? AND {archived} ORDER BY id LIMIT ?",
                 (row_id(sid, start, False), row_id(sid, stop, False), *extra, bound + 1 - len(found)),
             ).fetchall()
@@ -113,11 +129,13 @@ def archived_rows_covered(
             # into a report, which the engine would refuse: it comes back "" (nothing vouches for
             # it, as a group the S3 archive finds with no stored digest) and the group is erased all
             # the same, so damage in a row the operator asked to remove never stops the erasure.
-            found.extend((key, seq_of(i), d if isinstance(d, str) else "", i, sid) for i, d in rows)
+            more = len(found) + len(rows) > bound
+            rows = rows[: bound - len(found)]  # the copies of the groups this batch takes, no more
+            found.extend((key, seq_of(i), d if isinstance(d, str) else "", i, sid) for i, d, _ in rows)
             if copies is not None:
-                copies.extend(i - 1 for i, _ in rows if i & 1 and i - 1 < below)
-            if len(found) > bound:
-                return found[:bound], True
+                copies.extend(i - 1 for i, _, copy in rows if copy and i - 1 < below)
+            if more:
+                return found, True
     return found, False
 
 
@@ -142,6 +160,61 @@ def sessions_covered(
     return found[:bound], len(found) > bound
 
 
+#: The group rows :func:`drop_snapshot` deletes (parameters: :func:`_dropped_range`).
+_DROPPED: Final = (
+    "FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0 AND (id >= ? "
+    "OR EXISTS (SELECT 1 FROM groups AS own WHERE own.id = groups.id + 1))"
+)
+
+
+def _dropped_range(session: SessionRow) -> tuple[int, int, int]:
+    sid = session.sid
+    return (
+        row_id(sid, session.adopted, False),
+        row_id(sid + 1, 0, False),
+        row_id(sid, _erasure_watermark(session), False),
+    )
+
+
+def snapshot_report(
+    conn: sqlite3.Connection, key: SessionKey, session: SessionRow, data: bytes, bound: int
+) -> tuple[ErasedSession, int]:
+    """What erasing ``session``'s snapshot (``data``) removes: its groups, and rows counted ``damaged``.
+
+    The resident groups of the snapshot (:func:`snapshot_erasure`; none when it is damaged), and
+    every other group row :func:`drop_snapshot` deletes, by seq and digest (``""`` when the digest
+    is not of the exact form): rows no valid boundary shows to be the snapshot's own, such as those
+    above a watermark moved back below a damaged boundary (archived groups, maybe) or a stale copy
+    beside the archive's row of a group, are named, so the report says what was erased. Should
+    those rows be so scattered that the report would list more runs of consecutive seqs than the
+    engine takes for ``bound`` items (see ``EraseReport``), they are counted (the second value,
+    ``damaged``) instead of listed.
+    """
+    erased = snapshot_erasure(key, data)
+    listed = {seq for seq, _ in erased.groups}
+    own = split_range(session) or range(0)
+    if not session.adopted <= own.start <= own.stop <= SEQ_LIMIT:
+        own = range(0)
+    # The snapshot's own resident rows (boundary..next_seq) are reported by it, with no groups
+    # if it is damaged: not read here.
+    rows = conn.execute(
+        f"SELECT id, {vouched_digest('digest')} {_DROPPED} AND NOT (id >= ? AND id < ?) ORDER BY id",
+        (
+            *_dropped_range(session),
+            row_id(session.sid, own.start, False),
+            row_id(session.sid, own.stop, False),
+        ),
+    ).fetchall()
+    extra = [(seq_of(i), d if isinstance(d, str) else "") for i, d in rows if seq_of(i) not in listed]
+    if not extra:
+        return erased, 0
+    groups = sorted([*erased.groups, *extra])
+    runs = 1 + sum(1 for (a, _), (b, _) in itertools.pairwise(groups) if b != a + 1)
+    if len(groups) > max(bound, MAX_ERASE_RANGES) and runs > max(bound, MAX_ERASE_RANGES):
+        return erased, len(extra)
+    return ErasedSession(key, groups), 0
+
+
 def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
     """Delete a session's snapshot: its resident rows and its columns (adopted rows stay the archive's).
 
@@ -153,11 +226,7 @@ def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
     above = row_id(sid, watermark, False)
     # Below the boundary, a row the archive holds a row of its own for is no adopted group but a
     # stale copy (damage): neither the archive's erasure nor a read counts it, so it goes here.
-    conn.execute(
-        "DELETE FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0 AND (id >= ? "
-        "OR EXISTS (SELECT 1 FROM groups AS own WHERE own.id = groups.id + 1))",
-        (row_id(sid, session.adopted, False), row_id(sid + 1, 0, False), above),
-    )
+    conn.execute(f"DELETE {_DROPPED}", _dropped_range(session))
     conn.execute(
         "UPDATE sessions SET adopted = CASE WHEN EXISTS (SELECT 1 FROM groups "
         "WHERE id >= ? AND id < ? AND (id & 1) = 0) THEN ? ELSE adopted END, "

@@ -53,6 +53,7 @@ from .._ports import OpContext
 from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
+    ErasedSession,
     EraseReport,
     EraseStatus,
     EraseTarget,
@@ -69,7 +70,6 @@ from .._ports.sessions import (
     StoredSnapshot,
     decode_snapshot,
     snapshot_bytes,
-    snapshot_erasure,
     verify_snapshot,
 )
 from .._scope import SessionKey
@@ -92,7 +92,7 @@ from ._sqlite_rows import (
     save_snapshot,
     split_snapshot,
 )
-from ._sqlite_rows_erase import drop_snapshot, sessions_covered
+from ._sqlite_rows_erase import drop_snapshot, sessions_covered, snapshot_report
 from ._sqlite_sql import immediate_transaction, raise_revision_floor, read_transaction, scrub_log
 
 __all__ = [
@@ -544,10 +544,11 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         checked_argument(scrub, bool, "scrub", "session store erase")
         bound = check_max_items(max_items)
 
-        Found = tuple[list[tuple[SessionKey, bytes]], int, bool, PhysicalErasure, str]
+        Found = tuple[list[ErasedSession], int, bool, PhysicalErasure, str]
 
         def work(conn: sqlite3.Connection) -> Found:
-            found: list[tuple[SessionKey, bytes]] = []
+            found: list[ErasedSession] = []
+            damaged = 0
             with immediate_transaction(conn):
                 taken, more = sessions_covered(conn, target, bound)
                 size = 0  # joined (inflated) bytes read: a small file's deflated rows may be huge
@@ -556,13 +557,16 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                         taken, more = taken[:n], True
                         break
                     if key is None:
-                        continue  # an id over its bound: no key names it; counted as damaged below
-                    # The whole snapshot, for the report (its resident groups' seqs and digests);
-                    # one over its bound is not read, and is erased all the same (reported with no
-                    # groups, as any damaged snapshot).
+                        damaged += 1  # an id over its bound: no key names it
+                        continue
+                    # The whole snapshot, for the report; one over its bound is erased unread (its
+                    # groups are then those of the rows deleted with it: snapshot_report).
                     data = joined_snapshot(conn, key, session, erasing=True)[1]
-                    found.append((key, data if isinstance(data, bytes) else str(data or "").encode()))
-                    size += len(found[-1][1])
+                    data = data if isinstance(data, bytes) else str(data or "").encode()
+                    size += len(data)
+                    erased, scattered = snapshot_report(conn, key, session, data, bound)
+                    found.append(erased)
+                    damaged += scattered
                 if not dry_run and taken:
                     ctx.raise_if_expired("session store erase")
                     # With the rows, or not at all: a writer holding one of these revisions must
@@ -576,7 +580,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 if dry_run or not scrub
                 else scrub_log(conn, time_left=ctx.time_left())
             )
-            return found, len(taken) - len(found), more, physical, detail
+            return found, damaged, more, physical, detail
 
         if not dry_run:
             # Before the write, like a save: an erase that raised may still have committed, and
@@ -589,7 +593,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 self._forget_all()  # and after it, as a save does (see _forget)
         return EraseReport(
             count_items(snapshot=len(found), damaged=damaged),
-            tuple(snapshot_erasure(key, data) for key, data in found),
+            tuple(found),
             EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
             physical,
             detail,
