@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentium_harness._cli import main
-from agentium_harness.testing.sqlite_rows import with_inflated_rows
+from agentium_harness.testing.sqlite_rows import database_bytes
 
 MARK = "qcliSecret4f2a9"
 
@@ -55,16 +55,6 @@ def _agentium(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str,
     return code, out, err
 
 
-def _raw(tmp_path: Path) -> bytes:
-    return with_inflated_rows(
-        b"".join(
-            (tmp_path / name).read_bytes()
-            for name in ("agentium.db", "agentium.db-wal")
-            if (tmp_path / name).exists()
-        )
-    )
-
-
 def test_erase_dry_run_then_erase_then_status_and_inspect(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -73,6 +63,7 @@ def test_erase_dry_run_then_erase_then_status_and_inspect(
     for i in range(3):
         assert _agentium(capsys, "run", cfg, *who, "--session", "s1", f"{MARK} turn {i}")[0] == 0
     assert _agentium(capsys, "run", cfg, *who, "--session", "s2", "keep this")[0] == 0
+    assert MARK[-10:].encode() in database_bytes(tmp_path / "agentium.db")
 
     code, out, _ = _agentium(
         capsys, "erase", cfg, *who, "--session", "s1", "--reason", "request 5", "--dry-run"
@@ -105,7 +96,7 @@ def test_erase_dry_run_then_erase_then_status_and_inspect(
     assert record["state"] == "complete" and record["reason"] == "request 5"
     assert record["operator"] == {"tenant": "acme", "user": "ops-1", "verified_by": "cli-operator"}
     assert [s["ranges"] for s in record["sessions"]] == [[{"start": 0, "stop": 3}]]
-    assert MARK[-10:].encode() not in _raw(tmp_path)
+    assert MARK[-10:].encode() not in database_bytes(tmp_path / "agentium.db")
 
     code, out, _ = _agentium(capsys, "erase", cfg, *who, "--session", "s1", "--status")
     assert code == 0 and f"erasure {record['erasure_id']} (erasure) complete" in out
@@ -284,13 +275,13 @@ def test_an_empty_retention_reason_is_refused_not_replaced_by_the_default(
     who = ("--tenant", "acme", "--user", "ana")
     for i in range(4):
         assert _agentium(capsys, "run", str(cfg), *who, "--session", "s1", f"turn {i}")[0] == 0
-    before = _raw(tmp_path)
+    before = database_bytes(tmp_path / "agentium.db")
     code, out, err = _agentium(
         capsys, "retention", "apply", str(cfg), "--tenant", "acme", "--reason", "", "--json"
     )
     assert code == 2 and "reason" in err
     assert json.loads(out)["error_type"] == "InvalidArgumentError"
-    assert _raw(tmp_path) == before
+    assert database_bytes(tmp_path / "agentium.db") == before
     code, out, _ = _agentium(capsys, "erase", str(cfg), "--tenant", "acme", "--status")
     assert code == 0 and out == "no erasure\n"
 

@@ -61,7 +61,7 @@ from agentium_harness.plugin_api import (
     ErasedSession,
     SeqRange,
 )
-from agentium_harness.testing.sqlite_rows import with_inflated_rows
+from agentium_harness.testing.sqlite_rows import database_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -133,16 +133,6 @@ def _rows(db: str, where: str) -> dict[str, list[tuple[Any, ...]]]:
         conn.close()
 
 
-def _raw(db: str) -> bytes:
-    data = b""
-    for path in (db, db + "-wal", db + "-journal"):
-        try:
-            data += Path(path).read_bytes()
-        except FileNotFoundError:
-            continue
-    return with_inflated_rows(data)
-
-
 async def test_a_session_erasure_reaches_every_store_down_to_the_bytes(tmp_path: Path) -> None:
     rt = _runtime(tmp_path)
     secret, kept = marker("secret"), marker("kept")
@@ -163,7 +153,7 @@ async def test_a_session_erasure_reaches_every_store_down_to_the_bytes(tmp_path:
     db = str(tmp_path / "agentium.db")
     erased_rows = "tenant_id = 'acme' AND user_id = 'alice' AND session_id = 's1'"
     before = _rows(db, erased_rows)
-    assert secret[-12:].encode() in _raw(db)
+    assert secret[-12:].encode() in database_bytes(db)
 
     result = await rt.erase(S1, reason="data-subject request", attestation=OPERATOR)
 
@@ -185,7 +175,7 @@ async def test_a_session_erasure_reaches_every_store_down_to_the_bytes(tmp_path:
     assert session.session == SessionKey("acme", "alice", "s1") and session.snapshot
     assert session.ranges == (SeqRange(0, 4),) and session.count == 4
     assert [seq for seq, _ in session.digests] == [0, 1, 2, 3]
-    raw = _raw(db)
+    raw = database_bytes(db)
     assert secret[-12:].encode() not in raw, "erased text is still in the database file or its log"
     assert kept[-12:].encode() in raw
     assert _rows(db, erased_rows) == before, "a neighbouring row changed"

@@ -31,7 +31,7 @@ from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.plugin_api import ArchiveReceipt, MessageGroup, OpContext, SessionKey
-from agentium_harness.testing.sqlite_rows import with_inflated_rows
+from agentium_harness.testing.sqlite_rows import database_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -84,10 +84,10 @@ async def test_groups_indexed_after_another_process_erased_them_leave_the_index(
 
     async with other, _runtime(db, recall) as runtime:
         await runtime.append(ANA, "s1", [Message(Role.USER, "first secretmarker0 text")])
+        assert b"secretmarker0" in database_bytes(db)
         recall.before = erase_meanwhile
         # Archives the first group (one resident group), then indexes it: the erasure comes first.
         await runtime.append(ANA, "s1", [Message(Role.USER, "second secretmarker1 text")])
         assert erased == [ErasureState.COMPLETE]
-    # Every connection is closed: the file's bytes can be read without touching their locks.
-    data = with_inflated_rows(b"".join(p.read_bytes() for p in (db, Path(f"{db}-wal")) if p.exists()))
+    data = database_bytes(db)
     assert b"secretmarker0" not in data

@@ -24,7 +24,7 @@ from test_erasure_groups_overtaken import KEY, SCOPE, _fact, _Process
 from agentium_harness import ErasureIncompleteError, ErasureState
 from agentium_harness._engine import erasure_run
 from agentium_harness.plugin_api import OpContext
-from agentium_harness.testing.sqlite_rows import with_inflated_rows
+from agentium_harness.testing.sqlite_rows import database_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -32,10 +32,6 @@ pytestmark = pytest.mark.anyio
 STEPS = ["marking", "check", "clean-up"]
 #: The source group's words, as the summary covering it states them (the fact is worded otherwise).
 SOURCE = b"My vault code is 4471"
-
-
-def _file_bytes(path: Path) -> bytes:
-    return with_inflated_rows(b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists()))
 
 
 def _fail_after_marking(step: str, first: _Process, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,7 +70,7 @@ async def test_a_resumed_forget_erasure_cleans_up_the_summary_an_earlier_call_em
     other = _Process(tmp_path / "archive.db", sessions)
     try:
         fact_id = await _fact(first)
-        assert SOURCE in _file_bytes(sessions)  # the summary states it
+        assert SOURCE in database_bytes(sessions)  # the summary states it
         _fail_after_marking(step, first, monkeypatch)
         with pytest.raises(ErasureIncompleteError) as stopped:
             await first.runtime.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
@@ -85,7 +81,7 @@ async def test_a_resumed_forget_erasure_cleans_up_the_summary_an_earlier_call_em
 
         (done,) = await other.runtime.resume_erasures(OPERATOR)
         assert done.tombstone is not None
-        assert SOURCE not in _file_bytes(sessions), "the summary's former text is still in the file"
+        assert SOURCE not in database_bytes(sessions), "the summary's former text is still in the file"
     finally:
         await first.runtime.aclose()
         await other.runtime.aclose()

@@ -16,7 +16,6 @@ store calls removed anything, and only those.
 from __future__ import annotations
 
 import logging
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from agentium_harness import Message, MessageGroup, Role
 from agentium_harness._engine import erasure_run
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig
 from agentium_harness.plugin_api import OpContext
-from agentium_harness.testing.sqlite_rows import with_inflated_rows
+from agentium_harness.testing.sqlite_rows import database_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -40,24 +39,12 @@ MARKER = "late-write-marker-7f3a9c"
 LATE_SEQ = 40
 
 
-def _file_bytes(path: Path) -> bytes:
-    """The database file's bytes and its log's, read by another process.
-
-    Closing a descriptor of the file in this process, which holds SQLite
-    connections on it, would drop their POSIX locks (tests/core/test_sqlite_erasure_bytes.py).
-    """
-    files = [str(p) for p in (path, Path(f"{path}-wal")) if p.exists()]
-    return with_inflated_rows(
-        subprocess.run(["cat", *files], capture_output=True, check=True, timeout=30).stdout
-    )
-
-
 def _went_on_from_the_tombstone(result: Any, done: Any, tmp_path: Path) -> None:
     """The first call's result is the other's tombstone; the late row it removed is gone from the file."""
     assert not isinstance(result, Exception), result
     assert done.tombstone is not None and result.record == done.record
     assert done.record.store("archive").physical.value == "removed"
-    assert MARKER.encode() not in _file_bytes(tmp_path / "archive.db"), "the removed row is still there"
+    assert MARKER.encode() not in database_bytes(tmp_path / "archive.db"), "the removed row is still there"
 
 
 def _count_memory(process: _Process) -> None:
@@ -149,7 +136,7 @@ async def _late_write_removed_after_the_other_cleaned_up(
                 await third.append(KEY, [MessageGroup(LATE_SEQ, (Message(Role.USER, MARKER),))], OpContext())
             finally:
                 await third.aclose()
-            assert MARKER.encode() in _file_bytes(archive_db)
+            assert MARKER.encode() in database_bytes(archive_db)
         first_go.set()
         with anyio.fail_after(30):
             await first_carried.wait()
@@ -184,7 +171,9 @@ async def test_rows_this_call_removed_after_the_other_call_cleaned_up_leave_the_
         assert any(r.start <= LATE_SEQ < r.stop for r in erased.ranges)
         assert done.record.store("archive").physical.value == "removed"
         await only_erasure_complete(first.runtime, done)
-        assert MARKER.encode() not in _file_bytes(tmp_path / "archive.db"), "the removed row is still there"
+        assert MARKER.encode() not in database_bytes(tmp_path / "archive.db"), (
+            "the removed row is still there"
+        )
         # This call removed something from the archive's file only: it cleans up that one, once.
         assert other.cleaned == {"archive": 1, "session_store": 1}
         assert first.cleaned == {"archive": 1, "session_store": 0}

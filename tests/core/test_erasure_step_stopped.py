@@ -18,7 +18,6 @@ Guards: these passed on the source they were written against.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from agentium_harness import (
 )
 from agentium_harness._engine import erasure_run
 from agentium_harness.plugin_api import OpContext
-from agentium_harness.testing.sqlite_rows import with_inflated_rows
+from agentium_harness.testing.sqlite_rows import database_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -48,18 +47,6 @@ ZOE = VerifiedIdentity("globex", "zoe", "test-auth")
 SOURCE = b"My vault code is 4471"
 #: The retention turns' texts: the first two groups are past the policy (one archived group kept).
 RETAINED = ["quokka alpha", "quokka bravo", "quokka charlie", "quokka delta"]
-
-
-def _file_bytes(path: Path) -> bytes:
-    """The database file's bytes and its log's, read by another process.
-
-    Closing a descriptor of the file in this process, which holds SQLite
-    connections on it, would drop their POSIX locks (tests/core/test_sqlite_erasure_bytes.py).
-    """
-    files = [str(p) for p in (path, Path(f"{path}-wal")) if p.exists()]
-    return with_inflated_rows(
-        subprocess.run(["cat", *files], capture_output=True, check=True, timeout=30).stdout
-    )
 
 
 def _marking_read_fails_once(first: Any, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
@@ -137,12 +124,13 @@ async def _retention_pending(first: Any) -> tuple[Any, str]:
 
 async def _retention_resumed(first: Any, other: Any, before: list[str], tmp_path: Path) -> None:
     record, note = await _retention_pending(first)
-    assert RETAINED[0].encode() in _file_bytes(tmp_path / "archive.db")  # not cleaned up yet
+    held = database_bytes(tmp_path / "archive.db")
+    assert RETAINED[0].encode() in held and RETAINED[1].encode() in held  # not cleaned up yet
     await _pending_then_resumed(first, other, record, note)
     stored = await first.sessions.load(KEY, OpContext())
     assert [(r.start, r.stop) for r in stored.snapshot.erased] == [(0, 2)]
     # The two groups past the policy are gone from the archive's file; the others are all there.
-    archive = _file_bytes(tmp_path / "archive.db")
+    archive = database_bytes(tmp_path / "archive.db")
     assert RETAINED[0].encode() not in archive and RETAINED[1].encode() not in archive
     assert await history_texts(first.runtime) == before[4:]
 
@@ -155,7 +143,7 @@ async def _forget_resumed(first: Any, other: Any, fact_id: str, before: list[str
     assert [(r.start, r.stop) for r in stored.snapshot.erased] == [(0, 1)]
     assert stored.snapshot.summary.summary.text == ""  # the summary covering the source lost its text
     for path in (tmp_path / "archive.db", tmp_path / "sessions.db"):
-        assert SOURCE not in _file_bytes(path), f"the erased source is still in {path.name}"
+        assert SOURCE not in database_bytes(path), f"the erased source is still in {path.name}"
     # Only the source group went: the two turns after it are all there.
     assert await history_texts(first.runtime) == before[2:]
 
@@ -184,7 +172,8 @@ async def test_a_forget_marking_that_fails_leaves_the_erasure_pending_for_a_resu
     async with closed_after(first.runtime, other.runtime):
         fact_id = await _fact(first)
         before = await history_texts(first.runtime)
-        assert SOURCE in _file_bytes(tmp_path / "sessions.db")  # the summary states it
+        for path in (tmp_path / "archive.db", tmp_path / "sessions.db"):
+            assert SOURCE in database_bytes(path), path.name  # the source group; the summary states it
         failed = _marking_read_fails_once(first, monkeypatch)
         await _forget_resumed(first, other, fact_id, before, tmp_path)
         assert failed == [True], "the marking's read never failed"
@@ -238,9 +227,9 @@ async def test_a_clean_up_that_fails_leaves_the_erasure_pending_for_a_resume(
         with pytest.raises(ErasureIncompleteError) as stopped:
             await first.runtime.erase(TARGETS[level], reason="dsr", attestation=OPERATOR)
         assert failed == [True], "the clean-up never failed"
-        assert _said("ana s1", "alpha").encode() in _file_bytes(path)  # not cleaned up yet
+        assert _said("ana s1", "alpha").encode() in database_bytes(path)  # not cleaned up yet
         await _pending_then_resumed(first, other, stopped.value.record, str(stopped.value))
-        held = _file_bytes(path)
+        held = database_bytes(path)
         for writer in WRITERS:
             if writer in COVERED[level]:
                 assert await _history(first, writer) == []

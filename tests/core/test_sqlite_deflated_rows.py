@@ -24,7 +24,7 @@ from agentium_harness.adapters._sqlite_pack import (
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import EraseStatus, EraseTarget, MessageGroup, SessionSnapshot, seal_snapshot
 from agentium_harness.testing import plain_group
-from agentium_harness.testing.sqlite_rows import group_row, with_inflated_rows
+from agentium_harness.testing.sqlite_rows import database_bytes, group_row, with_inflated_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -186,16 +186,22 @@ async def test_a_damaged_deflated_row_fails_closed_and_is_left_alone(
         await store.aclose()
 
 
+def _logged(path: Path, row: bytes) -> sqlite3.Connection:
+    """A connection to a new database holding ``row``, in its log only: no checkpoint while it is open."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("CREATE TABLE groups (id INTEGER PRIMARY KEY, digest TEXT, data BLOB)")
+    conn.execute("INSERT INTO groups VALUES (1, 'x', ?)", (row,))
+    conn.commit()
+    return conn
+
+
 def _files_holding(row: bytes, folder: Path, *, checkpointed: bool) -> bytes:
     """The bytes of a database (and its log) holding ``row``: in the file, or only in the log."""
     path = folder / "b.db"
-    conn = sqlite3.connect(path)
+    conn = _logged(path, row)
     try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-        conn.execute("CREATE TABLE groups (id INTEGER PRIMARY KEY, digest TEXT, data BLOB)")
-        conn.execute("INSERT INTO groups VALUES (1, 'x', ?)", (row,))
-        conn.commit()
         if checkpointed:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         # Read while the connection is open: closing the last one would checkpoint the log.
@@ -243,3 +249,22 @@ async def test_with_inflated_rows_finds_a_word_past_the_first_page_of_a_deflated
 )
 def test_with_inflated_rows_reads_damaged_files_as_they_are(data: bytes) -> None:
     assert with_inflated_rows(data) == data
+
+
+def test_database_bytes_reads_the_file_its_log_and_its_journal_inflated_while_a_connection_is_open(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.db"
+    deflated = zlib.compress(("LOGWORD " + "quokka " * 300).encode())
+    conn = _logged(path, deflated)
+    try:
+        # Made after the open, which would take a journal for a hot one and roll it back.
+        (tmp_path / "c.db-journal").write_bytes(zlib.compress(("JOURNALWORD " + "wombat " * 300).encode()))
+        # The row is in the log only (no checkpoint while this connection is open), deflated.
+        found = database_bytes(path)
+        assert b"LOGWORD" in found and b"JOURNALWORD" in found
+        assert conn.execute("SELECT count(*) FROM groups").fetchone() == (1,)
+    finally:
+        conn.close()
+    (tmp_path / "c.db-journal").unlink()
+    assert b"JOURNALWORD" not in database_bytes(path)  # a missing companion reads as empty

@@ -16,9 +16,9 @@ import pytest
 from test_sqlite_layout import (
     KEY,
     OPERATOR,
-    _by_session,
     _runtime,
     _three_sessions_one_watermark_moved_back,
+    only_ana_s1_gone,
 )
 
 from agentium_harness import EraseTarget, ErasureState, OpContext
@@ -26,50 +26,52 @@ from agentium_harness import EraseTarget, ErasureState, OpContext
 pytestmark = pytest.mark.anyio
 
 TARGET = EraseTarget.session("acme", "ana", "s1")
+#: ana/s1 lost its snapshot columns (revision NULL) but kept its resident rows 4 and 5.
+NO_SNAPSHOT = (
+    "UPDATE sessions SET adopted = 4, revision = NULL, boundary = NULL, next_seq = NULL, "
+    "inline = NULL, snapshot = NULL WHERE sid = :sid"
+)
+#: Group 4 gets an archive row of its own beside the store's.
+ARCHIVE_COPY_OF_4 = (
+    "INSERT INTO groups (id, digest, data) SELECT id + 1, digest, data FROM groups WHERE id = :g4"
+)
 
 
-def _ana_s1(conn: sqlite3.Connection) -> int:
-    (sid,) = conn.execute("SELECT sid FROM sessions WHERE user_id = 'ana' AND session_id = 's1'").fetchone()
-    return int(sid)
+async def _damaged(
+    path: Path, *statements: str, **values: int
+) -> tuple[dict[str, list[object]], list[object]]:
+    """Three sessions (ana/s1's watermark moved back to 1), then ``statements`` run on ana/s1.
 
-
-def _digests(path: Path, seqs: range) -> list[tuple[int, str]]:
-    """The digest of each of ana/s1's store rows (``archived = 0``) of ``seqs``."""
+    Returns every session's rows before, and the ``(seq, digest)`` of ana/s1's store row of each
+    seq 0-5: the groups its erasure must report.
+    """
+    before = await _three_sessions_one_watermark_moved_back(path)
     with sqlite3.connect(path) as conn:
-        sid = _ana_s1(conn)
-        return [
+        query = "SELECT sid FROM sessions WHERE user_id = 'ana' AND session_id = 's1'"
+        (sid,) = conn.execute(query).fetchone()
+        for statement in statements:
+            conn.execute(statement, {"sid": sid, "g4": (sid << 33) + (4 << 1), **values})
+        digests = [
             (
                 seq,
                 conn.execute(
                     "SELECT digest FROM groups WHERE id = ?", ((sid << 33) + (seq << 1),)
                 ).fetchone()[0],
             )
-            for seq in seqs
+            for seq in range(6)
         ]
+    return before, digests
 
 
 @pytest.mark.parametrize("first", ["archive", "store", "runtime"])
 async def test_store_rows_of_a_session_with_no_snapshot_are_erased_and_reported(
     tmp_path: Path, first: str
 ) -> None:
-    # ana/s1 lost its snapshot columns (revision NULL) but kept its resident rows 4 and 5, and
-    # group 4 has an archive row of its own too. The store's erasure covers only sessions with a
-    # snapshot and the archive's took only rows below the watermark (4): both said complete and
-    # rows 4 and 5 of the store were left in the file, the session's row with them.
+    # The store's erasure covers only sessions with a snapshot and the archive's took only rows
+    # below the watermark (4): both said complete and the store's rows 4 and 5 were left in the
+    # file, the session's row with them.
     path = tmp_path / "agentium.db"
-    before = await _three_sessions_one_watermark_moved_back(path)
-    with sqlite3.connect(path) as conn:
-        sid = _ana_s1(conn)
-        conn.execute(
-            "UPDATE sessions SET adopted = 4, revision = NULL, boundary = NULL, next_seq = NULL, "
-            "inline = NULL, snapshot = NULL WHERE sid = ?",
-            (sid,),
-        )
-        conn.execute(
-            "INSERT INTO groups (id, digest, data) SELECT id + 1, digest, data FROM groups WHERE id = ?",
-            ((sid << 33) + (4 << 1),),
-        )
-    digests = _digests(path, range(6))
+    before, digests = await _damaged(path, NO_SNAPSHOT, ARCHIVE_COPY_OF_4)
     runtime, archive, store = _runtime(path, max_groups=2)
     async with runtime:
         if first == "runtime":
@@ -87,23 +89,22 @@ async def test_store_rows_of_a_session_with_no_snapshot_are_erased_and_reported(
             assert [g for s in erased.sessions for g in s.groups] == digests
             assert erased.count("group") == 6 and erased.count("damaged") == 1
         assert await archive.read_groups(KEY, 0, 10, OpContext()) == []
-    after = _by_session(path)
-    assert "ana/s1" not in after
-    assert after["ana/s2"] == before["ana/s2"] and after["bob/s1"] == before["bob/s1"]
+    only_ana_s1_gone(path, before)
 
 
 @pytest.mark.parametrize("how", ["adapters", "runtime"])
+@pytest.mark.parametrize(("boundary", "next_seq", "archived"), [(2**40, 6, 1), (2**32, 2**32, 6)])
 async def test_rows_between_a_watermark_moved_back_and_a_damaged_boundary_are_reported(
-    tmp_path: Path, how: str
+    tmp_path: Path, how: str, boundary: int, next_seq: int, archived: int
 ) -> None:
-    # With the boundary no seq of the session, the store's erasure cannot tell its rows from the
-    # archive's adopted ones above the moved-back watermark (1): it deleted rows 1-5 and reported
-    # the snapshot with no groups, the archive group 0 only; groups 1-3 (archived) left no trace.
+    # A boundary that is no seq of the session (past its next seq) leaves the watermark (1) where
+    # it is; one at the last seq (2**32) hands every row to the archive: neither reaches another
+    # session's row ids. In the first case the store's erasure cannot tell its rows from the
+    # archive's adopted ones: it deleted rows 1-5 and reported the snapshot with no groups, the
+    # archive group 0 only, and groups 1-3 (archived) left no trace in the record.
     path = tmp_path / "agentium.db"
-    before = await _three_sessions_one_watermark_moved_back(path)
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE sessions SET boundary = ?, next_seq = 6 WHERE sid = ?", (2**40, _ana_s1(conn)))
-    digests = _digests(path, range(6))
+    update = "UPDATE sessions SET boundary = :boundary, next_seq = :next_seq WHERE sid = :sid"
+    before, digests = await _damaged(path, update, boundary=boundary, next_seq=next_seq)
     runtime, archive, store = _runtime(path, max_groups=2)
     async with runtime:
         if how == "runtime":
@@ -117,9 +118,7 @@ async def test_rows_between_a_watermark_moved_back_and_a_damaged_boundary_are_re
             report = await store.erase(TARGET, OpContext())
             assert dry.sessions == report.sessions
             assert report.count("snapshot") == 1
-            assert [g for s in report.sessions for g in s.groups] == digests[1:]
-            archived = await archive.erase(TARGET, OpContext())
-            assert [g for s in archived.sessions for g in s.groups] == digests[:1]
-    after = _by_session(path)
-    assert "ana/s1" not in after
-    assert after["ana/s2"] == before["ana/s2"] and after["bob/s1"] == before["bob/s1"]
+            assert [g for s in report.sessions for g in s.groups] == digests[archived:]
+            taken = await archive.erase(TARGET, OpContext())
+            assert [g for s in taken.sessions for g in s.groups] == digests[:archived]
+    only_ana_s1_gone(path, before)

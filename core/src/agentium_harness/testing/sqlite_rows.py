@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
+import sys
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +29,7 @@ from ..adapters._sqlite_rows import find_session, read_snapshot, row_id, seq_of
 
 __all__ = [
     "archived_seqs",
+    "database_bytes",
     "group_row",
     "move_group_row",
     "put_group_row",
@@ -202,6 +205,37 @@ def with_inflated_rows(data: bytes, *, most: int = 1 << 20) -> bytes:
     for payload in _record_payloads(data):
         found.extend(_inflated(payload, most))
     return b"\n".join(found)
+
+
+#: Run by :func:`database_bytes` in a child process: each file named, concatenated (a missing one as empty).
+_CAT: Final = (
+    "import sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    try:\n"
+    "        with open(name, 'rb') as f: sys.stdout.buffer.write(f.read())\n"
+    "    except FileNotFoundError: pass\n"
+)
+
+
+def database_bytes(path: str | Path, *, most: int = 1 << 20) -> bytes:
+    """Every byte of a SQLite database as it is on disk, with the text of its deflated rows.
+
+    The file, then its ``-wal`` and ``-journal`` companions (each missing one
+    read as empty), passed through :func:`with_inflated_rows` (``most`` as
+    there): what a test searches for a word an erasure must leave no copy of,
+    live, in a freed page or in the log. It is read by a child process, so it
+    may be called while this process holds SQLite connections on the file:
+    closing a descriptor of the file here would drop their POSIX locks.
+
+    A test that checks a word is gone should first check, the same way, that
+    it was there before the erasure: else the test cannot fail.
+    """
+    names = [str(path), f"{path}-wal", f"{path}-journal"]
+    # A constant program of this module; the paths are its arguments, never code.
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", _CAT, *names], capture_output=True, check=True, timeout=30
+    )
+    return with_inflated_rows(done.stdout, most=most)
 
 
 def _inflated(data: bytes, most: int) -> list[bytes]:
