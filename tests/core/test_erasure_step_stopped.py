@@ -136,6 +136,8 @@ async def _retention_resumed(first: Any, other: Any, before: list[str], tmp_path
 
 
 async def _forget_resumed(first: Any, other: Any, fact_id: str, before: list[str], tmp_path: Path) -> None:
+    for path in (tmp_path / "archive.db", tmp_path / "sessions.db"):
+        assert SOURCE in database_bytes(path), path.name  # the source group; the summary states it
     with pytest.raises(ErasureIncompleteError) as stopped:
         await first.runtime.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
     await _pending_then_resumed(first, other, stopped.value.record, str(stopped.value))
@@ -172,8 +174,6 @@ async def test_a_forget_marking_that_fails_leaves_the_erasure_pending_for_a_resu
     async with closed_after(first.runtime, other.runtime):
         fact_id = await _fact(first)
         before = await history_texts(first.runtime)
-        for path in (tmp_path / "archive.db", tmp_path / "sessions.db"):
-            assert SOURCE in database_bytes(path), path.name  # the source group; the summary states it
         failed = _marking_read_fails_once(first, monkeypatch)
         await _forget_resumed(first, other, fact_id, before, tmp_path)
         assert failed == [True], "the marking's read never failed"

@@ -17,6 +17,7 @@ import pytest
 
 from agentium_harness import (
     EraseTarget,
+    HarnessRuntime,
     MemoryFact,
     MemoryScope,
     Message,
@@ -41,6 +42,19 @@ pytestmark = pytest.mark.anyio
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
 
 
+def _four_stores(db: Path) -> HarnessRuntime:
+    """A runtime whose archive, session store, recall and memory stores all keep ``db``."""
+    config = SQLiteConfig(path=str(db))
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=SQLiteArchive(config),
+        session_store=SQLiteSessionStore(config),
+        recall=SQLiteRecallStore(SQLiteRecallConfig(path=str(db))),
+        memory=SQLiteMemoryStore(config),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+
+
 async def test_a_user_erasure_leaves_no_copy_of_rows_sqlite_moved_while_they_lived(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,15 +68,7 @@ async def test_a_user_erasure_leaves_no_copy_of_rows_sqlite_moved_while_they_liv
         return rebuild(conn, stop)
 
     monkeypatch.setattr(_sqlite_sql, "_rebuild_file", counted)
-    config = SQLiteConfig(path=str(db))
-    runtime = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=SQLiteArchive(config),
-        session_store=SQLiteSessionStore(config),
-        recall=SQLiteRecallStore(SQLiteRecallConfig(path=str(db))),
-        memory=SQLiteMemoryStore(config),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
-    )
+    runtime = _four_stores(db)
     rng = random.Random(5)
     async with runtime:
         memory = runtime.memory
@@ -143,15 +149,7 @@ async def test_a_file_the_one_clean_up_cannot_rebuild_is_reported_for_every_stor
     # The stores on one file erase without cleaning up and the engine cleans the file up once:
     # what that clean-up could not do is in the record of every store on the file, not lost.
     db = tmp_path / "agentium.db"
-    config = SQLiteConfig(path=str(db))
-    runtime = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=SQLiteArchive(config),
-        session_store=SQLiteSessionStore(config),
-        recall=SQLiteRecallStore(SQLiteRecallConfig(path=str(db))),
-        memory=SQLiteMemoryStore(config),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
-    )
+    runtime = _four_stores(db)
     async with runtime:
         for n in range(6):
             await runtime.append(VerifiedIdentity("acme", "ana", "sso"), "s1", [Message(Role.USER, f"m{n}")])
