@@ -184,8 +184,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         self._memory = memory
         if memory is not None:
             fence_memory(memory, session_store, limits.op_timeout_s)
-            # Its model deadline only: its telemetry stays the host's (the runtime's operations set theirs).
-            adopt_runtime_limits(memory, limits)
+            adopt_runtime_limits(memory, limits)  # its model deadline only: never its telemetry
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
         self.evidence_limits = evidence_limits or EvidenceLimits()

@@ -25,6 +25,7 @@ from ._sqlite_rows import (
     archived_where,
     checked_session,
     drop_if_empty,
+    joined_snapshot,
     row_id,
     seq_of,
     split_range,
@@ -234,3 +235,34 @@ def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
         (row_id(sid, session.adopted, False), above, watermark, sid),
     )
     drop_if_empty(conn, sid)
+
+
+def covered_reports(
+    conn: sqlite3.Connection, target: EraseTarget, bound: int, budget: int
+) -> tuple[list[tuple[SessionKey | None, SessionRow]], list[ErasedSession], int, bool]:
+    """The sessions one erase call takes, their reports, the damaged count, and whether more are left.
+
+    At most ``bound`` sessions; fewer once the snapshots read for the reports reach ``budget``
+    joined (inflated) bytes, since a small file's deflated rows may inflate far past their size:
+    the rest wait for the next call (partial). The check runs between snapshots, so a call reads
+    less than ``budget`` plus one snapshot's bound.
+    """
+    taken, more = sessions_covered(conn, target, bound)
+    found: list[ErasedSession] = []
+    damaged = size = 0
+    for n, (key, session) in enumerate(taken):
+        if size >= budget:
+            taken, more = taken[:n], True
+            break
+        if key is None:
+            damaged += 1  # an id over its bound: no key names it
+            continue
+        # The whole snapshot, for the report; one over its bound is erased unread (its groups are
+        # then those of the rows deleted with it: snapshot_report).
+        data = joined_snapshot(conn, key, session, erasing=True)[1]
+        data = data if isinstance(data, bytes) else str(data or "").encode()
+        size += len(data)
+        erased, scattered = snapshot_report(conn, key, session, data, bound)
+        found.append(erased)
+        damaged += scattered
+    return taken, found, damaged, more

@@ -87,12 +87,11 @@ from ._sqlite_base import (
 from ._sqlite_bounds import ID_CHARS, bounded_select, oversize
 from ._sqlite_rows import (
     group_rows,
-    joined_snapshot,
     read_snapshot,
     save_snapshot,
     split_snapshot,
 )
-from ._sqlite_rows_erase import drop_snapshot, sessions_covered, snapshot_report
+from ._sqlite_rows_erase import covered_reports, drop_snapshot
 from ._sqlite_sql import immediate_transaction, raise_revision_floor, read_transaction, scrub_log
 
 __all__ = [
@@ -547,26 +546,8 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         Found = tuple[list[ErasedSession], int, bool, PhysicalErasure, str]
 
         def work(conn: sqlite3.Connection) -> Found:
-            found: list[ErasedSession] = []
-            damaged = 0
             with immediate_transaction(conn):
-                taken, more = sessions_covered(conn, target, bound)
-                size = 0  # joined (inflated) bytes read: a small file's deflated rows may be huge
-                for n, (key, session) in enumerate(taken):
-                    if size >= READ_BUDGET:  # the rest waits for the next call (partial)
-                        taken, more = taken[:n], True
-                        break
-                    if key is None:
-                        damaged += 1  # an id over its bound: no key names it
-                        continue
-                    # The whole snapshot, for the report; one over its bound is erased unread (its
-                    # groups are then those of the rows deleted with it: snapshot_report).
-                    data = joined_snapshot(conn, key, session, erasing=True)[1]
-                    data = data if isinstance(data, bytes) else str(data or "").encode()
-                    size += len(data)
-                    erased, scattered = snapshot_report(conn, key, session, data, bound)
-                    found.append(erased)
-                    damaged += scattered
+                taken, found, damaged, more = covered_reports(conn, target, bound, READ_BUDGET)
                 if not dry_run and taken:
                     ctx.raise_if_expired("session store erase")
                     # With the rows, or not at all: a writer holding one of these revisions must
