@@ -16,25 +16,15 @@ from agentium_harness import (
 )
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
 from agentium_harness._ports import OpContext
-from agentium_harness._ports.provider import ModelRequest, ModelResponse
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.testing import record_requests
 
 pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
-
-
-class Recording(ExtractiveProvider):
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return await super().complete(request, ctx)
 
 
 class FlakyArchive(InMemoryArchive):
@@ -59,18 +49,19 @@ def _runtime(tmp_path: Path, archive: Any, provider: Any) -> Any:
 
 
 async def test_a_fact_evicted_early_is_recalled_into_the_request(tmp_path: Path) -> None:
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     runtime = _runtime(tmp_path, InMemoryArchive(), provider)
     await runtime.run(ANA, "s1", "Remember: the staging database password rotates every 45 days.")
     for i in range(4):
         await runtime.run(ANA, "s1", f"Unrelated chatter number {i}.")
     # The fact's group is no longer resident: only recall can bring it back.
-    history = [m.content for m in provider.requests[-1].history]
+    history = [m.content for m in requests[-1].history]
     assert not any("45 days" in h for h in history)
     result = await runtime.run(ANA, "s1", "How often does the staging database password rotate?")
     assert result.status is RunStatus.COMPLETED
     assert result.recall is not None and result.recall.status is RecallStatus.COMPLETE
-    request = provider.requests[-1]
+    request = requests[-1]
     recalled = [b for b in request.sources if b.source_id == "group/acme/ana/s1/0"]
     assert recalled and "45 days" in recalled[0].content
     assert "45 days" in result.output
@@ -80,7 +71,7 @@ async def test_a_fact_evicted_early_is_recalled_into_the_request(tmp_path: Path)
 
 async def test_close_session_flush_indexes_what_it_archives(tmp_path: Path) -> None:
     archive = FlakyArchive()
-    runtime = _runtime(tmp_path, archive, Recording())
+    runtime = _runtime(tmp_path, archive, ExtractiveProvider())
     for i in range(4):
         result = await runtime.run(ANA, "s1", f"turn {i} mentions the word zebra{i}")
     assert result.has("eviction_deferred")
@@ -97,9 +88,8 @@ async def test_close_session_flush_indexes_what_it_archives(tmp_path: Path) -> N
 async def test_the_in_memory_recall_store_recalls_an_evicted_fact() -> None:
     from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 
-    provider = Recording()
     runtime = create_harness_runtime(
-        provider=provider,
+        provider=ExtractiveProvider(),
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         recall=InMemoryRecallStore(),
