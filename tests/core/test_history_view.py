@@ -33,7 +33,8 @@ from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
-from agentium_harness.plugin_api import MessageGroup, ModelRequest, ModelResponse, OpContext, SourceKind
+from agentium_harness.plugin_api import MessageGroup, ModelRequest, OpContext, SourceKind
+from agentium_harness.testing import record_requests
 
 pytestmark = pytest.mark.anyio
 
@@ -41,16 +42,6 @@ ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
 FACT = "Remember: the badge office closes at 16:30."
 QUESTION = "When does the badge office close?"
-
-
-class Recording(ExtractiveProvider):
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return await super().complete(request, ctx)
 
 
 class Watching(ExtractiveSummarizer):
@@ -73,8 +64,8 @@ def recalled_groups(request: ModelRequest) -> list[str]:
     return [b.source_id for b in request.sources if b.source_id.startswith("group/")]
 
 
-def recall_runtime() -> tuple[Any, Recording]:
-    provider = Recording()
+def recall_runtime() -> tuple[Any, list[ModelRequest]]:
+    provider = ExtractiveProvider()
     rt = create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),
@@ -82,39 +73,39 @@ def recall_runtime() -> tuple[Any, Recording]:
         recall=InMemoryRecallStore(),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
     )
-    return rt, provider
+    return rt, record_requests(provider)
 
 
 async def test_recall_brings_back_an_archived_fact_until_the_view_is_reset() -> None:
-    rt, provider = recall_runtime()
+    rt, requests = recall_runtime()
     await rt.append(ANA, "s1", [Message(Role.USER, FACT), Message(Role.ASSISTANT, "Noted.")])
     for n in range(3):
         await rt.append(ANA, "s1", chatter(n))
     await rt.run(ANA, "s1", QUESTION)
-    assert "group/acme/ana/s1/0" in recalled_groups(provider.requests[-1])  # the test can fail
+    assert "group/acme/ana/s1/0" in recalled_groups(requests[-1])  # the test can fail
     await rt.reset_view(ANA, "s1", reason="clear_session")
     result = await rt.run(ANA, "s1", QUESTION)
-    assert recalled_groups(provider.requests[-1]) == []
+    assert recalled_groups(requests[-1]) == []
     assert "16:30" not in result.output
     notes = [d.message for d in result.diagnostics if d.code == "recall_note"]
     assert any("group/acme/ana/s1/0" in n and "view" in n for n in notes), result.diagnostics
 
 
 async def test_recall_leaves_out_an_archived_group_a_retraction_touched() -> None:
-    rt, provider = recall_runtime()
+    rt, requests = recall_runtime()
     await rt.append(ANA, "s1", [Message(Role.USER, "Hello there."), Message(Role.ASSISTANT, FACT)])
     await rt.retract(ANA, "s1", reason="the reply was wrong")
     for n in range(3):
         await rt.append(ANA, "s1", chatter(n))
     result = await rt.run(ANA, "s1", QUESTION)
-    assert recalled_groups(provider.requests[-1]) == []
+    assert recalled_groups(requests[-1]) == []
     assert "16:30" not in result.output
-    assert not any("16:30" in m.content for m in provider.requests[-1].history)
+    assert not any("16:30" in m.content for m in requests[-1].history)
 
 
 def summary_runtime(summarizer: ExtractiveSummarizer, provider: Any = None) -> Any:
     return create_harness_runtime(
-        provider=provider or Recording(),
+        provider=provider or ExtractiveProvider(),
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         summarizer=summarizer,
@@ -180,7 +171,8 @@ async def test_a_runtime_without_a_summarizer_restarts_the_stored_summary_too(co
     second process) restarts the summary the session's summarizing runtime stored, so that runtime
     never sends summary text stating what was taken out of the view."""
     archive, store = InMemoryArchive(), InMemorySessionStore()
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
     summarizing = create_harness_runtime(
         provider=provider,
@@ -208,7 +200,7 @@ async def test_a_runtime_without_a_summarizer_restarts_the_stored_summary_too(co
     stored = (await summarizing.inspect_session(ANA, "s1")).summary
     assert stored is not None and stored.summary.text == "" and stored.summary.citations == ()
     await summarizing.run(ANA, "s1", "What is the launch code?")
-    request = provider.requests[-1]
+    request = requests[-1]
     assert "KOUROU" not in repr(request)
     assert all(b.kind is not SourceKind.SUMMARY for b in request.sources)
 
@@ -218,7 +210,8 @@ async def test_a_stored_summary_citing_groups_out_of_the_view_is_never_sent_agai
     through a runtime without a summarizer) is withheld from the request and restarted by the next
     update, so neither the turn's model nor the summarizer's is sent what it states."""
     store = InMemorySessionStore()
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     rt = create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),
@@ -240,7 +233,7 @@ async def test_a_stored_summary_citing_groups_out_of_the_view_is_never_sent_agai
     sealed = seal_snapshot(attrs.evolve(loaded.snapshot, summary=stale))
     await store.save(KEY, sealed, loaded.revision, OpContext())
     result = await rt.run(ANA, "s1", "What is the launch code?")
-    request = provider.requests[-1]
+    request = requests[-1]
     assert "KOUROU" not in repr(request)
     assert all(b.kind is not SourceKind.SUMMARY for b in request.sources)
     assert any(d.code == "summary_withheld" for d in result.diagnostics)
@@ -249,7 +242,7 @@ async def test_a_stored_summary_citing_groups_out_of_the_view_is_never_sent_agai
     assert now is not None and "KOUROU" not in now.summary.text
     assert all(c.seq >= 5 for c in now.summary.citations)
     await rt.run(ANA, "s1", "And now?")
-    assert "KOUROU" not in repr(provider.requests[-1])
+    assert "KOUROU" not in repr(requests[-1])
 
 
 class NotesFirst(ExtractiveSummarizer):
@@ -265,7 +258,8 @@ class NotesFirst(ExtractiveSummarizer):
 
 
 async def test_a_reset_restarts_a_summary_that_has_only_uncertainty_notes() -> None:
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     rt = summary_runtime(NotesFirst(), provider)
     for text in ("The code word is ZEBRA.", "x", "y"):
         await rt.append(ANA, "s1", [Message(Role.USER, text)])
@@ -276,12 +270,13 @@ async def test_a_reset_restarts_a_summary_that_has_only_uncertainty_notes() -> N
     for text in ("go", "z", "w"):
         await rt.append(ANA, "s1", [Message(Role.USER, text)])
     await rt.run(ANA, "s1", "What was cleared?")
-    (block,) = [b for b in provider.requests[-1].sources if b.kind is SourceKind.SUMMARY]
+    (block,) = [b for b in requests[-1].sources if b.kind is SourceKind.SUMMARY]
     assert "ZEBRA" not in block.content and "ZEBRA" not in str(block.attributes)
 
 
 async def test_the_summary_block_says_history_before_the_view_was_cleared() -> None:
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     rt = summary_runtime(ExtractiveSummarizer(), provider)
     await rt.append(ANA, "s1", chatter(0))
     await rt.reset_view(ANA, "s1", reason="clear")
@@ -292,7 +287,7 @@ async def test_the_summary_block_says_history_before_the_view_was_cleared() -> N
             [Message(Role.USER, f"Fact {n}: the depot {n} is open."), Message(Role.ASSISTANT, "OK.")],
         )
     await rt.run(ANA, "s1", "Which depots are open?")
-    (block,) = [b for b in provider.requests[-1].sources if b.kind is SourceKind.SUMMARY]
+    (block,) = [b for b in requests[-1].sources if b.kind is SourceKind.SUMMARY]
     coverage = dict(block.attributes)["coverage"]
     assert "history before group 2 was cleared from the view" in coverage
     assert "chatter" not in block.content
@@ -322,7 +317,7 @@ async def test_an_impossible_view_state_is_corruption(view: dict[str, Any]) -> N
     from agentium_harness.plugin_api import RetractedSpan, SessionSnapshot, ViewState, seal_snapshot
 
     store = InMemorySessionStore()
-    rt = create_harness_runtime(provider=Recording(), archive=InMemoryArchive(), session_store=store)
+    rt = create_harness_runtime(provider=ExtractiveProvider(), archive=InMemoryArchive(), session_store=store)
     await rt.append(ANA, "s1", chatter(0))
     await rt.retract(ANA, "s1", reason="pop")
     stored = await store.load(KEY, OpContext())
@@ -342,7 +337,8 @@ async def test_the_history_api_on_the_sqlite_pair(tmp_path: Path) -> None:
     """The SQLite archive and store commit in one transaction; the view rides in the same snapshot."""
     config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
     archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     rt = create_harness_runtime(
         provider=provider,
         archive=archive,
@@ -363,7 +359,7 @@ async def test_the_history_api_on_the_sqlite_pair(tmp_path: Path) -> None:
         assert page.boundary > 0  # part of it was read from the archive
         await rt.reset_view(ANA, "s1", reason="clear")
         await rt.run(ANA, "s1", "fresh start")
-        assert provider.requests[-1].history == ()
+        assert requests[-1].history == ()
         assert (await rt.list_sessions(ANA, limit=5)).sessions == ("s1",)
         audit = await rt.read_history(ANA, "s1", max_groups=100, view=False)
         assert len(audit.groups) == 8 and audit.next_before_seq is None
@@ -406,7 +402,7 @@ async def test_retracted_spans_stay_bounded_when_a_host_adds_two_and_pops_one(
     monkeypatch.setattr(history_checks, "MAX_RETRACTION_SPANS", 20)
     store = InMemorySessionStore()
     rt = create_harness_runtime(
-        provider=Recording(),
+        provider=ExtractiveProvider(),
         archive=InMemoryArchive(),
         session_store=store,
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=4)),
@@ -440,7 +436,7 @@ async def test_a_retraction_past_the_span_limit_is_refused_and_changes_nothing(
     from agentium_harness._engine import history_checks
 
     store = InMemorySessionStore()
-    rt = create_harness_runtime(provider=Recording(), archive=InMemoryArchive(), session_store=store)
+    rt = create_harness_runtime(provider=ExtractiveProvider(), archive=InMemoryArchive(), session_store=store)
     for n in range(3):  # three spans, written under the default limit
         await rt.append(ANA, "s1", _say(Role.USER, f"question {n}"))
         await rt.append(ANA, "s1", _say(Role.ASSISTANT, f"answer {n}"))

@@ -28,7 +28,7 @@ from agentium_harness import (
     current_session_recall_policy,
 )
 from agentium_harness._ports import OpContext
-from agentium_harness._ports.provider import ModelRequest, ModelResponse
+from agentium_harness._ports.provider import ModelRequest
 from agentium_harness._ports.recall import (
     Candidate,
     Excerpt,
@@ -44,6 +44,7 @@ from agentium_harness._ports.recall import (
 from agentium_harness._ports.summary import Summarizer, SummarizerCapabilities
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.testing import record_requests
 
 pytestmark = pytest.mark.anyio
 
@@ -55,16 +56,6 @@ MINE = SourceOwner("acme", "ana", "s1")
 def sid(name: str, owner: SourceOwner = MINE) -> str:
     """The source id the staged store gives document ``name``."""
     return document_source_id(owner, name)
-
-
-class Recording(ExtractiveProvider):
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return await super().complete(request, ctx)
 
 
 class Staged(RecallStore):
@@ -141,13 +132,14 @@ class _Session(RecallSession):
 Staged.session_class = _Session
 
 
-def _runtime(store: Staged, provider: Any = None, **kw: Any) -> tuple[Any, Any, Any]:
-    provider = provider or Recording()
+def _runtime(store: Staged, provider: Any = None, **kw: Any) -> tuple[Any, list[ModelRequest], Any]:
+    provider = provider or ExtractiveProvider()
+    requests = record_requests(provider)
     sessions = InMemorySessionStore()
     rt = create_harness_runtime(
         provider=provider, archive=InMemoryArchive(), session_store=sessions, recall=store, **kw
     )
-    return rt, provider, sessions
+    return rt, requests, sessions
 
 
 async def _revision(sessions: Any) -> int | None:
@@ -160,10 +152,10 @@ FACT = ("doc-1", MINE, "The release train leaves every Thursday.")
 
 async def test_complete_recall_puts_whole_labeled_evidence_in_the_request() -> None:
     store = Staged([FACT, ("doc-2", MINE, "Thursday releases need a sign-off.")])
-    rt, provider, _ = _runtime(store)
+    rt, requests, _ = _runtime(store)
     result = await rt.run(ANA, "s1", "When does the release train leave?")
     assert result.recall.status is RecallStatus.COMPLETE
-    blocks = provider.requests[-1].sources
+    blocks = requests[-1].sources
     assert [b.source_id for b in blocks] == [sid("doc-1"), sid("doc-2")]  # rank order
     assert blocks[0].content == FACT[2]  # whole, never cut
     attrs = dict(blocks[0].attributes)
@@ -183,23 +175,23 @@ async def test_complete_recall_puts_whole_labeled_evidence_in_the_request() -> N
 )
 async def test_foreign_scope_items_are_dropped_and_reported(foreign: SourceOwner) -> None:
     store = Staged([FACT, ("leak", foreign, "FOREIGN SECRET on Thursday")])
-    rt, provider, _sessions = _runtime(
+    rt, requests, _sessions = _runtime(
         store, recall_policy=current_session_recall_policy(on_partial="continue")
     )
     result = await rt.run(ANA, "s1", "When does the release train leave on Thursday?")
     assert result.recall.status is RecallStatus.PARTIAL
     assert result.has("recall_contract_violation")
-    assert all("FOREIGN" not in b.content for r in provider.requests for b in r.sources)
+    assert all("FOREIGN" not in b.content for r in requests for b in r.sources)
     assert sid("leak", foreign) not in {ref.source_id for ref in result.recall.included}
 
 
 async def test_a_foreign_excerpt_smuggled_into_read_is_dropped() -> None:
     store = Staged([FACT])
     store.extra_excerpts = [Excerpt(SourceRef("x", "r1"), SourceOwner("globex"), "FOREIGN SECRET")]
-    rt, provider, sessions = _runtime(store)
+    rt, requests, sessions = _runtime(store)
     result = await rt.run(ANA, "s1", "release train?")
     assert result.status is RunStatus.STOPPED and not result.committed  # partial stops by default
-    assert provider.requests == [] and await _revision(sessions) is None
+    assert requests == [] and await _revision(sessions) is None
 
 
 @pytest.mark.parametrize(
@@ -216,11 +208,11 @@ async def test_a_foreign_excerpt_smuggled_into_read_is_dropped() -> None:
 async def test_breaking_a_bound_drops_the_item_whole(limits: RecallLimits, text: str) -> None:
     store = Staged([("a", MINE, text), ("b", MINE, text)])
     policy = current_session_recall_policy(on_partial="continue")
-    rt, provider, _ = _runtime(store, recall_limits=limits, recall_policy=policy)
+    rt, requests, _ = _runtime(store, recall_limits=limits, recall_policy=policy)
     result = await rt.run(ANA, "s1", "anything")
     assert result.recall.status is RecallStatus.PARTIAL
     assert result.committed
-    for block in provider.requests[-1].sources:
+    for block in requests[-1].sources:
         if block.source_id != "recall-status":
             assert block.content == text  # never cut inside an excerpt
     assert result.retained.uncertainty  # the uncertainty is kept with the group
@@ -230,7 +222,7 @@ async def test_breaking_a_bound_drops_the_item_whole(limits: RecallLimits, text:
 async def test_a_hanging_adapter_is_cancelled_and_recall_fails(where: str) -> None:
     store = Staged([FACT])
     store.hang_in = where
-    rt, provider, sessions = _runtime(store, recall_limits=RecallLimits(max_latency_s=0.2))
+    rt, requests, sessions = _runtime(store, recall_limits=RecallLimits(max_latency_s=0.2))
     began = time.monotonic()
     result = await rt.run(ANA, "s1", "release train?")
     elapsed = time.monotonic() - began
@@ -238,14 +230,14 @@ async def test_a_hanging_adapter_is_cancelled_and_recall_fails(where: str) -> No
     assert result.status is RunStatus.STOPPED and not result.committed
     assert elapsed < 10  # cancelled at the deadline, not waited out (the adapter hangs an hour)
     assert store.closed == store.opened  # whatever was opened was closed
-    assert await _revision(sessions) is None and provider.requests == []
+    assert await _revision(sessions) is None and requests == []
 
 
 @pytest.mark.parametrize("where", ["open", "discover", "read", "validate_current"])
 async def test_a_raising_adapter_fails_recall_and_changes_nothing(where: str) -> None:
     store = Staged([FACT])
     store.raise_in = where
-    rt, _provider, _sessions = _runtime(store)
+    rt, _requests, _sessions = _runtime(store)
     result = await rt.run(ANA, "s1", "release train?")
     assert result.recall.status is RecallStatus.FAILED
     assert result.has("recall_failed") and not result.committed
@@ -253,12 +245,12 @@ async def test_a_raising_adapter_fails_recall_and_changes_nothing(where: str) ->
 
 
 async def test_no_evidence_proceeds_by_default_and_stops_when_strict() -> None:
-    rt, _provider, _ = _runtime(Staged())
+    rt, _requests, _ = _runtime(Staged())
     result = await rt.run(ANA, "s1", "anything")
     assert result.recall.status is RecallStatus.NO_ACCESSIBLE_EVIDENCE and result.committed
-    strict, provider2, sessions = _runtime(Staged(), recall_policy=current_session_recall_policy(strict=True))
+    strict, requests2, sessions = _runtime(Staged(), recall_policy=current_session_recall_policy(strict=True))
     stopped = await strict.run(ANA, "s1", "anything")
-    assert stopped.status is RunStatus.STOPPED and provider2.requests == []
+    assert stopped.status is RunStatus.STOPPED and requests2 == []
     assert await _revision(sessions) is None
 
 
@@ -318,18 +310,18 @@ async def test_an_invalid_source_at_the_dispatch_fence_is_removed(status: Valida
     store = Staged([FACT, ("doc-2", MINE, "Also on Thursday.")])
     store.status[sid("doc-1")] = status
     policy = current_session_recall_policy(on_partial="continue")
-    rt, provider, _ = _runtime(store, recall_policy=policy)
+    rt, requests, _ = _runtime(store, recall_policy=policy)
     result = await rt.run(ANA, "s1", "Thursday?")
     assert [v.ref.source_id for v in result.recall.invalidated] == [sid("doc-1")]
-    assert sid("doc-1") not in [b.source_id for b in provider.requests[-1].sources]
+    assert sid("doc-1") not in [b.source_id for b in requests[-1].sources]
 
 
 async def test_a_source_changed_before_commit_stops_the_run_or_is_kept_as_uncertainty() -> None:
     store = Staged([FACT])
     store.flip_after_first_validation = sid("doc-1")
-    rt, provider, sessions = _runtime(store)
+    rt, requests, sessions = _runtime(store)
     result = await rt.run(ANA, "s1", "release train?")
-    assert provider.requests  # the model ran...
+    assert requests  # the model ran...
     assert result.status is RunStatus.STOPPED and not result.committed  # ...but nothing was committed
     assert result.has("recall_source_changed") and await _revision(sessions) is None
     store2 = Staged([FACT])
@@ -360,7 +352,11 @@ async def test_publication_that_refuses_commits_nothing() -> None:
 
 def test_bad_recall_arguments_are_refused() -> None:
     store = Staged()
-    base = {"provider": Recording(), "archive": InMemoryArchive(), "session_store": InMemorySessionStore()}
+    base = {
+        "provider": ExtractiveProvider(),
+        "archive": InMemoryArchive(),
+        "session_store": InMemorySessionStore(),
+    }
     with pytest.raises(InvalidArgumentError):
         create_harness_runtime(**base, recall=store, recall_limits={"max_candidates": 3})  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
@@ -401,10 +397,10 @@ class FailsQuoting(Staged):
 async def test_an_adapter_error_cannot_add_a_line_to_the_recall_status_notice() -> None:
     """Each uncertainty is one ``- `` line of the notice: an error's line breaks are written as escapes."""
     store = FailsQuoting([("a", MINE, FACT)])
-    rt, provider, _ = _runtime(store, recall_policy=current_session_recall_policy(on_failed="continue"))
+    rt, requests, _ = _runtime(store, recall_policy=current_session_recall_policy(on_failed="continue"))
     result = await rt.run(ANA, "s1", "When was the budget approved?")
     assert result.recall is not None and result.recall.status is RecallStatus.FAILED
-    [notice] = [b for b in provider.requests[-1].sources if b.source_id == "recall-status"]
+    [notice] = [b for b in requests[-1].sources if b.source_id == "recall-status"]
     head, *items = notice.content.splitlines()
     assert head.startswith("Recalled evidence is incomplete")
     assert len(items) == len(result.recall.uncertainty) == 1, items

@@ -39,8 +39,6 @@ from agentium_harness.plugin_api import (
     ArchivedDigest,
     Citation,
     CoverageGap,
-    ModelRequest,
-    ModelResponse,
     OpContext,
     RetainedRecord,
     Scope,
@@ -51,6 +49,7 @@ from agentium_harness.plugin_api import (
     seal_snapshot,
     snapshot_bytes,
 )
+from agentium_harness.testing import record_requests
 from agentium_harness.testing.sqlite_rows import group_row, set_group_row
 
 pytestmark = pytest.mark.anyio
@@ -69,16 +68,6 @@ class Switchable(ExtractiveSummarizer):
         if self.down:
             raise RuntimeError("summarizer unavailable")
         return await super().summarize(previous, groups, ctx)
-
-
-class Recording(ExtractiveProvider):
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return await super().complete(request, ctx)
 
 
 def _runtime(summarizer: Any, archive: Any, store: Any, provider: Any = None) -> Any:
@@ -230,22 +219,24 @@ async def test_a_negative_frontier_is_refused_as_the_row_is_decoded() -> None:
     store = InMemorySessionStore()
     snapshot = _snapshot(2, SummaryState(_forced(TaskSummary("text", frontier=0), frontier=-1)))
     await store.save(KEY, snapshot, None, OpContext.with_timeout(30))
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     runtime = _runtime(ExtractiveSummarizer(), InMemoryArchive(), store, provider)
     with pytest.raises(SnapshotCorruptError, match="cannot be decoded"):
         await runtime.run(ANA, "s1", "what did the groups say?")
-    assert provider.requests == []
+    assert requests == []
 
 
 @pytest.mark.parametrize("name", sorted(IMPOSSIBLE))
 async def test_an_impossible_summary_state_is_corruption_and_never_reaches_the_model(name: str) -> None:
     store = InMemorySessionStore()
     await store.save(KEY, IMPOSSIBLE[name], None, OpContext.with_timeout(30))
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     runtime = _runtime(ExtractiveSummarizer(), InMemoryArchive(), store, provider)
     with pytest.raises(SnapshotCorruptError, match="impossible"):
         await runtime.run(ANA, "s1", "what did the groups say?")
-    assert provider.requests == []
+    assert requests == []
     loaded = await store.load(KEY, OpContext.with_timeout(30))
     assert loaded is not None and loaded.revision == 1  # left as it is
     with pytest.raises(SnapshotCorruptError):
