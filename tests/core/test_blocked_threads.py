@@ -60,8 +60,6 @@ from agentium_harness.plugin_api import (
     Candidate,
     Excerpt,
     MessageGroup,
-    ModelRequest,
-    ModelResponse,
     OpContext,
     RecallCapabilities,
     RecallSession,
@@ -73,6 +71,7 @@ from agentium_harness.plugin_api import (
     ValidationStatus,
     document_source_id,
 )
+from agentium_harness.testing import record_requests
 
 pytestmark = pytest.mark.anyio
 
@@ -103,16 +102,6 @@ def gate() -> Iterator[threading.Event]:
 def blocking(gate: threading.Event) -> None:
     """What a blocking client call looks like from its worker thread."""
     gate.wait(BLOCK_S)
-
-
-class Recording(ScriptedProvider):
-    def __init__(self) -> None:
-        super().__init__(replies=["ok"], cycle=True)
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return await super().complete(request, ctx)
 
 
 # -- recall discovery ---------------------------------------------------------------------------
@@ -161,7 +150,8 @@ BlockingRecall.session_class = BlockingSession
 
 
 async def test_recall_discovery_blocked_in_a_thread_keeps_the_latency_budget(gate: threading.Event) -> None:
-    provider, store = Recording(), BlockingRecall(gate)
+    provider, store = ScriptedProvider(replies=["ok"], cycle=True), BlockingRecall(gate)
+    requests = record_requests(provider)
     budget = 0.3
     rt = create_harness_runtime(
         provider=provider,
@@ -185,7 +175,7 @@ async def test_recall_discovery_blocked_in_a_thread_keeps_the_latency_budget(gat
     with anyio.fail_after(BLOCK_S + 2):
         await store.returned.wait()
     await anyio.sleep(0.05)
-    assert all("LATE" not in b.content for r in provider.requests for b in r.sources)
+    assert all("LATE" not in b.content for r in requests for b in r.sources)
     assert result.recall.included == ()
     await rt.aclose()
 
@@ -211,7 +201,7 @@ class SlowOpenRecall(BlockingRecall):
 async def test_a_recall_session_opened_after_the_budget_is_closed_not_leaked(gate: threading.Event) -> None:
     store = SlowOpenRecall(gate)
     rt = create_harness_runtime(
-        provider=Recording(),
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         recall=store,
@@ -249,7 +239,7 @@ class QuickSession(BlockingSession):
 async def test_a_clarifier_blocked_in_a_thread_does_not_hold_the_run(gate: threading.Event) -> None:
     limits = RuntimeLimits(op_timeout_s=0.3)
     rt = create_harness_runtime(
-        provider=Recording(),
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         recall=QuickRecall(gate, empty=True),
@@ -298,7 +288,7 @@ async def test_a_publication_blocked_in_a_thread_is_refused_at_its_deadline_and_
     publication = BlockingPublication(gate)
     limits = RuntimeLimits(op_timeout_s=0.2)
     rt = create_harness_runtime(
-        provider=Recording(),
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=InMemoryArchive(),
         session_store=sessions,
         recall=QuickRecall(gate),
@@ -495,7 +485,8 @@ async def test_memory_selection_runs_under_the_runs_deadline(
     # call are to succeed, so they get 30 s (the selection does not go through them).
     short_only_for(monkeypatch)
     limits = RuntimeLimits(op_timeout_s=0.2, model_timeout_s=ROOMY_S)
-    provider = Recording()
+    provider = ScriptedProvider(replies=["ok"], cycle=True)
+    requests = record_requests(provider)
     rt = create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),
@@ -508,7 +499,7 @@ async def test_memory_selection_runs_under_the_runs_deadline(
     elapsed = time.monotonic() - started
     assert elapsed < limits.op_timeout_s + SLACK_S, f"memory selection held the run {elapsed:.2f}s"
     assert result.committed and result.has("memory_failed")
-    assert all(b.kind.value != "memory" for b in provider.requests[0].sources)
+    assert all(b.kind.value != "memory" for b in requests[0].sources)
     if mode == "thread":
         assert result.has("call_abandoned")
     gate.set()

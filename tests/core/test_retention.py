@@ -53,20 +53,6 @@ OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"))
 KEY = SessionKey("acme", "ana", "s1")
 
 
-class Recording(ScriptedProvider):
-    """Keeps every request it answers."""
-
-    capabilities = ScriptedProvider.capabilities
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.requests: list[Any] = []
-
-    async def complete(self, request: Any, ctx: Any) -> Any:
-        self.requests.append(request)
-        return await super().complete(request, ctx)
-
-
 def _runtime(policy: RetentionPolicy | None, **kw: Any) -> Any:
     archive, recall = InMemoryArchive(), InMemoryRecallStore()
     rt = create_harness_runtime(

@@ -3,29 +3,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from agentium_harness import (
     EffectLevel,
-    Message,
-    Role,
     Tool,
     ToolRegistry,
     VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness._errors import InvalidArgumentError
-from agentium_harness._ports import OpContext
 from agentium_harness._ports.provider import (
-    ModelProvider,
-    ModelRequest,
-    ModelResponse,
-    ProviderCapabilities,
     ToolSpec,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.testing import record_requests
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
@@ -62,20 +57,10 @@ def test_a_schema_that_is_not_a_plain_json_object_schema_is_refused(bad: object,
         ToolSpec("weather", "", bad)  # type: ignore[arg-type]
 
 
-class Recording(ModelProvider):
-    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(tool_calls=True)
-
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return ModelResponse(Message(Role.ASSISTANT, "done"))
-
-
 @pytest.mark.anyio
 async def test_the_schema_reaches_the_request_of_a_granted_tool() -> None:
-    provider = Recording()
+    provider = ScriptedProvider(replies=["done"])
+    requests = record_requests(provider)
     tools = ToolRegistry(
         [Tool("weather", _handler, EffectLevel.READ, "weather", SCHEMA), Tool("other", _handler)]
     )
@@ -83,5 +68,5 @@ async def test_the_schema_reaches_the_request_of_a_granted_tool() -> None:
         provider=provider, archive=InMemoryArchive(), session_store=InMemorySessionStore(), tools=tools
     ) as rt:
         await rt.run(VerifiedIdentity("acme", "ana", verified_by="t"), "s1", "hi", grants=["weather"])
-    [spec] = provider.requests[0].tools
+    [spec] = requests[0].tools
     assert spec.name == "weather" and spec.parameters == SCHEMA
