@@ -47,7 +47,7 @@ from agentium_harness import (
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.adapters.providers import ExtractiveProvider, ScriptedProvider
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer, ModelSummarizer
 from agentium_harness.plugin_api import (
     SOURCE_DATA_NOTICE,
@@ -64,6 +64,7 @@ from agentium_harness.plugin_api import (
     VerifyContext,
     estimate_tokens,
 )
+from agentium_harness.testing import record_requests
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 
@@ -339,21 +340,6 @@ def parse(text: str) -> list[tuple[str, str, str]]:
 # ---------------------------------------------------------------------------
 
 
-class Recording(ExtractiveProvider):
-    """The extractive provider, keeping every request it gets (its tool-call-free replies are enough)."""
-
-    def __init__(self, replies: Sequence[str] = ()) -> None:
-        super().__init__()
-        self.replies = list(replies)
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        if self.replies:
-            return ModelResponse(Message(Role.ASSISTANT, self.replies.pop(0)))
-        return await super().complete(request, ctx)
-
-
 def assert_exactly_its_blocks(request: ModelRequest) -> None:
     """What the provider would send parses into exactly ``request.sources``, and nothing more."""
     text = request.render_sources()
@@ -367,21 +353,23 @@ def hostile_blocks(request: ModelRequest, kind: SourceKind) -> list[SourceBlock]
 
 @pytest.mark.anyio
 async def test_a_host_source_block() -> None:
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     doc = SourceBlock(SourceKind.RECALL, "host/doc-1", HOSTILE, (("note", SPELLINGS[4]),))
     async with create_harness_runtime(
         provider=provider, archive=InMemoryArchive(), session_store=InMemorySessionStore()
     ) as rt:
         result = await rt.run(ANA, "s1", "When was the budget approved?", sources=[doc])
     assert result.status is RunStatus.COMPLETED
-    request = provider.requests[-1]
+    request = requests[-1]
     assert request.sources == (doc,)
     assert_exactly_its_blocks(request)
 
 
 @pytest.mark.anyio
 async def test_a_remembered_fact() -> None:
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     async with create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),
@@ -391,14 +379,15 @@ async def test_a_remembered_fact() -> None:
         ack = await rt.memory.remember(MemoryFact(MemoryScope("acme", "ana"), HOSTILE))
         assert ack.ok  # fact text is data: kept verbatim, escaped when rendered
         await rt.run(ANA, "s1", "When was the budget approved?")
-    request = provider.requests[-1]
+    request = requests[-1]
     assert len(hostile_blocks(request, SourceKind.MEMORY)) == 1
     assert_exactly_its_blocks(request)
 
 
 @pytest.mark.anyio
 async def test_a_recall_excerpt() -> None:
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     async with create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),
@@ -411,7 +400,7 @@ async def test_a_recall_excerpt() -> None:
             await rt.run(ANA, "s1", f"Unrelated chatter number {i}.")
         result = await rt.run(ANA, "s1", "When was the budget approved?")
     assert result.recall is not None and result.recall.status is RecallStatus.COMPLETE
-    request = provider.requests[-1]
+    request = requests[-1]
     assert len(hostile_blocks(request, SourceKind.RECALL)) == 1
     assert_exactly_its_blocks(request)
 
@@ -427,7 +416,8 @@ class HostileSummarizer(ExtractiveSummarizer):
 
 @pytest.mark.anyio
 async def test_a_summary() -> None:
-    provider = Recording()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
     async with create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),
@@ -439,7 +429,7 @@ async def test_a_summary() -> None:
         for i in range(4):
             await rt.run(ANA, "s1", f"Fact {i}: widget {i} weighs {i * 7} grams.")
         await rt.run(ANA, "s1", "What did widget 1 weigh?")
-    request = provider.requests[-1]
+    request = requests[-1]
     assert len(hostile_blocks(request, SourceKind.SUMMARY)) == 1
     assert_exactly_its_blocks(request)
 
@@ -462,7 +452,8 @@ class FailsOnceWithHostileReasons(CompletionVerifier):
 
 @pytest.mark.anyio
 async def test_verifier_feedback() -> None:
-    provider = Recording(["done", "fixed and done"])
+    provider = ScriptedProvider(replies=["done", "fixed and done"])
+    requests = record_requests(provider)
     async with create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),
@@ -472,29 +463,26 @@ async def test_verifier_feedback() -> None:
         policy = verified_completion_policy(on_fail="revise", max_revisions=1)
         result = await rt.run(ANA, "s1", "write the report", completion=policy)
     assert result.status is RunStatus.COMPLETED and result.output == "fixed and done"
-    revision = provider.requests[-1]
+    revision = requests[-1]
     assert len(hostile_blocks(revision, SourceKind.VERIFICATION)) == 1
     assert_exactly_its_blocks(revision)
 
 
 class SummaryModel(ModelProvider):
-    """The model behind the model summarizer: answers one tagged line, keeping every request."""
+    """The model behind the model summarizer: answers one tagged line."""
 
     capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(deterministic=True)
 
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
     async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
         return ModelResponse(Message(Role.ASSISTANT, "[g0] the budget was approved on Tuesday"))
 
 
 @pytest.mark.anyio
 async def test_the_model_summarizers_groups() -> None:
     model = SummaryModel()
+    summary_requests = record_requests(model)
     async with create_harness_runtime(
-        provider=Recording(),
+        provider=ExtractiveProvider(),
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         summarizer=ModelSummarizer(provider=model),
@@ -504,10 +492,10 @@ async def test_the_model_summarizers_groups() -> None:
         await rt.run(ANA, "s1", HOSTILE)
         for i in range(3):
             await rt.run(ANA, "s1", f"Unrelated chatter number {i}.")
-    assert model.requests
-    offered = [r for r in model.requests if hostile_blocks(r, SourceKind.RECALL)]
+    assert summary_requests
+    offered = [r for r in summary_requests if hostile_blocks(r, SourceKind.RECALL)]
     assert offered
-    for request in model.requests:
+    for request in summary_requests:
         assert_exactly_its_blocks(request)
 
 
