@@ -65,6 +65,7 @@ from agentium_harness.plugin_api import (
     ProviderCapabilities,
     SessionStoreCapabilities,
 )
+from agentium_harness.testing import record_requests
 
 pytestmark = pytest.mark.anyio
 
@@ -74,18 +75,16 @@ KEY = SessionKey("acme", "ana", "s1")
 FORMAT = "openai.responses.input_item/v1"
 
 
-class Recorder(ModelProvider):
-    """Answers ``echo <latest user text>`` and keeps every request; optionally waits at a gate."""
+class Echoing(ModelProvider):
+    """Answers ``echo <latest user text>``; optionally waits at a gate."""
 
     capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(tool_calls=False, deterministic=True)
 
     def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
         self.gate: anyio.Event | None = None
         self.entered = anyio.Event()
 
     async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
         self.entered.set()
         if self.gate is not None:
             await self.gate.wait()
@@ -96,11 +95,11 @@ class Recorder(ModelProvider):
 def runtime(
     *,
     max_groups: int = 8,
-    provider: Recorder | None = None,
+    provider: Echoing | None = None,
     archive: InMemoryArchive | None = None,
     store: Any = None,
-) -> tuple[HarnessRuntime, Recorder, InMemoryArchive, Any]:
-    provider = provider or Recorder()
+) -> tuple[HarnessRuntime, Echoing, InMemoryArchive, Any]:
+    provider = provider or Echoing()
     archive = archive or InMemoryArchive()
     store = store or InMemorySessionStore()
     rt = create_harness_runtime(
@@ -131,6 +130,7 @@ def stored_state(store: InMemorySessionStore, archive: InMemoryArchive, key: Ses
 
 async def test_append_commits_one_group_without_a_model_call() -> None:
     rt, provider, _, _ = runtime()
+    requests = record_requests(provider)
     first = await rt.append(ANA, "s1", pair(0))
     assert isinstance(first, AppendResult)
     assert (first.seq, first.snapshot_revision, first.commit_state) == (0, 1, CommitState.COMMITTED)
@@ -140,7 +140,7 @@ async def test_append_commits_one_group_without_a_model_call() -> None:
     page = await rt.read_history(ANA, "s1", max_groups=10)
     assert texts(page.messages) == ["u0", "a0", "u1", "a1"]
     assert [g.seq for g in page.groups] == [0, 1] and page.next_before_seq is None
-    assert provider.requests == []
+    assert requests == []
 
 
 async def test_a_tool_call_with_its_result_is_one_complete_group() -> None:
@@ -163,6 +163,7 @@ async def test_a_tool_call_with_its_result_is_one_complete_group() -> None:
 
 async def test_payload_round_trips_exactly_and_is_never_sent_to_the_model() -> None:
     rt, provider, _, _ = runtime()
+    requests = record_requests(provider)
     item = {
         "type": "message",
         "role": "user",
@@ -179,7 +180,7 @@ async def test_payload_round_trips_exactly_and_is_never_sent_to_the_model() -> N
     assert type(message.payload["n"][0]) is int and type(message.payload["n"][1]) is float
     assert message.content == "héllo"
     result = await rt.run(ANA, "s1", "next")
-    (history,) = provider.requests[0].history
+    (history,) = requests[0].history
     assert history.content == "héllo" and history.payload is None and history.payload_format is None
     assert result.output == "echo next"
 
@@ -615,6 +616,7 @@ class GatedSaves(InMemorySessionStore):
 async def test_a_run_on_a_session_an_append_holds_is_busy_before_any_model_call() -> None:
     store = GatedSaves()
     rt, provider, _, _ = runtime(store=store)
+    requests = record_requests(provider)
     store.gate = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(rt.append, ANA, "s1", pair(0))
@@ -622,7 +624,7 @@ async def test_a_run_on_a_session_an_append_holds_is_busy_before_any_model_call(
         with pytest.raises(SessionBusyError):
             await rt.run(ANA, "s1", "refused")
         store.gate.set()
-    assert provider.requests == []
+    assert requests == []
     assert texts((await rt.read_history(ANA, "s1", max_groups=5)).messages) == ["u0", "a0"]
 
 
@@ -730,6 +732,7 @@ async def test_list_sessions_without_the_listing_capability_is_a_capability_erro
 
 async def test_retract_takes_the_last_messages_of_the_view_and_deletes_nothing() -> None:
     rt, provider, _, _ = runtime()
+    requests = record_requests(provider)
     await rt.append(ANA, "s1", pair(0))
     await rt.append(ANA, "s1", pair(1))
     popped = await rt.retract(ANA, "s1", reason="pop")
@@ -747,7 +750,7 @@ async def test_retract_takes_the_last_messages_of_the_view_and_deletes_nothing()
     assert [c.kind for c in controls] == [ControlKind.RETRACT, ControlKind.RETRACT]
     assert controls[1].retracted == (MessageRef(0, 1), MessageRef(1, 0)) and controls[1].reason == "undo"
     await rt.run(ANA, "s1", "next")
-    assert texts(provider.requests[-1].history) == ["u0"]
+    assert texts(requests[-1].history) == ["u0"]
     view = await rt.inspect_session(ANA, "s1")
     assert (view.view_start, view.retracted) == (0, 3)
     assert texts((await rt.read_history(ANA, "s1", max_groups=10)).messages) == ["u0", "next", "echo next"]
@@ -776,6 +779,7 @@ async def test_retract_past_the_view_start_is_refused_and_changes_nothing() -> N
 
 async def test_reset_view_clears_the_view_and_run_sends_none_of_it() -> None:
     rt, provider, _, _ = runtime()
+    requests = record_requests(provider)
     await rt.append(ANA, "s1", pair(0))
     await rt.run(ANA, "s1", "hello")
     reset = await rt.reset_view(ANA, "s1", reason="clear")
@@ -786,12 +790,13 @@ async def test_reset_view_clears_the_view_and_run_sends_none_of_it() -> None:
     assert texts(audit.groups[0].group.messages) == ["u0", "a0"] and audit.groups[0].shown == ()
     assert audit.groups[-1].control is not None and audit.groups[-1].control.kind is ControlKind.RESET_VIEW
     await rt.run(ANA, "s1", "fresh")
-    assert provider.requests[-1].history == ()
+    assert requests[-1].history == ()
     assert (await rt.inspect_session(ANA, "s1")).view_start == 3
 
 
 async def test_the_model_never_gets_half_a_tool_exchange() -> None:
     rt, provider, _, _ = runtime()
+    requests = record_requests(provider)
     await rt.append(
         ANA,
         "s1",
@@ -804,7 +809,7 @@ async def test_the_model_never_gets_half_a_tool_exchange() -> None:
     )
     await rt.retract(ANA, "s1", count=2, reason="pop the result and the answer")
     await rt.run(ANA, "s1", "again")
-    history = provider.requests[-1].history
+    history = requests[-1].history
     assert [(m.role, m.content, m.tool_calls) for m in history] == [(Role.USER, "find x", ())]
     # The view itself keeps exactly what was not retracted, the unanswered call included.
     view = (await rt.read_history(ANA, "s1", max_groups=1, before_seq=1)).messages
@@ -813,6 +818,7 @@ async def test_the_model_never_gets_half_a_tool_exchange() -> None:
 
 async def test_retract_reaches_into_archived_groups_and_read_skips_retracted_ones() -> None:
     rt, provider, _, _ = runtime(max_groups=2)
+    requests = record_requests(provider)
     for n in range(5):
         await rt.append(ANA, "s1", pair(n))
     popped = await rt.retract(ANA, "s1", count=7, reason="undo most")
@@ -826,7 +832,7 @@ async def test_retract_reaches_into_archived_groups_and_read_skips_retracted_one
     await rt.retract(ANA, "s1", count=3, reason="more")
     assert texts((await rt.read_history(ANA, "s1", max_groups=10)).messages) == ["u0", "a0"]
     await rt.run(ANA, "s1", "now")
-    assert texts(provider.requests[-1].history) == []  # the view's messages are archived, not resident
+    assert texts(requests[-1].history) == []  # the view's messages are archived, not resident
 
 
 async def test_a_damaged_archived_group_fails_the_read_closed() -> None:
@@ -871,7 +877,7 @@ async def test_a_diverged_session_refuses_append_retract_and_reset_and_changes_n
 async def test_an_append_cancelled_by_aclose_in_its_save_says_unknown() -> None:
     """As for a run: a save that may have landed is neither reported committed nor not committed."""
     store = GatedSaves()
-    provider = Recorder()
+    provider = Echoing()
     rt = create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),
@@ -908,10 +914,11 @@ async def test_what_a_read_hands_out_is_the_callers_own(adapters: str, tmp_path:
         config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
         store: Any = SQLiteSessionStore(config)
         rt = create_harness_runtime(
-            provider=(provider := Recorder()), archive=SQLiteArchive(config), session_store=store
+            provider=(provider := Echoing()), archive=SQLiteArchive(config), session_store=store
         )
     else:
         rt, provider, _, _ = runtime()
+    requests = record_requests(provider)
     call = ToolCall("c1", "transfer", {"amount": 10, "to": ["acct"]})
     await rt.append(
         ANA,
@@ -936,7 +943,7 @@ async def test_what_a_read_hands_out_is_the_callers_own(adapters: str, tmp_path:
     assert audit[0].group.messages[1].tool_calls == (call,) and audit[0].digest == entry.digest
     assert audit[1].group.messages[0].payload == {"k": [1]}
     await rt.run(ANA, "s1", "again")
-    (sent,) = provider.requests
+    (sent,) = requests
     assert [m.tool_calls for m in sent.history if m.tool_calls] == [(call,)]
     # copy=False: the runtime's own objects (no copy), for a caller that never changes them.
     one = (await rt.read_history(ANA, "s1", max_groups=10, copy=False)).messages
@@ -951,7 +958,7 @@ async def test_expected_revision_looks_past_this_runtimes_background_summary_upd
     # A summary update landing after an append moves the revision without changing history: a
     # host chaining expected_revision got a conflict with no other writer.
     rt = create_harness_runtime(
-        provider=Recorder(),
+        provider=Echoing(),
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         summarizer=ExtractiveSummarizer(),
@@ -982,14 +989,14 @@ async def test_expected_revision_is_not_looked_past_an_update_of_an_erased_incar
     # new incarnation's revision 3.
     archive, store = InMemoryArchive(), RevisionsRestartStore()
     rt = create_harness_runtime(
-        provider=Recorder(),
+        provider=Echoing(),
         archive=archive,
         session_store=store,
         summarizer=ExtractiveSummarizer(),
         summary_limits=SummaryLimits(background=True),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
     )
-    other = create_harness_runtime(provider=Recorder(), archive=archive, session_store=store)
+    other = create_harness_runtime(provider=Echoing(), archive=archive, session_store=store)
     async with rt, other:
         for n in range(2):
             await rt.append(ANA, "s1", pair(n))
@@ -1017,7 +1024,7 @@ async def test_an_erasure_while_a_page_is_read_is_not_reported_as_damage(erasure
     # names. That is not damage: the page is read again from the session as it is now.
     archive = GatedReads()
     rt = create_harness_runtime(
-        provider=Recorder(),
+        provider=Echoing(),
         archive=archive,
         session_store=InMemorySessionStore(),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
@@ -1064,7 +1071,7 @@ async def test_a_retraction_meeting_another_runtimes_erasure_is_a_conflict_not_d
     archive, store = GatedReads(), InMemorySessionStore()
     here, there = (
         create_harness_runtime(
-            provider=Recorder(),
+            provider=Echoing(),
             archive=archive,
             session_store=store,
             limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
