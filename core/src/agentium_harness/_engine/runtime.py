@@ -361,7 +361,6 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                     "legacy_scope_attested", "legacy snapshot loaded by attestation; stamped at commit"
                 )
             )
-        # The view's messages (no control record, retracted or cleared one, payload), each call id once.
         history = request_history(snap.resident, snap.view, diagnostics)
         step: RecallStep | None = None
         if self.recall is not None:
