@@ -375,3 +375,41 @@ def test_a_group_naming_one_id_on_two_steps_pairs_each_result_with_its_call() ->
         "c1_1",
     ]
     assert distinct_history(group[:2]) == (group[:2], 0)
+
+
+def test_the_history_sent_tries_each_form_of_an_id_once_however_often_the_id_repeats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The dedupe runs on every turn, on the event loop. A session run() committed before it
+    # renamed ids holds call_0 in every group (models that number their calls per response):
+    # trying n from 1 again for each repeat cost repeats²/2 forms (1,000 groups: seconds a turn,
+    # the loop blocked). Each form is tried once per id: as many forms as repeats, plus one per id
+    # taken before (c1_1 below), also for long ids cut to one prefix.
+    from agentium_harness._engine import call_ids
+
+    tried = 0
+    real = call_ids._form
+
+    def counting(call_id: str, n: int) -> str:
+        nonlocal tried
+        tried += 1
+        return real(call_id, n)
+
+    monkeypatch.setattr(call_ids, "_form", counting)
+    long = "x" * 70
+    given = ["call_0", "c1", "c1", "c1_1", "aB3dE5gH7", "aB3dE5gH7", *(f"{long}{i}" for i in range(5))]
+    ids = [*(["call_0"] * 300), *(given * 30)]
+    history = tuple(m for i, call_id in enumerate(ids) for m in _exchange(call_id, str(i)))
+    sent, count = distinct_history(history)
+    calls, results = _tool_ids(list(sent))
+    assert count == len(ids) - len(set(ids)) == 621
+    assert len(set(calls)) == len(calls) and results == calls
+    assert all(len(c) <= 64 for c in set(calls) - set(ids))  # ids of its own; the given kept as given
+    asked = {c.id: c.arguments["q"] for m in sent for c in m.tool_calls}
+    assert all(m.content == f"result {asked[m.tool_call_id or '']}" for m in sent if m.role is Role.TOOL)
+    assert tried <= count + len(set(ids))  # at most one form per id found taken (c1_1 for c1)
+    taken, seen = set(ids), set()  # and each is own_id's: the first form, n from 1, none holds yet
+    for given_id, sent_id in zip(ids, calls, strict=True):
+        assert sent_id == (call_ids.own_id(given_id, taken) if given_id in seen else given_id)
+        seen.add(given_id)
+        taken.add(sent_id)

@@ -67,6 +67,32 @@ def own_id(call_id: str, taken: Container[str]) -> str:
     return own
 
 
+class _OwnIds:
+    """:func:`own_id` for many calls against one ``taken``, to which it adds each id it gives.
+
+    The same ids, each form tried once per id: for the next repeat of an id, ``n`` goes on after
+    the last one given (every form before it is taken, and ``taken`` only grows). Tried from 1
+    again, a history naming one id in ``k`` groups cost ``k²/2`` forms, on every turn, on the
+    event loop. Ids alike in their first ``MAX_OWN_ID_LENGTH - 2`` characters have the same forms
+    (each is cut to fit), so they share the count.
+    """
+
+    __slots__ = ("_next", "_taken")
+
+    def __init__(self, taken: set[str]) -> None:
+        self._taken = taken
+        self._next: dict[str, int] = {}
+
+    def __call__(self, call_id: str) -> str:
+        key = call_id[: MAX_OWN_ID_LENGTH - 2]  # all of _form's input, for every n
+        n = self._next.get(key, 1)
+        while (own := _form(call_id, n)) in self._taken:
+            n += 1
+        self._next[key] = n + 1
+        self._taken.add(own)
+        return own
+
+
 def renamed_note(count: int, where: Literal["reply", "history"]) -> Diagnostic:
     """The INFO note ``tool_call_ids_renamed``: ``count`` calls (of ``where``) got ids of their own.
 
@@ -102,7 +128,7 @@ def distinct_ids(reply: Message, used: set[str]) -> tuple[Message, int]:
         seen.add(call.id)
     else:
         return reply, 0
-    taken = used | {call.id for call in calls}
+    own_ids = _OwnIds(used | {call.id for call in calls})
     kept: set[str] = set()
     renamed: list[ToolCall] = []
     for call in calls:
@@ -110,8 +136,7 @@ def distinct_ids(reply: Message, used: set[str]) -> tuple[Message, int]:
             kept.add(call.id)
             renamed.append(call)
             continue
-        own = own_id(call.id, taken)
-        taken.add(own)
+        own = own_ids(call.id)
         renamed.append(ToolCall(own, call.name, call.arguments))
     return attrs.evolve(reply, tool_calls=tuple(renamed)), len(calls) - len(kept)
 
@@ -139,12 +164,23 @@ def distinct_history(history: tuple[Message, ...]) -> tuple[tuple[Message, ...],
     ``history``. Returns ``history`` itself when no id is named twice, and how many calls were
     renamed.
     """
-    ids = [call.id for message in history for call in message.tool_calls]
-    if len(set(ids)) == len(ids):
-        return history, 0  # most histories: sent as they are
-    taken = set(ids)
-    taken.update(m.tool_call_id for m in history if m.tool_call_id is not None)
+    # One pass while no call names an id twice (most histories: sent as they are); a history of
+    # no tool call (most sessions) builds nothing but the empty set.
     named: set[str] = set()
+    for message in history:
+        for call in message.tool_calls:
+            if call.id in named:
+                break
+            named.add(call.id)
+        else:
+            continue
+        break
+    else:
+        return history, 0
+    taken = {call.id for message in history for call in message.tool_calls}
+    taken.update(m.tool_call_id for m in history if m.tool_call_id is not None)
+    own_ids = _OwnIds(taken)  # taken by no call and no result of the history, nor by one given
+    named.clear()
     sent_as: dict[str, list[str]] = {}  # a call id -> the ids its open calls are sent as, oldest first
     out: list[Message] = []
     count = 0
@@ -154,8 +190,7 @@ def distinct_history(history: tuple[Message, ...]) -> tuple[tuple[Message, ...],
             for call in message.tool_calls:
                 sent = call
                 if call.id in named:
-                    sent = ToolCall(own_id(call.id, taken), call.name, call.arguments)
-                    taken.add(sent.id)
+                    sent = ToolCall(own_ids(call.id), call.name, call.arguments)
                 named.add(call.id)
                 sent_as.setdefault(call.id, []).append(sent.id)
                 calls.append(sent)
