@@ -166,7 +166,9 @@ class FailsOnce(InMemorySessionStore):
     async def load(self, key: Any, ctx: OpContext) -> Any:
         if key != KEY and self.what == "fence":
             self.fence_reads += 1
-            if self.fence_reads == 2:  # the first is the run's load, the second the commit's check
+            # The run's load, the look before each of its two model calls (docs/erasure.md), then
+            # the commit's check.
+            if self.fence_reads == 4:
                 raise ConnectionError("the store dropped the connection")
         return await super().load(key, ctx)
 
@@ -352,7 +354,9 @@ class HoldsTheKeeping(InMemorySessionStore):
     async def load(self, key: Any, ctx: OpContext) -> Any:
         if key != KEY and self.what == "fence":
             self.fence_reads += 1
-            if self.fence_reads == 2:  # the run's load, then the check of the commit of what ran
+            # The run's load, the look before each of its two model calls, then the check of the
+            # commit of what ran.
+            if self.fence_reads == 4:
                 await self._hold()
         return await super().load(key, ctx)
 

@@ -148,6 +148,7 @@ from ._errors import (
     ToolNotGrantedError,
     UnsupportedOperationError,
 )
+from ._errors_run import ErasedDuringRunError
 from ._history import (
     MAX_PAYLOAD_BYTES,
     ControlKind,
@@ -264,6 +265,7 @@ __all__ = [
     "InvalidPayloadError",
     "MessageRef",
     "ReadFence",
+    "ErasedDuringRunError",
     "ErasedSinceReadError",
     "ResetResult",
     "RetractResult",

@@ -65,6 +65,7 @@ from __future__ import annotations
 import logging
 
 from .._errors import ErasureInProgressError, SessionConflictError
+from .._ports.erasure import ErasureRecord
 from .._ports.sessions import SessionStore, StoredSnapshot
 from .._scope import SessionKey
 from .._validators import exact_int
@@ -73,7 +74,7 @@ from .erasure_ledger import joined_since, ledger_of, pending_key
 from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
 
-__all__ = ["refuse_if_erased_since", "refuse_if_erased_since_load"]
+__all__ = ["erased_whole_since", "refuse_if_erased_since", "refuse_if_erased_since_load"]
 
 _log = logging.getLogger("agentium.engine")
 
@@ -148,6 +149,24 @@ async def refuse_if_erased_since(
     await _refuse_if_erased_whole(ticket, store, key, first[0])
 
 
+async def erased_whole_since(
+    ticket: Ticket, store: SessionStore, key: SessionKey, loaded_at: int | None
+) -> ErasureRecord | None:
+    """A finished erasure of the whole of ``key`` that joined the ledger after revision ``loaded_at``, if any.
+
+    ``loaded_at`` is the ledger's revision a load saw (``None``: absent
+    then). One without a join record (an earlier version's) may have joined
+    at any time: it is returned. Read only once the ledger moved.
+    """
+    # The last of each index chain (at most four): the one that joined last is among them, and if it
+    # joined before the load, every earlier one did (they ran one after another). One small read each.
+    for candidate in await last_whole_erasures(ticket, store, key):
+        # Unknown (``None``: an earlier version's erasure) may have joined at any time: it counts.
+        if await joined_since(ticket, store, candidate, loaded_at) is not False:
+            return candidate
+    return None
+
+
 async def _refuse_if_erased_whole(
     ticket: Ticket, store: SessionStore, key: SessionKey, loaded_at: int | None
 ) -> None:
@@ -156,14 +175,7 @@ async def _refuse_if_erased_whole(
     ``loaded_at`` is the ledger's revision at the load the commit's content
     is from (``None``: the ledger was absent then); called once it moved.
     """
-    # The last of each index chain (at most four): the one that joined last is among them, and if it
-    # joined before the load, every earlier one did (they ran one after another). One small read each.
-    record = None
-    for candidate in await last_whole_erasures(ticket, store, key):
-        # Unknown (``None``: an earlier version's erasure) may have joined at any time: it refuses.
-        if await joined_since(ticket, store, candidate, loaded_at) is not False:
-            record = candidate
-            break
+    record = await erased_whole_since(ticket, store, key, loaded_at)
     if record is None:
         return
     _log.warning(

@@ -47,7 +47,13 @@ from typing import TYPE_CHECKING, NoReturn
 import anyio
 import attrs
 
-from .._errors import AgentiumError, PublicationRefusedError, SessionConflictError, SessionDivergedError
+from .._errors import (
+    AgentiumError,
+    PublicationRefusedError,
+    SessionConflictError,
+    SessionDivergedError,
+)
+from .._errors_run import ErasedDuringRunError
 from .._history import InterruptionCause, RetainedRecord, TurnInterruption
 from .._scope import Scope
 from .._text import error_text
@@ -60,6 +66,7 @@ from .settle import mark_commit_state
 from .sources import SourceStatus
 from .turn import TurnInterrupted, TurnOutcome, TurnTrace, executed
 from .turn_commit import commit_turn, interruption
+from .turn_fence import TurnFence, erased_during_run
 from .unexpected import unexpected_error, warn_unexpected
 
 if TYPE_CHECKING:
@@ -91,7 +98,11 @@ class EffectsKeeper:
     sources: SourceStatus
     attest_legacy: bool
     #: The turn as it goes (:func:`~.turn.run_turn` records into it), for a cancellation.
-    trace: TurnTrace = attrs.field(factory=TurnTrace)
+    trace: TurnTrace = attrs.field(
+        default=attrs.Factory(
+            lambda self: TurnTrace(TurnFence(self.ticket, self.runtime.session_store)), takes_self=True
+        )
+    )
     #: A commit of what ran was made (the recall policy's stop): an error from it is not followed by another.
     tried: bool = False
     #: The class of an unexpected exception whose commit of what ran a cancellation cut short: its
@@ -213,6 +224,11 @@ class EffectsKeeper:
                 cause = InterruptionCause.PUBLICATION_REFUSED
             else:
                 cause = InterruptionCause.STEP_FAILED
+        if isinstance(error, ErasedDuringRunError):
+            # Stopped before a model call by an erasure since the load: what ran was made from the
+            # erased history, and is not committed into the erased id (docs/erasure.md).
+            progress.diagnostics.append(erased_during_run(error, executed(turn)))
+            return error
         state = error.commit_state if error.commit_state is not None else progress.commit_state
         if not executed(turn) or state is not CommitState.NOT_COMMITTED:
             return error

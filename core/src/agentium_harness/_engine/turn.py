@@ -42,6 +42,7 @@ from .reply_check import MAX_REPLY_BYTES, MAX_TOOL_CALLS, checked_response
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 from .turn_budget import TurnBudget, message_limit, room_for_reply
+from .turn_fence import TurnFence
 
 __all__ = [
     "MAX_REPLY_BYTES",
@@ -122,12 +123,15 @@ class TurnTrace:
     :func:`run_turn` records each message, tool outcome and model call here as
     it happens, so a cancellation — which leaves no return value — still
     leaves what ran (:meth:`partial`). ``running`` is the tool call whose
-    handler was entered last and has no outcome yet.
+    handler was entered last and has no outcome yet. ``fence`` (the run's
+    :class:`~.turn_fence.TurnFence`) is checked before each model call.
     """
 
-    __slots__ = ("estimated", "messages", "outcomes", "running", "steps", "usage_in", "usage_out")
+    __slots__ = ("estimated", "fence", "messages", "outcomes", "running", "steps", "usage_in", "usage_out")
 
-    def __init__(self) -> None:
+    def __init__(self, fence: TurnFence | None = None) -> None:
+        #: Looked at before each model call of the run: an erasure of the session since its load stops it.
+        self.fence = fence
         self.messages: tuple[Message, ...] = ()
         self.outcomes: list[ToolOutcome] = []
         self.usage_in = self.usage_out = self.steps = 0
@@ -212,7 +216,9 @@ async def run_turn(
     ``refuse_write_effects``, a granted tool whose effect is ``write`` is
     refused and recorded instead of run (R31). A failing model call raises
     :class:`TurnInterrupted` with the turn so far. ``trace`` (shared by the
-    calls of one run) follows the turn as it goes, for a cancellation.
+    calls of one run) follows the turn as it goes, for a cancellation; its
+    fence raises :class:`~agentium_harness._errors.ErasedDuringRunError`
+    before a call when the session began to be erased since the run's load.
     """
     trace = trace if trace is not None else TurnTrace()
     steps = limits.max_steps if max_steps is None else max_steps
@@ -248,6 +254,10 @@ async def run_turn(
         request = ModelRequest(
             instructions=instructions, sources=sources, history=history, turn=asked, tools=specs
         )
+        if trace.fence is not None:
+            # Before every call, not only the first: the history is the load's, and an erasure that
+            # began since (in any process) must not see it sent. Raised as it is: nothing is kept.
+            await trace.fence.check()
         told = tuple(shown)
         if shown_history is history and all(map(operator.is_, told, asked)):
             sent = request  # every message is handed as it is (frozen, nothing to copy): the same request

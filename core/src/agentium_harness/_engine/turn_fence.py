@@ -1,0 +1,125 @@
+"""The erasure fence before each model call of a run: no history erased since the load reaches the model.
+
+A run loads its session (resident history, summary) once, fenced (:mod:`.load`),
+then calls the model once per step — a tool round each, a verification
+revision more. Another process (or another runtime over the same session
+store) may begin erasing the session, its user or its tenant in between,
+and may even finish before the next call. The commit fence
+(:mod:`.commit_fence`) keeps the run from writing, but the model would still
+be handed the erased text. So before each call :meth:`TurnFence.check`
+looks again:
+
+- the tenant's pending erasures are read (one small read; the built-in
+  SQLite store answers it from what it knows unchanged, without a read or a
+  bounded call, when nothing was committed to the file since): one covering
+  the session under way stops the run;
+- only when the ledger's revision moved since the last look, the tenant's
+  finished erasures of the whole session are read (at most four small reads:
+  :func:`.commit_fence.erased_whole_since`): one that joined the ledger
+  after the run's load stops the run. The revision then seen is kept, so
+  each later call of the run reads them again only if the ledger moves again.
+
+Stopping raises :class:`~agentium_harness._errors.ErasedDuringRunError`
+before the call, with a WARNING (no content) and a span event
+``agentium.run.erased_during_run``; the run commits nothing
+(:class:`~.effects.EffectsKeeper` keeps no tool round of it either: it was
+made from the erased history). Nothing here writes or syncs anything.
+
+What it does not cover: a call already under way when the erasure begins
+(the provider has the request; that is the provider's copy, docs/erasure.md),
+and an erasure of archived groups only (retention, a forgotten fact's
+sources), which leaves the resident history alone.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .._errors_run import ErasedDuringRunError
+from .._observe.spans import current_span_event
+from .._ports.erasure import ErasureRecord
+from .._ports.sessions import SessionStore
+from .._scope import SessionKey
+from .commit_fence import erased_whole_since
+from .erasure_ledger import ledger_of, pending_key
+from .lifecycle import Ticket, covers
+from .load import known_fence_and_session
+from .results import CommitState, Diagnostic, Severity
+
+__all__ = ["ERASED_DURING_RUN", "TurnFence", "erased_during_run"]
+
+_log = logging.getLogger("agentium.engine")
+
+#: The diagnostic code of a run stopped by the fence (and the suffix of its span event).
+ERASED_DURING_RUN = "erased_during_run"
+
+
+class TurnFence:
+    """One run's look at the erasure ledger before each model call, from the point its load saw."""
+
+    __slots__ = ("first", "seen", "store", "ticket")
+
+    def __init__(self, ticket: Ticket, store: SessionStore) -> None:
+        self.ticket = ticket
+        self.store = store
+        #: The ledger revision of the run's fenced load (``None`` inside: absent then); the run's
+        #: content is from then. ``first is None`` as a whole: no fenced load, nothing to check.
+        self.first: tuple[int | None] | None = ticket.fence_seen
+        #: The revision last looked at with no covering erasure joined since ``first``.
+        self.seen = self.first
+
+    async def check(self) -> None:
+        """Raise :class:`ErasedDuringRunError` if an erasure of the session began since the run's load."""
+        ticket, first, seen = self.ticket, self.first, self.seen
+        key = ticket.key
+        if first is None or seen is None or key is None:
+            return
+        ledger_key = pending_key(key.tenant)
+        known = known_fence_and_session(ticket, self.store, key)
+        store = self.store
+        answer = (
+            known[0]
+            if known is not None
+            else await ticket.call("erasure fence", lambda ctx: store.load(ledger_key, ctx))
+        )
+        revision, ledger = ledger_of(ledger_key, answer)
+        for record in ledger.records:
+            if covers(record.target, key):
+                raise _stopped(key, record, "is under way")
+        if revision == seen[0]:
+            return  # no erasure of the tenant began or ended since the last look
+        finished = await erased_whole_since(ticket, store, key, first[0])
+        if finished is not None:
+            raise _stopped(key, finished, "completed")
+        self.seen = (revision,)
+
+
+def _stopped(key: SessionKey, record: ErasureRecord, how: str) -> ErasedDuringRunError:
+    """The run's refusal naming ``record``, logged as a WARNING and a span event (no content)."""
+    _log.warning(
+        "run stopped before a model call: an erasure covering its session began after the run "
+        "loaded it (erasure %s %s); nothing was sent or committed",
+        record.erasure_id,
+        how,
+        extra={"agentium_operation": "run", "agentium_commit_state": "not_committed"},
+    )
+    current_span_event(f"agentium.run.{ERASED_DURING_RUN}", {"agentium.erasure.state": record.state.value})
+    error = ErasedDuringRunError(
+        f"session {key.session!r} began to be erased ({record.target.describe()}, erasure "
+        f"{record.erasure_id}, {how}) after this run loaded it; the run stopped before its next model "
+        "call, so the erased history was not sent; nothing was committed",
+        record.erasure_id,
+    )
+    error.commit_state = CommitState.NOT_COMMITTED
+    return error
+
+
+def erased_during_run(error: ErasedDuringRunError, ran: bool) -> Diagnostic:
+    """The run's diagnostic for ``error``: why it stopped, and that what ran (if ``ran``) is not kept."""
+    kept = "; the tool calls that ran were made from the erased history and were not committed" if ran else ""
+    return Diagnostic(
+        ERASED_DURING_RUN,
+        f"an erasure covering the session (erasure {error.erasure_id}) began after the run loaded it; "
+        f"the run stopped before its next model call{kept}",
+        Severity.WARNING,
+    )

@@ -1,0 +1,27 @@
+"""The error of a run stopped by an erasure that began after it loaded its session (docs/erasure.md).
+
+A module of its own beside :mod:`._errors` (which is at its length bound):
+hosts import it from ``agentium_harness``.
+"""
+
+from __future__ import annotations
+
+from ._errors import ErasureInProgressError
+
+__all__ = ["ErasedDuringRunError"]
+
+
+class ErasedDuringRunError(ErasureInProgressError):
+    """An erasure covering the session began after the run loaded it: the run stopped before a model call.
+
+    The run's history (and what its recall found) was loaded before the
+    erasure, so it is never sent to the model again: before each model
+    call (every tool round) the engine reads the tenant's erasures, and one
+    covering the session, its user or its tenant that is under way, or that
+    finished having joined the ledger since the load, stops the run there.
+    Nothing of the run is committed (``commit_state`` ``not_committed``),
+    not even tool calls that already ran (they were made from the erased
+    history; ``run_result`` lists them); its diagnostic ``erased_during_run``
+    and a WARNING (no content) say why. ``erasure_id`` names the erasure.
+    Run again once the erasure is complete: the session is then empty.
+    """
