@@ -40,6 +40,7 @@ from .lifecycle import Ticket
 from .recall_checks import Failed as _Failed
 from .recall_checks import capped, checked_excerpts, same_candidates
 from .recall_discovery import discover_visible
+from .recall_erased_docs import hide_erased_documents
 from .recall_groups import attributed_texts
 from .recall_items import validation_fault
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
@@ -80,6 +81,8 @@ class Evidence:
     embedding_failure: str = ""
     #: Why discovery stopped while candidates the view hides may have crowded visible ones out, or empty.
     crowded: str = ""
+    #: Why recalled documents were hidden: an erasure of their owner their recall store missed, or empty.
+    erased_documents: str = ""
 
     @property
     def allocation_omitted(self) -> bool:
@@ -302,6 +305,7 @@ async def _gather_open(
         )
         excerpts = checked_excerpts(raw_excerpts, state, scope, to_read)
     texts = await attributed_texts(excerpts, state, scope, groups)
+    await hide_erased_documents(excerpts, texts, state, groups)  # an erasure the recall store missed
     # ``None``: hidden (a group of the session as erased before its id was used again), said in a note.
     shown = [(e, text) for e, text in zip(excerpts, texts, strict=True) if text is not None]
     excerpts = [e for e, _ in shown]
@@ -342,6 +346,7 @@ async def _gather_open(
         usage=state.usage(),
         embedding_failure=state.embedding_failure,
         crowded=state.crowded,
+        erased_documents=state.erased_documents,
     )
 
 

@@ -22,14 +22,18 @@ recall store that missed the erasure answers with the erased groups' text
 under ids the new session uses. An erasure of the session still under way
 (the tenant's ``pending``, begun after the run loaded) counts too: it may
 have removed the groups from the archive already, and the index names it
-only once it finishes.
+only once it finishes. And which finished erasures cover the session
+(:meth:`GroupReader.finished_erasures`, for recalled documents:
+:mod:`.recall_erased_docs`), kept per session store and the erasure
+ledger's revision the run's load saw.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import anyio
 import attrs
@@ -37,9 +41,10 @@ import attrs
 from .._errors import OperationCancelledError, OperationTimeoutError
 from .._history import MessageGroup
 from .._ports.archive import HistoryArchive
+from .._ports.erasure import ErasureRecord
 from .._ports.sessions import SessionSnapshot, SessionStore
 from .._scope import SessionKey
-from .erasure_index import last_whole_erasures
+from .erasure_index import finished_covering, last_whole_erasures
 from .erasure_ledger import load_ledger, pending_key
 from .history_read import fetch_groups
 from .lifecycle import Ticket, covers
@@ -85,6 +90,14 @@ class GroupReader(Protocol):
 
         Raises :class:`OperationTimeoutError` past ``deadline`` (not started,
         or cut), or what reading the erasure index raised.
+        """
+        ...
+
+    async def finished_erasures(self, deadline: float) -> tuple[ErasureRecord, ...]:
+        """The headers of the tenant's finished erasures covering the session, in the order they completed.
+
+        Every erasure that can take a document this run may recall covers the
+        session (its tenant's, its user's, its own). Raises as :meth:`erased_whole`.
         """
         ...
 
@@ -162,6 +175,32 @@ class SessionGroups:
             )
         return bool(found)
 
+    async def finished_erasures(self, deadline: float) -> tuple[ErasureRecord, ...]:
+        seen = self._ticket.fence_seen
+        if seen is not None and seen[0] is None:
+            # No erasure ledger at the run's load: no erasure of the tenant ever began, so none
+            # finished before the load (one since is the turn fence's: it stops the run).
+            return ()
+        known = _cached(self._store, (self._key, seen)) if seen is not None else None
+        if known is not None:
+            return known  # finished erasures change only with the ledger's revision
+        left = min(deadline - time.monotonic(), self._ticket.op_timeout_s)
+        if left <= 0:
+            raise OperationTimeoutError(
+                "erasure index read not started: its deadline had passed", "erasure index read", 0.0
+            )
+        with anyio.move_on_after(left) as scope:
+            found = await finished_covering(self._ticket, self._store, self._key)
+        if scope.cancelled_caught:
+            raise OperationTimeoutError(
+                f"erasure index read did not finish within {left:.3f}s and was cancelled",
+                "erasure index read",
+                left,
+            )
+        if seen is not None:
+            _remember(self._store, (self._key, seen), found)
+        return found
+
     async def _under_way(self) -> bool:
         """Whether an erasure touching this session is under way (in the tenant's ``pending``).
 
@@ -172,6 +211,38 @@ class SessionGroups:
         """
         _, pending = await load_ledger(self._ticket, self._store, pending_key(self._key.tenant))
         return any(covers(record.target, self._key) for record in pending.records)
+
+
+# The finished erasures covering a session, per session store (weakly), by the session and the
+# erasure ledger's revision its run's load saw: an erasure joins and leaves the ledger with a new
+# revision, so under one revision the answer stands. Bounded per store; a store that cannot be
+# weakly referenced is read each time.
+_FINISHED: weakref.WeakKeyDictionary[
+    SessionStore, dict[tuple[SessionKey, tuple[int | None]], tuple[ErasureRecord, ...]]
+] = weakref.WeakKeyDictionary()
+_MAX_FINISHED: Final = 1024
+
+
+def _cached(
+    store: SessionStore, at: tuple[SessionKey, tuple[int | None]]
+) -> tuple[ErasureRecord, ...] | None:
+    try:
+        cache = _FINISHED.get(store)
+    except TypeError:  # no weak reference to it: nothing kept
+        return None
+    return None if cache is None else cache.get(at)
+
+
+def _remember(
+    store: SessionStore, at: tuple[SessionKey, tuple[int | None]], found: tuple[ErasureRecord, ...]
+) -> None:
+    try:
+        cache = _FINISHED.setdefault(store, {})
+    except TypeError:  # no weak reference to it: nothing kept
+        return
+    if len(cache) >= _MAX_FINISHED:
+        cache.clear()
+    cache[at] = found
 
 
 def _bytes_of(pages: Sequence[Sequence[object]]) -> int:

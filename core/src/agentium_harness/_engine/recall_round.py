@@ -88,6 +88,8 @@ class Round:
         self.notes: list[str] = []
         self.embedding_failure = ""
         self.crowded = ""
+        #: Why recalled documents were hidden as erased (:mod:`.recall_erased_docs`), or empty.
+        self.erased_documents = ""
         #: Contract violations found past :data:`MAX_LISTED_VIOLATIONS` (counted by :meth:`finish`).
         self.unlisted = 0
 

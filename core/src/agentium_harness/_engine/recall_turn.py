@@ -186,6 +186,8 @@ def _diagnostics(evidence: Evidence) -> list[Diagnostic]:
     out += [Diagnostic("recall_note", n) for n in evidence.notes]
     if evidence.embedding_failure:
         out.append(Diagnostic("recall_embed_failed", evidence.embedding_failure, Severity.WARNING))
+    if evidence.erased_documents:
+        out.append(Diagnostic("recall_document_erased", evidence.erased_documents, Severity.WARNING))
     if evidence.crowded:
         out.append(Diagnostic("recall_view_crowded", evidence.crowded, Severity.WARNING))
     if evidence.status is RecallStatus.FAILED:
