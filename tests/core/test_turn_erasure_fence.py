@@ -24,6 +24,7 @@ from _effects_support import DEPLOY
 from _erasure_harness import ANA, OPERATOR, HookedArchive, HookedSQLiteArchive, gate_after, history_texts
 
 import agentium_harness._engine.runtime as runtime_module
+import agentium_harness._engine.summary as summary_module
 from agentium_harness import (
     CommitState,
     EffectLevel,
@@ -31,14 +32,19 @@ from agentium_harness import (
     EraseTarget,
     ErasureInProgressError,
     ErasureState,
+    MemoryDrainError,
+    ResidentLimits,
+    RuntimeLimits,
+    SummaryLimits,
     Tool,
     ToolRegistry,
     VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness.adapters.memory import InMemorySessionStore
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
@@ -239,6 +245,79 @@ async def test_an_erasure_of_another_user_does_not_stop_the_turn(kind: str, tmp_
         assert not isinstance(result, BaseException), result
         assert result.committed and len(provider.sent) == 4
         assert "deploy it qzturnq" in await history_texts(mine)
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+class RecordingSummarizer(ExtractiveSummarizer):
+    """The extractive summarizer, keeping the text of every group it is offered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offered: list[str] = []
+
+    async def summarize(self, previous: Any, groups: Any, ctx: Any) -> Any:
+        self.offered.extend(m.content for g in groups for m in g.messages)
+        return await super().summarize(previous, groups, ctx)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["in-run", "background"])
+async def test_a_summary_update_never_offers_groups_erased_since_the_run_loaded(
+    background: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run committed; its summary update read the archived groups; then the session is erased."""
+    archive, store = InMemoryArchive(), InMemorySessionStore()
+    summarizer = RecordingSummarizer()
+    mine = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=store,
+        summarizer=summarizer,
+        summary_limits=SummaryLimits(background=background),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True), archive=archive, session_store=store
+    )
+    try:
+        await mine.run(ANA, "s1", "my account number qzsecretq")
+        entered, release = gate_after(summary_module, "_read", monkeypatch)
+        caplog.set_level(logging.WARNING)
+
+        async def erase() -> None:
+            done = await other.erase(
+                EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR
+            )
+            assert done.tombstone is not None and done.tombstone.state is ErasureState.COMPLETE
+
+        async def turn() -> Any:
+            result = await mine.run(ANA, "s1", "a second turn")
+            if background:
+                # The update stopped: the drain says it failed, and why (no content).
+                with pytest.raises(MemoryDrainError, match="stopped before its summarizer call"):
+                    await mine.drain(timeout_s=25)
+            return result
+
+        outcome: list[Any] = []
+        async with anyio.create_task_group() as tg:
+
+            async def run_it() -> None:
+                outcome.append(await turn())
+
+            tg.start_soon(run_it)
+            with anyio.fail_after(30):
+                await entered.wait()  # committed, group 0 archived and read back for the summary
+            await erase()
+            release.set()
+        assert not [t for t in summarizer.offered if "qz" in t], summarizer.offered
+        stopped = [
+            r for r in caplog.records if "summary update stopped before a model call" in r.getMessage()
+        ]
+        assert stopped and not [r for r in caplog.records if "qz" in r.getMessage()]
+        if not background:
+            (result,) = outcome
+            assert any(d.code == "summary_failed" and "erasure" in d.message for d in result.diagnostics)
     finally:
         await mine.aclose()
         await other.aclose()

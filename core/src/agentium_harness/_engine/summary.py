@@ -380,6 +380,7 @@ async def update_summary(
     view: ViewState | None = None,
     erased: Sequence[SeqRange] = (),
     model_timeout_s: float | None = None,
+    before_call: Callable[[], Awaitable[None]] | None = None,
 ) -> SummaryUpdate:
     """Fold the groups between the frontier and ``boundary`` into the summary, under ``limits``.
 
@@ -398,7 +399,9 @@ async def update_summary(
     a read never reaches into one.
     ``model_timeout_s`` (the runtime's) bounds the summarizer call when set and
     ``limits.model_timeout_s`` is not (:func:`summarize_timeout`); the group
-    read keeps ``limits.timeout_s``.
+    read keeps ``limits.timeout_s``. ``before_call`` (the erasure fence:
+    :mod:`.turn_fence`) runs just before the summarizer call; what it raises
+    fails the update.
     Returns the state to save (``None`` when nothing changed).
     """
     original = current
@@ -438,6 +441,11 @@ async def update_summary(
         empty = TaskSummary(text="", frontier=start, policy="none", version="0")
         summary = attrs.evolve(previous if previous is not None else empty, frontier=passed)
     if offered:
+        if before_call is not None:
+            try:
+                await before_call()  # the groups offered are history: no erasure may have begun since
+            except Exception as exc:
+                return SummaryUpdate(None, 0, (failed(exc, "the update stopped before its summarizer call"),))
         try:
             # A model deadline when the summary or the runtime sets one: the summarizer may call a
             # model, which a store-sized deadline would cut off; past it the call is walked away from.
@@ -528,13 +536,15 @@ async def summarize_after_commit(
     erased: Sequence[SeqRange] = (),
     revisions: SummaryRevisions | None = None,
     model_timeout_s: float | None = None,
+    before_call: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[int, SummaryState | None, list[Diagnostic]]:
     """Run one update when the commit archived groups or the frontier lags; save it if it moved.
 
     Returns the snapshot revision after it, the summary state now stored,
     and the update's diagnostics (gaps, refusals, conflicts). A save is
     recorded in ``revisions`` (see :func:`save_summary`). ``model_timeout_s``:
-    the runtime's, for the summarizer call (:func:`update_summary`).
+    the runtime's, for the summarizer call (:func:`update_summary`), and
+    ``before_call`` what runs just before it.
     """
     current, stale = visible_summary(current, view)
     frontier = current.summary.frontier if current is not None else 0
@@ -553,6 +563,7 @@ async def summarize_after_commit(
             view=view,
             erased=erased,
             model_timeout_s=model_timeout_s,
+            before_call=before_call,
         )
         diagnostics = list(update.diagnostics)
         if stale:

@@ -52,6 +52,7 @@ from .results import CommitState, Diagnostic, RunResult, RunStatus, Severity
 from .sources import SourceStatus
 from .summary import summarize_after_commit, summarize_timeout
 from .turn import TurnOutcome
+from .turn_fence import TurnFence
 from .verification import final_answer
 
 if TYPE_CHECKING:
@@ -235,6 +236,8 @@ async def commit_group(
     if update_summary and runtime.summarizer is not None and runtime.parts.summary_reader is not None:
         summarizer, reader, limits = runtime.summarizer, runtime.parts.summary_reader, runtime.summary_limits
 
+        first = ticket.fence_seen
+
         async def summarize(on: Ticket) -> tuple[int, SummaryState | None, list[Diagnostic]]:
             return await summarize_after_commit(
                 on,
@@ -249,6 +252,8 @@ async def commit_group(
                 erased=snap.erased or (),
                 revisions=runtime.parts.summary_revisions,
                 model_timeout_s=runtime.limits.model_timeout_s,
+                # From the run's load: the groups it summarizes were committed from what it loaded.
+                before_call=TurnFence(on, runtime.session_store, since=first, what="summary update").check,
             )
 
         if limits.background:

@@ -25,6 +25,11 @@ before the call, with a WARNING (no content) and a span event
 (:class:`~.effects.EffectsKeeper` keeps no tool round of it either: it was
 made from the erased history). Nothing here writes or syncs anything.
 
+A summary update after a run's commit looks the same way before its
+summarizer call (the groups it offers are the session's history), from the
+run's load (``since``): stopped, it saves nothing (a ``summary_failed``
+diagnostic says why).
+
 What it does not cover: a call already under way when the erasure begins
 (the provider has the request; that is the provider's copy, docs/erasure.md),
 and an erasure of archived groups only (retention, a forgotten fact's
@@ -57,14 +62,23 @@ ERASED_DURING_RUN = "erased_during_run"
 class TurnFence:
     """One run's look at the erasure ledger before each model call, from the point its load saw."""
 
-    __slots__ = ("first", "seen", "store", "ticket")
+    __slots__ = ("first", "seen", "store", "ticket", "what")
 
-    def __init__(self, ticket: Ticket, store: SessionStore) -> None:
+    def __init__(
+        self,
+        ticket: Ticket,
+        store: SessionStore,
+        *,
+        since: tuple[int | None] | None = None,
+        what: str = "run",
+    ) -> None:
         self.ticket = ticket
         self.store = store
+        self.what = what
         #: The ledger revision of the run's fenced load (``None`` inside: absent then); the run's
         #: content is from then. ``first is None`` as a whole: no fenced load, nothing to check.
-        self.first: tuple[int | None] | None = ticket.fence_seen
+        #: ``since``: that of another ticket's load (a background summary update's run).
+        self.first: tuple[int | None] | None = ticket.fence_seen if since is None else since
         #: The revision last looked at with no covering erasure joined since ``first``.
         self.seen = self.first
 
@@ -85,29 +99,30 @@ class TurnFence:
         revision, ledger = ledger_of(ledger_key, answer)
         for record in ledger.records:
             if covers(record.target, key):
-                raise _stopped(key, record, "is under way")
+                raise _stopped(key, record, "is under way", self.what)
         if revision == seen[0]:
             return  # no erasure of the tenant began or ended since the last look
         finished = await erased_whole_since(ticket, store, key, first[0])
         if finished is not None:
-            raise _stopped(key, finished, "completed")
+            raise _stopped(key, finished, "completed", self.what)
         self.seen = (revision,)
 
 
-def _stopped(key: SessionKey, record: ErasureRecord, how: str) -> ErasedDuringRunError:
-    """The run's refusal naming ``record``, logged as a WARNING and a span event (no content)."""
+def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> ErasedDuringRunError:
+    """The refusal of ``what`` (a run, a summary update) naming ``record``: a WARNING, a span event."""
     _log.warning(
-        "run stopped before a model call: an erasure covering its session began after the run "
+        "%s stopped before a model call: an erasure covering its session began after the run "
         "loaded it (erasure %s %s); nothing was sent or committed",
+        what,
         record.erasure_id,
         how,
-        extra={"agentium_operation": "run", "agentium_commit_state": "not_committed"},
+        extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event(f"agentium.run.{ERASED_DURING_RUN}", {"agentium.erasure.state": record.state.value})
     error = ErasedDuringRunError(
         f"session {key.session!r} began to be erased ({record.target.describe()}, erasure "
-        f"{record.erasure_id}, {how}) after this run loaded it; the run stopped before its next model "
-        "call, so the erased history was not sent; nothing was committed",
+        f"{record.erasure_id}, {how}) after the run loaded it; the {what} stopped before its next "
+        "model call, so the erased history was not sent; nothing was committed",
         record.erasure_id,
     )
     error.commit_state = CommitState.NOT_COMMITTED
