@@ -217,7 +217,7 @@ async def run_turn(
     refused and recorded instead of run (R31). A failing model call raises
     :class:`TurnInterrupted` with the turn so far. ``trace`` (shared by the
     calls of one run) follows the turn as it goes, for a cancellation; its
-    fence raises :class:`~agentium_harness._errors.ErasedDuringRunError`
+    fence raises :class:`~agentium_harness._errors_run.ErasedDuringRunError`
     before a call when the session began to be erased since the run's load.
     """
     trace = trace if trace is not None else TurnTrace()

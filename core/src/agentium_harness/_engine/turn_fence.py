@@ -14,12 +14,12 @@ looks again:
   bounded call, when nothing was committed to the file since): one covering
   the session under way stops the run;
 - only when the ledger's revision moved since the last look, the tenant's
-  finished erasures of the whole session are read (at most four small reads:
+  finished erasures of the whole session are read (a few small reads:
   :func:`.commit_fence.erased_whole_since`): one that joined the ledger
   after the run's load stops the run. The revision then seen is kept, so
   each later call of the run reads them again only if the ledger moves again.
 
-Stopping raises :class:`~agentium_harness._errors.ErasedDuringRunError`
+Stopping raises :class:`~agentium_harness._errors_run.ErasedDuringRunError`
 before the call, with a WARNING (no content) and a span event
 ``agentium.run.erased_during_run``; the run commits nothing
 (:class:`~.effects.EffectsKeeper` keeps no tool round of it either: it was
