@@ -36,6 +36,12 @@ counters and hashes: no key of the tenant is
 left but settlement tokens (``P:w:<token>``, which hold no content and
 expire within 10 minutes).
 
+**Writes racing it.** Each call first raises an erasure fence over the
+target's owners (``P:ef``, :data:`~agentium_recall_redis.erase_scripts.FENCE`):
+while it holds, the writing scripts refuse their sources before their first
+write. Then it gives up the target's stagings, before listing anything and
+again after its sweep, and lowers the fence when it ends.
+
 **Writes cut off earlier.** A write whose reply was lost is settled in the
 background (:mod:`agentium_recall_redis.writes`); an erase first waits for
 those settlements (at most ``settle_timeout_s``), so each such write has
@@ -74,6 +80,7 @@ from agentium_harness.plugin_api import (
     group_source_id,
 )
 
+from .erase_scripts import FENCE, GROUP_SIDS, PEND_ABORT, REV_SCAN, ROW_INFO, TENANT_DROP
 from .erase_sweep import MINE, SWEEP, VOUCHED, Swept, noted, sweep_rows
 from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
@@ -143,6 +150,9 @@ _SCAN_PAGE: Final = 1000
 _ROWS_PER_CALL: Final = 256
 #: Deletion tombstones one call removes at most (more make the call ``partial``).
 _MAX_TOMBS: Final = 10_000
+#: How long an erasure fence holds (ms) unless lowered: an erase call renews it before its sweep, and one
+#: that crashed or failed leaves its owners' writes refused no longer than this.
+FENCE_MS: Final = 600_000
 #: ``COLLECT`` calls one erase makes at most to empty the tenant's garbage queue.
 _MAX_COLLECT: Final = 4096
 
@@ -240,127 +250,8 @@ return done(fmt(taken) .. '\\n' .. table.concat(lines, '\\n'), backlog(P))
 """,
 )
 
-#: One page of ``HSCAN`` over ``P:rev``. KEYS: P:rev. ARGV: cursor, page size, longest id. Returns
-#: {next cursor, sid, mark, sid, mark...}: mark is "-" for a deletion tombstone, "+" for a current source.
-#: Neither revisions nor ids longer than any source id (both changed outside the store: such an id names
-#: no owner) are copied into the reply, whatever their size.
-REV_SCAN = Script(
-    "erase_scan",
-    """
-local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
-local out, cap = {page[1]}, tonumber(ARGV[3])
-local fields = page[2]
-for i = 1, #fields, 2 do
-  if #fields[i] <= cap then
-    out[#out + 1] = fields[i]
-    out[#out + 1] = string.sub(fields[i + 1], 1, 1) == '-' and '-' or '+'
-  end
-end
-return out
-""",
-)
-
-#: Read what erasing rows would remove (a dry run). KEYS: P:ids. ARGV: P, (sid, its owner key) pairs....
-#: Returns per sid {its digest as ``ERASE`` reports it (``VOUCHED``: "" unless of the digest form), its
-#: row number}, or false when ``ERASE`` would not drop a row for it (none current, or one of another
-#: owner).
-ROW_INFO = Script(
-    "erase_info",
-    VOUCHED
-    + MINE
-    + """
-local P = ARGV[1]
-local out = {}
-for i = 2, #ARGV, 2 do
-  local n = redis.call('HGET', P .. ':ids', ARGV[i])
-  local key = n and (P .. ':m:' .. n)
-  if key and redis.call('HEXISTS', key, 'b') == 1 and mine(key, ARGV[i], ARGV[i + 1]) then
-    out[#out + 1] = {vouched(key), n}
-  else out[#out + 1] = false end
-end
-return out
-""",
-)
-
-#: A session's indexed groups in seq ranges. KEYS: P:bk. ARGV: P, owner key, limit, then (start, stop)*
-#: (stop exclusive). Returns the seqs (scores) of those with a row, ascending, at most limit. Never the
-#: row's ``sid`` field: the caller builds each id from the target's session and the seq, so a row whose
-#: id was edited (to another session's group, or to 100 MB) can neither redirect the erase nor be fetched.
-GROUP_SIDS = Script(
-    "erase_groups",
-    """
-local P, limit = ARGV[1], tonumber(ARGV[3])
-local b = redis.call('HGET', P .. ':bk', ARGV[2])
-local out = {}
-if not b then return out end
-for i = 4, #ARGV, 2 do
-  if #out >= limit then break end
-  local rows = redis.call('ZRANGE', P .. ':g:' .. b, ARGV[i], '(' .. ARGV[i + 1], 'BYSCORE', 'WITHSCORES',
-                          'LIMIT', 0, limit - #out)
-  for j = 1, #rows, 2 do
-    if redis.call('EXISTS', P .. ':m:' .. rows[j]) == 1 then out[#out + 1] = rows[j + 1] end
-  end
-end
-return out
-""",
-)
-
-#: Give up the stagings of the target's owners (their postings queued as garbage). KEYS: P:pend.
-#: ARGV: P, owner-key prefix ("" for every owner of the tenant; owner-key segments never hold "/", so
-#: "<user>/" or "<user>/<session>/" names exactly that user's or session's owners). Safe to repeat.
-#: Returns how many were given up. Reads the tenant's bucket map (its owners), never another tenant's.
-PEND_ABORT = Script(
-    "erase_stagings",
-    CHECK
-    + """
-local P, okp = ARGV[1], ARGV[2]
-if type_of(KEYS[1]) ~= 'zset' or redis.call('ZCARD', KEYS[1]) == 0 then return 0 end
-local gc = type_of(P .. ':gc')
-if gc ~= 'list' and gc ~= 'none' then return 0 end
-local ours = {}
-if type_of(P .. ':bk') == 'hash' then
-  local map = redis.call('HGETALL', P .. ':bk')
-  for i = 1, #map, 2 do
-    if string.sub(map[i], 1, #okp) == okp then ours[map[i + 1]] = true end
-  end
-end
-local n = 0
-for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  if okp == '' or ours[string.match(member, '^(%d+) ') or ''] then
-    redis.call('ZREM', KEYS[1], member)
-    redis.call('RPUSH', P .. ':gc', member)
-    n = n + 1
-  end
-end
-return n
-""",
-)
-
-#: Drop a tenant's remaining keys once it holds no row, staging or garbage. KEYS: P:ids. ARGV: P.
-#: Safe to repeat. Returns 1 when dropped, 0 when something is still there.
-TENANT_DROP = Script(
-    "erase_tenant",
-    """
-local P = ARGV[1]
-local function size(key, kind)
-  local t = redis.call('TYPE', key)
-  t = t['ok'] or t
-  if t == 'none' then return 0 end
-  if t ~= kind then return 1 end
-  if kind == 'hash' then return redis.call('HLEN', key) end
-  if kind == 'zset' then return redis.call('ZCARD', key) end
-  return redis.call('LLEN', key)
-end
-if size(P .. ':ids', 'hash') + size(P .. ':pend', 'zset') + size(P .. ':gc', 'list') > 0 then return 0 end
--- The layout, vector model and count keys of later layouts go too when present.
-redis.call('DEL', P .. ':ids', P .. ':rev', P .. ':bk', P .. ':bn', P .. ':n', P .. ':nb', P .. ':pend',
-           P .. ':gc', P .. ':v', P .. ':vm', P .. ':vc', P .. ':rows')
-return 1
-""",
-)
-
 #: The erase scripts (not loaded at open: the first call of each sends its body once).
-ERASE_SCRIPTS: Final = (ERASE, REV_SCAN, ROW_INFO, GROUP_SIDS, PEND_ABORT, TENANT_DROP, SWEEP)
+ERASE_SCRIPTS: Final = (ERASE, REV_SCAN, ROW_INFO, GROUP_SIDS, PEND_ABORT, TENANT_DROP, FENCE, SWEEP)
 
 
 async def _scan_sids(
@@ -465,6 +356,14 @@ async def erase_target(
                 "recall erase: a write cut off earlier is still being settled, so its copy could still "
                 "land after the erase; nothing was erased. Erase again once the server answers"
             )
+    if not dry_run:
+        # Fence the target's owners, then give up their stagings, before anything is listed: a write
+        # landing from now on is refused (INDEX, BEGIN, COMMIT), and a staging begun before cannot
+        # publish (its COMMIT finds it gone) after the rows below are read and erased. Without both, a
+        # COMMIT or a BEGIN landing during the erasure published the erased owner's words after its
+        # sweep, and they stayed searchable (tests/test_erase_races.py).
+        await _fence(store, prefix, target, ctx, raised=True)
+        await _abort_stagings(store, prefix, target, ctx)
     if target.groups:
         rows, more = await _group_sids(store, prefix, target, max_items, ctx)
         tombs: list[str] = []
@@ -491,6 +390,7 @@ async def erase_target(
         return noted(report, swept, dry_run=True)
     found.extend(await _erase_entries(store, link, prefix, entries, tombs, ctx))
     swept = []
+    await _fence(store, prefix, target, ctx, raised=True)  # renewed: a long call outlasts no fence
     if not more:
         # The second pass: rows of the target no index leads to (see erase_sweep), erased by number.
         swept, more = await sweep_rows(store, prefix, target, max_items - len(rows), (), ctx)
@@ -499,14 +399,18 @@ async def erase_target(
             named = {row.n: row.report_sid for row in swept}
             erased = await _erase_entries(store, link, prefix, by_number, [], ctx)
             found.extend((named[n], digest) for n, digest in erased)
-    if not more and not target.groups:
-        # Stagings of the target's owners (a large source a writer began and never published, e.g.
-        # it crashed) hold postings of its words until their lease ends: give them up now.
-        okp = _owner_prefix(target)
-        await store.script(PEND_ABORT, [f"{prefix}:pend"], [prefix, okp], ctx, "recall erase")
+    if not more:
+        # Again once the rows are gone: a staging begun during the erasure (after the first abort) and
+        # still unpublished would otherwise publish its words after the sweep. One published before
+        # now is a row the sweep above found. A crashed writer's staging goes too (its postings hold
+        # its words until its lease ends).
+        await _abort_stagings(store, prefix, target, ctx)
     left = await _collect_all(store, link, prefix, ctx)
     if target.level is EraseLevel.TENANT and not more:
         await store.script(TENANT_DROP, [f"{prefix}:ids"], [prefix], ctx, "recall erase")
+    # Lowered after every call, partial ones too: a write landing before the next call is a row that
+    # call lists. A call that fails leaves it up until it ends by itself (FENCE_MS).
+    await _fence(store, prefix, target, ctx, raised=False)
     physical = PhysicalErasure.UNREFERENCED if found else PhysicalErasure.REMOVED
     report = noted(_report(found, more, physical), swept, dry_run=False)
     if left:
@@ -564,9 +468,31 @@ def _owner_key_of(sid: str) -> str:
 
 
 def _owner_prefix(target: EraseTarget) -> str:
-    """The start every owner key of the target's owners has: ``""`` (tenant), ``u/`` or ``u/s/``."""
+    """The start every owner key of the target's owners has: ``""`` (tenant), ``u/`` or ``u/s/``.
+
+    For a groups target, the session's own owner key (``u/s/~/~``), which only that key starts with
+    (an owner key has four segments): a staging records its bucket, not its seq, so every staging of
+    the session's bucket is given up (a document of the session staged then too; its writer is told
+    and indexes again), never another owner's.
+    """
+    if target.groups:
+        key = target.session_key
+        assert key is not None
+        return owner_key(SourceOwner.of_session(key))
     parts = [p for p in (target.user_id, target.session_id) if p is not None]
     return "".join(f"{encode_segment(p)}/" for p in parts)
+
+
+async def _fence(store: EraseOps, prefix: str, target: EraseTarget, ctx: OpContext, *, raised: bool) -> None:
+    """Raise (for :data:`FENCE_MS`) or lower the erasure fence of the target's owners (``FENCE``)."""
+    args: list[Arg] = [_owner_prefix(target), FENCE_MS if raised else 0]
+    await store.script(FENCE, [f"{prefix}:ef"], args, ctx, "recall erase")
+
+
+async def _abort_stagings(store: EraseOps, prefix: str, target: EraseTarget, ctx: OpContext) -> None:
+    """Give up every staging of the target's owners (``PEND_ABORT``; safe to repeat)."""
+    okp = _owner_prefix(target)
+    await store.script(PEND_ABORT, [f"{prefix}:pend"], [prefix, okp], ctx, "recall erase")
 
 
 def _join(*parts: str) -> str:

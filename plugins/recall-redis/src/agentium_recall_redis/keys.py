@@ -49,6 +49,9 @@ Under the tenant prefix (``P``):
                                score the lease's end (server time, ms)
 ``P:gc``               list    removed or abandoned rows (``"<b> <n>"``) whose postings
                                are still to be collected
+``P:ef``               hash    erasure fences: owner-key prefix (``""``, ``u/``, ``u/s/``, or a
+                               session's own key) -> when it ends (server ms); a write of an
+                               owner under an unexpired one is refused
 ``P:w:<token>``        string  a write's settlement token (expires after 10 minutes)
 =====================  ======  =====================================================
 

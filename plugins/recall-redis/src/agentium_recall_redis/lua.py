@@ -125,6 +125,34 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- Whether an erasure covering owner key `okey` is running: the erasure fence P:ef (field: an owner-key
+-- prefix, "" for the tenant, "u/", "u/s/", or a session's own key "u/s/~/~" for a groups target; value:
+-- when the fence ends, server time in ms) holds an unexpired field the owner key starts with. A write
+-- it covers is refused before its first write (``erasing_error``): landing after the erasure read the
+-- rows, it would leave erased words searchable.
+local function erasing(P, okey)
+  local t = type_of(P .. ':ef')
+  if t == 'none' then return false end
+  if t ~= 'hash' then refuse('a key') end
+  local fields = {'', okey}
+  local u, s = string.match(okey, '^([^/]*)/([^/]*)/')
+  if u then
+    fields[3] = u .. '/'
+    fields[4] = u .. '/' .. s .. '/'
+  end
+  local now = nil
+  for _, v in ipairs(redis.call('HMGET', P .. ':ef', unpack(fields))) do
+    if v then
+      now = now or now_ms()
+      local ends = tonumber(v)
+      if ends and ends > now then return true end
+    end
+  end
+  return false
+end
+local function erasing_error()
+  return redis.error_reply('AGENTIUM_ERASING an erasure of this owner is running')
+end
 -- A term-list entry names one posting of row n in bucket b: a word of the row's own text ('term': key
 -- P:p:b:term, member n) or of one of its edge lines, which is neighbouring context of the group before
 -- it ('<term': its first line) or after it ('>term': its last line), in key P:x:b:term, member n .. '<'

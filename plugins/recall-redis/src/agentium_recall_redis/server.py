@@ -179,6 +179,12 @@ class ServerErrors:
                 "extend; nothing was written. Rebuild it under a new "
                 "key_prefix and `agentium recall rebuild` (the plugin README, 'Upgrading the key layout')"
             )
+        if "AGENTIUM_ERASING" in message:
+            raise RedisRecallError(
+                f"{operation}: an erasure covering this source's owner is running, so the source could "
+                "land after the erasure read what to erase; nothing was written. Index it again once the "
+                "erasure has completed"
+            )
         if "AGENTIUM_MODEL " in message:
             have, _, wanted = (p.strip() for p in message.split("AGENTIUM_MODEL ", 1)[1].partition(" | "))
             raise EmbeddingModelMismatchError(

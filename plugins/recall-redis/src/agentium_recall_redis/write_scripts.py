@@ -149,6 +149,9 @@ need(P .. ':n', 'string')
 need(P .. ':nb', 'string')
 need(P .. ':v', 'string')
 if old_layout(P) then return layout_error() end
+for s = 1, count do
+  if erasing(P, plan[s].okey) then return erasing_error() end
+end
 local new_layout = redis.call('GET', P .. ':v') ~= LAYOUT
 local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
 need_int(lastv)
@@ -245,6 +248,7 @@ BEGIN = Script(
     + """
 local sid, rev, okey, nt = ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7])
 need(P .. ':ids', 'hash')
+if erasing(P, okey) then return erasing_error() end
 local cur = current_row(P, sid, okey, '')
 if cur and redis.call('HGET', P .. ':m:' .. cur, 'rev') == rev then return done('same') end
 need(P .. ':bk', 'hash')
@@ -312,6 +316,7 @@ local src = {sid = ARGV[6], rev = ARGV[7], kind = ARGV[8], okey = ARGV[9], title
              canon = ARGV[12], seq = ARGV[13], dg = ARGV[14], td = ARGV[15]}
 need(P .. ':pend', 'zset')
 if not redis.call('ZSCORE', P .. ':pend', member) then return done('gone', backlog(P)) end
+if erasing(P, src.okey) then return erasing_error() end
 local b, n = string.match(member, '^(%d+) (%d+)$')
 need(P .. ':k:' .. n, 'list')
 -- Publish only a whole staging: a slice sent in another round trip may not have run yet.

@@ -234,8 +234,9 @@ class Writer:
         self.collect_later(link, prefix, written.backlog)
         if outcome == "gone":
             raise RedisRecallError(
-                f"{operation}: staging a large source took longer than its lease ({LEASE_MS // 1000} s) and "
-                "was given up; nothing was written. Index it again"
+                f"{operation}: the staging of a large source was given up, nothing was written: it took "
+                f"longer than its lease ({LEASE_MS // 1000} s), or an erasure of its owner ran meanwhile. "
+                "Index it again"
             )
         return int(outcome)
 
