@@ -58,6 +58,7 @@ backups — are beyond the store: a report that removed anything says
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
@@ -80,13 +81,22 @@ from agentium_harness.plugin_api import (
     group_source_id,
 )
 
-from .erase_scripts import FENCE, GROUP_SIDS, PEND_ABORT, REV_SCAN, ROW_INFO, TENANT_DROP
+from .erase_scripts import (
+    FENCE,
+    GROUP_SIDS,
+    PEND_ABORT,
+    REV_SCAN,
+    ROW_INFO,
+    SCAN_REPLY_CAP,
+    TENANT_DROP,
+    scan_page,
+)
 from .erase_sweep import MINE, SWEEP, VOUCHED, Swept, noted, sweep_rows
 from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import Command, Link, as_text
 from .lua import CHECK, ROWS, Script
-from .scripts import COLLECT, FIELD_CAP
+from .scripts import COLLECT
 
 if TYPE_CHECKING:
     from .config import RedisRecallConfig
@@ -100,6 +110,7 @@ __all__ = [
     "GROUP_SIDS",
     "REV_SCAN",
     "ROW_INFO",
+    "SCAN_REPLY_CAP",
     "TENANT_DROP",
     "EraseOps",
     "erase_target",
@@ -144,8 +155,6 @@ class EraseOps:
     writer: Writer
 
 
-#: Fields one ``HSCAN`` page asks for.
-_SCAN_PAGE: Final = 1000
 #: Sources one ``ERASE`` call is sent at most (its postings bound it further).
 _ROWS_PER_CALL: Final = 256
 #: Deletion tombstones one call removes at most (more make the call ``partial``).
@@ -264,12 +273,10 @@ async def _scan_sids(
     rows: list[str] = []
     tombs: list[str] = []
     seen: set[str] = set()
-    cursor: str | int = 0
+    cursor = "0"
     more = False
     while True:
-        args: list[Arg] = [cursor, _SCAN_PAGE, FIELD_CAP]
-        reply = await store.script(REV_SCAN, [f"{prefix}:rev"], args, ctx, "recall erase")
-        cursor, fields = as_text(reply[0]), reply[1:]
+        cursor, fields = await scan_page(store, prefix, cursor, ctx)
         for raw_sid, raw_rev in zip(fields[::2], fields[1::2], strict=True):
             sid = as_text(raw_sid)
             if sid in seen:
@@ -363,6 +370,27 @@ async def erase_target(
         # COMMIT or a BEGIN landing during the erasure published the erased owner's words after its
         # sweep, and they stayed searchable (tests/test_erase_races.py).
         await _fence(store, prefix, target, ctx, raised=True)
+    try:
+        return await _erase_fenced(store, link, prefix, target, ctx, dry_run=dry_run, max_items=max_items)
+    except Exception:
+        if not dry_run:  # a call that failed lowers its fence if it can (else the fence ends by itself)
+            with contextlib.suppress(Exception):
+                await _fence(store, prefix, target, ctx, raised=False)
+        raise
+
+
+async def _erase_fenced(
+    store: EraseOps,
+    link: Link,
+    prefix: str,
+    target: EraseTarget,
+    ctx: OpContext,
+    *,
+    dry_run: bool,
+    max_items: int,
+) -> EraseReport:
+    """The body of :func:`erase_target`, run once the target's owners are fenced (unless ``dry_run``)."""
+    if not dry_run:
         await _abort_stagings(store, prefix, target, ctx)
     if target.groups:
         rows, more = await _group_sids(store, prefix, target, max_items, ctx)

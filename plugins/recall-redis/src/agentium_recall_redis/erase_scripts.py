@@ -3,28 +3,69 @@
 Finding a target's sources (``REV_SCAN``, ``ROW_INFO``, ``GROUP_SIDS``),
 giving up its stagings (``PEND_ABORT``), fencing its owners' writes while
 it runs (``FENCE``) and dropping an emptied tenant's keys (``TENANT_DROP``).
-Each touches one tenant's keys only (its hash-tag slot).
+Each touches one tenant's keys only (its hash-tag slot). :func:`scan_page`
+reads one bounded page of ``REV_SCAN``.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Final
+
+from agentium_harness.plugin_api import OpContext
+
 from .erase_sweep import MINE, VOUCHED
+from .errors import RedisRecallError
+from .link import as_text
 from .lua import CHECK, Script
+from .scripts import FIELD_CAP
 
-__all__ = ["FENCE", "GROUP_SIDS", "PEND_ABORT", "REV_SCAN", "ROW_INFO", "TENANT_DROP"]
+if TYPE_CHECKING:
+    from .erase import EraseOps
+    from .link import Reply
+    from .server import Arg
 
-#: One page of ``HSCAN`` over ``P:rev``. KEYS: P:rev. ARGV: cursor, page size, longest id. Returns
-#: {next cursor, sid, mark, sid, mark...}: mark is "-" for a deletion tombstone, "+" for a current source.
-#: Neither revisions nor ids longer than any source id (both changed outside the store: such an id names
-#: no owner) are copied into the reply, whatever their size.
+__all__ = [
+    "FENCE",
+    "GROUP_SIDS",
+    "PEND_ABORT",
+    "REV_SCAN",
+    "ROW_INFO",
+    "SCAN_REPLY_CAP",
+    "TENANT_DROP",
+    "checked_page",
+    "scan_page",
+]
+
+#: Fields one ``HSCAN`` page asks for (``COUNT``; fewer when a page comes back past its bounds).
+_SCAN_PAGE: Final = 1000
+#: The most fields one ``HSCAN`` page may bring back to be used (``COUNT`` is a hint, see ``_scan_page``).
+_SCAN_MOST: Final = 4 * _SCAN_PAGE
+#: The most bytes one ``REV_SCAN`` reply takes (each element counted with 16 bytes of framing), as the
+#: sweep's: a page of 1,000 ids of up to 32 KiB each was about 32 MiB in one reply before.
+SCAN_REPLY_CAP: Final = 1024 * 1024
+
+#: One page of ``HSCAN`` over ``P:rev``. KEYS: P:rev. ARGV: cursor, page size (``COUNT``), longest id,
+#: reply cap (bytes), most fields. Returns {next cursor, sid, mark, sid, mark...}: mark is "-" for a
+#: deletion tombstone, "+" for a current source. Neither revisions nor ids longer than any source id (both
+#: changed outside the store: such an id names no owner) are copied into the reply, whatever their size.
+#: ``COUNT`` is a hint: a small-encoded hash (listpack) comes back whole in one page, and a hash table
+#: gives a few more than asked. So what came back is checked first: more than "most fields" fields, or a
+#: reply past the reply cap (each element counted with 16 bytes of framing, more than RESP takes), is not
+#: sent; the script returns {"!", fields, bytes} instead, and the client asks again with a smaller
+#: ``COUNT`` from the same cursor, and fails closed once ``COUNT`` is 1 (see ``_scan_page``).
 REV_SCAN = Script(
     "erase_scan",
     """
 local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
-local out, cap = {page[1]}, tonumber(ARGV[3])
+local cap, rcap, most = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local out = {page[1]}
 local fields = page[2]
+if #fields > 2 * most then return {'!', string.format('%d', #fields / 2), '0'} end
+local size = 16 + #page[1]
 for i = 1, #fields, 2 do
   if #fields[i] <= cap then
+    size = size + 16 + #fields[i] + 17
+    if size > rcap then return {'!', string.format('%d', #fields / 2), string.format('%d', size)} end
     out[#out + 1] = fields[i]
     out[#out + 1] = string.sub(fields[i + 1], 1, 1) == '-' and '-' or '+'
   end
@@ -32,6 +73,7 @@ end
 return out
 """,
 )
+
 
 #: Read what erasing rows would remove (a dry run). KEYS: P:ids. ARGV: P, (sid, its owner key) pairs....
 #: Returns per sid {its digest as ``ERASE`` reports it (``VOUCHED``: "" unless of the digest form), its
@@ -155,3 +197,58 @@ end
 return 1
 """,
 )
+
+
+def checked_page(reply: Reply) -> list[bytes]:
+    """A ``REV_SCAN`` reply as sent, checked against the bounds the script keeps, or the store's error.
+
+    The script never sends more than :data:`_SCAN_MOST` fields nor a reply past :data:`SCAN_REPLY_CAP`;
+    a reply that does (a server or script changed behind the store's back) is not used.
+    """
+    if not isinstance(reply, list) or not reply or len(reply) > 1 + 2 * _SCAN_MOST:
+        raise RedisRecallError(
+            "recall erase: a page of the tenant's revision hash came back in a form or size the store never "
+            "asks for (the server or its scripts were changed); nothing was erased"
+        )
+    size = 0
+    for item in reply:
+        if not isinstance(item, bytes):
+            raise RedisRecallError(
+                "recall erase: a page of the tenant's revision hash is damaged; nothing was erased"
+            )
+        size += 16 + len(item)
+    if size > SCAN_REPLY_CAP:
+        raise RedisRecallError(
+            f"recall erase: a page of the tenant's revision hash came back larger ({size} bytes) than the "
+            f"store's bound ({SCAN_REPLY_CAP}); nothing was erased"
+        )
+    return reply
+
+
+async def scan_page(store: EraseOps, prefix: str, cursor: str, ctx: OpContext) -> tuple[str, list[bytes]]:
+    """One page of ``P:rev`` from ``cursor``: (the next cursor, sid and mark pairs), each reply bounded.
+
+    ``COUNT`` is only a hint to ``HSCAN``: a page the script finds past its bounds (:data:`_SCAN_MOST`
+    fields, :data:`SCAN_REPLY_CAP` bytes) is asked again from the same cursor with a smaller ``COUNT``;
+    one still too large at ``COUNT`` 1 (a small-encoded hash, which comes back whole, grown past any the
+    store writes) fails the erase closed: ``RedisRecallError``, nothing erased.
+    """
+    count = _SCAN_PAGE
+    while True:
+        args: list[Arg] = [cursor, count, FIELD_CAP, SCAN_REPLY_CAP, _SCAN_MOST]
+        reply = checked_page(await store.script(REV_SCAN, [f"{prefix}:rev"], args, ctx, "recall erase"))
+        head = as_text(reply[0])
+        if head != "!":
+            if not head.isdigit() or len(reply) % 2 != 1:
+                raise RedisRecallError(
+                    "recall erase: a page of the tenant's revision hash is damaged; nothing was erased"
+                )
+            return head, reply[1:]
+        if count == 1:
+            fields = as_text(reply[1]) if len(reply) > 1 else "?"
+            raise RedisRecallError(
+                f"recall erase: one HSCAN page of the tenant's revision hash holds {fields} fields or more "
+                f"than {SCAN_REPLY_CAP} bytes even at COUNT 1 (its encoding returns it whole, grown past "
+                "any the store writes): it is damaged, and was not read; nothing was erased"
+            )
+        count = max(1, count // 8)
