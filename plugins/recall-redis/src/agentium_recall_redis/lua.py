@@ -130,10 +130,11 @@ end
 -- when the fence ends, server time in ms) holds an unexpired field the owner key starts with. A write
 -- it covers is refused before its first write (``erasing_error``): landing after the erasure read the
 -- rows, it would leave erased words searchable.
+local fence_kind = nil  -- P:ef's type, read once per call (a batch checks each of its sources)
 local function erasing(P, okey)
-  local t = type_of(P .. ':ef')
-  if t == 'none' then return false end
-  if t ~= 'hash' then refuse('a key') end
+  fence_kind = fence_kind or type_of(P .. ':ef')
+  if fence_kind == 'none' then return false end
+  if fence_kind ~= 'hash' then refuse('a key') end
   local fields = {'', okey}
   local u, s = string.match(okey, '^([^/]*)/([^/]*)/')
   if u then
