@@ -16,12 +16,14 @@ import pytest
 from test_sqlite_layout import (
     KEY,
     OPERATOR,
+    _by_session,
     _runtime,
     _three_sessions_one_watermark_moved_back,
     only_ana_s1_gone,
 )
 
 from agentium_harness import EraseTarget, ErasureState, OpContext
+from agentium_harness.plugin_api import count_items
 
 pytestmark = pytest.mark.anyio
 
@@ -121,4 +123,73 @@ async def test_rows_between_a_watermark_moved_back_and_a_damaged_boundary_are_re
             assert [g for s in report.sessions for g in s.groups] == digests[archived:]
             taken = await archive.erase(TARGET, OpContext())
             assert [g for s in taken.sessions for g in s.groups] == digests[:archived]
+    only_ana_s1_gone(path, before)
+
+
+#: Groups 1-3 (archived by adoption, below the boundary 4) get archive rows of their own: the
+#: store's rows of them are stale copies.
+ARCHIVE_COPIES_OF_1_TO_3 = (
+    "INSERT INTO groups (id, digest, data) SELECT id + 1, digest, data FROM groups "
+    "WHERE id >= (:sid << 33) + 2 AND id <= (:sid << 33) + 6 AND (id & 1) = 0"
+)
+#: 1,100 store rows of ana/s1 at seqs 10, 12, ... 2,208: outside its snapshot (4-5), one run each.
+SCATTERED = (
+    "INSERT INTO groups (id, digest, data) WITH RECURSIVE n(k) AS (SELECT 0 UNION ALL "
+    "SELECT k + 1 FROM n WHERE k < 1099) SELECT :g4 + 4 * k + 12, digest, data FROM groups, n WHERE id = :g4"
+)
+
+
+@pytest.mark.parametrize("bound", [1, 2, 3])
+@pytest.mark.parametrize("dry_run", [True, False])
+async def test_stale_copies_the_archive_deletes_stay_within_the_call_bound(
+    tmp_path: Path, bound: int, dry_run: bool
+) -> None:
+    # Each stale copy deleted is counted damaged besides its group: a call bounded to 2 items
+    # reported 3 (group 2, damaged 1), which the engine refuses (ContractViolationError) after the
+    # call committed its deletions.
+    path = tmp_path / "agentium.db"
+    before, digests = await _damaged(path, ARCHIVE_COPIES_OF_1_TO_3)
+    after_setup = _by_session(path)
+    runtime, archive, store = _runtime(path, max_groups=2)
+    async with runtime:
+        if dry_run:
+            report = await archive.erase(TARGET, OpContext(), dry_run=True, max_items=bound)
+            assert 1 <= report.removed <= bound and report.status.value == "partial"
+            assert _by_session(path) == after_setup  # nothing deleted, the copies neither
+            return
+        totals: dict[str, int] = {}
+        groups: list[tuple[int, str]] = []
+        for _ in range(20):
+            report = await archive.erase(TARGET, OpContext(), max_items=bound)
+            assert 1 <= report.removed <= bound or report.status.value == "complete"
+            for count in report.counts:
+                totals[count.kind] = totals.get(count.kind, 0) + count.count
+            groups += [g for s in report.sessions for g in s.groups]
+            if report.status.value == "complete":
+                break
+        # Groups 0-3 (1-3 by the archive's own rows, of the same digests), each copy once.
+        assert totals == {"group": 4, "damaged": 3} and sorted(groups) == digests[:4]
+        assert (await store.erase(TARGET, OpContext())).count("snapshot") == 1
+    only_ana_s1_gone(path, before)
+
+
+async def test_scattered_store_rows_are_erased_within_the_call_bound(tmp_path: Path) -> None:
+    # Too scattered to list, the rows were counted damaged all in one call: 1,101 items for a
+    # call bounded to 1,000; the engine refused the report after the call had deleted them, and
+    # the erasure stopped (ErasureIncompleteError) with nothing of them in its record.
+    path = tmp_path / "agentium.db"
+    before, _ = await _damaged(path, SCATTERED)
+    runtime, _, store = _runtime(path, max_groups=2)
+    async with runtime:
+        after_setup = _by_session(path)
+        dry = await store.erase(TARGET, OpContext(), dry_run=True, max_items=400)
+        assert dry.counts == count_items(damaged=400) and _by_session(path) == after_setup
+        result = await runtime.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        assert result.record.state is ErasureState.COMPLETE
+        counts = {s.role: {c.kind: c.count for c in s.counts} for s in result.record.stores}
+        # 1,000 rows counted in the first call; the 100 left listed with the snapshot's 4 and 5.
+        assert counts["session_store"] == {"damaged": 1000, "snapshot": 1}
+        (erased,) = result.record.sessions
+        # Every group named: the plan (a dry run bounded to 100,000 items) listed each row.
+        assert erased.count == 6 + 1100 and erased.snapshot
     only_ana_s1_gone(path, before)

@@ -313,7 +313,7 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                 # The archive's rows and the store's rows it adopted (see _sqlite_rows).
                 copies: list[int] = []  # stale store copies of the groups found (damage): deleted too
                 taken, more = archived_rows_covered(conn, target, bound, copies)
-                if not dry_run and taken:
+                if not dry_run and (taken or copies):
                     ctx.raise_if_expired("archive erase")
                     conn.executemany("DELETE FROM groups WHERE id = ?", [(row[3],) for row in taken])
                     conn.executemany("DELETE FROM groups WHERE id = ?", [(i,) for i in copies])

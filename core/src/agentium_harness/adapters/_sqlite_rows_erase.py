@@ -86,7 +86,7 @@ def _erasure_watermark(session: SessionRow, snapshotless: bool = False) -> int:
 def archived_rows_covered(
     conn: sqlite3.Connection, target: EraseTarget, bound: int, copies: list[int] | None = None
 ) -> tuple[list[tuple[SessionKey | None, int, str, int, int]], bool]:
-    """The archived groups ``target`` covers (at most ``bound``), and whether more are left.
+    """The archived groups ``target`` covers, and whether more are left: at most ``bound`` items.
 
     Each is ``(key, seq, digest, row id, sid)``, in session order (tenant,
     user, session ids), seqs ascending, as the rows would be erased batch
@@ -95,7 +95,9 @@ def archived_rows_covered(
     ``copies`` receives the id of the store's row of each archive row found
     below :func:`_erasure_watermark` (one that exists): no resident row, a
     stale copy of the group (damage) that no other erasure would take; the
-    caller deletes it and counts it as ``damaged``.
+    caller deletes it and counts it as ``damaged``: an item, so groups and
+    copies together stay within ``bound`` (with ``bound`` 1, a group's copy
+    goes alone, the group in the next call).
     """
     where, params = session_filter(target)
     sessions = _keyed_sessions(
@@ -108,6 +110,7 @@ def archived_rows_covered(
     )
     spans = [(r.start, min(r.stop, SEQ_LIMIT)) for r in target.groups] or [(0, SEQ_LIMIT)]
     found: list[tuple[SessionKey | None, int, str, int, int]] = []
+    used = 0  # items this call takes: the groups found and the stale copies
     for key, session in sessions:
         sid = session.sid
         # A revision over its bound is read as None too: only NULL in the row means no snapshot.
@@ -124,19 +127,24 @@ def archived_rows_covered(
                 f"SELECT id, {vouched_digest('digest')}, (id & 1) = 1 AND EXISTS "  # noqa: S608
                 "(SELECT 1 FROM groups AS copy WHERE copy.id = groups.id - 1) FROM groups "
                 f"WHERE id >= ? AND id < ? AND {archived} ORDER BY id LIMIT ?",
-                (row_id(sid, start, False), row_id(sid, stop, False), *extra, bound + 1 - len(found)),
+                (row_id(sid, start, False), row_id(sid, stop, False), *extra, bound + 1 - used),
             ).fetchall()
             # A digest not of the exact form (1 GB of text, "garbage", a BLOB) is not read nor put
             # into a report, which the engine would refuse: it comes back "" (nothing vouches for
             # it, as a group the S3 archive finds with no stored digest) and the group is erased all
             # the same, so damage in a row the operator asked to remove never stops the erasure.
-            more = len(found) + len(rows) > bound
-            rows = rows[: bound - len(found)]  # the copies of the groups this batch takes, no more
-            found.extend((key, seq_of(i), d if isinstance(d, str) else "", i, sid) for i, d, _ in rows)
-            if copies is not None:
-                copies.extend(i - 1 for i, _, copy in rows if copy and i - 1 < below)
-            if more:
-                return found, True
+            for i, d, copy in rows:
+                # A stale copy deleted is an item of its own (counted damaged): the call's items,
+                # groups and copies alike, stay within ``bound``, as the engine holds every report.
+                stale = int(bool(copies is not None and copy and i - 1 < below))
+                if used + 1 + stale > bound:
+                    if used == 0 and copies is not None:  # bound 1: the copy alone, the group next call
+                        copies.append(i - 1)
+                    return found, True
+                found.append((key, seq_of(i), d if isinstance(d, str) else "", i, sid))
+                if stale and copies is not None:
+                    copies.append(i - 1)
+                used += 1 + stale
     return found, False
 
 
@@ -179,7 +187,7 @@ def _dropped_range(session: SessionRow) -> tuple[int, int, int]:
 
 def snapshot_report(
     conn: sqlite3.Connection, key: SessionKey, session: SessionRow, data: bytes, bound: int
-) -> tuple[ErasedSession, int]:
+) -> tuple[ErasedSession, list[int]]:
     """What erasing ``session``'s snapshot (``data``) removes: its groups, and rows counted ``damaged``.
 
     The resident groups of the snapshot (:func:`snapshot_erasure`; none when it is damaged), and
@@ -188,8 +196,9 @@ def snapshot_report(
     above a watermark moved back below a damaged boundary (archived groups, maybe) or a stale copy
     beside the archive's row of a group, are named, so the report says what was erased. Should
     those rows be so scattered that the report would list more runs of consecutive seqs than the
-    engine takes for ``bound`` items (see ``EraseReport``), they are counted (the second value,
-    ``damaged``) instead of listed.
+    engine takes for ``bound`` items (see ``EraseReport``), their ids are the second value (else
+    it is empty): the caller deletes some of them, each an item counted ``damaged``, and leaves
+    the snapshot to a later call (their count may be far past ``bound``: :func:`covered_reports`).
     """
     erased = snapshot_erasure(key, data)
     listed = {seq for seq, _ in erased.groups}
@@ -206,14 +215,14 @@ def snapshot_report(
             row_id(session.sid, own.stop, False),
         ),
     ).fetchall()
-    extra = [(seq_of(i), d if isinstance(d, str) else "") for i, d in rows if seq_of(i) not in listed]
-    if not extra:
-        return erased, 0
-    groups = sorted([*erased.groups, *extra])
+    rows = [(i, d) for i, d in rows if seq_of(i) not in listed]
+    if not rows:
+        return erased, []
+    groups = sorted([*erased.groups, *((seq_of(i), d if isinstance(d, str) else "") for i, d in rows)])
     runs = 1 + sum(1 for (a, _), (b, _) in itertools.pairwise(groups) if b != a + 1)
     if len(groups) > max(bound, MAX_ERASE_RANGES) and runs > max(bound, MAX_ERASE_RANGES):
-        return erased, len(extra)
-    return ErasedSession(key, groups), 0
+        return erased, [i for i, _ in rows]
+    return ErasedSession(key, groups), []
 
 
 def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
@@ -239,13 +248,16 @@ def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
 
 def covered_reports(
     conn: sqlite3.Connection, target: EraseTarget, bound: int, budget: int
-) -> tuple[list[tuple[SessionKey | None, SessionRow]], list[ErasedSession], int, bool]:
-    """The sessions one erase call takes, their reports, the damaged count, and whether more are left.
+) -> tuple[list[tuple[SessionKey | None, SessionRow]], list[ErasedSession], int, bool, list[int]]:
+    """The sessions one erase call takes, their reports, the damaged count, if more are left, strays.
 
     At most ``bound`` sessions; fewer once the snapshots read for the reports reach ``budget``
     joined (inflated) bytes, since a small file's deflated rows may inflate far past their size:
     the rest wait for the next call (partial). The check runs between snapshots, so a call reads
-    less than ``budget`` plus one snapshot's bound.
+    less than ``budget`` plus one snapshot's bound. A session whose rows outside its snapshot are
+    too scattered to list (:func:`snapshot_report`) ends the call before it: the last value holds
+    as many of those rows as the call has items left (each counted ``damaged``, deleted by the
+    caller), the snapshot waits for a later call, so every report stays within ``bound`` items.
     """
     taken, more = sessions_covered(conn, target, bound)
     found: list[ErasedSession] = []
@@ -262,7 +274,10 @@ def covered_reports(
         data = joined_snapshot(conn, key, session, erasing=True)[1]
         data = data if isinstance(data, bytes) else str(data or "").encode()
         size += len(data)
-        erased, scattered = snapshot_report(conn, key, session, data, bound)
+        erased, strays = snapshot_report(conn, key, session, data, bound)
+        if strays:
+            # Each session before this one is one item (its snapshot, or damaged): n < bound.
+            strays = strays[: bound - n]
+            return taken[:n], found, damaged + len(strays), True, strays
         found.append(erased)
-        damaged += scattered
-    return taken, found, damaged, more
+    return taken, found, damaged, more, []

@@ -547,8 +547,8 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
 
         def work(conn: sqlite3.Connection) -> Found:
             with immediate_transaction(conn):
-                taken, found, damaged, more = covered_reports(conn, target, bound, READ_BUDGET)
-                if not dry_run and taken:
+                taken, found, damaged, more, strays = covered_reports(conn, target, bound, READ_BUDGET)
+                if not dry_run and (taken or strays):
                     ctx.raise_if_expired("session store erase")
                     # With the rows, or not at all: a writer holding one of these revisions must
                     # never meet it again on a session created under the same id. A damaged or
@@ -556,6 +556,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                     raise_revision_floor(conn, [session.revision for _, session in taken])
                     for _, session in taken:
                         drop_snapshot(conn, session)
+                    conn.executemany("DELETE FROM groups WHERE id = ?", [(i,) for i in strays])
             physical, detail = (
                 (PhysicalErasure.REMOVED, "")
                 if dry_run or not scrub
