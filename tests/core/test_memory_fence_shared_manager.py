@@ -15,6 +15,7 @@ runtimes").
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,77 @@ async def test_a_store_its_runtime_closed_refuses_the_shared_managers_writes_typ
                 await shared.remember(MemoryFact(BOB, "Bob is on call"))
             assert await shared.list(BOB) == ()
         await shared.aclose()
+
+
+async def test_a_write_under_way_when_a_runtime_joins_is_checked_against_its_store_too(
+    tmp_path: Path,
+) -> None:
+    """The second runtime was built after the first reads and erased before the write landed."""
+    shared, store = _shared(tmp_path)
+    outcomes: list[str] = []
+    landed = anyio.Event()
+    with anyio.fail_after(30):
+        async with _tenant_runtime(tmp_path / "a.db", shared):
+
+            async def write() -> None:
+                fact = MemoryFact(ANA, "Ana's desk is 4B", provenance=[S1])
+                outcomes.append(await _outcome(shared.remember(fact)))
+                landed.set()
+
+            store.hold_write = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                await store.entered.wait()  # past the first reads: of the first runtime's store only
+                async with _tenant_runtime(tmp_path / "b.db", shared) as second:
+                    result = await second.erase(
+                        EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR
+                    )
+                    assert result.state is ErasureState.COMPLETE
+                    store.gate.set()
+                    await landed.wait()  # checked while the second's store is open
+            left = [f.text for f in await shared.list(ANA)]
+        await shared.aclose()
+    assert (outcomes, left) == (["refused"], [])
+
+
+async def test_an_erasure_finished_before_the_write_in_a_store_joining_meanwhile_keeps_the_write(
+    tmp_path: Path,
+) -> None:
+    """The joining store's erasures are judged by the clocks: one finished before the write takes nothing."""
+    from agentium_harness._engine.memory_fence import fence_memory  # the first read's clock, skewed
+
+    shared, store = _shared(tmp_path)
+    other = MemoryManager(SQLiteMemoryStore(SQLiteConfig(path=str(tmp_path / "other.db"))), owns_store=True)
+    async with _tenant_runtime(tmp_path / "b.db", other) as earlier:
+        done = await earlier.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+        assert done.state is ErasureState.COMPLETE
+    await other.aclose()
+    config = SQLiteConfig(path=str(tmp_path / "a.db"))
+    archive, sessions = SQLiteArchive(config), SQLiteSessionStore(config)
+    later = datetime.now(UTC) + timedelta(hours=1)  # the erasure above is an hour old by this clock
+    fence_memory(shared, sessions, 30.0, clock=lambda: later)
+    outcomes: list[str] = []
+    landed = anyio.Event()
+    with anyio.fail_after(30):
+        async with create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=archive,
+            session_store=sessions,
+            memory=shared,
+            owned=(archive, sessions),
+        ):
+
+            async def write() -> None:
+                outcomes.append(await _outcome(shared.remember(MemoryFact(ANA, "Ana's desk is 4B"))))
+                landed.set()
+
+            store.hold_write = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                await store.entered.wait()
+                async with _tenant_runtime(tmp_path / "b.db", shared):
+                    store.gate.set()
+                    await landed.wait()
+            left = [f.text for f in await shared.list(ANA)]
+        await shared.aclose()
+    assert (outcomes, left) == (["stored"], ["Ana's desk is 4B"])

@@ -170,6 +170,23 @@ class ErasureFence:
                 return record
         return None
 
+    async def covering_after(self, write: FencedWrite, at: datetime) -> ErasureRecord | None:
+        """After a write whose first reads missed this store: a covering erasure pending, or one since ``at``.
+
+        The store began fencing the writer only after the write's first reads (a runtime built
+        meanwhile around a shared memory manager), so no ledger revision was seen to compare
+        join records with: a finished covering erasure counts by the clocks, as one without a
+        join record does in :meth:`covering_since` (``at``: this process's clock at the first read).
+        """
+        ticket = self._ticket()
+        _, ledger = await self._pending(ticket, write.tenant)
+        for record in ledger.records:
+            if write.covers(record.target):
+                return record
+        since = at - timedelta(seconds=CLOCK_MARGIN_S)
+        covering = [r for r in await write.finished(ticket, self.store) if write.covers(r.target)]
+        return next((r for r in sorted(covering, key=_when, reverse=True) if _when(r) >= since), None)
+
 
 @attrs.frozen(slots=True)
 class FenceCheck:

@@ -196,12 +196,15 @@ async def fence_check(
     return tuple([await fence.check(write) for fence in fences])
 
 
-async def _covering(seen: FenceChecks) -> tuple[FenceCheck, ErasureRecord] | None:
+async def _covering(seen: FenceChecks, manager: MemoryManager) -> tuple[FenceCheck, ErasureRecord] | None:
     """:meth:`ErasureFence.covering_since` of each check: the first covering erasure found, with its check.
 
     Every store is read even if one fails: a covering erasure in another is
     still acted on. With none found, the first failure is raised (the write
-    was not checked again against that store).
+    was not checked again against that store). A store ``manager`` was given
+    after the first reads (a runtime built while the write was under way)
+    is read too (:meth:`ErasureFence.covering_after`): its erasure may have
+    scrubbed memory before the write landed.
     """
     failed: Exception | None = None
     for check in seen:
@@ -212,6 +215,17 @@ async def _covering(seen: FenceChecks) -> tuple[FenceCheck, ErasureRecord] | Non
             continue
         if record is not None:
             return check, record
+    # One runtime: no store added meanwhile, nothing more read.
+    for fence in manager._erasure_fences[len(seen) :]:
+        if any(fence is check.fence for check in seen):
+            continue
+        try:
+            record = await fence.covering_after(seen[0].write, min(check.at for check in seen))
+        except Exception as exc:
+            failed = failed or exc
+            continue
+        if record is not None:
+            return FenceCheck(fence, seen[0].write, None, seen[0].at), record
     if failed is not None:
         raise failed
     return None
@@ -252,7 +266,7 @@ async def _confirm(
     seen: FenceChecks, manager: MemoryManager, owner: MemoryScope, ack: MemoryAck, fact_id: str
 ) -> MemoryAck:
     try:
-        found = await _covering(seen)
+        found = await _covering(seen, manager)
     except Exception as exc:  # the write stands: said in the ack, never a bare error after a commit
         _log.warning("memory write not confirmed against erasures: %s", type(exc).__name__)
         _event("agentium.memory.unconfirmed", "answered", exc)
@@ -409,7 +423,7 @@ async def _forget_if_erased(
     """
     from .memory.manager import forget_fact  # here: the manager module imports this one
 
-    if await _covering(seen) is None:
+    if await _covering(seen, manager) is None:
         return False
     with outside_owned_work():
         await forget_fact(manager, owner, fact_id)
