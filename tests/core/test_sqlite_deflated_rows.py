@@ -13,7 +13,7 @@ import pytest
 from agentium_harness import ArchiveCorruptError, SnapshotCorruptError
 from agentium_harness._ports import OpContext
 from agentium_harness._scope import Scope, SessionKey
-from agentium_harness.adapters import _sqlite_archive, _sqlite_rows
+from agentium_harness.adapters import _sqlite_archive, _sqlite_rows, _sqlite_snapshot_read
 from agentium_harness.adapters._sqlite_pack import (
     MIN_PACKED,
     PackedRowError,
@@ -161,7 +161,7 @@ async def test_a_damaged_deflated_row_fails_closed_and_is_left_alone(
         elif damage == "bit":
             bad = data[:40] + bytes([data[40] ^ 0x10]) + data[41:]
         else:  # a valid stream whose JSON is larger than anything the decoder reads back (bound lowered)
-            for module in (_sqlite_archive, _sqlite_rows):
+            for module in (_sqlite_archive, _sqlite_rows, _sqlite_snapshot_read):
                 monkeypatch.setattr(module, "JSON_BYTES", 100_000)
             bad = zlib.compress(b"{" + b" " * 1_000_000 + b"}", 9)
         _set(path, row, bad)

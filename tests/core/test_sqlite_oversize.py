@@ -38,7 +38,7 @@ from agentium_harness import (
 from agentium_harness._errors import InvalidArgumentError
 from agentium_harness._json import MAX_JSON_BYTES
 from agentium_harness._ports.erasure import EraseTarget
-from agentium_harness.adapters import _sqlite_rows
+from agentium_harness.adapters import _sqlite_snapshot_read
 from agentium_harness.adapters.sqlite import (
     SQLiteArchive,
     SQLiteConfig,
@@ -161,7 +161,8 @@ async def test_resident_groups_joining_past_the_bound_are_refused(
         for i, group in zip(_group_ids_all(path), groups, strict=True):
             _sql(path, "UPDATE groups SET data = ? WHERE id = ?", (group.canonical_bytes(), i))
     size = len(_sql(path, "SELECT snapshot FROM sessions")[0][0])  # type: ignore[arg-type]
-    monkeypatch.setattr(_sqlite_rows, "JSON_BYTES", size + 2 * (len(groups[0].canonical_bytes()) + 1))
+    bound = size + 2 * (len(groups[0].canonical_bytes()) + 1)
+    monkeypatch.setattr(_sqlite_snapshot_read, "JSON_BYTES", bound)
     store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
     over = r"over \d+ inflated" if form == "deflated" else r"\d+"
     with pytest.raises(SnapshotCorruptError, match=rf"group 2 of length {over} bytes \(the whole at most"):

@@ -14,6 +14,7 @@ test (it is ``MAX_JSON_BYTES``, 256 MB, in production) so a few MB show it.
 
 from __future__ import annotations
 
+import sqlite3
 import zlib
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from agentium_harness._scope import SessionKey
 from agentium_harness.adapters import _sqlite_archive
 from agentium_harness.adapters import sqlite as sqlite_module
 from agentium_harness.adapters._sqlite_pack import pack
+from agentium_harness.adapters._sqlite_rows import find_session, row_id
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import (
@@ -221,6 +223,51 @@ async def test_a_session_store_erase_call_reads_snapshots_within_its_budget_and_
             assert inflated[0] < BUDGET + 2 * BIG + 4096, inflated[0]
             erased += [entry.session.session for entry in report.sessions]
             assert all(entry.groups for entry in report.sessions)  # each read whole, not as damage
+            if report.status is EraseStatus.COMPLETE:
+                break
+            assert report.sessions  # a partial call erased something
+        assert erased == sessions
+        for session in sessions:
+            assert await store.load(SessionKey("acme", "ana", session), OpContext()) is None
+    finally:
+        await store.aclose()
+
+
+async def test_an_erase_call_counts_what_it_inflated_of_a_snapshot_that_turned_out_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflated: list[int]
+) -> None:
+    # Each session's snapshot holds a crafted 2 MB resident group (a few KB on disk) and a second
+    # group whose row was then deleted: the report's read inflates the 2 MB, then finds the snapshot
+    # damaged and reports it without groups. Those bytes were read all the same and must count
+    # against the call's budget; counted as the 0 bytes reported, one call read every snapshot.
+    monkeypatch.setattr(sqlite_module, "READ_BUDGET", BUDGET, raising=False)
+    path = tmp_path / "a.db"
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    sessions = [f"s{n:02}" for n in range(12)]
+    try:
+        for session in sessions:
+            resident = (plain_group(0, "a" * BIG), plain_group(1, "tail"))
+            snapshot = seal_snapshot(SessionSnapshot(Scope("acme", "ana", session), 0, 2, resident))
+            await store.save(SessionKey("acme", "ana", session), snapshot, None, OpContext())
+        conn = sqlite3.connect(str(path))
+        try:
+            for session in sessions:
+                found = find_session(conn, SessionKey("acme", "ana", session))
+                assert found is not None
+                gone = conn.execute("DELETE FROM groups WHERE id = ?", (row_id(found.sid, 1, False),))
+                assert gone.rowcount == 1
+            conn.commit()
+        finally:
+            conn.close()
+        target = EraseTarget.user("acme", "ana")
+        erased: list[str] = []
+        for _ in range(len(sessions)):
+            inflated[0] = 0
+            with anyio.fail_after(30):
+                report = await store.erase(target, OpContext())
+            # Before: 12 snapshots, 24 MB inflated by one call. Now at most one snapshot past the budget.
+            assert inflated[0] < BUDGET + 2 * BIG + 4096, inflated[0]
+            erased += [entry.session.session for entry in report.sessions]
             if report.status is EraseStatus.COMPLETE:
                 break
             assert report.sessions  # a partial call erased something

@@ -62,7 +62,7 @@ from ._sqlite_bounds import (
     over_check,
     oversize,
 )
-from ._sqlite_pack import PackedRowError, PackedRowOverBound, pack, unpack
+from ._sqlite_pack import pack
 from ._sqlite_sql import revision_floor
 
 __all__ = [
@@ -71,15 +71,14 @@ __all__ = [
     "SessionRow",
     "SnapshotRows",
     "KEYED_COLUMNS",
+    "RESIDENT_MARKER",
     "append_groups",
     "archived_where",
     "checked_session",
     "drop_if_empty",
     "find_session",
     "group_rows",
-    "joined_snapshot",
     "read_archived",
-    "read_snapshot",
     "save_snapshot",
     "split_range",
     "split_snapshot",
@@ -93,11 +92,11 @@ SID_LIMIT: Final = (1 << 30) - 1
 #: The highest revision a SQLite INTEGER holds.
 _REVISION_LIMIT: Final = 2**63 - 1
 
-_MARKER: Final = b'"resident":['
+#: Where a snapshot's resident groups start in its canonical bytes (a header holds it empty).
+RESIDENT_MARKER: Final = b'"resident":['
 _SEQ: Final = itemgetter(0)
 #: The last column of a group read: what is over its bound, if anything.
 _OVER: Final = itemgetter(3)
-_EMPTY: Final = b'"resident":[]'
 
 
 def _base(sid: int) -> int:
@@ -370,104 +369,11 @@ def split_snapshot(snapshot: SessionSnapshot, data: bytes) -> SnapshotRows:
         else:
             joined = b",".join([row[1] for row in rows])
             # The top-level key is the one "resident":[ in the text (a quote inside a string is escaped).
-            at = data.find(_MARKER) + len(_MARKER)
+            at = data.find(RESIDENT_MARKER) + len(RESIDENT_MARKER)
             end = at + len(joined)
-            if at >= len(_MARKER) and data[at:end] == joined and data[end : end + 1] == b"]":
+            if at >= len(RESIDENT_MARKER) and data[at:end] == joined and data[end : end + 1] == b"]":
                 header = data[:at] + data[end:]
     return SnapshotRows(data, header, boundary, next_seq, rows)
-
-
-def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, object, SessionRow] | None:
-    """``(revision, bytes, row)`` of the stored snapshot, joined from its rows; ``None`` if there is none.
-
-    The bytes (checked by the caller) are ``None`` when the row does not describe a whole
-    snapshot (a resident row missing, a column of the wrong type): damage the caller reports.
-    """
-    session = find_session(conn, key)
-    if session is None or session.revision is None:
-        return None
-    return joined_snapshot(conn, key, session)
-
-
-def joined_snapshot(
-    conn: sqlite3.Connection, key: SessionKey, session: SessionRow, *, erasing: bool = False
-) -> tuple[object, object, SessionRow]:
-    """:func:`read_snapshot` of ``session``'s row (which holds a snapshot), already read.
-
-    ``erasing``: a resident row over its bound or damaged, or a row below the boundary above the
-    watermark, gives bytes ``None`` (unread) instead of raising, so an erasure deletes the
-    damaged snapshot rather than stopping on it.
-    """
-    if session.inline:
-        return session.revision, session.snapshot, session
-    boundary, next_seq, header = session.boundary, session.next_seq, session.snapshot
-    if not (
-        isinstance(boundary, int)
-        and isinstance(next_seq, int)
-        and isinstance(header, bytes)
-        and 0 <= boundary <= next_seq <= SEQ_LIMIT
-    ):
-        return session.revision, None, session
-    if (
-        session.adopted < boundary
-        and conn.execute(
-            "SELECT 1 FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0 LIMIT 1",
-            (row_id(session.sid, session.adopted, False), row_id(session.sid, boundary, False)),
-        ).fetchone()
-    ):
-        # Every save deletes the store's rows below its boundary or has the archive adopt them:
-        # one here means the watermark was moved back (damage), and the next save would take the
-        # row for the store's own stale row and delete an archived group. An erasure deletes the
-        # snapshot unread and leaves those rows to the archive (_sqlite_rows_erase.drop_snapshot).
-        if erasing:
-            return session.revision, None, session
-        raise SnapshotCorruptError(
-            f"the row of session {key.key()} is damaged: a group row below the snapshot's boundary "
-            f"{boundary} is above the archive's watermark (adopted {session.adopted}); nothing was changed"
-        )
-    # Row by row: the joined snapshot's size is known as the rows come, and a value longer than
-    # anything the store writes comes back NULL, unread. Each row is at most what is left of the
-    # strict decoder's bound (JSON_BYTES) after the header; once the joined size passes that bound
-    # no further row is fetched. Sizes are bytes: length() of a text would stop at its first NUL.
-    room = JSON_BYTES - len(header)
-    size = len(header)
-    seqs: list[int] = []
-    parts: list[bytes] = []
-    for i, data, length in conn.execute(
-        "SELECT id, CASE WHEN length(CAST(data AS BLOB)) <= ?1 THEN data END, length(CAST(data AS BLOB)) "
-        "FROM groups "
-        "WHERE id >= ?2 AND id < ?3 AND (id & 1) = 0 ORDER BY id",
-        (room, row_id(session.sid, boundary, False), row_id(session.sid, next_seq, False)),
-    ):
-        if type(data) is bytes:  # a row stored as it is comes back unchanged, of its stored length
-            try:  # within what is left of the bound (a row is never stored larger deflated)
-                data = unpack(data, JSON_BYTES - size)
-                length = len(data)
-            except PackedRowOverBound:
-                data, length = None, f"over {max(0, JSON_BYTES - size)} inflated"  # refused below
-            except PackedRowError as exc:
-                if erasing:
-                    return session.revision, None, session
-                where = f"the snapshot of session {key.key()} is damaged: group {seq_of(i)}'s row"
-                raise SnapshotCorruptError(f"{where}: {exc}; nothing was changed") from None
-        size += (length if type(length) is int else 0) + 1
-        if data is None or size > JSON_BYTES + 1:  # data is NOT NULL: None is a value over the bound
-            if erasing:
-                return session.revision, None, session
-            raise SnapshotCorruptError(
-                oversize(
-                    f"the snapshot of session {key.key()}",
-                    f"group {seq_of(i)} of length {length} bytes (the whole at most {JSON_BYTES})",
-                )
-            )
-        if type(data) is not bytes:
-            return session.revision, None, session
-        seqs.append(seq_of(i))
-        parts.append(data)
-    if seqs != list(range(boundary, next_seq)):
-        return session.revision, None, session
-    joined = b",".join(parts)
-    return session.revision, header.replace(_EMPTY, _MARKER + joined + b"]", 1), session
 
 
 def store_rows(conn: sqlite3.Connection, key: SessionKey, session: SessionRow) -> dict[int, object]:

@@ -25,14 +25,14 @@ from ._sqlite_rows import (
     archived_where,
     checked_session,
     drop_if_empty,
-    joined_snapshot,
     row_id,
     seq_of,
     split_range,
 )
+from ._sqlite_snapshot_read import joined_snapshot
 from ._sqlite_sql import session_filter
 
-__all__ = ["archived_rows_covered", "drop_snapshot", "sessions_covered", "snapshot_report"]
+__all__ = ["archived_rows_covered", "covered_reports", "drop_snapshot", "sessions_covered", "snapshot_report"]
 
 
 def _keyed_sessions(
@@ -261,9 +261,12 @@ def covered_reports(
     """
     taken, more = sessions_covered(conn, target, bound)
     found: list[ErasedSession] = []
-    damaged = size = 0
+    damaged = 0
+    # Bytes read (inflated) for the reports, a damaged snapshot's too: damage may show only at a
+    # snapshot's last row, after the rest was inflated.
+    spent = [0]
     for n, (key, session) in enumerate(taken):
-        if size >= budget:
+        if spent[0] >= budget:
             taken, more = taken[:n], True
             break
         if key is None:
@@ -271,9 +274,8 @@ def covered_reports(
             continue
         # The whole snapshot, for the report; one over its bound is erased unread (its groups are
         # then those of the rows deleted with it: snapshot_report).
-        data = joined_snapshot(conn, key, session, erasing=True)[1]
+        data = joined_snapshot(conn, key, session, erasing=True, spent=spent)[1]
         data = data if isinstance(data, bytes) else str(data or "").encode()
-        size += len(data)
         erased, strays = snapshot_report(conn, key, session, data, bound)
         if strays:
             # Each session before this one is one item (its snapshot, or damaged): n < bound.

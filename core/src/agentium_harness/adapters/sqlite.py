@@ -85,13 +85,9 @@ from ._sqlite_base import (
     data_version,
 )
 from ._sqlite_bounds import ID_CHARS, bounded_select, oversize
-from ._sqlite_rows import (
-    group_rows,
-    read_snapshot,
-    save_snapshot,
-    split_snapshot,
-)
+from ._sqlite_rows import group_rows, save_snapshot, split_snapshot
 from ._sqlite_rows_erase import covered_reports, drop_snapshot
+from ._sqlite_snapshot_read import read_snapshot
 from ._sqlite_sql import immediate_transaction, raise_revision_floor, read_transaction, scrub_log
 
 __all__ = [
@@ -526,12 +522,11 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         """Delete the snapshots of every covered session (at most ``max_items``), then empty the WAL.
 
         A groups target deletes nothing here; the erased sessions' decoded snapshots leave memory.
-        A call is partial once the snapshots read for its report reach ``READ_BUDGET`` bytes (it
-        reads less than twice that). The file's revision floor rises to the highest revision
-        deleted, in the same transaction (see the class docstring); while it is damaged or
-        missing, an erase that would delete a snapshot raises
-        :class:`SQLiteRevisionFloorError` and changes nothing (a dry run
-        answers as usual).
+        A call is partial once the snapshots read for its report (damaged ones too) reach
+        ``READ_BUDGET`` bytes (it reads less than twice that). The file's revision floor rises to
+        the highest revision deleted, in the same transaction (see the class docstring); while it
+        is damaged or missing, an erase that would delete a snapshot raises
+        :class:`SQLiteRevisionFloorError` and changes nothing (a dry run answers as usual).
 
         ``scrub=False`` (the engine's erasure, for every SQLite store on one
         file) leaves the file's rebuild and log checkpoint to one

@@ -25,7 +25,8 @@ from typing import Final
 from .._json import MAX_JSON_BYTES
 from .._scope import SessionKey
 from ..adapters._sqlite_pack import unpack
-from ..adapters._sqlite_rows import find_session, read_snapshot, row_id, seq_of
+from ..adapters._sqlite_rows import find_session, row_id, seq_of
+from ..adapters._sqlite_snapshot_read import read_snapshot
 
 __all__ = [
     "archived_seqs",
