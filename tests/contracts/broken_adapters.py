@@ -175,6 +175,22 @@ class DescendingReadArchive(InMemoryArchive):
         return list(reversed(groups))[: max(0, max_groups)]
 
 
+class GapEndsReadArchive(InMemoryArchive):
+    """Answers nothing when no group is stored at ``start_seq`` itself, though later ones are.
+
+    A read that seeks the key of ``start_seq`` and walks on from there: from inside a gap in the
+    numbering (an erased range) it finds nothing, and a caller takes the empty page for the end.
+    """
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        groups = await super().read_groups(key, start_seq, max_groups, ctx)
+        return groups if groups and groups[0].seq == start_seq else []
+
+
 class WrongDigestArchive(InMemoryArchive):
     """Acknowledges with a digest of the messages only, not of the canonical group."""
 
@@ -386,6 +402,10 @@ class TestUnboundedReadArchive(_archive_case(UnboundedReadArchive)):  # type: ig
 
 
 class TestDescendingReadArchive(_archive_case(DescendingReadArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestGapEndsReadArchive(_archive_case(GapEndsReadArchive)):  # type: ignore[misc]
     pass
 
 

@@ -8,7 +8,7 @@ erasure tests that describe its bug (and nothing else).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,6 +24,7 @@ from agentium_harness.plugin_api import (
     EraseReport,
     EraseTarget,
     HistoryArchive,
+    MessageGroup,
     OpContext,
     SessionKey,
     SessionStore,
@@ -228,6 +229,23 @@ class UncountedEraseArchive(Archive):
         return EraseReport(status=report.status)
 
 
+class GapEndsReadArchive(Archive):
+    """Erases right, but a read from inside the gap an erased range leaves answers nothing.
+
+    Its read seeks ``start_seq``'s own key and walks on from there: the numbering has gaps only
+    after an erasure, and from inside one the groups past it are never reached (a caller takes
+    the empty page for the end of the history).
+    """
+
+    capabilities = InMemoryArchive.capabilities
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        groups = await super().read_groups(key, start_seq, max_groups, ctx)
+        return groups if groups and groups[0].seq == start_seq else []
+
+
 def _archive_case(adapter: type[Archive]) -> type[ArchiveContract]:
     class Case(ArchiveContract):
         @pytest.fixture
@@ -274,6 +292,10 @@ class TestSoftEraseArchive(_archive_case(SoftEraseArchive)):  # type: ignore[mis
 
 
 class TestUncountedEraseArchive(_archive_case(UncountedEraseArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestGapEndsReadArchive(_archive_case(GapEndsReadArchive)):  # type: ignore[misc]
     pass
 
 

@@ -46,6 +46,8 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         _COLLIDING,
     },
     "TestWholeSessionArchive": {"test_erase_groups_takes_only_those_seqs"},
+    # A read from inside an erased range ends there: only reading on past the gap shows it.
+    "TestGapEndsReadArchive": {"test_erase_groups_takes_only_those_seqs"},
     "TestDryRunErasesArchive": {_DRY},
     "TestUnboundedEraseArchive": {_BOUND},
     "TestEraseIgnoresCancelArchive": {_CANCEL},

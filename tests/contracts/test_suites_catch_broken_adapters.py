@@ -79,6 +79,12 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_free_text_with_nul_and_control_characters_round_trips_exactly",
         "test_one_adapter_serves_threads_each_with_its_own_event_loop",
     },
+    # A read from inside a gap in the numbering answers nothing: reading on from seq 5 (groups 7
+    # and 9 follow) shows it, and so does a session whose only group is seq 3, read from 0.
+    "TestGapEndsReadArchive": {
+        "test_read_groups_returns_whole_groups_ascending_from_start",
+        "test_tricky_ids_round_trip",
+    },
     "TestWrongDigestArchive": {
         "test_append_empty_batch_returns_no_receipts",
         "test_append_returns_one_receipt_per_group_in_order",

@@ -13,6 +13,7 @@ erased text is left anywhere and that neighbours' bytes are still there.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Protocol
@@ -20,6 +21,7 @@ from typing import Any, ClassVar, Protocol
 import pytest
 
 from .._errors import OperationCancelledError, SessionConflictError, UnsupportedOperationError
+from .._history import MessageGroup
 from .._ports import OpContext
 from .._ports.archive import ArchiveCapabilities, HistoryArchive
 from .._ports.erasure import EraseReport, EraseStatus, EraseTarget, SeqRange
@@ -37,6 +39,7 @@ __all__ = [
     "erase_fully",
     "marker",
     "raw_bytes",
+    "read_every_group",
 ]
 
 #: The session the erasure tests erase.
@@ -106,6 +109,33 @@ async def erase_fully(
     pytest.fail("erase never reported complete", pytrace=False)
 
 
+async def read_every_group(
+    archive: HistoryArchive, key: SessionKey, start_seq: int = 0, max_groups: int = 10_000
+) -> list[MessageGroup]:
+    """Up to ``max_groups`` of ``key``'s groups from ``start_seq``, read as the engine reads them.
+
+    ``read_groups`` may answer with fewer groups than asked (an archive bounding the bytes of one
+    call), never none while a group at or past ``start_seq`` is stored: so this reads on from the
+    last group's ``seq + 1`` until an empty page. Each page is held to the port: at most what was
+    asked, ascending from where it started. A page that breaks it fails the calling test.
+    """
+    out: list[MessageGroup] = []
+    at = start_seq
+    while len(out) < max_groups:
+        left = max_groups - len(out)
+        page = list(await archive.read_groups(key, at, left, OpContext()))
+        assert len(page) <= left, f"read_groups from seq {at} returned {len(page)} groups, asked {left}"
+        if not page:
+            break
+        seqs = [g.seq for g in page]
+        assert seqs[0] >= at and all(a < b for a, b in itertools.pairwise(seqs)), (
+            f"read_groups from seq {at} returned seqs {seqs}: not ascending from it"
+        )
+        out.extend(page)
+        at = seqs[-1] + 1
+    return out
+
+
 async def erase_colliding_keys(
     store: _Erasable,
     seed: Callable[[SessionKey, str], Awaitable[None]],
@@ -161,7 +191,7 @@ def _archive(archive: HistoryArchive, flag: str = "erasure") -> None:
 
 
 async def _groups(archive: HistoryArchive, key: SessionKey) -> list[bytes]:
-    return [g.canonical_bytes() for g in await archive.read_groups(key, 0, 10_000, OpContext())]
+    return [g.canonical_bytes() for g in await read_every_group(archive, key)]
 
 
 async def _seed_archive(archive: HistoryArchive, keys: Sequence[SessionKey], n: int, text: str) -> None:
@@ -260,8 +290,10 @@ class ArchiveErasureTests:
         await _seed_archive(archive, [ERASED, SIBLING], 6, "g")
         target = EraseTarget.groups_of(ERASED, [SeqRange(1, 3), SeqRange(4, 5)])
         reports = await erase_fully(archive, target)
-        left = [g.seq for g in await archive.read_groups(ERASED, 0, 100, OpContext())]
+        left = [g.seq for g in await read_every_group(archive, ERASED)]
         assert left == [0, 3, 5]
+        # A read from inside an erased range goes on to the groups past it: an empty page is the end.
+        assert [g.seq for g in await read_every_group(archive, ERASED, 1)] == [3, 5]
         assert len(await _groups(archive, SIBLING)) == 6
         assert [seq for seq, _ in reported_groups(reports)[ERASED]] == [1, 2, 4]
 
