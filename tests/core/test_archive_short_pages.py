@@ -33,6 +33,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine.catch_up import catch_up_index
 from agentium_harness._engine.index_recheck import drop_erased_meanwhile
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -180,3 +181,36 @@ async def test_a_summary_reads_on_past_a_short_page_without_a_gap() -> None:
         result = await rt.run(ANA, "s1", "Fact 8: the widget number 8 weighs 56 grams.")
     assert result.committed and result.summary is not None and archive.short >= 1
     assert result.summary.gaps == () and result.summary.summary.frontier == result.boundary
+
+
+class SlowShortPages(ShortPages):
+    """Answers one group a read, each read taking ``delay`` seconds (under the op deadline)."""
+
+    delay = 0.0
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        await anyio.sleep(self.delay)
+        return await super().read_groups(key, start_seq, max_groups, ctx)
+
+
+async def test_reading_on_stays_within_one_operation_deadline() -> None:
+    # Catch-up and the check after indexing run inside the turn that archived. Each read of one
+    # group takes 0.25 s, under the 1 s op deadline; eight such reads (2 s at least) took one call
+    # per page, each with its own deadline: an archive answering a group a read held the turn for
+    # up to 64 (the catch-up's span) op deadlines. Read on within one call, the read is cut.
+    archive, store = SlowShortPages(cap=1), InMemoryRecallStore()
+    groups = [MessageGroup(n, tuple(_pair(n))) for n in range(8)]
+    receipts = list(await archive.append(KEY, groups, OpContext.with_timeout(30)))
+    await store.index_groups(KEY, groups[:1], receipts[:1], OpContext.with_timeout(30))
+    archive.delay = 0.25
+    with anyio.fail_after(20):
+        caught = await catch_up_index(store, archive, Ticket(KEY, "test", 1.0), KEY, 8)
+        await store.index_groups(KEY, groups, receipts, OpContext.with_timeout(30))
+        checked = await drop_erased_meanwhile(store, archive, Ticket(KEY, "test", 1.0), KEY, groups)
+    assert [d.code for d in caught] == ["recall_catch_up_failed"], caught
+    assert "could not be indexed (OperationTimeoutError" in caught[0].message
+    assert [d.code for d in checked] == ["recall_index_erased_meanwhile"], checked
+    assert "could not check" in checked[0].message and "OperationTimeoutError" in checked[0].message
+    assert await _indexed(store) == list(range(8))  # nothing was erased on a cut read

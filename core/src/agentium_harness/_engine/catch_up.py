@@ -171,12 +171,12 @@ async def catch_up_index(
         who = adapter_method("archive", archive, "read_groups")
         # Read to one past the span at most (an answer that never ends cannot hold the commit), and
         # an answer over it is refused whole (a ContractViolationError, reported below): nothing indexed.
-        # A shorter answer is read on (an archive may bound a call's bytes), not taken for missing groups.
-        raw = await read_on(
-            lambda at, n: ticket.call("archive read", lambda ctx: archive.read_groups(key, at, n, ctx)),
-            first,
-            span,
-            who,
+        # A shorter answer is read on (an archive may bound a call's bytes), not taken for missing groups:
+        # every page within the one call's deadline, which an archive answering a group a read
+        # cannot multiply (the catch-up holds the turn that archived).
+        raw = await ticket.call(
+            "archive read",
+            lambda ctx: read_on(lambda at, n: archive.read_groups(key, at, n, ctx), first, span, who),
         )
         page = bounded_list(raw, span, who, "groups", MessageGroup)
         # ``type(g.seq) is int``: a group's validator keeps its seq exact; one set past it is refused.

@@ -63,12 +63,11 @@ async def drop_erased_meanwhile(
         who = adapter_method("archive", archive, "read_groups")
         # Read to one past the span at most; an answer over it, or not a sequence of groups, is
         # refused (the warning below) before anything is erased on its word. A shorter answer is
-        # read on (an archive may bound a call's bytes): the groups past it were not erased.
-        raw = await read_on(
-            lambda at, n: ticket.call("archive read", lambda ctx: archive.read_groups(key, at, n, ctx)),
-            first,
-            span,
-            who,
+        # read on (an archive may bound a call's bytes): the groups past it were not erased. Every
+        # page within the one call's deadline: an archive answering a group a read cannot multiply it.
+        raw = await ticket.call(
+            "archive read",
+            lambda ctx: read_on(lambda at, n: archive.read_groups(key, at, n, ctx), first, span, who),
         )
         page = bounded_list(raw, span, who, "groups", MessageGroup)
         held = {g.seq: g.digest for g in page if type(g.seq) is int}
