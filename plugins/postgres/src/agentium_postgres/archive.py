@@ -120,9 +120,22 @@ async def insert_groups(conn: Conn, schema: str, key: SessionKey, rows: Sequence
 
 
 async def read_groups(
-    conn: Conn, schema: str, key: SessionKey, start_seq: int, limit: int, max_bytes: int, where: str
+    conn: Conn,
+    schema: str,
+    key: SessionKey,
+    start_seq: int,
+    limit: int,
+    max_bytes: int,
+    where: str,
+    budget: int | None = None,
 ) -> list[MessageGroup]:
-    """Up to ``limit`` whole groups with ``seq >= start_seq``, ascending, each re-checked."""
+    """Up to ``limit`` whole groups with ``seq >= start_seq``, ascending, each re-checked.
+
+    ``budget``: the page ends before the group that would take the bytes it returns past it (the
+    first group always comes back, within ``max_bytes``); the archive's reads pass
+    ``max_row_bytes``. ``octet_length`` of a value TOAST compressed is its full size, read from
+    its header: a table of tiny compressed rows cannot make one read transfer many times that.
+    """
     if limit <= 0:
         return []
     t, u, s = session_keys(key)
@@ -132,12 +145,15 @@ async def read_groups(
             # was transferred whole before the check below refused it.
             "SELECT seq, CASE WHEN octet_length(digest) <= %s THEN digest END, octet_length(digest), "
             "CASE WHEN octet_length(data) <= %s THEN data END, octet_length(data) "
+            "FROM (SELECT seq, digest, data, row_number() OVER w AS n, "
+            "sum(octet_length(data)) OVER w AS running "
             "FROM {s}.archive_groups "
             "WHERE tenant_key = %s AND user_key = %s AND session_key = %s AND seq >= %s "
-            "ORDER BY seq LIMIT %s",
+            "WINDOW w AS (ORDER BY seq) ORDER BY seq LIMIT %s) AS page "
+            "WHERE n = 1 OR %s::bigint IS NULL OR running <= %s::bigint ORDER BY seq",
             schema,
         ),
-        (_DIGEST_BYTES, max_bytes, t, u, s, max(0, start_seq), limit),
+        (_DIGEST_BYTES, max_bytes, t, u, s, max(0, start_seq), limit, budget, budget),
     )
     out = []
     session = key.key()
@@ -225,7 +241,12 @@ class PostgresArchive(HistoryArchive):
     async def read_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
-        """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending, each re-checked."""
+        """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending, each re-checked.
+
+        A page returns at most ``max_row_bytes`` of group bytes (its first group whatever its
+        size): it may be shorter than asked, never empty while a later group is stored. Read on
+        from the last group's seq + 1; only an empty page means there is nothing more.
+        """
         checked_ctx(ctx, "archive read").raise_if_expired("archive read")
         key = checked_key(key, "archive read")
         start_seq = checked_count(start_seq, "start_seq", "archive read")
@@ -233,7 +254,7 @@ class PostgresArchive(HistoryArchive):
         schema, cap = self._config.schema, self._config.max_row_bytes
 
         async def work(conn: Conn) -> list[MessageGroup]:
-            return await read_groups(conn, schema, key, start_seq, max_groups, cap, self._link.name)
+            return await read_groups(conn, schema, key, start_seq, max_groups, cap, self._link.name, cap)
 
         return await self._link.run(ctx, "archive read", key.key_segments()[0], work, write=False)
 
