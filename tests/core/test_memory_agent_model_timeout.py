@@ -180,9 +180,10 @@ async def test_the_deadline_is_memorys_then_the_runtimes_then_the_agents_own() -
     shared = manager()
     rt = runtime(RuntimeLimits(model_timeout_s=90), shared)
     assert Agent(SlowProvider(), shared, ALICE, op_timeout_s=45).model_timeout_s == 90
-    # The first runtime given a manager keeps it, as its erasure fence does.
+    # A second runtime of another deadline: outside either's operation, neither's is picked (not the
+    # first's, as it was): the agent's own (test_shared_manager_model_timeout.py: inside, the operation's).
     other = runtime(RuntimeLimits(model_timeout_s=7), shared)
-    assert Agent(SlowProvider(), shared, ALICE, session="s2").model_timeout_s == 90
+    assert Agent(SlowProvider(), shared, ALICE, session="s2").model_timeout_s == 60.0
     own = manager(model_timeout_s=120)
     rt_own = runtime(RuntimeLimits(model_timeout_s=90), own)
     assert Agent(SlowProvider(), own, ALICE).model_timeout_s == 120

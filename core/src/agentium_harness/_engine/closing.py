@@ -22,8 +22,9 @@ from .hooks import broadcast
 from .lifecycle import LifecycleState, close_owned
 from .maintenance import flush_session
 from .maintenance_state import MAINTENANCE, maintenance_errors
+from .memory.holders import drain_scope
 from .memory.manager import MemoryManager, announce_drain, work_tracker
-from .memory.work import DrainResult
+from .memory.work import CANCEL_GRACE_S, DrainResult
 from .owned_work import SummaryReport
 from .parts import CloseAttempt
 from .results import CleanupReport, CleanupStatus, Diagnostic, Severity
@@ -201,7 +202,9 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
     """One shutdown attempt in three bounded phases; returns the failures (``left`` counts them by kind).
 
     1. Up to ``settle_timeout_s``: admitted operations and owned work (the
-       memory manager's and the background summary updates) settle, side by side.
+       background summary updates and the memory manager's work; of a manager
+       another open runtime shares, only this runtime's: :mod:`.memory.holders`)
+       settle, side by side.
     2. Up to ``close_timeout_s``: what is left is cancelled and given that long to stop.
     3. Up to ``close_timeout_s``: the ``drained`` hook, the memory manager's
        store and every owned adapter close, side by side (each bounded, a
@@ -229,9 +232,10 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
     async def owned_work() -> None:
         drainer = runtime.parts.drainer
         tracker = work_tracker(drainer) if isinstance(drainer, MemoryManager) else drainer
+        only = drain_scope(drainer, runtime) if isinstance(drainer, MemoryManager) else None
         # Under the runtime's own telemetry: the drain's span and metrics go where its turns' go.
         with observe.using(runtime.parts.telemetry, runtime):
-            drained.append(await tracker.drain(settle, limits.close_timeout_s))
+            drained.append(await tracker.drain(settle, limits.close_timeout_s, only))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(operations)
@@ -283,10 +287,20 @@ def _count(left: dict[str, int], key: str, count: int) -> None:
 
 
 async def drain_runtime(runtime: HarnessRuntime, timeout_s: float) -> DrainResult:
-    """``HarnessRuntime.drain``: one drain over all owned work; raises when anything did not complete."""
+    """``HarnessRuntime.drain``: one drain over its owned work; raises when anything did not complete.
+
+    Of a memory manager another open runtime shares, only this runtime's work
+    (:mod:`.memory.holders`); else all of it, the manager's own drain.
+    """
+    drainer = runtime.parts.drainer
+    only = drain_scope(drainer, runtime) if isinstance(drainer, MemoryManager) else None
     # Under the runtime's own telemetry (a memory manager's own applies only where the runtime set none).
     with observe.using(runtime.parts.telemetry, runtime):
-        result = await runtime.parts.drainer.drain(timeout_s)  # the memory manager raises itself
+        if isinstance(drainer, MemoryManager) and only is not None:
+            own = await work_tracker(drainer).drain(timeout_s, CANCEL_GRACE_S, only)
+            result = await announce_drain(drainer, own, drainer.limits.drain_timeout_s)
+        else:
+            result = await drainer.drain(timeout_s)  # the memory manager raises itself
     if not result.ok:
         raise MemoryDrainError(f"drain: {result.describe()}", result)
     return result

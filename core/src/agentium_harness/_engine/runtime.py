@@ -82,7 +82,7 @@ from .maintenance import (
     migrate_admitted,
     reconcile_admitted,
 )
-from .memory.limits import adopt_runtime_limits
+from .memory.holders import adopt_runtime
 from .memory.manager import MemoryManager
 from .memory.work import DrainResult, OwnedWorkSource
 from .memory.work import WorkTracker as MemoryWorkDrainer
@@ -184,7 +184,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         self._memory = memory
         if memory is not None:
             fence_memory(memory, session_store, limits.op_timeout_s)
-            adopt_runtime_limits(memory, limits)  # its model deadline only: never its telemetry
+            adopt_runtime(memory, self)  # not its telemetry (the host's): its calls' deadline, its work
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
         self.evidence_limits = evidence_limits or EvidenceLimits()
@@ -207,7 +207,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         work = OwnedWork(limits.op_timeout_s, admission.late)
         # One place drains all owned work (R40): the memory manager's, with the summary jobs tracked in it.
         drainer = memory if memory is not None else MemoryWorkDrainer()
-        drainer.track(OwnedWorkSource(work))
+        drainer.track(OwnedWorkSource(work, self))  # this runtime's: its own close drains them
         #: The parts the stage modules share (:mod:`.parts`); not for hosts.
         self.parts = RuntimeParts(
             admission=admission,

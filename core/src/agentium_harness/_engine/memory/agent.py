@@ -349,9 +349,11 @@ class Agent:
         """The deadline of this agent's next model call, in seconds.
 
         The manager's ``MemoryLimits.model_timeout_s`` when set, else the
-        ``model_timeout_s`` of the runtime the manager belongs to
-        (``runtime.memory``) when set, else the agent's ``op_timeout_s``.
-        Read at each call: a runtime given the manager later counts too.
+        ``model_timeout_s`` of the runtime whose operation the call is made in
+        (a tool, hook or ``runtime_span`` block of a runtime given the
+        manager), or outside any, of the runtimes given the manager
+        (``runtime.memory``) when they all set the same one, else the agent's
+        ``op_timeout_s``. Read at each call: a runtime given the manager later counts too.
         """
         return model_timeout(self.memory, self._op_timeout_s)
 

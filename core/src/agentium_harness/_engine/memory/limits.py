@@ -8,13 +8,21 @@ well call a model to find the facts worth keeping.
 :func:`model_timeout` resolves it at each call, the first that is set of:
 
 1. the manager's ``MemoryLimits.model_timeout_s`` (memory's own word);
-2. the ``model_timeout_s`` of the runtime the manager belongs to (the first
-   runtime given it, :func:`adopt_runtime_limits`), so a host that raised its
+2. inside an operation of a runtime given the manager (its turn, its
+   ``forget``, a ``runtime_span`` block of its, a tool or hook of its; the
+   extraction such an operation starts keeps it): *that* runtime's
+   ``model_timeout_s`` (:mod:`.holders`), so a host that raised its
    runtime's model deadline does not see the same model cut off earlier
-   when an agent on ``runtime.memory`` calls it;
+   there. Outside any runtime's operation (a host's own call, an ``Agent``
+   on ``runtime.memory``): the ``model_timeout_s`` of the runtimes given the
+   manager when they all set the same one (a single runtime's), else none;
 3. the deadline the call had before model calls had their own: the agent's
    own ``op_timeout_s`` (60 s by default) for its model call, the manager's
    ``op_timeout_s`` (10 s by default) for the extractor.
+
+It used to be the *first* runtime's whatever the call: two tenants'
+runtimes sharing a manager, the second's operations ran under the first's
+model deadline.
 
 A runtime never changes a manager's telemetry. Inside the runtime's own
 operations (its turn's memory selection, ``runtime.forget``, its drain and
@@ -33,21 +41,18 @@ runtime was built.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 import attrs
 
 from ..._ports.memory import MAX_FACT_BYTES, MAX_LOOKUP_LIMIT
 from ..._validators import bounded_count, bounded_duration
-from ..limits import RuntimeLimits
+from .holders import agreed_model_timeout, operation_runtime
 
 if TYPE_CHECKING:
     from .manager import MemoryManager
 
-__all__ = ["MemoryLimits", "adopt_runtime_limits", "model_timeout"]
-
-_adopting = threading.Lock()
+__all__ = ["MemoryLimits", "model_timeout"]
 
 
 @attrs.frozen(slots=True)
@@ -63,8 +68,9 @@ class MemoryLimits:
     - ``max_extracted_facts``: most facts one extraction may write.
     - ``model_timeout_s``: deadline of each model call an :class:`Agent` makes with this
       manager, and of each call of its extractor; ``None`` (the default) means the
-      ``model_timeout_s`` of the runtime the manager belongs to when it sets one, else the
-      agent's ``op_timeout_s`` (its model call) or ``op_timeout_s`` here (the extractor).
+      ``model_timeout_s`` of the runtime whose operation makes the call (outside any: of
+      the runtimes given the manager, when they agree) when it sets one, else the agent's
+      ``op_timeout_s`` (its model call) or ``op_timeout_s`` here (the extractor).
 
     Every count is an integer from 1 to its ceiling and every duration a finite
     number of seconds above 0 and at most 3600, else :class:`InvalidArgumentError`.
@@ -80,23 +86,11 @@ class MemoryLimits:
     model_timeout_s: float | None = attrs.field(default=None, validator=bounded_duration(optional=True))
 
 
-def adopt_runtime_limits(manager: MemoryManager, limits: RuntimeLimits) -> None:
-    """Record that ``manager`` belongs to a runtime with ``limits``; the first runtime's stay.
-
-    Only its limits (the model deadline): the manager's telemetry is the
-    host's to give, never a runtime's to set (module docs).
-    """
-    with _adopting:  # runtimes may be built on several threads around one manager
-        if manager._runtime_limits is None:
-            manager._runtime_limits = limits
-
-
 def model_timeout(manager: MemoryManager, op_timeout_s: float) -> float:
     """The deadline of a model call with ``manager`` (module docs); ``op_timeout_s``: the caller's own."""
     own = manager.limits.model_timeout_s
     if own is not None:
         return own
-    runtime = manager._runtime_limits
-    if runtime is not None and runtime.model_timeout_s is not None:
-        return runtime.model_timeout_s
-    return op_timeout_s
+    runtime = operation_runtime(manager)
+    deadline = runtime.limits.model_timeout_s if runtime is not None else agreed_model_timeout(manager)
+    return op_timeout_s if deadline is None else deadline

@@ -55,7 +55,6 @@ from ..checks import check_adapter
 from ..hooks import HookBroadcaster
 from ..late_calls import FactScope, LateCalls
 from ..lifecycle import Ticket, close_owned
-from ..limits import RuntimeLimits
 from ..memory_fence import ErasureFence, fence_check, fence_confirm, late_take_back, write_span
 from ..unexpected import WriteProgress, typed_unexpected
 from .answers import (
@@ -72,6 +71,7 @@ from .answers import (
 from .events import announce_drained, announce_write
 from .extraction import checked_sources, note_rejected, proposed_facts
 from .extractor import MemoryExtractor
+from .holders import operation_runtime
 from .limits import MemoryLimits, model_timeout
 from .selection import (
     MemorySelection,
@@ -169,7 +169,6 @@ class MemoryManager:
         #: around each write, whoever makes it (one memory store: any of them may be erasing its facts).
         self._erasure_fences: tuple[ErasureFence, ...] = ()
         self._late = LateCalls()  # its writes abandoned past their deadline, maybe running: erasures wait
-        self._runtime_limits: RuntimeLimits | None = None  # its runtime's (.limits.adopt_runtime_limits)
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
         # The host's only: no runtime given the manager changes it (.limits).
@@ -454,7 +453,7 @@ class MemoryManager:
         """Run ``work`` as named owned work (``kind``: ``extraction``, ``final-write``…) until drained."""
         self._check_open("owned work")
         check_work(name, kind, work)
-        return self._work.start(name, kind, work)
+        return self._work.start(name, kind, work, operation_runtime(self))  # in its operation: its work
 
     def track(self, source: WorkSource) -> None:
         """Cover another component's background work in every drain (``OwnedWorkSource(work)``)."""
@@ -482,7 +481,7 @@ class MemoryManager:
         one citing a group not in ``sources`` (:mod:`.extraction`).
         The extractor's call runs under the model deadline
         (:func:`.limits.model_timeout`: ``MemoryLimits.model_timeout_s``, else
-        the runtime's, else ``op_timeout_s``); the writes under ``op_timeout_s``.
+        the runtime's whose operation starts it, else ``op_timeout_s``); the writes under ``op_timeout_s``.
         """
         extractor = self.extractor
         if extractor is None:

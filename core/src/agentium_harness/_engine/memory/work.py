@@ -27,6 +27,7 @@ import contextvars
 import enum
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -220,8 +221,15 @@ class OwnedWorkSource:
     ``summary update <tenant>/<user>/<session>`` (encoded segments).
     """
 
-    def __init__(self, work: OwnedWork) -> None:
+    def __init__(self, work: OwnedWork, owner: object = None) -> None:
         self._work = work
+        # The runtime whose updates these are (held weakly): its own drain covers them, not another's.
+        self._owner = _weak(owner)
+
+    @property
+    def owner(self) -> object:
+        """The runtime whose summary updates these are (``None`` if not given, or gone)."""
+        return self._owner() if self._owner is not None else None
 
     def _keys(self) -> list[Any]:
         return self._work.running()
@@ -265,12 +273,35 @@ class OwnedWorkSource:
         return sorted(items, key=lambda i: i.name), counts
 
 
-class _Item:
-    __slots__ = ("detail", "done", "kind", "loop", "name", "scope", "seq", "signal", "status", "task")
+def _weak(owner: object) -> Callable[[], object] | None:
+    """A weak reference to ``owner`` (``None`` for none): a manager's work must not keep a runtime alive."""
+    return weakref.ref(owner) if owner is not None else None
 
-    def __init__(self, name: str, kind: str) -> None:
+
+def _belongs(owner: Callable[[], object] | None, only: object) -> bool:
+    """Whether work of ``owner`` is covered by a drain of ``only``'s work (``None``: all work)."""
+    return only is None or (owner is not None and owner() is only)
+
+
+class _Item:
+    __slots__ = (
+        "detail",
+        "done",
+        "kind",
+        "loop",
+        "name",
+        "owner",
+        "scope",
+        "seq",
+        "signal",
+        "status",
+        "task",
+    )
+
+    def __init__(self, name: str, kind: str, owner: object = None) -> None:
         self.name = name
         self.kind = kind
+        self.owner = _weak(owner)  # the runtime whose operation started it, if any
         self.loop = LoopHandle.current()
         self.done = ThreadSafeEvent()
         self.scope = anyio.CancelScope()
@@ -305,7 +336,8 @@ class WorkTracker:
         # rest so the oldest completed item is dropped first; dropped ones are only counted.
         self._ended_ok: collections.deque[_Item] = collections.deque()
         self._ended_bad: collections.deque[_Item] = collections.deque()
-        self._dropped: dict[DrainStatus, int] = dict.fromkeys(DrainStatus, 0)
+        # By owner (``None``: work no runtime's operation started), so a runtime's own drain takes its own.
+        self._dropped: dict[object, dict[DrainStatus, int]] = {}
         self._ended_seq = 0
         self._sources: list[WorkSource] = []
         self._counter = 0
@@ -317,7 +349,9 @@ class WorkTracker:
         (self._ended_ok if item.status is DrainStatus.COMPLETED else self._ended_bad).append(item)
         while len(self._ended_ok) + len(self._ended_bad) > max(1, MAX_ENDED_ITEMS):
             oldest = self._ended_ok.popleft() if self._ended_ok else self._ended_bad.popleft()
-            self._dropped[oldest.status or DrainStatus.CANCELLED] += 1
+            owner = oldest.owner() if oldest.owner is not None else None
+            counts = self._dropped.setdefault(owner, dict.fromkeys(DrainStatus, 0))
+            counts[oldest.status or DrainStatus.CANCELLED] += 1
 
     def track(self, source: WorkSource) -> None:
         """Cover ``source``'s work in every drain from now on (idempotent)."""
@@ -329,9 +363,9 @@ class WorkTracker:
         if not any(s is source for s in self._sources):
             self._sources.append(source)
 
-    def _snapshot(self) -> list[_Item]:
+    def _snapshot(self, only: object = None) -> list[_Item]:
         with self._lock:
-            running = list(self._running.values())
+            running = [item for item in self._running.values() if _belongs(item.owner, only)]
         alive = []
         for item in running:
             if item.loop.finished and not item.done.is_set():
@@ -354,12 +388,15 @@ class WorkTracker:
             names.extend(source.pending())
         return tuple(names)
 
-    def start(self, name: str, kind: str, work: Callable[[], Awaitable[object]]) -> str:
-        """Run ``work`` in the background as ``name``; returns the name used (made unique)."""
+    def start(self, name: str, kind: str, work: Callable[[], Awaitable[object]], owner: object = None) -> str:
+        """Run ``work`` in the background as ``name``; returns the name used (made unique).
+
+        ``owner``: the runtime whose operation starts it (a drain of that runtime's work covers it).
+        """
         with self._lock:
             self._counter += 1
             unique = name if name not in self._running else f"{name} #{self._counter}"
-            item = _Item(unique, kind)
+            item = _Item(unique, kind, owner)
             self._running[unique] = item
 
         async def run() -> None:
@@ -388,15 +425,20 @@ class WorkTracker:
         item.task = spawn(run)
         return unique
 
-    async def drain(self, timeout_s: float, grace_s: float = CANCEL_GRACE_S) -> DrainResult:
+    async def drain(
+        self, timeout_s: float, grace_s: float = CANCEL_GRACE_S, only: object = None
+    ) -> DrainResult:
         """Wait up to ``timeout_s`` for all work, cancel what is left, and say what happened to each item.
 
-        Every drain is logged (``agentium.engine.lifecycle``: WARNING when an
-        item failed or was cancelled) and counted (``agentium.drain.items``).
+        With ``only`` (a runtime), just that runtime's work: the items its
+        operations started and its tracked :class:`OwnedWorkSource`; the rest,
+        and the rest's reports, are left for another drain. Every drain is
+        logged (``agentium.engine.lifecycle``: WARNING when an item failed or
+        was cancelled) and counted (``agentium.drain.items``).
         """
         started = time.perf_counter()
         with observe.stage("drain") as span:
-            result = await self._drain(timeout_s, grace_s)
+            result = await self._drain(timeout_s, grace_s, only)
             span.set("agentium.drain.completed", result.count(DrainStatus.COMPLETED))
             span.set("agentium.drain.failed", result.count(DrainStatus.FAILED))
             span.set("agentium.drain.cancelled", result.count(DrainStatus.CANCELLED))
@@ -405,7 +447,7 @@ class WorkTracker:
         observed_drain(result, time.perf_counter() - started)
         return result
 
-    async def _drain(self, timeout_s: float, grace_s: float) -> DrainResult:
+    async def _drain(self, timeout_s: float, grace_s: float, only: object) -> DrainResult:
         # Numbers' subclasses as their numbers (the rest of the drain uses these): their own
         # comparisons are not trusted.
         timeout = exact_number(timeout_s)
@@ -431,7 +473,7 @@ class WorkTracker:
         source_dropped: dict[DrainStatus, int] = dict.fromkeys(DrainStatus, 0)
 
         def cancel_running() -> list[_Item]:
-            running = self._snapshot()
+            running = self._snapshot(only)
             for item in running:
                 item.cancel(f"did not finish within {timeout_s}s; cancelled")
             return running
@@ -440,7 +482,7 @@ class WorkTracker:
             # Work started while the drain waits (an extraction queuing its final
             # write) is waited for too, then cancelled with the rest.
             with anyio.move_on_after(timeout_s):
-                while running := self._snapshot():
+                while running := self._snapshot(only):
                     await running[0].done.wait()
             with anyio.move_on_after(grace_s):
                 while running := cancel_running():
@@ -460,16 +502,25 @@ class WorkTracker:
         async with anyio.create_task_group() as tg:
             tg.start_soon(own)
             for src in self._sources:
-                tg.start_soon(source, src)
+                if only is None or getattr(src, "owner", None) is only:
+                    tg.start_soon(source, src)
         with self._lock:
-            ended = sorted([*self._ended_ok, *self._ended_bad], key=lambda i: i.seq)
-            self._ended_ok.clear()
-            self._ended_bad.clear()
-            dropped, self._dropped = self._dropped, dict.fromkeys(DrainStatus, 0)
-        for status, n in source_dropped.items():
-            dropped[status] += n
+            ended = sorted(
+                [i for i in (*self._ended_ok, *self._ended_bad) if _belongs(i.owner, only)],
+                key=lambda i: i.seq,
+            )
+            taken = {id(i) for i in ended}
+            self._ended_ok = collections.deque(i for i in self._ended_ok if id(i) not in taken)
+            self._ended_bad = collections.deque(i for i in self._ended_bad if id(i) not in taken)
+            # Items dropped unlisted past MAX_ENDED_ITEMS, counted by owner: all of them, or ``only``'s.
+            owners = list(self._dropped) if only is None else [only]
+            counted = [self._dropped.pop(owner, {}) for owner in owners]
+        dropped = source_dropped
+        for counts in counted:
+            for status, n in counts.items():
+                dropped[status] += n
         items = [i.item() for i in ended]
-        for item in self._snapshot():
+        for item in self._snapshot(only):
             item.detail = "did not stop after cancellation; still tracked"
             items.append(item.item(stopped=False))
         items.extend(from_sources)
