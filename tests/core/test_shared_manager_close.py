@@ -19,10 +19,13 @@ from typing import Any
 
 import anyio
 import pytest
+from _slow_provider import SlowProvider
 
 from agentium_harness import (
+    Agent,
     GroupRef,
     HarnessRuntime,
+    MemoryDrainError,
     MemoryFact,
     MemoryManager,
     MemoryScope,
@@ -186,3 +189,26 @@ async def test_the_last_runtime_open_drains_the_managers_other_work() -> None:
         await b.aclose()
     assert extractor.gate.cancelled and manager.running() == ()
     assert await manager.list(BO_SCOPE) == ()
+
+
+async def test_closing_an_agent_leaves_the_runtimes_work_on_its_manager() -> None:
+    # An Agent on a manager a runtime holds (runtime.memory) drains its own extractions on close(),
+    # not the runtime's summary updates: it used to drain (and cancel) the whole manager's work.
+    extractor = GatedExtractor()
+    manager = _manager(extractor)
+    sb = GatedSummarizer()
+    b = _runtime(manager, sb)
+    agent = Agent(SlowProvider(), manager, BO_SCOPE, session="agent-s", drain_timeout_s=0.2)
+    with anyio.fail_after(DEADLINE_S):
+        await _update_in_flight(b, BO, sb)
+        await agent.run("the boiler is red")
+        await extractor.gate.started.wait()
+        with pytest.raises(MemoryDrainError) as caught:
+            await agent.close()  # its own extraction outlasts its drain: cancelled, and said so
+        assert [i.name.split(" ")[0] for i in caught.value.result.items] == ["extraction"]
+        assert extractor.gate.cancelled
+        assert not sb.gate.cancelled, "the agent's close cancelled the runtime's summary update"
+        sb.gate.release.set()
+        result = await b.drain(DEADLINE_S)
+    assert [i.name.split("/")[0] for i in result.items] == ["summary update globex"] and result.ok
+    await b.aclose()

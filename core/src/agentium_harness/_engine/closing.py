@@ -22,9 +22,9 @@ from .hooks import broadcast
 from .lifecycle import LifecycleState, close_owned
 from .maintenance import flush_session
 from .maintenance_state import MAINTENANCE, maintenance_errors
-from .memory.holders import drain_scope
+from .memory.holders import drain_owned, drain_scope
 from .memory.manager import MemoryManager, announce_drain, work_tracker
-from .memory.work import CANCEL_GRACE_S, DrainResult
+from .memory.work import DrainResult
 from .owned_work import SummaryReport
 from .parts import CloseAttempt
 from .results import CleanupReport, CleanupStatus, Diagnostic, Severity
@@ -297,8 +297,7 @@ async def drain_runtime(runtime: HarnessRuntime, timeout_s: float) -> DrainResul
     # Under the runtime's own telemetry (a memory manager's own applies only where the runtime set none).
     with observe.using(runtime.parts.telemetry, runtime):
         if isinstance(drainer, MemoryManager) and only is not None:
-            own = await work_tracker(drainer).drain(timeout_s, CANCEL_GRACE_S, only)
-            result = await announce_drain(drainer, own, drainer.limits.drain_timeout_s)
+            result = await drain_owned(drainer, only, timeout_s)
         else:
             result = await drainer.drain(timeout_s)  # the memory manager raises itself
     if not result.ok:

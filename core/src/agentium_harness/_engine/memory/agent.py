@@ -9,7 +9,8 @@ Its states are ``open`` → ``busy`` (one run at a time) → ``open`` …, then
 ``close()``:
 
 1. cancels the active run and awaits it (bounded by ``close_timeout_s``);
-2. drains the manager's owned work (bounded by ``drain_timeout_s``);
+2. drains the manager's owned work (bounded by ``drain_timeout_s``): only
+   its own extractions while a runtime given the manager is open (:mod:`.holders`);
 3. closes the resources the agent owns (``owned``, and the manager when
    ``owns_memory``), each bounded, never the borrowed ones.
 
@@ -56,6 +57,7 @@ from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
 from ..memory_fence import fence_memory
 from .extraction import turn_source
+from .holders import drain_owned, open_runtimes, starting_as
 from .limits import model_timeout
 from .manager import HistoryOwner, MemoryManager, telemetry_of
 from .sources import MemoryOmitted, agent_memory_blocks
@@ -311,7 +313,8 @@ class Agent:
                 span.event(SKIPPED_EVENT, {"agentium.memory.reason": "encoding"})
             return None
         name = f"extraction {self._key.key()} turn {self._runs}"
-        return self.memory.extract_in_background(self.scope, turn, name, sources=(source,))
+        with starting_as(self):  # its own work: its close drains it, not a runtime's close
+            return self.memory.extract_in_background(self.scope, turn, name, sources=(source,))
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         """The model call, observed as a harness run's: a ``chat`` span, and a failure logged.
@@ -434,7 +437,14 @@ class Agent:
         drain: DrainResult | None = None
         drain_error: MemoryDrainError | None = None
         try:
-            drain = await self.memory.drain(self._drain_timeout_s)
+            if open_runtimes(self.memory):  # their work is theirs: only this agent's extractions
+                timeout = self._drain_timeout_s or self.memory.limits.drain_timeout_s
+                with observe.using(telemetry_of(self.memory), self.memory):  # as the manager's drain
+                    drain = await drain_owned(self.memory, self, timeout)
+                if not drain.ok:
+                    raise MemoryDrainError(f"memory drain: {drain.describe()}", drain)
+            else:
+                drain = await self.memory.drain(self._drain_timeout_s)
         except MemoryDrainError as exc:
             drain_error = exc
             drain = exc.result if isinstance(exc.result, DrainResult) else None

@@ -15,13 +15,19 @@ forgotten with it), and
   summary updates, and the work started through the manager in its
   operations) while another runtime given the manager is still open; the
   last one open (or the host's ``manager.drain()``) covers the rest too
-  (:func:`drain_scope`), as a single runtime's close always did.
+  (:func:`drain_scope`), as a single runtime's close always did. An
+  :class:`~.agent.Agent`'s extractions are its own work likewise
+  (:func:`starting_as`): its ``close()`` drains only them while a runtime
+  given the manager is open.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..._observe.state import ACTIVE
@@ -30,14 +36,28 @@ from ..lifecycle import LifecycleState
 if TYPE_CHECKING:
     from ..runtime import HarnessRuntime
     from .manager import MemoryManager
+    from .work import DrainResult
 
-__all__ = ["adopt_runtime", "agreed_model_timeout", "drain_scope", "operation_runtime"]
+__all__ = [
+    "adopt_runtime",
+    "agreed_model_timeout",
+    "drain_owned",
+    "drain_scope",
+    "open_runtimes",
+    "operation_runtime",
+    "starting_as",
+    "work_owner",
+]
 
 _adopting = threading.Lock()  # runtimes may be built on several threads around one manager
 # Each manager's runtimes, both held weakly: neither is kept alive by being given the other.
 _HOLDERS: weakref.WeakKeyDictionary[MemoryManager, weakref.WeakSet[HarnessRuntime]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+# Who starts owned work in this block (an Agent starting its extraction), when not an operation's runtime.
+_STARTER: contextvars.ContextVar[object] = contextvars.ContextVar("agentium_work_starter", default=None)
 
 
 def _held(manager: MemoryManager) -> list[HarnessRuntime]:
@@ -60,6 +80,36 @@ def operation_runtime(manager: MemoryManager) -> HarnessRuntime | None:
     return next((r for r in _held(manager) if r is held), None)
 
 
+@contextlib.contextmanager
+def starting_as(owner: object) -> Iterator[None]:
+    """Owned work the manager starts in this block is ``owner``'s (an ``Agent``'s extraction)."""
+    token = _STARTER.set(owner)
+    try:
+        yield
+    finally:
+        _STARTER.reset(token)
+
+
+def work_owner(manager: MemoryManager) -> object:
+    """Whose an owned item started now is: :func:`starting_as`'s owner, else the operation's runtime."""
+    starter = _STARTER.get()
+    return starter if starter is not None else operation_runtime(manager)
+
+
+def open_runtimes(manager: MemoryManager, but: object = None) -> bool:
+    """Whether a runtime given ``manager`` (other than ``but``) is still open."""
+    return any(r is not but and r.state is LifecycleState.OPEN for r in _held(manager))
+
+
+async def drain_owned(manager: MemoryManager, owner: object, timeout_s: float) -> DrainResult:
+    """Drain ``owner``'s work on ``manager`` only, and broadcast the ``drained`` event (never raises it)."""
+    from .manager import announce_drain, work_tracker  # the manager imports this module
+    from .work import CANCEL_GRACE_S
+
+    own = await work_tracker(manager).drain(timeout_s, CANCEL_GRACE_S, owner)
+    return await announce_drain(manager, own, manager.limits.drain_timeout_s)
+
+
 def agreed_model_timeout(manager: MemoryManager) -> float | None:
     """The ``model_timeout_s`` every runtime given ``manager`` sets, when they agree; else ``None``.
 
@@ -79,5 +129,4 @@ def drain_scope(manager: MemoryManager, runtime: HarnessRuntime) -> HarnessRunti
     host's extraction, an ``Agent``'s). Two runtimes closing at once both
     cover all of it, as before (one drain waits for what the other cancels).
     """
-    others = [r for r in _held(manager) if r is not runtime and r.state is LifecycleState.OPEN]
-    return runtime if others else None
+    return runtime if open_runtimes(manager, but=runtime) else None

@@ -71,7 +71,7 @@ from .answers import (
 from .events import announce_drained, announce_write
 from .extraction import checked_sources, note_rejected, proposed_facts
 from .extractor import MemoryExtractor
-from .holders import operation_runtime
+from .holders import work_owner
 from .limits import MemoryLimits, model_timeout
 from .selection import (
     MemorySelection,
@@ -453,7 +453,7 @@ class MemoryManager:
         """Run ``work`` as named owned work (``kind``: ``extraction``, ``final-write``…) until drained."""
         self._check_open("owned work")
         check_work(name, kind, work)
-        return self._work.start(name, kind, work, operation_runtime(self))  # in its operation: its work
+        return self._work.start(name, kind, work, work_owner(self))  # a runtime's operation's: its work
 
     def track(self, source: WorkSource) -> None:
         """Cover another component's background work in every drain (``OwnedWorkSource(work)``)."""
