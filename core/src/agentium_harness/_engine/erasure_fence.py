@@ -51,9 +51,11 @@ from typing import Any, Final, Protocol
 import attrs
 
 from .._errors import AgentiumError, ErasureInProgressError, InvalidArgumentError, SessionStoreError
+from .._observe import spans as observe
 from .._ports.erasure import EraseTarget, ErasureLedger, ErasureRecord
 from .._ports.sessions import SessionStore
-from .erasure_ledger import joined_since, load_ledger, pending_key
+from .._scope import SessionKey
+from .erasure_ledger import joined_since, ledger_of, load_ledger, pending_key
 from .lifecycle import Ticket
 
 __all__ = ["CLOCK_MARGIN_S", "ErasureFence", "FenceCheck", "FencedWrite"]
@@ -101,9 +103,36 @@ class FencedWrite(Protocol):
         ...
 
 
+def _known_ledger(
+    ticket: Ticket, store: SessionStore, key: SessionKey
+) -> tuple[int | None, ErasureLedger] | None:
+    """The ledger at ``key`` when the store knows it unchanged (no read, no bounded call); else ``None``.
+
+    The built-in SQLite store answers a row it wrote or read last, with no
+    commit to the file by anyone since, without waiting (as the run's load
+    takes it: :func:`.load.known_fence_and_session`): the same answer a read
+    would give now. Only with nothing recording (the read's span stays as it
+    was otherwise); anything else is left to the bounded read.
+    """
+    known_load = getattr(store, "_agentium_load_known", None)
+    if known_load is None or observe.current() is not None:
+        return None
+    try:
+        known = known_load((key,), ticket.context())
+    except Exception:  # the bounded read meets it again and raises it typed
+        return None
+    if type(known) is not tuple or len(known) != 1:
+        return None
+    return ledger_of(key, known[0])
+
+
 @attrs.frozen(slots=True)
 class ErasureFence:
     """Reads ``store``'s erasures around a write (one bounded read each, ``timeout_s``).
+
+    A read the store can answer from what it knows unchanged (the built-in
+    SQLite store, nothing committed to the file since, no tracer recording)
+    is taken from it instead: no read, no bounded call (:func:`_known_ledger`).
 
     ``clock`` is this process's clock (UTC), read at the first check: only
     an erasure without a join record is judged by it (the module's
@@ -118,8 +147,12 @@ class ErasureFence:
         return Ticket(None, _OPERATION, self.timeout_s)
 
     async def _pending(self, ticket: Ticket, tenant: str) -> tuple[int | None, ErasureLedger]:
+        key = pending_key(tenant)
+        known = _known_ledger(ticket, self.store, key)
+        if known is not None:
+            return known
         try:
-            return await load_ledger(ticket, self.store, pending_key(tenant), _OPERATION)
+            return await load_ledger(ticket, self.store, key, _OPERATION)
         except AgentiumError:
             raise
         except Exception as exc:

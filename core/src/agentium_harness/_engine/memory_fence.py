@@ -68,6 +68,7 @@ __all__ = [
     "ErasureFence",
     "FenceCheck",
     "FenceChecks",
+    "covering",
     "fence_check",
     "fence_confirm",
     "fence_memory",
@@ -196,8 +197,11 @@ async def fence_check(
     return tuple([await fence.check(write) for fence in fences])
 
 
-async def _covering(seen: FenceChecks, manager: MemoryManager) -> tuple[FenceCheck, ErasureRecord] | None:
+async def covering(seen: FenceChecks, manager: MemoryManager) -> tuple[FenceCheck, ErasureRecord] | None:
     """:meth:`ErasureFence.covering_since` of each check: the first covering erasure found, with its check.
+
+    After a write (:func:`fence_confirm`), and before an extraction's
+    extractor call (:mod:`.extraction_fence`, from the turn's reading).
 
     Every store is read even if one fails: a covering erasure in another is
     still acted on. With none found, the first failure is raised (the write
@@ -266,7 +270,7 @@ async def _confirm(
     seen: FenceChecks, manager: MemoryManager, owner: MemoryScope, ack: MemoryAck, fact_id: str
 ) -> MemoryAck:
     try:
-        found = await _covering(seen, manager)
+        found = await covering(seen, manager)
     except Exception as exc:  # the write stands: said in the ack, never a bare error after a commit
         _log.warning("memory write not confirmed against erasures: %s", type(exc).__name__)
         _event("agentium.memory.unconfirmed", "answered", exc)
@@ -423,7 +427,7 @@ async def _forget_if_erased(
     """
     from .memory.manager import forget_fact  # here: the manager module imports this one
 
-    if await _covering(seen, manager) is None:
+    if await covering(seen, manager) is None:
         return False
     with outside_owned_work():
         await forget_fact(manager, owner, fact_id)

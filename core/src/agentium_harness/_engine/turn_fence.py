@@ -28,7 +28,9 @@ made from the erased history). Nothing here writes or syncs anything.
 A summary update after a run's commit looks the same way before its
 summarizer call (the groups it offers are the session's history), from the
 run's load (``since``): stopped, it saves nothing (a ``summary_failed``
-diagnostic says why).
+diagnostic says why). A memory extraction looks the same way before its
+extractor call, through its manager's own fences (every session store the
+manager was given to, for the fact it would write: :mod:`.extraction_fence`).
 
 What it does not cover: a call already under way when the erasure begins
 (the provider has the request; that is the provider's copy, docs/erasure.md),

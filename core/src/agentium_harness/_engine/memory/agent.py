@@ -53,23 +53,20 @@ from ..._ports.sessions import SessionStore
 from ..._scope import SessionKey
 from ..._validators import MAX_COUNT, check_count, check_duration, lone_surrogate_at
 from ..checks import check_adapter
+from ..extraction_fence import skipped, turn_reading
 from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
 from ..memory_fence import fence_memory
-from .extraction import turn_source
+from .extraction import start_extraction, turn_source
 from .holders import drain_owned, open_runtimes, starting_as
 from .limits import model_timeout
-from .manager import HistoryOwner, MemoryManager, telemetry_of
+from .manager import HistoryOwner, MemoryManager, fences_of, telemetry_of
 from .sources import MemoryOmitted, agent_memory_blocks
 from .work import DrainResult
 
 __all__ = ["Agent", "AgentReply", "AgentState"]
 
 _log = logging.getLogger("agentium.engine")
-
-#: The span of a turn an agent could not extract from, under its manager's telemetry, and its event.
-SKIPPED_SPAN = "agentium.memory.extraction"
-SKIPPED_EVENT = "agentium.memory.extraction_skipped"
 
 DEFAULT_AGENT_INSTRUCTIONS = (
     "You are a helpful assistant. Memory arrives as labeled source data: "
@@ -285,10 +282,10 @@ class Agent:
         self._runs += 1
         name = None
         if self.extraction:
-            name = self._extract((user, answer))
+            name = await self._extract((user, answer))
         return AgentReply(answer.content, answer, blocks, omitted, response.usage, name)
 
-    def _extract(self, turn: tuple[Message, Message]) -> str | None:
+    async def _extract(self, turn: tuple[Message, Message]) -> str | None:
         """Start the extraction of ``turn``, citing it as the group it is (so erasing the session removes it).
 
         Its source is the turn as a group of this agent's session: the turn's
@@ -296,6 +293,9 @@ class Agent:
         (:func:`.extraction.turn_source`). A turn with no canonical encoding
         (a lone surrogate) has no digest to cite: it is not extracted, and a
         WARNING says so (a fact no session erasure could find is not written).
+        What the manager's erasure fences see now is the turn's reading: an
+        erasure covering the turn that began since skips the extraction just
+        before its extractor call (:mod:`..extraction_fence`).
         """
         source = turn_source(self.session, self._runs - 1, turn)
         if source is None:
@@ -306,15 +306,13 @@ class Agent:
             # A span of its own, from the manager's provider: no span of the run is open here (its
             # chat span has ended), and "the span current" would be the host's, through the global
             # provider, whatever the manager's Telemetry says (one recording nothing included).
-            with (
-                observe.using(telemetry_of(self.memory), self.memory),
-                observe.internal_span(SKIPPED_SPAN) as span,
-            ):
-                span.event(SKIPPED_EVENT, {"agentium.memory.reason": "encoding"})
+            skipped(telemetry_of(self.memory), self.memory, "encoding")
             return None
         name = f"extraction {self._key.key()} turn {self._runs}"
+        # Read as the turn ends (the SQLite store answers a ledger it knows unchanged without a read).
+        seen = await turn_reading(fences_of(self.memory), self.scope, (source,))
         with starting_as(self):  # its own work: its close drains it, not a runtime's close
-            return self.memory.extract_in_background(self.scope, turn, name, sources=(source,))
+            return start_extraction(self.memory, self.scope, turn, name, (source,), seen)
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         """The model call, observed as a harness run's: a ``chat`` span, and a failure logged.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -32,9 +33,14 @@ from ..._ports.memory import (
     MemoryFact,
     MemoryScope,
 )
-from .answers import within
+from ..extraction_fence import TurnReading, before_extractor
+from .answers import check_work, checked_scope, within
 
-__all__ = ["checked_sources", "note_rejected", "proposed_facts", "turn_source"]
+if TYPE_CHECKING:
+    from .extractor import MemoryExtractor
+    from .manager import MemoryManager
+
+__all__ = ["checked_sources", "note_rejected", "proposed_facts", "start_extraction", "turn_source"]
 
 _log = logging.getLogger("agentium.engine.memory")
 
@@ -136,3 +142,55 @@ def turn_source(session: str, seq: int, messages: Sequence[Message]) -> GroupRef
         return GroupRef(session, seq, MessageGroup(seq, tuple(messages)).digest)
     except EncodingError:
         return None
+
+
+def start_extraction(
+    manager: MemoryManager,
+    scope: MemoryScope,
+    messages: Sequence[Message],
+    name: str,
+    sources: Sequence[GroupRef],
+    seen: TurnReading,
+) -> str | None:
+    """:meth:`~.manager.MemoryManager.extract_in_background`, fenced from ``seen`` (the turn's reading).
+
+    ``seen`` is what the manager's erasure fences saw when the turn ended
+    (:func:`..extraction_fence.turn_reading`, an Agent's), or ``None`` (a host's
+    call): checked again just before the extractor is called
+    (:func:`..extraction_fence.before_extractor`), so an erasure covering the
+    turn that began since skips it, nothing sent or written.
+    """
+    extractor = manager.extractor
+    if extractor is None:
+        return None
+    scope = checked_scope(scope)
+    cited = checked_sources(sources)
+    if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
+        raise InvalidArgumentError(f"messages must be a sequence of Message, got {type(messages).__name__}")
+    given = tuple(messages)
+    if not all(isinstance(m, Message) for m in given):
+        raise InvalidArgumentError("messages must be a sequence of Message; nothing was started")
+    check_work(name, "extraction", lambda: None)
+    return manager.start_work(
+        name, "extraction", lambda: _extract(manager, extractor, scope, given, cited, seen)
+    )
+
+
+async def _extract(
+    manager: MemoryManager,
+    extractor: MemoryExtractor,
+    scope: MemoryScope,
+    given: tuple[Message, ...],
+    cited: tuple[GroupRef, ...],
+    seen: TurnReading,
+) -> None:
+    """The owned work of one extraction: the fence, the extractor's call, the checked writes."""
+    from .manager import call_extractor, fences_of, telemetry_of  # here: the manager imports this module
+
+    # Before anything is sent: the turn's text must not reach the extractor (whose model may keep
+    # it) once an erasure covering it began; the write fence alone would only keep its facts out.
+    await before_extractor(fences_of(manager), telemetry_of(manager), manager, scope, cited, seen)
+    proposed = await call_extractor(manager, extractor, scope, given)
+    # Every fact checked (and given its sources) before the first is written.
+    facts = proposed_facts(proposed, scope, cited, manager.limits.max_extracted_facts)
+    note_rejected([await manager.remember_with_result(fact) for fact in facts])

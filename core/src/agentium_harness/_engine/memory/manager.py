@@ -16,7 +16,7 @@ over with :meth:`MemoryManager.track` (a runtime's summary updates).
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Literal, TypeVar
 
@@ -69,7 +69,7 @@ from .answers import (
     checked_scope,
 )
 from .events import announce_drained, announce_write
-from .extraction import checked_sources, note_rejected, proposed_facts
+from .extraction import start_extraction
 from .extractor import MemoryExtractor
 from .holders import work_owner
 from .limits import MemoryLimits, model_timeout
@@ -89,7 +89,9 @@ __all__ = [
     "MemoryLimits",
     "MemoryManager",
     "announce_drain",
+    "call_extractor",
     "counted_listing",
+    "fences_of",
     "forget_fact",
     "late_calls_of",
     "telemetry_of",
@@ -482,34 +484,13 @@ class MemoryManager:
         The extractor's call runs under the model deadline
         (:func:`.limits.model_timeout`: ``MemoryLimits.model_timeout_s``, else
         the runtime's whose operation starts it, else ``op_timeout_s``); the writes under ``op_timeout_s``.
+        Just before it, the erasures under way in every session store fencing
+        the manager are read: one covering ``scope``'s user or tenant, or a
+        session ``sources`` names, skips the extraction (the work fails with
+        ``ErasureInProgressError``; nothing is sent or written:
+        :mod:`..extraction_fence`).
         """
-        extractor = self.extractor
-        if extractor is None:
-            return None
-        scope = checked_scope(scope)
-        cited = checked_sources(sources)
-        if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
-            raise InvalidArgumentError(
-                f"messages must be a sequence of Message, got {type(messages).__name__}"
-            )
-        given = tuple(messages)
-        if not all(isinstance(m, Message) for m in given):
-            raise InvalidArgumentError("messages must be a sequence of Message; nothing was started")
-        check_work(name, "extraction", lambda: None)
-
-        async def work() -> None:
-            # An extractor is host code that may well call a model: a model deadline, not the
-            # store's (read when the work runs, so a runtime given the manager later counts too).
-            proposed = await self._call(
-                "memory extract",
-                lambda ctx: extractor.extract(scope, given, ctx),
-                timeout_s=model_timeout(self, self.limits.op_timeout_s),
-            )
-            # Every fact checked (and given its sources) before the first is written.
-            facts = proposed_facts(proposed, scope, cited, self.limits.max_extracted_facts)
-            note_rejected([await self.remember_with_result(fact) for fact in facts])
-
-        return self.start_work(name, "extraction", work)
+        return start_extraction(self, scope, messages, name, sources, None)
 
     async def drain(self, timeout_s: float | None = None, *, grace_s: float | None = None) -> DrainResult:
         """Wait for all owned and tracked work, cancel what outlasts ``timeout_s``; say what happened (R40).
@@ -554,6 +535,21 @@ class MemoryManager:
 def telemetry_of(manager: MemoryManager) -> Resolved:
     """The telemetry settings ``manager`` was given, or the defaults (global providers, no content)."""
     return manager._telemetry if manager._telemetry is not None else Telemetry().resolve()
+
+
+def fences_of(manager: MemoryManager) -> tuple[ErasureFence, ...]:
+    """``manager``'s erasure fences, one per session store it was given to (an extraction reads them)."""
+    return manager._erasure_fences
+
+
+async def call_extractor(
+    manager: MemoryManager, extractor: MemoryExtractor, scope: MemoryScope, given: tuple[Message, ...]
+) -> object:
+    """``extractor.extract(scope, given)`` as ``manager``'s bounded call: what it proposed, unchecked."""
+    # An extractor is host code that may well call a model: a model deadline, not the store's
+    # (read when the work runs, so a runtime given the manager later counts too).
+    timeout_s = model_timeout(manager, manager.limits.op_timeout_s)
+    return await manager._call("memory extract", lambda ctx: extractor.extract(scope, given, ctx), timeout_s)
 
 
 def late_calls_of(manager: MemoryManager) -> LateCalls:

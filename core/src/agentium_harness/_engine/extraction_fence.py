@@ -1,0 +1,131 @@
+"""The erasure fence before a memory extraction's extractor call: no turn erased since reaches it.
+
+An extraction hands a turn's messages to the host's extractor, which may
+call a model with them; it runs as owned work, after the turn. An erasure of
+the turn's session (a session its ``sources`` name), its user or its tenant
+may begin in between, in any process sharing the session store, and may even
+finish before the extractor is called. The write fence (:mod:`.memory_fence`)
+keeps the facts out, but the extractor would still be handed the erased text.
+
+So the same reads and reasoning as before each model call of a run
+(:mod:`.turn_fence`), here through the manager's own fences (every session
+store fencing it: :func:`.memory_fence.fence_memory`), for the fact the
+extraction would write (:meth:`EraseTarget.covers_fact` of its scope and
+sources), from a reading taken when the turn ended (:func:`turn_reading`,
+an :class:`~.memory.agent.Agent`'s, right after its model call):
+
+- the tenant's pending erasures are read again (the built-in SQLite store
+  answers from what it knows unchanged, no read, when nothing was committed
+  to the file since: :meth:`.erasure_fence.ErasureFence.check`): a covering
+  one under way skips the extraction;
+- only when the ledger's revision moved since the reading, the finished
+  erasures covering the fact are read: one that joined the ledger after the
+  reading skips it too (by its join record, as the write fence judges).
+
+Without a reading (``manager.extract_in_background`` called by the host,
+which alone knows when its turn was), the pending erasures are read just
+before the call: one covering the fact under way skips it.
+
+A skipped extraction sends nothing and writes nothing: its owned work fails
+(a drain reports it, naming the erasure), with a WARNING on
+``agentium.engine.memory`` and the span event
+``agentium.memory.extraction_skipped`` (reason ``erasure``; no ids, no
+content) on a short ``agentium.memory.extraction`` span of the manager's
+telemetry, as a turn an Agent cannot extract from is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .._errors import AgentiumError, ErasureInProgressError
+from .._observe import spans as observe
+from .._observe.settings import Resolved
+from .._ports.memory import GroupRef, MemoryScope
+from .erasure_fence import ErasureFence
+from .memory_fence import FenceChecks, covering, fence_check
+
+if TYPE_CHECKING:
+    from .memory.manager import MemoryManager
+
+__all__ = ["SKIPPED_EVENT", "SKIPPED_SPAN", "TurnReading", "before_extractor", "skipped", "turn_reading"]
+
+_log = logging.getLogger("agentium.engine.memory")
+
+#: The span of an extraction skipped (under its manager's telemetry), and its event.
+SKIPPED_SPAN = "agentium.memory.extraction"
+SKIPPED_EVENT = "agentium.memory.extraction_skipped"
+
+#: What the fences saw when the turn ended: the checks to compare with, or the refusal of an erasure
+#: covering the fact already under way then; ``None``: no reading (the pending ledger is read at the call).
+TurnReading = FenceChecks | ErasureInProgressError | None
+
+
+def skipped(telemetry: Resolved, owner: object, reason: str) -> None:
+    """The event of an extraction skipped for ``reason``, on a span of its own from ``telemetry``.
+
+    A span of its own: the turn's spans have ended, and "the span current"
+    would be the host's, through the global provider, whatever the
+    manager's telemetry says. No ids, no content.
+    """
+    with observe.using(telemetry, owner), observe.internal_span(SKIPPED_SPAN) as span:
+        span.event(SKIPPED_EVENT, {"agentium.memory.reason": reason})
+
+
+async def turn_reading(
+    fences: Sequence[ErasureFence], scope: MemoryScope, sources: Sequence[GroupRef]
+) -> TurnReading:
+    """What every fence sees now, for the fact an extraction of ``sources`` would write.
+
+    Taken when the turn ends, before its extraction starts. A covering
+    erasure under way is returned as its refusal (the extraction will be
+    skipped); a store that cannot be read gives no reading (``None``: the
+    pending ledger is read again just before the extractor call).
+    """
+    try:
+        return await fence_check(fences, scope, sources)
+    except ErasureInProgressError as exc:
+        return exc
+    except AgentiumError:
+        return None
+
+
+async def before_extractor(
+    fences: Sequence[ErasureFence],
+    telemetry: Resolved,
+    owner: MemoryManager,
+    scope: MemoryScope,
+    sources: Sequence[GroupRef],
+    seen: TurnReading,
+) -> None:
+    """Raise :class:`ErasureInProgressError` if an erasure covering the fact began since ``seen``.
+
+    Reported (WARNING, span event) before it raises; the caller then calls
+    no extractor and writes nothing. A store that cannot be read raises its
+    typed error as it is (nothing is sent either).
+    """
+    outcome = "the extraction was skipped before its extractor call: nothing was sent or written"
+    refusal: ErasureInProgressError | None = None
+    try:
+        if isinstance(seen, ErasureInProgressError):
+            raise seen
+        if seen is None:
+            await fence_check(fences, scope, sources)
+            return
+        found = await covering(seen, owner)  # and any store given to the manager since
+        if found is not None:
+            refusal = found[0].write.refusal(found[1], outcome)
+    except ErasureInProgressError as exc:
+        refusal = ErasureInProgressError(f"{exc}; {outcome}", exc.erasure_id)
+    if refusal is None:
+        return
+    _log.warning(
+        "memory extraction skipped: an erasure covering the turn's user or session began after the "
+        "turn (erasure %s); nothing was sent to the extractor or written",
+        refusal.erasure_id,
+        extra={"agentium_operation": "memory extract"},
+    )
+    skipped(telemetry, owner, "erasure")
+    raise refusal
