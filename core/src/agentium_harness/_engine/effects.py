@@ -100,7 +100,14 @@ class EffectsKeeper:
     #: The turn as it goes (:func:`~.turn.run_turn` records into it), for a cancellation.
     trace: TurnTrace = attrs.field(
         default=attrs.Factory(
-            lambda self: TurnTrace(TurnFence(self.ticket, self.runtime.session_store)), takes_self=True
+            lambda self: TurnTrace(
+                TurnFence(
+                    self.ticket,
+                    self.runtime.session_store,
+                    revision=None if self.progress.stored is None else self.progress.stored.revision,
+                )
+            ),
+            takes_self=True,
         )
     )
     #: A commit of what ran was made (the recall policy's stop): an error from it is not followed by another.

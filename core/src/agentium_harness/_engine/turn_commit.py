@@ -236,7 +236,7 @@ async def commit_group(
     if update_summary and runtime.summarizer is not None and runtime.parts.summary_reader is not None:
         summarizer, reader, limits = runtime.summarizer, runtime.parts.summary_reader, runtime.summary_limits
 
-        first = ticket.fence_seen
+        first, committed = ticket.fence_seen, outcome.revision
 
         async def summarize(on: Ticket) -> tuple[int, SummaryState | None, list[Diagnostic]]:
             return await summarize_after_commit(
@@ -253,7 +253,9 @@ async def commit_group(
                 revisions=runtime.parts.summary_revisions,
                 model_timeout_s=runtime.limits.model_timeout_s,
                 # From the run's load: the groups it summarizes were committed from what it loaded.
-                before_call=TurnFence(on, runtime.session_store, since=first, what="summary update").check,
+                before_call=TurnFence(
+                    on, runtime.session_store, since=first, revision=committed, what="summary update"
+                ).check,
             )
 
         if limits.background:

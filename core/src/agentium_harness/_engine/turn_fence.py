@@ -13,11 +13,18 @@ looks again:
   SQLite store answers it from what it knows unchanged, without a read or a
   bounded call, when nothing was committed to the file since): one covering
   the session under way stops the run;
-- only when the ledger's revision moved since the last look, the tenant's
-  finished erasures of the whole session are read (a few small reads:
+- only when the ledger's revision moved since the last look: the session's
+  snapshot (free on the SQLite known path) — still at the revision the
+  content is from (``revision``), it was not erased since (an erasure
+  removes it, and a store never hands out a revision twice for a key), as
+  the commit fence judges it; else the tenant's finished erasures of the
+  whole session are read (a few small reads:
   :func:`.commit_fence.erased_whole_since`): one that joined the ledger
-  after the run's load stops the run. The revision then seen is kept, so
-  each later call of the run reads them again only if the ledger moves again.
+  after the run's load stops the run — one whose join record is absent (an
+  earlier version's) or damaged may have joined at any time and stops it
+  too, which is why the snapshot is looked at first. The revision then seen
+  is kept, so each later call of the run looks again only if the ledger
+  moves again.
 
 Stopping raises :class:`~agentium_harness._errors_run.ErasedDuringRunError`
 before the call, with a WARNING (no content) and a span event
@@ -45,8 +52,9 @@ import logging
 from .._errors_run import ErasedDuringRunError
 from .._observe.spans import current_span_event
 from .._ports.erasure import ErasureRecord
-from .._ports.sessions import SessionStore
+from .._ports.sessions import SessionStore, StoredSnapshot
 from .._scope import SessionKey
+from .._validators import exact_int
 from .commit_fence import erased_whole_since
 from .erasure_ledger import ledger_of, pending_key
 from .lifecycle import Ticket, covers
@@ -64,7 +72,7 @@ ERASED_DURING_RUN = "erased_during_run"
 class TurnFence:
     """One run's look at the erasure ledger before each model call, from the point its load saw."""
 
-    __slots__ = ("first", "seen", "store", "ticket", "what")
+    __slots__ = ("first", "revision", "seen", "store", "ticket", "what")
 
     def __init__(
         self,
@@ -72,9 +80,13 @@ class TurnFence:
         store: SessionStore,
         *,
         since: tuple[int | None] | None = None,
+        revision: int | None = None,
         what: str = "run",
     ) -> None:
         self.ticket = ticket
+        #: The session's revision holding what is sent (the load's; a summary update's: its commit's),
+        #: ``None`` when it was absent: found there again, no erasure took the session since.
+        self.revision = revision
         self.store = store
         self.what = what
         #: The ledger revision of the run's fenced load (``None`` inside: absent then); the run's
@@ -104,6 +116,18 @@ class TurnFence:
                 raise _stopped(key, record, "is under way", self.what)
         if revision == seen[0]:
             return  # no erasure of the tenant began or ended since the last look
+        if self.revision is not None:
+            found = (
+                known[1]
+                if known is not None
+                else await ticket.call("session load", lambda ctx: store.load(key, ctx))
+            )
+            # The int the store's answer holds: a subclass's own ``__eq__`` could say it is unchanged.
+            if isinstance(found, StoredSnapshot) and exact_int(found.revision) == self.revision:
+                # Still the snapshot the content is from: no erasure took it since (join records
+                # aside: an earlier version's erasure, with none, must not stop every later run).
+                self.seen = (revision,)
+                return
         finished = await erased_whole_since(ticket, store, key, first[0])
         if finished is not None:
             raise _stopped(key, finished, "completed", self.what)

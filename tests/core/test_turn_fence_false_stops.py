@@ -1,0 +1,115 @@
+"""The turn fence stops a run only for an erasure that took its session since the load (docs/erasure.md).
+
+The fence before each model call (:mod:`agentium_harness._engine.turn_fence`)
+reads the tenant's finished erasures once the ledger moved. An erasure whose
+join record is absent (an earlier version's) or damaged may have joined at
+any time, so it counts as one since the load — but only while nothing else
+tells: a session stored at the load and still stored at the same revision
+was not erased since (an erasure removes the snapshot, and a store never
+hands out a revision twice for a key). The commit fence judges it so; a run
+must not be stopped (its tool calls dropped) for what its commit would take.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _effects_support import DEPLOY
+from _erasure_harness import ANA, OPERATOR, history_texts
+
+from agentium_harness import (
+    EffectLevel,
+    EraseTarget,
+    ErasureState,
+    Tool,
+    ToolRegistry,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._engine.erasure_ledger import joined_key, load_ledger, save_ledger
+from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness._ports.erasure import ErasureLedger
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+
+pytestmark = pytest.mark.anyio
+
+BOB = VerifiedIdentity("acme", "bob", "test-auth")
+
+
+def _stores(kind: str, tmp_path: Path) -> tuple[Any, Any, Any, Any]:
+    """Two processes' archive and session store objects over the same data."""
+    if kind == "memory":
+        archive, store = InMemoryArchive(), InMemorySessionStore()
+        return archive, store, archive, store
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    return (
+        SQLiteArchive(config),
+        SQLiteSessionStore(config),
+        SQLiteArchive(config),
+        SQLiteSessionStore(config),
+    )
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_an_old_erasure_without_a_usable_join_record_does_not_stop_a_run_of_the_id_used_again(
+    kind: str, tmp_path: Path
+) -> None:
+    """s1 erased long ago (join record damaged), used again: bob's erasure mid-run must not stop ana's run."""
+    tool_entered, tool_release = anyio.Event(), anyio.Event()
+
+    async def deploy(args: Any) -> str:
+        tool_entered.set()
+        with anyio.fail_after(30):
+            await tool_release.wait()
+        return "deployed"
+
+    archive, store, other_archive, other_store = _stores(kind, tmp_path)
+    provider = ScriptedProvider(replies=["noted", "noted", "noted", DEPLOY, "Deployed."])
+    mine = create_harness_runtime(
+        provider=provider,
+        archive=archive,
+        session_store=store,
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+    )
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=other_archive,
+        session_store=other_store,
+    )
+    try:
+        await mine.run(ANA, "s1", "long ago")
+        old = await other.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+        assert old.tombstone is not None and old.tombstone.state is ErasureState.COMPLETE
+        # Its join record damaged (holds no header): read as absent, as an earlier version's erasure.
+        ticket, key = Ticket(None, "test", 30.0), joined_key("acme", old.tombstone.erasure_id)
+        revision, _ = await load_ledger(ticket, other_store, key)
+        await save_ledger(ticket, other_store, key, ErasureLedger((), joined_after=0), revision)
+        await mine.run(ANA, "s1", "the id used again")  # stored again: the session now exists
+        await mine.run(BOB, "s1", "bob's own")
+        outcome: list[Any] = []
+
+        async def turn() -> None:
+            try:
+                outcome.append(await mine.run(ANA, "s1", "deploy it", grants=["deploy"]))
+            except Exception as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn)
+            with anyio.fail_after(30):
+                await tool_entered.wait()
+            # Another user's erasure moves the tenant's ledger; ana's session is untouched.
+            await other.erase(EraseTarget.user("acme", "bob"), reason="dsr", attestation=OPERATOR)
+            tool_release.set()
+        (result,) = outcome
+        assert not isinstance(result, BaseException), repr(result)
+        assert result.committed
+        assert "deploy it" in await history_texts(mine)
+    finally:
+        await mine.aclose()
+        await other.aclose()
