@@ -94,10 +94,11 @@ class GroupReader(Protocol):
         ...
 
     async def finished_erasures(self, deadline: float) -> tuple[ErasureRecord, ...]:
-        """The headers of the tenant's finished erasures covering the session, in the order they completed.
+        """The tenant's finished erasures that can take a document, in the order they completed (headers).
 
         Every erasure that can take a document this run may recall covers the
-        session (its tenant's, its user's, its own). Raises as :meth:`erased_whole`.
+        session (its tenant's, its user's, its own); a groups erasure takes
+        none and is left out. Raises as :meth:`erased_whole`.
         """
         ...
 
@@ -190,7 +191,13 @@ class SessionGroups:
                 "erasure index read not started: its deadline had passed", "erasure index read", 0.0
             )
         with anyio.move_on_after(left) as scope:
-            found = await finished_covering(self._ticket, self._store, self._key)
+            # A groups erasure (retention, a fact's sources) takes no document: not kept, or a
+            # session's cached entry would grow by one each retention run.
+            found = tuple(
+                r
+                for r in await finished_covering(self._ticket, self._store, self._key)
+                if not r.target.groups
+            )
         if scope.cancelled_caught:
             raise OperationTimeoutError(
                 f"erasure index read did not finish within {left:.3f}s and was cancelled",
