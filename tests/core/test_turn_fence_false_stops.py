@@ -24,6 +24,9 @@ from agentium_harness import (
     EffectLevel,
     EraseTarget,
     ErasureState,
+    ResidentLimits,
+    RetentionPolicy,
+    RuntimeLimits,
     Tool,
     ToolRegistry,
     VerifiedIdentity,
@@ -107,6 +110,80 @@ async def test_an_old_erasure_without_a_usable_join_record_does_not_stop_a_run_o
             await other.erase(EraseTarget.user("acme", "bob"), reason="dsr", attestation=OPERATOR)
             tool_release.set()
         (result,) = outcome
+        assert not isinstance(result, BaseException), repr(result)
+        assert result.committed
+        assert "deploy it" in await history_texts(mine)
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def _run_while(mine: Any, entered: anyio.Event, release: anyio.Event, meanwhile: Any) -> Any:
+    """Ana's tool turn on s1 until its tool is entered; ``meanwhile()``; then the tool returns."""
+    outcome: list[Any] = []
+
+    async def turn() -> None:
+        try:
+            outcome.append(await mine.run(ANA, "s1", "deploy it", grants=["deploy"]))
+        except Exception as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn)
+        with anyio.fail_after(30):
+            await entered.wait()
+        await meanwhile()
+        release.set()
+    (result,) = outcome
+    return result
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("meanwhile", ["retention-of-s2", "s2-erased"])
+async def test_an_erasure_of_another_session_of_the_user_does_not_stop_the_run(
+    kind: str, meanwhile: str, tmp_path: Path
+) -> None:
+    """Guard: s1 erased and used again before the load; mid-run, ana's s2 loses groups or is erased."""
+    tool_entered, tool_release = anyio.Event(), anyio.Event()
+
+    async def deploy(args: Any) -> str:
+        tool_entered.set()
+        with anyio.fail_after(30):
+            await tool_release.wait()
+        return "deployed"
+
+    archive, store, other_archive, other_store = _stores(kind, tmp_path)
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
+    mine = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"] * 5 + [DEPLOY, "Deployed."]),
+        archive=archive,
+        session_store=store,
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        limits=limits,
+    )
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=other_archive,
+        session_store=other_store,
+        limits=limits,
+        retention=RetentionPolicy(max_archived_groups=1),
+    )
+    try:
+        await mine.run(ANA, "s1", "long ago")
+        await other.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+        await mine.run(ANA, "s1", "the id used again")
+        for n in range(3):
+            await mine.run(ANA, "s2", f"s2 turn {n}")  # two of s2's groups archived
+
+        async def erase_s2() -> None:
+            if meanwhile == "s2-erased":
+                target = EraseTarget.session("acme", "ana", "s2")
+                await other.erase(target, reason="dsr", attestation=OPERATOR)
+            else:
+                done = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s2"))
+                assert len(done.erasures) == 1, done
+
+        result = await _run_while(mine, tool_entered, tool_release, erase_s2)
         assert not isinstance(result, BaseException), repr(result)
         assert result.committed
         assert "deploy it" in await history_texts(mine)
