@@ -18,8 +18,9 @@ from typing import Any
 import anyio
 import pytest
 from _effects_support import DEPLOY
-from _erasure_harness import ANA, OPERATOR, history_texts
+from _erasure_harness import ANA, OPERATOR, gate_after, history_texts
 
+import agentium_harness._engine.summary as summary_module
 from agentium_harness import (
     EffectLevel,
     EraseTarget,
@@ -27,6 +28,7 @@ from agentium_harness import (
     ResidentLimits,
     RetentionPolicy,
     RuntimeLimits,
+    SummaryLimits,
     Tool,
     ToolRegistry,
     VerifiedIdentity,
@@ -38,6 +40,7 @@ from agentium_harness._ports.erasure import ErasureLedger
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 
 pytestmark = pytest.mark.anyio
 
@@ -187,6 +190,51 @@ async def test_an_erasure_of_another_session_of_the_user_does_not_stop_the_run(
         assert not isinstance(result, BaseException), repr(result)
         assert result.committed
         assert "deploy it" in await history_texts(mine)
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_a_summary_update_is_not_stopped_for_an_old_erasure_without_a_usable_join_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """s1 erased long ago (join record damaged), used again; bob erased before ana's summarizer call."""
+    archive, store = InMemoryArchive(), InMemorySessionStore()
+    mine = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=store,
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True), archive=archive, session_store=store
+    )
+    try:
+        await mine.run(ANA, "s1", "long ago")
+        old = await other.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+        assert old.tombstone is not None
+        ticket, key = Ticket(None, "test", 30.0), joined_key("acme", old.tombstone.erasure_id)
+        revision, _ = await load_ledger(ticket, store, key)
+        await save_ledger(ticket, store, key, ErasureLedger((), joined_after=0), revision)
+        await mine.run(ANA, "s1", "the id used again")
+        await mine.run(BOB, "s1", "bob's own")
+        entered, release = gate_after(summary_module, "_read", monkeypatch)
+        outcome: list[Any] = []
+
+        async def turn() -> None:
+            outcome.append(await mine.run(ANA, "s1", "a second turn"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn)
+            with anyio.fail_after(30):
+                await entered.wait()  # committed, its group archived and read back for the summary
+            await other.erase(EraseTarget.user("acme", "bob"), reason="dsr", attestation=OPERATOR)
+            release.set()
+        (result,) = outcome
+        assert result.committed
+        assert not result.has("summary_failed"), [d.message for d in result.diagnostics]
     finally:
         await mine.aclose()
         await other.aclose()
