@@ -15,6 +15,7 @@ import pytest
 
 import agentium_harness._engine.recall_readback as readback
 from agentium_harness import (
+    EraseTarget,
     OperatorAttestation,
     ResidentLimits,
     RetentionPolicy,
@@ -26,12 +27,25 @@ from agentium_harness import (
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
 QUESTION = "when does the vpn certificate expire"
+
+
+class Recording(ScriptedProvider):
+    """Answers ``noted``; keeps every source block it is handed, rendered."""
+
+    def __init__(self) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.sources: list[str] = []
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        self.sources.extend(block.render() for block in request.sources)
+        return await super().complete(request, ctx)
 
 
 async def test_the_cache_of_finished_erasures_holds_no_groups_erasure() -> None:
@@ -61,3 +75,30 @@ async def test_the_cache_of_finished_erasures_holds_no_groups_erasure() -> None:
         assert not [r for r in held if r.target.groups], held
     finally:
         await runtime.aclose()
+
+
+async def test_a_cache_filled_before_an_erasure_does_not_show_its_documents_after() -> None:
+    """Ana's session's cache entry is filled (no erasure of her yet); then she is erased without recall."""
+    store, recall = InMemorySessionStore(), InMemoryRecallStore()
+    archive = InMemoryArchive()
+    provider = Recording()
+    serving = create_harness_runtime(provider=provider, archive=archive, session_store=store, recall=recall)
+    eraser = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True), archive=archive, session_store=store
+    )
+    try:
+        await serving.run(VerifiedIdentity("acme", "bob", "test-auth"), "s1", "bob's")
+        await eraser.erase(EraseTarget.user("acme", "bob"), reason="DSR", attestation=OPERATOR)  # a ledger
+        await serving.index_document(SourceOwner("acme", "ana"), "vpn.md", "VPN certificate qzexpiresq March")
+        await serving.run(ANA, "s1", QUESTION)
+        assert any("qzexpiresq" in s for s in provider.sources)
+        assert readback._FINISHED.get(store), "the cache was filled (the test's premise)"
+        done = await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+        assert done.tombstone is not None and done.tombstone.store("recall") is None
+        provider.sources.clear()
+        result = await serving.run(ANA, "s1", QUESTION)  # same session: a new key by the ledger only
+        assert not [s for s in provider.sources if "qzexpiresq" in s], provider.sources
+        assert result.has("recall_document_erased")
+    finally:
+        await serving.aclose()
+        await eraser.aclose()
