@@ -18,12 +18,15 @@ from typing import Any
 import anyio
 import pytest
 from _effects_support import DEPLOY
-from _erasure_harness import ANA, OPERATOR, gate_after, history_texts
+from _erasure_harness import ANA, OPERATOR, HookedArchive, gate_after, history_texts
 
 import agentium_harness._engine.summary as summary_module
 from agentium_harness import (
+    CommitState,
     EffectLevel,
+    ErasedDuringRunError,
     EraseTarget,
+    ErasureInProgressError,
     ErasureState,
     ResidentLimits,
     RetentionPolicy,
@@ -235,6 +238,91 @@ async def test_a_summary_update_is_not_stopped_for_an_old_erasure_without_a_usab
         (result,) = outcome
         assert result.committed
         assert not result.has("summary_failed"), [d.message for d in result.diagnostics]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+class _HeldErase:
+    """What the hooked archive awaits before a real erase: ``entered``, then ``release``."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = anyio.Event(), anyio.Event()
+
+    async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
+        if not kwargs.get("dry_run", False):
+            self.entered.set()
+            with anyio.fail_after(30):
+                await self.release.wait()
+
+
+async def test_retention_of_the_session_under_way_stops_the_run_without_calling_its_history_erased() -> None:
+    """Retention of ana's s1 is under way at the tool round's end: the run stops before its next call.
+
+    A groups erasure leaves the resident history alone, so the run is no
+    :class:`ErasedDuringRunError` ("made from the erased history"): it is
+    the :class:`ErasureInProgressError` a load meets, and what ran is
+    offered to a commit like any stop's, which the erasure under way refuses.
+    """
+    tool_entered, tool_release = anyio.Event(), anyio.Event()
+
+    async def deploy(args: Any) -> str:
+        tool_entered.set()
+        with anyio.fail_after(30):
+            await tool_release.wait()
+        return "deployed"
+
+    held = _HeldErase()
+    archive, store = HookedArchive(held), InMemorySessionStore()
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
+    sent: list[int] = []
+
+    class Counting(ScriptedProvider):
+        async def complete(self, request: Any, ctx: Any) -> Any:
+            sent.append(1)
+            return await super().complete(request, ctx)
+
+    mine = create_harness_runtime(
+        provider=Counting(replies=["noted", "noted", "noted", DEPLOY, "Deployed."]),
+        archive=archive,
+        session_store=store,
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        limits=limits,
+    )
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=store,
+        limits=limits,
+        retention=RetentionPolicy(max_archived_groups=1),
+    )
+    retained: list[Any] = []
+    try:
+        for n in range(3):
+            await mine.run(ANA, "s1", f"turn {n}")  # two groups archived: one past the policy
+        async with anyio.create_task_group() as tg:
+
+            async def retain() -> None:
+                target = EraseTarget.session("acme", "ana", "s1")
+                retained.append(await other.apply_retention(OPERATOR, target))
+
+            async def meanwhile() -> None:
+                tg.start_soon(retain)
+                with anyio.fail_after(30):
+                    await held.entered.wait()  # recorded in the ledger, under way
+
+            error = await _run_while(mine, tool_entered, tool_release, meanwhile)
+            held.release.set()
+        assert isinstance(error, ErasureInProgressError), repr(error)
+        assert not isinstance(error, ErasedDuringRunError), repr(error)
+        assert error.commit_state is CommitState.NOT_COMMITTED
+        assert len(sent) == 4  # no call after the retention began
+        report = error.run_result
+        assert report is not None and [o.name for o in report.tool_outcomes] == ["deploy"]
+        assert not report.has("erased_during_run")
+        assert "could not be committed" in str(error)
+        assert len(retained[0].erasures) == 1
+        assert "turn 2" in await history_texts(mine)  # the session lives on
     finally:
         await mine.aclose()
         await other.aclose()

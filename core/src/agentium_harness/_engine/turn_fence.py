@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 
+from .._errors import ErasureInProgressError
 from .._errors_run import ErasedDuringRunError
 from .._observe.spans import current_span_event
 from .._ports.erasure import ErasureRecord
@@ -113,6 +114,8 @@ class TurnFence:
         revision, ledger = ledger_of(ledger_key, answer)
         for record in ledger.records:
             if covers(record.target, key):
+                if record.target.groups:
+                    raise _groups_under_way(key, record, self.what)
                 raise _stopped(key, record, "is under way", self.what)
         if revision == seen[0]:
             return  # no erasure of the tenant began or ended since the last look
@@ -149,6 +152,31 @@ def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> Era
         f"session {key.session!r} began to be erased ({record.target.describe()}, erasure "
         f"{record.erasure_id}, {how}) after the run loaded it; the {what} stopped before its next "
         "model call, so the erased history was not sent; nothing was committed",
+        record.erasure_id,
+    )
+    error.commit_state = CommitState.NOT_COMMITTED
+    return error
+
+
+def _groups_under_way(key: SessionKey, record: ErasureRecord, what: str) -> ErasureInProgressError:
+    """The stop for an erasure of archived groups of the session under way (retention, a fact's sources).
+
+    It leaves the resident history alone, so this is not an
+    :class:`ErasedDuringRunError`: it is the refusal a load meets, and what
+    ran is offered to a commit as after any stop (refused while the erasure
+    is under way, and said so). A WARNING and the same span event (no content).
+    """
+    _log.warning(
+        "%s stopped before a model call: archived groups of its session are being erased (erasure %s)",
+        what,
+        record.erasure_id,
+        extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
+    )
+    current_span_event(f"agentium.run.{ERASED_DURING_RUN}", {"agentium.erasure.state": record.state.value})
+    error = ErasureInProgressError(
+        f"session {key.session!r} has archived groups being erased ({record.target.describe()}, erasure "
+        f"{record.erasure_id}); the {what} stopped before its next model call (what it recalled may be "
+        "among them); run again once the erasure completes",
         record.erasure_id,
     )
     error.commit_state = CommitState.NOT_COMMITTED
