@@ -25,6 +25,7 @@ from .maintenance_state import MAINTENANCE, maintenance_errors
 from .memory.holders import drain_owned, drain_scope
 from .memory.manager import MemoryManager, announce_drain, work_tracker
 from .memory.work import DrainResult
+from .memory_fence import unfence_memory
 from .owned_work import SummaryReport
 from .parts import CloseAttempt
 from .results import CleanupReport, CleanupStatus, Diagnostic, Severity
@@ -206,7 +207,9 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
        another open runtime shares, only this runtime's: :mod:`.memory.holders`)
        settle, side by side.
     2. Up to ``close_timeout_s``: what is left is cancelled and given that long to stop.
-    3. Up to ``close_timeout_s``: the ``drained`` hook, the memory manager's
+    3. Once nothing of the runtime runs on, its erasure fence is withdrawn from a
+       memory manager it shares (:func:`.memory_fence.unfence_memory`). Then, up to
+       ``close_timeout_s``: the ``drained`` hook, the memory manager's
        store and every owned adapter close, side by side (each bounded, a
        close blocked in a worker thread abandoned).
 
@@ -251,6 +254,12 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
     if first:
         _count(left, "agentium.close.work_failed", len(result.failed) + result.dropped_failed)
     before_closes = len(failures)
+    if runtime.memory is not None and not (
+        left.get("agentium.close.operations_running") or result.still_running
+    ):
+        # Nothing of this runtime runs on (its erasures included), and its store may close below: a
+        # manager another runtime shares stops reading it (:func:`.memory_fence.unfence_memory`).
+        unfence_memory(runtime.memory, runtime)
 
     async def announce() -> None:
         if isinstance(runtime.parts.drainer, MemoryManager):

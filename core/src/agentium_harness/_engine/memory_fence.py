@@ -7,7 +7,8 @@ through the shared :class:`~.erasure_fence.ErasureFence` (its docstring says
 why the two reads suffice). A manager given to several runtimes on separate
 session stores (:func:`fence_memory`) reads every one of them around every
 write, whoever makes it: its memory store is one, so an erasure recorded in
-any of those stores scrubs the facts any of them would write. A fact an erasure covers
+any of those stores scrubs the facts any of them would write. A runtime's
+store fences it while that runtime is open (:func:`unfence_memory`). A fact an erasure covers
 (:meth:`EraseTarget.covers_fact`: its user or tenant, or a session its
 provenance names) is refused with
 :class:`~agentium_harness._errors.ErasureInProgressError`:
@@ -33,7 +34,9 @@ late take-back), before the cancellation goes on (:func:`fence_confirm`).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -73,6 +76,7 @@ __all__ = [
     "fence_confirm",
     "fence_memory",
     "late_take_back",
+    "unfence_memory",
     "write_span",
 ]
 
@@ -160,24 +164,92 @@ def fence_memory(
     timeout_s: float,
     *,
     clock: Callable[[], datetime] = utc_now,
+    holder: object = None,
 ) -> None:
-    """Fence ``manager``'s writes with the erasures recorded in ``store`` too (each store once).
+    """Fence ``manager``'s writes with the erasures recorded in ``store`` too (each storage once).
 
-    Used by the runtime, an :class:`~.memory.agent.Agent` given a session
-    store, and ``agentium memory remember|correct``: the session store is
-    where erasures are recorded, so a manager without one cannot be fenced.
-    Every store a manager is given to fences every one of its writes, for
-    its lifetime: a host's own call and a runtime's alike, since an erasure
-    recorded in any of them scrubs the manager's one memory store, and
-    which store records the erasures of a tenant and user the manager
-    cannot know. A store given again (two runtimes on one store) adds
-    nothing: its fence (and its ``timeout_s``, ``clock``) is the first one's.
+    Used by the runtime (``holder``: the runtime), an :class:`~.memory.agent.Agent`
+    given a session store, and ``agentium memory remember|correct``: the
+    session store is where erasures are recorded, so a manager without one
+    cannot be fenced. Each fence fences every one of the manager's writes: a
+    host's own call and a runtime's alike, since an erasure recorded in any
+    of them scrubs the manager's one memory store, and which store records
+    the erasures of a tenant and user the manager cannot know.
+
+    A store given without a ``holder`` fences the manager for its lifetime,
+    as before; a runtime's, while the runtime is open (:func:`unfence_memory`
+    at its close; a runtime dropped unclosed is forgotten with it). Stores
+    reading one storage (:func:`_storage`: one object, or the built-in
+    SQLite session stores on one database file) are one fence: the first
+    given still fencing (its ``timeout_s`` and ``clock``), then the next.
     ``clock`` is :attr:`.ErasureFence.clock` (this process's; a test skews it).
     """
+    fence = ErasureFence(store, timeout_s, clock=clock)
     with _fencing:  # runtimes may be built on several threads around one manager
-        held = manager._erasure_fences
-        if not any(fence.store is store for fence in held):
-            manager._erasure_fences = (*held, ErasureFence(store, timeout_s, clock=clock))
+        given = _GIVEN.setdefault(manager, [])
+        if holder is None:
+            if any(ref is None and _storage(f.store) == _storage(store) for ref, f in given):
+                return  # an Agent or the CLI per call on one store: nothing more to read
+            given.append((None, fence))
+        elif not any(ref is not None and ref() is holder for ref, _ in given):
+            given.append((weakref.ref(holder), fence))
+        _refence(manager, given)
+
+
+def unfence_memory(manager: MemoryManager, holder: object) -> None:
+    """Withdraw ``holder``'s fence from ``manager`` (a runtime closing), unless it is the last one.
+
+    The runtime's operations and owned work are over, and its store may be
+    closed (``owned=``): a fence that cannot be read would refuse every later
+    write through the manager. An erasure recorded only in a storage no open
+    runtime (nor ``Agent``) reads anymore is then no longer checked by the
+    manager (docs/erasure.md). With no other fence left, the manager keeps
+    its fences (fail closed, as a manager used by one runtime always did)
+    until a runtime or ``Agent`` gives it another store.
+    """
+    with _fencing:
+        given = _GIVEN.get(manager)
+        if given is not None:
+            given[:] = [(ref, f) for ref, f in given if ref is None or ref() is not holder]
+            _refence(manager, given)
+
+
+#: What each manager was given to fence it: ``(holder, fence)``, the holder held weakly (``None``:
+#: for the manager's lifetime). Not an attribute of the manager: :mod:`.memory.holders` does the same.
+_GIVEN: weakref.WeakKeyDictionary[MemoryManager, list[tuple[weakref.ref[object] | None, ErasureFence]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _refence(manager: MemoryManager, given: list[tuple[weakref.ref[object] | None, ErasureFence]]) -> None:
+    """Set ``manager``'s fences from ``given`` (under :data:`_fencing`): one per storage, first given first.
+
+    Holders gone (a runtime dropped unclosed) are forgotten. With nothing
+    left, the fences stay as they were: the last one keeps failing closed.
+    """
+    given[:] = [(ref, f) for ref, f in given if ref is None or ref() is not None]
+    fences: list[ErasureFence] = []
+    storages: list[object] = []
+    for _, fence in given:
+        storage = _storage(fence.store)
+        if storage not in storages:
+            storages.append(storage)
+            fences.append(fence)
+    if fences:
+        manager._erasure_fences = tuple(fences)
+
+
+def _storage(store: SessionStore) -> object:
+    """What ``store`` reads: its database file for the built-in SQLite session store, else the object.
+
+    Only that exact class (its public ``path``): a subclass may read elsewhere,
+    and no other store says what it reads. Looked up among the loaded modules:
+    a process that never imported the SQLite adapter has none of its stores.
+    """
+    sqlite = sys.modules.get("agentium_harness.adapters.sqlite")
+    if sqlite is not None and type(store) is getattr(sqlite, "SQLiteSessionStore", None):
+        return ("sqlite", getattr(store, "path", None))
+    return ("object", id(store))  # the fences hold the stores they compare: no id reused meanwhile
 
 
 #: What a write's first reads saw: one :class:`FenceCheck` per store fencing it (none: unfenced).
@@ -205,22 +277,28 @@ async def covering(seen: FenceChecks, manager: MemoryManager) -> tuple[FenceChec
 
     Every store is read even if one fails: a covering erasure in another is
     still acted on. With none found, the first failure is raised (the write
-    was not checked again against that store). A store ``manager`` was given
-    after the first reads (a runtime built while the write was under way)
-    is read too (:meth:`ErasureFence.covering_after`): its erasure may have
-    scrubbed memory before the write landed.
+    was not checked again against that store), unless its fence was
+    withdrawn meanwhile (:func:`unfence_memory`). A fence ``manager`` gained
+    after the first reads (a runtime built while the write was under way, or
+    another store on a storage whose first store closed) is read too
+    (:meth:`ErasureFence.covering_after`): its erasure may have scrubbed
+    memory before the write landed.
     """
     failed: Exception | None = None
+    current = manager._erasure_fences
     for check in seen:
         try:
             record = await check.fence.covering_since(check)
         except Exception as exc:
-            failed = failed or exc
+            # A fence withdrawn meanwhile (its runtime closed, its store perhaps with it) is not
+            # waited for: what it records is no longer checked (unfence_memory).
+            if any(check.fence is fence for fence in current):
+                failed = failed or exc
             continue
         if record is not None:
             return check, record
     # One runtime: no store added meanwhile, nothing more read.
-    for fence in manager._erasure_fences[len(seen) :]:
+    for fence in current:
         if any(fence is check.fence for check in seen):
             continue
         try:

@@ -183,7 +183,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         self.retention = retention
         self._memory = memory
         if memory is not None:
-            fence_memory(memory, session_store, limits.op_timeout_s)
+            fence_memory(memory, session_store, limits.op_timeout_s, holder=self)
             adopt_runtime(memory, self)  # not its telemetry (the host's): its calls' deadline, its work
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
