@@ -31,6 +31,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine.erasure_fence import ErasureFence
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
@@ -41,16 +42,6 @@ pytestmark = pytest.mark.anyio
 ANA = MemoryScope("acme", "ana")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
 RUNS = 6
-
-
-class _Counting(SQLiteSessionStore):
-    """A session store counting its reads (the fence reads the pending ledger through ``load``)."""
-
-    loads = 0
-
-    async def load(self, key: Any, ctx: OpContext) -> Any:
-        _Counting.loads += 1
-        return await super().load(key, ctx)
 
 
 class _HeldErase(SQLiteMemoryStore):
@@ -76,7 +67,9 @@ class _HeldErase(SQLiteMemoryStore):
         return await super().erase(target, ctx, **options)
 
 
-def _runtime(db: Path, manager: MemoryManager, store: type[SQLiteSessionStore] = _Counting) -> HarnessRuntime:
+def _runtime(
+    db: Path, manager: MemoryManager, store: type[SQLiteSessionStore] = SQLiteSessionStore
+) -> HarnessRuntime:
     """A runtime on ``db``, owning (and closing) its own new session-store object."""
     config = SQLiteConfig(path=str(db))
     archive, sessions = SQLiteArchive(config), store(config)
@@ -95,10 +88,31 @@ def _shared(tmp_path: Path) -> tuple[MemoryManager, _HeldErase]:
 
 
 async def _reads_of_one_write(manager: MemoryManager, text: str) -> int:
-    before = _Counting.loads
+    """How many fences one write read, before it and after it (each store's answer, cached or not)."""
+    before = _FENCE_READS[0]
     ack = await manager.remember(MemoryFact(ANA, text))
     assert ack.status == "stored"
-    return _Counting.loads - before
+    return _FENCE_READS[0] - before
+
+
+_FENCE_READS = [0]
+
+
+@pytest.fixture(autouse=True)
+def _count_fence_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count each fence's reads: a SQLite store answers a ledger it knows unchanged without a load."""
+    check, since = ErasureFence.check, ErasureFence.covering_since
+
+    async def counted_check(self: ErasureFence, write: Any) -> Any:
+        _FENCE_READS[0] += 1
+        return await check(self, write)
+
+    async def counted_since(self: ErasureFence, seen: Any) -> Any:
+        _FENCE_READS[0] += 1
+        return await since(self, seen)
+
+    monkeypatch.setattr(ErasureFence, "check", counted_check)
+    monkeypatch.setattr(ErasureFence, "covering_since", counted_since)
 
 
 async def test_runtimes_built_and_closed_in_turn_leave_at_most_two_fences_and_writes_go_on(
