@@ -27,7 +27,7 @@ import pytest
 from _telemetry_support import SpanEnded, Telemetered
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
-from test_blocked_threads import ANA, BlockingRecall, BlockingSession, Recording, blocking
+from test_blocked_threads import ANA, BlockingRecall, BlockingSession, blocking
 
 from agentium_harness import (
     RecallLimits,
@@ -38,6 +38,7 @@ from agentium_harness import (
 )
 from agentium_harness._engine import bounded
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import OpContext, RecallSession
 
 pytestmark = pytest.mark.anyio
@@ -84,7 +85,7 @@ async def _opened_late(
     ended = SpanEnded(LATE)
     t = Telemetered(ended)
     rt = create_harness_runtime(
-        provider=Recording(),
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         recall=store,

@@ -22,7 +22,7 @@ from fs_verifier_helpers import (
     write,
 )
 
-from agentium_harness.plugin_api import Verdict
+from agentium_harness.plugin_api import OpContext, Verdict
 
 pytestmark = pytest.mark.anyio
 
@@ -247,7 +247,9 @@ async def _peak(root: Path, data: bytes) -> tuple[tuple[Verdict, str], int]:
     verifier = verifier_for(root, records=(RECORD,))
     tracemalloc.start()
     try:
-        result = await verifier.verify(CLAIM, context())
+        # Tracing every allocation of a 4 MiB parse slows it several times over (3 s on a quiet
+        # machine, past 30 s on a loaded one): a deadline that stops only a hang.
+        result = await verifier.verify(CLAIM, context(op=OpContext.with_timeout(120.0)))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
