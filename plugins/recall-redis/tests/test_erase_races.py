@@ -263,3 +263,43 @@ async def test_a_fence_past_its_end_refuses_nothing(server: ServerProcess, admin
         assert await _raw(admin, prefix) == before
     finally:
         await store.aclose()
+
+
+async def test_a_second_erasure_of_the_same_target_keeps_its_fence_when_the_first_ends(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: both calls shared one fence field, and the first to end lowered it for the other.
+
+    Erasure B is past its sweep when erasure A of the same session runs whole and ends; a write of the
+    session landing then, while B still runs, was published and stayed after B reported ``complete``.
+    """
+    prefix = new_prefix()
+    config = RedisRecallConfig(url=server.url, key_prefix=prefix)
+    first, second = RedisRecallStore(config), RedisRecallStore(config)
+    writing = RedisRecallStore(config)
+    target = EraseTarget.session("acme", "ana", "s1")
+    outcome: dict[str, object] = {}
+    try:
+        await writing.index_document(OWNER, "small", "qearlier7 text", _ctx())
+
+        async def other_erasure_then_write() -> None:
+            outcome["a"] = await first.erase(target, _ctx())  # runs whole (its sweep is not held)
+            try:
+                await writing.index_document(OWNER, "late", "qduringb5 text", _ctx())
+            except RedisRecallError as exc:
+                outcome["write"] = exc
+
+        _around_sweep(monkeypatch, after=other_erasure_then_write)
+        with anyio.fail_after(30):
+            report = await second.erase(target, _ctx())
+        assert report.status is EraseStatus.COMPLETE
+        assert isinstance(outcome.get("write"), RedisRecallError)  # refused: B's fence still held
+        assert b"qduringb5" not in await _raw(admin, prefix)
+        # Both ended: the owner can be written again, and no fence or holder is left behind.
+        await writing.index_document(OWNER, "after", "qafterword5 text", _ctx())
+        assert b"qafterword5" in await _raw(admin, prefix)
+        assert not await admin.exists(f"{prefix}:{{acme}}:ef")
+    finally:
+        await writing.aclose()
+        await second.aclose()
+        await first.aclose()

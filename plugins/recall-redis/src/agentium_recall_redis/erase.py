@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -353,6 +354,7 @@ async def erase_target(
     checked_argument(dry_run, bool, "dry_run", "recall erase")
     prefix = tenant_prefix(store.config.key_prefix, target.tenant_id)
     link = await store.ready(ctx, "recall erase")
+    call = secrets.token_hex(16)  # this call's own fence holder: another call's end never lowers it
     if not dry_run:
         # A write this store cut off earlier is settled in the background: until it is, its copy may
         # still land. Wait for it (applied: erased below; fenced: never applies), within the deadline.
@@ -369,13 +371,15 @@ async def erase_target(
         # publish (its COMMIT finds it gone) after the rows below are read and erased. Without both, a
         # COMMIT or a BEGIN landing during the erasure published the erased owner's words after its
         # sweep, and they stayed searchable (tests/test_erase_races.py).
-        await _fence(store, prefix, target, ctx, raised=True)
+        await _fence(store, prefix, target, call, ctx, raised=True)
     try:
-        return await _erase_fenced(store, link, prefix, target, ctx, dry_run=dry_run, max_items=max_items)
+        return await _erase_fenced(
+            store, link, prefix, target, call, ctx, dry_run=dry_run, max_items=max_items
+        )
     except Exception:
         if not dry_run:  # a call that failed lowers its fence if it can (else the fence ends by itself)
             with contextlib.suppress(Exception):
-                await _fence(store, prefix, target, ctx, raised=False)
+                await _fence(store, prefix, target, call, ctx, raised=False)
         raise
 
 
@@ -384,6 +388,7 @@ async def _erase_fenced(
     link: Link,
     prefix: str,
     target: EraseTarget,
+    call: str,
     ctx: OpContext,
     *,
     dry_run: bool,
@@ -418,7 +423,7 @@ async def _erase_fenced(
         return noted(report, swept, dry_run=True)
     found.extend(await _erase_entries(store, link, prefix, entries, tombs, ctx))
     swept = []
-    await _fence(store, prefix, target, ctx, raised=True)  # renewed: a long call outlasts no fence
+    await _fence(store, prefix, target, call, ctx, raised=True)  # renewed: a long call outlasts no fence
     if not more:
         # The second pass: rows of the target no index leads to (see erase_sweep), erased by number.
         swept, more = await sweep_rows(store, prefix, target, max_items - len(rows), (), ctx)
@@ -438,7 +443,7 @@ async def _erase_fenced(
         await store.script(TENANT_DROP, [f"{prefix}:ids"], [prefix], ctx, "recall erase")
     # Lowered after every call, partial ones too: a write landing before the next call is a row that
     # call lists. A call that fails leaves it up until it ends by itself (FENCE_MS).
-    await _fence(store, prefix, target, ctx, raised=False)
+    await _fence(store, prefix, target, call, ctx, raised=False)
     physical = PhysicalErasure.UNREFERENCED if found else PhysicalErasure.REMOVED
     report = noted(_report(found, more, physical), swept, dry_run=False)
     if left:
@@ -511,10 +516,15 @@ def _owner_prefix(target: EraseTarget) -> str:
     return "".join(f"{encode_segment(p)}/" for p in parts)
 
 
-async def _fence(store: EraseOps, prefix: str, target: EraseTarget, ctx: OpContext, *, raised: bool) -> None:
-    """Raise (for :data:`FENCE_MS`) or lower the erasure fence of the target's owners (``FENCE``)."""
-    args: list[Arg] = [_owner_prefix(target), FENCE_MS if raised else 0]
-    await store.script(FENCE, [f"{prefix}:ef"], args, ctx, "recall erase")
+async def _fence(
+    store: EraseOps, prefix: str, target: EraseTarget, call: str, ctx: OpContext, *, raised: bool
+) -> None:
+    """Raise (for :data:`FENCE_MS`) or lower erase call ``call``'s fence of the target's owners (``FENCE``).
+
+    Each call holds its own: lowering it leaves the fence up while another call of the same owners runs.
+    """
+    args: list[Arg] = [_owner_prefix(target), FENCE_MS if raised else 0, call]
+    await store.script(FENCE, [f"{prefix}:ef", f"{prefix}:efh"], args, ctx, "recall erase")
 
 
 async def _abort_stagings(store: EraseOps, prefix: str, target: EraseTarget, ctx: OpContext) -> None:

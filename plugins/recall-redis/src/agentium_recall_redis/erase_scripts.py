@@ -175,24 +175,51 @@ return 1
 )
 
 
-#: Raise or lower the erasure fence of an owner-key prefix. KEYS: P:ef. ARGV: owner-key prefix ("" for the
-#: tenant, "u/", "u/s/", or a session's own key for a groups target), then how long it holds in ms, or
-#: "0" to lower it. While it holds, the writing scripts refuse a write of an owner it covers (``erasing``
-#: in :data:`~agentium_recall_redis.lua.CHECK`) before their first write: a write in flight when an
-#: erasure began can then not land after the erasure read what to erase. The value is when it ends
-#: (server time, ms): a fence an erasure left behind (it crashed, or stopped partial) ends by itself.
-#: Safe to repeat. Returns 1.
+#: Raise or lower one erase call's erasure fence of an owner-key prefix. KEYS: P:ef, P:efh. ARGV: owner-key
+#: prefix ("" for the tenant, "u/", "u/s/", or a session's own key for a groups target), how long it holds
+#: in ms ("0" to lower it), then the call's id (32 hex digits, fresh per erase call). While a fence holds,
+#: the writing scripts refuse a write of an owner it covers (``erasing`` in
+#: :data:`~agentium_recall_redis.lua.CHECK`) before their first write: a write in flight when an erasure
+#: began can then not land after the erasure read what to erase. ``P:ef`` keeps, per prefix, when its
+#: latest holder ends (server time, ms; the one field the writers read); ``P:efh`` keeps each holder
+#: ("<call id> <prefix>", a fixed-length id, so injective) with its own end. Lowering drops only this
+#: call's holder: the prefix's fence then holds until its latest other running holder ends, and is removed
+#: once none is left. Before, two erase calls of one target shared the field, and the first to end
+#: lowered it while the other still ran. A holder left behind (its call crashed) ends by itself and is
+#: dropped by the next raise or lower. Safe to repeat. Returns 1.
 FENCE = Script(
     "erase_fence",
     CHECK
     + """
-local okp, hold = ARGV[1], tonumber(ARGV[2])
-local t = type_of(KEYS[1])
-if t ~= 'none' and t ~= 'hash' then refuse('a key') end
+local okp, hold, call = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+for _, key in ipairs(KEYS) do
+  local t = type_of(key)
+  if t ~= 'none' and t ~= 'hash' then refuse('a key') end
+end
+local now, mine, latest = now_ms(), call .. ' ' .. okp, 0
+local held = redis.call('HGETALL', KEYS[2])
+for i = 1, #held, 2 do
+  local ends = tonumber(held[i + 1])
+  if not ends or ends <= now then
+    redis.call('HDEL', KEYS[2], held[i])
+  elseif held[i] ~= mine and string.sub(held[i], #call + 2) == okp and ends > latest then
+    latest = ends
+  end
+end
 if hold > 0 then
-  redis.call('HSET', KEYS[1], okp, fmt(now_ms() + hold))
+  local ends = now + hold
+  redis.call('HSET', KEYS[2], mine, fmt(ends))
+  -- Never shortened: another holder's (or an older store's) later end stays.
+  local cur = tonumber(redis.call('HGET', KEYS[1], okp) or '')
+  latest = math.max(latest, ends, cur or 0)
+  redis.call('HSET', KEYS[1], okp, fmt(latest))
 else
-  redis.call('HDEL', KEYS[1], okp)
+  redis.call('HDEL', KEYS[2], mine)
+  if latest > now then
+    redis.call('HSET', KEYS[1], okp, fmt(latest))
+  else
+    redis.call('HDEL', KEYS[1], okp)
+  end
 end
 return 1
 """,

@@ -52,6 +52,8 @@ Under the tenant prefix (``P``):
 ``P:ef``               hash    erasure fences: owner-key prefix (``""``, ``u/``, ``u/s/``, or a
                                session's own key) -> when it ends (server ms); a write of an
                                owner under an unexpired one is refused
+``P:efh``              hash    erasure fence holders: ``"<call id> <owner-key prefix>"`` -> when
+                               that erase call's fence ends (server ms); dropped as it ends
 ``P:w:<token>``        string  a write's settlement token (expires after 10 minutes)
 =====================  ======  =====================================================
 
