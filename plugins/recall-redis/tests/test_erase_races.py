@@ -22,6 +22,7 @@ from keyspace import key_space
 from redis_servers import ServerProcess, new_prefix
 
 import agentium_recall_redis.erase as erase_module
+import agentium_recall_redis.erase_fence as erase_fence
 from agentium_harness.plugin_api import (
     ArchiveReceipt,
     EraseStatus,
@@ -303,3 +304,51 @@ async def test_a_second_erasure_of_the_same_target_keeps_its_fence_when_the_firs
         await writing.aclose()
         await second.aclose()
         await first.aclose()
+
+
+async def test_a_long_erase_call_keeps_its_fence_up_past_the_fences_life(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: raised at the start and before the sweep only, the fence lapsed in a call that spent longer
+    than its life (10 minutes) in its sweep, and a write landing after it was published and stayed.
+
+    The sweep is made to "take" the fence's whole life: both clocks are stood in for (the fence's end in
+    Redis moved to the past, the erase's monotonic clock moved on), no wall time is waited for.
+    """
+    prefix = new_prefix()
+    config = RedisRecallConfig(url=server.url, key_prefix=prefix)
+    eraser, writing = RedisRecallStore(config), RedisRecallStore(config)
+    now = {"t": 1000.0}
+    monkeypatch.setattr(erase_fence, "_clock", lambda: now["t"])
+    fences, holders = f"{prefix}:{{acme}}:ef", f"{prefix}:{{acme}}:efh"
+    outcome: dict[str, object] = {}
+    try:
+        await writing.index_document(OWNER, "small", "qearlier7 text", _ctx())
+
+        async def fence_life_passes() -> None:
+            for key in (fences, holders):
+                for field in await admin.hkeys(key):
+                    await admin.hset(key, field, "1")  # ended in 1970, as after 10 minutes
+            now["t"] += erase_fence.FENCE_MS / 1000
+
+        original = erase_module._collect_all
+
+        async def collect_then_write(*args: Any, **kwargs: Any) -> Any:
+            left = await original(*args, **kwargs)
+            try:  # still inside the erase call, after its sweep and last staging abort
+                await writing.index_document(OWNER, "late", "qlongcall5 text", _ctx())
+            except RedisRecallError as exc:
+                outcome["write"] = exc
+            return left
+
+        _around_sweep(monkeypatch, after=fence_life_passes)
+        monkeypatch.setattr(erase_module, "_collect_all", collect_then_write)
+        with anyio.fail_after(30):
+            report = await eraser.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert report.status is EraseStatus.COMPLETE
+        assert isinstance(outcome.get("write"), RedisRecallError)  # refused: the fence was raised again
+        assert b"qlongcall5" not in await _raw(admin, prefix)
+        assert not await admin.exists(fences) and not await admin.exists(holders)
+    finally:
+        await writing.aclose()
+        await eraser.aclose()

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -82,6 +81,7 @@ from agentium_harness.plugin_api import (
     group_source_id,
 )
 
+from .erase_fence import FenceHold
 from .erase_scripts import (
     FENCE,
     GROUP_SIDS,
@@ -134,6 +134,10 @@ class StoreCall(Protocol):
         ...
 
 
+async def _no_renew(ctx: OpContext) -> None:
+    """What a dry run renews: it raises no fence."""
+
+
 @attrs.frozen(slots=True)
 class EraseOps:
     """What erasure uses of its store: its config, bounded calls, error mapping and writer.
@@ -154,15 +158,15 @@ class EraseOps:
     errors: ServerErrors
     #: The store's writer: guarded writes and their settlements.
     writer: Writer
+    #: Keeps the running erase call's fence up (:meth:`.erase_fence.FenceHold.renew`); run between its
+    #: round trips. Nothing for a dry run, which raises none.
+    renew: Callable[[OpContext], Awaitable[None]] = _no_renew
 
 
 #: Sources one ``ERASE`` call is sent at most (its postings bound it further).
 _ROWS_PER_CALL: Final = 256
 #: Deletion tombstones one call removes at most (more make the call ``partial``).
 _MAX_TOMBS: Final = 10_000
-#: How long an erasure fence holds (ms) unless lowered: an erase call renews it before its sweep, and one
-#: that crashed or failed leaves its owners' writes refused no longer than this.
-FENCE_MS: Final = 600_000
 #: ``COLLECT`` calls one erase makes at most to empty the tenant's garbage queue.
 _MAX_COLLECT: Final = 4096
 
@@ -277,6 +281,7 @@ async def _scan_sids(
     cursor = "0"
     more = False
     while True:
+        await store.renew(ctx)
         cursor, fields = await scan_page(store, prefix, cursor, ctx)
         for raw_sid, raw_rev in zip(fields[::2], fields[1::2], strict=True):
             sid = as_text(raw_sid)
@@ -336,6 +341,7 @@ async def _collect_all(store: EraseOps, link: Link, prefix: str, ctx: OpContext)
     """Collect the tenant's queued garbage until none is left (bounded); the backlog left."""
     backlog = 1
     for _ in range(_MAX_COLLECT):
+        await store.renew(ctx)
         reply = await store.script(
             COLLECT, [f"{prefix}:gc"], [prefix, store.config.max_terms_per_call], ctx, "recall erase"
         )
@@ -354,7 +360,7 @@ async def erase_target(
     checked_argument(dry_run, bool, "dry_run", "recall erase")
     prefix = tenant_prefix(store.config.key_prefix, target.tenant_id)
     link = await store.ready(ctx, "recall erase")
-    call = secrets.token_hex(16)  # this call's own fence holder: another call's end never lowers it
+    fence = FenceHold(store.script, prefix, _owner_prefix(target))  # its own holder, never another's
     if not dry_run:
         # A write this store cut off earlier is settled in the background: until it is, its copy may
         # still land. Wait for it (applied: erased below; fenced: never applies), within the deadline.
@@ -371,15 +377,16 @@ async def erase_target(
         # publish (its COMMIT finds it gone) after the rows below are read and erased. Without both, a
         # COMMIT or a BEGIN landing during the erasure published the erased owner's words after its
         # sweep, and they stayed searchable (tests/test_erase_races.py).
-        await _fence(store, prefix, target, call, ctx, raised=True)
+        await fence.hold(ctx)
+        store = attrs.evolve(store, renew=fence.renew)  # kept up while the call runs, page by page
     try:
         return await _erase_fenced(
-            store, link, prefix, target, call, ctx, dry_run=dry_run, max_items=max_items
+            store, link, prefix, target, fence, ctx, dry_run=dry_run, max_items=max_items
         )
     except Exception:
         if not dry_run:  # a call that failed lowers its fence if it can (else the fence ends by itself)
             with contextlib.suppress(Exception):
-                await _fence(store, prefix, target, call, ctx, raised=False)
+                await fence.lower(ctx)
         raise
 
 
@@ -388,7 +395,7 @@ async def _erase_fenced(
     link: Link,
     prefix: str,
     target: EraseTarget,
-    call: str,
+    fence: FenceHold,
     ctx: OpContext,
     *,
     dry_run: bool,
@@ -423,7 +430,7 @@ async def _erase_fenced(
         return noted(report, swept, dry_run=True)
     found.extend(await _erase_entries(store, link, prefix, entries, tombs, ctx))
     swept = []
-    await _fence(store, prefix, target, call, ctx, raised=True)  # renewed: a long call outlasts no fence
+    await fence.hold(ctx)  # raised again before the sweep, whatever the time (renew also does, when due)
     if not more:
         # The second pass: rows of the target no index leads to (see erase_sweep), erased by number.
         swept, more = await sweep_rows(store, prefix, target, max_items - len(rows), (), ctx)
@@ -437,13 +444,14 @@ async def _erase_fenced(
         # still unpublished would otherwise publish its words after the sweep. One published before
         # now is a row the sweep above found. A crashed writer's staging goes too (its postings hold
         # its words until its lease ends).
+        await store.renew(ctx)
         await _abort_stagings(store, prefix, target, ctx)
     left = await _collect_all(store, link, prefix, ctx)
     if target.level is EraseLevel.TENANT and not more:
         await store.script(TENANT_DROP, [f"{prefix}:ids"], [prefix], ctx, "recall erase")
     # Lowered after every call, partial ones too: a write landing before the next call is a row that
     # call lists. A call that fails leaves it up until it ends by itself (FENCE_MS).
-    await _fence(store, prefix, target, call, ctx, raised=False)
+    await fence.lower(ctx)
     physical = PhysicalErasure.UNREFERENCED if found else PhysicalErasure.REMOVED
     report = noted(_report(found, more, physical), swept, dry_run=False)
     if left:
@@ -476,6 +484,7 @@ async def _erase_entries(
     while pending or tombs:
         batch = pending[:_ROWS_PER_CALL]
         args = [arg for entry in batch for arg in entry]
+        await store.renew(ctx)
         call: Call = (ERASE, [room, len(batch), len(tombs), *args, *tombs])
         written = await store.writer.write(link, prefix, [call], ctx, "recall erase")
         head, *lines = written.results[0].split("\n")
@@ -514,17 +523,6 @@ def _owner_prefix(target: EraseTarget) -> str:
         return owner_key(SourceOwner.of_session(key))
     parts = [p for p in (target.user_id, target.session_id) if p is not None]
     return "".join(f"{encode_segment(p)}/" for p in parts)
-
-
-async def _fence(
-    store: EraseOps, prefix: str, target: EraseTarget, call: str, ctx: OpContext, *, raised: bool
-) -> None:
-    """Raise (for :data:`FENCE_MS`) or lower erase call ``call``'s fence of the target's owners (``FENCE``).
-
-    Each call holds its own: lowering it leaves the fence up while another call of the same owners runs.
-    """
-    args: list[Arg] = [_owner_prefix(target), FENCE_MS if raised else 0, call]
-    await store.script(FENCE, [f"{prefix}:ef", f"{prefix}:efh"], args, ctx, "recall erase")
 
 
 async def _abort_stagings(store: EraseOps, prefix: str, target: EraseTarget, ctx: OpContext) -> None:

@@ -299,6 +299,7 @@ async def sweep_rows(
     first = 1
     while True:
         args: list[str | int] = [prefix, first, SWEEP_PAGE, FIELD_CAP, SWEEP_REPLY_CAP, okp, *sid_prefixes]
+        await store.renew(ctx)  # keeps a long erase call's fence up (a dry run's: nothing)
         reply = await store.script(SWEEP, [f"{prefix}:n"], args, ctx, "recall erase")
         resume, rows = int(as_text(reply[0])), [as_text(v) for v in reply[1:]]
         for i in range(0, len(rows) - 5, 6):

@@ -1,0 +1,75 @@
+"""One erase call's erasure fence (``FENCE``, :mod:`.erase_scripts`): raised, kept up, lowered.
+
+The fence ends by itself :data:`FENCE_MS` after its last raise, by the
+server's clock (``TIME`` in the script, so clients' clocks never compare),
+so a call that crashed leaves its owners' writes refused no longer than
+that. A call that runs longer keeps it up: :meth:`FenceHold.renew` runs
+between its round trips (each page of its scan and sweep, each ``ERASE``
+batch, each ``COLLECT``) and raises it again once :data:`RENEW_S` have
+passed on this process's monotonic clock since the last raise, long before
+the server's end. Before, a call raised it twice (at its start and before
+its sweep): one spending over 10 minutes after either left the owners'
+writes unfenced for the rest of the call.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Final
+
+from agentium_harness.plugin_api import OpContext
+
+from .erase_scripts import FENCE
+from .link import Reply
+from .lua import Script
+
+if TYPE_CHECKING:
+    from .server import Arg
+
+__all__ = ["FENCE_MS", "RENEW_S", "FenceHold"]
+
+#: How long an erasure fence holds (ms, server time) after its last raise unless lowered.
+FENCE_MS: Final = 600_000
+#: Seconds (this process's monotonic clock) after which a running call raises its fence again: a quarter
+#: of its life, so a round trip up to three quarters of it long still finds the fence up.
+RENEW_S: Final = FENCE_MS / 1000 / 4
+#: The clock :meth:`FenceHold.renew` reads (a module global, so tests can stand in for elapsed time).
+_clock: Callable[[], float] = time.monotonic
+
+ScriptCall = Callable[[Script, Sequence[str], Sequence["Arg"], OpContext, str], Awaitable[Reply]]
+
+
+class FenceHold:
+    """One erase call's fence over an owner-key prefix, held under a fresh random call id.
+
+    Another call's fence of the same owners is another holder: lowering this one never lowers it.
+    """
+
+    def __init__(self, script: ScriptCall, prefix: str, owner_prefix: str) -> None:
+        self._script = script
+        self._keys = [f"{prefix}:ef", f"{prefix}:efh"]
+        self._owner_prefix = owner_prefix
+        self._call = secrets.token_hex(16)
+        self._raised_at: float | None = None
+
+    async def hold(self, ctx: OpContext) -> None:
+        """Raise the fence (or raise it again): it holds :data:`FENCE_MS` from the server's now."""
+        started = _clock()  # before the round trip: the server's end is at least FENCE_MS past this
+        await self._send(FENCE_MS, ctx)
+        self._raised_at = started
+
+    async def renew(self, ctx: OpContext) -> None:
+        """Raise the fence again when :data:`RENEW_S` have passed since its last raise (else nothing)."""
+        if self._raised_at is not None and _clock() - self._raised_at >= RENEW_S:
+            await self.hold(ctx)
+
+    async def lower(self, ctx: OpContext) -> None:
+        """Drop this call's holder: the fence stays up while another call of the same owners holds it."""
+        self._raised_at = None
+        await self._send(0, ctx)
+
+    async def _send(self, hold_ms: int, ctx: OpContext) -> None:
+        args: list[Arg] = [self._owner_prefix, hold_ms, self._call]
+        await self._script(FENCE, self._keys, args, ctx, "recall erase")
