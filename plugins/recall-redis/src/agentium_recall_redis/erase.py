@@ -40,7 +40,10 @@ expire within 10 minutes).
 target's owners (``P:ef``, :data:`~agentium_recall_redis.erase_scripts.FENCE`):
 while it holds, the writing scripts refuse their sources before their first
 write. Then it gives up the target's stagings, before listing anything and
-again after its sweep, and lowers the fence when it ends.
+again after its sweep, and lowers the fence when it ends. Each call holds
+the fence under its own id and keeps it up between its round trips
+(:class:`~agentium_recall_redis.erase_fence.FenceHold`): another call of
+the same owners ending never lowers it.
 
 **Writes cut off earlier.** A write whose reply was lost is settled in the
 background (:mod:`agentium_recall_redis.writes`); an erase first waits for
