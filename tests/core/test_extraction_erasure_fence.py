@@ -292,3 +292,64 @@ async def test_the_fence_reads_nothing_when_nothing_changed_on_sqlite(tmp_path: 
         assert _Counting.loads == before  # 5 turns, 5 extractions and their writes' fences: no read
         assert len(extractor.handed) == 12
         await agent.close()
+
+
+async def test_a_closed_runtimes_erasure_since_the_turn_is_not_waved_through_by_its_withdrawn_fence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime on another file shares the agent's manager, erases the user after the turn, and closes.
+
+    Its fence was in the turn's reading; withdrawn at its close, with its store
+    closed, it cannot be read again and no other fence reads its file: the
+    extraction is not started (typed failure, nothing sent), rather than
+    taken as unerased. The extraction's work is held just before its reads
+    (an ordering hook around the real ``covering``) while the runtime erases and closes.
+    """
+    from agentium_harness._engine import extraction_fence
+
+    entered, gate = anyio.Event(), anyio.Event()
+    real = extraction_fence.covering
+
+    async def held(seen: Any, manager: Any) -> Any:
+        entered.set()
+        await gate.wait()
+        return await real(seen, manager)
+
+    monkeypatch.setattr(extraction_fence, "covering", held)
+    extractor = Recording()
+    agent, manager = _agent(tmp_path / "agentium.db", extractor)
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    # Open throughout: ``other`` is not the last runtime on the manager (its close drains its own work only).
+    keeper = create_harness_runtime(
+        provider=ScriptedProvider(replies=["x"], cycle=True),
+        archive=SQLiteArchive(config),
+        session_store=SQLiteSessionStore(config),
+        memory=manager,
+    )
+    other_config = SQLiteConfig(path=str(tmp_path / "other.db"))
+    sessions = SQLiteSessionStore(other_config)
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["x"], cycle=True),
+        archive=SQLiteArchive(other_config),
+        session_store=sessions,
+        memory=manager,
+        owned=(sessions,),
+    )
+    with anyio.fail_after(30):
+        reply = await agent.run(SECRET)
+        assert reply.extraction is not None  # started: the turn's reading (both files) saw no erasure
+        await entered.wait()  # the extraction's work, about to read its fences again
+        result = await other.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+        assert result.state is ErasureState.COMPLETE
+        await other.aclose()  # its fence is withdrawn, then its own store closed
+        gate.set()
+        drained: Any
+        try:
+            drained = await manager.drain(20)
+        except MemoryDrainError as exc:
+            drained = exc.result
+        assert extractor.handed == []  # the erased turn never reached the extractor's model
+        assert not drained.ok
+        assert await manager.list(ANA) == ()
+        await keeper.aclose()
+        await agent.close()

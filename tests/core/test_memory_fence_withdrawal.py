@@ -193,7 +193,42 @@ async def test_a_manager_used_by_one_runtime_still_fails_closed_after_it_closes(
 async def test_a_write_under_way_when_a_runtime_closes_its_store_is_not_left_unchecked_for_it(
     tmp_path: Path,
 ) -> None:
-    """Its first reads saw the closing runtime's fence; the second read of that store is not owed."""
+    """Its first reads saw the closing runtime's fence; its file is read again through the live one's store.
+
+    ``leaving`` is given first, so its store object is the file's one fence
+    when the write begins; the live runtime's store on the same file reads it after.
+    """
+    shared, store = _shared(tmp_path)
+    acks: list[Any] = []
+    with anyio.fail_after(30):
+        leaving = _runtime(tmp_path / "a.db", shared)
+        async with _runtime(tmp_path / "a.db", shared):
+
+            async def write() -> None:
+                acks.append(await shared.remember(MemoryFact(ANA, "Ana's desk is 4B")))
+
+            store.hold_write = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                await store.entered.wait()  # past the first reads: of the file, through leaving's store
+                await leaving.aclose()  # closes its own store
+                store.gate.set()
+            left = [f.text for f in await shared.list(ANA)]
+        await shared.aclose()
+    [ack] = acks
+    assert (ack.status, ack.notes, left) == ("stored", (), ["Ana's desk is 4B"])
+
+
+async def test_a_write_under_way_is_said_unconfirmed_for_an_erasure_the_closing_runtime_made(
+    tmp_path: Path,
+) -> None:
+    """The closing runtime erased the writer's user while the write was under way, then closed its store.
+
+    The write's first reads saw no erasure; the erasure scrubbed memory before
+    the write landed and is recorded only in the closing runtime's file, which
+    no fence reads anymore. The write was not checked again against it: its
+    ack says so (it used to say nothing, as if confirmed).
+    """
     shared, store = _shared(tmp_path)
     acks: list[Any] = []
     with anyio.fail_after(30):
@@ -206,10 +241,80 @@ async def test_a_write_under_way_when_a_runtime_closes_its_store_is_not_left_unc
             store.hold_write = True
             async with anyio.create_task_group() as tg:
                 tg.start_soon(write)
-                await store.entered.wait()  # past the first reads, of both stores
-                await leaving.aclose()  # closes its own store
+                await store.entered.wait()  # past the first reads, of both stores: no erasure then
+                await leaving.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+                await leaving.aclose()  # its erasure is over; closes its own store
                 store.gate.set()
             left = [f.text for f in await shared.list(ANA)]
         await shared.aclose()
     [ack] = acks
-    assert (ack.status, ack.notes, left) == ("stored", (), ["Ana's desk is 4B"])
+    # The fact stands (the erasure's scrub ran before it landed); at the least the ack must say
+    # it was not checked again against the store that recorded the erasure.
+    assert (ack.status, bool(ack.notes), left) == ("stored", True, ["Ana's desk is 4B"])
+
+
+class _HeldLoad(SQLiteSessionStore):
+    """A session store whose next load, once armed, waits for the test (every fence read is a load)."""
+
+    _agentium_load_known = None
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.armed = False
+        self.entered, self.gate = anyio.Event(), anyio.Event()
+
+    async def load(self, key: Any, ctx: OpContext) -> Any:
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            await self.gate.wait()
+        return await super().load(key, ctx)
+
+
+async def test_a_fence_gained_while_the_second_reads_wait_is_read_too(tmp_path: Path) -> None:
+    """A runtime built around the manager while the write's second reads wait: its file is read as well.
+
+    Another "process" (a runtime on ``n.db`` with its own manager over the
+    same memory file) erased the user while the write was under way, before
+    it landed. The runtime on ``n.db`` given the shared manager is built while
+    the write's second read of ``a.db`` waits: its erasure takes the write back.
+    """
+    shared, store = _shared(tmp_path)
+    held = _HeldLoad(SQLiteConfig(path=str(tmp_path / "a.db")))
+    first = create_harness_runtime(
+        provider=ScriptedProvider(replies=["x"], cycle=True),
+        archive=SQLiteArchive(SQLiteConfig(path=str(tmp_path / "a.db"))),
+        session_store=held,
+        memory=shared,
+        owned=(held,),
+    )
+    outcomes: list[str] = []
+    with anyio.fail_after(30):
+        async with first:
+
+            async def write() -> None:
+                try:
+                    ack = await shared.remember(MemoryFact(ANA, "Ana's desk is 4B"))
+                    outcomes.append(f"{ack.status.value} {len(ack.notes)} notes")
+                except ErasureInProgressError:
+                    outcomes.append("taken back")
+
+            store.hold_write = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                await store.entered.wait()  # past the first reads (a.db only)
+                elsewhere = MemoryManager(SQLiteMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db"))))
+                async with _runtime(tmp_path / "n.db", elsewhere) as other_process:
+                    await other_process.erase(
+                        EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR
+                    )
+                await elsewhere.aclose()
+                held.armed = True
+                store.gate.set()
+                await held.entered.wait()  # the write landed; its second read of a.db waits
+                late = _runtime(tmp_path / "n.db", shared)
+                held.gate.set()
+            left = [f.text for f in await shared.list(ANA)]
+            await late.aclose()
+        await shared.aclose()
+    assert (outcomes, left) == (["taken back"], [])

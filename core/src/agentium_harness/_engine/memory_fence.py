@@ -278,25 +278,29 @@ async def covering(seen: FenceChecks, manager: MemoryManager) -> tuple[FenceChec
     Every store is read even if one fails: a covering erasure in another is
     still acted on. With none found, the first failure is raised (the write
     was not checked again against that store), unless its fence was
-    withdrawn meanwhile (:func:`unfence_memory`). A fence ``manager`` gained
+    withdrawn meanwhile (:func:`unfence_memory`) and another fence still
+    reads the same storage (read as one gained since). A fence ``manager`` gained
     after the first reads (a runtime built while the write was under way, or
     another store on a storage whose first store closed) is read too
     (:meth:`ErasureFence.covering_after`): its erasure may have scrubbed
     memory before the write landed.
     """
-    failed: Exception | None = None
-    current = manager._erasure_fences
+    failures: list[tuple[FenceCheck, Exception]] = []
     for check in seen:
         try:
             record = await check.fence.covering_since(check)
         except Exception as exc:
-            # A fence withdrawn meanwhile (its runtime closed, its store perhaps with it) is not
-            # waited for: what it records is no longer checked (unfence_memory).
-            if any(check.fence is fence for fence in current):
-                failed = failed or exc
+            failures.append((check, exc))
             continue
         if record is not None:
             return check, record
+    # Taken after those reads: a fence gained or withdrawn while they waited counts as such.
+    current = manager._erasure_fences
+    # A fence withdrawn meanwhile (its runtime closed, its store perhaps with it) is forgiven only
+    # when another fence still reads its storage (read below). Otherwise an erasure recorded only
+    # there, one its runtime made while this write was under way say, was not checked again: a
+    # failure like any other, said (unconfirmed) or acted on (an extraction not started).
+    failed = next((exc for check, exc in failures if not _read_elsewhere(check.fence, current)), None)
     # One runtime: no store added meanwhile, nothing more read.
     for fence in current:
         if any(fence is check.fence for check in seen):
@@ -311,6 +315,14 @@ async def covering(seen: FenceChecks, manager: MemoryManager) -> tuple[FenceChec
     if failed is not None:
         raise failed
     return None
+
+
+def _read_elsewhere(fence: ErasureFence, current: Sequence[ErasureFence]) -> bool:
+    """Whether ``fence`` was withdrawn and another of ``current`` reads its storage (:func:`_storage`)."""
+    if any(fence is other for other in current):
+        return False
+    storage = _storage(fence.store)
+    return any(_storage(other.store) == storage for other in current)
 
 
 async def fence_confirm(
