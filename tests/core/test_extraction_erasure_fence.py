@@ -353,3 +353,31 @@ async def test_a_closed_runtimes_erasure_since_the_turn_is_not_waved_through_by_
         assert await manager.list(ANA) == ()
         await keeper.aclose()
         await agent.close()
+
+
+async def test_a_turn_read_with_no_fence_then_a_runtime_built_extracts_as_usual(tmp_path: Path) -> None:
+    """The manager had no fence as the turn ended (an Agent without a session store); a runtime gained since.
+
+    The empty reading is not compared with the new fence (there is nothing to
+    compare): its pending erasures are read at the call instead, and with none
+    the extraction runs (it used to fail on the empty reading, IndexError).
+    """
+    extractor = Recording()
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    manager = MemoryManager(SQLiteMemoryStore(config), extractor=extractor, owns_store=True)
+    agent = Agent(ScriptedProvider(replies=["noted"], cycle=True), manager, ANA, session="chat")
+    with anyio.fail_after(30):
+        reply = await agent.run(SECRET)
+        assert reply.extraction is not None
+        runtime = create_harness_runtime(
+            provider=ScriptedProvider(replies=["x"], cycle=True),
+            archive=SQLiteArchive(config),
+            session_store=SQLiteSessionStore(config),
+            memory=manager,
+        )
+        result = await manager.drain(20)
+        assert result.ok, result.items
+        assert extractor.handed == [SECRET, "noted"]
+        assert [f.text for f in await manager.list(ANA)] == ["badge on file"]
+        await runtime.aclose()
+        await agent.close()

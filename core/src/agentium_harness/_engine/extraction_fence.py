@@ -23,8 +23,9 @@ an :class:`~.memory.agent.Agent`'s, right after its model call):
   reading skips it too (by its join record, as the write fence judges).
 
 Without a reading (``manager.extract_in_background`` called by the host,
-which alone knows when its turn was), the pending erasures are read just
-before the call: one covering the fact under way skips it.
+which alone knows when its turn was), or with one of no fence (the manager
+had none as the turn ended), the pending erasures are read just before the
+call: one covering the fact under way skips it.
 
 A skipped extraction sends nothing and writes nothing: its owned work fails
 (a drain reports it, naming the erasure), with a WARNING on
@@ -111,7 +112,7 @@ async def before_extractor(
     try:
         if isinstance(seen, ErasureInProgressError):
             raise seen
-        if seen is None:
+        if not seen:  # no reading, or one of no fence: nothing to compare a fence gained since with
             await fence_check(fences, scope, sources)
             return
         found = await covering(seen, owner)  # and any store given to the manager since
