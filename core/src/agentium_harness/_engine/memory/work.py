@@ -336,8 +336,10 @@ class WorkTracker:
         # rest so the oldest completed item is dropped first; dropped ones are only counted.
         self._ended_ok: collections.deque[_Item] = collections.deque()
         self._ended_bad: collections.deque[_Item] = collections.deque()
-        # By owner (``None``: work no runtime's operation started), so a runtime's own drain takes its own.
-        self._dropped: dict[object, dict[DrainStatus, int]] = {}
+        # By owner, so a runtime's own drain takes its own: the owner held weakly (by id, with its
+        # reference), never kept alive by the shared manager's counts. ``None``: work no runtime's
+        # operation started, and the counts of owners that are gone (:meth:`_fold_gone`).
+        self._dropped: dict[int | None, tuple[Callable[[], object] | None, dict[DrainStatus, int]]] = {}
         self._ended_seq = 0
         self._sources: list[WorkSource] = []
         self._counter = 0
@@ -349,9 +351,27 @@ class WorkTracker:
         (self._ended_ok if item.status is DrainStatus.COMPLETED else self._ended_bad).append(item)
         while len(self._ended_ok) + len(self._ended_bad) > max(1, MAX_ENDED_ITEMS):
             oldest = self._ended_ok.popleft() if self._ended_ok else self._ended_bad.popleft()
-            owner = oldest.owner() if oldest.owner is not None else None
-            counts = self._dropped.setdefault(owner, dict.fromkeys(DrainStatus, 0))
-            counts[oldest.status or DrainStatus.CANCELLED] += 1
+            self._fold_gone()
+            self._counts(oldest.owner)[oldest.status or DrainStatus.CANCELLED] += 1
+
+    def _counts(self, ref: Callable[[], object] | None) -> dict[DrainStatus, int]:
+        """The dropped counts of the owner ``ref`` refers to (caller holds the lock); gone: the unowned."""
+        owner = ref() if ref is not None else None
+        key, ref = (None, None) if owner is None else (id(owner), ref)
+        return self._dropped.setdefault(key, (ref, dict.fromkeys(DrainStatus, 0)))[1]
+
+    def _fold_gone(self) -> None:
+        """Move the counts of owners that are gone into the unowned ones (caller holds the lock).
+
+        Keeps one entry per live owner only (bounded), and an id reused by a new
+        object never inherits a gone owner's counts: each entry is checked first.
+        """
+        for key, (ref, counts) in list(self._dropped.items()):
+            if key is not None and (ref is None or ref() is None):
+                del self._dropped[key]
+                unowned = self._counts(None)
+                for status, n in counts.items():
+                    unowned[status] += n
 
     def track(self, source: WorkSource) -> None:
         """Cover ``source``'s work in every drain from now on (idempotent)."""
@@ -513,8 +533,9 @@ class WorkTracker:
             self._ended_ok = collections.deque(i for i in self._ended_ok if id(i) not in taken)
             self._ended_bad = collections.deque(i for i in self._ended_bad if id(i) not in taken)
             # Items dropped unlisted past MAX_ENDED_ITEMS, counted by owner: all of them, or ``only``'s.
-            owners = list(self._dropped) if only is None else [only]
-            counted = [self._dropped.pop(owner, {}) for owner in owners]
+            self._fold_gone()
+            owners = list(self._dropped) if only is None else [id(only)]
+            counted = [self._dropped.pop(owner, (None, {}))[1] for owner in owners]
         dropped = source_dropped
         for counts in counted:
             for status, n in counts.items():
