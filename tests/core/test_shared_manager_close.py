@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from _slow_provider import SlowProvider
 
@@ -35,6 +36,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine.lifecycle import LifecycleState
 from agentium_harness._history import Message, Role
 from agentium_harness._ports._base import OpContext
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -212,3 +214,67 @@ async def test_closing_an_agent_leaves_the_runtimes_work_on_its_manager() -> Non
         result = await b.drain(DEADLINE_S)
     assert [i.name.split("/")[0] for i in result.items] == ["summary update globex"] and result.ok
     await b.aclose()
+
+
+async def test_two_runtimes_closing_at_once_never_cancel_each_others_work() -> None:
+    # A's close is under way (its long settle waits for its extraction) when B, the last runtime
+    # open, closes with a short settle: B's close covers the manager's unowned work, never the
+    # work A's own close is draining (it used to cancel A's extraction at B's 0.2 s).
+    extractor = GatedExtractor()
+    manager = _manager(extractor)
+    a = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=manager,
+        limits=RuntimeLimits(settle_timeout_s=25.0),
+    )
+    b = _runtime(manager)
+    closed_a = anyio.Event()
+
+    async def close_a() -> None:
+        await a.aclose()
+        closed_a.set()
+
+    with anyio.fail_after(DEADLINE_S):
+        with runtime_span(a, "host.a.turn"):  # A's operation: A's work
+            manager.extract_in_background(BO_SCOPE, SAID, "acme extraction", sources=SOURCES)
+        await extractor.gate.started.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(close_a)
+            while a.state is not LifecycleState.CLOSING:
+                await anyio.lowlevel.checkpoint()
+            await b.aclose()  # the last runtime open: past its settle, it cancels what it covers
+            assert not extractor.gate.cancelled, "B's close cancelled the extraction A's close drains"
+            assert not closed_a.is_set()
+            extractor.gate.release.set()
+    assert extractor.gate.finished and a.state is LifecycleState.CLOSED
+    assert [f.fact.text for f in await manager.list(BO_SCOPE)] == ["the boiler is red"]
+
+
+async def test_an_agents_close_never_cancels_the_work_of_a_runtime_closing_now() -> None:
+    # No runtime open, but A's close is under way: an Agent's close drains the rest of the manager,
+    # not A's extraction (it used to cancel it at the agent's 0.2 s drain timeout).
+    extractor = GatedExtractor()
+    manager = _manager(extractor)
+    a = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=manager,
+        limits=RuntimeLimits(settle_timeout_s=25.0),
+    )
+    agent = Agent(SlowProvider(), manager, BO_SCOPE, session="agent-s", drain_timeout_s=0.2)
+    with anyio.fail_after(DEADLINE_S):
+        with runtime_span(a, "host.a.turn"):
+            manager.extract_in_background(BO_SCOPE, SAID, "acme extraction", sources=SOURCES)
+        await extractor.gate.started.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(a.aclose)
+            while a.state is not LifecycleState.CLOSING:
+                await anyio.lowlevel.checkpoint()
+            await agent.close()
+            assert agent.last_drain is not None and agent.last_drain.items == ()
+            assert not extractor.gate.cancelled, "the agent's close cancelled A's extraction"
+            extractor.gate.release.set()
+    assert extractor.gate.finished and a.state is LifecycleState.CLOSED

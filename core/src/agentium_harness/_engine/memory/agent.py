@@ -58,7 +58,7 @@ from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
 from ..memory_fence import fence_memory
 from .extraction import start_extraction, turn_source
-from .holders import drain_owned, open_runtimes, starting_as
+from .holders import closing_scope, drain_owned, open_runtimes, starting_as
 from .limits import model_timeout
 from .manager import HistoryOwner, MemoryManager, fences_of, telemetry_of
 from .sources import MemoryOmitted, agent_memory_blocks
@@ -435,10 +435,13 @@ class Agent:
         drain: DrainResult | None = None
         drain_error: MemoryDrainError | None = None
         try:
-            if open_runtimes(self.memory):  # their work is theirs: only this agent's extractions
+            # A runtime open: its work is its own, only this agent's extractions; none open, all of it
+            # but the work of the runtimes closing now (their closes drain it, with their settle).
+            scope = self if open_runtimes(self.memory) else closing_scope(self.memory)
+            if scope is not None:
                 timeout = self._drain_timeout_s or self.memory.limits.drain_timeout_s
                 with observe.using(telemetry_of(self.memory), self.memory):  # as the manager's drain
-                    drain = await drain_owned(self.memory, self, timeout)
+                    drain = await drain_owned(self.memory, scope, timeout)
                 if not drain.ok:
                     raise MemoryDrainError(f"memory drain: {drain.describe()}", drain)
             else:

@@ -36,11 +36,12 @@ from ..lifecycle import LifecycleState
 if TYPE_CHECKING:
     from ..runtime import HarnessRuntime
     from .manager import MemoryManager
-    from .work import DrainResult
+    from .work import AllBut, DrainResult
 
 __all__ = [
     "adopt_runtime",
     "agreed_model_timeout",
+    "closing_scope",
     "drain_owned",
     "drain_scope",
     "open_runtimes",
@@ -121,12 +122,28 @@ def agreed_model_timeout(manager: MemoryManager) -> float | None:
     return deadlines.pop() if len(deadlines) == 1 else None
 
 
-def drain_scope(manager: MemoryManager, runtime: HarnessRuntime) -> HarnessRuntime | None:
-    """Whose work ``runtime``'s close or drain covers: its own (``runtime``), or all of it (``None``).
+def closing_scope(manager: MemoryManager, but: object = None) -> AllBut | None:
+    """All of ``manager``'s work but that of the runtimes (other than ``but``) closing now; ``None``: all.
 
-    All when no other runtime given ``manager`` is still open: ``runtime`` is
-    then the last one using the manager's work that no runtime started (a
-    host's extraction, an ``Agent``'s). Two runtimes closing at once both
-    cover all of it, as before (one drain waits for what the other cancels).
+    A runtime whose close is under way drains its own work itself, with its
+    own settle: another drain of the rest must not wait for it, cancel it at
+    its own (maybe shorter) timeout, or take its reports.
     """
-    return runtime if open_runtimes(manager, but=runtime) else None
+    from .work import AllBut  # the manager imports this module, and work the manager's parts
+
+    closing = tuple(
+        r for r in _held(manager) if r is not but and getattr(r.parts, "close_attempt", None) is not None
+    )
+    return AllBut(closing) if closing else None
+
+
+def drain_scope(manager: MemoryManager, runtime: HarnessRuntime) -> object:
+    """Whose work ``runtime``'s close or drain covers: its own (``runtime``), or the rest too.
+
+    The rest too when no other runtime given ``manager`` is still open:
+    ``runtime`` is then the last one using the manager's work that no runtime
+    started (a host's extraction, an ``Agent``'s) or whose runtime is gone or
+    closed; never a runtime's whose close is under way at the same time
+    (:func:`closing_scope`: ``None`` when there is none, all of it).
+    """
+    return runtime if open_runtimes(manager, but=runtime) else closing_scope(manager, but=runtime)

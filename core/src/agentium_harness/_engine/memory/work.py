@@ -45,6 +45,7 @@ from ..loops import LoopHandle, ThreadSafeEvent
 from ..owned_work import OwnedWork
 
 __all__ = [
+    "AllBut",
     "DrainItem",
     "DrainResult",
     "DrainStatus",
@@ -278,9 +279,25 @@ def _weak(owner: object) -> Callable[[], object] | None:
     return weakref.ref(owner) if owner is not None else None
 
 
+@attrs.frozen(slots=True)
+class AllBut:
+    """A drain scope: all the work except the work of ``owners`` (runtimes whose own close drains it)."""
+
+    owners: tuple[object, ...]
+
+
+def _covers(only: object, owner: object) -> bool:
+    """Whether a drain of ``only`` (``None``: all; an :class:`AllBut`; an owner) covers ``owner``'s work."""
+    if only is None:
+        return True
+    if isinstance(only, AllBut):
+        return owner is None or not any(owner is o for o in only.owners)
+    return owner is not None and owner is only
+
+
 def _belongs(owner: Callable[[], object] | None, only: object) -> bool:
-    """Whether work of ``owner`` is covered by a drain of ``only``'s work (``None``: all work)."""
-    return only is None or (owner is not None and owner() is only)
+    """Whether work of ``owner`` (held weakly) is covered by a drain of ``only`` (:func:`_covers`)."""
+    return _covers(only, owner() if owner is not None else None)
 
 
 class _Item:
@@ -452,7 +469,8 @@ class WorkTracker:
 
         With ``only`` (a runtime), just that runtime's work: the items its
         operations started and its tracked :class:`OwnedWorkSource`; the rest,
-        and the rest's reports, are left for another drain. Every drain is
+        and the rest's reports, are left for another drain. With an
+        :class:`AllBut`, all the work except its owners' (their own drains'). Every drain is
         logged (``agentium.engine.lifecycle``: WARNING when an item failed or
         was cancelled) and counted (``agentium.drain.items``).
         """
@@ -522,7 +540,7 @@ class WorkTracker:
         async with anyio.create_task_group() as tg:
             tg.start_soon(own)
             for src in self._sources:
-                if only is None or getattr(src, "owner", None) is only:
+                if _covers(only, getattr(src, "owner", None)):
                     tg.start_soon(source, src)
         with self._lock:
             ended = sorted(
@@ -534,7 +552,11 @@ class WorkTracker:
             self._ended_bad = collections.deque(i for i in self._ended_bad if id(i) not in taken)
             # Items dropped unlisted past MAX_ENDED_ITEMS, counted by owner: all of them, or ``only``'s.
             self._fold_gone()
-            owners = list(self._dropped) if only is None else [id(only)]
+            if only is None or isinstance(only, AllBut):
+                but = {id(o) for o in only.owners} if isinstance(only, AllBut) else set()
+                owners = [key for key in self._dropped if key not in but]
+            else:
+                owners = [id(only)]
             counted = [self._dropped.pop(owner, (None, {}))[1] for owner in owners]
         dropped = source_dropped
         for counts in counted:
