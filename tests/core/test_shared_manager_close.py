@@ -14,6 +14,7 @@ rest, as a single runtime's close always did.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ from agentium_harness import (
     ResidentLimits,
     RuntimeLimits,
     SummaryLimits,
+    Telemetry,
     VerifiedIdentity,
     create_harness_runtime,
 )
@@ -278,3 +280,52 @@ async def test_an_agents_close_never_cancels_the_work_of_a_runtime_closing_now()
             assert not extractor.gate.cancelled, "the agent's close cancelled A's extraction"
             extractor.gate.release.set()
     assert extractor.gate.finished and a.state is LifecycleState.CLOSED
+
+
+class _PausedTelemetry(Telemetry):
+    """Telemetry whose resolve() (called once by the runtime's constructor) waits for ``go``."""
+
+    entered = threading.Event()
+    go = threading.Event()
+
+    def resolve(self) -> Any:
+        type(self).entered.set()
+        type(self).go.wait(DEADLINE_S)
+        return super().resolve()
+
+
+async def test_a_runtime_being_built_on_another_thread_does_not_break_the_others_drain() -> None:
+    # A host builds tenant C's runtime on a worker thread while tenant B's runtime drains and an
+    # Agent reads its deadline: C was remembered as given the manager before it had limits or
+    # state, so B's drain and the agent failed with AttributeError.
+    manager = _manager()
+    b = _runtime(manager)
+    agent = Agent(SlowProvider(), manager, BO_SCOPE, session="agent-s")
+    _PausedTelemetry.entered.clear()
+    _PausedTelemetry.go.clear()
+    built: list[HarnessRuntime] = []
+
+    def build() -> None:
+        built.append(
+            create_harness_runtime(
+                provider=ScriptedProvider(replies=["ok"], cycle=True),
+                archive=InMemoryArchive(),
+                session_store=InMemorySessionStore(),
+                memory=manager,
+                telemetry=_PausedTelemetry(),
+            )
+        )
+
+    with anyio.fail_after(DEADLINE_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, build)
+            assert await anyio.to_thread.run_sync(_PausedTelemetry.entered.wait, DEADLINE_S)
+            try:
+                assert agent.model_timeout_s > 0  # read over the runtimes given the manager
+                assert (await b.drain(DEADLINE_S)).ok
+            finally:
+                _PausedTelemetry.go.set()
+        [c] = built
+        await c.aclose()
+        await b.aclose()
+    await agent.close()

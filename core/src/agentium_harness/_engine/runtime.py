@@ -184,7 +184,6 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         self._memory = memory
         if memory is not None:
             fence_memory(memory, session_store, limits.op_timeout_s, holder=self)
-            adopt_runtime(memory, self)  # not its telemetry (the host's): its calls' deadline, its work
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
         self.evidence_limits = evidence_limits or EvidenceLimits()
@@ -220,6 +219,8 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
             telemetry=self.telemetry.resolve(),
         )
         self.resources = HarnessResources(self)
+        if memory is not None:  # last: other threads' drains read its state and limits (not its telemetry)
+            adopt_runtime(memory, self)
 
     @property
     def state(self) -> LifecycleState:
