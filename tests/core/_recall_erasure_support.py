@@ -25,12 +25,13 @@ from agentium_harness._ports.erasure import DEFAULT_ERASE_BATCH, EraseReport
 from agentium_harness._ports.erasure import EraseTarget as Target
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), statement="DSR-1")
 SECRET = "My quince account password is tangerine-42."
+QUESTION = "when does the vpn certificate expire"
 
 
 class Recording(ScriptedProvider):
@@ -45,6 +46,18 @@ class Recording(ScriptedProvider):
     async def complete(self, request: object, ctx: OpContext) -> object:
         self.requests.append(request)
         return await super().complete(request, ctx)  # type: ignore[arg-type]
+
+
+class SourceRecording(ScriptedProvider):
+    """Answers ``noted``; keeps every source block it is handed, rendered."""
+
+    def __init__(self) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.sources: list[str] = []
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        self.sources.extend(block.render() for block in request.sources)
+        return await super().complete(request, ctx)
 
 
 class MissedErasure:

@@ -12,6 +12,8 @@ are kept.
 from __future__ import annotations
 
 import pytest
+from _recall_erasure_support import ANA, QUESTION
+from _recall_erasure_support import SourceRecording as Recording
 
 import agentium_harness._engine.recall_readback as readback
 from agentium_harness import (
@@ -27,25 +29,10 @@ from agentium_harness import (
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
-QUESTION = "when does the vpn certificate expire"
-
-
-class Recording(ScriptedProvider):
-    """Answers ``noted``; keeps every source block it is handed, rendered."""
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.sources: list[str] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.sources.extend(block.render() for block in request.sources)
-        return await super().complete(request, ctx)
 
 
 async def test_the_cache_of_finished_erasures_holds_no_groups_erasure() -> None:

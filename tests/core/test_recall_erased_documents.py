@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _recall_erasure_support import ANA, QUESTION
+from _recall_erasure_support import SourceRecording as Recording
 
 from agentium_harness import (
     EraseTarget,
@@ -31,25 +33,11 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext, RecallStore
+from agentium_harness.plugin_api import RecallStore
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
-QUESTION = "when does the vpn certificate expire"
-
-
-class Recording(ScriptedProvider):
-    """Answers ``noted``; keeps every source block it is handed, rendered."""
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.sources: list[str] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.sources.extend(block.render() for block in request.sources)
-        return await super().complete(request, ctx)
 
 
 @pytest.fixture(params=["memory", "sqlite"])
