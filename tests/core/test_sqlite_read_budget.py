@@ -198,6 +198,32 @@ async def test_the_engine_reads_a_long_history_whole_across_short_pages(
     assert [g.group.messages[1].content for g in page.groups] == [f"a{n}" for n in range(14)]
 
 
+async def _erase_ana_within_budget(
+    store: SQLiteSessionStore, sessions: list[str], inflated: list[int], *, read_whole: bool
+) -> None:
+    """Erase user ana call by call: each call within its read budget, every session erased in order.
+
+    ``read_whole``: every reported session came with its groups (read whole, not as damage).
+    """
+    target = EraseTarget.user("acme", "ana")
+    erased: list[str] = []
+    for _ in range(len(sessions)):
+        inflated[0] = 0
+        with anyio.fail_after(30):
+            report = await store.erase(target, OpContext())
+        # Before: 12 snapshots, 24 MB inflated by one call. Now at most one snapshot past the budget.
+        assert inflated[0] < BUDGET + 2 * BIG + 4096, inflated[0]
+        erased += [entry.session.session for entry in report.sessions]
+        if read_whole:
+            assert all(entry.groups for entry in report.sessions)  # each read whole, not as damage
+        if report.status is EraseStatus.COMPLETE:
+            break
+        assert report.sessions  # a partial call erased something
+    assert erased == sessions
+    for session in sessions:
+        assert await store.load(SessionKey("acme", "ana", session), OpContext()) is None
+
+
 async def test_a_session_store_erase_call_reads_snapshots_within_its_budget_and_erases_every_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflated: list[int]
 ) -> None:
@@ -213,22 +239,7 @@ async def test_a_session_store_erase_call_reads_snapshots_within_its_budget_and_
                 SessionSnapshot(Scope("acme", "ana", session), 0, 1, (plain_group(0, "a" * BIG),))
             )
             await store.save(SessionKey("acme", "ana", session), snapshot, None, OpContext())
-        target = EraseTarget.user("acme", "ana")
-        erased: list[str] = []
-        for _ in range(len(sessions)):
-            inflated[0] = 0
-            with anyio.fail_after(30):
-                report = await store.erase(target, OpContext())
-            # Before: 12 snapshots, 24 MB inflated by one call. Now at most one snapshot past the budget.
-            assert inflated[0] < BUDGET + 2 * BIG + 4096, inflated[0]
-            erased += [entry.session.session for entry in report.sessions]
-            assert all(entry.groups for entry in report.sessions)  # each read whole, not as damage
-            if report.status is EraseStatus.COMPLETE:
-                break
-            assert report.sessions  # a partial call erased something
-        assert erased == sessions
-        for session in sessions:
-            assert await store.load(SessionKey("acme", "ana", session), OpContext()) is None
+        await _erase_ana_within_budget(store, sessions, inflated, read_whole=True)
     finally:
         await store.aclose()
 
@@ -259,20 +270,6 @@ async def test_an_erase_call_counts_what_it_inflated_of_a_snapshot_that_turned_o
             conn.commit()
         finally:
             conn.close()
-        target = EraseTarget.user("acme", "ana")
-        erased: list[str] = []
-        for _ in range(len(sessions)):
-            inflated[0] = 0
-            with anyio.fail_after(30):
-                report = await store.erase(target, OpContext())
-            # Before: 12 snapshots, 24 MB inflated by one call. Now at most one snapshot past the budget.
-            assert inflated[0] < BUDGET + 2 * BIG + 4096, inflated[0]
-            erased += [entry.session.session for entry in report.sessions]
-            if report.status is EraseStatus.COMPLETE:
-                break
-            assert report.sessions  # a partial call erased something
-        assert erased == sessions
-        for session in sessions:
-            assert await store.load(SessionKey("acme", "ana", session), OpContext()) is None
+        await _erase_ana_within_budget(store, sessions, inflated, read_whole=False)
     finally:
         await store.aclose()
