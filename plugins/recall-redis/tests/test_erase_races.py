@@ -12,7 +12,8 @@ erased owner's words must be gone from Redis once the erasure reports
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -120,15 +121,27 @@ def _around_sweep(
     monkeypatch.setattr(erase_module, "sweep_rows", sweep)
 
 
+@asynccontextmanager
+async def _eraser_and_writer(
+    server: ServerProcess, **config: Any
+) -> AsyncIterator[tuple[str, RedisRecallStore, RedisRecallStore]]:
+    """A fresh key prefix, two store objects on it (eraser, writer: two processes), closed after."""
+    prefix = new_prefix()
+    settings = RedisRecallConfig(url=server.url, key_prefix=prefix, **config)
+    eraser, writing = RedisRecallStore(settings), RedisRecallStore(settings)
+    try:
+        yield prefix, eraser, writing
+    finally:
+        await writing.aclose()
+        await eraser.aclose()
+
+
 async def test_a_staging_begun_before_a_session_erasure_and_committed_after_its_sweep_leaves_nothing(
     server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: the ``COMMIT`` landed after the sweep and before the stagings were given up, published."""
-    prefix = new_prefix()
-    config = RedisRecallConfig(url=server.url, key_prefix=prefix, max_terms_per_call=64)
-    eraser, writing = RedisRecallStore(config), RedisRecallStore(config)
-    held = HeldWriter(writing, monkeypatch)
-    try:
+    async with _eraser_and_writer(server, max_terms_per_call=64) as (prefix, eraser, writing):
+        held = HeldWriter(writing, monkeypatch)
         await eraser.index_document(OWNER, "small", "qearlier7 text", _ctx())
 
         async def commit_now() -> None:
@@ -145,20 +158,14 @@ async def test_a_staging_begun_before_a_session_erasure_and_committed_after_its_
         raw = await _raw(admin, prefix)
         assert b"qsecret" not in raw and b"qearlier7" not in raw
         assert isinstance(held.error, RedisRecallError)  # the writer is told its write did not apply
-    finally:
-        await writing.aclose()
-        await eraser.aclose()
 
 
 async def test_a_staging_begun_during_a_session_erasure_and_committed_after_its_sweep_leaves_nothing(
     server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``BEGIN`` lands after the erasure began (before its sweep), ``COMMIT`` after the sweep."""
-    prefix = new_prefix()
-    config = RedisRecallConfig(url=server.url, key_prefix=prefix, max_terms_per_call=64)
-    eraser, writing = RedisRecallStore(config), RedisRecallStore(config)
-    held = HeldWriter(writing, monkeypatch)
-    try:
+    async with _eraser_and_writer(server, max_terms_per_call=64) as (prefix, eraser, writing):
+        held = HeldWriter(writing, monkeypatch)
         await eraser.index_document(OWNER, "small", "qearlier7 text", _ctx())
         await writing.health(_ctx())
         async with anyio.create_task_group() as tg:
@@ -179,22 +186,16 @@ async def test_a_staging_begun_during_a_session_erasure_and_committed_after_its_
         raw = await _raw(admin, prefix)
         assert b"qsecret" not in raw and b"qearlier7" not in raw
         assert isinstance(held.error, RedisRecallError)
-    finally:
-        await writing.aclose()
-        await eraser.aclose()
 
 
 async def test_a_group_staged_before_its_erasure_and_committed_after_it_is_not_published(
     server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A groups target gave no staging up: a large group's ``COMMIT`` after the erasure published it."""
-    prefix = new_prefix()
-    config = RedisRecallConfig(url=server.url, key_prefix=prefix, max_terms_per_call=64)
-    eraser, writing = RedisRecallStore(config), RedisRecallStore(config)
-    held = HeldWriter(writing, monkeypatch)
-    group = plain_group(0, " " + BIG)
-    kept = plain_group(1, " qkeptgroup9 text")
-    try:
+    async with _eraser_and_writer(server, max_terms_per_call=64) as (prefix, eraser, writing):
+        held = HeldWriter(writing, monkeypatch)
+        group = plain_group(0, " " + BIG)
+        kept = plain_group(1, " qkeptgroup9 text")
         await eraser.index_groups(KEY, [kept], [ArchiveReceipt(1, kept.digest, "x")], _ctx())
         receipt = ArchiveReceipt(0, group.digest, "x")
         with anyio.fail_after(30):
@@ -208,20 +209,14 @@ async def test_a_group_staged_before_its_erasure_and_committed_after_it_is_not_p
         assert b"qsecret" not in raw
         assert b"qkeptgroup9" in raw  # the session's other group stays
         assert isinstance(held.error, RedisRecallError)
-    finally:
-        await writing.aclose()
-        await eraser.aclose()
 
 
 async def test_a_write_landing_after_the_sweep_is_refused_and_another_owners_write_goes_through(
     server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: an ``INDEX`` landing after the sweep was published, and the erasure still said complete."""
-    prefix = new_prefix()
-    config = RedisRecallConfig(url=server.url, key_prefix=prefix)
-    eraser, writing = RedisRecallStore(config), RedisRecallStore(config)
-    outcome: dict[str, object] = {}
-    try:
+    async with _eraser_and_writer(server) as (prefix, eraser, writing):
+        outcome: dict[str, object] = {}
         await eraser.index_document(OWNER, "small", "qearlier7 text", _ctx())
 
         async def write_now() -> None:
@@ -243,9 +238,6 @@ async def test_a_write_landing_after_the_sweep_is_refused_and_another_owners_wri
         await writing.index_document(OWNER, "after", "qafterword5 text", _ctx())
         assert b"qafterword5" in await _raw(admin, prefix)
         assert not await admin.exists(f"{prefix}:{{acme}}:ef")
-    finally:
-        await writing.aclose()
-        await eraser.aclose()
 
 
 async def test_a_fence_past_its_end_refuses_nothing(server: ServerProcess, admin: aioredis.Redis) -> None:
@@ -315,14 +307,11 @@ async def test_a_long_erase_call_keeps_its_fence_up_past_the_fences_life(
     The sweep is made to "take" the fence's whole life: both clocks are stood in for (the fence's end in
     Redis moved to the past, the erase's monotonic clock moved on), no wall time is waited for.
     """
-    prefix = new_prefix()
-    config = RedisRecallConfig(url=server.url, key_prefix=prefix)
-    eraser, writing = RedisRecallStore(config), RedisRecallStore(config)
-    now = {"t": 1000.0}
-    monkeypatch.setattr(erase_fence, "_clock", lambda: now["t"])
-    fences, holders = f"{prefix}:{{acme}}:ef", f"{prefix}:{{acme}}:efh"
-    outcome: dict[str, object] = {}
-    try:
+    async with _eraser_and_writer(server) as (prefix, eraser, writing):
+        now = {"t": 1000.0}
+        monkeypatch.setattr(erase_fence, "_clock", lambda: now["t"])
+        fences, holders = f"{prefix}:{{acme}}:ef", f"{prefix}:{{acme}}:efh"
+        outcome: dict[str, object] = {}
         await writing.index_document(OWNER, "small", "qearlier7 text", _ctx())
 
         async def fence_life_passes() -> None:
@@ -349,6 +338,3 @@ async def test_a_long_erase_call_keeps_its_fence_up_past_the_fences_life(
         assert isinstance(outcome.get("write"), RedisRecallError)  # refused: the fence was raised again
         assert b"qlongcall5" not in await _raw(admin, prefix)
         assert not await admin.exists(fences) and not await admin.exists(holders)
-    finally:
-        await writing.aclose()
-        await eraser.aclose()
