@@ -118,6 +118,26 @@ def _runtime(manager: MemoryManager, summarizer: Any = None) -> HarnessRuntime:
     )
 
 
+def _patient_runtime(manager: MemoryManager) -> HarnessRuntime:
+    """Runtime A: a long settle, so its close waits for its own extraction rather than cancel it."""
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=manager,
+        limits=RuntimeLimits(settle_timeout_s=25.0),
+    )
+
+
+async def _extraction_of_a_started(
+    a: HarnessRuntime, manager: MemoryManager, extractor: GatedExtractor
+) -> None:
+    """An extraction started in A's operation (A's work), held by ``extractor``'s gate once started."""
+    with runtime_span(a, "host.a.turn"):
+        manager.extract_in_background(BO_SCOPE, SAID, "acme extraction", sources=SOURCES)
+    await extractor.gate.started.wait()
+
+
 async def _update_in_flight(rt: HarnessRuntime, who: VerifiedIdentity, summarizer: GatedSummarizer) -> None:
     """Two turns on one session: the second evicts a group and starts a background summary update."""
     for text in ("one", "two"):
@@ -224,13 +244,7 @@ async def test_two_runtimes_closing_at_once_never_cancel_each_others_work() -> N
     # work A's own close is draining (it used to cancel A's extraction at B's 0.2 s).
     extractor = GatedExtractor()
     manager = _manager(extractor)
-    a = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        memory=manager,
-        limits=RuntimeLimits(settle_timeout_s=25.0),
-    )
+    a = _patient_runtime(manager)
     b = _runtime(manager)
     closed_a = anyio.Event()
 
@@ -239,9 +253,7 @@ async def test_two_runtimes_closing_at_once_never_cancel_each_others_work() -> N
         closed_a.set()
 
     with anyio.fail_after(DEADLINE_S):
-        with runtime_span(a, "host.a.turn"):  # A's operation: A's work
-            manager.extract_in_background(BO_SCOPE, SAID, "acme extraction", sources=SOURCES)
-        await extractor.gate.started.wait()
+        await _extraction_of_a_started(a, manager, extractor)
         async with anyio.create_task_group() as tg:
             tg.start_soon(close_a)
             while a.state is not LifecycleState.CLOSING:
@@ -259,18 +271,10 @@ async def test_an_agents_close_never_cancels_the_work_of_a_runtime_closing_now()
     # not A's extraction (it used to cancel it at the agent's 0.2 s drain timeout).
     extractor = GatedExtractor()
     manager = _manager(extractor)
-    a = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        memory=manager,
-        limits=RuntimeLimits(settle_timeout_s=25.0),
-    )
+    a = _patient_runtime(manager)
     agent = Agent(SlowProvider(), manager, BO_SCOPE, session="agent-s", drain_timeout_s=0.2)
     with anyio.fail_after(DEADLINE_S):
-        with runtime_span(a, "host.a.turn"):
-            manager.extract_in_background(BO_SCOPE, SAID, "acme extraction", sources=SOURCES)
-        await extractor.gate.started.wait()
+        await _extraction_of_a_started(a, manager, extractor)
         async with anyio.create_task_group() as tg:
             tg.start_soon(a.aclose)
             while a.state is not LifecycleState.CLOSING:
