@@ -116,6 +116,19 @@ def _erase_in_other_process(db: Path, target: EraseTarget) -> ErasureState:
     return states[0]
 
 
+def _chat_agent(manager: MemoryManager, sessions: SQLiteSessionStore) -> Agent:
+    """Ana's agent on session ``chat``, owning ``manager`` and ``sessions`` (closed with it)."""
+    return Agent(
+        ScriptedProvider(replies=["noted"], cycle=True),
+        manager,
+        ANA,
+        session="chat",
+        owns_memory=True,
+        owned=(sessions,),
+        session_store=sessions,
+    )
+
+
 def _agent(
     db: Path, extractor: Recording, recorder: SpanRecorder | None = None
 ) -> tuple[Agent, MemoryManager]:
@@ -125,15 +138,7 @@ def _agent(
         SQLiteMemoryStore(config), extractor=extractor, owns_store=True, telemetry=telemetry
     )
     sessions = SQLiteSessionStore(config)
-    agent = Agent(
-        ScriptedProvider(replies=["noted"], cycle=True),
-        manager,
-        ANA,
-        session="chat",
-        owns_memory=True,
-        owned=(sessions,),
-        session_store=sessions,
-    )
+    agent = _chat_agent(manager, sessions)
     return agent, manager
 
 
@@ -273,15 +278,7 @@ async def test_the_fence_reads_nothing_when_nothing_changed_on_sqlite(tmp_path: 
     manager = MemoryManager(
         SQLiteMemoryStore(SQLiteConfig(path=str(memory_db))), extractor=extractor, owns_store=True
     )
-    agent = Agent(
-        ScriptedProvider(replies=["noted"], cycle=True),
-        manager,
-        ANA,
-        session="chat",
-        owns_memory=True,
-        owned=(sessions,),
-        session_store=sessions,
-    )
+    agent = _chat_agent(manager, sessions)
     with anyio.fail_after(30):
         await agent.run("warm up")  # the first reading reads the (absent) ledger row once
         assert (await manager.drain(20)).ok
