@@ -49,6 +49,7 @@ __all__ = [
     "hooked_runtimes",
     "sqlite_pairs",
     "stored_record",
+    "tool_turn_while",
     "turn_while_held",
 ]
 
@@ -96,6 +97,31 @@ async def turn_while_held(
         await meanwhile()
         provider.release.set()
     return caught[0] if caught else None
+
+
+async def tool_turn_while(
+    mine: Any, entered: anyio.Event, release: anyio.Event, meanwhile: Any, text: str = "deploy it"
+) -> Any:
+    """Ana's tool turn on s1 (``text``, deploy granted) until ``entered``; ``meanwhile()``; then ``release``.
+
+    Returns the turn's outcome: its result, or the exception it raised.
+    """
+    outcome: list[Any] = []
+
+    async def turn() -> None:
+        try:
+            outcome.append(await mine.run(ANA, "s1", text, grants=["deploy"]))
+        except Exception as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn)
+        with anyio.fail_after(30):
+            await entered.wait()
+        await meanwhile()
+        release.set()
+    (result,) = outcome
+    return result
 
 
 async def five_turns(runtime: Any, session: str = "s1") -> None:

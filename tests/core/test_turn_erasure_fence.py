@@ -21,7 +21,15 @@ from typing import Any
 import anyio
 import pytest
 from _effects_support import DEPLOY
-from _erasure_harness import ANA, OPERATOR, HookedArchive, HookedSQLiteArchive, gate_after, history_texts
+from _erasure_harness import (
+    ANA,
+    OPERATOR,
+    HookedArchive,
+    HookedSQLiteArchive,
+    gate_after,
+    history_texts,
+    tool_turn_while,
+)
 
 import agentium_harness._engine.runtime as runtime_module
 import agentium_harness._engine.summary as summary_module
@@ -115,22 +123,7 @@ def _pair(kind: str, tmp_path: Path, provider: Recording, gate: Gate) -> tuple[A
 
 async def _race(mine: Any, entered: anyio.Event, release: anyio.Event, meanwhile: Any) -> Any:
     """The turn on ``mine`` until it sets ``entered``; ``meanwhile()``; then ``release``. Its outcome."""
-    outcome: list[Any] = []
-
-    async def turn() -> None:
-        try:
-            outcome.append(await mine.run(ANA, "s1", "deploy it qzturnq", grants=["deploy"]))
-        except Exception as exc:
-            outcome.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(turn)
-        with anyio.fail_after(30):
-            await entered.wait()
-        await meanwhile()
-        release.set()
-    (result,) = outcome
-    return result
+    return await tool_turn_while(mine, entered, release, meanwhile, "deploy it qzturnq")
 
 
 def _assert_stopped(

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 from _effects_support import DEPLOY
-from _erasure_harness import ANA, OPERATOR, HookedArchive, gate_after, history_texts
+from _erasure_harness import ANA, OPERATOR, HookedArchive, gate_after, history_texts, tool_turn_while
 
 import agentium_harness._engine.summary as summary_module
 from agentium_harness import (
@@ -100,48 +100,18 @@ async def test_an_old_erasure_without_a_usable_join_record_does_not_stop_a_run_o
         await save_ledger(ticket, other_store, key, ErasureLedger((), joined_after=0), revision)
         await mine.run(ANA, "s1", "the id used again")  # stored again: the session now exists
         await mine.run(BOB, "s1", "bob's own")
-        outcome: list[Any] = []
 
-        async def turn() -> None:
-            try:
-                outcome.append(await mine.run(ANA, "s1", "deploy it", grants=["deploy"]))
-            except Exception as exc:
-                outcome.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(turn)
-            with anyio.fail_after(30):
-                await tool_entered.wait()
+        async def erase_bob() -> None:
             # Another user's erasure moves the tenant's ledger; ana's session is untouched.
             await other.erase(EraseTarget.user("acme", "bob"), reason="dsr", attestation=OPERATOR)
-            tool_release.set()
-        (result,) = outcome
+
+        result = await tool_turn_while(mine, tool_entered, tool_release, erase_bob)
         assert not isinstance(result, BaseException), repr(result)
         assert result.committed
         assert "deploy it" in await history_texts(mine)
     finally:
         await mine.aclose()
         await other.aclose()
-
-
-async def _run_while(mine: Any, entered: anyio.Event, release: anyio.Event, meanwhile: Any) -> Any:
-    """Ana's tool turn on s1 until its tool is entered; ``meanwhile()``; then the tool returns."""
-    outcome: list[Any] = []
-
-    async def turn() -> None:
-        try:
-            outcome.append(await mine.run(ANA, "s1", "deploy it", grants=["deploy"]))
-        except Exception as exc:
-            outcome.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(turn)
-        with anyio.fail_after(30):
-            await entered.wait()
-        await meanwhile()
-        release.set()
-    (result,) = outcome
-    return result
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -189,7 +159,7 @@ async def test_an_erasure_of_another_session_of_the_user_does_not_stop_the_run(
                 done = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s2"))
                 assert len(done.erasures) == 1, done
 
-        result = await _run_while(mine, tool_entered, tool_release, erase_s2)
+        result = await tool_turn_while(mine, tool_entered, tool_release, erase_s2)
         assert not isinstance(result, BaseException), repr(result)
         assert result.committed
         assert "deploy it" in await history_texts(mine)
@@ -311,7 +281,7 @@ async def test_retention_of_the_session_under_way_stops_the_run_without_calling_
                 with anyio.fail_after(30):
                     await held.entered.wait()  # recorded in the ledger, under way
 
-            error = await _run_while(mine, tool_entered, tool_release, meanwhile)
+            error = await tool_turn_while(mine, tool_entered, tool_release, meanwhile)
             held.release.set()
         assert isinstance(error, ErasureInProgressError), repr(error)
         assert not isinstance(error, ErasedDuringRunError), repr(error)
