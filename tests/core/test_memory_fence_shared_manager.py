@@ -88,6 +88,16 @@ def _tenant_runtime(db: Path, manager: MemoryManager) -> HarnessRuntime:
     )
 
 
+def _in_memory_runtime(sessions: Any, manager: MemoryManager) -> HarnessRuntime:
+    """A runtime on ``sessions`` and an in-memory archive, given the shared ``manager``."""
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"]),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        memory=manager,
+    )
+
+
 def _shared(tmp_path: Path) -> tuple[MemoryManager, _Gated]:
     store = _Gated(SQLiteConfig(path=str(tmp_path / "memory.db")))
     return MemoryManager(store, owns_store=True), store
@@ -191,15 +201,7 @@ async def test_a_manager_given_to_one_runtime_is_fenced_by_its_store_once(tmp_pa
 
     sessions = Counting()
     shared, _ = _shared(tmp_path)
-    runtimes = [
-        create_harness_runtime(
-            provider=ScriptedProvider(replies=["noted"]),
-            archive=InMemoryArchive(),
-            session_store=sessions,
-            memory=shared,
-        )
-        for _ in range(2)
-    ]
+    runtimes = [_in_memory_runtime(sessions, shared) for _ in range(2)]
     with anyio.fail_after(30):
         async with runtimes[0], runtimes[1]:
             before = Counting.loads
@@ -216,15 +218,7 @@ async def test_one_store_failing_refuses_the_write_typed_and_writes_nothing(tmp_
             raise OSError("disk gone")
 
     shared, _ = _shared(tmp_path)
-    runtimes = [
-        create_harness_runtime(
-            provider=ScriptedProvider(replies=["noted"]),
-            archive=InMemoryArchive(),
-            session_store=sessions,
-            memory=shared,
-        )
-        for sessions in (InMemorySessionStore(), Failing())
-    ]
+    runtimes = [_in_memory_runtime(sessions, shared) for sessions in (InMemorySessionStore(), Failing())]
     with anyio.fail_after(30):
         async with runtimes[0], runtimes[1]:
             with pytest.raises(SessionStoreError, match="nothing was written"):
