@@ -64,26 +64,32 @@ def _stores(kind: str, tmp_path: Path) -> tuple[Any, Any, Any, Any]:
     )
 
 
+def _held_deploy() -> tuple[anyio.Event, anyio.Event, ToolRegistry]:
+    """A ``deploy`` tool that sets ``entered`` and waits for ``release``: (entered, release, its registry)."""
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def deploy(args: Any) -> str:
+        entered.set()
+        with anyio.fail_after(30):
+            await release.wait()
+        return "deployed"
+
+    return entered, release, ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)])
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 async def test_an_old_erasure_without_a_usable_join_record_does_not_stop_a_run_of_the_id_used_again(
     kind: str, tmp_path: Path
 ) -> None:
     """s1 erased long ago (join record damaged), used again: bob's erasure mid-run must not stop ana's run."""
-    tool_entered, tool_release = anyio.Event(), anyio.Event()
-
-    async def deploy(args: Any) -> str:
-        tool_entered.set()
-        with anyio.fail_after(30):
-            await tool_release.wait()
-        return "deployed"
-
+    tool_entered, tool_release, deploy_tools = _held_deploy()
     archive, store, other_archive, other_store = _stores(kind, tmp_path)
     provider = ScriptedProvider(replies=["noted", "noted", "noted", DEPLOY, "Deployed."])
     mine = create_harness_runtime(
         provider=provider,
         archive=archive,
         session_store=store,
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        tools=deploy_tools,
     )
     other = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"], cycle=True),
@@ -120,21 +126,14 @@ async def test_an_erasure_of_another_session_of_the_user_does_not_stop_the_run(
     kind: str, meanwhile: str, tmp_path: Path
 ) -> None:
     """Guard: s1 erased and used again before the load; mid-run, ana's s2 loses groups or is erased."""
-    tool_entered, tool_release = anyio.Event(), anyio.Event()
-
-    async def deploy(args: Any) -> str:
-        tool_entered.set()
-        with anyio.fail_after(30):
-            await tool_release.wait()
-        return "deployed"
-
+    tool_entered, tool_release, deploy_tools = _held_deploy()
     archive, store, other_archive, other_store = _stores(kind, tmp_path)
     limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
     mine = create_harness_runtime(
         provider=ScriptedProvider(replies=["noted"] * 5 + [DEPLOY, "Deployed."]),
         archive=archive,
         session_store=store,
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        tools=deploy_tools,
         limits=limits,
     )
     other = create_harness_runtime(
@@ -234,14 +233,7 @@ async def test_retention_of_the_session_under_way_stops_the_run_without_calling_
     the :class:`ErasureInProgressError` a load meets, and what ran is
     offered to a commit like any stop's, which the erasure under way refuses.
     """
-    tool_entered, tool_release = anyio.Event(), anyio.Event()
-
-    async def deploy(args: Any) -> str:
-        tool_entered.set()
-        with anyio.fail_after(30):
-            await tool_release.wait()
-        return "deployed"
-
+    tool_entered, tool_release, deploy_tools = _held_deploy()
     held = _HeldErase()
     archive, store = HookedArchive(held), InMemorySessionStore()
     limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
@@ -256,7 +248,7 @@ async def test_retention_of_the_session_under_way_stops_the_run_without_calling_
         provider=Counting(replies=["noted", "noted", "noted", DEPLOY, "Deployed."]),
         archive=archive,
         session_store=store,
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        tools=deploy_tools,
         limits=limits,
     )
     other = create_harness_runtime(
