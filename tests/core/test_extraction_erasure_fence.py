@@ -116,6 +116,14 @@ def _erase_in_other_process(db: Path, target: EraseTarget) -> ErasureState:
     return states[0]
 
 
+async def _drained(manager: MemoryManager) -> Any:
+    """The manager's drain result, whether the drain returned it or raised it (not all went well)."""
+    try:
+        return await manager.drain(20)
+    except MemoryDrainError as exc:
+        return exc.result
+
+
 def _chat_agent(manager: MemoryManager, sessions: SQLiteSessionStore) -> Agent:
     """Ana's agent on session ``chat``, owning ``manager`` and ``sessions`` (closed with it)."""
     return Agent(
@@ -161,11 +169,7 @@ async def test_an_erasure_completed_after_the_turn_skips_its_extraction(
         assert reply.extraction is not None  # started: the turn's reading saw no erasure
         assert _erase_in_other_process(db, TARGETS[target]) is ErasureState.COMPLETE
         with caplog.at_level(logging.WARNING, "agentium.engine.memory"):
-            drained: Any
-            try:
-                drained = await manager.drain(20)
-            except MemoryDrainError as exc:
-                drained = exc.result
+            drained = await _drained(manager)
         assert extractor.handed == []  # the erased turn never reached the extractor's model
         assert not drained.ok
         [item] = drained.items
@@ -340,11 +344,7 @@ async def test_a_closed_runtimes_erasure_since_the_turn_is_not_waved_through_by_
         assert result.state is ErasureState.COMPLETE
         await other.aclose()  # its fence is withdrawn, then its own store closed
         gate.set()
-        drained: Any
-        try:
-            drained = await manager.drain(20)
-        except MemoryDrainError as exc:
-            drained = exc.result
+        drained = await _drained(manager)
         assert extractor.handed == []  # the erased turn never reached the extractor's model
         assert not drained.ok
         assert await manager.list(ANA) == ()
