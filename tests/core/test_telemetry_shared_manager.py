@@ -76,6 +76,17 @@ def _runtime(manager: MemoryManager, telemetered: Telemetered, **kw: Any) -> Har
     )
 
 
+def _content_telemetered_runtime() -> tuple[Telemetered, HarnessRuntime]:
+    """A host's recorder capturing content, and a runtime A (no memory) recording to it."""
+    a = Telemetered()
+    return a, create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=a.telemetry(capture_content=True),
+    )
+
+
 async def _host_calls(manager: MemoryManager, scope: MemoryScope, secret: str) -> None:
     """The host's own calls for ``scope``'s tenant: write, correct, list, select, forget."""
     ack = await manager.remember(MemoryFact(scope, f"fact {secret}"))
@@ -201,13 +212,7 @@ async def test_a_hook_failure_in_a_runtimes_operation_is_logged_under_that_runti
 async def test_a_plugin_commands_configure_inside_a_runtimes_block_records_nothing_on_it(
     global_provider: SpanRecorder,
 ) -> None:
-    a = Telemetered()
-    rt_a = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=a.telemetry(capture_content=True),
-    )
+    a, rt_a = _content_telemetered_runtime()
 
     def configure(parser: Any) -> None:
         with client_span("configure.request"):
@@ -244,13 +249,7 @@ def _verifier_plugin() -> types.ModuleType:
 async def test_the_demos_verifier_building_inside_a_runtimes_block_records_nothing_on_it(
     tmp_path: Path, global_provider: SpanRecorder
 ) -> None:
-    a = Telemetered()
-    rt_a = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        telemetry=a.telemetry(capture_content=True),
-    )
+    a, rt_a = _content_telemetered_runtime()
     registry = PluginRegistry.load(
         autoload=False, extra_plugins=[("agtest-demo-probe", _verifier_plugin())], hook_timeout_s=30.0
     )
