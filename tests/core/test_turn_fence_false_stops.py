@@ -64,6 +64,31 @@ def _stores(kind: str, tmp_path: Path) -> tuple[Any, Any, Any, Any]:
     )
 
 
+def _one_resident_pair(
+    provider: Any, tools: ToolRegistry, mine_stores: tuple[Any, Any], other_stores: tuple[Any, Any]
+) -> tuple[Any, Any]:
+    """Ana's runtime (``provider``, ``tools``) and another process's, keeping one archived group.
+
+    Both keep one group resident; ``*_stores`` are each one's (archive, session store).
+    """
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
+    mine = create_harness_runtime(
+        provider=provider,
+        archive=mine_stores[0],
+        session_store=mine_stores[1],
+        tools=tools,
+        limits=limits,
+    )
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=other_stores[0],
+        session_store=other_stores[1],
+        limits=limits,
+        retention=RetentionPolicy(max_archived_groups=1),
+    )
+    return mine, other
+
+
 def _held_deploy() -> tuple[anyio.Event, anyio.Event, ToolRegistry]:
     """A ``deploy`` tool that sets ``entered`` and waits for ``release``: (entered, release, its registry)."""
     entered, release = anyio.Event(), anyio.Event()
@@ -128,20 +153,11 @@ async def test_an_erasure_of_another_session_of_the_user_does_not_stop_the_run(
     """Guard: s1 erased and used again before the load; mid-run, ana's s2 loses groups or is erased."""
     tool_entered, tool_release, deploy_tools = _held_deploy()
     archive, store, other_archive, other_store = _stores(kind, tmp_path)
-    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
-    mine = create_harness_runtime(
-        provider=ScriptedProvider(replies=["noted"] * 5 + [DEPLOY, "Deployed."]),
-        archive=archive,
-        session_store=store,
-        tools=deploy_tools,
-        limits=limits,
-    )
-    other = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=other_archive,
-        session_store=other_store,
-        limits=limits,
-        retention=RetentionPolicy(max_archived_groups=1),
+    mine, other = _one_resident_pair(
+        ScriptedProvider(replies=["noted"] * 5 + [DEPLOY, "Deployed."]),
+        deploy_tools,
+        (archive, store),
+        (other_archive, other_store),
     )
     try:
         await mine.run(ANA, "s1", "long ago")
@@ -236,7 +252,6 @@ async def test_retention_of_the_session_under_way_stops_the_run_without_calling_
     tool_entered, tool_release, deploy_tools = _held_deploy()
     held = _HeldErase()
     archive, store = HookedArchive(held), InMemorySessionStore()
-    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
     sent: list[int] = []
 
     class Counting(ScriptedProvider):
@@ -244,19 +259,11 @@ async def test_retention_of_the_session_under_way_stops_the_run_without_calling_
             sent.append(1)
             return await super().complete(request, ctx)
 
-    mine = create_harness_runtime(
-        provider=Counting(replies=["noted", "noted", "noted", DEPLOY, "Deployed."]),
-        archive=archive,
-        session_store=store,
-        tools=deploy_tools,
-        limits=limits,
-    )
-    other = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=archive,
-        session_store=store,
-        limits=limits,
-        retention=RetentionPolicy(max_archived_groups=1),
+    mine, other = _one_resident_pair(
+        Counting(replies=["noted", "noted", "noted", DEPLOY, "Deployed."]),
+        deploy_tools,
+        (archive, store),
+        (archive, store),
     )
     retained: list[Any] = []
     try:
