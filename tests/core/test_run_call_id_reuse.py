@@ -388,14 +388,14 @@ def test_the_history_sent_tries_each_form_of_an_id_once_however_often_the_id_rep
     from agentium_harness._engine import call_ids
 
     tried = 0
-    real = call_ids._form
+    real = call_ids.own_id_form
 
     def counting(call_id: str, n: int) -> str:
         nonlocal tried
         tried += 1
         return real(call_id, n)
 
-    monkeypatch.setattr(call_ids, "_form", counting)
+    monkeypatch.setattr(call_ids, "own_id_form", counting)
     long = "x" * 70
     given = ["call_0", "c1", "c1", "c1_1", "aB3dE5gH7", "aB3dE5gH7", *(f"{long}{i}" for i in range(5))]
     ids = [*(["call_0"] * 300), *(given * 30)]

@@ -34,7 +34,7 @@ from .._history import Message, MessageGroup, Role, ToolCall, ViewState
 from .history_view import model_history
 from .results import Diagnostic, Severity
 
-__all__ = ["MAX_OWN_ID_LENGTH", "distinct_ids", "own_id", "renamed_note", "request_history"]
+__all__ = ["MAX_OWN_ID_LENGTH", "distinct_ids", "own_id", "own_id_form", "renamed_note", "request_history"]
 
 #: Most characters of an id of its own: an original id longer than it is cut to fit with its
 #: suffix. Bedrock's Converse documents ``toolUseId`` as 1 to 64 characters of ``[a-zA-Z0-9_-]``
@@ -46,7 +46,13 @@ MAX_OWN_ID_LENGTH: Final = 64
 _NINE: Final = re.compile(r"[A-Za-z0-9]{9}")
 
 
-def _form(call_id: str, n: int) -> str:
+def own_id_form(call_id: str, n: int) -> str:
+    """The ``n``-th form of an id of its own for a call named ``call_id`` (``n`` ≥ 0; module docs).
+
+    ``"<id>_<n>"`` cut to :data:`MAX_OWN_ID_LENGTH`, or, for nine ASCII letters and digits, the id
+    with its last ``len(str(n))`` characters replaced by ``n``. Public (``plugin_api``) so an
+    integration that renames ids of its own reads them in the very form ``run()`` gives.
+    """
     digits = str(n)
     if len(digits) < 9 and _NINE.fullmatch(call_id):
         return call_id[: 9 - len(digits)] + digits
@@ -62,7 +68,7 @@ def own_id(call_id: str, taken: Container[str]) -> str:
     ``n``. Each ``n`` gives another id, so the first one ``taken`` lacks is found.
     """
     n = 1
-    while (own := _form(call_id, n)) in taken:
+    while (own := own_id_form(call_id, n)) in taken:
         n += 1
     return own
 
@@ -84,9 +90,9 @@ class _OwnIds:
         self._next: dict[str, int] = {}
 
     def __call__(self, call_id: str) -> str:
-        key = call_id[: MAX_OWN_ID_LENGTH - 2]  # all of _form's input, for every n
+        key = call_id[: MAX_OWN_ID_LENGTH - 2]  # all of own_id_form's input, for every n
         n = self._next.get(key, 1)
-        while (own := _form(call_id, n)) in self._taken:
+        while (own := own_id_form(call_id, n)) in self._taken:
             n += 1
         self._next[key] = n + 1
         self._taken.add(own)

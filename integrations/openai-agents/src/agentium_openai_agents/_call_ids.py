@@ -11,9 +11,9 @@ makes for ``run()``'s native exchanges are this integration's own, and each
 gets an id of its own instead, which no later call of the read uses.
 
 The id of its own has the form of core's (``agentium_harness``'s ``run()``
-renames a reused id so): ``"<id>_<n>"``, at most :data:`MAX_OWN_ID_LENGTH`
-characters, or for an id of nine ASCII letters and digits (Mistral's form)
-the id with its last characters replaced by ``n``. It adds only ``_`` and
+renames a reused id so; ``plugin_api.own_id_form`` makes it): ``"<id>_<n>"``,
+at most 64 characters, or for an id of nine ASCII letters and digits
+(Mistral's form) the id with its last characters replaced by ``n``. It adds only ``_`` and
 digits: the SDK reaches Anthropic, Bedrock and Mistral through LiteLLM, and
 they refuse any other character (``[A-Za-z0-9_-]``; Mistral: nine letters
 and digits). Ids ``run()`` committed as ``"<id>#<n>"`` before are read as
@@ -22,25 +22,12 @@ any stored id.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
-__all__ = ["MAX_OWN_ID_LENGTH", "distinct_call_ids"]
+from agentium_harness.plugin_api import own_id_form
 
-#: Most characters of an id of its own (Bedrock's documented ``toolUseId`` cap), as core's.
-MAX_OWN_ID_LENGTH: Final = 64
-
-_NINE: Final = re.compile(r"[A-Za-z0-9]{9}")
-
-
-def _own(call_id: str, n: int) -> str:
-    """Core's form of an id of its own (``agentium_harness`` ``_engine/call_ids.py``), for ``n``."""
-    digits = str(n)
-    if len(digits) < 9 and _NINE.fullmatch(call_id):
-        return call_id[: 9 - len(digits)] + digits
-    suffix = f"_{digits}"
-    return call_id[: MAX_OWN_ID_LENGTH - len(suffix)] + suffix
+__all__ = ["distinct_call_ids"]
 
 
 def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) -> None:
@@ -49,7 +36,7 @@ def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) ->
     ``native`` maps the index of each native ``function_call`` item to itself
     and each native ``function_call_output`` item to its call's index. A
     native call whose id ``n`` later calls in ``items`` use (native or not)
-    becomes ``"<id>_<n>"`` (:func:`_own`; ``n`` raised until no item uses
+    becomes ``"<id>_<n>"`` (core's ``own_id_form``; ``n`` raised until no item uses
     it), and so do its outputs. The newest is renamed too (``"<id>_0"``): the model's next call
     may use its id again (local models number their calls per response), in
     the very run that read it, and the SDK's dedupe would then show the
@@ -73,7 +60,7 @@ def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) ->
             if used is None:
                 used = {other.get("call_id") for other in items}
             n = seen
-            while (own := _own(call_id, n)) in used:
+            while (own := own_id_form(call_id, n)) in used:
                 n += 1
             used.add(own)
             renamed[at] = own
