@@ -13,7 +13,10 @@ from agentium_harness._plugins.registry import PluginRegistry
 from agentium_harness.adapters.sqlite import SQLiteConfig
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.plugin_api import (
+    EraseReport,
+    EraseTarget,
     MemoryEvent,
+    MemoryFact,
     Message,
     ModelProvider,
     ModelRequest,
@@ -26,6 +29,35 @@ from agentium_harness.plugin_api import (
 )
 
 ALICE_SCOPE = ("tenant-a", "alice")
+
+
+class GatedMemoryStore(SQLiteMemoryStore):
+    """A SQLite memory store whose next write (``hold_write``) or erase (``hold_erase``) waits.
+
+    Set a flag; the call then sets ``entered`` and waits for ``gate`` (a dry-run erase never
+    waits), so a test holds a write or an erasure pending at a point of its choosing.
+    """
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.hold_write = self.hold_erase = False
+        self.entered, self.gate = anyio.Event(), anyio.Event()
+
+    async def _held(self) -> None:
+        self.entered.set()
+        await self.gate.wait()
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> Any:
+        if self.hold_write:
+            self.hold_write = False
+            await self._held()
+        return await super().remember(fact, ctx)
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **options: Any) -> EraseReport:
+        if self.hold_erase and not options.get("dry_run"):
+            self.hold_erase = False
+            await self._held()
+        return await super().erase(target, ctx, **options)
 
 
 def sqlite_store(tmp_path: Path, name: str = "memory.db") -> SQLiteMemoryStore:

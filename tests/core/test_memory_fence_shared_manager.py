@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _memory_support import GatedMemoryStore
 
 from agentium_harness import (
     EraseTarget,
@@ -40,7 +41,7 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
-from agentium_harness.plugin_api import EraseReport, OpContext, runtime_span
+from agentium_harness.plugin_api import OpContext, runtime_span
 
 pytestmark = pytest.mark.anyio
 
@@ -48,31 +49,6 @@ ANA = MemoryScope("acme", "ana")
 BOB = MemoryScope("acme", "bob")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
 S1 = GroupRef("s1", 0, "sha256:" + "a" * 64)
-
-
-class _Gated(SQLiteMemoryStore):
-    """The shared memory store; the test can hold its next write, or its erase, until told."""
-
-    def __init__(self, config: SQLiteConfig) -> None:
-        super().__init__(config)
-        self.hold_write = self.hold_erase = False
-        self.entered, self.gate = anyio.Event(), anyio.Event()
-
-    async def _held(self) -> None:
-        self.entered.set()
-        await self.gate.wait()
-
-    async def remember(self, fact: MemoryFact, ctx: OpContext) -> Any:
-        if self.hold_write:
-            self.hold_write = False
-            await self._held()
-        return await super().remember(fact, ctx)
-
-    async def erase(self, target: EraseTarget, ctx: OpContext, **options: Any) -> EraseReport:
-        if self.hold_erase and not options.get("dry_run"):
-            self.hold_erase = False
-            await self._held()
-        return await super().erase(target, ctx, **options)
 
 
 def _tenant_runtime(db: Path, manager: MemoryManager) -> HarnessRuntime:
@@ -98,8 +74,8 @@ def _in_memory_runtime(sessions: Any, manager: MemoryManager) -> HarnessRuntime:
     )
 
 
-def _shared(tmp_path: Path) -> tuple[MemoryManager, _Gated]:
-    store = _Gated(SQLiteConfig(path=str(tmp_path / "memory.db")))
+def _shared(tmp_path: Path) -> tuple[MemoryManager, GatedMemoryStore]:
+    store = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
     return MemoryManager(store, owns_store=True), store
 
 

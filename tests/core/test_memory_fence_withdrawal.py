@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _memory_support import GatedMemoryStore
 
 from agentium_harness import (
     EraseTarget,
@@ -35,36 +36,13 @@ from agentium_harness._engine.erasure_fence import ErasureFence
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
-from agentium_harness.plugin_api import EraseReport, OpContext
+from agentium_harness.plugin_api import OpContext
 
 pytestmark = pytest.mark.anyio
 
 ANA = MemoryScope("acme", "ana")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
 RUNS = 6
-
-
-class _HeldErase(SQLiteMemoryStore):
-    """The shared memory store; the test holds its next erase (the erasure pending), or write, until told."""
-
-    def __init__(self, config: SQLiteConfig) -> None:
-        super().__init__(config)
-        self.hold = self.hold_write = False
-        self.entered, self.gate = anyio.Event(), anyio.Event()
-
-    async def remember(self, fact: MemoryFact, ctx: OpContext) -> Any:
-        if self.hold_write:
-            self.hold_write = False
-            self.entered.set()
-            await self.gate.wait()
-        return await super().remember(fact, ctx)
-
-    async def erase(self, target: EraseTarget, ctx: OpContext, **options: Any) -> EraseReport:
-        if self.hold and not options.get("dry_run"):
-            self.hold = False
-            self.entered.set()
-            await self.gate.wait()
-        return await super().erase(target, ctx, **options)
 
 
 def _runtime(
@@ -82,8 +60,8 @@ def _runtime(
     )
 
 
-def _shared(tmp_path: Path) -> tuple[MemoryManager, _HeldErase]:
-    store = _HeldErase(SQLiteConfig(path=str(tmp_path / "memory.db")))
+def _shared(tmp_path: Path) -> tuple[MemoryManager, GatedMemoryStore]:
+    store = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
     return MemoryManager(store, owns_store=True), store
 
 
@@ -162,7 +140,7 @@ async def test_a_live_runtimes_erasure_still_refuses_the_write_after_others_clos
             async def erase() -> None:
                 await live.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
 
-            store.hold = True
+            store.hold_erase = True
             async with anyio.create_task_group() as tg:
                 tg.start_soon(erase)
                 await store.entered.wait()  # pending in the live runtime's store
