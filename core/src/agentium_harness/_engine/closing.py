@@ -207,8 +207,8 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
        another open runtime shares, only this runtime's: :mod:`.memory.holders`)
        settle, side by side.
     2. Up to ``close_timeout_s``: what is left is cancelled and given that long to stop.
-    3. Once nothing of the runtime runs on, its erasure fence is withdrawn from a
-       memory manager it shares (:func:`.memory_fence.unfence_memory`). Then, up to
+    3. Its erasure fence is withdrawn from a memory manager it shares, now or once its
+       left-over work ended (:func:`_leave_manager`). Then, up to
        ``close_timeout_s``: the ``drained`` hook, the memory manager's
        store and every owned adapter close, side by side (each bounded, a
        close blocked in a worker thread abandoned).
@@ -254,12 +254,10 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
     if first:
         _count(left, "agentium.close.work_failed", len(result.failed) + result.dropped_failed)
     before_closes = len(failures)
-    if runtime.memory is not None and not (
-        left.get("agentium.close.operations_running") or result.still_running
-    ):
-        # Nothing of this runtime runs on (its erasures included), and its store may close below: a
-        # manager another runtime shares stops reading it (:func:`.memory_fence.unfence_memory`).
-        unfence_memory(runtime.memory, runtime)
+    if runtime.memory is not None:
+        # Its store may close below: a manager another runtime shares stops reading it — once nothing
+        # of this runtime runs on (its erasures included), which may be later (:func:`_leave_manager`).
+        _leave_manager(runtime, runtime.memory)
 
     async def announce() -> None:
         if isinstance(runtime.parts.drainer, MemoryManager):
@@ -288,6 +286,22 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
     if not failures:
         admission.set_state(LifecycleState.CLOSED)
     return failures
+
+
+def _leave_manager(runtime: HarnessRuntime, manager: MemoryManager) -> None:
+    """A closing runtime withdraws its erasure fence from ``manager``: now, or once its left-over work ended.
+
+    Now when nothing of the runtime runs on; else the fence stays while its
+    left-over work (an operation or owned work that did not stop) could
+    still write, and goes at the first fence read after it ended
+    (:func:`.memory_fence.unfence_memory`).
+    """
+    admission, work, tracker = runtime.parts.admission, runtime.parts.work, work_tracker(manager)
+
+    def busy() -> bool:
+        return bool(admission.tickets()) or bool(work.running()) or tracker.busy(runtime)
+
+    unfence_memory(manager, runtime, busy)
 
 
 def _count(left: dict[str, int], key: str, count: int) -> None:

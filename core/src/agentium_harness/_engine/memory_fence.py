@@ -72,6 +72,7 @@ __all__ = [
     "FenceCheck",
     "FenceChecks",
     "covering",
+    "current_fences",
     "fence_check",
     "fence_confirm",
     "fence_memory",
@@ -168,73 +169,124 @@ def fence_memory(
 ) -> None:
     """Fence ``manager``'s writes with the erasures recorded in ``store`` too (each storage once).
 
-    Used by the runtime (``holder``: the runtime), an :class:`~.memory.agent.Agent`
-    given a session store, and ``agentium memory remember|correct``: the
-    session store is where erasures are recorded, so a manager without one
-    cannot be fenced. Each fence fences every one of the manager's writes: a
-    host's own call and a runtime's alike, since an erasure recorded in any
-    of them scrubs the manager's one memory store, and which store records
-    the erasures of a tenant and user the manager cannot know.
+    Used by the runtime and an :class:`~.memory.agent.Agent` given a session
+    store (``holder``: the runtime, the agent), and ``agentium memory
+    remember|correct`` (no holder): the session store is where erasures are
+    recorded, so a manager without one cannot be fenced. Each fence fences
+    every one of the manager's writes: a host's own call and a runtime's
+    alike, since an erasure recorded in any of them scrubs the manager's one
+    memory store, and which store records the erasures of a tenant and user
+    the manager cannot know.
 
-    A store given without a ``holder`` fences the manager for its lifetime,
-    as before; a runtime's, while the runtime is open (:func:`unfence_memory`
-    at its close; a runtime dropped unclosed is forgotten with it). Stores
-    reading one storage (:func:`_storage`: one object, or the built-in
-    SQLite session stores on one database file) are one fence: the first
-    given still fencing (its ``timeout_s`` and ``clock``), then the next.
+    A holder's store fences the manager while the holder is open, and after
+    its close while work of its own still runs (:func:`unfence_memory`); a
+    holder dropped unclosed is forgotten with it. So the fences of a
+    long-lived manager are bounded by the runtimes and Agents alive on it,
+    whatever store they use. A store given without a holder (the CLI, one
+    call per process) fences the manager for its lifetime. Stores reading one
+    storage (:func:`_storage`: one object, or the built-in SQLite session
+    stores on one database file) are read as one fence: the first given
+    still fencing (its ``timeout_s`` and ``clock``), then the next.
     ``clock`` is :attr:`.ErasureFence.clock` (this process's; a test skews it).
     """
     fence = ErasureFence(store, timeout_s, clock=clock)
     with _fencing:  # runtimes may be built on several threads around one manager
         given = _GIVEN.setdefault(manager, [])
         if holder is None:
-            if any(ref is None and _storage(f.store) == _storage(store) for ref, f in given):
-                return  # an Agent or the CLI per call on one store: nothing more to read
-            given.append((None, fence))
-        elif not any(ref is not None and ref() is holder for ref, _ in given):
-            given.append((weakref.ref(holder), fence))
+            if any(g.holder is None and _storage(g.fence.store) == _storage(store) for g in given):
+                return  # the CLI per call on one store: nothing more to read
+            given.append(_Given(None, fence))
+        elif not any(g.holder is not None and g.holder() is holder for g in given):
+            given.append(_Given(weakref.ref(holder), fence))
         _refence(manager, given)
 
 
-def unfence_memory(manager: MemoryManager, holder: object) -> None:
-    """Withdraw ``holder``'s fence from ``manager`` (a runtime closing), unless it is the last one.
+def unfence_memory(manager: MemoryManager, holder: object, busy: Callable[[], bool] | None = None) -> None:
+    """Withdraw ``holder``'s fence from ``manager`` (a runtime or Agent closing), unless it is the last one.
 
-    The runtime's operations and owned work are over, and its store may be
-    closed (``owned=``): a fence that cannot be read would refuse every later
-    write through the manager. An erasure recorded only in a storage no open
-    runtime (nor ``Agent``) reads anymore is then no longer checked by the
-    manager (docs/erasure.md). With no other fence left, the manager keeps
-    its fences (fail closed, as a manager used by one runtime always did)
-    until a runtime or ``Agent`` gives it another store.
+    Its operations and owned work are over, and its store may be closed
+    (``owned=``): a fence that cannot be read would refuse every later write
+    through the manager. ``busy`` (given when its close left work running: a
+    drain past its bound, an operation that did not stop) says whether work
+    of ``holder``'s still runs: while it does, that work may still write, so
+    the fence stays (failing closed if the store was closed), and it goes at
+    the first fence read after the work ended (:func:`current_fences`). An
+    erasure recorded only in a storage no open runtime (nor ``Agent``) reads
+    anymore is then no longer checked by the manager (docs/erasure.md). With
+    no other fence left, the manager keeps its fences (fail closed, as a
+    manager used by one runtime always did) until a runtime or ``Agent``
+    gives it another store.
     """
     with _fencing:
         given = _GIVEN.get(manager)
         if given is not None:
-            given[:] = [(ref, f) for ref, f in given if ref is None or ref() is not holder]
+            for entry in given:
+                if entry.holder is not None and entry.holder() is holder:
+                    entry.busy = busy or _idle
             _refence(manager, given)
 
 
-#: What each manager was given to fence it: ``(holder, fence)``, the holder held weakly (``None``:
-#: for the manager's lifetime). Not an attribute of the manager: :mod:`.memory.holders` does the same.
-_GIVEN: weakref.WeakKeyDictionary[MemoryManager, list[tuple[weakref.ref[object] | None, ErasureFence]]] = (
-    weakref.WeakKeyDictionary()
-)
+def current_fences(manager: MemoryManager) -> tuple[ErasureFence, ...]:
+    """``manager``'s fences now: those of closed holders whose left-over work ended are withdrawn first.
+
+    A set lookup unless such a holder exists (:func:`unfence_memory` with ``busy``).
+    """
+    if manager in _RETIRING:
+        with _fencing:
+            given = _GIVEN.get(manager)
+            if given is not None:
+                _refence(manager, given)
+    return manager._erasure_fences
 
 
-def _refence(manager: MemoryManager, given: list[tuple[weakref.ref[object] | None, ErasureFence]]) -> None:
+def _idle() -> bool:
+    return False
+
+
+@attrs.define(slots=True)
+class _Given:
+    """A store given to fence a manager: by ``holder`` (held weakly; ``None``: for the manager's lifetime).
+
+    ``busy`` is set at the holder's close: whether work of its own still runs
+    (held strongly, so the holder's work keeps the fence even if the holder is dropped).
+    """
+
+    holder: weakref.ref[object] | None
+    fence: ErasureFence
+    busy: Callable[[], bool] | None = None
+
+    def live(self) -> bool:
+        if self.busy is not None:
+            return self.busy()
+        return self.holder is None or self.holder() is not None
+
+
+#: What each manager was given to fence it. Not an attribute of the manager: :mod:`.memory.holders`
+#: does the same.
+_GIVEN: weakref.WeakKeyDictionary[MemoryManager, list[_Given]] = weakref.WeakKeyDictionary()
+#: The managers holding a fence of a closed holder whose work still ran when last looked at.
+_RETIRING: weakref.WeakSet[MemoryManager] = weakref.WeakSet()
+
+
+def _refence(manager: MemoryManager, given: list[_Given]) -> None:
     """Set ``manager``'s fences from ``given`` (under :data:`_fencing`): one per storage, first given first.
 
-    Holders gone (a runtime dropped unclosed) are forgotten. With nothing
-    left, the fences stay as they were: the last one keeps failing closed.
+    Holders gone (a runtime dropped unclosed), or closed with no work of
+    theirs running anymore, are forgotten. With nothing left, the fences stay
+    as they were: the last one keeps failing closed.
     """
-    given[:] = [(ref, f) for ref, f in given if ref is None or ref() is not None]
+    given[:] = [g for g in given if g.live()]
+    if any(g.busy is not None for g in given):
+        _RETIRING.add(manager)
+    else:
+        _RETIRING.discard(manager)
     fences: list[ErasureFence] = []
     storages: list[object] = []
-    for _, fence in given:
-        storage = _storage(fence.store)
+    for entry in given:
+        storage = _storage(entry.fence.store)
         if storage not in storages:
             storages.append(storage)
-            fences.append(fence)
+            fences.append(entry.fence)
     if fences:
         manager._erasure_fences = tuple(fences)
 
@@ -295,7 +347,7 @@ async def covering(seen: FenceChecks, manager: MemoryManager) -> tuple[FenceChec
         if record is not None:
             return check, record
     # Taken after those reads: a fence gained or withdrawn while they waited counts as such.
-    current = manager._erasure_fences
+    current = current_fences(manager)
     # A fence withdrawn meanwhile (its runtime closed, its store perhaps with it) is forgiven only
     # when another fence still reads its storage (read below). Otherwise an erasure recorded only
     # there, one its runtime made while this write was under way say, was not checked again: a

@@ -12,7 +12,9 @@ Its states are ``open`` → ``busy`` (one run at a time) → ``open`` …, then
 2. drains the manager's owned work (bounded by ``drain_timeout_s``): only
    its own extractions while a runtime given the manager is open (:mod:`.holders`);
 3. closes the resources the agent owns (``owned``, and the manager when
-   ``owns_memory``), each bounded, never the borrowed ones.
+   ``owns_memory``), each bounded, never the borrowed ones; its
+   ``session_store``'s erasure fence leaves the manager (at once, or when a
+   run or extraction of its own that did not stop has ended).
 
 The work runs shielded from the caller's cancellation (every step is
 bounded), so cancelling the task calling ``close()`` does not leave the run,
@@ -56,11 +58,11 @@ from ..checks import check_adapter
 from ..extraction_fence import skipped, turn_reading
 from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
-from ..memory_fence import fence_memory
+from ..memory_fence import fence_memory, unfence_memory
 from .extraction import start_extraction, turn_source
 from .holders import closing_scope, drain_owned, open_runtimes, starting_as
 from .limits import model_timeout
-from .manager import HistoryOwner, MemoryManager, fences_of, telemetry_of
+from .manager import HistoryOwner, MemoryManager, fences_of, telemetry_of, work_tracker
 from .sources import MemoryOmitted, agent_memory_blocks
 from .work import DrainResult
 
@@ -120,9 +122,12 @@ class Agent:
       and ``agentium erase`` use): given, the manager's ``remember`` and
       ``correct`` (extraction's too) are fenced by the erasures under way, as
       ``runtime.memory``'s are (docs/erasure.md); a manager a runtime fenced
-      already is fenced by both stores, around every write. Without one, and
-      unless a runtime fenced the manager, nothing checks erasures: a fact
-      written while its user is being erased can outlive the erasure.
+      already is fenced by both stores, around every write. The agent's store
+      fences the manager while the agent is open: ``close()`` withdraws it
+      (once a run or extraction of its own that did not stop has ended), so
+      agents built per request do not add up. Without one, and unless a
+      runtime fenced the manager, nothing checks erasures: a fact written
+      while its user is being erased can outlive the erasure.
     """
 
     def __init__(
@@ -190,7 +195,8 @@ class Agent:
         if claimed is not None:
             memory.claim_history(key, claimed)
         if session_store is not None:
-            fence_memory(memory, session_store, op_timeout_s)
+            # Its fence, while it is open (or its work runs): withdrawn by its close (:meth:`_let_go`).
+            fence_memory(memory, session_store, op_timeout_s, holder=self)
         self.provider = provider
         self.memory = memory
         self.scope = scope
@@ -452,6 +458,7 @@ class Agent:
         self.last_drain = drain
         if drain is not None and drain.still_running:
             failures.append("owned work did not stop: " + ", ".join(drain.still_running))
+        self._let_go()
         if not failures:
             still_open: list[object] = []
             # Its manager's, as its model calls are: not the telemetry of a block it is closed in.
@@ -469,6 +476,21 @@ class Agent:
             self._claimed = None
         self._state = AgentState.CLOSED
         return drain_error
+
+    def _let_go(self) -> None:
+        """Withdraw this agent's erasure fence from its manager: now, or once its left-over work ended.
+
+        Closing, it admits nothing more; a run that did not stop, or an
+        extraction of its own still running, may still write, so the fence
+        stays while they do (:func:`..memory_fence.unfence_memory`). Only its
+        own: another agent or runtime given the same store keeps its fence.
+        """
+        done, tracker = self._active_done, work_tracker(self.memory)
+
+        def busy() -> bool:
+            return (done is not None and not done.is_set()) or tracker.busy(self)
+
+        unfence_memory(self.memory, self, busy)
 
     async def __aenter__(self) -> Agent:
         return self

@@ -55,7 +55,14 @@ from ..checks import check_adapter
 from ..hooks import HookBroadcaster
 from ..late_calls import FactScope, LateCalls
 from ..lifecycle import Ticket, close_owned
-from ..memory_fence import ErasureFence, fence_check, fence_confirm, late_take_back, write_span
+from ..memory_fence import (
+    ErasureFence,
+    current_fences,
+    fence_check,
+    fence_confirm,
+    late_take_back,
+    write_span,
+)
 from ..unexpected import WriteProgress, typed_unexpected
 from .answers import (
     MEMORY_WRITE,
@@ -255,7 +262,7 @@ class MemoryManager:
             if reason is not None:
                 return MemoryAck(AckStatus.REJECTED, reason=reason)
             with write_span(self._telemetry, self, "memory remember") as w:
-                seen = await fence_check(self._erasure_fences, fact.scope, fact.provenance)
+                seen = await fence_check(current_fences(self), fact.scope, fact.provenance)
                 progress.saving()
                 try:
                     raw = await self._call(
@@ -307,7 +314,7 @@ class MemoryManager:
             revisions = await self._check_owner(scope, fact_id, "memory correct")
             check_cap(revisions, replacement)
             with write_span(self._telemetry, self, "memory correct") as w:
-                seen = await fence_check(self._erasure_fences, replacement.scope, replacement.provenance)
+                seen = await fence_check(current_fences(self), replacement.scope, replacement.provenance)
                 progress.saving()
                 raw = await self._call(
                     "memory correct",
@@ -538,8 +545,8 @@ def telemetry_of(manager: MemoryManager) -> Resolved:
 
 
 def fences_of(manager: MemoryManager) -> tuple[ErasureFence, ...]:
-    """``manager``'s erasure fences, one per session store it was given to (an extraction reads them)."""
-    return manager._erasure_fences
+    """``manager``'s erasure fences, one per storage fencing it now (an extraction reads them)."""
+    return current_fences(manager)
 
 
 async def call_extractor(

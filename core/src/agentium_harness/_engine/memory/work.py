@@ -400,6 +400,10 @@ class WorkTracker:
         if not any(s is source for s in self._sources):
             self._sources.append(source)
 
+    def busy(self, owner: object) -> bool:
+        """Whether owned items of ``owner`` (whose operations or agent started them) are running."""
+        return bool(self._snapshot(owner))
+
     def _snapshot(self, only: object = None) -> list[_Item]:
         with self._lock:
             running = [item for item in self._running.values() if _belongs(item.owner, only)]

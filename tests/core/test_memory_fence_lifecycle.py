@@ -1,0 +1,231 @@
+"""What a shared memory manager keeps of the Agents and runtimes given it: only while they or their work live.
+
+A host building an ``Agent`` per request, each with a new session-store
+object, used to add each one's erasure fence to the shared manager for the
+manager's whole life: one more store read around every write per Agent ever
+built (only the built-in SQLite store, that exact class, was told apart by
+its file; any other store by object). A runtime whose close left work
+running (a drain past its bound) kept its fence for good, and with its own
+store closed every later write through the manager was refused. Now an
+Agent's fence is withdrawn at its close, and a runtime's and an Agent's
+fence stays while work of theirs still runs and goes when it ends
+(docs/erasure.md, "One manager, several runtimes").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from _memory_support import GatedMemoryStore
+
+from agentium_harness import (
+    Agent,
+    EraseTarget,
+    ErasureInProgressError,
+    HarnessRuntime,
+    MemoryDrainError,
+    MemoryFact,
+    MemoryManager,
+    MemoryScope,
+    OperatorAttestation,
+    RuntimeCloseError,
+    RuntimeLimits,
+    SessionStoreError,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import runtime_span
+
+pytestmark = pytest.mark.anyio
+
+ANA = MemoryScope("acme", "ana")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
+REQUESTS = 6
+
+
+class OtherStore(SQLiteSessionStore):
+    """A store whose storage the engine cannot tell (not the built-in class): told apart by object only."""
+
+
+def _shared(tmp_path: Path) -> tuple[MemoryManager, GatedMemoryStore]:
+    store = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
+    return MemoryManager(store, owns_store=True), store
+
+
+def _agent(manager: MemoryManager, sessions: SQLiteSessionStore) -> Agent:
+    return Agent(
+        ScriptedProvider(replies=["noted"], cycle=True),
+        manager,
+        ANA,
+        session="chat",
+        extraction=False,
+        session_store=sessions,
+    )
+
+
+def _runtime(
+    db: Path, manager: MemoryManager, *, owns_store: bool = True, limits: RuntimeLimits | None = None
+) -> HarnessRuntime:
+    config = SQLiteConfig(path=str(db))
+    archive, sessions = SQLiteArchive(config), SQLiteSessionStore(config)
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=sessions,
+        memory=manager,
+        owned=(archive, sessions) if owns_store else (archive,),
+        limits=limits or RuntimeLimits(),
+    )
+
+
+def _eraser(db: Path, memory: GatedMemoryStore) -> HarnessRuntime:
+    """Another process erasing through ``db``: its own manager, whose memory scrub ``memory`` holds."""
+    config = SQLiteConfig(path=str(db))
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["x"], cycle=True),
+        archive=SQLiteArchive(config),
+        session_store=SQLiteSessionStore(config),
+        memory=MemoryManager(memory),
+    )
+
+
+async def test_agents_built_per_request_leave_no_fence_behind(tmp_path: Path) -> None:
+    """An Agent per request, each on a new store object of a class told apart by object: one fence at most."""
+    shared, _ = _shared(tmp_path)
+    counts: list[int] = []
+    with anyio.fail_after(30):
+        for n in range(REQUESTS):
+            sessions = OtherStore(SQLiteConfig(path=str(tmp_path / "agentium.db")))
+            async with _agent(shared, sessions) as agent:
+                assert (await agent.remember(MemoryFact(ANA, f"request {n}"))).status == "stored"
+                counts.append(len(shared._erasure_fences))
+            await sessions.aclose()
+        # The last fence stays (fail closed): its store closed, the manager cannot tell its erasures.
+        with pytest.raises(SessionStoreError, match="closed"):
+            await shared.remember(MemoryFact(ANA, "after the last agent"))
+        await shared.aclose()
+    assert counts == [1] * REQUESTS
+
+
+async def test_an_agents_close_withdraws_only_its_own_fence(tmp_path: Path) -> None:
+    """Two Agents and a runtime on one store object: one closing leaves the store fencing the manager."""
+    shared, _ = _shared(tmp_path)
+    db = tmp_path / "agentium.db"
+    sessions = OtherStore(SQLiteConfig(path=str(db)))
+    held = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "other-memory.db")))
+    outcomes: list[str] = []
+    with anyio.fail_after(30):
+        first, second = _agent(shared, sessions), _agent(shared, sessions)
+        elsewhere = OtherStore(SQLiteConfig(path=str(tmp_path / "elsewhere.db")))
+        bystander = _agent(shared, elsewhere)  # another storage: the agents' fence is not the last
+        await first.close()
+        async with _eraser(db, held) as eraser:
+
+            async def erase() -> None:
+                await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+
+            held.hold_erase = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(erase)
+                await held.entered.wait()  # pending in agentium.db's ledger
+                for writer in (second, shared):
+                    try:
+                        await writer.remember(MemoryFact(ANA, "Ana's desk is 4B"))
+                        outcomes.append("stored")
+                    except ErasureInProgressError:
+                        outcomes.append("refused")
+                await second.close()  # the last on agentium.db: its fence goes, the bystander's stays
+                fences = [f.store for f in shared._erasure_fences]
+                held.gate.set()
+        await bystander.close()
+        await shared.aclose()
+    assert outcomes == ["refused", "refused"]
+    assert fences == [elsewhere]
+
+
+async def test_a_runtime_closed_with_work_left_keeps_its_fence_until_the_work_ends(tmp_path: Path) -> None:
+    """Its close left work running: that work's writes stay fenced; once it ends, the fence goes.
+
+    The runtime owned its store, closed at its close: while its work runs the
+    fence fails closed (the work's write is refused), and once the work ended
+    the shared manager's writes go on through the open runtime's fence (they
+    used to be refused for good).
+    """
+    shared, _ = _shared(tmp_path)
+    gate, outcomes = anyio.Event(), list[str]()
+    quick = RuntimeLimits(settle_timeout_s=0.1, close_timeout_s=0.1)
+
+    async def stubborn() -> None:
+        with anyio.CancelScope(shield=True):  # ignores the drain's cancellation, its write included
+            await gate.wait()
+            try:
+                await shared.remember(MemoryFact(ANA, "written by the left-over work"))
+                outcomes.append("stored")
+            except SessionStoreError:
+                outcomes.append("refused")
+
+    with anyio.fail_after(30):
+        async with _runtime(tmp_path / "keeper.db", shared):
+            leaving = _runtime(tmp_path / "leaving.db", shared, limits=quick)
+            with runtime_span(leaving, "host.turn"):
+                shared.start_work("stubborn write", "final-write", stubborn)
+            with pytest.raises(RuntimeCloseError, match="did not stop"):
+                await leaving.aclose()
+            gate.set()
+            try:
+                await shared.drain(20)
+            except MemoryDrainError:
+                pass
+            ack = await shared.remember(MemoryFact(ANA, "after the work ended"))
+            fences = len(shared._erasure_fences)
+        await shared.aclose()
+    assert (outcomes, ack.status, fences) == (["refused"], "stored", 1)
+
+
+async def test_a_runtime_closed_with_work_left_still_fences_that_works_write_against_its_erasures(
+    tmp_path: Path,
+) -> None:
+    """Its store borrowed (still open): an erasure pending in it refuses the left-over work's write."""
+    shared, _ = _shared(tmp_path)
+    held = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "other-memory.db")))
+    gate, outcomes = anyio.Event(), list[str]()
+    quick = RuntimeLimits(settle_timeout_s=0.1, close_timeout_s=0.1)
+
+    async def stubborn() -> None:
+        with anyio.CancelScope(shield=True):  # ignores the drain's cancellation, its write included
+            await gate.wait()
+            try:
+                await shared.remember(MemoryFact(ANA, "written by the left-over work"))
+                outcomes.append("stored")
+            except ErasureInProgressError:
+                outcomes.append("refused")
+
+    with anyio.fail_after(30):
+        async with _runtime(tmp_path / "keeper.db", shared):
+            leaving = _runtime(tmp_path / "leaving.db", shared, owns_store=False, limits=quick)
+            with runtime_span(leaving, "host.turn"):
+                shared.start_work("stubborn write", "final-write", stubborn)
+            with pytest.raises(RuntimeCloseError, match="did not stop"):
+                await leaving.aclose()
+            async with _eraser(tmp_path / "leaving.db", held) as eraser:
+
+                async def erase() -> None:
+                    await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+
+                held.hold_erase = True
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(erase)
+                    await held.entered.wait()  # pending in leaving.db's ledger only
+                    gate.set()
+                    try:
+                        await shared.drain(20)
+                    except MemoryDrainError:
+                        pass
+                    held.gate.set()
+            left = [f.text for f in await shared.list(ANA)]
+        await shared.aclose()
+    assert (outcomes, left) == (["refused"], [])
