@@ -6,15 +6,18 @@ manager's whole life: one more store read around every write per Agent ever
 built (only the built-in SQLite store, that exact class, was told apart by
 its file; any other store by object). A runtime whose close left work
 running (a drain past its bound) kept its fence for good, and with its own
-store closed every later write through the manager was refused. Now an
-Agent's fence is withdrawn at its close, and a runtime's and an Agent's
-fence stays while work of theirs still runs and goes when it ends
+store closed every later write through the manager was refused; and every
+closed runtime's summary-update source stayed tracked by the manager. Now an
+Agent's fence is withdrawn at its close, a runtime's and an Agent's fence
+stays while work of theirs still runs and goes when it ends, and a closed
+runtime's summary source leaves the manager's tracked list
 (docs/erasure.md, "One manager, several runtimes").
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -30,14 +33,18 @@ from agentium_harness import (
     MemoryManager,
     MemoryScope,
     OperatorAttestation,
+    ResidentLimits,
     RuntimeCloseError,
     RuntimeLimits,
     SessionStoreError,
+    SummaryLimits,
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine.memory.manager import work_tracker
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import runtime_span
 
 pytestmark = pytest.mark.anyio
@@ -229,3 +236,67 @@ async def test_a_runtime_closed_with_work_left_still_fences_that_works_write_aga
             left = [f.text for f in await shared.list(ANA)]
         await shared.aclose()
     assert (outcomes, left) == (["refused"], [])
+
+
+async def test_closed_runtimes_summary_sources_leave_the_managers_tracked_list(tmp_path: Path) -> None:
+    shared, _ = _shared(tmp_path)
+    tracked: list[int] = []
+    with anyio.fail_after(30):
+        async with _runtime(tmp_path / "keeper.db", shared):
+            for n in range(REQUESTS):
+                async with _runtime(tmp_path / f"r{n}.db", shared):
+                    pass
+                tracked.append(len(work_tracker(shared)._sources))
+        tracked.append(len(work_tracker(shared)._sources))
+        await shared.aclose()
+    assert tracked == [1] * REQUESTS + [0]
+
+
+class HeldSummarizer(ExtractiveSummarizer):
+    """A summarizer whose next call waits for ``gate``, then fails (a report a drain owes the host)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started, self.gate = anyio.Event(), anyio.Event()
+
+    async def summarize(self, previous: Any, groups: Any, ctx: Any) -> Any:
+        self.started.set()
+        await self.gate.wait()
+        raise RuntimeError("summarizer down")
+
+
+async def test_a_retired_summary_source_stays_until_a_drain_took_its_report(tmp_path: Path) -> None:
+    """Retired while its update runs (a close that left it running): kept until a drain reported it."""
+    shared, _ = _shared(tmp_path)
+    summarizer = HeldSummarizer()
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=SQLiteArchive(config),
+        session_store=SQLiteSessionStore(config),
+        memory=shared,
+        summarizer=summarizer,
+        summary_limits=SummaryLimits(background=True),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    who = VerifiedIdentity("acme", "ana", "sso")
+    tracker = work_tracker(shared)
+    with anyio.fail_after(30):
+        for text in ("one", "two"):  # the second evicts a group: a background summary update
+            await runtime.run(who, "s1", text)
+        await summarizer.started.wait()
+        tracker.retire(runtime)  # as its close does when the update outlived the close's drain
+        kept = len(tracker._sources)
+        summarizer.gate.set()
+        [key] = runtime.parts.work.running()
+        ended = await runtime.parts.work.settle(key, 20)  # waits for it; takes no report
+        assert ended == "failed"
+        tracker.retire(runtime)  # looked at again (another retirement): its report is still owed
+        owed = len(tracker._sources)
+        with pytest.raises(MemoryDrainError) as raised:
+            await shared.drain(20)
+        left = len(tracker._sources)
+        await runtime.aclose()
+        await shared.aclose()
+    assert (kept, owed, left) == (1, 1, 0)
+    assert [i.status.value for i in raised.value.result.items] == ["failed"]

@@ -207,8 +207,8 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
        another open runtime shares, only this runtime's: :mod:`.memory.holders`)
        settle, side by side.
     2. Up to ``close_timeout_s``: what is left is cancelled and given that long to stop.
-    3. Its erasure fence is withdrawn from a memory manager it shares, now or once its
-       left-over work ended (:func:`_leave_manager`). Then, up to
+    3. Its erasure fence is withdrawn from a memory manager it shares, and its summary
+       updates' source untracked, now or once its left-over work ended (:func:`_leave_manager`). Then, up to
        ``close_timeout_s``: the ``drained`` hook, the memory manager's
        store and every owned adapter close, side by side (each bounded, a
        close blocked in a worker thread abandoned).
@@ -289,12 +289,13 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
 
 
 def _leave_manager(runtime: HarnessRuntime, manager: MemoryManager) -> None:
-    """A closing runtime withdraws its erasure fence from ``manager``: now, or once its left-over work ended.
+    """A closing runtime lets go of ``manager``: its erasure fence and its summary updates' source.
 
-    Now when nothing of the runtime runs on; else the fence stays while its
-    left-over work (an operation or owned work that did not stop) could
+    Both now when nothing of the runtime runs on; else the fence stays while
+    its left-over work (an operation or owned work that did not stop) could
     still write, and goes at the first fence read after it ended
-    (:func:`.memory_fence.unfence_memory`).
+    (:func:`.memory_fence.unfence_memory`), and the source stays until a
+    drain has settled it idle (its reports taken: :meth:`WorkTracker.retire`).
     """
     admission, work, tracker = runtime.parts.admission, runtime.parts.work, work_tracker(manager)
 
@@ -302,6 +303,7 @@ def _leave_manager(runtime: HarnessRuntime, manager: MemoryManager) -> None:
         return bool(admission.tickets()) or bool(work.running()) or tracker.busy(runtime)
 
     unfence_memory(manager, runtime, busy)
+    tracker.retire(runtime)
 
 
 def _count(left: dict[str, int], key: str, count: int) -> None:

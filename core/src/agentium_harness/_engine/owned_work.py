@@ -195,6 +195,12 @@ class OwnedWork:
             del self._jobs[key]
         job.done.set()
 
+    def idle(self) -> bool:
+        """True when no job runs and no failure awaits a drain's report: nothing is left to drain."""
+        self._running()  # jobs whose loop was closed under them end here
+        with self._lock:
+            return not self._jobs and not self._unreported and not any(self._dropped.values())
+
     def _job(self, key: SessionKey) -> _Job | None:
         job = self._jobs.get(key)
         if job is not None and job.loop.finished and not job.done.is_set():

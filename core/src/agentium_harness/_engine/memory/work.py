@@ -226,6 +226,8 @@ class OwnedWorkSource:
         self._work = work
         # The runtime whose updates these are (held weakly): its own drain covers them, not another's.
         self._owner = _weak(owner)
+        #: Set at the runtime's close: the tracker lets go of it once none of its updates runs.
+        self.retired = False
 
     @property
     def owner(self) -> object:
@@ -397,8 +399,22 @@ class WorkTracker:
                 f"track() takes a WorkSource (pending() and settle()), got {type(source).__name__}; "
                 "wrap a runtime's OwnedWork in OwnedWorkSource"
             )
-        if not any(s is source for s in self._sources):
-            self._sources.append(source)
+        with self._lock:  # runtimes are built and closed on several threads (:meth:`_let_go`)
+            if not any(s is source for s in self._sources):
+                self._sources.append(source)
+
+    def retire(self, owner: object) -> None:
+        """``owner`` (a runtime) closed: its sources go once none owes a drain anything (now, or later)."""
+        for source in self._sources:
+            if isinstance(source, OwnedWorkSource) and source.owner is owner:
+                source.retired = True
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Stop tracking the retired sources with nothing left to drain (none running, no report owed)."""
+        done = [s for s in self._sources if isinstance(s, OwnedWorkSource) and s.retired and s._work.idle()]
+        with self._lock:
+            self._sources = [s for s in self._sources if not any(s is d for d in done)]
 
     def busy(self, owner: object) -> bool:
         """Whether owned items of ``owner`` (whose operations or agent started them) are running."""
@@ -546,6 +562,7 @@ class WorkTracker:
             for src in self._sources:
                 if _covers(only, getattr(src, "owner", None)):
                     tg.start_soon(source, src)
+        self._let_go()  # a closed runtime's updates that ended: settled above, reports taken
         with self._lock:
             ended = sorted(
                 [i for i in (*self._ended_ok, *self._ended_bad) if _belongs(i.owner, only)],
