@@ -7,7 +7,7 @@ or its tenant in another process (here a runtime on the same SQLite file,
 in a thread of its own) may begin in between: the write fence kept the
 facts out, but the extractor was still handed the erased text. Now the
 extraction reads the erasures again just before the extractor call, from
-the reading the Agent took as its turn ended, and is skipped.
+the reading the Agent took as its turn started, and is skipped.
 
 The ordering is by events and one blocked loop: after ``agent.run()``
 returns, the test's loop is held (a thread's ``join``) while the other
@@ -353,7 +353,7 @@ async def test_a_closed_runtimes_erasure_since_the_turn_is_not_waved_through_by_
 
 
 async def test_a_turn_read_with_no_fence_then_a_runtime_built_extracts_as_usual(tmp_path: Path) -> None:
-    """The manager had no fence as the turn ended (an Agent without a session store); a runtime gained since.
+    """No fence as the turn started (an Agent without a session store); a runtime given the manager since.
 
     The empty reading is not compared with the new fence (there is nothing to
     compare): its pending erasures are read at the call instead, and with none
@@ -378,3 +378,58 @@ async def test_a_turn_read_with_no_fence_then_a_runtime_built_extracts_as_usual(
         assert [f.text for f in await manager.list(ANA)] == ["badge on file"]
         await runtime.aclose()
         await agent.close()
+
+
+class _ErasingDuringTheCall(ScriptedProvider):
+    """A model whose call lasts while another process erases ``target`` to completion."""
+
+    def __init__(self, db: Path, target: EraseTarget) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.db, self.target = db, target
+        self.states: list[ErasureState] = []
+
+    async def complete(self, request: Any, ctx: OpContext) -> Any:
+        self.states.append(_erase_in_other_process(self.db, self.target))
+        return await super().complete(request, ctx)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+async def test_an_erasure_begun_and_finished_during_the_model_call_skips_its_extraction(
+    target: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The turn's reading is taken as the turn starts: an erasure over before the turn ends is seen.
+
+    It used to be taken as the turn ended, after the erasure said complete:
+    the turn's text went to the extractor and its facts were written.
+    """
+    db = tmp_path / "agentium.db"
+    extractor, recorder = Recording(), SpanRecorder()
+    manager = MemoryManager(
+        SQLiteMemoryStore(SQLiteConfig(path=str(db))),
+        extractor=extractor,
+        owns_store=True,
+        telemetry=Telemetry(tracer_provider=recorder.provider),
+    )
+    sessions = SQLiteSessionStore(SQLiteConfig(path=str(db)))
+    provider = _ErasingDuringTheCall(db, TARGETS[target])
+    agent = Agent(
+        provider, manager, ANA, session="chat", owns_memory=True, owned=(sessions,), session_store=sessions
+    )
+    with anyio.fail_after(30):
+        reply = await agent.run(SECRET)
+        assert provider.states == [ErasureState.COMPLETE]
+        with caplog.at_level(logging.WARNING, "agentium.engine.memory"):
+            drained = await _drained(manager)
+        assert extractor.handed == []  # nothing sent to the extractor
+        [item] = drained.items
+        assert item.name == reply.extraction and item.status == "failed"
+        assert "the extraction was skipped before its extractor call" in item.detail
+        assert await manager.list(ANA) == ()  # nothing written
+        await agent.close()
+    assert any("memory extraction skipped" in r.getMessage() for r in caplog.records)
+    events = [(s.name, e.name, dict(e.attributes or {})) for s in recorder.finished for e in s.events]
+    assert (
+        "agentium.memory.extraction",
+        "agentium.memory.extraction_skipped",
+        {"agentium.memory.reason": "erasure"},
+    ) in events

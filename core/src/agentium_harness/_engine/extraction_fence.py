@@ -11,8 +11,10 @@ So the same reads and reasoning as before each model call of a run
 (:mod:`.turn_fence`), here through the manager's own fences (every session
 store fencing it: :func:`.memory_fence.fence_memory`), for the fact the
 extraction would write (:meth:`EraseTarget.covers_fact` of its scope and
-sources), from a reading taken when the turn ended (:func:`turn_reading`,
-an :class:`~.memory.agent.Agent`'s, right after its model call):
+sources), from a reading taken as the turn started (:func:`turn_reading`,
+an :class:`~.memory.agent.Agent`'s, before it loads its history and calls
+its model: an erasure that begins and even finishes during the model call
+is caught):
 
 - the tenant's pending erasures are read again (the built-in SQLite store
   answers from what it knows unchanged, no read, when nothing was committed
@@ -24,7 +26,7 @@ an :class:`~.memory.agent.Agent`'s, right after its model call):
 
 Without a reading (``manager.extract_in_background`` called by the host,
 which alone knows when its turn was), or with one of no fence (the manager
-had none as the turn ended), the pending erasures are read just before the
+had none as the turn started), the pending erasures are read just before the
 call: one covering the fact under way skips it.
 
 A skipped extraction sends nothing and writes nothing: its owned work fails
@@ -59,7 +61,7 @@ _log = logging.getLogger("agentium.engine.memory")
 SKIPPED_SPAN = "agentium.memory.extraction"
 SKIPPED_EVENT = "agentium.memory.extraction_skipped"
 
-#: What the fences saw when the turn ended: the checks to compare with, or the refusal of an erasure
+#: What the fences saw as the turn started: the checks to compare with, or the refusal of an erasure
 #: covering the fact already under way then; ``None``: no reading (the pending ledger is read at the call).
 TurnReading = FenceChecks | ErasureInProgressError | None
 
@@ -80,7 +82,7 @@ async def turn_reading(
 ) -> TurnReading:
     """What every fence sees now, for the fact an extraction of ``sources`` would write.
 
-    Taken when the turn ends, before its extraction starts. A covering
+    Taken as the turn starts, before its model call. A covering
     erasure under way is returned as its refusal (the extraction will be
     skipped); a store that cannot be read gives no reading (``None``: the
     pending ledger is read again just before the extractor call).

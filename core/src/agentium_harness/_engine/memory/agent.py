@@ -55,7 +55,7 @@ from ..._ports.sessions import SessionStore
 from ..._scope import SessionKey
 from ..._validators import MAX_COUNT, check_count, check_duration, lone_surrogate_at
 from ..checks import check_adapter
-from ..extraction_fence import skipped, turn_reading
+from ..extraction_fence import TurnReading, skipped, turn_reading
 from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
 from ..memory_fence import fence_memory, unfence_memory
@@ -275,9 +275,12 @@ class Agent:
 
     async def _turn(self, text: str) -> AgentReply:
         limits = self.memory.limits
+        user = Message(Role.USER, text)
+        # As the turn starts, before it loads its history and calls the model: an erasure covering the
+        # turn that begins (and even finishes) from here on is caught before its extraction.
+        seen = await self._reading(user) if self.extraction else None
         ctx = OpContext.with_timeout(limits.op_timeout_s)
         blocks, omitted = await agent_memory_blocks(self.memory, self.scope, text, ctx)
-        user = Message(Role.USER, text)
         history = self._history[-self._max_history :] if self._max_history else []
         request = ModelRequest(self.instructions, sources=blocks, history=history, turn=(user,))
         response = await self._complete(request)
@@ -288,10 +291,26 @@ class Agent:
         self._runs += 1
         name = None
         if self.extraction:
-            name = await self._extract((user, answer))
+            name = self._extract((user, answer), seen)
         return AgentReply(answer.content, answer, blocks, omitted, response.usage, name)
 
-    async def _extract(self, turn: tuple[Message, Message]) -> str | None:
+    async def _reading(self, user: Message) -> TurnReading:
+        """What the manager's erasure fences see as the turn starts, for the facts citing this turn.
+
+        Its group is not known yet (its digest covers the answer), but which
+        erasures cover a fact depends on its scope and the sessions it cites
+        only (:meth:`EraseTarget.covers_fact`): the turn's session and seq,
+        with the digest of its question, stand for it. The SQLite store
+        answers a ledger it knows unchanged without a read. ``None`` (no
+        reading: read at the extractor call) for a question of no canonical
+        encoding, which is not extracted anyway.
+        """
+        stand_in = turn_source(self.session, self._runs, (user,))
+        if stand_in is None:
+            return None
+        return await turn_reading(fences_of(self.memory), self.scope, (stand_in,))
+
+    def _extract(self, turn: tuple[Message, Message], seen: TurnReading) -> str | None:
         """Start the extraction of ``turn``, citing it as the group it is (so erasing the session removes it).
 
         Its source is the turn as a group of this agent's session: the turn's
@@ -299,9 +318,9 @@ class Agent:
         (:func:`.extraction.turn_source`). A turn with no canonical encoding
         (a lone surrogate) has no digest to cite: it is not extracted, and a
         WARNING says so (a fact no session erasure could find is not written).
-        What the manager's erasure fences see now is the turn's reading: an
-        erasure covering the turn that began since skips the extraction just
-        before its extractor call (:mod:`..extraction_fence`).
+        ``seen`` is the turn's reading, taken as it started (:meth:`_reading`):
+        an erasure covering the turn that began since (finished or not) skips
+        the extraction just before its extractor call (:mod:`..extraction_fence`).
         """
         source = turn_source(self.session, self._runs - 1, turn)
         if source is None:
@@ -315,8 +334,6 @@ class Agent:
             skipped(telemetry_of(self.memory), self.memory, "encoding")
             return None
         name = f"extraction {self._key.key()} turn {self._runs}"
-        # Read as the turn ends (the SQLite store answers a ledger it knows unchanged without a read).
-        seen = await turn_reading(fences_of(self.memory), self.scope, (source,))
         with starting_as(self):  # its own work: its close drains it, not a runtime's close
             return start_extraction(self.memory, self.scope, turn, name, (source,), seen)
 

@@ -154,7 +154,7 @@ def start_extraction(
 ) -> str | None:
     """:meth:`~.manager.MemoryManager.extract_in_background`, fenced from ``seen`` (the turn's reading).
 
-    ``seen`` is what the manager's erasure fences saw when the turn ended
+    ``seen`` is what the manager's erasure fences saw as the turn started
     (:func:`..extraction_fence.turn_reading`, an Agent's), or ``None`` (a host's
     call): checked again just before the extractor is called
     (:func:`..extraction_fence.before_extractor`), so an erasure covering the
