@@ -349,11 +349,13 @@ async def test_groups_appended_with_one_id_are_sent_each_under_an_id_of_its_own(
                 assert m.content == f"result {asked[m.tool_call_id or '']}"
         assert all(STRICT.fullmatch(c) for c in calls)
     first = [*provider.calls[0].history]
-    assert _tool_ids(first)[0] == ["c1", "c1_2", "c1_1", "c1_3"]  # c1_1 is taken by group C
+    # Named by their group's seq (B is 1, D is 3); C's own c1_1 was B's name: C's gets one of its own.
+    assert _tool_ids(first)[0] == ["c1", "c1_1", "c1_1_2", "c1_3"]
     # Canonical history is as appended and as run() committed (its call named c1: an id of its own).
-    assert _tool_ids(history)[0] == ["c1", "c1", "c1_1", "c1", "c1_4"]
+    assert _tool_ids(history)[0] == ["c1", "c1", "c1_1", "c1", "c1_2"]
     notes = [d for d in result.diagnostics if d.code == "tool_call_ids_renamed"]
-    assert [n.message.split(" ", 1)[0] for n in notes] == ["2", "1"]  # the history's, the reply's
+    # The history's (B, C, D: C's c1_1 is B's name), the reply's.
+    assert [n.message.split(" ", 1)[0] for n in notes] == ["3", "1"]
     assert all(n.severity is Severity.INFO for n in notes)
 
 
@@ -366,25 +368,25 @@ def test_a_group_naming_one_id_on_two_steps_pairs_each_result_with_its_call() ->
         Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "fetch", {"q": "2"}),)),
         Message(Role.TOOL, "r2", tool_call_id="c1"),
     )
-    sent, count = distinct_history(group)
+    sent, count = distinct_history([(7, group)])
     assert count == 1
     assert [(m.tool_calls[0].id if m.tool_calls else m.tool_call_id) for m in sent] == [
         "c1",
         "c1",
-        "c1_1",
-        "c1_1",
+        "c1_7",  # the form numbered by the group's seq
+        "c1_7",
     ]
-    assert distinct_history(group[:2]) == (group[:2], 0)
+    assert distinct_history([(7, group[:2])]) == (group[:2], 0)
 
 
 def test_the_history_sent_tries_each_form_of_an_id_once_however_often_the_id_repeats(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The dedupe runs on every turn, on the event loop. A session run() committed before it
-    # renamed ids holds call_0 in every group (models that number their calls per response):
-    # trying n from 1 again for each repeat cost repeats²/2 forms (1,000 groups: seconds a turn,
-    # the loop blocked). Each form is tried once per id: as many forms as repeats, plus one per id
-    # taken before (c1_1 below), also for long ids cut to one prefix.
+    # renamed ids holds call_0 in every group, and in every step of a group (models that number
+    # their calls per response): trying n from 1 again for each repeat cost repeats²/2 forms
+    # (1,000 groups: seconds a turn, the loop blocked). A duplicate's first form is numbered by its
+    # group's seq; only a repeat within one group goes on to further forms, each tried once.
     from agentium_harness._engine import call_ids
 
     tried = 0
@@ -399,17 +401,18 @@ def test_the_history_sent_tries_each_form_of_an_id_once_however_often_the_id_rep
     long = "x" * 70
     given = ["call_0", "c1", "c1", "c1_1", "aB3dE5gH7", "aB3dE5gH7", *(f"{long}{i}" for i in range(5))]
     ids = [*(["call_0"] * 300), *(given * 30)]
-    history = tuple(m for i, call_id in enumerate(ids) for m in _exchange(call_id, str(i)))
-    sent, count = distinct_history(history)
+    groups = [(seq, _exchange(call_id, str(seq))) for seq, call_id in enumerate(ids)]
+    steps = [m for i in range(300) for m in _exchange("call_0", f"step{i}")[1:3]]  # one group, 300 steps
+    groups.append((len(ids), steps))
+    sent, count = distinct_history(groups)
     calls, results = _tool_ids(list(sent))
-    assert count == len(ids) - len(set(ids)) == 621
+    assert count == len(ids) + 300 - len(set(ids))
     assert len(set(calls)) == len(calls) and results == calls
     assert all(len(c) <= 64 for c in set(calls) - set(ids))  # ids of its own; the given kept as given
     asked = {c.id: c.arguments["q"] for m in sent for c in m.tool_calls}
     assert all(m.content == f"result {asked[m.tool_call_id or '']}" for m in sent if m.role is Role.TOOL)
-    assert tried <= count + len(set(ids))  # at most one form per id found taken (c1_1 for c1)
-    taken, seen = set(ids), set()  # and each is own_id's: the first form, n from 1, none holds yet
-    for given_id, sent_id in zip(ids, calls, strict=True):
-        assert sent_id == (call_ids.own_id(given_id, taken) if given_id in seen else given_id)
+    assert tried <= 2 * count  # the seq's form, and one more for each repeat within a group
+    seen: set[str] = set()  # each given id kept where first named, else its group's form
+    for (seq, _messages), given_id, sent_id in zip(groups, ids, calls, strict=False):
+        assert sent_id == (real(given_id, seq) if given_id in seen else given_id)
         seen.add(given_id)
-        taken.add(sent_id)

@@ -13,28 +13,51 @@ anywhere in it ("Duplicate value for 'tool_call_id'"). Ids are reused:
   duplicate is sent under an id of its own, in this request only: canonical
   history is never rewritten.
 
-The id of its own (:func:`own_id`) keeps the strict alphabets provider APIs
-hold ids to: it adds only ``_`` and ASCII digits, ``"<id>_<n>"``, at most
+The id of its own (:func:`own_id_form`) keeps the strict alphabets provider
+APIs hold ids to: it adds only ``_`` and ASCII digits, ``"<id>_<n>"``, at most
 :data:`MAX_OWN_ID_LENGTH` characters; an id of exactly nine ASCII letters and
 digits (Mistral's form, which its API requires of every id it is sent) keeps
-that form, its last characters replaced by ``n``. Ids renamed by an earlier
-release (``"<id>#<n>"``) are committed history and are sent as stored.
+that form, its last characters replaced by ``n``.
+
+The history sent names each call from what comes before it and its own group
+only (:func:`distinct_history`): a call keeps its id unless an earlier call of
+the request is sent under it, and a duplicate's name is the form numbered by
+its group's ``seq``. So a call is sent under one name on every run, whatever
+groups come after it, where a name taken by the first ``n`` no call of the
+whole request held moved whenever a later group took it.
+
+Ids an earlier release renamed ``"<id>#<n>"`` are committed history, kept as
+stored; each is sent as this release names it, ``own_id_form(<id>, n)``
+(:func:`sent_form`): ``#`` is in no strict alphabet, and Anthropic, Bedrock and
+Mistral refused every request of such a session. Only that suffix, which the
+engine made, is rewritten: an id the model gave in an alphabet of its own
+(Kimi's ``functions.edit:0``) is sent as given, since Kimi's models read their
+own ids back in that form and stop calling tools when sent others.
 """
 
 from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Sequence
 from typing import Final, Literal
 
 import attrs
 
 from .._history import Message, MessageGroup, Role, ToolCall, ViewState
-from .history_view import model_history
+from .history_view import model_groups
 from .results import Diagnostic, Severity
 
-__all__ = ["MAX_OWN_ID_LENGTH", "distinct_ids", "own_id", "own_id_form", "renamed_note", "request_history"]
+__all__ = [
+    "MAX_OWN_ID_LENGTH",
+    "distinct_history",
+    "distinct_ids",
+    "own_id",
+    "own_id_form",
+    "renamed_note",
+    "request_history",
+    "sent_form",
+]
 
 #: Most characters of an id of its own: an original id longer than it is cut to fit with its
 #: suffix. Bedrock's Converse documents ``toolUseId`` as 1 to 64 characters of ``[a-zA-Z0-9_-]``
@@ -44,6 +67,9 @@ MAX_OWN_ID_LENGTH: Final = 64
 
 #: Mistral's form of a tool call id: exactly nine ASCII letters and digits.
 _NINE: Final = re.compile(r"[A-Za-z0-9]{9}")
+
+#: An earlier release's id of its own: ``"<id>#<n>"``, ``n`` from 1 (``<id>`` cut to keep 256).
+_HASH_FORM: Final = re.compile(r"(.+)#([1-9][0-9]{0,17})", re.DOTALL)
 
 
 def own_id_form(call_id: str, n: int) -> str:
@@ -112,7 +138,7 @@ def renamed_note(count: int, where: Literal["reply", "history"]) -> Diagnostic:
         )
     else:
         what = (
-            f"{calls} of the history sent named the id of an earlier call of it; each is sent in "
+            f"{calls} of the history sent named the id an earlier call of it is sent under; each is sent in "
             "this run's requests under an id of its own (<id>_<n>), history kept as committed"
         )
     return Diagnostic("tool_call_ids_renamed", what, Severity.INFO)
@@ -147,67 +173,119 @@ def distinct_ids(reply: Message, used: set[str]) -> tuple[Message, int]:
     return attrs.evolve(reply, tool_calls=tuple(renamed)), len(calls) - len(kept)
 
 
+def sent_form(call_id: str) -> str:
+    """The id a stored ``call_id`` is sent as where no earlier call of the request is sent under it.
+
+    ``call_id`` itself, but for an id an earlier release renamed ``"<id>#<n>"``: that is sent as
+    ``own_id_form(<id>, n)``, the name this release gives (a suffix of a suffix, ``"c1#1#2"``,
+    each so: ``"c1_1_2"``). Deterministic, so every run sends a stored id alike.
+    """
+    if "#" not in call_id:  # most ids: no stored id of the old form lacks it
+        return call_id
+    numbers: list[int] = []
+    base = call_id
+    while (old := _HASH_FORM.fullmatch(base)) is not None:
+        base = old[1]
+        numbers.append(int(old[2]))
+    for n in reversed(numbers):
+        base = own_id_form(base, n)
+    return base
+
+
+class _SentNames:
+    """The names the calls of one request are sent under, given oldest first."""
+
+    __slots__ = ("_given", "_more")
+
+    def __init__(self) -> None:
+        self._given: set[str] = set()
+        self._more = _OwnIds(self._given)  # shares the set: a name it gives is given
+
+    def __call__(self, call_id: str, seq: int) -> tuple[str, bool]:
+        """The name of a call of ``call_id`` in group ``seq``, and whether an earlier call took its own.
+
+        Its :func:`sent_form`, unless an earlier call is sent under that; then the form numbered
+        ``seq``, and if an earlier call took that too (a group naming one id twice, or a group's
+        own id equal to it), :func:`own_id`'s first form of that one no name given holds. None
+        of it reads a later call, so no later group changes a name given.
+        """
+        wanted = sent_form(call_id)
+        if wanted not in self._given:
+            self._given.add(wanted)
+            return wanted, False
+        own = own_id_form(wanted, seq)
+        if own in self._given:
+            return self._more(own), True
+        self._given.add(own)
+        return own, True
+
+
 def request_history(
     groups: Iterable[MessageGroup], view: ViewState | None, diagnostics: list[Diagnostic]
 ) -> tuple[Message, ...]:
-    """The history ``run()`` sends (:func:`.history_view.model_history`), each call id once in it.
+    """The history ``run()`` sends (:func:`.history_view.model_history`), each call id once and valid.
 
-    A call naming the id of an earlier call of the history is sent under an id of its own, and so
-    is its result (:func:`distinct_history`); the note goes to ``diagnostics``.
+    A call naming the id an earlier call of the history is sent under is sent under an id of its
+    own, and so is its result; an id of the old ``"<id>#<n>"`` form is sent in this release's
+    (:func:`distinct_history`). The note on renamed duplicates goes to ``diagnostics``.
     """
-    history, count = distinct_history(model_history(groups, view))
+    history, count = distinct_history(model_groups(groups, view))
     if count:
         diagnostics.append(renamed_note(count, "history"))
     return history
 
 
-def distinct_history(history: tuple[Message, ...]) -> tuple[tuple[Message, ...], int]:
-    """``history`` with each call naming an earlier call's id, and its result, given an id of its own.
+def distinct_history(groups: Iterable[tuple[int, Sequence[Message]]]) -> tuple[tuple[Message, ...], int]:
+    """The messages of ``groups`` (each a ``seq`` and what it sends), every call under a name of its own.
 
-    The first call of an id keeps it. A result answers the earliest call of its id still open
-    (as :func:`~agentium_harness._history.match_tool_results` pairs them within a group), and
-    takes that call's id as sent. A new id is :func:`own_id`'s, taken by no call and no result of
-    ``history``. Returns ``history`` itself when no id is named twice, and how many calls were
-    renamed.
+    Each call is sent under :class:`_SentNames`'s name (its :func:`sent_form`, or, where an
+    earlier call is sent under that, the form numbered by its group's ``seq``). A result answers
+    the earliest call of its id still open (as
+    :func:`~agentium_harness._history.match_tool_results` pairs them within a group), and takes
+    that call's name; a result answering none is sent under its id's :func:`sent_form`. Returns
+    the messages (themselves when nothing is renamed) and how many calls were sent under another
+    name because an earlier call held theirs.
     """
-    # One pass while no call names an id twice (most histories: sent as they are); a history of
-    # no tool call (most sessions) builds nothing but the empty set.
+    groups = list(groups)
+    # One pass while no call names an id twice and no id has the old form (most histories: sent
+    # as they are); a history of no tool call (most sessions) builds nothing but the empty set.
     named: set[str] = set()
-    for message in history:
-        for call in message.tool_calls:
-            if call.id in named:
+    plain = True
+    for _seq, messages in groups:
+        for message in messages:
+            for call in message.tool_calls:
+                if call.id in named or "#" in call.id:
+                    plain = False
+                    break
+                named.add(call.id)
+            if plain and message.tool_call_id is not None and "#" in message.tool_call_id:
+                plain = False
+            if not plain:
                 break
-            named.add(call.id)
-        else:
-            continue
-        break
-    else:
-        return history, 0
-    taken = {call.id for message in history for call in message.tool_calls}
-    taken.update(m.tool_call_id for m in history if m.tool_call_id is not None)
-    own_ids = _OwnIds(taken)  # taken by no call and no result of the history, nor by one given
-    named.clear()
-    sent_as: dict[str, list[str]] = {}  # a call id -> the ids its open calls are sent as, oldest first
+        if not plain:
+            break
+    if plain:
+        return tuple(m for _seq, messages in groups for m in messages), 0
+    names = _SentNames()
+    sent_as: dict[str, list[str]] = {}  # a call id -> the names its open calls are sent under, oldest first
     out: list[Message] = []
     count = 0
-    for message in history:
-        if message.tool_calls:
-            calls: list[ToolCall] = []
-            for call in message.tool_calls:
-                sent = call
-                if call.id in named:
-                    sent = ToolCall(own_ids(call.id), call.name, call.arguments)
-                named.add(call.id)
-                sent_as.setdefault(call.id, []).append(sent.id)
-                calls.append(sent)
-            renamed = sum(map(operator.is_not, calls, message.tool_calls))
-            if renamed:
-                count += renamed
-                message = attrs.evolve(message, tool_calls=tuple(calls))
-        answered = message.tool_call_id
-        if message.role is Role.TOOL and answered is not None and sent_as.get(answered):
-            own = sent_as[answered].pop(0)
-            if own != answered:
-                message = attrs.evolve(message, tool_call_id=own)
-        out.append(message)
+    for seq, messages in groups:
+        for message in messages:
+            if message.tool_calls:
+                calls: list[ToolCall] = []
+                for call in message.tool_calls:
+                    name, reused = names(call.id, seq)
+                    count += reused
+                    sent_as.setdefault(call.id, []).append(name)
+                    calls.append(call if name == call.id else ToolCall(name, call.name, call.arguments))
+                if any(map(operator.is_not, calls, message.tool_calls)):
+                    message = attrs.evolve(message, tool_calls=tuple(calls))
+            answered = message.tool_call_id
+            if message.role is Role.TOOL and answered is not None:
+                pending = sent_as.get(answered)
+                own = pending.pop(0) if pending else sent_form(answered)
+                if own != answered:
+                    message = attrs.evolve(message, tool_call_id=own)
+            out.append(message)
     return tuple(out), count

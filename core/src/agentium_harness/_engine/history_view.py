@@ -33,6 +33,7 @@ __all__ = [
     "ViewIndex",
     "after_reset",
     "after_retraction",
+    "model_groups",
     "model_history",
     "paired_messages",
     "memory_hidden",
@@ -170,18 +171,29 @@ def model_history(groups: Iterable[MessageGroup], view: ViewState | None) -> tup
     block, never as a message of the user, the system or the assistant
     (:func:`.foreign_results.for_model`).
     """
-    out: list[Message] = []
+    return tuple(m for _seq, messages in model_groups(groups, view) for m in messages)
+
+
+def model_groups(
+    groups: Iterable[MessageGroup], view: ViewState | None
+) -> Iterator[tuple[int, Sequence[Message]]]:
+    """:func:`model_history` by group: each group that sends a message, as its ``seq`` and those messages.
+
+    The seq is what names a call the request sends under an id of its own
+    (:func:`.call_ids.distinct_groups`): it is the group's for good, where
+    its place in the request moves as older groups leave the resident window.
+    """
     if view is None or not view.spans:
         # No retraction in the view (most sessions): every group from its start shows all.
         start = 0 if view is None else view.start
         for group in groups:
-            if group.control is None and group.seq >= start:
+            if group.control is None and group.seq >= start and group.messages:
                 held = group.messages
                 if any(m.payload is not None or m.payload_format is not None for m in held):
-                    out.extend(for_model(held, group.seq))
+                    yield group.seq, for_model(held, group.seq)
                 else:
-                    out.extend(held)  # no foreign item (most groups): sent as they are
-        return tuple(out)
+                    yield group.seq, held  # no foreign item (most groups): sent as they are
+        return
     index = ViewIndex(view)
     for group in groups:
         if group.control is not None:
@@ -192,8 +204,9 @@ def model_history(groups: Iterable[MessageGroup], view: ViewState | None) -> tup
         messages: Sequence[Message] = group.messages
         if shown is not None:
             messages = paired_messages(messages[:shown])
-        out.extend(for_model(messages, group.seq))
-    return tuple(out)
+        sent = for_model(messages, group.seq)
+        if sent:
+            yield group.seq, sent
 
 
 def recall_hidden(
