@@ -8,6 +8,7 @@ with them exercises the same records the suites do.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
@@ -19,6 +20,7 @@ from .._ports.recall import SourceOwner
 from .._ports.sessions import SessionSnapshot, seal_snapshot
 from .._scope import Scope, SessionKey
 from .._validators import check_count, require_instance
+from ._files import read_in_child
 
 __all__ = [
     "ABSENT_MARKERS",
@@ -427,17 +429,14 @@ def raw_files(*paths: str) -> RawStorage:
     ``-journal`` companions: erased bytes must be in none of them. The built-in
     SQLite archive and session store keep a group deflated when that is smaller:
     pass what this reads through :func:`~agentium_harness.testing.sqlite_rows.with_inflated_rows`
-    so the text of those rows is searched as well.
+    so the text of those rows is searched as well. The files are read by a child process
+    (as :func:`~agentium_harness.testing.sqlite_rows.database_bytes` reads them), so the hook may
+    run while this process holds SQLite connections on them: closing a descriptor of a file here
+    would drop every POSIX lock this process holds on it, a store's write lock included.
     """
+    names = tuple(map(os.fspath, paths))  # a Path reads as before
 
     def read() -> bytes:
-        out = bytearray()
-        for path in paths:
-            try:
-                with open(path, "rb") as handle:
-                    out += handle.read()
-            except FileNotFoundError:
-                continue
-        return bytes(out)
+        return read_in_child(names)
 
     return read

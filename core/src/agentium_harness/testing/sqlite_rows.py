@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import subprocess
-import sys
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ from .._scope import SessionKey
 from ..adapters._sqlite_pack import unpack
 from ..adapters._sqlite_rows import find_session, row_id, seq_of
 from ..adapters._sqlite_snapshot_read import read_snapshot
+from ._files import read_in_child
 
 __all__ = [
     "archived_seqs",
@@ -208,16 +207,6 @@ def with_inflated_rows(data: bytes, *, most: int = 1 << 20) -> bytes:
     return b"\n".join(found)
 
 
-#: Run by :func:`database_bytes` in a child process: each file named, concatenated (a missing one as empty).
-_CAT: Final = (
-    "import sys\n"
-    "for name in sys.argv[1:]:\n"
-    "    try:\n"
-    "        with open(name, 'rb') as f: sys.stdout.buffer.write(f.read())\n"
-    "    except FileNotFoundError: pass\n"
-)
-
-
 def database_bytes(path: str | Path, *, most: int = 1 << 20) -> bytes:
     """Every byte of a SQLite database as it is on disk, with the text of its deflated rows.
 
@@ -231,12 +220,7 @@ def database_bytes(path: str | Path, *, most: int = 1 << 20) -> bytes:
     A test that checks a word is gone should first check, the same way, that
     it was there before the erasure: else the test cannot fail.
     """
-    names = [str(path), f"{path}-wal", f"{path}-journal"]
-    # A constant program of this module; the paths are its arguments, never code.
-    done = subprocess.run(  # noqa: S603
-        [sys.executable, "-c", _CAT, *names], capture_output=True, check=True, timeout=30
-    )
-    return with_inflated_rows(done.stdout, most=most)
+    return with_inflated_rows(read_in_child([str(path), f"{path}-wal", f"{path}-journal"]), most=most)
 
 
 def _inflated(data: bytes, most: int) -> list[bytes]:
