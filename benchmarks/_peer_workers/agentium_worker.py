@@ -81,6 +81,27 @@ def _group_like(template: MessageGroup, seq: int) -> MessageGroup:
     return attrs.evolve(template, seq=seq, messages=messages)
 
 
+async def archive_ends(
+    archive: SQLiteArchive, key: SessionKey, boundary: int, ctx: OpContext
+) -> tuple[list[int], list[int]]:
+    """The archive's first seq (a list of at most one) and every seq it holds from ``boundary - 1`` on.
+
+    A seeded archive holds every group below the boundary and none past it: ``([0], [boundary -
+    1])``, or ``([], [])`` with no boundary. The end is read to an empty page: ``read_groups`` may
+    answer with fewer groups than asked (the SQLite archive bounds the bytes of one answer), so a
+    page of one from ``boundary - 1`` does not say no group follows it.
+    """
+    first = [g.seq for g in await archive.read_groups(key, 0, 1, ctx)]
+    last: list[int] = []
+    start = max(0, boundary - 1)
+    while page := await archive.read_groups(key, start, 2, ctx):
+        last += [g.seq for g in page]
+        if page[-1].seq < start:  # an answer that does not move on would be read without end
+            raise SystemExit(f"archive read from seq {start} answered with seq {page[-1].seq}")
+        start = page[-1].seq + 1
+    return first, last
+
+
 async def _seed(db_path: str, messages: int) -> dict[str, Any]:
     runtime, archive, store = _build(db_path)
     key = SessionKey.of(IDENTITY, common.SESSION_ID)
@@ -115,9 +136,7 @@ async def _seed(db_path: str, messages: int) -> dict[str, Any]:
             )
             await store.save(key, long_snap, stored.revision, ctx)
         view = await runtime.inspect_session(IDENTITY, common.SESSION_ID)
-        # The archive must hold every group below the boundary: check both ends.
-        first = [g.seq for g in await archive.read_groups(key, 0, 1, ctx)]
-        last = [g.seq for g in await archive.read_groups(key, max(0, view.boundary - 1), 2, ctx)]
+        first, last = await archive_ends(archive, key, view.boundary, ctx)
     finally:
         await archive.aclose()
         await store.aclose()
