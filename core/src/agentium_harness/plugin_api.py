@@ -30,7 +30,7 @@ from ._codec import (
     to_json,
 )
 from ._config import ResolvedComponent, ResolvedConfig, load_config
-from ._engine.call_ids import MAX_OWN_ID_LENGTH, own_id_form
+from ._engine.call_ids import MAX_OWN_ID_LENGTH, own_id_form, sent_id_form
 from ._engine.loops import LoopHandle, PerLoop, ThreadSafeEvent
 from ._engine.recall_policy import QueryInput
 from ._errors import (
@@ -404,6 +404,7 @@ __all__ = [
     "copy_plain_json",
     "MAX_OWN_ID_LENGTH",
     "own_id_form",
+    "sent_id_form",
     "decode_archived_group",
     "decode_json",
     "decode_segment",

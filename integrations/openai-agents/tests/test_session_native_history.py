@@ -533,13 +533,13 @@ async def test_a_run_call_whose_id_the_models_next_call_uses_again_reaches_it_pa
         assert new[2]["output"] == "looked up"
 
 
-async def test_ids_of_their_own_keep_the_strict_alphabet_and_a_committed_hash_id_reads_as_stored(
+async def test_ids_of_their_own_keep_the_strict_alphabet_and_a_committed_hash_id_reads_in_it_too(
     tmp_path: Path,
 ) -> None:
     # "<id>#<n>" put '#' in the ids the SDK sends, which Anthropic, Bedrock and Mistral (through
     # LiteLLM) refuse. The ids made now add only '_' and digits, and a nine-letters-and-digits id
-    # (Mistral's form) keeps that form. An id run() committed as "c9#1" is stored history: it reads
-    # back as stored, with a suffix of its own in the items only.
+    # (Mistral's form) keeps that form. An id run() committed as "c9#1" is stored history, kept as
+    # stored; in the items it is named from the form run() sends it in, "c9_1" (it read "c9#1_0").
     nine = {
         "content": "",
         "tool_calls": [{"id": "aB3dE5gH7", "name": "fetch", "arguments": {"url": "https://n.example"}}],
@@ -560,6 +560,7 @@ async def test_ids_of_their_own_keep_the_strict_alphabet_and_a_committed_hash_id
         stored = (await runtime.read_history(ANA, "chat-1", max_groups=10)).messages
     assert pairs_whole(items)
     calls = [item["call_id"] for item in items if item.get("type") == "function_call"]
-    assert calls == ["aB3dE5gH2", "aB3dE5gH0", "c9#1_0"]
+    assert calls == ["aB3dE5gH2", "aB3dE5gH0", "c9_1_0"]
     assert all(re.fullmatch(r"[A-Za-z0-9]{9}", c) for c in calls[:2])
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", c) for c in calls)
     assert [c.id for m in stored for c in m.tool_calls] == ["aB3dE5gH7", "aB3dE5gH1", "c9#1"]

@@ -28,7 +28,7 @@ whole request held moved whenever a later group took it.
 
 Ids an earlier release renamed ``"<id>#<n>"`` are committed history, kept as
 stored; each is sent as this release names it, ``own_id_form(<id>, n)``
-(:func:`sent_form`): ``#`` is in no strict alphabet, and Anthropic, Bedrock and
+(:func:`sent_id_form`): ``#`` is in no strict alphabet, and Anthropic, Bedrock and
 Mistral refused every request of such a session. Only that suffix, which the
 engine made, is rewritten: an id the model gave in an alphabet of its own
 (Kimi's ``functions.edit:0``) is sent as given, since Kimi's models read their
@@ -56,7 +56,7 @@ __all__ = [
     "own_id_form",
     "renamed_note",
     "request_history",
-    "sent_form",
+    "sent_id_form",
 ]
 
 #: Most characters of an id of its own: an original id longer than it is cut to fit with its
@@ -173,12 +173,13 @@ def distinct_ids(reply: Message, used: set[str]) -> tuple[Message, int]:
     return attrs.evolve(reply, tool_calls=tuple(renamed)), len(calls) - len(kept)
 
 
-def sent_form(call_id: str) -> str:
+def sent_id_form(call_id: str) -> str:
     """The id a stored ``call_id`` is sent as where no earlier call of the request is sent under it.
 
     ``call_id`` itself, but for an id an earlier release renamed ``"<id>#<n>"``: that is sent as
     ``own_id_form(<id>, n)``, the name this release gives (a suffix of a suffix, ``"c1#1#2"``,
-    each so: ``"c1_1_2"``). Deterministic, so every run sends a stored id alike.
+    each so: ``"c1_1_2"``). Deterministic, so every run sends a stored id alike. Public
+    (``plugin_api``) so an integration that hands stored ids to a framework sends them so too.
     """
     if "#" not in call_id:  # most ids: no stored id of the old form lacks it
         return call_id
@@ -204,12 +205,12 @@ class _SentNames:
     def __call__(self, call_id: str, seq: int) -> tuple[str, bool]:
         """The name of a call of ``call_id`` in group ``seq``, and whether an earlier call took its own.
 
-        Its :func:`sent_form`, unless an earlier call is sent under that; then the form numbered
+        Its :func:`sent_id_form`, unless an earlier call is sent under that; then the form numbered
         ``seq``, and if an earlier call took that too (a group naming one id twice, or a group's
         own id equal to it), :func:`own_id`'s first form of that one no name given holds. None
         of it reads a later call, so no later group changes a name given.
         """
-        wanted = sent_form(call_id)
+        wanted = sent_id_form(call_id)
         if wanted not in self._given:
             self._given.add(wanted)
             return wanted, False
@@ -238,11 +239,11 @@ def request_history(
 def distinct_history(groups: Iterable[tuple[int, Sequence[Message]]]) -> tuple[tuple[Message, ...], int]:
     """The messages of ``groups`` (each a ``seq`` and what it sends), every call under a name of its own.
 
-    Each call is sent under :class:`_SentNames`'s name (its :func:`sent_form`, or, where an
+    Each call is sent under :class:`_SentNames`'s name (its :func:`sent_id_form`, or, where an
     earlier call is sent under that, the form numbered by its group's ``seq``). A result answers
     the earliest call of its id still open (as
     :func:`~agentium_harness._history.match_tool_results` pairs them within a group), and takes
-    that call's name; a result answering none is sent under its id's :func:`sent_form`. Returns
+    that call's name; a result answering none is sent under its id's :func:`sent_id_form`. Returns
     the messages (themselves when nothing is renamed) and how many calls were sent under another
     name because an earlier call held theirs.
     """
@@ -284,7 +285,7 @@ def distinct_history(groups: Iterable[tuple[int, Sequence[Message]]]) -> tuple[t
             answered = message.tool_call_id
             if message.role is Role.TOOL and answered is not None:
                 pending = sent_as.get(answered)
-                own = pending.pop(0) if pending else sent_form(answered)
+                own = pending.pop(0) if pending else sent_id_form(answered)
                 if own != answered:
                     message = attrs.evolve(message, tool_call_id=own)
             out.append(message)

@@ -16,8 +16,9 @@ at most 64 characters, or for an id of nine ASCII letters and digits
 (Mistral's form) the id with its last characters replaced by ``n``. It adds only ``_`` and
 digits: the SDK reaches Anthropic, Bedrock and Mistral through LiteLLM, and
 they refuse any other character (``[A-Za-z0-9_-]``; Mistral: nine letters
-and digits). Ids ``run()`` committed as ``"<id>#<n>"`` before are read as
-any stored id.
+and digits). An id ``run()`` committed as ``"<id>#<n>"`` for a while is
+named from the form ``run()`` sends it in, ``plugin_api.sent_id_form``
+(``"<id>_<n>"``): ``#`` is outside those alphabets, and the SDK sent it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentium_harness.plugin_api import own_id_form
+from agentium_harness.plugin_api import own_id_form, sent_id_form
 
 __all__ = ["distinct_call_ids"]
 
@@ -36,7 +37,7 @@ def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) ->
     ``native`` maps the index of each native ``function_call`` item to itself
     and each native ``function_call_output`` item to its call's index. A
     native call whose id ``n`` later calls in ``items`` use (native or not)
-    becomes ``"<id>_<n>"`` (core's ``own_id_form``; ``n`` raised until no item uses
+    becomes ``"<id>_<n>"`` (core's ``own_id_form`` of its ``sent_id_form``; ``n`` raised until no item uses
     it), and so do its outputs. The newest is renamed too (``"<id>_0"``): the model's next call
     may use its id again (local models number their calls per response), in
     the very run that read it, and the SDK's dedupe would then show the
@@ -60,7 +61,8 @@ def distinct_call_ids(items: list[dict[str, Any]], native: Mapping[int, int]) ->
             if used is None:
                 used = {other.get("call_id") for other in items}
             n = seen
-            while (own := own_id_form(call_id, n)) in used:
+            base = sent_id_form(call_id)  # an old "<id>#<n>" id: no '#' in what the SDK sends
+            while (own := own_id_form(base, n)) in used:
                 n += 1
             used.add(own)
             renamed[at] = own
