@@ -16,15 +16,19 @@ runtime's summary source leaves the manager's tracked list
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from _memory_support import GatedMemoryStore
+from _memory_support import GatedMemoryStore, sqlite_store
 
 from agentium_harness import (
     Agent,
+    AgentCloseError,
+    AgentLifecycleError,
     EraseTarget,
     ErasureInProgressError,
     HarnessRuntime,
@@ -300,3 +304,87 @@ async def test_a_retired_summary_source_stays_until_a_drain_took_its_report(tmp_
         await shared.aclose()
     assert (kept, owed, left) == (1, 1, 0)
     assert [i.status.value for i in raised.value.result.items] == ["failed"]
+
+
+class Proposing:
+    """An extractor proposing one fact of the scope it is given."""
+
+    async def extract(self, scope: MemoryScope, messages: Any, ctx: Any) -> list[MemoryFact]:
+        return [MemoryFact(scope, "badge on file")]
+
+
+class HookedLock:
+    """A lock that, released once after ``arm()``, runs ``hook`` first thing after the release."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.hook: Any = None
+
+    def __enter__(self) -> HookedLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+
+
+async def test_a_close_from_another_thread_as_a_run_is_admitted_cancels_that_run(tmp_path: Path) -> None:
+    """A close on another thread, right after a run was admitted (state ``busy``), still sees that run.
+
+    The run set its cancel scope, loop and end event after it released the
+    state lock: a close in between saw no active run, so it neither
+    cancelled nor awaited it, withdrew the agent's erasure fence at once and
+    said ``closed``; the run then went on and its extraction wrote a fact
+    through the manager with the agent's store no longer fencing it. Now the
+    run is known to the close (cancelled: nothing of it kept, nothing
+    extracted), and the fence stays while it has not ended.
+    """
+    shared = MemoryManager(sqlite_store(tmp_path), owns_store=True, extractor=Proposing())
+    sessions = OtherStore(SQLiteConfig(path=str(tmp_path / "agentium.db")))
+    elsewhere = OtherStore(SQLiteConfig(path=str(tmp_path / "elsewhere.db")))
+    outcomes: list[str] = []
+    fenced: list[bool] = []
+    with anyio.fail_after(30):
+        bystander = _agent(shared, elsewhere)  # the agent's fence is not the last one
+        agent = Agent(
+            ScriptedProvider(replies=["noted"], cycle=True),
+            shared,
+            ANA,
+            session="chat",
+            session_store=sessions,
+            close_timeout_s=0.5,
+        )
+        lock = agent._state_lock = HookedLock()  # type: ignore[assignment]
+
+        async def close() -> None:
+            try:
+                await agent.close()
+                outcomes.append("closed")
+            except AgentCloseError:
+                outcomes.append("close failed")
+            fenced.append(any(f.store is sessions for f in shared._erasure_fences))
+
+        def close_on_another_thread() -> None:  # the run's loop is held meanwhile
+            thread = threading.Thread(target=anyio.run, args=(close,))
+            thread.start()
+            thread.join(20)
+
+        lock.hook = close_on_another_thread
+        try:
+            await agent.run("my badge number is qz7731")
+            outcomes.append("ran")
+        except AgentLifecycleError:
+            outcomes.append("run cancelled")
+        try:
+            await shared.drain(20)
+        except MemoryDrainError:
+            pass
+        left = [f.text for f in await shared.list(ANA)]
+        with contextlib.suppress(AgentCloseError):
+            await agent.close()
+        await bystander.close()
+        await shared.aclose()
+    assert (outcomes, fenced, left) == (["close failed", "run cancelled"], [True], [])

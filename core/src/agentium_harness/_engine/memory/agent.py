@@ -260,9 +260,12 @@ class Agent:
         with self._state_lock:  # two loops' runs at once: one is refused
             self._refuse("run", busy_too=True)
             self._state = AgentState.BUSY
-        scope = self._active = anyio.CancelScope()
-        self._active_loop = LoopHandle.current()
-        done = self._active_done = ThreadSafeEvent()
+            # Known before the lock is let go: a close() on another thread then sees this run (it
+            # cancels and awaits it, and its erasure fence stays while it runs), never a busy agent
+            # with no run to cancel.
+            scope = self._active = anyio.CancelScope()
+            self._active_loop = LoopHandle.current()
+            done = self._active_done = ThreadSafeEvent()
         try:
             with scope:
                 return await self._turn(text)
@@ -446,7 +449,8 @@ class Agent:
 
     async def _close_steps(self) -> BaseException | None:
         failures: list[str] = []
-        active, done, loop = self._active, self._active_done, self._active_loop
+        with self._state_lock:  # a run admitted before this close's ``closing`` has set all three
+            active, done, loop = self._active, self._active_done, self._active_loop
         if active is not None and done is not None and loop is not None:
             loop.run_soon(active.cancel)
             with anyio.move_on_after(self._close_timeout_s):
