@@ -17,7 +17,9 @@ runtime's summary source leaves the manager's tracked list
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +306,72 @@ async def test_a_retired_summary_source_stays_until_a_drain_took_its_report(tmp_
         await shared.aclose()
     assert (kept, owed, left) == (1, 1, 0)
     assert [i.status.value for i in raised.value.result.items] == ["failed"]
+
+
+class GatedExtractor:
+    """An extractor whose call waits for ``gate`` (an erasure may begin meanwhile), then proposes one fact."""
+
+    def __init__(self) -> None:
+        self.entered, self.gate = anyio.Event(), anyio.Event()
+
+    async def extract(self, scope: MemoryScope, messages: Any, ctx: Any) -> list[MemoryFact]:
+        self.entered.set()
+        await self.gate.wait()
+        return [MemoryFact(scope, "badge on file")]
+
+
+async def test_an_agent_dropped_unclosed_keeps_its_fence_while_its_extraction_runs(tmp_path: Path) -> None:
+    """A host drops its Agent without closing it while the turn's extraction still runs.
+
+    The extraction's write must still be fenced by the agent's store: an
+    erasure of its user recorded there (only) and under way when the write
+    comes refuses it. The agent's fence used to go with the agent (held
+    weakly) at the next change of the manager's fences (another Agent
+    built), so the fact was written during the erasure.
+    """
+    extractor = GatedExtractor()
+    memory = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
+    shared = MemoryManager(memory, owns_store=True, extractor=extractor)
+    db = tmp_path / "agentium.db"
+    held = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "other-memory.db")))
+    with anyio.fail_after(30):
+        bystander = _agent(shared, OtherStore(SQLiteConfig(path=str(tmp_path / "elsewhere.db"))))
+        agent = Agent(
+            ScriptedProvider(replies=["noted"], cycle=True),
+            shared,
+            ANA,
+            session="chat",
+            session_store=OtherStore(SQLiteConfig(path=str(db))),
+        )
+        await agent.run("my badge number is qz7731")
+        await extractor.entered.wait()  # past the turn's erasure check, in the extractor's call
+        gone = weakref.ref(agent)
+        del agent  # dropped unclosed, its extraction still running
+        gc.collect()
+        # The next request's Agent: the manager's fences change.
+        later = _agent(shared, OtherStore(SQLiteConfig(path=str(tmp_path / "later.db"))))
+        async with _eraser(db, held) as eraser:
+
+            async def erase() -> None:
+                await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+
+            held.hold_erase = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(erase)
+                await held.entered.wait()  # pending in agentium.db's ledger only
+                extractor.gate.set()
+                try:
+                    await shared.drain(20)
+                    drained = "completed"
+                except MemoryDrainError as exc:
+                    drained = exc.result.items[0].status.value
+                held.gate.set()
+        left = [f.text for f in await shared.list(ANA)]
+        await later.close()
+        await bystander.close()
+        await shared.aclose()
+    assert gone() is None
+    assert (drained, left) == ("failed", [])
 
 
 class Proposing:

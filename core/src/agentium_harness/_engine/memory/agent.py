@@ -337,7 +337,10 @@ class Agent:
             skipped(telemetry_of(self.memory), self.memory, "encoding")
             return None
         name = f"extraction {self._key.key()} turn {self._runs}"
-        with starting_as(self):  # its own work: its close drains it, not a runtime's close
+        # Its own work: its close drains it, not a runtime's close. The extraction's task runs in a
+        # copy of this context, which holds this agent until it ends: an agent dropped unclosed keeps
+        # its erasure fence (held weakly by the manager) while its extraction may still write.
+        with starting_as(self):
             return start_extraction(self.memory, self.scope, turn, name, (source,), seen)
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
