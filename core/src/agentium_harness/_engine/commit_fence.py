@@ -57,7 +57,11 @@ and only the last erasure's of each index chain (at most four small reads,
 however often the session id was erased and used again): erasures of the
 whole session all overlap, so they ran one after another, each chain lists
 them in that order, and if the one that joined last joined before the load,
-all did (:func:`.erasure_index.last_whole_erasures`).
+all did (:func:`.erasure_index.last_whole_erasures`). Each chain is read
+newest first and stops there — or at an erasure of some of the session's
+groups (retention) that joined before the load: the heads, usually, and
+never more than :data:`.erasure_index.MAX_CHAIN_PAGES_READ` pages of one
+chain (past them the check fails: nothing is committed).
 """
 
 from __future__ import annotations
@@ -158,9 +162,10 @@ async def erased_whole_since(
     then). One without a join record (an earlier version's) may have joined
     at any time: it is returned. Read only once the ledger moved.
     """
-    # The last of each index chain (at most four): the one that joined last is among them, and if it
-    # joined before the load, every earlier one did (they ran one after another). One small read each.
-    for candidate in await last_whole_erasures(ticket, store, key):
+    # The last of each index chain (at most four), each read newest first: the one that joined last is
+    # among them, and if it joined before the load, every earlier one did (they ran one after another).
+    # A chain whose newest entry of the session is a groups erasure joined before the load has none.
+    for candidate in await last_whole_erasures(ticket, store, key, (loaded_at,)):
         # Unknown (``None``: an earlier version's erasure) may have joined at any time: it counts.
         if await joined_since(ticket, store, candidate, loaded_at) is not False:
             return candidate

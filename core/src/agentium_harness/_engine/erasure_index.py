@@ -18,6 +18,14 @@ full, its headers move, unchanged, to the chain's next page ``<head>-<n>``
 pages. Completing an erasure reads and writes the same whatever came before
 it, and no record grows past what a store can read or write.
 
+The checks on a run's path (the commit and turn fences, recall's) read
+the chains newest first and stop at the entry that settles them
+(:func:`last_whole_erasures`, :func:`last_covering_erasures`): their cost
+does not grow with the erasures before it, and past
+:data:`MAX_CHAIN_PAGES_READ` pages of one chain they fail closed. That
+relies on each chain listing overlapping erasures in the order they ran,
+which :func:`_add` keeps (an erasure is listed only while still pending).
+
 An index written by an earlier version held every header in the tenant's
 head and has no scope chains: the tenant's head counts those entries
 (``legacy``, set on its first update, which also moves them to pages), and
@@ -28,24 +36,26 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
-from .._errors import SessionConflictError, SnapshotCorruptError
+from .._errors import SessionConflictError, SessionStoreError, SnapshotCorruptError
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureLedger, ErasureRecord
 from .._ports.memory import GroupRef, MemoryScope
 from .._ports.recall_sources import SourceOwner
 from .._ports.sessions import SessionStore
 from .._scope import SessionKey
-from .erasure_ledger import header, index_key, load_ledger, save_ledger
+from .erasure_ledger import header, index_key, joined_since, load_ledger, pending_key, save_ledger
 from .lifecycle import Ticket, covers
 
 __all__ = [
     "INDEX_PAGE_RECORDS",
+    "MAX_CHAIN_PAGES_READ",
     "add_finished",
     "finished_covering",
     "finished_covering_fact",
     "finished_covering_owner",
+    "last_covering_erasures",
     "last_whole_erasures",
     "tenant_index_head",
     "tenant_index_page",
@@ -54,6 +64,11 @@ __all__ = [
 #: Headers a chain's head holds before they move to a page of their own: bounds what every
 #: completion reads and rewrites (a header is about 1 KB; a few KB with the longest reason).
 INDEX_PAGE_RECORDS: Final = 64
+#: Pages of one chain a newest-first read (:func:`last_whole_erasures`, :func:`last_covering_erasures`)
+#: goes back over before it gives up and fails its check: 8,192 headers past the head. The answer is
+#: usually in the head; only an earlier version's index, or thousands of a session's retention
+#: erasures since its last erasure of the whole session, need pages at all.
+MAX_CHAIN_PAGES_READ: Final = 128
 #: Compare-and-set attempts of one head update before it gives up (another erasure kept winning).
 _ATTEMPTS: Final = 16
 _TENANT_CHAIN: Final = "index"
@@ -180,49 +195,142 @@ async def _scoped_chains(
     First the tenant's head with the pages holding an earlier version's
     entries (a part of the tenant's chain, in its order), then each scope's.
     """
+    read: list[list[ErasureRecord]] = []
+    for chain, head, pages in await _chain_heads(ticket, store, tenant, user, sessions):
+        found = await _read_pages(ticket, store, tenant, chain, pages)
+        found.extend(head.records)
+        read.append(found)
+    return read
+
+
+async def last_whole_erasures(
+    ticket: Ticket, store: SessionStore, key: SessionKey, loaded_at: tuple[int | None] | None = None
+) -> tuple[ErasureRecord, ...]:
+    """Of the finished erasures of the whole of session ``key``, the last of each chain (each once).
+
+    Such erasures (of the session, its user or its tenant) all overlap, and
+    an erasure joins ``pending`` only while no overlapping one is in it
+    (:func:`.erasure.start`): they ran one after another, and each chain
+    lists them in that order (:func:`_add` lists an erasure only while it is
+    still pending, so a late resume completing one again after another
+    process did never lists it after a later one). So each chain is read
+    newest first (:func:`_newest_first`) and stops at the first erasure of
+    the whole session: the one that joined last. The commit fence reads
+    these few join records (:mod:`.commit_fence`), not one per erasure the
+    session ever had. Newest first, by their clocks.
+
+    ``loaded_at`` (the ledger revision a load saw, a 1-tuple): a chain
+    whose newest entry touching the session is an erasure of some of its
+    groups (retention, a fact's sources) that joined the ledger before that
+    load stops there with none — every erasure of the whole session listed
+    before it joined before it, and none listed after it exists. So
+    retention's entries are not read back one page after another to find
+    an erasure of the whole session joined long before the load.
+    """
+    last: dict[str, ErasureRecord] = {}
+
+    async def settles(record: ErasureRecord) -> bool:
+        if not covers(record.target, key):
+            return False  # another session's (the tenant chain's legacy part): says nothing here
+        if record.target.covers_session(key):
+            last.setdefault(record.erasure_id, record)
+            return True
+        # Some of the session's groups: it overlaps every erasure of the whole session.
+        return loaded_at is not None and await joined_since(ticket, store, record, loaded_at[0]) is False
+
+    for chain, head, pages in await _chain_heads(ticket, store, key.tenant, key.user, (key.session,)):
+        await _newest_first(ticket, store, key.tenant, chain, head, pages, settles)
+    return tuple(sorted(last.values(), key=lambda r: r.completed_at or r.started_at, reverse=True))
+
+
+async def last_covering_erasures(
+    ticket: Ticket, store: SessionStore, key: SessionKey
+) -> tuple[ErasureRecord, ...]:
+    """The last finished erasure of each scope of session ``key`` (its tenant, user, itself): headers.
+
+    In the order they completed. A host document an erasure can take is
+    owned by the tenant, a user or a session (:meth:`EraseTarget.covers_owner`),
+    and every erasure of one scope covers the same documents: the last one
+    covering a document of ``key``'s scopes is among these. Each chain is
+    read newest first and stops at its first erasure of a whole scope
+    (an erasure of groups takes no document); the tenant's legacy entries
+    (:func:`_chain_heads`) at the first of each scope.
+    """
+    found: dict[str, ErasureRecord] = {}
+    for chain, head, pages in await _chain_heads(ticket, store, key.tenant, key.user, (key.session,)):
+        # The tenant's legacy entries hold all three scopes' erasures; each scope's chain, its own.
+        scopes = _LastOfEachScope(key, 3 if chain == _TENANT_CHAIN else 1)
+        await _newest_first(ticket, store, key.tenant, chain, head, pages, scopes.settles)
+        for record in scopes.last.values():
+            found.setdefault(record.erasure_id, record)
+    return tuple(sorted(found.values(), key=lambda r: r.completed_at or r.started_at))
+
+
+class _LastOfEachScope:
+    """Keeps, of entries offered newest first, the first erasure of the whole of each scope of ``key``."""
+
+    def __init__(self, key: SessionKey, wanted: int) -> None:
+        self.key, self.wanted = key, wanted
+        self.last: dict[str, ErasureRecord] = {}
+
+    async def settles(self, record: ErasureRecord) -> bool:
+        """Whether the last of each scope the chain can hold is known once ``record`` is kept."""
+        if record.target.groups or not covers(record.target, self.key):
+            return False  # takes no document, or another session's (the tenant's legacy entries)
+        self.last.setdefault(_chain_of(record.target), record)
+        return len(self.last) >= self.wanted
+
+
+async def _chain_heads(
+    ticket: Ticket, store: SessionStore, tenant: str, user: str | None, sessions: Sequence[str]
+) -> list[tuple[str, ErasureLedger, int]]:
+    """The heads of the chains :func:`_scoped_chains` reads, each with the last page to read after it.
+
+    The tenant's ``index`` first, with the pages holding an earlier
+    version's entries only (its later pages are in the scopes' chains too).
+    """
     _, head = await load_ledger(ticket, store, index_key(tenant, _TENANT_CHAIN))
     legacy = len(head.records) if head.legacy is None else head.legacy
-    found = await _read_pages(
-        ticket, store, tenant, _TENANT_CHAIN, min(head.pages or 0, math.ceil(legacy / INDEX_PAGE_RECORDS))
-    )
-    found.extend(head.records)
-    read = [found]
+    heads = [(_TENANT_CHAIN, head, min(head.pages or 0, math.ceil(legacy / INDEX_PAGE_RECORDS)))]
     chains = [_scope_chain("tenant")]
     if user is not None:
         chains.append(_scope_chain("user", user))
         chains.extend(_scope_chain("session", user, session) for session in sessions)
     for chain in chains:
         _, scoped = await load_ledger(ticket, store, index_key(tenant, chain))
-        found = await _read_pages(ticket, store, tenant, chain, scoped.pages or 0)
-        found.extend(scoped.records)
-        read.append(found)
-    return read
+        heads.append((chain, scoped, scoped.pages or 0))
+    return heads
 
 
-async def last_whole_erasures(
-    ticket: Ticket, store: SessionStore, key: SessionKey
-) -> tuple[ErasureRecord, ...]:
-    """Of the finished erasures of the whole of session ``key``, the last of each chain (each once).
+async def _newest_first(
+    ticket: Ticket,
+    store: SessionStore,
+    tenant: str,
+    chain: str,
+    head: ErasureLedger,
+    last_page: int,
+    settles: Callable[[ErasureRecord], Awaitable[bool]],
+) -> None:
+    """Offer ``chain``'s entries to ``settles``, newest first, until it says the answer is known.
 
-    Such erasures (of the session, its user or its tenant) all overlap, and
-    an erasure joins ``pending`` only while no overlapping one is in it
-    (:func:`.erasure.start`): they ran one after another, each first indexed
-    before it left ``pending``, so every chain lists them in the order they
-    joined by their *first* listing, and the one that joined last ends one
-    of the chains (its scope's, read whole). A later listing of one is
-    passed over: a resume that read it pending completes it again after
-    another process did, and indexes it again once its first listing moved
-    to a page, possibly after an erasure that joined later. The commit
-    fence reads these few join records (:mod:`.commit_fence`), not one per
-    erasure the session ever had. The headers otherwise read as
-    :func:`finished_covering` reads them; newest first, by their clocks.
+    The head's entries first (read already), then pages ``last_page`` down
+    to 1, one bounded read each. Past :data:`MAX_CHAIN_PAGES_READ` pages
+    with no answer, :class:`SessionStoreError`: the check that asked fails
+    (its caller shows, sends or commits nothing) rather than read on.
     """
-    last: dict[str, ErasureRecord] = {}
-    for chain in await _scoped_chains(ticket, store, key.tenant, key.user, (key.session,)):
-        whole = [r for r in _once(chain) if covers(r.target, key) and r.target.covers_session(key)]
-        if whole:
-            last.setdefault(whole[-1].erasure_id, whole[-1])
-    return tuple(sorted(last.values(), key=lambda r: r.completed_at or r.started_at, reverse=True))
+    for record in reversed(head.records):
+        if await settles(record):
+            return
+    for read, page in enumerate(range(last_page, 0, -1)):
+        if read >= MAX_CHAIN_PAGES_READ:
+            raise SessionStoreError(
+                f"the erasure index of tenant {tenant!r} holds more than {MAX_CHAIN_PAGES_READ} pages to "
+                f"read back in one chain ({chain!r}) before an entry settles the check; it was not read "
+                "further and the check failed: nothing was shown, sent or committed on its word"
+            )
+        for record in reversed(await _read_pages_from(ticket, store, tenant, chain, page, page)):
+            if await settles(record):
+                return
 
 
 async def add_finished(ticket: Ticket, store: SessionStore, done: ErasureRecord) -> None:
@@ -251,6 +359,15 @@ async def _add(ticket: Ticket, store: SessionStore, done: ErasureRecord, chain: 
     for _ in range(_ATTEMPTS):
         revision, head = await load_ledger(ticket, store, key)
         if any(r.erasure_id == done.erasure_id for r in head.records):
+            return
+        # Read after the head and before its compare-and-set: an erasure out of ``pending`` was
+        # indexed by the completion that took it out, so a late resume completing it again does
+        # not list it again; one still pending then was so while the head stood unchanged, and no
+        # erasure overlapping it can be listed before it (they join only once it left): each
+        # chain lists overlapping erasures in the order they ran, which the newest-first reads
+        # of the fences rely on (:func:`last_whole_erasures`).
+        _, pending = await load_ledger(ticket, store, pending_key(tenant))
+        if all(r.erasure_id != done.erasure_id for r in pending.records):
             return
         legacy = head.legacy
         if chain == _TENANT_CHAIN and legacy is None:

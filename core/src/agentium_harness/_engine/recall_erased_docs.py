@@ -26,9 +26,12 @@ store of the same role.
 
 Cost: nothing when the round recalled no document, or when the tenant's
 erasure ledger did not exist at the run's load (no erasure ever began
-there); else the session's erasure index chains (a few small reads), kept
-per session store and ledger revision, so later runs read them again only
-once an erasure began or ended in the tenant.
+there); else the session's erasure index chains, each read newest first
+to the last erasure of its scope (the heads alone, usually, however many
+erasures came before; at most :data:`.erasure_index.MAX_CHAIN_PAGES_READ`
+pages of one chain, past which the check fails closed), kept per session
+store and ledger revision, so later runs read them again only once an
+erasure began or ended in the tenant.
 """
 
 from __future__ import annotations

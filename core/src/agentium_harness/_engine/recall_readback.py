@@ -44,7 +44,7 @@ from .._ports.archive import HistoryArchive
 from .._ports.erasure import ErasureRecord
 from .._ports.sessions import SessionSnapshot, SessionStore
 from .._scope import SessionKey
-from .erasure_index import finished_covering, last_whole_erasures
+from .erasure_index import last_covering_erasures, last_whole_erasures
 from .erasure_ledger import load_ledger, pending_key
 from .history_read import fetch_groups
 from .lifecycle import Ticket, covers
@@ -94,11 +94,14 @@ class GroupReader(Protocol):
         ...
 
     async def finished_erasures(self, deadline: float) -> tuple[ErasureRecord, ...]:
-        """The tenant's finished erasures that can take a document, in the order they completed (headers).
+        """The last finished erasure of each scope of the session, in the order they completed (headers).
 
         Every erasure that can take a document this run may recall covers the
-        session (its tenant's, its user's, its own); a groups erasure takes
-        none and is left out. Raises as :meth:`erased_whole`.
+        session (its tenant's, its user's, its own), and a document is
+        decided by the last one covering its owner: the last of its scope is
+        among these. A groups erasure takes none and is left out. Raises as
+        :meth:`erased_whole` (and when the index would need more than
+        :data:`.erasure_index.MAX_CHAIN_PAGES_READ` pages of one chain).
         """
         ...
 
@@ -191,13 +194,10 @@ class SessionGroups:
                 "erasure index read not started: its deadline had passed", "erasure index read", 0.0
             )
         with anyio.move_on_after(left) as scope:
-            # A groups erasure (retention, a fact's sources) takes no document: not kept, or a
-            # session's cached entry would grow by one each retention run.
-            found = tuple(
-                r
-                for r in await finished_covering(self._ticket, self._store, self._key)
-                if not r.target.groups
-            )
+            # The last of each scope only (each chain read newest first): the check decides each
+            # document by the last erasure covering its owner, and a groups erasure (retention, a
+            # fact's sources) takes none.
+            found = await last_covering_erasures(self._ticket, self._store, self._key)
         if scope.cancelled_caught:
             raise OperationTimeoutError(
                 f"erasure index read did not finish within {left:.3f}s and was cancelled",

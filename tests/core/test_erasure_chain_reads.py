@@ -1,0 +1,223 @@
+"""The fences' and recall's reads of the erasure index stay bounded however many erasures came before.
+
+The commit fence and the turn fence (a new session's first turn, the
+ledger moved meanwhile) ask whether a finished erasure of the whole
+session joined the ledger after the run's load; recall's document check
+asks which finished erasure of the session's scopes came last. Both used
+to read every page of the tenant's, the user's and the session's index
+chains, oldest first, to keep the last entry of each: the reads grew with
+every erasure those scopes ever had (a session id erased and used again,
+retention of a long-lived session). They now read each chain newest
+first and stop at the first entry that settles it: pages read stay the
+same after 10 erasures or 1,000 (counted as store loads, never timed).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _erasure_harness import ANA, OPERATOR, HeldOnce, turn_while_held
+
+from agentium_harness import (
+    CommitState,
+    EraseTarget,
+    ErasureKind,
+    ErasureRecord,
+    SeqRange,
+    SessionConflictError,
+    SessionKey,
+    SessionStoreError,
+    create_harness_runtime,
+)
+from agentium_harness._engine import erasure_index
+from agentium_harness._engine.erasure_api import run_erasure
+from agentium_harness._engine.recall_readback import SessionGroups
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, Scope, SessionSnapshot, SourceOwner
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+S1 = EraseTarget.session("acme", "ana", "s1")
+KEY = SessionKey("acme", "ana", "s1")
+GROUPS = EraseTarget.groups_of(KEY, [SeqRange(0, 1)])
+BOB = EraseTarget.session("acme", "bob", "b1")  # another user's: moves the ledger, erases nothing of ana's
+
+
+class _Counted:
+    """Counts the loads of the erasure index's chains (heads and pages), nothing else."""
+
+    chain_loads = 0
+
+    async def load(self, key: SessionKey, ctx: Any) -> Any:
+        if key.tenant == ERASURE_RECORDS_TENANT and key.session.startswith(("by-", "index")):
+            self.chain_loads += 1
+        return await super().load(key, ctx)  # type: ignore[misc]
+
+
+class ChainReads(_Counted, InMemorySessionStore):
+    """The in-memory session store, its chain loads counted."""
+
+
+class SQLiteChainReads(_Counted, SQLiteSessionStore):
+    """The SQLite session store, its chain loads counted."""
+
+
+Stores = tuple[Any, Any]
+
+
+def _stores(kind: str, tmp_path: Path) -> Stores:
+    if kind == "memory":
+        return ChainReads(), InMemoryArchive()
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    return SQLiteChainReads(config), SQLiteArchive(config)
+
+
+def _runtime(store: Any, archive: Any, provider: Any = None) -> Any:
+    return create_harness_runtime(provider=provider or HeldOnce(), archive=archive, session_store=store)
+
+
+async def _erase_many(rt: Any, target: EraseTarget, count: int) -> None:
+    for _ in range(count):
+        if target.groups:  # as retention erases archived groups (no operator call takes a groups target)
+            await run_erasure(rt, target, "retention", OPERATOR, ErasureKind.RETENTION)
+        else:
+            await rt.erase(target, reason="dsr", attestation=OPERATOR)
+
+
+async def _first_turn(store: Any, archive: Any, during: EraseTarget) -> tuple[int, BaseException | None]:
+    """s1's first turn while ``during`` is erased: the chain loads of its commit fence, and its error."""
+    provider = HeldOnce()
+    slow, other = _runtime(store, archive, provider), _runtime(store, archive)
+
+    async def meanwhile() -> None:
+        await other.erase(during, reason="dsr", attestation=OPERATOR)  # the ledger moves
+        store.chain_loads = 0
+
+    try:
+        error = await turn_while_held(slow, provider, "s1", "a new session's first turn", meanwhile)
+        page = await slow.read_history(ANA, "s1", max_groups=10, view=False)
+        assert len(page.groups) == (1 if error is None else 0)
+        return store.chain_loads, error
+    finally:
+        await slow.aclose()
+        await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_the_commit_fence_reads_the_same_pages_after_10_or_100_erasures_of_the_session(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
+) -> None:
+    # Four headers a page: 100 erasures make 25 pages (as 1,600 would at 64).
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    reads = []
+    for count in (10, 100):
+        store, archive = _stores(kind, tmp_path / str(count))
+        rt = _runtime(store, archive)
+        with anyio.fail_after(30):
+            await _erase_many(rt, S1, count)
+        await rt.aclose()
+        with anyio.fail_after(30):
+            loads, error = await _first_turn(store, archive, BOB)
+        assert error is None, error  # committed: every erasure of s1 joined before the turn's load
+        reads.append(loads)
+    # The tenant's head and the heads of the tenant's, the user's and the session's chains.
+    assert reads == [4, 4], reads
+
+
+@pytest.mark.parametrize("before", ["whole", "retention"])
+async def test_an_erasure_of_the_session_during_the_turn_still_refuses_it_after_100(
+    monkeypatch: pytest.MonkeyPatch, before: str
+) -> None:
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    store, archive = ChainReads(), InMemoryArchive()
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        await _erase_many(rt, S1 if before == "whole" else GROUPS, 100)
+    await rt.aclose()
+    with anyio.fail_after(30):
+        loads, error = await _first_turn(store, archive, S1)
+    assert isinstance(error, SessionConflictError), error
+    assert error.commit_state is CommitState.NOT_COMMITTED
+    assert loads == 4, loads  # the erasure during the turn is the newest of the session's chain
+
+
+async def test_the_commit_fence_stops_at_a_retention_erasure_that_joined_before_the_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The session erased whole once, then 60 erasures of its archived groups (as retention makes).
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    store, archive = ChainReads(), InMemoryArchive()
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        await _erase_many(rt, S1, 1)
+        await _erase_many(rt, GROUPS, 60)
+    await rt.aclose()
+    with anyio.fail_after(30):
+        loads, error = await _first_turn(store, archive, BOB)
+    assert error is None, error
+    assert loads == 4, loads  # the session's newest entry joined before the load: no page read
+
+
+async def _finished_for_recall(
+    store: ChainReads, archive: InMemoryArchive
+) -> tuple[int, list[ErasureRecord]]:
+    """Chain loads of recall's document check for s1 (nothing cached), and the erasures it returned."""
+    rt = _runtime(store, archive)
+    try:
+        async with rt.parts.admission.admit_shared(KEY, "recall check") as ticket:
+            reader = SessionGroups(
+                ticket, archive, store, KEY, SessionSnapshot(memory_scope=Scope("acme", "ana", "s1"))
+            )
+            store.chain_loads = 0
+            found = await reader.finished_erasures(time.monotonic() + 30)
+        return store.chain_loads, list(found)
+    finally:
+        await rt.aclose()
+
+
+async def test_recalls_document_check_reads_the_same_pages_after_10_or_100_erasures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    reads = []
+    for count in (10, 100):
+        store, archive = ChainReads(), InMemoryArchive()
+        rt = _runtime(store, archive)
+        with anyio.fail_after(30):
+            await _erase_many(rt, S1, count)
+            user = await rt.erase(EraseTarget.user("acme", "ana"), reason="dsr", attestation=OPERATOR)
+            await _erase_many(rt, S1, 1)
+            last = (await rt.erase(S1, reason="dsr", attestation=OPERATOR)).record
+        await rt.aclose()
+        with anyio.fail_after(30):
+            loads, found = await _finished_for_recall(store, archive)
+        # What decides each document: the last erasure covering its owner (as the check picks it).
+        for owner, expected in (
+            (SourceOwner("acme", "ana"), user.record),
+            (SourceOwner("acme", "ana", "s1"), last),
+        ):
+            assert [r for r in found if r.target.covers_owner(owner)][-1].erasure_id == expected.erasure_id
+        assert not [r for r in found if r.target.covers_owner(SourceOwner("acme"))]
+        reads.append(loads)
+    assert reads == [4, 4], reads
+
+
+async def test_a_chain_past_the_read_cap_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Groups erasures only, none of the whole session: recall's check must look back for one.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3, raising=False)
+    store, archive = ChainReads(), InMemoryArchive()
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        await _erase_many(rt, GROUPS, 9)
+    await rt.aclose()
+    with anyio.fail_after(30):
+        with pytest.raises(SessionStoreError, match="more than 3 pages"):
+            await _finished_for_recall(store, archive)
+    assert store.chain_loads <= 4 + 3  # the heads, then no page past the cap
