@@ -15,6 +15,7 @@ same after 10 erasures or 1,000 (counted as store loads, never timed).
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from agentium_harness import (
     EraseTarget,
     ErasureKind,
     ErasureRecord,
+    ErasureState,
     SeqRange,
     SessionConflictError,
     SessionKey,
@@ -36,9 +38,17 @@ from agentium_harness import (
 from agentium_harness._engine import erasure_index
 from agentium_harness._engine.erasure_api import run_erasure
 from agentium_harness._engine.recall_readback import SessionGroups
+from agentium_harness._ports.erasure import ErasureLedger
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, Scope, SessionSnapshot, SourceOwner
+from agentium_harness.plugin_api import (
+    ERASURE_RECORDS_TENANT,
+    OpContext,
+    Scope,
+    SessionSnapshot,
+    SourceOwner,
+    seal_snapshot,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -221,3 +231,44 @@ async def test_a_chain_past_the_read_cap_fails_closed(monkeypatch: pytest.Monkey
         with pytest.raises(SessionStoreError, match="more than 3 pages"):
             await _finished_for_recall(store, archive)
     assert store.chain_loads <= 4 + 3  # the heads, then no page past the cap
+
+
+def _old_header(i: int, session: str) -> ErasureRecord:
+    return ErasureRecord(
+        erasure_id=f"{i:024x}",
+        kind=ErasureKind.ERASURE,
+        target=EraseTarget.session("acme", "ana", session),
+        reason="dsr",
+        operator=OPERATOR.operator,
+        state=ErasureState.COMPLETE,
+        started_at=datetime(2025, 1, 1, tzinfo=UTC),
+        completed_at=datetime(2025, 1, 1, tzinfo=UTC),
+    )
+
+
+async def test_an_earlier_versions_index_is_read_newest_first_and_its_erasure_still_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every header in the tenant's head, no scope chains, no join records (as earlier versions wrote it):
+    # s1's erasure is the 10th of 150.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    store, archive = ChainReads(), InMemoryArchive()
+    old = ErasureLedger(tuple(_old_header(i, "s1" if i == 9 else f"old{i}") for i in range(150)))
+    index = SessionKey(ERASURE_RECORDS_TENANT, "acme", "index")
+    scope = Scope(ERASURE_RECORDS_TENANT, "acme", "index")
+    await store.save(index, seal_snapshot(SessionSnapshot(memory_scope=scope, ledger=old)), None, OpContext())
+    with anyio.fail_after(30):
+        loads, error = await _first_turn(store, archive, BOB)  # bob's erasure moves the old entries to pages
+    # It may have joined at any time (no join record): refused, as before.
+    assert isinstance(error, SessionConflictError), error
+    assert "000000000000000000000009" in str(error)
+    # The heads, then the earlier version's pages newest first down to the one holding it (of 38).
+    assert loads == 4 + 36, loads
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        await _erase_many(rt, S1, 1)  # a new erasure of s1, before the next turn's load: it decides now
+    await rt.aclose()
+    with anyio.fail_after(30):
+        loads, error = await _first_turn(store, archive, BOB)
+    assert error is None, error
+    assert loads == 4, loads
