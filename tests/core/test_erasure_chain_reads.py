@@ -21,10 +21,12 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, HeldOnce, turn_while_held
+from _effects_support import DEPLOY
+from _erasure_harness import ANA, OPERATOR, HeldOnce, tool_turn_while, turn_while_held
 
 from agentium_harness import (
     CommitState,
+    EffectLevel,
     EraseTarget,
     ErasureKind,
     ErasureRecord,
@@ -33,6 +35,8 @@ from agentium_harness import (
     SessionConflictError,
     SessionKey,
     SessionStoreError,
+    Tool,
+    ToolRegistry,
     create_harness_runtime,
 )
 from agentium_harness._engine import erasure_index
@@ -40,6 +44,7 @@ from agentium_harness._engine.erasure_api import run_erasure
 from agentium_harness._engine.recall_readback import SessionGroups
 from agentium_harness._ports.erasure import ErasureLedger
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import (
     ERASURE_RECORDS_TENANT,
@@ -272,3 +277,46 @@ async def test_an_earlier_versions_index_is_read_newest_first_and_its_erasure_st
         loads, error = await _first_turn(store, archive, BOB)
     assert error is None, error
     assert loads == 4, loads
+
+
+def _held_deploy() -> tuple[anyio.Event, anyio.Event, ToolRegistry]:
+    """A ``deploy`` tool that sets ``entered`` and waits for ``release``: (entered, release, its registry)."""
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def deploy(args: Any) -> str:
+        entered.set()
+        with anyio.fail_after(30):
+            await release.wait()
+        return "deployed"
+
+    return entered, release, ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)])
+
+
+async def test_a_tool_turns_fences_read_the_same_pages_after_10_or_100_erasures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The turn fence before the second model call and the commit fence after it: each reads the heads.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    reads = []
+    for count in (10, 100):
+        store, archive = ChainReads(), InMemoryArchive()
+        other = _runtime(store, archive)
+        with anyio.fail_after(30):
+            await _erase_many(other, S1, count)
+        entered, release, tools = _held_deploy()
+        provider = ScriptedProvider(replies=[DEPLOY, "Deployed."])
+        mine = create_harness_runtime(provider=provider, archive=archive, session_store=store, tools=tools)
+
+        async def erase_bob(other: Any = other, store: ChainReads = store) -> None:
+            await other.erase(BOB, reason="dsr", attestation=OPERATOR)  # the ledger moves mid-run
+            store.chain_loads = 0
+
+        try:
+            result = await tool_turn_while(mine, entered, release, erase_bob)
+        finally:
+            await mine.aclose()
+            await other.aclose()
+        assert not isinstance(result, BaseException), repr(result)
+        assert result.committed
+        reads.append(store.chain_loads)
+    assert reads == [8, 8], reads
