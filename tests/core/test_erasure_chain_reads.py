@@ -255,8 +255,9 @@ async def test_an_earlier_versions_index_is_read_newest_first_and_its_erasure_st
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Every header in the tenant's head, no scope chains, no join records (as earlier versions wrote it):
-    # s1's erasure is the 10th of 150.
+    # s1's erasure is the 10th of 150. Its pages are fixed in number: read to the end past the cap.
     monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
     store, archive = ChainReads(), InMemoryArchive()
     old = ErasureLedger(tuple(_old_header(i, "s1" if i == 9 else f"old{i}") for i in range(150)))
     index = SessionKey(ERASURE_RECORDS_TENANT, "acme", "index")

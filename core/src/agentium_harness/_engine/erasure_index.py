@@ -22,9 +22,10 @@ The checks on a run's path (the commit and turn fences, recall's) read
 the chains newest first and stop at the entry that settles them
 (:func:`last_whole_erasures`, :func:`last_covering_erasures`): their cost
 does not grow with the erasures before it, and past
-:data:`MAX_CHAIN_PAGES_READ` pages of one chain they fail closed. That
-relies on each chain listing overlapping erasures in the order they ran,
-which :func:`_add` keeps (an erasure is listed only while still pending).
+:data:`MAX_CHAIN_PAGES_READ` pages of one scope's chain they fail
+closed. That relies on each chain listing overlapping erasures in the
+order they ran, which :func:`_add` keeps (an erasure is listed only
+while still pending).
 
 An index written by an earlier version held every header in the tenant's
 head and has no scope chains: the tenant's head counts those entries
@@ -316,13 +317,18 @@ async def _newest_first(
     The head's entries first (read already), then pages ``last_page`` down
     to 1, one bounded read each. Past :data:`MAX_CHAIN_PAGES_READ` pages
     with no answer, :class:`SessionStoreError`: the check that asked fails
-    (its caller shows, sends or commits nothing) rather than read on.
+    (its caller shows, sends or commits nothing) rather than read on. The
+    tenant's ``index`` is read here only for the pages holding an earlier
+    version's entries (:func:`_chain_heads`): their number was fixed when
+    this version first updated it and no erasure adds to them, so they are
+    read to the end whatever their number (failing there would refuse every
+    such tenant's checks for good, for no growth).
     """
     for record in reversed(head.records):
         if await settles(record):
             return
     for read, page in enumerate(range(last_page, 0, -1)):
-        if read >= MAX_CHAIN_PAGES_READ:
+        if read >= MAX_CHAIN_PAGES_READ and chain != _TENANT_CHAIN:
             raise SessionStoreError(
                 f"the erasure index of tenant {tenant!r} holds more than {MAX_CHAIN_PAGES_READ} pages to "
                 f"read back in one chain ({chain!r}) before an entry settles the check; it was not read "
