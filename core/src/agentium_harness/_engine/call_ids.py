@@ -91,7 +91,9 @@ def own_id(call_id: str, taken: Container[str]) -> str:
 
     ``"<id>_<n>"`` with ``<id>`` cut so that it fits :data:`MAX_OWN_ID_LENGTH`; for an id of
     nine ASCII letters and digits, the id with its last ``len(str(n))`` characters replaced by
-    ``n``. Each ``n`` gives another id, so the first one ``taken`` lacks is found.
+    ``n``. Two ``n`` may give one id (nine characters, the eighth ``1``: ``n`` 1 and 11 both end
+    ``11``), so each form is checked against ``taken``; the forms never run out (from ``n`` of
+    nine digits on they are ``"<id>_<n>"``), so the first one ``taken`` lacks is found.
     """
     n = 1
     while (own := own_id_form(call_id, n)) in taken:

@@ -180,7 +180,7 @@ def model_groups(
     """:func:`model_history` by group: each group that sends a message, as its ``seq`` and those messages.
 
     The seq is what names a call the request sends under an id of its own
-    (:func:`.call_ids.distinct_groups`): it is the group's for good, where
+    (:func:`.call_ids.distinct_history`): it is the group's for good, where
     its place in the request moves as older groups leave the resident window.
     """
     if view is None or not view.spans:
