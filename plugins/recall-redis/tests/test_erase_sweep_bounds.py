@@ -118,14 +118,14 @@ def _measuring(sizes: list[int]) -> Callable[..., Awaitable[Any]]:
     """``sweep_rows`` with its store's script calls wrapped: the size of each ``SWEEP`` reply is noted."""
     real = erase_sweep.sweep_rows
 
-    async def sweep_rows(ops: erase.EraseOps, *args: Any) -> Any:
+    async def sweep_rows(ops: erase.EraseOps, *args: Any, **kwargs: Any) -> Any:
         async def script(s: Any, keys: Sequence[str], argv: Sequence[Any], ctx: OpContext, op: str) -> Any:
             reply = await ops.script(s, keys, argv, ctx, op)
             if s is erase_sweep.SWEEP:
                 sizes.append(_resp_size(reply))
             return reply
 
-        return await real(attrs.evolve(ops, script=script), *args)
+        return await real(attrs.evolve(ops, script=script), *args, **kwargs)
 
     return sweep_rows
 
@@ -172,14 +172,14 @@ def _counting(calls: list[int], limit: int) -> Callable[..., Awaitable[Any]]:
     """``sweep_rows`` with its ``SWEEP`` calls counted, failing past ``limit`` (a walk that would not end)."""
     real = erase_sweep.sweep_rows
 
-    async def sweep_rows(ops: erase.EraseOps, *args: Any) -> Any:
+    async def sweep_rows(ops: erase.EraseOps, *args: Any, **kwargs: Any) -> Any:
         async def script(s: Any, keys: Sequence[str], argv: Sequence[Any], ctx: OpContext, op: str) -> Any:
             if s is erase_sweep.SWEEP:
                 calls.append(int(argv[1]))
                 assert len(calls) <= limit, f"the sweep went on past {limit} calls: {calls[-4:]}"
             return await ops.script(s, keys, argv, ctx, op)
 
-        return await real(attrs.evolve(ops, script=script), *args)
+        return await real(attrs.evolve(ops, script=script), *args, **kwargs)
 
     return sweep_rows
 

@@ -14,7 +14,10 @@ owner fields equal, never a prefix, so ``session-1`` never takes
 ``session-10``). A groups target reads its session's group set (``P:g:<b>``)
 by seq, and each group's id is built from the session and the seq, never
 read from its row (an id edited there must not redirect the erase to
-another session's group). A call takes at most ``max_items`` sources.
+another session's group). A user or session target of an *indexed* tenant
+reads its own ids from the erasure index instead, and sweeps its own rows
+(:mod:`agentium_recall_redis.erase_index`). A call takes at most
+``max_items`` sources.
 Once those indexes have given up every source, a sweep of the tenant's
 rows by number (:mod:`agentium_recall_redis.erase_sweep`) finds the rows
 a damaged index no longer leads to (a ``P:ids`` entry redirected, a
@@ -85,6 +88,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .erase_fence import FenceHold
+from .erase_index import IX_MARK, IX_MARKED, IX_SCAN, index_prefix, indexed, indexed_sids, mark_indexed
 from .erase_scripts import (
     FENCE,
     GROUP_SIDS,
@@ -214,6 +218,12 @@ ERASE = Script(
     + _TOKEN
     + """
 local budget, nr, nt = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+-- A source whose revision goes leaves the erasure index's id sets with it (best effort, as drop's).
+local function unlist(sid)
+  for _, key in ipairs(ix_keys(P, 'is', '', sid)) do
+    if type_of(key) == 'zset' then redis.call('ZREM', key, sid) end
+  end
+end
 for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') end
 need(P .. ':pend', 'zset')
 local plans, lines, used, taken = {}, {}, 0, 0
@@ -243,6 +253,7 @@ for _, p in ipairs(plans) do
   if p.at == '' or redis.call('HGET', P .. ':ids', p.sid) == p.at then
     redis.call('HDEL', P .. ':ids', p.sid)
     redis.call('HDEL', P .. ':rev', p.sid)
+    unlist(p.sid)
   end
 end
 for i = 1, nt do
@@ -250,6 +261,7 @@ for i = 1, nt do
   local rev = redis.call('HGET', P .. ':rev', sid)
   if rev and string.sub(rev, 1, 1) == '-' and not redis.call('HGET', P .. ':ids', sid) then
     redis.call('HDEL', P .. ':rev', sid)
+    unlist(sid)
   end
 end
 -- A bucket left empty goes with its owner key, unless a staged row still writes into it.
@@ -268,11 +280,23 @@ return done(fmt(taken) .. '\\n' .. table.concat(lines, '\\n'), backlog(P))
 )
 
 #: The erase scripts (not loaded at open: the first call of each sends its body once).
-ERASE_SCRIPTS: Final = (ERASE, REV_SCAN, ROW_INFO, GROUP_SIDS, PEND_ABORT, TENANT_DROP, FENCE, SWEEP)
+ERASE_SCRIPTS: Final = (
+    ERASE,
+    REV_SCAN,
+    ROW_INFO,
+    GROUP_SIDS,
+    PEND_ABORT,
+    TENANT_DROP,
+    FENCE,
+    SWEEP,
+    IX_SCAN,
+    IX_MARKED,
+    IX_MARK,
+)
 
 
 async def _scan_sids(
-    store: EraseOps, prefix: str, target: EraseTarget, want: int, ctx: OpContext
+    store: EraseOps, prefix: str, target: EraseTarget, want: int, ctx: OpContext, *, backfill: bool
 ) -> tuple[list[str], list[str], bool]:
     """The target's current sources (at most ``want``) and deletion tombstones, from ``P:rev``.
 
@@ -285,7 +309,7 @@ async def _scan_sids(
     more = False
     while True:
         await store.renew(ctx)
-        cursor, fields = await scan_page(store, prefix, cursor, ctx)
+        cursor, fields = await scan_page(store, prefix, cursor, ctx, backfill=backfill)
         for raw_sid, raw_rev in zip(fields[::2], fields[1::2], strict=True):
             sid = as_text(raw_sid)
             if sid in seen:
@@ -407,11 +431,20 @@ async def _erase_fenced(
     """The body of :func:`erase_target`, run once the target's owners are fenced (unless ``dry_run``)."""
     if not dry_run:
         await _abort_stagings(store, prefix, target, ctx)
+    # A user, session or groups target of an indexed tenant reads only its own entries of the erasure index
+    # (erase_index); any other walks the tenant, backfilling the index as it goes (a real erase only).
+    okp = index_prefix(target)
+    source = f"ir:{okp}" if okp and await indexed(store, prefix, ctx) else ""
+    fill = not dry_run and bool(okp) and not source  # a tenant target's walk empties the index anyway
+    mode = "b" if fill else ("p" if source and not dry_run else "")
     if target.groups:
         rows, more = await _group_sids(store, prefix, target, max_items, ctx)
         tombs: list[str] = []
+    elif source:
+        rows, tombs, more = await indexed_sids(store, prefix, target, max_items, ctx, prune=not dry_run)
     else:
-        rows, tombs, more = await _scan_sids(store, prefix, target, max_items, ctx)
+        rows, tombs, more = await _scan_sids(store, prefix, target, max_items, ctx, backfill=fill)
+    walked = not target.groups and not source and not more  # the whole revision hash read (and backfilled)
     found: list[tuple[str, str]] = []  # (sid, digest) of rows removed
     # Each source as (id, owner key, row number: "" to find it through P:ids); the script drops a row
     # only when the row says the same id or owner key.
@@ -427,7 +460,9 @@ async def _erase_fenced(
                     planned.append(as_text(entry[1]))
         swept: list[Swept] = []
         if not more:
-            swept, more = await sweep_rows(store, prefix, target, max_items - len(rows), planned, ctx)
+            swept, more = await sweep_rows(
+                store, prefix, target, max_items - len(rows), planned, ctx, source=source
+            )
             found.extend((row.report_sid, row.digest) for row in swept)
         report = _report(found, more, PhysicalErasure.REMOVED if not found else PhysicalErasure.UNREFERENCED)
         return noted(report, swept, dry_run=True)
@@ -436,7 +471,11 @@ async def _erase_fenced(
     await fence.hold(ctx)  # raised again before the sweep, whatever the time (renew also does, when due)
     if not more:
         # The second pass: rows of the target no index leads to (see erase_sweep), erased by number.
-        swept, more = await sweep_rows(store, prefix, target, max_items - len(rows), (), ctx)
+        swept, more = await sweep_rows(
+            store, prefix, target, max_items - len(rows), (), ctx, source=source, mode=mode
+        )
+        if walked and okp and not more:  # every id and row of the tenant is listed now (erase_index)
+            await mark_indexed(store, prefix, ctx)
         if swept:
             by_number = [(row.sid, row.okey, row.n) for row in swept]
             named = {row.n: row.report_sid for row in swept}

@@ -16,7 +16,7 @@ from agentium_harness.plugin_api import OpContext
 from .erase_sweep import MINE, VOUCHED
 from .errors import RedisRecallError
 from .link import as_text
-from .lua import CHECK, Script
+from .lua import CHECK, IX, Script
 from .scripts import FIELD_CAP
 
 if TYPE_CHECKING:
@@ -45,9 +45,11 @@ _SCAN_MOST: Final = 4 * _SCAN_PAGE
 SCAN_REPLY_CAP: Final = 1024 * 1024
 
 #: One page of ``HSCAN`` over ``P:rev``. KEYS: P:rev. ARGV: cursor, page size (``COUNT``), longest id,
-#: reply cap (bytes), most fields. Returns {next cursor, sid, mark, sid, mark...}: mark is "-" for a
-#: deletion tombstone, "+" for a current source. Neither revisions nor ids longer than any source id (both
-#: changed outside the store: such an id names no owner) are copied into the reply, whatever their size.
+#: reply cap (bytes), most fields, then the tenant prefix to backfill the erasure index from the page's
+#: ids (:mod:`agentium_recall_redis.erase_index`), or "" (a dry run, an indexed tenant). Returns {next
+#: cursor, sid, mark, sid, mark...}: mark is "-" for a deletion tombstone, "+" for a current source.
+#: Neither revisions nor ids longer than any source id (both changed outside the store: such an id names
+#: no owner) are copied into the reply, whatever their size.
 #: ``COUNT`` is a hint: a small-encoded hash (listpack) comes back whole in one page, and a hash table
 #: gives a few more than asked. So what came back is checked first: more than "most fields" fields, or a
 #: reply past the reply cap (each element counted with 16 bytes of framing, more than RESP takes), is not
@@ -55,7 +57,8 @@ SCAN_REPLY_CAP: Final = 1024 * 1024
 #: ``COUNT`` from the same cursor, and fails closed once ``COUNT`` is 1 (see ``_scan_page``).
 REV_SCAN = Script(
     "erase_scan",
-    """
+    IX
+    + """
 local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
 local cap, rcap, most = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {page[1]}
@@ -68,6 +71,20 @@ for i = 1, #fields, 2 do
     if size > rcap then return {'!', string.format('%d', #fields / 2), string.format('%d', size)} end
     out[#out + 1] = fields[i]
     out[#out + 1] = string.sub(fields[i + 1], 1, 1) == '-' and '-' or '+'
+  end
+end
+-- Backfill (ARGV[6]: the tenant prefix P, "" for none): every id of the page, current or deleted, goes
+-- into the erasure index's id sets of its user and session, in this same call (a key of another type is
+-- left alone: the tenant is then never marked indexed, see erase_index).
+if ARGV[6] ~= '' then
+  for i = 1, #fields, 2 do
+    if #fields[i] <= cap then
+      for _, key in ipairs(ix_keys(ARGV[6], 'is', '', fields[i])) do
+        local t = redis.call('TYPE', key)
+        t = t['ok'] or t
+        if t == 'zset' or t == 'none' then redis.call('ZADD', key, 0, fields[i]) end
+      end
+    end
   end
 end
 return out
@@ -169,7 +186,7 @@ end
 if size(P .. ':ids', 'hash') + size(P .. ':pend', 'zset') + size(P .. ':gc', 'list') > 0 then return 0 end
 -- The layout, vector model and count keys of later layouts go too when present.
 redis.call('DEL', P .. ':ids', P .. ':rev', P .. ':bk', P .. ':bn', P .. ':n', P .. ':nb', P .. ':pend',
-           P .. ':gc', P .. ':v', P .. ':vm', P .. ':vc', P .. ':rows')
+           P .. ':gc', P .. ':v', P .. ':vm', P .. ':vc', P .. ':rows', P .. ':ixm')
 return 1
 """,
 )
@@ -252,17 +269,20 @@ def checked_page(reply: Reply) -> list[bytes]:
     return reply
 
 
-async def scan_page(store: EraseOps, prefix: str, cursor: str, ctx: OpContext) -> tuple[str, list[bytes]]:
+async def scan_page(
+    store: EraseOps, prefix: str, cursor: str, ctx: OpContext, *, backfill: bool = False
+) -> tuple[str, list[bytes]]:
     """One page of ``P:rev`` from ``cursor``: (the next cursor, sid and mark pairs), each reply bounded.
 
     ``COUNT`` is only a hint to ``HSCAN``: a page the script finds past its bounds (:data:`_SCAN_MOST`
     fields, :data:`SCAN_REPLY_CAP` bytes) is asked again from the same cursor with a smaller ``COUNT``;
     one still too large at ``COUNT`` 1 (a small-encoded hash, which comes back whole, grown past any the
-    store writes) fails the erase closed: ``RedisRecallError``, nothing erased.
+    store writes) fails the erase closed: ``RedisRecallError``, nothing erased. With ``backfill`` the
+    page's ids go into the erasure index's id sets in the same call (:mod:`.erase_index`).
     """
     count = _SCAN_PAGE
     while True:
-        args: list[Arg] = [cursor, count, FIELD_CAP, SCAN_REPLY_CAP, _SCAN_MOST]
+        args: list[Arg] = [cursor, count, FIELD_CAP, SCAN_REPLY_CAP, _SCAN_MOST, prefix if backfill else ""]
         reply = checked_page(await store.script(REV_SCAN, [f"{prefix}:rev"], args, ctx, "recall erase"))
         head = as_text(reply[0])
         if head != "!":

@@ -9,7 +9,9 @@ group-set member removed — hides a row from them, and the erase would leave
 its row hash, text, canonical bytes, postings (words in key names) and
 vector in Redis while reporting complete.
 
-So every erase that found all its indexed sources ends with a sweep. Rows
+So every erase that found all its indexed sources ends with a sweep (of
+the target's own rows only, through the erasure index, in an indexed
+tenant: :mod:`agentium_recall_redis.erase_index`). Rows
 are numbered by one counter, ``P:n``, that only grows, so ``P:m:1`` to
 ``P:m:<P:n>`` are every row the tenant ever had — unless the counter
 itself was lowered or deleted behind the store's back. So each row is also
@@ -57,7 +59,7 @@ from agentium_harness.plugin_api import (
 
 from .keys import owner_from_key, owner_of_source_id, stored_seq
 from .link import as_text
-from .lua import Script
+from .lua import IX, Script
 from .scripts import FIELD_CAP
 
 if TYPE_CHECKING:
@@ -113,9 +115,13 @@ end
 """
 
 #: One page of the sweep. KEYS: P:n. ARGV: P, first row number, page size, longest field, reply cap,
-#: owner-key prefix, then id prefixes. The page's row numbers are ``first`` to ``first + page - 1`` up to
-#: the counter P:n while ``first`` is within it, else the next ``page`` members of the tenant's row set
-#: ``P:rows`` numbered ``first`` or more (rows past a counter damaged to a lower value, or deleted).
+#: owner-key prefix, source, mode, then id prefixes. With source "", the page's row numbers are ``first``
+#: to ``first + page - 1`` up to the counter P:n while ``first`` is within it, else the next ``page``
+#: members of the tenant's row set ``P:rows`` numbered ``first`` or more (rows past a counter damaged to a
+#: lower value, or deleted). With source ``ir:<prefix>`` (an indexed tenant,
+#: :mod:`agentium_recall_redis.erase_index`), the next ``page`` members of that row set of the erasure
+#: index only. Mode "b" (backfill) adds each row of the page to the erasure index's row sets of its owner
+#: key and id; mode "p" (prune) takes a member without a row out of the source set; "" writes nothing.
 #: Returns {the row number to go on from ("0": no row left), then per row of the page with a row hash
 #: whose owner key starts with the owner-key prefix or whose id starts with an id prefix: n, owner key,
 #: id, seq, digest (as ``vouched``), filed ("1" when the tenant's bucket map ``P:bk`` files the owner key
@@ -125,7 +131,8 @@ end
 #: first row always goes, and at most a row's worth of fields fits any cap of 1 MiB.
 SWEEP = Script(
     "erase_sweep",
-    VOUCHED
+    IX
+    + VOUCHED
     + """
 local P, first, count, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local rcap, okp = tonumber(ARGV[5]), ARGV[6]
@@ -133,8 +140,16 @@ local function kind_of(key)
   local t = redis.call('TYPE', key)
   return t['ok'] or t
 end
+local source, mode = ARGV[7], ARGV[8]
+local listing = P .. ':rows'
+if source ~= '' then
+  listing = P .. ':' .. source
+  -- The index is what leads to the target's rows: one of another type fails the erase, never skips them.
+  local t = kind_of(listing)
+  if t ~= 'zset' and t ~= 'none' then error('WRONGTYPE the erasure index holds another type of value') end
+end
 local last = 0
-if kind_of(KEYS[1]) == 'string' then
+if source == '' and kind_of(KEYS[1]) == 'string' then
   -- A counter of more than 15 digits (past what a Lua number holds exactly) was damaged: read as absent,
   -- the row set still leads to the rows.
   local v = redis.call('GET', KEYS[1])
@@ -149,8 +164,8 @@ if first <= last then
     at[#at + 1] = page[#page]
   end
   rest = string.format('%d', stop + 1)
-elseif kind_of(P .. ':rows') == 'zset' then
-  local listed = redis.call('ZRANGEBYSCORE', P .. ':rows', ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, count)
+elseif kind_of(listing) == 'zset' then
+  local listed = redis.call('ZRANGEBYSCORE', listing, ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, count)
   for j = 1, #listed, 2 do
     local score = tonumber(listed[j + 1])
     if score >= 1e15 then break end  -- damaged: no row number the store writes is that large
@@ -171,10 +186,18 @@ local function starts(s, p) return string.sub(s, 1, #p) == p end
 local bk = kind_of(P .. ':bk') == 'hash'
 for i, n in ipairs(page) do
   local key = P .. ':m:' .. n
-  if kind_of(key) == 'hash' and redis.call('HEXISTS', key, 'b') == 1 then
+  local row = kind_of(key) == 'hash' and redis.call('HEXISTS', key, 'b') == 1
+  if mode == 'p' and not row then redis.call('ZREM', listing, n) end  -- a listed row since removed
+  if row then
     local o, sid = field(key, 'o', cap), field(key, 'sid', cap)
+    if mode == 'b' then  -- backfill: the row into the erasure index's row sets of its owner key and id
+      for _, set in ipairs(ix_keys(P, 'ir', o, sid)) do
+        local t = kind_of(set)
+        if t == 'zset' or t == 'none' then redis.call('ZADD', set, n, n) end
+      end
+    end
     local ours = starts(o, okp)
-    for j = 7, #ARGV do ours = ours or starts(sid, ARGV[j]) end
+    for j = 9, #ARGV do ours = ours or starts(sid, ARGV[j]) end
     if ours then
       local filed = bk and o ~= '' and redis.call('HGET', P .. ':bk', o) == redis.call('HGET', key, 'b')
       local row = {n, o, sid, field(key, 'seq', 20), vouched(key), filed and '1' or '0'}
@@ -283,7 +306,15 @@ def judge(
 
 
 async def sweep_rows(
-    store: EraseOps, prefix: str, target: EraseTarget, want: int, skip: Sequence[str], ctx: OpContext
+    store: EraseOps,
+    prefix: str,
+    target: EraseTarget,
+    want: int,
+    skip: Sequence[str],
+    ctx: OpContext,
+    *,
+    source: str = "",
+    mode: str = "",
 ) -> tuple[list[Swept], bool]:
     """Rows of ``target`` left in the tenant (at most ``want``), and whether more were seen past it.
 
@@ -291,14 +322,17 @@ async def sweep_rows(
     which removes nothing). Reads ``P:m:1`` to ``P:m:<P:n>``, then the rows
     the tenant's row set ``P:rows`` lists past the counter, one script call
     of :data:`SWEEP_PAGE` rows at a time, each reply at most
-    :data:`SWEEP_REPLY_CAP` bytes (a full one is resumed where it stopped).
+    :data:`SWEEP_REPLY_CAP` bytes (a full one is resumed where it stopped). With ``source``
+    (``ir:<prefix>``) it reads that row set of the erasure index instead, and ``mode`` backfills or
+    prunes the index as it goes (``SWEEP``; :mod:`.erase_index`).
     """
     okp, sid_prefixes = _prefixes(target)
     skipped = set(skip)
     found: list[Swept] = []
     first = 1
     while True:
-        args: list[str | int] = [prefix, first, SWEEP_PAGE, FIELD_CAP, SWEEP_REPLY_CAP, okp, *sid_prefixes]
+        args: list[str | int] = [prefix, first, SWEEP_PAGE, FIELD_CAP, SWEEP_REPLY_CAP, okp, source, mode]
+        args.extend(sid_prefixes)
         await store.renew(ctx)  # keeps a long erase call's fence up (a dry run's: nothing)
         reply = await store.script(SWEEP, [f"{prefix}:n"], args, ctx, "recall erase")
         resume, rows = int(as_text(reply[0])), [as_text(v) for v in reply[1:]]

@@ -55,6 +55,12 @@ Under the tenant prefix (``P``):
 ``P:efh``              hash    erasure fence holders: ``"<call id> <owner-key prefix>"`` -> when
                                that erase call's fence ends (server ms); dropped as it ends
 ``P:w:<token>``        string  a write's settlement token (expires after 10 minutes)
+``P:is:<u>/``,         zset    erasure index (:mod:`agentium_recall_redis.erase_index`): the
+``P:is:<u>/<s>/``              source ids (current or deleted, score 0) of user ``u``, and of
+                               its session ``s``
+``P:ir:<u>/``,         zset    erasure index: the row numbers (member and score ``n``) of user
+``P:ir:<u>/<s>/``              ``u``, and of its session ``s`` (by owner key and by id)
+``P:ixm``              string  ``1`` once every row and id of the tenant is in the erasure index
 =====================  ======  =====================================================
 
 Terms are index terms (:mod:`agentium_recall_redis.terms`: folded and

@@ -35,7 +35,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["CHECK", "LAYOUT", "LAYOUT_CHECK", "LEASE_MS", "MODEL_KEY", "ROWS", "TOKEN_TTL_MS", "Script"]
+__all__ = ["CHECK", "IX", "LAYOUT", "LAYOUT_CHECK", "LEASE_MS", "MODEL_KEY", "ROWS", "TOKEN_TTL_MS", "Script"]
 
 #: The key layout this version writes (``P:v``): 4, terms stemmed, archived groups indexed with their
 #: neighbouring context (``P:x:<b>:<term>``) and every row with its text's block digests (``td``, what
@@ -190,7 +190,48 @@ end
 """
 )
 
-ROWS: Final = """
+#: The erasure index (``P:is:<p>``, ``P:ir:<p>``; :mod:`agentium_recall_redis.erase_index`): the keys of a
+#: source's owner-key prefixes ``<user>/`` and ``<user>/<session>/`` (``p``), which a user's or a session's
+#: erasure reads instead of walking the tenant. ``ix_keys(P, kind, okey, sid)`` gives the distinct keys
+#: ``P:<kind>:<p>`` of the prefixes an owner key ``u/s/p/r`` and a source id name (an absent user, ``~``,
+#: none; an absent session, only the user's). Encoded segments hold no ``/`` or ``~``, so each key is one
+#: user's or one session's. ``fresh_tenant(P)``: nothing of the tenant is stored yet, so every row it will
+#: hold is written with its entries and the tenant can be marked indexed (``P:ixm``) at once.
+IX: Final = """
+local function ix_prefixes(okey, out)
+  local u, s = string.match(okey or '', '^([^/]+)/([^/]+)/')
+  if u and u ~= '~' then
+    out[#out + 1] = u .. '/'
+    if s ~= '~' then out[#out + 1] = u .. '/' .. s .. '/' end
+  end
+end
+local function sid_okey(sid)
+  local u, s = string.match(sid or '', '^doc/[^/]*/([^/]+)/([^/]+)/')
+  if not u then u, s = string.match(sid or '', '^group/[^/]*/([^/]+)/([^/]+)/') end
+  if not u then return '' end
+  return u .. '/' .. s .. '/'
+end
+local function ix_keys(P, kind, okey, sid)
+  local prefixes, out, seen = {}, {}, {}
+  ix_prefixes(okey, prefixes)
+  ix_prefixes(sid_okey(sid), prefixes)
+  for _, p in ipairs(prefixes) do
+    local key = P .. ':' .. kind .. ':' .. p
+    if not seen[key] then
+      seen[key] = true
+      out[#out + 1] = key
+    end
+  end
+  return out
+end
+local function fresh_tenant(P)
+  return redis.call('EXISTS', P .. ':n', P .. ':ids', P .. ':rev', P .. ':rows') == 0
+end
+"""
+
+ROWS: Final = (
+    IX
+    + """
 -- The current row of source `sid` (owner key `okey`; a group's `seq`, '' for a document): the row P:ids
 -- names, if that row says it is the source's (its id or its owner field: either vouches, so one field
 -- edited behind the store's back still finds it), else, for a group, a row the owner's group set files
@@ -218,6 +259,13 @@ local function plan_drop(P, n, b, kind, legacy, room)
   -- Out of the tenant's row set too, when it is one (a set damaged to another type must never stop a
   -- removal, least of all an erasure's: the sweep reads it only when it is a sorted set).
   local d = {n = n, b = b, kind = kind, later = false, terms = {}, listed = type_of(P .. ':rows') == 'zset'}
+  -- Out of the erasure index's row sets of its owner key and of its id (both, so one of them edited
+  -- behind the store's back still takes it out of the set it was written to); best effort, as above.
+  local f = redis.call('HMGET', P .. ':m:' .. n, 'o', 'sid')
+  d.ix = {}
+  for _, key in ipairs(ix_keys(P, 'ir', f[1], f[2])) do
+    if type_of(key) == 'zset' then d.ix[#d.ix + 1] = key end
+  end
   local list = P .. ':k:' .. n
   need(list, 'list')
   if legacy then
@@ -251,6 +299,7 @@ local function drop(P, d)
   end
   redis.call('DEL', P .. ':m:' .. d.n, P .. ':t:' .. d.n, P .. ':c:' .. d.n)
   if d.listed then redis.call('ZREM', P .. ':rows', d.n) end
+  for _, key in ipairs(d.ix) do redis.call('ZREM', key, d.n) end
   if d.later then
     redis.call('RPUSH', P .. ':gc', d.b .. ' ' .. d.n)
   else
@@ -305,3 +354,4 @@ local function collect(P, c)
   end
 end
 """
+)

@@ -67,6 +67,9 @@ local function publish(P, n, b, src)
   redis.call('SET', P .. ':t:' .. n, src.text)
   -- Listed with the tenant's rows, so an erasure's sweep finds it even when the row counter is damaged.
   redis.call('ZADD', P .. ':rows', n, n)
+  -- Listed in the erasure index of its user and session, so their erasures read only their own rows.
+  for _, key in ipairs(ix_keys(P, 'is', '', src.sid)) do redis.call('ZADD', key, 0, src.sid) end
+  for _, key in ipairs(ix_keys(P, 'ir', src.okey, src.sid)) do redis.call('ZADD', key, n, n) end
   if src.kind == 'g' then
     redis.call('SET', P .. ':c:' .. n, src.canon)
     redis.call('ZADD', P .. ':g:' .. b, src.seq, n)
@@ -116,10 +119,12 @@ local function next_row(P, last)
   end
   return n
 end
-local function need_publish(P, n, b, kind)
+local function need_publish(P, n, b, src)
   need(P .. ':m:' .. n, 'hash')
   need(P .. ':rows', 'zset')
-  if kind == 'g' then need(P .. ':g:' .. b, 'zset') end
+  for _, key in ipairs(ix_keys(P, 'is', '', src.sid)) do need(key, 'zset') end
+  for _, key in ipairs(ix_keys(P, 'ir', src.okey, src.sid)) do need(key, 'zset') end
+  if src.kind == 'g' then need(P .. ':g:' .. b, 'zset') end
   need_count(P, b)
 end
 """
@@ -153,6 +158,8 @@ for s = 1, count do
   if erasing(P, plan[s].okey) then return erasing_error() end
 end
 local new_layout = redis.call('GET', P .. ':v') ~= LAYOUT
+need(P .. ':ixm', 'string')
+local fresh = fresh_tenant(P)  -- nothing stored yet: every row of the tenant is in the erasure index
 local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
 need_int(lastv)
 need_int(nbv)
@@ -183,7 +190,7 @@ for s = 1, count do
     src.b, src.n = b, fmt(last)
     need(P .. ':k:' .. src.n, 'list')
     need_postings(P, b, src.t0, src.nt)
-    need_publish(P, src.n, b, src.kind)
+    need_publish(P, src.n, b, src)
   end
 end
 local c = plan_collect(P, out)
@@ -203,6 +210,7 @@ end
 redis.call('SET', P .. ':n', fmt(last))
 if nb ~= nb0 then redis.call('SET', P .. ':nb', fmt(nb)) end
 if new_layout then redis.call('SET', P .. ':v', LAYOUT) end
+if fresh then redis.call('SET', P .. ':ixm', '1') end
 collect(P, c)
 return done(fmt(fresh), backlog(P))
 """,
@@ -265,6 +273,8 @@ if old_layout(P) then return layout_error() end
 local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
 need_int(lastv)
 need_int(nbv)
+need(P .. ':ixm', 'string')
+local fresh = fresh_tenant(P)  -- nothing stored yet: every row of the tenant is in the erasure index
 local b = redis.call('HGET', P .. ':bk', okey)
 local newb = not b
 if newb then b = fmt(tonumber(nbv or '0') + 1) end
@@ -278,6 +288,7 @@ if newb then
 end
 redis.call('SET', P .. ':n', n)
 redis.call('SET', P .. ':v', LAYOUT)
+if fresh then redis.call('SET', P .. ':ixm', '1') end
 redis.call('ZADD', P .. ':pend', expires, b .. ' ' .. n)
 redis.call('DEL', P .. ':k:' .. n)
 add_postings(P, b, n, 8, nt)
@@ -335,7 +346,7 @@ if cur then
     d, used = plan_drop(P, cur, old[2], old[3], old[4], room)
   end
 end
-need_publish(P, n, b, src.kind)
+need_publish(P, n, b, src)
 local c = plan_collect(P, room - used)
 if d then drop(P, d) end
 redis.call('ZREM', P .. ':pend', member)

@@ -1,0 +1,196 @@
+"""The erasure index: a user's or a session's sources and rows, so their erasure reads only those.
+
+Without it, a user or session erasure reads the tenant's whole revision
+hash (``HSCAN`` of ``P:rev``) and sweeps every row number the tenant ever
+had (:mod:`agentium_recall_redis.erase_sweep`): erasing one user of a
+tenant holding millions of documents cost the whole tenant. So each write
+also lists its source (the same Lua script, atomically with the row) under
+the owner-key prefixes of its user and its session (``<user>/`` and
+``<user>/<session>/``, encoded segments):
+
+- ``P:is:<prefix>`` (sorted set, every score 0): the source ids, current or
+  deleted (a deletion leaves its tombstone in ``P:rev``, which an erasure
+  removes too). ``ERASE`` takes an id out when it removes its revision.
+- ``P:ir:<prefix>`` (sorted set, member and score the row number): the rows,
+  under the prefixes of both the row's owner key and its id (so a row whose
+  ``P:ids`` entry was redirected, or whose group-set member was removed, is
+  still swept). A removed row leaves them.
+
+An indexed erase reads ``P:is`` in pages by lexicographic range (``IX_SCAN``:
+a cursor that no removal can shift, so no id present throughout is skipped)
+instead of the ``HSCAN``, and sweeps ``P:ir`` instead of the tenant's row
+numbers: both follow the target's own sources.
+
+**Data written before the index.** A tenant is *indexed* once ``P:ixm``
+holds ``1``. A write finding nothing of its tenant stored (no ``P:n``,
+``P:ids``, ``P:rev`` or ``P:rows``) marks it at once. An older tenant is not
+marked: its erasures walk the whole tenant as before, and every page of that
+walk (``REV_SCAN`` and ``SWEEP``, a real erase only, never a dry run) lists
+the ids and rows it reads in the index in the same script call. The first
+user or session erase call that walks the whole tenant to its end (its
+``HSCAN`` back to cursor 0 and its sweep done, not cut short by
+``max_items``) then marks the tenant: every id and row present throughout
+the walk was listed by it, and every one written meanwhile by its write.
+Until then nothing trusts the index, so an erasure never misses a source
+written before it existed. A key of the index holding another type (damage)
+makes the erasure that reads it fail closed (nothing erased), never skip it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from agentium_harness.plugin_api import EraseLevel, EraseTarget, OpContext, encode_segment
+
+from .erase_scripts import SCAN_REPLY_CAP, checked_page
+from .errors import RedisRecallError
+from .keys import owner_of_source_id
+from .link import as_text
+from .lua import IX, Script
+from .scripts import FIELD_CAP
+
+if TYPE_CHECKING:
+    from .erase import EraseOps
+    from .server import Arg
+
+__all__ = ["IX_MARK", "IX_MARKED", "IX_SCAN", "index_prefix", "indexed", "indexed_sids", "mark_indexed"]
+
+#: Ids one ``IX_SCAN`` call reads at most.
+_IX_PAGE: Final = 1000
+#: Deletion tombstones one call removes at most (as the unindexed walk's).
+_MAX_TOMBS: Final = 10_000
+
+#: Whether the tenant is indexed. KEYS: P:ixm. Returns 1 when it holds the string "1", else 0.
+IX_MARKED = Script(
+    "erase_ix_marked",
+    """
+local t = redis.call('TYPE', KEYS[1])
+t = t['ok'] or t
+if t == 'string' and redis.call('GET', KEYS[1]) == '1' then return 1 end
+return 0
+""",
+)
+
+#: Mark the tenant indexed. KEYS: P:ixm. Leaves a key of another type alone (the tenant stays unindexed).
+IX_MARK = Script(
+    "erase_ix_mark",
+    """
+local t = redis.call('TYPE', KEYS[1])
+t = t['ok'] or t
+if t == 'string' or t == 'none' then redis.call('SET', KEYS[1], '1') end
+return 1
+""",
+)
+
+#: One page of a user's or session's ids. KEYS: P:is:<prefix>. ARGV: P, the range's start (``-``, or
+#: ``(<id>`` after the last id read), how many members after it to step over (over-long ones), page size,
+#: longest id, reply cap (bytes), prune ("1": an id without a revision, left by damage, leaves the id sets).
+#: Returns {next start ("" once the set is read to its end), next step-over, then id, mark pairs}: mark "-"
+#: for a deletion tombstone, "+" for a current source. An id longer than any the store writes is stepped
+#: over, never sent; the reply stops before the id that would take it past the reply cap (each element
+#: counted with 16 bytes of framing, the start's room kept), the next call going on from there.
+IX_SCAN = Script(
+    "erase_ix_scan",
+    IX
+    + """
+local P, at, skipped, count = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local cap, rcap, prune = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
+local function kind_of(key)
+  local t = redis.call('TYPE', key)
+  return t['ok'] or t
+end
+if kind_of(KEYS[1]) == 'none' then return {'', '0'} end
+local rev = kind_of(P .. ':rev') == 'hash'
+local members = redis.call('ZRANGEBYLEX', KEYS[1], at, '+', 'LIMIT', skipped, count)
+local out = {'', '0'}
+local size = 64 + cap
+for _, m in ipairs(members) do
+  if #m > cap then
+    skipped = skipped + 1
+  else
+    local r = rev and redis.call('HGET', P .. ':rev', m)
+    if r then
+      if #out > 2 and size + 33 + #m > rcap then
+        out[1], out[2] = at, string.format('%d', skipped)
+        return out
+      end
+      size = size + 33 + #m
+      out[#out + 1] = m
+      out[#out + 1] = string.sub(r, 1, 1) == '-' and '-' or '+'
+    elseif prune then
+      for _, key in ipairs(ix_keys(P, 'is', '', m)) do
+        if kind_of(key) == 'zset' then redis.call('ZREM', key, m) end
+      end
+    end
+    at, skipped = '(' .. m, 0
+  end
+end
+if #members == count then out[1], out[2] = at, string.format('%d', skipped) end
+return out
+""",
+)
+
+
+def index_prefix(target: EraseTarget) -> str:
+    """The owner-key prefix whose index sets hold ``target``'s sources: ``<user>/`` or ``<user>/<session>/``.
+
+    ``""`` for a tenant target, which walks its whole tenant anyway. A groups target reads its session's.
+    """
+    if target.level is EraseLevel.TENANT:
+        return ""
+    key = target.session_key
+    parts = (
+        (key.user, key.session) if target.groups and key is not None else (target.user_id, target.session_id)
+    )
+    return "".join(f"{encode_segment(p)}/" for p in parts if p is not None)
+
+
+async def indexed(store: EraseOps, prefix: str, ctx: OpContext) -> bool:
+    """Whether the tenant is indexed (``P:ixm``): its user and session erasures may read the index."""
+    reply = await store.script(IX_MARKED, [f"{prefix}:ixm"], [], ctx, "recall erase")
+    return isinstance(reply, int) and reply == 1
+
+
+async def mark_indexed(store: EraseOps, prefix: str, ctx: OpContext) -> None:
+    """Mark the tenant indexed, once a walk of the whole tenant has backfilled the index (see the module)."""
+    await store.script(IX_MARK, [f"{prefix}:ixm"], [], ctx, "recall erase")
+
+
+async def indexed_sids(
+    store: EraseOps, prefix: str, target: EraseTarget, want: int, ctx: OpContext, *, prune: bool
+) -> tuple[list[str], list[str], bool]:
+    """The target's current sources (at most ``want``) and deletion tombstones, from its index id set.
+
+    What the ``HSCAN`` walk of :func:`~agentium_recall_redis.erase._scan_sids` gives, reading only the
+    target's own ids. Returns (current ids, tombstone ids, whether more were seen past the bounds).
+    """
+    key = f"{prefix}:is:{index_prefix(target)}"
+    rows: list[str] = []
+    tombs: list[str] = []
+    at, skip = "-", "0"
+    while True:
+        await store.renew(ctx)
+        args: list[Arg] = [prefix, at, skip, _IX_PAGE, FIELD_CAP, SCAN_REPLY_CAP, "1" if prune else ""]
+        reply = checked_page(await store.script(IX_SCAN, [key], args, ctx, "recall erase"))
+        if len(reply) < 2 or len(reply) % 2:
+            raise RedisRecallError("recall erase: a page of the erasure index is damaged; nothing was erased")
+        at, skip = as_text(reply[0]), as_text(reply[1])
+        more = False
+        for raw_sid, raw_mark in zip(reply[2::2], reply[3::2], strict=True):
+            sid = as_text(raw_sid)
+            owner = owner_of_source_id(sid)
+            if owner is None or owner.tenant != target.tenant_id or not target.covers_owner(owner):
+                continue  # listed under the target's prefix by damage only: never the target's
+            if raw_mark == b"-":
+                if len(tombs) < _MAX_TOMBS:
+                    tombs.append(sid)
+                else:
+                    more = True
+            elif len(rows) < want:
+                rows.append(sid)
+            else:
+                more = True
+        if at == "" or more:
+            return rows, tombs, more
+        if not skip.isdigit():
+            raise RedisRecallError("recall erase: a page of the erasure index is damaged; nothing was erased")
