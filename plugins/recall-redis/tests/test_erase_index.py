@@ -205,3 +205,31 @@ async def test_each_index_page_stays_under_its_cap_and_the_walk_resumes_where_it
         assert b"qlongix" not in repr(await key_space(admin, prefix)).encode()
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("kind", ["is", "ir"])
+async def test_an_index_key_of_another_type_refuses_writes_and_fails_erasures_closed(
+    server: ServerProcess, admin: aioredis.Redis, kind: str
+) -> None:
+    # A write checks the index keys it will touch before its first write, and an erase never reads a
+    # damaged index key as empty: either would let a source escape its erasure.
+    from agentium_recall_redis import RedisRecallError
+
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await store.index_document(ANA, "kept", "qdamagedix text", _ctx())
+        await admin.delete(f"{tp}:{kind}:ana/s1/")
+        await admin.set(f"{tp}:{kind}:ana/s1/", "junk")
+        before = await key_space(admin, tp)
+        with pytest.raises(RedisRecallError, match="another type"):
+            await store.index_document(ANA, "new", "qrefusedix text", _ctx())
+        with pytest.raises(RedisRecallError):
+            await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        after = {k: v for k, v in (await key_space(admin, tp)).items() if b":w:" not in k}
+        assert after == {
+            k: v for k, v in before.items() if b":w:" not in k
+        }  # nothing written, nothing erased
+    finally:
+        await store.aclose()

@@ -434,7 +434,7 @@ async def _erase_fenced(
     # A user, session or groups target of an indexed tenant reads only its own entries of the erasure index
     # (erase_index); any other walks the tenant, backfilling the index as it goes (a real erase only).
     okp = index_prefix(target)
-    source = f"ir:{okp}" if okp and await indexed(store, prefix, ctx) else ""
+    source = f"ir:{okp}" if okp and await indexed(store, prefix, okp, ctx) else ""
     fill = not dry_run and bool(okp) and not source  # a tenant target's walk empties the index anyway
     mode = "b" if fill else ("p" if source and not dry_run else "")
     if target.groups:

@@ -33,7 +33,8 @@ user or session erase call that walks the whole tenant to its end (its
 the walk was listed by it, and every one written meanwhile by its write.
 Until then nothing trusts the index, so an erasure never misses a source
 written before it existed. A key of the index holding another type (damage)
-makes the erasure that reads it fail closed (nothing erased), never skip it.
+fails the target's erasure before it lists anything (nothing erased) and
+refuses its owner's writes (nothing written): never read as empty.
 """
 
 from __future__ import annotations
@@ -60,14 +61,22 @@ _IX_PAGE: Final = 1000
 #: Deletion tombstones one call removes at most (as the unindexed walk's).
 _MAX_TOMBS: Final = 10_000
 
-#: Whether the tenant is indexed. KEYS: P:ixm. Returns 1 when it holds the string "1", else 0.
+#: Whether the tenant is indexed. KEYS: P:ixm, then the target's index keys (P:is:<prefix>, P:ir:<prefix>).
+#: Returns 1 when P:ixm holds the string "1", else 0. An indexed tenant's index key of another type than a
+#: sorted set is an error, before the erase lists or removes anything: it fails closed, never read as empty.
 IX_MARKED = Script(
     "erase_ix_marked",
     """
-local t = redis.call('TYPE', KEYS[1])
-t = t['ok'] or t
-if t == 'string' and redis.call('GET', KEYS[1]) == '1' then return 1 end
-return 0
+local function kind_of(key)
+  local t = redis.call('TYPE', key)
+  return t['ok'] or t
+end
+if kind_of(KEYS[1]) ~= 'string' or redis.call('GET', KEYS[1]) ~= '1' then return 0 end
+for i = 2, #KEYS do
+  local t = kind_of(KEYS[i])
+  if t ~= 'zset' and t ~= 'none' then error('WRONGTYPE the erasure index holds another type of value') end
+end
+return 1
 """,
 )
 
@@ -145,9 +154,13 @@ def index_prefix(target: EraseTarget) -> str:
     return "".join(f"{encode_segment(p)}/" for p in parts if p is not None)
 
 
-async def indexed(store: EraseOps, prefix: str, ctx: OpContext) -> bool:
-    """Whether the tenant is indexed (``P:ixm``): its user and session erasures may read the index."""
-    reply = await store.script(IX_MARKED, [f"{prefix}:ixm"], [], ctx, "recall erase")
+async def indexed(store: EraseOps, prefix: str, okp: str, ctx: OpContext) -> bool:
+    """Whether the tenant is indexed (``P:ixm``), so the erasure of owner-key prefix ``okp`` reads the index.
+
+    Raises ``RedisRecallError`` when it is but one of ``okp``'s index keys holds another type (damage).
+    """
+    keys = [f"{prefix}:ixm", f"{prefix}:is:{okp}", f"{prefix}:ir:{okp}"]
+    reply = await store.script(IX_MARKED, keys, [], ctx, "recall erase")
     return isinstance(reply, int) and reply == 1
 
 
