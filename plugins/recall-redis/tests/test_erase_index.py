@@ -118,6 +118,9 @@ async def test_data_written_before_the_index_is_still_fully_erased(
         # What an older version of the store leaves: no index and no marker.
         stripped = _strip_index(await key_space(admin, tp))
         assert stripped and await admin.delete(*stripped) == len(stripped)
+        # A write to a tenant not yet indexed lists itself (it does not mark the tenant: not fresh).
+        await store.index_document(SourceOwner("acme", "carl"), "c", "qcarlnew text", _ctx())
+        assert await admin.exists(f"{tp}:ixm") == 0
 
         before = await key_space(admin, tp)
         planned = await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx(), dry_run=True)
@@ -147,6 +150,9 @@ async def test_data_written_before_the_index_is_still_fully_erased(
         left = repr(space).encode()
         assert b"qana" not in left and b"/ana/" not in left and b":ana/" not in left
         assert b"qbobkept" in left
+        [carl] = await _erase_fully(store, EraseTarget.user("acme", "carl"))  # through the index too
+        assert carl.count("document") == 1 and "damaged" not in carl.detail
+        assert b"qcarlnew" not in repr(await key_space(admin, tp)).encode()
     finally:
         await store.aclose()
 
@@ -232,5 +238,31 @@ async def test_an_index_key_of_another_type_refuses_writes_and_fails_erasures_cl
         assert after == {
             k: v for k, v in before.items() if b":w:" not in k
         }  # nothing written, nothing erased
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("staged", [False, True])
+async def test_only_a_write_to_an_empty_tenant_marks_it_indexed(
+    server: ServerProcess, admin: aioredis.Redis, staged: bool
+) -> None:
+    # A write (plain, or staged over several calls) to a tenant holding sources written before the index
+    # lists itself but must not mark the tenant: its older sources are in no index yet. The plain write
+    # marked every tenant it wrote to at first (a Lua 0 is true), and erasures then missed older sources.
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    config = RedisRecallConfig(url=server.url, key_prefix=prefix, max_terms_per_call=64)
+    store = RedisRecallStore(config)
+    try:
+        await store.index_document(ANA, "old", "qolddoc text", _ctx())
+        assert await admin.get(f"{tp}:ixm") == b"1"  # the first write found the tenant empty
+        await admin.delete(*_strip_index(await key_space(admin, tp)))
+        text = " ".join(f"qmany{i}x" for i in range(300)) if staged else "qnewdoc text"
+        await store.index_document(SourceOwner("acme", "bob"), "new", text, _ctx())
+        assert await admin.exists(f"{tp}:ixm") == 0
+        assert await admin.zrange(f"{tp}:is:bob/", 0, -1) == [b"doc/acme/bob/~/~/~/new"]
+        reports = await _erase_fully(store, EraseTarget.user("acme", "ana"))
+        assert sum(r.count("document") for r in reports) == 1
+        assert b"qolddoc" not in repr(await key_space(admin, tp)).encode()
     finally:
         await store.aclose()

@@ -159,7 +159,7 @@ for s = 1, count do
 end
 local new_layout = redis.call('GET', P .. ':v') ~= LAYOUT
 need(P .. ':ixm', 'string')
-local fresh = fresh_tenant(P)  -- nothing stored yet: every row of the tenant is in the erasure index
+local empty_tenant = fresh_tenant(P)  -- nothing stored yet: every row of the tenant is in the erasure index
 local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
 need_int(lastv)
 need_int(nbv)
@@ -210,7 +210,7 @@ end
 redis.call('SET', P .. ':n', fmt(last))
 if nb ~= nb0 then redis.call('SET', P .. ':nb', fmt(nb)) end
 if new_layout then redis.call('SET', P .. ':v', LAYOUT) end
-if fresh then redis.call('SET', P .. ':ixm', '1') end
+if empty_tenant then redis.call('SET', P .. ':ixm', '1') end
 collect(P, c)
 return done(fmt(fresh), backlog(P))
 """,
@@ -274,7 +274,7 @@ local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
 need_int(lastv)
 need_int(nbv)
 need(P .. ':ixm', 'string')
-local fresh = fresh_tenant(P)  -- nothing stored yet: every row of the tenant is in the erasure index
+local empty_tenant = fresh_tenant(P)  -- nothing stored yet: every row of the tenant is in the erasure index
 local b = redis.call('HGET', P .. ':bk', okey)
 local newb = not b
 if newb then b = fmt(tonumber(nbv or '0') + 1) end
@@ -288,7 +288,7 @@ if newb then
 end
 redis.call('SET', P .. ':n', n)
 redis.call('SET', P .. ':v', LAYOUT)
-if fresh then redis.call('SET', P .. ':ixm', '1') end
+if empty_tenant then redis.call('SET', P .. ':ixm', '1') end
 redis.call('ZADD', P .. ':pend', expires, b .. ' ' .. n)
 redis.call('DEL', P .. ':k:' .. n)
 add_postings(P, b, n, 8, nt)
