@@ -244,11 +244,12 @@ async def test_an_external_entity_is_refused(root: Path) -> None:
 async def _peak(root: Path, data: bytes) -> tuple[tuple[Verdict, str], int]:
     """The outcome of ``data`` as the record, and the peak Python allocation (expat's too) verifying it."""
     write(root / RECORD, data)
-    verifier = verifier_for(root, records=(RECORD,))
+    # Tracing every allocation of a 4 MiB parse slows it several times over (3 s on a quiet machine,
+    # past 30 s on a loaded one): the verifier's own read bound (30 s by default) and the call's
+    # deadline both stop only a hang here; this test measures memory, not time.
+    verifier = verifier_for(root, records=(RECORD,), read_timeout_s=120.0)
     tracemalloc.start()
     try:
-        # Tracing every allocation of a 4 MiB parse slows it several times over (3 s on a quiet
-        # machine, past 30 s on a loaded one): a deadline that stops only a hang.
         result = await verifier.verify(CLAIM, context(op=OpContext.with_timeout(120.0)))
         _, peak = tracemalloc.get_traced_memory()
     finally:
