@@ -35,6 +35,7 @@ from agentium_harness import (
     SessionConflictError,
     SessionKey,
     SessionStoreError,
+    SnapshotCorruptError,
     Tool,
     ToolRegistry,
     create_harness_runtime,
@@ -196,6 +197,30 @@ async def _finished_for_recall(
         await rt.aclose()
 
 
+async def _erased_whole_for_recall(store: ChainReads, archive: InMemoryArchive) -> tuple[int, bool]:
+    """Chain loads of recall's "was s1 erased whole" check (no ``loaded_at``: every chain to its answer)."""
+    rt = _runtime(store, archive)
+    try:
+        async with rt.parts.admission.admit_shared(KEY, "recall check") as ticket:
+            reader = SessionGroups(
+                ticket, archive, store, KEY, SessionSnapshot(memory_scope=Scope("acme", "ana", "s1"))
+            )
+            store.chain_loads = 0
+            erased = await reader.erased_whole(time.monotonic() + 30)
+        return store.chain_loads, erased
+    finally:
+        await rt.aclose()
+
+
+def _as_an_earlier_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages moved from here on get no mark, as a version before the marks moved them."""
+
+    async def no_mark(*args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(erasure_index, "_mark_pages", no_mark)
+
+
 async def test_recalls_document_check_reads_the_same_pages_after_10_or_100_erasures(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -225,8 +250,10 @@ async def test_recalls_document_check_reads_the_same_pages_after_10_or_100_erasu
 
 async def test_a_chain_past_the_read_cap_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     # Groups erasures only, none of the whole session: recall's check must look back for one.
+    # Pages an earlier version moved (no marks): the walk, capped.
     monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
     monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3, raising=False)
+    _as_an_earlier_version(monkeypatch)
     store, archive = ChainReads(), InMemoryArchive()
     rt = _runtime(store, archive)
     with anyio.fail_after(30):
@@ -235,7 +262,7 @@ async def test_a_chain_past_the_read_cap_fails_closed(monkeypatch: pytest.Monkey
     with anyio.fail_after(30):
         with pytest.raises(SessionStoreError, match="more than 3 pages"):
             await _finished_for_recall(store, archive)
-    assert store.chain_loads <= 4 + 3  # the heads, then no page past the cap
+    assert store.chain_loads <= 4 + 1 + 3  # the heads, the absent mark, then no page past the cap
 
 
 def _old_header(i: int, session: str) -> ErasureRecord:
@@ -321,3 +348,98 @@ async def test_a_tool_turns_fences_read_the_same_pages_after_10_or_100_erasures(
         assert result.committed
         reads.append(store.chain_loads)
     assert reads == [8, 8], reads
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_retention_erasures_past_the_cap_still_answer_from_the_chains_mark(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
+) -> None:
+    # s1 erased whole, then 20 retention erasures: 11 pages of two headers, past a cap of 3 pages
+    # (as 8,192 retention erasures would pass 128 pages of 64). Recall's checks must find that erasure.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
+    store, archive = _stores(kind, tmp_path)
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        first = (await rt.erase(S1, reason="dsr", attestation=OPERATOR)).record
+        await _erase_many(rt, GROUPS, 20)
+    await rt.aclose()
+    with anyio.fail_after(30):
+        loads, found = await _finished_for_recall(store, archive)
+    assert [r.erasure_id for r in found] == [first.erasure_id]
+    assert loads == 4 + 1, loads  # the heads, then the session chain's mark: no page
+    with anyio.fail_after(30):
+        loads, erased = await _erased_whole_for_recall(store, archive)
+    assert erased and loads == 4 + 1, loads
+    # One more erasure of the whole session: the newest, found in its chain's head.
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        last = (await rt.erase(S1, reason="dsr", attestation=OPERATOR)).record
+        await _erase_many(rt, GROUPS, 3)
+    await rt.aclose()
+    with anyio.fail_after(30):
+        loads, found = await _finished_for_recall(store, archive)
+    assert [r.erasure_id for r in found] == [last.erasure_id]
+    assert loads == 4 + 1, loads
+
+
+async def test_retention_erasures_only_answer_none_from_the_mark(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
+    store, archive = ChainReads(), InMemoryArchive()
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        await _erase_many(rt, GROUPS, 20)
+    await rt.aclose()
+    with anyio.fail_after(30):
+        loads, found = await _finished_for_recall(store, archive)
+        assert (loads, found) == (4 + 1, [])
+        loads, erased = await _erased_whole_for_recall(store, archive)
+        assert (loads, erased) == (4 + 1, False)
+
+
+async def test_an_earlier_versions_pages_get_their_mark_at_the_next_move(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # s1 erased whole, then 4 retention erasures, their pages moved with no mark (an earlier version);
+    # then 10 more by this version: its first move looks back once, finds the erasure, marks it.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
+    mark_pages = erasure_index._mark_pages
+    _as_an_earlier_version(monkeypatch)
+    store, archive = ChainReads(), InMemoryArchive()
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        first = (await rt.erase(S1, reason="dsr", attestation=OPERATOR)).record
+        await _erase_many(rt, GROUPS, 4)
+        monkeypatch.setattr(erasure_index, "_mark_pages", mark_pages)
+        await _erase_many(rt, GROUPS, 10)
+    await rt.aclose()
+    with anyio.fail_after(30):
+        loads, found = await _finished_for_recall(store, archive)
+    assert [r.erasure_id for r in found] == [first.erasure_id]
+    assert loads == 4 + 1, loads  # a walk would read 7 pages, past the cap
+
+
+async def test_a_damaged_mark_fails_the_check_and_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    store, archive = ChainReads(), InMemoryArchive()
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        groups = (await run_erasure(rt, GROUPS, "retention", OPERATOR, ErasureKind.RETENTION)).record
+        await _erase_many(rt, GROUPS, 2)  # the head moves: page 1 and its mark (none)
+    await rt.aclose()
+    chain = erasure_index._scope_chain("session", "ana", "s1")
+    mark = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"{chain}-w1")
+    stored = await store.load(mark, OpContext())
+    assert stored is not None and stored.snapshot.ledger == ErasureLedger()
+    # A groups erasure's header as the newest erasure of the whole session: damage, said as such.
+    bad = SessionSnapshot(
+        memory_scope=Scope(ERASURE_RECORDS_TENANT, "acme", mark.session), ledger=ErasureLedger((groups,))
+    )
+    await store.save(mark, seal_snapshot(bad), stored.revision, OpContext())
+    before = await store.load(mark, OpContext())
+    with anyio.fail_after(30):
+        with pytest.raises(SnapshotCorruptError, match="not a mark"):
+            await _finished_for_recall(store, archive)
+    assert await store.load(mark, OpContext()) == before

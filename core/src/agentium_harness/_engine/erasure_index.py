@@ -25,7 +25,11 @@ does not grow with the erasures before it, and past
 :data:`MAX_CHAIN_PAGES_READ` pages of one scope's chain they fail
 closed. That relies on each chain listing overlapping erasures in the
 order they ran, which :func:`_add` keeps (an erasure is listed only
-while still pending).
+while still pending). A scope's head that holds no erasure of its whole
+scope (a session's retention erasures filled it) is answered by its
+pages' *mark* instead (:func:`_mark_pages`: the newest such erasure on
+them, written with each page), one read however many pages; pages an
+earlier version moved get theirs at the next move (:func:`_mark_before`).
 
 An index written by an earlier version held every header in the tenant's
 head and has no scope chains: the tenant's head counts those entries
@@ -239,8 +243,19 @@ async def last_whole_erasures(
         # Some of the session's groups: it overlaps every erasure of the whole session.
         return loaded_at is not None and await joined_since(ticket, store, record, loaded_at[0]) is False
 
+    async def on_pages(whole: ErasureRecord | None) -> bool:
+        # The first entry of the whole session the pages' walk would meet, or none there. The walk
+        # could stop before it, with none, at an erasure of groups that joined before the load: the
+        # fence's answer is the same unless ``whole`` has no join record (then it would refuse where
+        # the walk does not), so only then are the pages walked.
+        if whole is None:
+            return True
+        if loaded_at is not None and await joined_since(ticket, store, whole, loaded_at[0]) is None:
+            return False
+        return await settles(whole)
+
     for chain, head, pages in await _chain_heads(ticket, store, key.tenant, key.user, (key.session,)):
-        await _newest_first(ticket, store, key.tenant, chain, head, pages, settles)
+        await _newest_first(ticket, store, key.tenant, chain, head, pages, settles, on_pages)
     return tuple(sorted(last.values(), key=lambda r: r.completed_at or r.started_at, reverse=True))
 
 
@@ -261,7 +276,7 @@ async def last_covering_erasures(
     for chain, head, pages in await _chain_heads(ticket, store, key.tenant, key.user, (key.session,)):
         # The tenant's legacy entries hold all three scopes' erasures; each scope's chain, its own.
         scopes = _LastOfEachScope(key, 3 if chain == _TENANT_CHAIN else 1)
-        await _newest_first(ticket, store, key.tenant, chain, head, pages, scopes.settles)
+        await _newest_first(ticket, store, key.tenant, chain, head, pages, scopes.settles, scopes.on_pages)
         for record in scopes.last.values():
             found.setdefault(record.erasure_id, record)
     return tuple(sorted(found.values(), key=lambda r: r.completed_at or r.started_at))
@@ -280,6 +295,12 @@ class _LastOfEachScope:
             return False  # takes no document, or another session's (the tenant's legacy entries)
         self.last.setdefault(_chain_of(record.target), record)
         return len(self.last) >= self.wanted
+
+    async def on_pages(self, whole: ErasureRecord | None) -> bool:
+        """A scope's chain: the newest erasure of its whole scope on its pages (if any) is its answer."""
+        if whole is not None:
+            await self.settles(whole)
+        return True
 
 
 async def _chain_heads(
@@ -311,11 +332,15 @@ async def _newest_first(
     head: ErasureLedger,
     last_page: int,
     settles: Callable[[ErasureRecord], Awaitable[bool]],
+    on_pages: Callable[[ErasureRecord | None], Awaitable[bool]] | None = None,
 ) -> None:
     """Offer ``chain``'s entries to ``settles``, newest first, until it says the answer is known.
 
-    The head's entries first (read already), then pages ``last_page`` down
-    to 1, one bounded read each. Past :data:`MAX_CHAIN_PAGES_READ` pages
+    The head's entries first (read already). Then, for a scope's chain
+    whose pages have a mark (:func:`_read_mark`), ``on_pages`` gets the
+    newest erasure of a whole scope on them (``None``: none), one read
+    however many pages: the answer when it says so. Else pages
+    ``last_page`` down to 1, one bounded read each. Past :data:`MAX_CHAIN_PAGES_READ` pages
     with no answer, :class:`SessionStoreError`: the check that asked fails
     (its caller shows, sends or commits nothing) rather than read on. The
     tenant's ``index`` is read here only for the pages holding an earlier
@@ -326,6 +351,10 @@ async def _newest_first(
     """
     for record in reversed(head.records):
         if await settles(record):
+            return
+    if on_pages is not None and last_page and chain != _TENANT_CHAIN:
+        mark = await _read_mark(ticket, store, tenant, chain, last_page)
+        if mark is not None and await on_pages(mark[0] if mark else None):
             return
     for read, page in enumerate(range(last_page, 0, -1)):
         if read >= MAX_CHAIN_PAGES_READ and chain != _TENANT_CHAIN:
@@ -382,11 +411,16 @@ async def _add(ticket: Ticket, store: SessionStore, done: ErasureRecord, chain: 
         pages, kept = head.pages or 0, head.records
         if len(kept) >= INDEX_PAGE_RECORDS:
             # Full, or written by an earlier version and unbounded: every writer moves the same
-            # entries into the same pages.
+            # entries into the same pages (and a scope's chain the same marks: :func:`_mark_pages`).
+            whole = None
+            if chain != _TENANT_CHAIN:
+                whole = await _mark_before(ticket, store, tenant, chain, pages)
             for start in range(0, len(kept), INDEX_PAGE_RECORDS):
                 pages += 1
                 page = ErasureLedger(kept[start : start + INDEX_PAGE_RECORDS])
                 await _write_page(ticket, store, _page(tenant, chain, pages), page)
+                if chain != _TENANT_CHAIN:
+                    whole = await _mark_pages(ticket, store, tenant, chain, pages, page, whole)
             kept = ()
         new = ErasureLedger((*kept, header(done)), pages=pages or None, legacy=legacy)
         try:
@@ -398,6 +432,92 @@ async def _add(ticket: Ticket, store: SessionStore, done: ErasureRecord, chain: 
         f"the erasure records of tenant {tenant!r} kept changing under {_ATTEMPTS} attempts to update "
         f"{key.session!r}; try again"
     )
+
+
+def _mark(tenant: str, chain: str, page: int) -> SessionKey:
+    return index_key(tenant, f"{chain}-w{page}")
+
+
+async def _read_mark(
+    ticket: Ticket, store: SessionStore, tenant: str, chain: str, page: int
+) -> tuple[ErasureRecord, ...] | None:
+    """The mark of pages 1..``page`` of scope chain ``chain``: ``(newest whole-scope erasure,)``, ``()``.
+
+    ``None`` when there is none (pages an earlier version moved: not
+    known). A mark holding anything but at most one header of an erasure
+    of this chain's whole scope is damaged: :class:`SnapshotCorruptError`.
+    """
+    key = _mark(tenant, chain, page)
+    revision, mark = await load_ledger(ticket, store, key)
+    if revision is None:
+        return None
+    if (
+        len(mark.records) > 1
+        or (mark.pages, mark.legacy, mark.joined_after) != (None, None, None)
+        or any(r.target.groups or _chain_of(r.target) != chain for r in mark.records)
+    ):
+        raise SnapshotCorruptError(
+            f"the erasure records at {key.session!r} of tenant {tenant!r} are not a mark of the index "
+            "pages before them; the stored data is damaged and was left as it is"
+        )
+    return mark.records
+
+
+async def _mark_before(
+    ticket: Ticket, store: SessionStore, tenant: str, chain: str, pages: int
+) -> tuple[ErasureRecord, ...] | None:
+    """The mark of ``chain``'s pages 1..``pages`` before a move adds to them; ``None``: not known.
+
+    No pages: none. Pages an earlier version moved have no mark: their
+    newest erasure of the whole scope is looked for newest first, as a
+    reader would (at most :data:`MAX_CHAIN_PAGES_READ` pages; once per
+    move, so such a chain gets its marks from its next move on); not found
+    by then, or a page unreadable, it stays not known (the readers walk
+    the pages and say what they find).
+    """
+    if pages == 0:
+        return ()
+    mark = await _read_mark(ticket, store, tenant, chain, pages)
+    if mark is not None:
+        return mark
+    found: list[ErasureRecord] = []
+
+    async def whole(record: ErasureRecord) -> bool:
+        if record.target.groups:
+            return False
+        found.append(record)
+        return True
+
+    try:
+        await _newest_first(ticket, store, tenant, chain, ErasureLedger(), pages, whole)
+    except (SessionStoreError, SnapshotCorruptError):
+        return None  # past the cap, or damaged: not known; the readers meet the same and say so
+    return tuple(found)
+
+
+async def _mark_pages(
+    ticket: Ticket,
+    store: SessionStore,
+    tenant: str,
+    chain: str,
+    number: int,
+    page: ErasureLedger,
+    before: tuple[ErasureRecord, ...] | None,
+) -> tuple[ErasureRecord, ...] | None:
+    """Write the mark of ``chain``'s pages 1..``number`` (``page`` the last), if known; return it.
+
+    A mark says which erasure of the whole scope is the newest on those
+    pages: the newest on ``page``, else the one before it. The pages never
+    change, so neither does a mark that is known (written once, like a
+    page: :func:`_write_page`); one not known is not written. Written after
+    its page and before the head that counts it, so a reader of a head
+    with ``pages = n`` finds the mark of page n there if the move made one.
+    """
+    newest = next((r for r in reversed(page.records) if not r.target.groups), None)
+    mark = (newest,) if newest is not None else before
+    if mark is not None:
+        await _write_page(ticket, store, _mark(tenant, chain, number), ErasureLedger(mark))
+    return mark
 
 
 async def _write_page(ticket: Ticket, store: SessionStore, key: SessionKey, page: ErasureLedger) -> None:

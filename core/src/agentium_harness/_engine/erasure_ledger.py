@@ -21,7 +21,8 @@ and a tenant erasure of any real tenant never reaches them. Per tenant:
   of its own: earlier versions, which decode every record strictly, never
   read it, so the records they do read keep the bytes they wrote.
 - ``index``, ``index-<n>``, ``by-<scope>``, ``by-<scope>-<n>``: the
-  tenant's finished erasures, in bounded pages (see :mod:`.erasure_index`).
+  tenant's finished erasures, in bounded pages, and ``by-<scope>-w<n>``,
+  the mark of a scope's pages 1..n (see :mod:`.erasure_index`).
 """
 
 from __future__ import annotations
