@@ -14,6 +14,7 @@ timed.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -22,14 +23,18 @@ from pg_race import Held
 
 from agentium_harness import (
     EraseTarget,
+    ErasureKind,
     OperatorAttestation,
+    SeqRange,
     SessionConflictError,
     VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness._engine import erasure_index
+from agentium_harness._engine.erasure_api import run_erasure
+from agentium_harness._engine.recall_readback import SessionGroups
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, SessionKey
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, Scope, SessionKey, SessionSnapshot
 from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
 
 pytestmark = pytest.mark.anyio
@@ -111,3 +116,37 @@ async def test_a_pg_first_turn_reads_the_same_chain_pages_after_10_or_40_erasure
         loads, error = await _first_turn(app_config, "r40", EraseTarget.session("acme", "ana", "r40"))
     assert isinstance(error, SessionConflictError), error  # the erasure during the turn: newest
     assert loads == 4, loads
+
+
+async def test_a_pg_recall_check_finds_the_whole_erasure_past_the_read_cap_of_retention_entries_in_one_read(
+    monkeypatch: pytest.MonkeyPatch, app_config: PostgresConfig
+) -> None:
+    # s1 erased whole, then 12 retention erasures of it: 7 pages of two, past a cap of 3 pages (as
+    # 8,192 retention erasures pass 128 pages of 64). The session chain's mark answers in one read.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
+    key = SessionKey("acme", "ana", "s1")
+    eraser, store = _runtime(ScriptedProvider(replies=["ok"], cycle=True), app_config)
+    try:
+        with anyio.fail_after(30):
+            first = await eraser.erase(
+                EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR
+            )
+            for _ in range(12):
+                groups = EraseTarget.groups_of(key, [SeqRange(0, 1)])
+                await run_erasure(eraser, groups, "retention", OPERATOR, ErasureKind.RETENTION)
+            async with eraser.parts.admission.admit_shared(key, "recall check") as ticket:
+                reader = SessionGroups(
+                    ticket,
+                    PostgresArchive(app_config),
+                    store,
+                    key,
+                    SessionSnapshot(memory_scope=Scope("acme", "ana", "s1")),
+                )
+                store.chain_loads = 0
+                found = await reader.finished_erasures(time.monotonic() + 30)
+                loads = store.chain_loads
+    finally:
+        await eraser.aclose()
+    assert [r.erasure_id for r in found] == [first.record.erasure_id]
+    assert loads == 4 + 1, loads  # the heads, then the session chain's mark: no page
