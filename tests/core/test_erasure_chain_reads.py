@@ -15,7 +15,7 @@ same after 10 erasures or 1,000 (counted as store loads, never timed).
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -443,3 +443,32 @@ async def test_a_damaged_mark_fails_the_check_and_is_left_as_it_is(monkeypatch: 
         with pytest.raises(SnapshotCorruptError, match="not a mark"):
             await _finished_for_recall(store, archive)
     assert await store.load(mark, OpContext()) == before
+
+
+async def test_recalls_document_check_orders_the_scopes_last_erasures_as_they_ran_not_by_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ana erased by a process whose clock is an hour ahead, then s1 by one on time: s1's erasure ran
+    # last (they overlap: one after the other), though its completed_at is earlier. A session-owned
+    # document is decided by the erasure that ran last.
+    from agentium_harness._engine import erasure_tombstone
+
+    class Ahead(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=1)
+
+    store, archive = ChainReads(), InMemoryArchive()
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        monkeypatch.setattr(erasure_tombstone, "datetime", Ahead)
+        user = (await rt.erase(EraseTarget.user("acme", "ana"), reason="dsr", attestation=OPERATOR)).record
+        monkeypatch.undo()
+        last = (await rt.erase(S1, reason="dsr", attestation=OPERATOR)).record
+    await rt.aclose()
+    assert last.completed_at is not None and user.completed_at is not None
+    assert last.completed_at < user.completed_at  # the clocks disagree with the order they ran in
+    with anyio.fail_after(30):
+        _, found = await _finished_for_recall(store, archive)
+    covering = [r for r in found if r.target.covers_owner(SourceOwner("acme", "ana", "s1"))]
+    assert [r.erasure_id for r in covering] == [user.erasure_id, last.erasure_id]

@@ -50,7 +50,15 @@ from .._ports.memory import GroupRef, MemoryScope
 from .._ports.recall_sources import SourceOwner
 from .._ports.sessions import SessionStore
 from .._scope import SessionKey
-from .erasure_ledger import header, index_key, joined_since, load_ledger, pending_key, save_ledger
+from .erasure_ledger import (
+    header,
+    index_key,
+    joined_after,
+    joined_since,
+    load_ledger,
+    pending_key,
+    save_ledger,
+)
 from .lifecycle import Ticket, covers
 
 __all__ = [
@@ -264,7 +272,9 @@ async def last_covering_erasures(
 ) -> tuple[ErasureRecord, ...]:
     """The last finished erasure of each scope of session ``key`` (its tenant, user, itself): headers.
 
-    In the order they completed. A host document an erasure can take is
+    In the order they ran (:func:`_as_they_ran`: by their join records, not
+    the clocks of the processes that completed them; at most one more
+    small read each). A host document an erasure can take is
     owned by the tenant, a user or a session (:meth:`EraseTarget.covers_owner`),
     and every erasure of one scope covers the same documents: the last one
     covering a document of ``key``'s scopes is among these. Each chain is
@@ -279,7 +289,26 @@ async def last_covering_erasures(
         await _newest_first(ticket, store, key.tenant, chain, head, pages, scopes.settles, scopes.on_pages)
         for record in scopes.last.values():
             found.setdefault(record.erasure_id, record)
-    return tuple(sorted(found.values(), key=lambda r: r.completed_at or r.started_at))
+    return await _as_they_ran(ticket, store, tuple(found.values()))
+
+
+async def _as_they_ran(
+    ticket: Ticket, store: SessionStore, records: tuple[ErasureRecord, ...]
+) -> tuple[ErasureRecord, ...]:
+    """``records`` (erasures covering one session: they ran one after another) in the order they ran.
+
+    By the ``pending`` revision each joined after (its join record, one
+    small read each): the store's, exact whatever the clocks of the
+    processes that completed them said. When one has none (an earlier
+    version's erasure, or a damaged record), by their clocks, as before.
+    """
+    by_clock = tuple(sorted(records, key=lambda r: r.completed_at or r.started_at))
+    if len(records) < 2:
+        return by_clock
+    joined = {r.erasure_id: await joined_after(ticket, store, r) for r in records}
+    if any(revision is None for revision in joined.values()):
+        return by_clock
+    return tuple(sorted(records, key=lambda r: joined[r.erasure_id] or 0))
 
 
 class _LastOfEachScope:

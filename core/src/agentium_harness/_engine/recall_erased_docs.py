@@ -10,9 +10,10 @@ stores took part (its header's ``stores``, by role).
 
 So once a round has read its excerpts, each document excerpt whose owner a
 finished erasure covers is checked against the **last** such erasure (in
-the order they completed): if no ``recall`` store reported that erasure
-complete, the document may predate it and be erased text, and it is hidden
-(``None`` in its place), with the WARNING diagnostic ``recall_document_erased``, a WARNING on
+the order they ran, by their join records, not their clocks): if no
+``recall`` store reported that erasure complete, the document may predate
+it and be erased text, and it is hidden (``None`` in its place), with
+the WARNING diagnostic ``recall_document_erased``, a WARNING on
 ``agentium.engine.recall`` and the span event
 ``agentium.recall.document_erased`` (how many; no ids, no content). If the
 last one had a recall store complete it, whatever was indexed before it was

@@ -94,7 +94,7 @@ class GroupReader(Protocol):
         ...
 
     async def finished_erasures(self, deadline: float) -> tuple[ErasureRecord, ...]:
-        """The last finished erasure of each scope of the session, in the order they completed (headers).
+        """The last finished erasure of each scope of the session, in the order they ran (headers).
 
         Every erasure that can take a document this run may recall covers the
         session (its tenant's, its user's, its own), and a document is
