@@ -14,6 +14,7 @@ chain loads are counted, never timed.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -22,19 +23,25 @@ import pytest
 from agentium_archive_s3 import S3Archive, S3Config, S3SessionStore
 from agentium_harness import (
     EraseTarget,
+    ErasureKind,
     OperatorAttestation,
+    SeqRange,
     SessionConflictError,
     VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness._engine import erasure_index
+from agentium_harness._engine.erasure_api import run_erasure
+from agentium_harness._engine.recall_readback import SessionGroups
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import (
     ERASURE_RECORDS_TENANT,
     ModelRequest,
     ModelResponse,
     OpContext,
+    Scope,
     SessionKey,
+    SessionSnapshot,
 )
 
 pytestmark = pytest.mark.anyio
@@ -132,3 +139,38 @@ async def test_an_s3_first_turn_reads_the_same_chain_pages_after_4_or_16_erasure
         loads, error = await _first_turn(config, "r8", EraseTarget.session("acme", "ana", "r8"))
     assert isinstance(error, SessionConflictError), error  # the erasure during the turn: newest
     assert loads == 4, loads
+
+
+async def test_an_s3_recall_check_finds_the_whole_erasure_past_the_read_cap_of_retention_entries_in_one_read(
+    monkeypatch: pytest.MonkeyPatch, config: S3Config
+) -> None:
+    # s1 erased whole, then 8 retention erasures of it: 5 pages of two, past a cap of 3 pages (as
+    # 8,192 retention erasures pass 128 pages of 64). The session chain's mark answers in one read.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
+    key = SessionKey("acme", "ana", "s1")
+    eraser, store = _runtime(ScriptedProvider(replies=["ok"], cycle=True), config)
+    try:
+        with anyio.fail_after(30):
+            first = await eraser.erase(
+                EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR
+            )
+            for _ in range(8):
+                groups = EraseTarget.groups_of(key, [SeqRange(0, 1)])
+                await run_erasure(eraser, groups, "retention", OPERATOR, ErasureKind.RETENTION)
+        with anyio.fail_after(30):
+            async with eraser.parts.admission.admit_shared(key, "recall check") as ticket:
+                reader = SessionGroups(
+                    ticket,
+                    S3Archive(config),
+                    store,
+                    key,
+                    SessionSnapshot(memory_scope=Scope("acme", "ana", "s1")),
+                )
+                store.chain_loads = 0
+                found = await reader.finished_erasures(time.monotonic() + 30)
+                loads = store.chain_loads
+    finally:
+        await eraser.aclose()
+    assert [r.erasure_id for r in found] == [first.record.erasure_id]
+    assert loads == 4 + 1, loads  # the heads, then the session chain's mark: no page
