@@ -472,3 +472,60 @@ async def test_recalls_document_check_orders_the_scopes_last_erasures_as_they_ra
         _, found = await _finished_for_recall(store, archive)
     covering = [r for r in found if r.target.covers_owner(SourceOwner("acme", "ana", "s1"))]
     assert [r.erasure_id for r in covering] == [user.erasure_id, last.erasure_id]
+
+
+class _HoldsTheScopeAdd(ChainReads):
+    """Holds (or fails) the first save of s1's chain head: a completion stopped between its two adds."""
+
+    def __init__(self, fail: bool) -> None:
+        super().__init__()
+        self.fail, self.armed = fail, True
+        self.held, self.release = anyio.Event(), anyio.Event()
+
+    async def save(self, key: SessionKey, snapshot: Any, expected_revision: int | None, ctx: Any) -> int:
+        if self.armed and key.tenant == ERASURE_RECORDS_TENANT and key.session == _S1_CHAIN:
+            self.armed = False
+            if self.fail:
+                raise SessionStoreError("the process stopped here")
+            self.held.set()
+            await self.release.wait()
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+_S1_CHAIN = erasure_index._scope_chain("session", "ana", "s1")
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["crashed", "stalled"])
+async def test_a_completion_stopped_between_its_tenant_and_scope_adds_is_indexed_by_the_resume(
+    fail: bool,
+) -> None:
+    # A completion added s1's erasure to the tenant's chain and stopped (crashed, or stalled in its
+    # write) before the session's chain; a resume in another runtime completes it and takes it out of
+    # pending. The session's chain lists it, once, and the fences find it.
+    store, archive = _HoldsTheScopeAdd(fail), InMemoryArchive()
+    first, second = _runtime(store, archive), _runtime(store, archive)
+    try:
+        with anyio.fail_after(30):
+            if fail:
+                with pytest.raises(Exception, match="stopped here"):
+                    await first.erase(S1, reason="dsr", attestation=OPERATOR)
+                (resumed,) = await second.resume_erasures(OPERATOR)
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lambda: first.erase(S1, reason="dsr", attestation=OPERATOR))
+                    await store.held.wait()
+                    (resumed,) = await second.resume_erasures(OPERATOR)
+                    store.release.set()
+        assert resumed.state is ErasureState.COMPLETE
+        done = resumed.record.erasure_id
+        chain = SessionKey(ERASURE_RECORDS_TENANT, "acme", _S1_CHAIN)
+        stored = await store.load(chain, OpContext())
+        assert stored is not None and [r.erasure_id for r in stored.snapshot.ledger.records] == [done]
+        pending = await store.load(SessionKey(ERASURE_RECORDS_TENANT, "acme", "pending"), OpContext())
+        assert pending is None or not pending.snapshot.ledger.records
+        with anyio.fail_after(30):
+            _, found = await _finished_for_recall(store, archive)
+        assert [r.erasure_id for r in found] == [done]
+    finally:
+        await first.aclose()
+        await second.aclose()
