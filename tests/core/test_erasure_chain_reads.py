@@ -529,3 +529,49 @@ async def test_a_completion_stopped_between_its_tenant_and_scope_adds_is_indexed
     finally:
         await first.aclose()
         await second.aclose()
+
+
+async def test_the_commit_fence_walks_past_the_mark_when_its_erasure_has_no_join_record(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # s1 erased whole (its join record then damaged: it may have joined at any time), then 4 retention
+    # erasures before a new turn's load and 2 during it. The head's entry joined after the load and the
+    # mark names the erasure without a join record: the pages are walked, and the retention erasure
+    # that joined before the load settles it (nothing of the whole session joined since): committed.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    store, archive = ChainReads(), InMemoryArchive()
+    rt = _runtime(store, archive)
+    with anyio.fail_after(30):
+        whole = (await rt.erase(S1, reason="dsr", attestation=OPERATOR)).record
+        await _erase_many(rt, GROUPS, 4)
+    await rt.aclose()
+    joined = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"j-{whole.erasure_id}")
+    stored = await store.load(joined, OpContext())
+    assert stored is not None
+    other = erasure_index.header(await _first_groups_header(store))
+    damaged = SessionSnapshot(
+        memory_scope=Scope(ERASURE_RECORDS_TENANT, "acme", joined.session),
+        ledger=ErasureLedger((other,), joined_after=0),
+    )
+    await store.save(joined, seal_snapshot(damaged), stored.revision, OpContext())
+    provider = HeldOnce()
+    slow, eraser = _runtime(store, archive, provider), _runtime(store, archive)
+    try:
+
+        async def meanwhile() -> None:
+            await _erase_many(eraser, GROUPS, 2)
+
+        with anyio.fail_after(30):
+            error = await turn_while_held(slow, provider, "s1", "a new session's first turn", meanwhile)
+    finally:
+        await slow.aclose()
+        await eraser.aclose()
+    assert error is None, error
+    assert "is damaged" in caplog.text  # the erasure's join record, said as such
+
+
+async def _first_groups_header(store: ChainReads) -> ErasureRecord:
+    """The header of s1's first retention erasure (on the session chain's first page)."""
+    page = await store.load(SessionKey(ERASURE_RECORDS_TENANT, "acme", f"{_S1_CHAIN}-1"), OpContext())
+    assert page is not None
+    return next(r for r in page.snapshot.ledger.records if r.target.groups)
