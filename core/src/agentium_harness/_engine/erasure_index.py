@@ -16,7 +16,9 @@ completion rewrites the head (compare-and-set), so it must stay small: once
 full, its headers move, unchanged, to the chain's next page ``<head>-<n>``
 (written once, never rewritten) and the head starts again, counting its
 pages. Completing an erasure reads and writes the same whatever came before
-it, and no record grows past what a store can read or write.
+it (but for a scope chain whose pages an earlier version moved: its moves
+read back up to :data:`MAX_CHAIN_PAGES_READ` pages until they mark them,
+:func:`_mark_before`), and no record grows past what a store can read or write.
 
 The checks on a run's path (the commit and turn fences, recall's) read
 the chains newest first and stop at the entry that settles them
