@@ -440,42 +440,53 @@ def test_the_process_exits_although_the_hung_command_never_returns(tmp_path: Pat
     assert "agentium stuck: plugin command 'stuck' did not return within 0.3s" in done.stderr
 
 
-def test_ctrl_c_during_a_plugin_command_is_reported_not_a_traceback(tmp_path: Path) -> None:
-    """Ctrl-C reaches the main thread, which waits for ``run``'s thread: a traceback (a bug, by the docs)
-    came out of the wait. It is reported as the command's interruption, status 130, no traceback."""
+#: The plugin command of the Ctrl-C tests: ``run`` prints "started", runs ``{signal}`` (how the
+#: SIGINT arrives), then blocks for good; its bound (600 s) is far past the tests' deadline, so a
+#: Ctrl-C left pending until the bound is a hang the test reports.
+_INTERRUPTED_COMMAND = """
+import linecache, signal, sys, threading, types
+from agentium_harness._cli import main
+from agentium_harness._plugins import registry
+from agentium_harness._plugins.hookspecs import hookimpl
+from agentium_harness.plugin_api import CliCommand
+
+never = threading.Event()
+
+def main_thread_asleep_in_the_wait():
+    # The main thread inside the timed lock acquire of Event.wait (threading.Condition.wait): this
+    # thread holds the GIL, so it released it there, and is (or is about to be) asleep in the lock.
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None or frame.f_code.co_name != "wait":
+        return False
+    return "waiter.acquire(True, timeout)" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+
+def run(args):
+    print("started", flush=True)
+    {signal}
+    never.wait()
+
+module = types.ModuleType("agtest_hang")
+
+@hookimpl
+def agentium_register_commands(register):
+    register(CliCommand(name="serve", help="h", configure=lambda p: None, run=run, timeout_s=600))
+
+module.agentium_register_commands = agentium_register_commands
+entry = types.SimpleNamespace(
+    name="main", value="agtest_hang:main",
+    dist=types.SimpleNamespace(name={dist!r}, version="1.0"), load=lambda: module,
+)
+registry.entry_points_of = lambda group: ([entry], [])
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _interrupt_command(tmp_path: Path, how: str, *, from_outside: bool) -> tuple[int, str, str]:
+    """Run the plugin command ``serve`` in a child, SIGINT it (``how`` in ``run``, and by the test
+    when ``from_outside``); its exit status, stdout after "started", stderr. Bounded by 30 s in all:
+    a child that never prints "started" or never ends is killed and the test fails."""
     script = tmp_path / "interrupted_command.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import sys, threading, types
-            from agentium_harness._cli import main
-            from agentium_harness._plugins import registry
-            from agentium_harness._plugins.hookspecs import hookimpl
-            from agentium_harness.plugin_api import CliCommand
-
-            never = threading.Event()
-
-            def run(args):
-                print("started", flush=True)
-                never.wait()
-
-            module = types.ModuleType("agtest_hang")
-
-            @hookimpl
-            def agentium_register_commands(register):
-                register(CliCommand(name="serve", help="h", configure=lambda p: None, run=run, timeout_s=600))
-
-            module.agentium_register_commands = agentium_register_commands
-            entry = types.SimpleNamespace(
-                name="main", value="agtest_hang:main",
-                dist=types.SimpleNamespace(name={DIST!r}, version="1.0"), load=lambda: module,
-            )
-            registry.entry_points_of = lambda group: ([entry], [])
-            sys.exit(main(sys.argv[1:]))
-            """
-        ),
-        encoding="utf-8",
-    )
+    script.write_text(_INTERRUPTED_COMMAND.format(signal=how, dist=DIST), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTIUM_PLUGINS", "AGENTIUM_DISABLE_PLUGINS")}
     proc = subprocess.Popen(
         [sys.executable, str(script), "serve"],
@@ -484,15 +495,46 @@ def test_ctrl_c_during_a_plugin_command_is_reported_not_a_traceback(tmp_path: Pa
         stderr=subprocess.PIPE,
         text=True,
     )
+    # readline() has no timeout of its own: the watchdog kills a child that never prints "started".
+    watchdog = threading.Timer(30, proc.kill)
+    watchdog.start()
     try:
-        assert proc.stdout is not None and proc.stdout.readline() == "started\n"
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the process
-        out, err = proc.communicate(timeout=60)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"
+        if from_outside:
+            proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the process
+        out, err = proc.communicate(timeout=30)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    return proc.returncode, out, err
+
+
+def test_ctrl_c_during_a_plugin_command_is_reported_not_a_traceback(tmp_path: Path) -> None:
+    """Ctrl-C reaches the main thread, which waits for ``run``'s thread: a traceback (a bug, by the docs)
+    came out of the wait. It is reported as the command's interruption, status 130, no traceback."""
+    status, out, err = _interrupt_command(tmp_path, "pass", from_outside=True)
     assert "Traceback" not in err, err
-    assert proc.returncode == 130, (proc.returncode, err)
+    assert status == 130, (status, err)
+    assert err == "agentium serve: interrupted; plugin command 'serve' was abandoned\n"
+    assert out == ""
+
+
+def test_ctrl_c_taken_by_the_commands_thread_still_ends_the_command(tmp_path: Path) -> None:
+    """The kernel hands a process's SIGINT to any thread not blocking it, and Python runs the handler
+    (KeyboardInterrupt) only in the main thread, between bytecodes. Taken by ``run``'s thread (or by
+    the main thread just before it went to sleep) while the main thread slept in the wait, the
+    handler stayed pending until the wait ended: Ctrl-C was ignored for the command's whole
+    ``timeout_s`` (600 s here: the test's 30 s deadline fails). The wait wakes to run it."""
+    how = (
+        "while not main_thread_asleep_in_the_wait():\n"
+        "        never.wait(0.001)\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # this thread takes it"
+    )
+    status, out, err = _interrupt_command(tmp_path, how, from_outside=False)
+    assert "Traceback" not in err, err
+    assert status == 130, (status, err)
     assert err == "agentium serve: interrupted; plugin command 'serve' was abandoned\n"
     assert out == ""

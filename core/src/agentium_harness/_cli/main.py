@@ -474,7 +474,9 @@ def _run_plugin_command(command: CliCommand, args: argparse.Namespace) -> object
     names the command and main() reports it, exit status 2. What ``run`` raises
     in time (``SystemExit`` included) is re-raised here as if it had been called directly.
     Ctrl-C (``KeyboardInterrupt``) reaches this thread, waiting, never ``run``'s: the
-    command is reported interrupted and abandoned, exit status 130, not a traceback.
+    command is reported interrupted and abandoned, exit status 130, not a traceback. It
+    does so at once whichever thread the kernel gave the SIGINT to: the wait wakes in
+    short slices to run a pending handler (``call_with_deadline``).
     """
     try:
         return call_with_deadline(

@@ -19,6 +19,7 @@ import contextvars
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -44,6 +45,8 @@ DEFAULT_HOOK_TIMEOUT_S = 30.0
 ENV_HOOK_TIMEOUT = "AGENTIUM_HOOK_TIMEOUT"
 #: The largest accepted bound (a day): beyond it ``Event.wait`` overflows on some platforms.
 _MAX_TIMEOUT_S = 86_400.0
+#: The longest the main thread sleeps at a stretch waiting for a call (see :func:`_wait`).
+_WAIT_SLICE_S = 0.1
 
 _log = logging.getLogger("agentium.registry")
 
@@ -103,7 +106,8 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
     ``what`` names the call in the error and the log: a plugin and hook,
     never data. ``bound`` names the setting that gave
     ``timeout_s``, for the error (default :data:`ENV_HOOK_TIMEOUT`; a plugin
-    command's ``timeout_s``, say, is not set there).
+    command's ``timeout_s``, say, is not set there). The main thread waits in
+    short slices, so Ctrl-C interrupts the wait at once (``KeyboardInterrupt``).
 
     :raises HookTimeoutError: ``call`` had not returned at the deadline; it is
         abandoned (still running in its thread) and its late outcome discarded.
@@ -128,7 +132,7 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
 
     worker = threading.Thread(target=work, name="agentium-plugin-call", daemon=True)
     worker.start()
-    if not done.wait(timeout_s):
+    if not _wait(done, timeout_s):
         _log.warning(
             "%s did not return within %ss; abandoned, still running in a daemon thread", what, timeout_s
         )
@@ -142,6 +146,30 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound
         assert isinstance(value, BaseException)
         raise value
     return value  # type: ignore[return-value]  # ``call``'s own result
+
+
+def _wait(done: threading.Event, timeout_s: float) -> bool:
+    """Whether ``done`` is set within ``timeout_s``; in the main thread, waited for in short slices.
+
+    CPython runs a signal's Python handler (Ctrl-C's ``KeyboardInterrupt``) only in the main
+    thread, between bytecodes, and a lock wait is cut short only when the signal interrupts that
+    very system call. A SIGINT taken by the call's thread (the kernel gives a process's signal to
+    any thread not blocking it) or by the main thread just before it went to sleep left the
+    handler pending until the wait ended: Ctrl-C ignored for the whole bound (a plugin command's
+    ``timeout_s``, minutes). Waking every :data:`_WAIT_SLICE_S` runs a pending handler within one
+    slice, whichever thread took the signal. (Blocking SIGINT in the call's thread instead would
+    not close the main thread's own window, and its child processes would inherit the mask.)
+    Other threads never run handlers, so they wait in one piece.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return done.wait(timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return done.is_set()
+        if done.wait(min(left, _WAIT_SLICE_S)):
+            return True
 
 
 #: The span of a call into plugin code abandoned at its deadline, and its event.
