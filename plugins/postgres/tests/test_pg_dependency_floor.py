@@ -9,7 +9,8 @@ failed) instead of ``OperationCancelledError`` (stopped at its deadline);
 declared lower bound (with its binary libpq) from PyPI in front of the
 environment's packages and runs the stalled-server test on it. The pool is
 imported directly, so it has a floor of its own (3.1: 3.0's pool takes no
-``open=``); the second test runs the contract, fault and any-loop tests on it.
+``open=``); the second test runs the fault and any-loop tests on it, and the contract tests
+that take and give back the pool's connections in each way the link does.
 """
 
 from __future__ import annotations
@@ -52,5 +53,30 @@ def test_the_adapters_run_on_the_lowest_psycopg_pool(tmp_path: Path) -> None:
         env=env,
     ).split()
     assert shown[0] == "True" and Version(shown[1]) == Version(floor)
+    # The fault and any-loop tests whole (the pool's connect, reconnect, per-loop and closing paths),
+    # and of the contract suite the tests that take and give back connections in every way the link
+    # does, for each store: round trips, concurrent and cancelled calls, deadlines, threads with loops
+    # of their own, erasure, health. The rest of the suite adds nothing the pool touches, and ran
+    # for a minute or more.
     modules = ("test_pg_contract.py", "test_pg_faults.py", "test_pg_any_loop.py")
-    run_pytest(env, PLUGIN, *(str(TESTS / m) for m in modules), on=f"psycopg-pool=={floor}")
+    run_pytest(
+        env, PLUGIN, *(str(TESTS / m) for m in modules), "-k", _POOL_PATHS, on=f"psycopg-pool=={floor}"
+    )
+
+
+#: The contract tests run on the lowest pool (every fault and any-loop test matches it too).
+_POOL_PATHS = " or ".join(
+    (
+        "not TestPostgres",  # the fault and any-loop modules' own tests
+        "round_trip",
+        "concurrent",
+        "cancelled",
+        "deadline",
+        "threads_each_with_its_own_event_loop",
+        "durable",
+        "erase_removes",
+        "remember_acknowledges",
+        "health_probe",
+        "close_after",
+    )
+)
