@@ -90,6 +90,11 @@ class _DocumentWrite:
     def tenant(self) -> str:
         return self.owner.tenant
 
+    @property
+    def scopes(self) -> tuple[str, str | None, tuple[str, ...]]:
+        owner = self.owner
+        return owner.tenant, owner.user, () if owner.session is None else (owner.session,)
+
     def covers(self, target: EraseTarget) -> bool:
         return target.covers_owner(self.owner)
 

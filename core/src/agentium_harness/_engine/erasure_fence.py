@@ -55,6 +55,7 @@ from .._observe import spans as observe
 from .._ports.erasure import EraseTarget, ErasureLedger, ErasureRecord
 from .._ports.sessions import SessionStore
 from .._scope import SessionKey
+from .erasure_index import joined_covering
 from .erasure_ledger import joined_since, ledger_of, load_ledger, pending_key
 from .lifecycle import Ticket
 
@@ -90,12 +91,22 @@ class FencedWrite(Protocol):
         """The tenant whose erasure ledger is read."""
         ...
 
+    @property
+    def scopes(self) -> tuple[str, str | None, tuple[str, ...]]:
+        """Its tenant, user (``None``: tenant-wide) and the sessions whose erasures may take it."""
+        ...
+
     def covers(self, target: EraseTarget) -> bool:
         """True if an erasure of ``target`` takes what is written."""
         ...
 
     async def finished(self, ticket: Ticket, store: SessionStore) -> Sequence[ErasureRecord]:
-        """The tenant's finished erasures that may cover the write (filtered by :meth:`covers` after)."""
+        """The tenant's finished erasures that may cover the write (filtered by :meth:`covers` after).
+
+        Every one its scopes ever had: read only by :meth:`ErasureFence.covering_after` (a fence
+        gained after the write's first reads, no revision to stop at); :meth:`ErasureFence.covering_since`
+        reads the chains of :attr:`scopes` newest first instead.
+        """
         ...
 
     def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
@@ -182,6 +193,9 @@ class ErasureFence:
 
         A finished one without a join record counts if it completed since
         ``seen.at`` less :data:`CLOCK_MARGIN_S`, by the two processes' clocks.
+        The finished ones are read newest first, each scope's chain to its
+        first entry that joined before ``seen`` (:func:`.erasure_index.joined_covering`):
+        the cost does not grow with the erasures the write's scopes had.
         """
         ticket = self._ticket()
         write = seen.write
@@ -192,14 +206,26 @@ class ErasureFence:
         if revision == seen.revision:
             return None  # no erasure of the tenant began or ended meanwhile
         since = seen.at - timedelta(seconds=CLOCK_MARGIN_S)
-        covering = [r for r in await write.finished(ticket, self.store) if write.covers(r.target)]
-        # Newest first (by their own clocks: only the order of the reads depends on it, never whether
-        # the write is taken back): the one likeliest to have joined since is read first.
-        for record in sorted(covering, key=_when, reverse=True):
+
+        async def judge(record: ErasureRecord) -> bool | None:
             joined = await joined_since(ticket, self.store, record, seen.revision)
-            if joined is None:
-                joined = _when(record) >= since  # no join record (an earlier version's): the clock
-            if joined:
+            if joined is None and write.covers(record.target) and _when(record) >= since:
+                return True  # no join record (an earlier version's): the clock counts it
+            return joined
+
+        try:
+            # Each scope's chain newest first, to its first entry that joined before ``seen``: no erasure
+            # listed before that one can have joined since (:func:`.erasure_index.joined_covering`).
+            return await joined_covering(ticket, self.store, write.scopes, write.covers, judge)
+        except SessionStoreError:
+            # Past the read cap (an earlier version's chain: no join records, no marks), a damaged
+            # mark, or a failed read: every covering erasure the scopes had, judged as before, rather
+            # than leave the write standing unchecked (a store that keeps failing fails this too).
+            pass
+        covering = [r for r in await write.finished(ticket, self.store) if write.covers(r.target)]
+        # Newest first (by their own clocks: only the order of the reads depends on it).
+        for record in sorted(covering, key=_when, reverse=True):
+            if await judge(record):
                 return record
         return None
 

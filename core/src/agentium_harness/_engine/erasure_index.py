@@ -20,9 +20,10 @@ it (but for a scope chain whose pages an earlier version moved: its moves
 read back up to :data:`MAX_CHAIN_PAGES_READ` pages until they mark them,
 :func:`_mark_before`), and no record grows past what a store can read or write.
 
-The checks on a run's path (the commit and turn fences, recall's) read
-the chains newest first and stop at the entry that settles them
-(:func:`last_whole_erasures`, :func:`last_covering_erasures`): their cost
+The checks on a run's path (the commit and turn fences, recall's) and a
+fenced memory write's or document index's second read read the chains
+newest first and stop at the entry that settles them (:func:`last_whole_erasures`,
+:func:`last_covering_erasures`, :func:`joined_covering`): their cost
 does not grow with the erasures before it, and past
 :data:`MAX_CHAIN_PAGES_READ` pages of one scope's chain they fail
 closed. That relies on each chain listing overlapping erasures in the
@@ -53,9 +54,9 @@ from .._ports.recall_sources import SourceOwner
 from .._ports.sessions import SessionStore
 from .._scope import SessionKey
 from .erasure_ledger import (
+    as_they_ran,
     header,
     index_key,
-    joined_after,
     joined_since,
     load_ledger,
     pending_key,
@@ -70,6 +71,7 @@ __all__ = [
     "finished_covering",
     "finished_covering_fact",
     "finished_covering_owner",
+    "joined_covering",
     "last_covering_erasures",
     "last_whole_erasures",
     "tenant_index_head",
@@ -168,10 +170,9 @@ async def finished_covering(
 async def finished_covering_fact(
     ticket: Ticket, store: SessionStore, scope: MemoryScope, provenance: Sequence[GroupRef]
 ) -> tuple[ErasureRecord, ...]:
-    """The headers of the finished erasures covering a memory fact (:meth:`EraseTarget.covers_fact`).
+    """The finished erasures covering a memory fact (:meth:`EraseTarget.covers_fact`), every page read.
 
-    Reads the chains of its tenant, its user and each session its provenance
-    names (and the pages an earlier version's tenant head holds).
+    The chains of its tenant, its user and each session its provenance names.
     """
     sessions = sorted({ref.session for ref in provenance})
     found = await _scoped(ticket, store, scope.tenant, scope.user, sessions)
@@ -181,41 +182,89 @@ async def finished_covering_fact(
 async def finished_covering_owner(
     ticket: Ticket, store: SessionStore, owner: SourceOwner
 ) -> tuple[ErasureRecord, ...]:
-    """The headers of the finished erasures covering a host document of ``owner`` (:meth:`covers_owner`).
+    """The finished erasures covering a host document of ``owner`` (:meth:`covers_owner`), every page read.
 
-    Reads the chains of its tenant and, when the owner names them, its user
-    and its session (a document owned tenant-wide is taken by tenant
-    erasures only), and the pages an earlier version's tenant head holds.
+    The chains of its tenant and, when the owner names them, its user and
+    its session (a document owned tenant-wide: tenant erasures only).
     """
     sessions = () if owner.session is None else (owner.session,)
     found = await _scoped(ticket, store, owner.tenant, owner.user, sessions)
     return tuple(r for r in found if r.target.covers_owner(owner))
 
 
+async def joined_covering(
+    ticket: Ticket,
+    store: SessionStore,
+    write: tuple[str, str | None, Sequence[str]],
+    covers: Callable[[EraseTarget], bool],
+    joined: Callable[[ErasureRecord], Awaitable[bool | None]],
+) -> ErasureRecord | None:
+    """A finished erasure that ``covers`` a write and joined the ledger since its first read; else ``None``.
+
+    ``write``: its tenant, user and the sessions whose erasures take it (the
+    chains :func:`finished_covering_fact` and :func:`finished_covering_owner`
+    read). ``joined`` says of an entry whether it joined since that read
+    (``None``: not known; the fence says ``True`` of a covering one its
+    clock rule counts). Every erasure of one scope's chain overlaps every
+    other (:func:`.lifecycle.overlaps`): they ran one after another and the
+    chain lists them so (:func:`_add`). So each chain is read newest first
+    (:func:`_newest_first`, capped) and stops at its first entry that joined
+    before the read, covering or not (retention's): every entry listed
+    before it joined before it. Its pages answer from their mark (the
+    newest covering entry on them) unless that one's join is not known. The
+    tenant's legacy entries stop scope by scope. One join record per entry
+    read (each once), not one per erasure the write's scopes ever had.
+    """
+    tenant, user, sessions = write
+    wanted = {_scope_chain("tenant")}
+    if user is not None:
+        wanted |= {_scope_chain("user", user), *(_scope_chain("session", user, s) for s in sessions)}
+    verdicts: dict[str, bool | None] = {}
+    found: list[ErasureRecord] = []
+
+    async def judge(record: ErasureRecord) -> bool | None:
+        if record.erasure_id not in verdicts:
+            verdicts[record.erasure_id] = await joined(record)
+        verdict = verdicts[record.erasure_id]
+        if verdict and covers(record.target):
+            found.append(record)
+        return verdict
+
+    scopes, settled = wanted, set[str]()  # the scopes the chain read now lists, and those it settled
+
+    async def settles(record: ErasureRecord) -> bool:
+        scope = _chain_of(record.target)
+        if scope not in scopes or scope in settled:
+            return False  # another scope's (the tenant's legacy entries), or one settled already
+        if await judge(record) is False:
+            settled.add(scope)
+        return bool(found) or settled == scopes
+
+    async def on_pages(whole: ErasureRecord | None) -> bool:
+        return whole is None or await judge(whole) is False or bool(found)
+
+    for chain, head, pages in await _chain_heads(ticket, store, tenant, user, sessions):
+        scopes, settled = (wanted if chain == _TENANT_CHAIN else {chain}), set()
+        await _newest_first(ticket, store, tenant, chain, head, pages, settles, on_pages)
+        if found:
+            return found[0]
+    return None
+
+
 async def _scoped(
     ticket: Ticket, store: SessionStore, tenant: str, user: str | None, sessions: Sequence[str]
 ) -> tuple[ErasureRecord, ...]:
-    """The finished erasures of the tenant's, the user's and these sessions' chains (each once).
+    """The finished erasures of the tenant's, the user's and these sessions' chains (each once), whole.
 
-    Without a user, only the tenant's chain (no user's or session's erasure takes what it owns).
+    Without a user, only the tenant's chain (no user's or session's erasure
+    takes what it owns). First the tenant's head with the pages holding an
+    earlier version's entries, then each scope's chain, each oldest first.
     """
-    return _once([r for chain in await _scoped_chains(ticket, store, tenant, user, sessions) for r in chain])
-
-
-async def _scoped_chains(
-    ticket: Ticket, store: SessionStore, tenant: str, user: str | None, sessions: Sequence[str]
-) -> list[list[ErasureRecord]]:
-    """What :func:`_scoped` reads, chain by chain, each in the order its erasures completed.
-
-    First the tenant's head with the pages holding an earlier version's
-    entries (a part of the tenant's chain, in its order), then each scope's.
-    """
-    read: list[list[ErasureRecord]] = []
+    read: list[ErasureRecord] = []
     for chain, head, pages in await _chain_heads(ticket, store, tenant, user, sessions):
-        found = await _read_pages(ticket, store, tenant, chain, pages)
-        found.extend(head.records)
-        read.append(found)
-    return read
+        read.extend(await _read_pages(ticket, store, tenant, chain, pages))
+        read.extend(head.records)
+    return _once(read)
 
 
 async def last_whole_erasures(
@@ -274,7 +323,7 @@ async def last_covering_erasures(
 ) -> tuple[ErasureRecord, ...]:
     """The last finished erasure of each scope of session ``key`` (its tenant, user, itself): headers.
 
-    In the order they ran (:func:`_as_they_ran`: by their join records, not
+    In the order they ran (:func:`.erasure_ledger.as_they_ran`: by their join records, not
     the clocks of the processes that completed them; at most one more
     small read each). A host document an erasure can take is
     owned by the tenant, a user or a session (:meth:`EraseTarget.covers_owner`),
@@ -291,26 +340,7 @@ async def last_covering_erasures(
         await _newest_first(ticket, store, key.tenant, chain, head, pages, scopes.settles, scopes.on_pages)
         for record in scopes.last.values():
             found.setdefault(record.erasure_id, record)
-    return await _as_they_ran(ticket, store, tuple(found.values()))
-
-
-async def _as_they_ran(
-    ticket: Ticket, store: SessionStore, records: tuple[ErasureRecord, ...]
-) -> tuple[ErasureRecord, ...]:
-    """``records`` (erasures covering one session: they ran one after another) in the order they ran.
-
-    By the ``pending`` revision each joined after (its join record, one
-    small read each): the store's, exact whatever the clocks of the
-    processes that completed them said. When one has none (an earlier
-    version's erasure, or a damaged record), by their clocks, as before.
-    """
-    by_clock = tuple(sorted(records, key=lambda r: r.completed_at or r.started_at))
-    if len(records) < 2:
-        return by_clock
-    joined = {r.erasure_id: await joined_after(ticket, store, r) for r in records}
-    if any(revision is None for revision in joined.values()):
-        return by_clock
-    return tuple(sorted(records, key=lambda r: joined[r.erasure_id] or 0))
+    return await as_they_ran(ticket, store, tuple(found.values()))
 
 
 class _LastOfEachScope:
@@ -337,7 +367,7 @@ class _LastOfEachScope:
 async def _chain_heads(
     ticket: Ticket, store: SessionStore, tenant: str, user: str | None, sessions: Sequence[str]
 ) -> list[tuple[str, ErasureLedger, int]]:
-    """The heads of the chains :func:`_scoped_chains` reads, each with the last page to read after it.
+    """The heads of the chains :func:`_scoped` reads, each with the last page to read after it.
 
     The tenant's ``index`` first, with the pages holding an earlier
     version's entries only (its later pages are in the scopes' chains too).

@@ -46,6 +46,7 @@ from .._validators import exact_int, shown_number
 from .lifecycle import Ticket, covers
 
 __all__ = [
+    "as_they_ran",
     "index_key",
     "joined_after",
     "joined_key",
@@ -298,3 +299,22 @@ def header(record: ErasureRecord) -> ErasureRecord:
         stores=record.stores,
         notes=record.notes,
     )
+
+
+async def as_they_ran(
+    ticket: Ticket, store: SessionStore, records: tuple[ErasureRecord, ...]
+) -> tuple[ErasureRecord, ...]:
+    """``records`` (erasures covering one session: they ran one after another) in the order they ran.
+
+    By the ``pending`` revision each joined after (its join record, one
+    small read each): the store's, exact whatever the clocks of the
+    processes that completed them said. When one has none (an earlier
+    version's erasure, or a damaged record), by their clocks, as before.
+    """
+    by_clock = tuple(sorted(records, key=lambda r: r.completed_at or r.started_at))
+    if len(records) < 2:
+        return by_clock
+    joined = {r.erasure_id: await joined_after(ticket, store, r) for r in records}
+    if any(revision is None for revision in joined.values()):
+        return by_clock
+    return tuple(sorted(records, key=lambda r: joined[r.erasure_id] or 0))

@@ -149,6 +149,10 @@ class _FactWrite:
     def tenant(self) -> str:
         return self.scope.tenant
 
+    @property
+    def scopes(self) -> tuple[str, str | None, tuple[str, ...]]:
+        return self.scope.tenant, self.scope.user, tuple(sorted({ref.session for ref in self.provenance}))
+
     def covers(self, target: EraseTarget) -> bool:
         return target.covers_fact(self.scope, self.provenance)
 

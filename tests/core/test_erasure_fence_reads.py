@@ -1,0 +1,208 @@
+"""A memory write's and a document index's second erasure read stays bounded, whatever came before.
+
+After a fenced write, when the tenant's ledger moved since its first read,
+the fence asks whether a finished erasure covering the write joined the
+ledger since (:meth:`.ErasureFence.covering_since`). It used to read every
+page of the tenant's, the user's (and each named session's) index chains
+and one join record per covering erasure: the cost of one write grew with
+every erasure its user ever had. Each chain is now read newest first and
+stops at the first entry that joined before the write's first read (every
+entry listed before it joined before it): the reads stay the same after 10
+erasures of the user or 100 (counted as store loads, never timed), and an
+erasure that joined during the write still takes it back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from _erasure_records import as_earlier_versions, joined_record
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureInProgressError,
+    ErasureKind,
+    MemoryFact,
+    MemoryLimits,
+    MemoryManager,
+    MemoryScope,
+    OperatorAttestation,
+    SeqRange,
+    SessionKey,
+    SourceOwner,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._engine import erasure_index
+from agentium_harness._engine.document_fence import index_document_fenced
+from agentium_harness._engine.erasure_api import run_erasure
+from agentium_harness._engine.erasure_fence import ErasureFence
+from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness._engine.memory_fence import _FactWrite, fence_memory
+from agentium_harness._ports.memory import GroupRef
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, OpContext, SourceRef
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+ANA = MemoryScope("acme", "ana")
+ANA_DOC = SourceOwner("acme", "ana")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
+TEXT = "Ana's VPN certificate expires on March 3rd"
+USER = EraseTarget.user("acme", "ana")
+BOB = EraseTarget.user("acme", "bob")  # another user's: moves the ledger, erases nothing of ana's
+
+
+class _Counted(InMemorySessionStore):
+    """Counts the loads of the erasure index's chains and of the erasures' join records."""
+
+    loads = 0
+
+    async def load(self, key: SessionKey, ctx: Any) -> Any:
+        if key.tenant == ERASURE_RECORDS_TENANT and key.session.startswith(("by-", "index", "j-")):
+            self.loads += 1
+        return await super().load(key, ctx)
+
+
+class _World:
+    """An eraser runtime and a fenced writer on one session store; ``during`` runs inside the next write."""
+
+    def __init__(self) -> None:
+        self.during: Any = None
+        self.sessions = _Counted()
+        world = self
+
+        class Facts(InMemoryMemoryStore):
+            async def remember(self, fact: MemoryFact, ctx: OpContext) -> Any:
+                await world.run_during()
+                return await super().remember(fact, ctx)
+
+        class Recall(InMemoryRecallStore):
+            async def index_document(
+                self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
+            ) -> SourceRef:
+                await world.run_during()
+                ref: SourceRef = await super().index_document(owner, doc_id, text, ctx, title=title)
+                return ref
+
+        provider = ScriptedProvider(replies=["noted"], cycle=True)
+        facts, self.recall = Facts(), Recall()
+        self.eraser = create_harness_runtime(
+            provider=provider, archive=InMemoryArchive(), session_store=self.sessions, recall=self.recall
+        )
+        self.manager = MemoryManager(facts, limits=MemoryLimits(op_timeout_s=30.0))
+        fence_memory(self.manager, self.sessions, 30.0)
+
+    async def run_during(self) -> None:
+        during, self.during = self.during, None
+        if during is not None:
+            await self.eraser.erase(during, reason="dsr", attestation=OPERATOR)
+            self.sessions.loads = 0  # from here on: the write's second read
+
+    async def write(self, what: str, during: EraseTarget) -> tuple[bool, int]:
+        """Ana's fact or document, ``during`` erased inside the write: (kept?, its second read's loads)."""
+        self.during = during
+        try:
+            if what == "fact":
+                await self.manager.remember(MemoryFact(ANA, TEXT))
+            else:
+                fence = ErasureFence(self.sessions, 30.0)
+                await index_document_fenced(
+                    fence, Ticket(None, "test", 30.0), self.recall, ANA_DOC, "v.md", TEXT
+                )
+        except ErasureInProgressError:
+            return False, self.sessions.loads
+        return True, self.sessions.loads
+
+
+@pytest.mark.parametrize("what", ["fact", "document"])
+@pytest.mark.parametrize(("during", "kept"), [(BOB, True), (USER, False)], ids=["bob", "ana"])
+async def test_a_writes_second_read_is_the_same_after_10_or_100_erasures_of_its_user(
+    monkeypatch: pytest.MonkeyPatch, what: str, during: EraseTarget, kept: bool
+) -> None:
+    # Four headers a page: 100 erasures make 25 pages of the user's chain (as 1,600 would at 64).
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    reads = []
+    for count in (10, 100):
+        world = _World()
+        async with world.eraser:
+            with anyio.fail_after(30):
+                for _ in range(count):
+                    await world.eraser.erase(USER, reason="dsr", attestation=OPERATOR)
+                outcome, loads = await world.write(what, during)
+        # Ana's erasures all joined before the write's first read: bob's during it leaves it; hers
+        # during it takes it back (the newest entry of her chain).
+        assert outcome is kept
+        reads.append(loads)
+    # The heads of the tenant's index and of the tenant's and ana's chains, and one join record: the
+    # newest of ana's erasures (joined before the first read: it settles; during the write: found).
+    assert reads == [4, 4], reads
+
+
+@pytest.mark.parametrize(("during", "kept"), [("bob", True), ("s1", False)])
+async def test_a_facts_second_read_stops_at_the_sessions_retention_erasures(
+    monkeypatch: pytest.MonkeyPatch, during: str, kept: bool
+) -> None:
+    # A fact sourced from s1, whose chain holds one erasure of the whole session under 100 retention
+    # erasures (25 pages, past a cap of 3): the newest entry joined before the first read settles it.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
+    world = _World()
+    key = SessionKey("acme", "ana", "s1")
+    async with world.eraser:
+        with anyio.fail_after(30):
+            await world.eraser.erase(
+                EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR
+            )
+            for _ in range(100):
+                groups = EraseTarget.groups_of(key, [SeqRange(0, 1)])
+                await run_erasure(world.eraser, groups, "retention", OPERATOR, ErasureKind.RETENTION)
+            write = _FactWrite(ANA, (GroupRef("s1", 0, "sha256:" + "d" * 64),))
+            fence = ErasureFence(world.sessions, 30.0)
+            seen = await fence.check(write)
+            world.during = BOB if during == "bob" else EraseTarget.session("acme", "ana", "s1")
+            await world.run_during()
+            found = await fence.covering_since(seen)
+    assert (found is None) is kept
+    # The four heads (the tenant's index, the tenant's, ana's and s1's chains) and one join record.
+    assert world.sessions.loads == 4 + 1, world.sessions.loads
+
+
+async def test_an_earlier_versions_chain_past_the_cap_is_still_read_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # s1 erased whole, then 20 retention erasures, all as an earlier version ran them: no join
+    # records, pages moved with no mark (11 pages of two, past a cap of 3). Nothing settles the
+    # newest-first read: the fence reads every covering erasure, as it did, and the erasure of s1
+    # (no join record, completed just now by the clocks) takes the fact back, as it did.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
+
+    async def no_mark(*args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(erasure_index, "_mark_pages", no_mark)
+    world = _World()
+    key = SessionKey("acme", "ana", "s1")
+    async with world.eraser:
+        with anyio.fail_after(30):
+            with as_earlier_versions(monkeypatch):
+                whole = await world.eraser.erase(
+                    EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR
+                )
+                for _ in range(20):
+                    groups = EraseTarget.groups_of(key, [SeqRange(0, 1)])
+                    await run_erasure(world.eraser, groups, "retention", OPERATOR, ErasureKind.RETENTION)
+            assert await joined_record(world.sessions, "acme", whole.record.erasure_id) is None
+            write = _FactWrite(ANA, (GroupRef("s1", 0, "sha256:" + "d" * 64),))
+            fence = ErasureFence(world.sessions, 30.0)
+            seen = await fence.check(write)
+            world.during = BOB
+            await world.run_during()
+            found = await fence.covering_since(seen)
+    assert found is not None and found.erasure_id == whole.record.erasure_id
