@@ -206,3 +206,29 @@ async def test_an_earlier_versions_chain_past_the_cap_is_still_read_whole(
             await world.run_during()
             found = await fence.covering_since(seen)
     assert found is not None and found.erasure_id == whole.record.erasure_id
+
+
+async def test_an_erasure_of_the_session_under_retention_erasures_since_the_first_read_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # During the write: s1 erased whole, then 7 retention erasures of it (two headers a page: the
+    # whole-session erasure is on the pages). The walk goes on past entries that joined since but
+    # take no fact, and the pages' mark names the erasure that does: it takes the fact back.
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
+    world = _World()
+    key = SessionKey("acme", "ana", "s1")
+    groups = EraseTarget.groups_of(key, [SeqRange(0, 1)])
+    async with world.eraser:
+        with anyio.fail_after(30):
+            for _ in range(5):  # before the write: joined before its first read
+                await run_erasure(world.eraser, groups, "retention", OPERATOR, ErasureKind.RETENTION)
+            write = _FactWrite(ANA, (GroupRef("s1", 0, "sha256:" + "d" * 64),))
+            fence = ErasureFence(world.sessions, 30.0)
+            seen = await fence.check(write)
+            whole = await world.eraser.erase(
+                EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR
+            )
+            for _ in range(7):
+                await run_erasure(world.eraser, groups, "retention", OPERATOR, ErasureKind.RETENTION)
+            found = await fence.covering_since(seen)
+    assert found is not None and found.erasure_id == whole.record.erasure_id
