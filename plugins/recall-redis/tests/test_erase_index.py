@@ -266,3 +266,34 @@ async def test_only_a_write_to_an_empty_tenant_marks_it_indexed(
         assert b"qolddoc" not in repr(await key_space(admin, tp)).encode()
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("damaged", [("is",), ("ir",), ("is", "ir")])
+async def test_a_walk_that_left_an_entry_out_does_not_mark_the_tenant(
+    server: ServerProcess, admin: aioredis.Redis, damaged: tuple[str, ...]
+) -> None:
+    # The walk's backfill leaves an index key of another type alone. It marked the tenant all the same,
+    # so once the key was repaired (deleted), ana's erasure trusted an index lacking her entries: with
+    # both keys, her document stayed, the erase reporting complete (with "is" alone, her tombstone).
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await store.index_document(ANA, "old", "qleftout text", _ctx())
+        await store.index_document(ANA, "gone", "qleftgone text", _ctx())
+        assert await store.delete_document(ANA, "gone", _ctx())
+        await store.index_document(SourceOwner("acme", "bob"), "b", "qbobleft text", _ctx())
+        await admin.delete(*_strip_index(await key_space(admin, tp)))  # written before the index
+        for kind in damaged:
+            await admin.set(f"{tp}:{kind}:ana/s1/", "junk")
+        report = await store.erase(EraseTarget.user("acme", "bob"), _ctx())  # walks the whole tenant
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+        assert await admin.exists(f"{tp}:ixm") == 0  # the walk left ana/s1's entries out
+        await admin.delete(*(f"{tp}:{kind}:ana/s1/" for kind in damaged))  # the damage repaired
+        reports = await _erase_fully(store, EraseTarget.session("acme", "ana", "s1"))
+        assert sum(r.count("document") for r in reports) == 1
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"qleftout" not in left and b"/s1/~/~/gone" not in left and b"/s1/~/~/old" not in left
+        assert await admin.get(f"{tp}:ixm") == b"1"  # that walk filled the index whole
+    finally:
+        await store.aclose()

@@ -99,7 +99,7 @@ from .erase_scripts import (
     TENANT_DROP,
     scan_page,
 )
-from .erase_sweep import MINE, SWEEP, VOUCHED, Swept, noted, sweep_rows
+from .erase_sweep import MINE, SWEEP, VOUCHED, Backfill, Swept, noted, sweep_rows
 from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import Command, Link, as_text
@@ -296,7 +296,7 @@ ERASE_SCRIPTS: Final = (
 
 
 async def _scan_sids(
-    store: EraseOps, prefix: str, target: EraseTarget, want: int, ctx: OpContext, *, backfill: bool
+    store: EraseOps, prefix: str, target: EraseTarget, want: int, ctx: OpContext, *, backfill: Backfill | None
 ) -> tuple[list[str], list[str], bool]:
     """The target's current sources (at most ``want``) and deletion tombstones, from ``P:rev``.
 
@@ -435,8 +435,9 @@ async def _erase_fenced(
     # (erase_index); any other walks the tenant, backfilling the index as it goes (a real erase only).
     okp = index_prefix(target)
     source = f"ir:{okp}" if okp and await indexed(store, prefix, okp, ctx) else ""
-    fill = not dry_run and bool(okp) and not source  # a tenant target's walk empties the index anyway
-    mode = "b" if fill else ("p" if source and not dry_run else "")
+    # (A tenant target's walk empties the index anyway.) A walk that left an entry out marks nothing.
+    fill = Backfill() if not dry_run and okp and not source else None
+    mode = "b" if fill is not None else ("p" if source and not dry_run else "")
     if target.groups:
         rows, more = await _group_sids(store, prefix, target, max_items, ctx)
         tombs: list[str] = []
@@ -472,9 +473,9 @@ async def _erase_fenced(
     if not more:
         # The second pass: rows of the target no index leads to (see erase_sweep), erased by number.
         swept, more = await sweep_rows(
-            store, prefix, target, max_items - len(rows), (), ctx, source=source, mode=mode
+            store, prefix, target, max_items - len(rows), (), ctx, source=source, mode=mode, fill=fill
         )
-        if walked and okp and not more:  # every id and row of the tenant is listed now (erase_index)
+        if walked and fill and fill.complete and not more:  # every id and row is listed now (erase_index)
             await mark_indexed(store, prefix, ctx)
         if swept:
             by_number = [(row.sid, row.okey, row.n) for row in swept]

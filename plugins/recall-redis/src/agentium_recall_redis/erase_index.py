@@ -34,7 +34,9 @@ the walk was listed by it, and every one written meanwhile by its write.
 Until then nothing trusts the index, so an erasure never misses a source
 written before it existed. A key of the index holding another type (damage)
 fails the target's erasure before it lists anything (nothing erased) and
-refuses its owner's writes (nothing written): never read as empty.
+refuses its owner's writes (nothing written): never read as empty. A walk
+whose backfill met one left its entries out, so it does not mark the tenant
+(:class:`~agentium_recall_redis.erase_sweep.Backfill`).
 """
 
 from __future__ import annotations

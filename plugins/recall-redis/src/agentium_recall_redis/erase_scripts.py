@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentium_harness.plugin_api import OpContext
 
-from .erase_sweep import MINE, VOUCHED
+from .erase_sweep import MINE, VOUCHED, Backfill
 from .errors import RedisRecallError
 from .link import as_text
 from .lua import CHECK, IX, Script
@@ -74,15 +74,19 @@ for i = 1, #fields, 2 do
   end
 end
 -- Backfill (ARGV[6]: the tenant prefix P, "" for none): every id of the page, current or deleted, goes
--- into the erasure index's id sets of its user and session, in this same call (a key of another type is
--- left alone: the tenant is then never marked indexed, see erase_index).
+-- into the erasure index's id sets of its user and session, in this same call. A key of another type is
+-- left alone, and the cursor then ends in '*': that walk must not mark the tenant indexed (erase_index).
 if ARGV[6] ~= '' then
   for i = 1, #fields, 2 do
     if #fields[i] <= cap then
       for _, key in ipairs(ix_keys(ARGV[6], 'is', '', fields[i])) do
         local t = redis.call('TYPE', key)
         t = t['ok'] or t
-        if t == 'zset' or t == 'none' then redis.call('ZADD', key, 0, fields[i]) end
+        if t == 'zset' or t == 'none' then
+          redis.call('ZADD', key, 0, fields[i])
+        else
+          out[1] = page[1] .. '*'
+        end
       end
     end
   end
@@ -270,7 +274,7 @@ def checked_page(reply: Reply) -> list[bytes]:
 
 
 async def scan_page(
-    store: EraseOps, prefix: str, cursor: str, ctx: OpContext, *, backfill: bool = False
+    store: EraseOps, prefix: str, cursor: str, ctx: OpContext, *, backfill: Backfill | None = None
 ) -> tuple[str, list[bytes]]:
     """One page of ``P:rev`` from ``cursor``: (the next cursor, sid and mark pairs), each reply bounded.
 
@@ -278,13 +282,22 @@ async def scan_page(
     fields, :data:`SCAN_REPLY_CAP` bytes) is asked again from the same cursor with a smaller ``COUNT``;
     one still too large at ``COUNT`` 1 (a small-encoded hash, which comes back whole, grown past any the
     store writes) fails the erase closed: ``RedisRecallError``, nothing erased. With ``backfill`` the
-    page's ids go into the erasure index's id sets in the same call (:mod:`.erase_index`).
+    page's ids go into the erasure index's id sets in the same call (:mod:`.erase_index`), and it records
+    whether the page left one out (an index key of another type).
     """
     count = _SCAN_PAGE
     while True:
-        args: list[Arg] = [cursor, count, FIELD_CAP, SCAN_REPLY_CAP, _SCAN_MOST, prefix if backfill else ""]
+        args: list[Arg] = [
+            cursor,
+            count,
+            FIELD_CAP,
+            SCAN_REPLY_CAP,
+            _SCAN_MOST,
+            "" if backfill is None else prefix,
+        ]
         reply = checked_page(await store.script(REV_SCAN, [f"{prefix}:rev"], args, ctx, "recall erase"))
         head = as_text(reply[0])
+        head = head if backfill is None else backfill.read(head)
         if head != "!":
             if not head.isdigit() or len(reply) % 2 != 1:
                 raise RedisRecallError(

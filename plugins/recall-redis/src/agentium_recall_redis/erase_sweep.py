@@ -71,6 +71,7 @@ __all__ = [
     "SWEEP_PAGE",
     "SWEEP_REPLY_CAP",
     "VOUCHED",
+    "Backfill",
     "Swept",
     "judge",
     "noted",
@@ -78,6 +79,26 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agentium.plugins.recall_redis")
+
+
+@attrs.define(slots=True)
+class Backfill:
+    """A walk filling the erasure index (:mod:`.erase_index`): whether every entry it met went in.
+
+    A page that met an index key of another type (damage) left its entries out: ``complete`` goes
+    ``False`` and the walk must not mark the tenant indexed, or once that key was repaired (deleted) the
+    owner's erasure would trust an index lacking them and miss their sources.
+    """
+
+    complete: bool = True
+
+    def read(self, head: str) -> str:
+        """``head`` (a page's first reply element) without the ``*`` a page that left an entry out adds."""
+        if head.endswith("*"):
+            self.complete = False
+            return head[:-1]
+        return head
+
 
 #: Row numbers one ``SWEEP`` call reads.
 SWEEP_PAGE: Final = 1024
@@ -121,7 +142,8 @@ end
 #: lower value, or deleted). With source ``ir:<prefix>`` (an indexed tenant,
 #: :mod:`agentium_recall_redis.erase_index`), the next ``page`` members of that row set of the erasure
 #: index only. Mode "b" (backfill) adds each row of the page to the erasure index's row sets of its owner
-#: key and id; mode "p" (prune) takes a member without a row out of the source set; "" writes nothing.
+#: key and id (one of another type is left alone, and the reply's first element then ends in ``*``);
+#: mode "p" (prune) takes a member without a row out of the source set; "" writes nothing.
 #: Returns {the row number to go on from ("0": no row left), then per row of the page with a row hash
 #: whose owner key starts with the owner-key prefix or whose id starts with an id prefix: n, owner key,
 #: id, seq, digest (as ``vouched``), filed ("1" when the tenant's bucket map ``P:bk`` files the owner key
@@ -178,6 +200,11 @@ elseif kind_of(listing) == 'zset' then
 end
 local out = {rest}
 local size = 16 + #rest
+local left = false  -- a backfill that left a row out (an index key of another type): '*' on the reply's head
+local function reply()
+  if left then out[1] = out[1] .. '*' end
+  return out
+end
 local function field(key, name, limit)
   if redis.call('HSTRLEN', key, name) > limit then return '' end
   return redis.call('HGET', key, name) or ''
@@ -193,7 +220,7 @@ for i, n in ipairs(page) do
     if mode == 'b' then  -- backfill: the row into the erasure index's row sets of its owner key and id
       for _, set in ipairs(ix_keys(P, 'ir', o, sid)) do
         local t = kind_of(set)
-        if t == 'zset' or t == 'none' then redis.call('ZADD', set, n, n) end
+        if t == 'zset' or t == 'none' then redis.call('ZADD', set, n, n) else left = true end
       end
     end
     local ours = starts(o, okp)
@@ -205,14 +232,14 @@ for i, n in ipairs(page) do
       for _, v in ipairs(row) do bytes = bytes + 16 + #v end
       if #out > 1 and size + bytes > rcap then
         out[1] = at[i]  -- full: the next call goes on from this row
-        return out
+        return reply()
       end
       size = size + bytes
       for _, v in ipairs(row) do out[#out + 1] = v end
     end
   end
 end
-return out
+return reply()
 """,
 )
 
@@ -315,6 +342,7 @@ async def sweep_rows(
     *,
     source: str = "",
     mode: str = "",
+    fill: Backfill | None = None,
 ) -> tuple[list[Swept], bool]:
     """Rows of ``target`` left in the tenant (at most ``want``), and whether more were seen past it.
 
@@ -324,7 +352,8 @@ async def sweep_rows(
     of :data:`SWEEP_PAGE` rows at a time, each reply at most
     :data:`SWEEP_REPLY_CAP` bytes (a full one is resumed where it stopped). With ``source``
     (``ir:<prefix>``) it reads that row set of the erasure index instead, and ``mode`` backfills or
-    prunes the index as it goes (``SWEEP``; :mod:`.erase_index`).
+    prunes the index as it goes (``SWEEP``; :mod:`.erase_index`); a backfill records in ``fill`` whether
+    it left a row out.
     """
     okp, sid_prefixes = _prefixes(target)
     skipped = set(skip)
@@ -335,7 +364,8 @@ async def sweep_rows(
         args.extend(sid_prefixes)
         await store.renew(ctx)  # keeps a long erase call's fence up (a dry run's: nothing)
         reply = await store.script(SWEEP, [f"{prefix}:n"], args, ctx, "recall erase")
-        resume, rows = int(as_text(reply[0])), [as_text(v) for v in reply[1:]]
+        head = as_text(reply[0])
+        resume, rows = int(head if fill is None else fill.read(head)), [as_text(v) for v in reply[1:]]
         for i in range(0, len(rows) - 5, 6):
             n = rows[i]
             if n in skipped:
