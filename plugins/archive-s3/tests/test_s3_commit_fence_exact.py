@@ -30,11 +30,10 @@ from agentium_harness import (
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import (
     ERASURE_RECORDS_TENANT,
-    ModelRequest,
-    ModelResponse,
     OpContext,
     SessionKey,
 )
+from agentium_harness.testing.erasure_races import HeldProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -44,20 +43,7 @@ OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
 TURN = "a new session's first turn"
 
 
-class _Held(ScriptedProvider):
-    """Answers at once, except the armed call, which waits for ``release`` after saying it started."""
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.armed = False
-        self.started, self.release = anyio.Event(), anyio.Event()
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        if self.armed:
-            self.armed = False
-            self.started.set()
-            await self.release.wait()
-        return await super().complete(request, ctx)
+_Held = HeldProvider
 
 
 def _runtime(provider: Any, config: S3Config) -> Any:

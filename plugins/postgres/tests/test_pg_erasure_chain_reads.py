@@ -15,11 +15,11 @@ timed.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import anyio
 import pytest
-from pg_race import Held
 
 from agentium_harness import (
     EraseTarget,
@@ -34,7 +34,8 @@ from agentium_harness._engine import erasure_index
 from agentium_harness._engine.erasure_api import run_erasure
 from agentium_harness._engine.recall_readback import SessionGroups
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, Scope, SessionKey, SessionSnapshot
+from agentium_harness.plugin_api import Scope, SessionKey, SessionSnapshot
+from agentium_harness.testing.erasure_races import counting_index_loads, first_turn_during_erasure
 from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
 
 pytestmark = pytest.mark.anyio
@@ -43,18 +44,10 @@ ANA = VerifiedIdentity("acme", "ana", "test-auth")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
 
 
-class ChainReads(PostgresSessionStore):
-    """The PostgreSQL session store, counting loads of the erasure index's chains (heads and pages)."""
-
-    chain_loads = 0
-
-    async def load(self, key: SessionKey, ctx: Any) -> Any:
-        if key.tenant == ERASURE_RECORDS_TENANT and key.session.startswith(("by-", "index")):
-            self.chain_loads += 1
-        return await super().load(key, ctx)
+ChainReads = counting_index_loads(PostgresSessionStore)
 
 
-def _runtime(provider: Any, config: PostgresConfig) -> tuple[Any, ChainReads]:
+def _runtime(provider: Any, config: PostgresConfig) -> tuple[Any, Any]:
     archive, store = PostgresArchive(config), ChainReads(config)
     runtime = create_harness_runtime(
         provider=provider, archive=archive, session_store=store, owned=(archive, store)
@@ -64,30 +57,7 @@ def _runtime(provider: Any, config: PostgresConfig) -> tuple[Any, ChainReads]:
 
 async def _first_turn(config: PostgresConfig, session: str, during: EraseTarget) -> tuple[int, Any]:
     """``session``'s first turn while ``during`` is erased: the chain loads of its commit fence, its error."""
-    provider = Held()
-    slow, store = _runtime(provider, config)
-    other, _ = _runtime(ScriptedProvider(replies=["ok"], cycle=True), config)
-    caught: list[BaseException] = []
-
-    async def turn() -> None:
-        try:
-            await slow.run(ANA, session, "a new session's first turn")
-        except Exception as exc:
-            caught.append(exc)
-
-    try:
-        provider.armed = True
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(turn)
-            with anyio.fail_after(30):
-                await provider.started.wait()
-            await other.erase(during, reason="dsr", attestation=OPERATOR)  # the ledger moves
-            store.chain_loads = 0
-            provider.release.set()
-        return store.chain_loads, (caught[0] if caught else None)
-    finally:
-        await slow.aclose()
-        await other.aclose()
+    return await first_turn_during_erasure(partial(_runtime, config=config), ANA, session, during, OPERATOR)
 
 
 async def test_a_pg_first_turn_reads_the_same_chain_pages_after_10_or_40_erasures_of_its_session(
@@ -143,9 +113,9 @@ async def test_a_pg_recall_check_finds_the_whole_erasure_past_the_read_cap_of_re
                     key,
                     SessionSnapshot(memory_scope=Scope("acme", "ana", "s1")),
                 )
-                store.chain_loads = 0
+                store.index_loads = 0
                 found = await reader.finished_erasures(time.monotonic() + 30)
-                loads = store.chain_loads
+                loads = store.index_loads
     finally:
         await eraser.aclose()
     assert [r.erasure_id for r in found] == [first.record.erasure_id]

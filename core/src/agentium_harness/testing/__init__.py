@@ -28,6 +28,11 @@
 - Request recording (:mod:`agentium_harness.testing.providers`):
   :func:`record_requests` keeps every request a model provider is asked, for a
   test to check what a turn sent the model.
+- Erasure races (:mod:`agentium_harness.testing.erasure_races`): :class:`HeldProvider`
+  holds one model call until the test lets it go, :func:`counting_index_loads`
+  wraps a session store class to count its erasure-index reads, and
+  :func:`first_turn_during_erasure` runs a turn held while another runtime
+  erases (the PostgreSQL and S3 plugins' erasure-race tests use them).
 - Dependency floors (:mod:`agentium_harness.testing.floors`): :func:`declared_floors`,
   :func:`install_floors`, :func:`run_python` and :func:`run_pytest` run a
   distribution's code and tests on the oldest releases its metadata accepts
