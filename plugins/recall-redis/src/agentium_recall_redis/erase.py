@@ -88,7 +88,16 @@ from agentium_harness.plugin_api import (
 )
 
 from .erase_fence import FenceHold
-from .erase_index import IX_MARK, IX_MARKED, IX_SCAN, index_prefix, indexed, indexed_sids, mark_indexed
+from .erase_index import (
+    IX_MARK,
+    IX_MARKED,
+    IX_SCAN,
+    index_prefix,
+    indexed,
+    indexed_sids,
+    listed,
+    mark_indexed,
+)
 from .erase_scripts import (
     FENCE,
     GROUP_SIDS,
@@ -172,8 +181,6 @@ class EraseOps:
 
 #: Sources one ``ERASE`` call is sent at most (its postings bound it further).
 _ROWS_PER_CALL: Final = 256
-#: Deletion tombstones one call removes at most (more make the call ``partial``).
-_MAX_TOMBS: Final = 10_000
 #: ``COLLECT`` calls one erase makes at most to empty the tenant's garbage queue.
 _MAX_COLLECT: Final = 4096
 
@@ -319,15 +326,7 @@ async def _scan_sids(
             covered = target.level is EraseLevel.TENANT or (owner is not None and target.covers_owner(owner))
             if not covered:
                 continue
-            if as_text(raw_rev).startswith("-"):
-                if len(tombs) < _MAX_TOMBS:
-                    tombs.append(sid)
-                else:
-                    more = True
-            elif len(rows) < want:
-                rows.append(sid)
-            else:
-                more = True
+            more = listed(sid, as_text(raw_rev).startswith("-"), rows, tombs, want) or more
         if cursor == "0" or more:
             return rows, tombs, more
 

@@ -56,12 +56,36 @@ if TYPE_CHECKING:
     from .erase import EraseOps
     from .server import Arg
 
-__all__ = ["IX_MARK", "IX_MARKED", "IX_SCAN", "index_prefix", "indexed", "indexed_sids", "mark_indexed"]
+__all__ = [
+    "IX_MARK",
+    "IX_MARKED",
+    "IX_SCAN",
+    "MAX_TOMBS",
+    "index_prefix",
+    "indexed",
+    "indexed_sids",
+    "listed",
+    "mark_indexed",
+]
 
 #: Ids one ``IX_SCAN`` call reads at most.
 _IX_PAGE: Final = 1000
-#: Deletion tombstones one call removes at most (as the unindexed walk's).
-_MAX_TOMBS: Final = 10_000
+#: Deletion tombstones one erase call removes at most (more make the call ``partial``), indexed or not.
+MAX_TOMBS: Final = 10_000
+
+
+def listed(sid: str, tomb: bool, rows: list[str], tombs: list[str], want: int) -> bool:
+    """Put a target's source in ``tombs`` or ``rows`` while each has room; True if it was left out.
+
+    What both listings of an erase (the index's and the unindexed walk's) do with each id they find:
+    at most :data:`MAX_TOMBS` tombstones and ``want`` current sources a call.
+    """
+    kept, bound = (tombs, MAX_TOMBS) if tomb else (rows, want)
+    if len(kept) < bound:
+        kept.append(sid)
+        return False
+    return True
+
 
 #: Whether the tenant is indexed. KEYS: P:ixm, then the target's index keys (P:is:<prefix>, P:ir:<prefix>).
 #: Returns 1 when P:ixm holds the string "1", else 0. An indexed tenant's index key of another type than a
@@ -196,15 +220,7 @@ async def indexed_sids(
             owner = owner_of_source_id(sid)
             if owner is None or owner.tenant != target.tenant_id or not target.covers_owner(owner):
                 continue  # listed under the target's prefix by damage only: never the target's
-            if raw_mark == b"-":
-                if len(tombs) < _MAX_TOMBS:
-                    tombs.append(sid)
-                else:
-                    more = True
-            elif len(rows) < want:
-                rows.append(sid)
-            else:
-                more = True
+            more = listed(sid, raw_mark == b"-", rows, tombs, want) or more
         if at == "" or more:
             return rows, tombs, more
         if not skip.isdigit():
