@@ -42,7 +42,8 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
-from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
+from agentium_harness.plugin_api import OpContext
+from agentium_harness.testing.erasure_races import HeldProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -51,21 +52,7 @@ KEY = SessionKey("acme", "ana", "s0")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "probe")
 
 
-class Held(ScriptedProvider):
-    """Answers at once, except the armed call, which waits for ``release`` after saying it started."""
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.armed = False
-        self.started = anyio.Event()
-        self.release = anyio.Event()
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        if self.armed:
-            self.armed = False
-            self.started.set()
-            await self.release.wait()
-        return await super().complete(request, ctx)
+Held = HeldProvider  # a model held mid-turn
 
 
 def _runtime(provider: Any, archive: InMemoryArchive, store: InMemorySessionStore) -> Any:
