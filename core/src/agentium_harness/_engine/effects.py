@@ -66,7 +66,7 @@ from .settle import mark_commit_state
 from .sources import SourceStatus
 from .turn import TurnInterrupted, TurnOutcome, TurnTrace, executed
 from .turn_commit import commit_turn, interruption
-from .turn_fence import TurnFence, erased_during_run
+from .turn_fence import TurnFence, erased_during_run, recalled_groups
 from .unexpected import unexpected_error, warn_unexpected
 
 if TYPE_CHECKING:
@@ -105,6 +105,8 @@ class EffectsKeeper:
                     self.ticket,
                     self.runtime.session_store,
                     revision=None if self.progress.stored is None else self.progress.stored.revision,
+                    archive=self.runtime.archive,
+                    recalled=self._recalled(),
                 )
             ),
             takes_self=True,
@@ -353,6 +355,13 @@ class EffectsKeeper:
         progress.stored, progress.snap = stored, snap
         progress.group = progress.outcome = None
         progress.commit_state, progress.saved_revision = CommitState.NOT_COMMITTED, None
+
+    def _recalled(self) -> tuple[tuple[int, str], ...]:
+        """The archived groups of the session whose excerpts recall put in the run's request."""
+        outcome, snap = self.progress.recall, self.progress.snap
+        if outcome is None or snap is None or not outcome.included:
+            return ()
+        return recalled_groups(self.scope.session_key, snap.boundary, outcome.included)
 
     def _typed(self, failed: Exception) -> AgentiumError:
         """``failed``, raised by a commit of what ran, typed (an unexpected one logged as such)."""

@@ -39,20 +39,40 @@ diagnostic says why). A memory extraction looks the same way before its
 extractor call, through its manager's own fences (every session store the
 manager was given to, for the fact it would write: :mod:`.extraction_fence`).
 
+An erasure of archived groups only (retention, a forgotten fact's
+sources) leaves the resident history and the snapshot's content alone, yet
+recall may have put excerpts of those groups into the run's request, which
+every model call sends again. One under way stops the run (as above); for
+one that began and finished between two calls, when the ledger moved, each
+archived group of the session whose excerpt the request carries
+(:func:`recalled_groups`) is read back from the archive: one no longer held
+at its seq with the digest recall read it at stops the run the same way
+(:class:`ErasedDuringRunError` with no ``erasure_id``: the archive, not the
+index, says it went). At most one small read per such group, and only when
+the tenant's erasures moved since the last look.
+
 What it does not cover: a call already under way when the erasure begins
 (the provider has the request; that is the provider's copy, docs/erasure.md),
-and an erasure of archived groups only (retention, a forgotten fact's
-sources), which leaves the resident history alone.
+and recalled host documents whose owner (another session, a project) was
+erased meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Sequence
+from functools import partial
+from typing import Final
 
 from .._errors import ErasureInProgressError
 from .._errors_run import ErasedDuringRunError
+from .._history import MessageGroup
 from .._observe.spans import current_span_event
+from .._ports.archive import HistoryArchive
 from .._ports.erasure import ErasureRecord
+from .._ports.recall import SourceRef
+from .._ports.recall_sources import group_source_id
 from .._ports.sessions import SessionStore, StoredSnapshot
 from .._scope import SessionKey
 from .._validators import exact_int
@@ -62,18 +82,38 @@ from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
 from .results import CommitState, Diagnostic, Severity
 
-__all__ = ["ERASED_DURING_RUN", "TurnFence", "erased_during_run"]
+__all__ = ["ERASED_DURING_RUN", "TurnFence", "erased_during_run", "recalled_groups"]
 
 _log = logging.getLogger("agentium.engine")
 
 #: The diagnostic code of a run stopped by the fence (and the suffix of its span event).
 ERASED_DURING_RUN = "erased_during_run"
 
+#: A group seq in a source id: canonical decimal, as ``str(int)`` writes it.
+_SEQ: Final = re.compile(r"0|[1-9][0-9]*")
+
+
+def recalled_groups(key: SessionKey, boundary: int, refs: Sequence[SourceRef]) -> tuple[tuple[int, str], ...]:
+    """``(seq, digest)`` of each archived group of ``key`` (below ``boundary``) among ``refs``, recall's.
+
+    A group source's revision is the digest recall read the group at. Ids
+    of another session, of documents, or that no group has, are not among
+    them (an id counts only if :func:`group_source_id` builds it again).
+    """
+    found: list[tuple[int, str]] = []
+    for ref in refs:
+        head, _, seq = ref.source_id.rpartition("/")
+        if head.startswith("group/") and _SEQ.fullmatch(seq):
+            number = int(seq)
+            if number < boundary and group_source_id(key, number) == ref.source_id:
+                found.append((number, ref.revision))
+    return tuple(found)
+
 
 class TurnFence:
     """One run's look at the erasure ledger before each model call, from the point its load saw."""
 
-    __slots__ = ("first", "revision", "seen", "store", "ticket", "what")
+    __slots__ = ("archive", "first", "recalled", "revision", "seen", "store", "ticket", "what")
 
     def __init__(
         self,
@@ -83,8 +123,14 @@ class TurnFence:
         since: tuple[int | None] | None = None,
         revision: int | None = None,
         what: str = "run",
+        archive: HistoryArchive | None = None,
+        recalled: tuple[tuple[int, str], ...] = (),
     ) -> None:
         self.ticket = ticket
+        #: Where :attr:`recalled` is read back from, and the ``(seq, digest)`` of each archived group
+        #: of the session whose excerpt the request carries (:func:`recalled_groups`).
+        self.archive = archive
+        self.recalled = recalled if archive is not None else ()
         #: The session's revision holding what is sent (the load's; a summary update's: its commit's),
         #: ``None`` when it was absent: found there again, no erasure took the session since.
         self.revision = revision
@@ -119,6 +165,7 @@ class TurnFence:
                 raise _stopped(key, record, "is under way", self.what)
         if revision == seen[0]:
             return  # no erasure of the tenant began or ended since the last look
+        unchanged = False
         if self.revision is not None:
             found = (
                 known[1]
@@ -126,15 +173,35 @@ class TurnFence:
                 else await ticket.call("session load", lambda ctx: store.load(key, ctx))
             )
             # The int the store's answer holds: a subclass's own ``__eq__`` could say it is unchanged.
-            if isinstance(found, StoredSnapshot) and exact_int(found.revision) == self.revision:
-                # Still the snapshot the content is from: no erasure took it since (join records
-                # aside: an earlier version's erasure, with none, must not stop every later run).
-                self.seen = (revision,)
-                return
-        finished = await erased_whole_since(ticket, store, key, first[0])
-        if finished is not None:
-            raise _stopped(key, finished, "completed", self.what)
+            # Still the snapshot the content is from: no erasure took it since (join records aside:
+            # an earlier version's erasure, with none, must not stop every later run).
+            unchanged = isinstance(found, StoredSnapshot) and exact_int(found.revision) == self.revision
+        if not unchanged:
+            finished = await erased_whole_since(ticket, store, key, first[0])
+            if finished is not None:
+                raise _stopped(key, finished, "completed", self.what)
+        if self.recalled and not await self._recalled_held(key):
+            raise _recalled_gone(key, self.what)
         self.seen = (revision,)
+
+    async def _recalled_held(self, key: SessionKey) -> bool:
+        """Whether the archive still holds every group of :attr:`recalled` at its seq and digest.
+
+        One read of one group each (``read_groups`` from its seq): anything
+        else at that seq — nothing, the next group, other bytes — is a group
+        gone since recall read it, which stops the run. A read that fails
+        raises as it is: nothing is sent on an answer not had.
+        """
+        archive, ticket = self.archive, self.ticket
+        assert archive is not None  # recalled is empty without one
+        for seq, digest in self.recalled:
+            page = await ticket.call("archive read", partial(archive.read_groups, key, seq, 1))
+            group = page[0] if isinstance(page, list | tuple) and page else None
+            if not isinstance(group, MessageGroup) or type(group.seq) is not int or group.seq != seq:
+                return False
+            if group.digest != digest:
+                return False
+        return True
 
 
 def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> ErasedDuringRunError:
@@ -153,6 +220,24 @@ def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> Era
         f"{record.erasure_id}, {how}) after the run loaded it; the {what} stopped before its next "
         "model call, so the erased history was not sent; nothing was committed",
         record.erasure_id,
+    )
+    error.commit_state = CommitState.NOT_COMMITTED
+    return error
+
+
+def _recalled_gone(key: SessionKey, what: str) -> ErasedDuringRunError:
+    """The stop for a recalled archived group the archive no longer holds: a WARNING, a span event."""
+    _log.warning(
+        "%s stopped before a model call: an archived group whose excerpt recall put in the request "
+        "is no longer held (erased since the run loaded the session); nothing was sent or committed",
+        what,
+        extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
+    )
+    current_span_event(f"agentium.run.{ERASED_DURING_RUN}", {"agentium.erasure.state": "complete"})
+    error = ErasedDuringRunError(
+        f"archived groups of session {key.session!r} that recall put in the {what}'s request were erased "
+        f"after the {what} loaded the session (retention or a forgotten fact's sources); the {what} "
+        "stopped before its next model call, so their text was not sent again; nothing was committed"
     )
     error.commit_state = CommitState.NOT_COMMITTED
     return error

@@ -1,0 +1,188 @@
+"""A run never sends again the excerpt of an archived group erased while it ran (docs/erasure.md).
+
+Recall puts excerpts of the session's archived groups into a run's request,
+and every model call of the run (a tool round each) sends them again.
+Retention, or forgetting a fact with its sources, erases archived groups only:
+the resident history stays, so the session's snapshot is no sign of it. Such
+an erasure still under way at a model call stopped the run; one that began
+and finished between two calls did not, and the next call sent the erased
+group's text. Now, when the tenant's erasures moved since the last look, the
+fence reads back each recalled archived group from the archive: one gone (or
+changed) stops the run before the call, nothing committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _effects_support import DEPLOY
+from _erasure_harness import ANA, OPERATOR, history_texts, tool_turn_while
+
+from agentium_harness import (
+    CommitState,
+    EffectLevel,
+    ErasedDuringRunError,
+    EraseTarget,
+    RecallLimits,
+    ResidentLimits,
+    RetentionPolicy,
+    RuntimeLimits,
+    Tool,
+    ToolRegistry,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "the vault code is qzvaultq"
+PRIMING = [f"Remember this: {SECRET}.", "Chatter one.", "Chatter two.", "Chatter three."]
+
+
+class Recording(ScriptedProvider):
+    """A scripted model that keeps the text of each request it is handed (history, turn, sources)."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__(replies=replies)
+        self.sent: list[str] = []
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        parts = [m.content for m in (*request.history, *request.turn)]
+        parts += [b.render() for b in request.sources]
+        self.sent.append("\n".join(parts))
+        return await super().complete(request, ctx)
+
+
+def _pair(
+    kind: str,
+    tmp_path: Path,
+    provider: Recording,
+    entered: anyio.Event,
+    release: anyio.Event,
+    keep: int = 1,
+) -> Any:
+    """Ana's runtime (recall, a deploy tool that waits); another process's, which keeps ``keep`` groups."""
+
+    async def deploy(args: Any) -> str:
+        entered.set()
+        with anyio.fail_after(30):
+            await release.wait()
+        return "deployed"
+
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
+    retention = RetentionPolicy(max_archived_groups=keep)
+    if kind == "memory":
+        archive: Any = InMemoryArchive()
+        store: Any = InMemorySessionStore()
+        recall: Any = InMemoryRecallStore()
+        parts: tuple[Any, Any, Any, Any, Any, Any] = (archive, store, recall, archive, store, recall)
+    else:
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        recall_config = SQLiteRecallConfig(path=str(tmp_path / "recall.db"))
+        parts = (
+            SQLiteArchive(config),
+            SQLiteSessionStore(config),
+            SQLiteRecallStore(recall_config),
+            SQLiteArchive(config),
+            SQLiteSessionStore(config),
+            SQLiteRecallStore(recall_config),
+        )
+    mine = create_harness_runtime(
+        provider=provider,
+        archive=parts[0],
+        session_store=parts[1],
+        recall=parts[2],
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        limits=limits,
+        # The best match only: which archived groups the request carries is then the test's choice.
+        recall_limits=RecallLimits(max_candidates=1),
+    )
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=parts[3],
+        session_store=parts[4],
+        recall=parts[5],
+        limits=limits,
+        retention=retention,
+    )
+    return mine, other
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_an_archived_group_erased_between_calls_is_not_sent_again(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention erases the recalled group during the tool round: no next call, nothing committed."""
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    entered, release = anyio.Event(), anyio.Event()
+    mine, other = _pair(kind, tmp_path, provider, entered, release)
+    try:
+        for text in PRIMING:
+            await mine.run(ANA, "s1", text)
+        # The secret's group is archived (two groups resident), and recall finds it.
+        assert not [t for t in await history_texts(mine) if "qzvaultq" in t][1:]
+
+        async def trim() -> None:
+            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+            assert len(result.erasures) == 1, result
+
+        caplog.set_level(logging.WARNING)
+        outcome = await tool_turn_while(
+            mine, entered, release, trim, "What is the vault code? Then deploy it."
+        )
+        # The call that asked for the tool had the recalled excerpt (the test's premise) ...
+        assert len(provider.sent) == len(PRIMING) + 1, provider.sent[len(PRIMING) :]
+        assert "qzvaultq" in provider.sent[-1]
+        # ... and no call was made once its group was erased.
+        assert isinstance(outcome, ErasedDuringRunError), outcome
+        assert outcome.commit_state is CommitState.NOT_COMMITTED
+        assert outcome.run_result is not None and not outcome.run_result.committed
+        codes = [d.code for d in outcome.run_result.diagnostics]
+        assert "erased_during_run" in codes
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING and "erased" in r.getMessage()]
+        assert warned
+        assert not [r for r in caplog.records if "qz" in r.getMessage()]  # no content in the log
+        # Nothing of the turn was committed: the session holds what the priming turns left.
+        assert not [t for t in await history_texts(mine) if "deploy" in t.lower()]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_retention_of_groups_the_run_did_not_recall_does_not_stop_it(kind: str, tmp_path: Path) -> None:
+    """An erasure of archived groups none of the request's excerpts came from: the run goes on."""
+    provider = Recording(["ok", "noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    entered, release = anyio.Event(), anyio.Event()
+    mine, other = _pair(kind, tmp_path, provider, entered, release, keep=2)
+    try:
+        # Groups 0 to 2 are archived; keeping the newest two erases group 0 ("Qqq.") only.
+        for text in ["Qqq.", *PRIMING]:
+            await mine.run(ANA, "s1", text)
+
+        async def trim() -> None:
+            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+            assert len(result.erasures) == 1, result
+
+        outcome = await tool_turn_while(
+            mine, entered, release, trim, "What is the vault code? Then deploy it."
+        )
+        asked = provider.sent[len(PRIMING) + 1]
+        assert "qzvaultq" in asked and "Qqq" not in asked  # recall took group 1, not the one erased
+        # The call after the tool round was made: the fence did not stop the run (what the commit
+        # then says of a snapshot retention changed meanwhile is the commit fence's, not tested here).
+        assert not isinstance(outcome, ErasedDuringRunError), outcome
+        assert len(provider.sent) == len(PRIMING) + 3, provider.sent[len(PRIMING) + 1 :]
+        assert "qzvaultq" in provider.sent[-1]
+    finally:
+        await mine.aclose()
+        await other.aclose()
