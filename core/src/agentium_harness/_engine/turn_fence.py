@@ -51,10 +51,11 @@ at its seq with the digest recall read it at stops the run the same way
 index, says it went). At most one small read per such group, and only when
 the tenant's erasures moved since the last look.
 
-What it does not cover: a call already under way when the erasure begins
-(the provider has the request; that is the provider's copy, docs/erasure.md),
-and recalled host documents whose owner (another session, a project) was
-erased meanwhile.
+Recalled host documents need nothing more: a run sees only documents owned
+by its tenant, its user or its session, and every erasure taking one of
+those covers the run's session (the checks above). What it does not cover: a
+call already under way when the erasure begins (the provider has the
+request; that is the provider's copy, docs/erasure.md).
 """
 
 from __future__ import annotations
