@@ -413,14 +413,12 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
     when the messages were checked one by one.
     """
     # A list or tuple passes without the Sequence ABC's Python-level instance check.
-    if (
-        type(messages) is not list
-        and type(messages) is not tuple
-        and (isinstance(messages, str | bytes | Message) or not isinstance(messages, Sequence))
-    ):
-        raise InvalidArgumentError(
-            f"messages must be a sequence of Message, got {type(messages).__name__}; nothing was written"
-        )
+    if type(messages) is not list and type(messages) is not tuple:
+        if isinstance(messages, str | bytes | Message) or not isinstance(messages, Sequence):
+            raise InvalidArgumentError(
+                f"messages must be a sequence of Message, got {type(messages).__name__}; nothing was written"
+            )
+        messages = _listed(messages)
     if not messages:
         raise IncompleteGroupError("append needs at least one message; nothing was written")
     if len(messages) > MAX_APPEND_MESSAGES:
@@ -487,6 +485,33 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
             "the results; nothing was written"
         )
     return checked, encoded
+
+
+def _listed(messages: Sequence[object]) -> list[object]:
+    """The messages of a sequence of the host's own type, read once and no further than the bound.
+
+    Its ``__len__``, ``__iter__`` and ``__getitem__`` are the host's code and need not agree:
+    one whose ``len`` said 1 committed any number of messages past :data:`MAX_APPEND_MESSAGES`,
+    and one that never ended held the event loop in these checks for good. So it is iterated
+    once, here, and cut off one message past the bound; whatever its methods raise is refused
+    as :class:`InvalidArgumentError`. The checks then read the plain list.
+    """
+    given: list[object] = []
+    try:
+        for message in messages:
+            given.append(message)
+            if len(given) > MAX_APPEND_MESSAGES:
+                raise InvalidArgumentError(
+                    f"more than {MAX_APPEND_MESSAGES} messages in one append (MAX_APPEND_MESSAGES); "
+                    "nothing was written"
+                )
+    except InvalidArgumentError:
+        raise
+    except Exception as exc:
+        raise InvalidArgumentError(
+            f"messages could not be read ({type(exc).__name__} raised iterating them); nothing was written"
+        ) from exc
+    return given
 
 
 def check_group_size(group: MessageGroup) -> None:
