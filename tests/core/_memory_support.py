@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import types
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,6 +59,24 @@ class GatedMemoryStore(SQLiteMemoryStore):
             self.hold_erase = False
             await self._held()
         return await super().erase(target, ctx, **options)
+
+
+class HookedLock:
+    """A lock that, released once ``hook`` is set, runs it first thing after the release."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.hook: Any = None
+
+    def __enter__(self) -> HookedLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
 
 
 def sqlite_store(tmp_path: Path, name: str = "memory.db") -> SQLiteMemoryStore:

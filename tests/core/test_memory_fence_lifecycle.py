@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _memory_support import GatedMemoryStore, sqlite_store
+from _memory_support import GatedMemoryStore, HookedLock, sqlite_store
 
 from agentium_harness import (
     Agent,
@@ -379,24 +379,6 @@ class Proposing:
 
     async def extract(self, scope: MemoryScope, messages: Any, ctx: Any) -> list[MemoryFact]:
         return [MemoryFact(scope, "badge on file")]
-
-
-class HookedLock:
-    """A lock that, released once after ``arm()``, runs ``hook`` first thing after the release."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.hook: Any = None
-
-    def __enter__(self) -> HookedLock:
-        self._lock.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            hook()
 
 
 async def test_a_close_from_another_thread_as_a_run_is_admitted_cancels_that_run(tmp_path: Path) -> None:

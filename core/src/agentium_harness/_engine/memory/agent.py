@@ -9,12 +9,15 @@ Its states are ``open`` → ``busy`` (one run at a time) → ``open`` …, then
 ``close()``:
 
 1. cancels the active run and awaits it (bounded by ``close_timeout_s``);
-2. drains the manager's owned work (bounded by ``drain_timeout_s``): only
+2. awaits its own ``remember`` calls in flight (bounded by ``close_timeout_s``:
+   one still running then is a WARNING and a span event, and its
+   acknowledgment says it is not confirmed; :mod:`.own_writes`);
+3. drains the manager's owned work (bounded by ``drain_timeout_s``): only
    its own extractions while a runtime given the manager is open (:mod:`.holders`);
-3. closes the resources the agent owns (``owned``, and the manager when
+4. closes the resources the agent owns (``owned``, and the manager when
    ``owns_memory``), each bounded, never the borrowed ones; its
    ``session_store``'s erasure fence leaves the manager (at once, or when a
-   run or extraction of its own that did not stop has ended).
+   run, ``remember`` or extraction of its own that did not stop has ended).
 
 The work runs shielded from the caller's cancellation (every step is
 bounded), so cancelling the task calling ``close()`` does not leave the run,
@@ -44,12 +47,13 @@ from ..._errors import (
     ExtractionConflictError,
     InvalidArgumentError,
     MemoryDrainError,
+    MemoryRejectedError,
     ProviderError,
 )
 from ..._history import Message, Role
 from ..._observe import spans as observe
 from ..._ports._base import OpContext
-from ..._ports.memory import MemoryAck, MemoryFact, MemoryScope
+from ..._ports.memory import AckStatus, MemoryAck, MemoryFact, MemoryScope
 from ..._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
 from ..._ports.sessions import SessionStore
 from ..._scope import SessionKey
@@ -63,6 +67,7 @@ from .extraction import start_extraction, turn_source
 from .holders import closing_scope, drain_owned, open_runtimes, starting_as
 from .limits import model_timeout
 from .manager import HistoryOwner, MemoryManager, fences_of, telemetry_of, work_tracker
+from .own_writes import OwnWrite, OwnWrites, noted
 from .sources import MemoryOmitted, agent_memory_blocks
 from .work import DrainResult
 
@@ -221,6 +226,7 @@ class Agent:
         self._state_lock = threading.Lock()
         self._close_error: BaseException | None = None
         self._runs = 0
+        self._writes = OwnWrites()  # its remember calls in flight: its close waits for them
         self.last_drain: DrainResult | None = None
 
     # -- state ------------------------------------------------------------------------------
@@ -411,14 +417,32 @@ class Agent:
         return response
 
     async def remember_with_result(self, fact: MemoryFact) -> MemoryAck:
-        """The manager's ``remember_with_result``; refused once closing or closed."""
-        self._refuse("remember", busy_too=False)
-        return await self.memory.remember_with_result(fact)
+        """The manager's ``remember_with_result``; refused once closing or closed.
+
+        A call under way when ``close()`` begins is waited for by it (up to
+        ``close_timeout_s``); one the close stopped waiting for has a note in
+        its acknowledgment saying it is not confirmed.
+        """
+        call = self._admit_write()
+        try:
+            ack = await self.memory.remember_with_result(fact)
+        finally:
+            left_behind = self._writes.finish(call)
+        return noted(ack, left_behind)
 
     async def remember(self, fact: MemoryFact) -> MemoryAck:
-        """The manager's ``remember`` (a rejection raises); refused once closing or closed."""
+        """:meth:`remember_with_result`, but a rejection raises :class:`MemoryRejectedError`."""
+        if (ack := await self.remember_with_result(fact)).status is AckStatus.REJECTED:
+            raise MemoryRejectedError(ack.reason)
+        return ack
+
+    def _admit_write(self) -> OwnWrite:
         self._refuse("remember", busy_too=False)
-        return await self.memory.remember(fact)
+        # Checked and counted under the lock close() takes to begin: a close on another thread
+        # either refuses this call or sees it in flight and waits for it, never neither.
+        with self._state_lock:
+            self._refuse("remember", busy_too=False)
+            return self._writes.admit()
 
     # -- closing ----------------------------------------------------------------------------
 
@@ -462,6 +486,9 @@ class Agent:
                 failures.append(
                     f"the active run did not stop within {self._close_timeout_s}s of cancellation"
                 )
+        # Before the fence goes and anything closes: its own writes finish against open stores. One
+        # left past the bound is said, not waited for (the close stays bounded); its fence stays.
+        await self._writes.settle(self._close_timeout_s, telemetry_of(self.memory), self.memory)
         drain: DrainResult | None = None
         drain_error: MemoryDrainError | None = None
         try:
@@ -504,15 +531,16 @@ class Agent:
     def _let_go(self) -> None:
         """Withdraw this agent's erasure fence from its manager: now, or once its left-over work ended.
 
-        Closing, it admits nothing more; a run that did not stop, or an
-        extraction of its own still running, may still write, so the fence
-        stays while they do (:func:`..memory_fence.unfence_memory`). Only its
-        own: another agent or runtime given the same store keeps its fence.
+        Closing, it admits nothing more; a run that did not stop, or a
+        ``remember`` or an extraction of its own still running, may still
+        write, so the fence stays while they do
+        (:func:`..memory_fence.unfence_memory`). Only its own: another agent
+        or runtime given the same store keeps its fence.
         """
-        done, tracker = self._active_done, work_tracker(self.memory)
+        done, tracker, writes = self._active_done, work_tracker(self.memory), self._writes
 
         def busy() -> bool:
-            return (done is not None and not done.is_set()) or tracker.busy(self)
+            return (done is not None and not done.is_set()) or tracker.busy(self) or writes.busy()
 
         unfence_memory(self.memory, self, busy)
 
