@@ -54,6 +54,7 @@ from agentium_harness.plugin_api import (
     VerificationResult,
     VerifierCapabilities,
     VerifyContext,
+    sent_id_form,
 )
 
 pytestmark = pytest.mark.anyio
@@ -171,12 +172,15 @@ async def test_a_reused_id_of_calls_that_never_ran_is_renamed_too(caplog: pytest
 
 
 async def test_a_reused_long_id_is_cut_to_fit_64_characters(caplog: pytest.LogCaptureFixture) -> None:
+    # Over 64 characters, the first call runs under an id of its own too (no provider takes more).
     long = "x" * 256
     _outcome, ran, history, _provider, _exporter = await _completes(
         [_calls(long), _calls(long)], ["fetch"], caplog
     )
     assert ran == [long, long]
-    ids = [long, "x" * 62 + "_1"]
+    first = sent_id_form(long)
+    ids = [first, first[:62] + "_1"]
+    assert len(first) == 64 and first.startswith("x" * 47 + "_")
     assert _tool_ids(history) == (ids, ids)
 
 
@@ -292,7 +296,7 @@ def _ids_of(reply: object) -> list[str]:
         pytest.param("aB3dE5gH7", "aB3dE5gH1", id="mistral-nine-alphanumerics"),
         pytest.param("aB3dE5gH1", "aB3dE5gH2", id="mistral-ending-in-the-digit"),
         pytest.param("functions.edit:0", "functions.edit:0_1", id="kimi-keeps-its-own-alphabet"),
-        pytest.param("y" * 80, "y" * 62 + "_1", id="long"),
+        pytest.param("y" * 64, "y" * 62 + "_1", id="long"),
     ],
 )
 async def test_an_id_of_its_own_keeps_the_strict_alphabet_and_form_of_the_given_id(
@@ -398,7 +402,7 @@ def test_the_history_sent_tries_each_form_of_an_id_once_however_often_the_id_rep
         return real(call_id, n)
 
     monkeypatch.setattr(call_ids, "own_id_form", counting)
-    long = "x" * 70
+    long = "x" * 70  # over 64: each sent in its valid form (sent_id_form), five apart
     given = ["call_0", "c1", "c1", "c1_1", "aB3dE5gH7", "aB3dE5gH7", *(f"{long}{i}" for i in range(5))]
     ids = [*(["call_0"] * 300), *(given * 30)]
     groups = [(seq, _exchange(call_id, str(seq))) for seq, call_id in enumerate(ids)]
@@ -412,7 +416,8 @@ def test_the_history_sent_tries_each_form_of_an_id_once_however_often_the_id_rep
     asked = {c.id: c.arguments["q"] for m in sent for c in m.tool_calls}
     assert all(m.content == f"result {asked[m.tool_call_id or '']}" for m in sent if m.role is Role.TOOL)
     assert tried <= 2 * count  # the seq's form, and one more for each repeat within a group
-    seen: set[str] = set()  # each given id kept where first named, else its group's form
+    seen: set[str] = set()  # each given id kept (in its valid form) where first named, else its group's form
     for (seq, _messages), given_id, sent_id in zip(groups, ids, calls, strict=False):
-        assert sent_id == (real(given_id, seq) if given_id in seen else given_id)
+        form = call_ids.sent_id_form(given_id)
+        assert sent_id == (real(form, seq) if given_id in seen else form)
         seen.add(given_id)

@@ -26,20 +26,31 @@ its group's ``seq``. So a call is sent under one name on every run, whatever
 groups come after it, where a name taken by the first ``n`` no call of the
 whole request held moved whenever a later group took it.
 
-Ids an earlier release renamed ``"<id>#<n>"`` are committed history, kept as
-stored; each is sent as this release names it, ``own_id_form(<id>, n)``
-(:func:`sent_id_form`): ``#`` is in no strict alphabet, and Anthropic, Bedrock and
-Mistral refused every request of such a session. Only that suffix, which the
-engine made, is rewritten: an id the model gave in an alphabet of its own
-(Kimi's ``functions.edit:0``) is sent as given, since Kimi's models read their
-own ids back in that form and stop calling tools when sent others.
+Every id a request carries is valid (:data:`_VALID`): 1 to
+:data:`MAX_OWN_ID_LENGTH` characters of ``[A-Za-z0-9_-]``, plus ``.`` and ``:``
+(Kimi's ``functions.edit:0``: its models read their own ids back in that form
+and stop calling tools when sent others). A valid id is sent as given. A
+reply's call whose id is not (``call_7#2``, one of 80 characters, ``fn#a``)
+runs and is committed under an id of its own (:func:`distinct_ids`), so every
+request sends it alike: it was committed as given, sent so on the turn's next
+step and otherwise from the next run on (or, ``#`` inside, always). An id
+stored so (a host's ``append``, an earlier release) is sent in its valid form
+(:func:`sent_id_form`): ids an earlier release renamed ``"<id>#<n>"`` as this
+release names them, ``own_id_form(<id>, n)`` (``#`` is in no strict alphabet,
+and Anthropic, Bedrock and Mistral refused every request of such a session);
+any other as its first characters, ``_`` and 16 hex digits of its SHA-256, so
+no two such ids, nor such an id and a valid one, share a name whatever else the
+request holds. Any clash left is settled as a repeated id's (:class:`_SentNames`).
+A history whose ids are all valid (the common case) is sent as it is, after
+one check of all its ids together (:func:`_all_valid`): no digest, no match per id.
 """
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import re
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Collection, Container, Iterable, Sequence
 from typing import Final, Literal
 
 import attrs
@@ -68,8 +79,55 @@ MAX_OWN_ID_LENGTH: Final = 64
 #: Mistral's form of a tool call id: exactly nine ASCII letters and digits.
 _NINE: Final = re.compile(r"[A-Za-z0-9]{9}")
 
+#: A valid id: what a request may carry as it is (module docs).
+_VALID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+#: The characters of a valid id, as bytes: :func:`_all_valid` deletes them and expects nothing left.
+_ALPHABET: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-"
+
+#: A character no valid id holds, sent as ``_`` (:func:`_fit`, :func:`_digest_form`).
+_OUTSIDE: Final = re.compile(r"[^A-Za-z0-9_.:-]")
+
+#: Hex digits of an invalid id's SHA-256 in its valid form (:func:`_digest_form`): 64 bits.
+_DIGEST_HEX: Final = 16
+
 #: An earlier release's id of its own: ``"<id>#<n>"``, ``n`` from 1 (``<id>`` cut to keep 256).
 _HASH_FORM: Final = re.compile(r"(.+)#([1-9][0-9]{0,17})", re.DOTALL)
+
+
+def _all_valid(ids: Collection[str]) -> bool:
+    """Whether every one of ``ids`` (none empty) is valid: :data:`_VALID`'s rule, for many ids at once.
+
+    A history's ids are checked on every turn: one ``fullmatch`` each cost as much again as the
+    rest of :func:`distinct_history`'s plain pass. Joined, the check is a few calls in C: ASCII
+    (a flag of the string), nothing left once the alphabet's bytes are deleted, none over 64.
+    """
+    joined = "".join(ids)
+    return (
+        joined.isascii()
+        and not joined.encode("ascii").translate(None, _ALPHABET)
+        and max(map(len, ids), default=0) <= MAX_OWN_ID_LENGTH
+    )
+
+
+def _fit(call_id: str) -> str:
+    """``call_id`` with each character outside the valid alphabet as ``_``, cut to 64 characters."""
+    return _OUTSIDE.sub("_", call_id[:MAX_OWN_ID_LENGTH])
+
+
+def _digest_form(call_id: str) -> str:
+    """The valid form of an id that is not valid (and not of the old ``"<id>#<n>"`` form).
+
+    Its first characters (each outside the alphabet as ``_``), ``_`` and 16 hex digits of the
+    SHA-256 of the whole id: 64 characters at most. The digest keeps two such ids apart
+    (``"fn#a"`` and ``"fn a"``, two ids alike for 64 characters) whatever else the request holds,
+    and off the names of valid ids, which are sent as they are: a cut or a bare ``_`` for each
+    character would give both one name, and the later call's name would depend on whether the
+    earlier one is still in the history sent. Only for an id not valid: the common path hashes nothing.
+    """
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_HEX]
+    head = _OUTSIDE.sub("_", call_id[: MAX_OWN_ID_LENGTH - 1 - _DIGEST_HEX])
+    return f"{head}_{digest}"
 
 
 def own_id_form(call_id: str, n: int) -> str:
@@ -136,7 +194,8 @@ def renamed_note(count: int, where: Literal["reply", "history"]) -> Diagnostic:
     if where == "reply":
         what = (
             f"{calls} of the reply named the id of an earlier call of this turn, of the reply or of "
-            "the history sent; each runs and is committed under an id of its own (<id>_<n>)"
+            "the history sent, or an id no provider takes (over 64 characters, or a character other "
+            "than letters, digits and _ - . :); each runs and is committed under an id of its own"
         )
     else:
         what = (
@@ -150,46 +209,61 @@ def distinct_ids(reply: Message, used: set[str]) -> tuple[Message, int]:
     """``reply`` with each call naming an id in ``used`` (the calls the request sends) given its own.
 
     So is a call naming the id of an earlier call of the same reply (the first keeps it): each
-    result then answers one call, and the model reads which. The new id is :func:`own_id`'s,
-    taken by neither ``used`` nor any call of the reply. Returns the reply (itself when nothing
-    was renamed) and how many calls were. ``reply`` is a checked copy: plain ids.
+    result then answers one call, and the model reads which; and so is a call whose id is not
+    valid (:data:`_VALID`), so that every request of the turn and every later run sends it alike. The
+    new id is its :func:`sent_id_form` if neither ``used`` nor any call of the reply names that,
+    else :func:`own_id`'s of it, taken by neither. Returns the reply (itself when nothing was
+    renamed) and how many calls were. ``reply`` is a checked copy: plain ids.
     """
     calls = reply.tool_calls
     seen: set[str] = set()
     for call in calls:
-        if call.id in used or call.id in seen:
+        if call.id in used or call.id in seen or not _VALID.fullmatch(call.id):
             break
         seen.add(call.id)
     else:
         return reply, 0
-    own_ids = _OwnIds(used | {call.id for call in calls})
+    taken = used | {call.id for call in calls}
+    own_ids = _OwnIds(taken)  # shares the set: a name given here is taken there
     kept: set[str] = set()
     renamed: list[ToolCall] = []
     for call in calls:
-        if call.id not in used and call.id not in kept:
+        if call.id not in used and call.id not in kept and _VALID.fullmatch(call.id):
             kept.add(call.id)
             renamed.append(call)
             continue
-        own = own_ids(call.id)
+        wanted = sent_id_form(call.id)
+        if wanted in taken:
+            own = own_ids(wanted)
+        else:
+            taken.add(wanted)
+            own = wanted
         renamed.append(ToolCall(own, call.name, call.arguments))
     return attrs.evolve(reply, tool_calls=tuple(renamed)), len(calls) - len(kept)
 
 
 def sent_id_form(call_id: str) -> str:
-    """The id a stored ``call_id`` is sent as where no earlier call of the request is sent under it.
+    """The valid id a stored ``call_id`` is sent as where no earlier call of the request is sent under it.
 
-    ``call_id`` itself, but for an id an earlier release renamed ``"<id>#<n>"``: that is sent as
-    ``own_id_form(<id>, n)``, the name this release gives (a suffix of a suffix, ``"c1#1#2"``,
-    each so: ``"c1_1_2"``). Deterministic, so every run sends a stored id alike. Public
+    ``call_id`` itself when it is valid: 1 to 64 characters of ``[A-Za-z0-9_.:-]``. An id an
+    earlier release renamed ``"<id>#<n>"`` is sent as ``own_id_form(<id>, n)``, the name this
+    release gives (a suffix of a suffix, ``"c1#1#2"``, each so: ``"c1_1_2"``; ``<id>`` with
+    each character outside the alphabet as ``_``, cut to 64). Any other id is sent as its
+    first 47 characters (each outside the alphabet as ``_``), ``_`` and 16 hex digits of its
+    SHA-256 (``"fn#a"`` → ``"fn_a_"`` and 16 hex digits): two such ids are not sent under one
+    name. Always valid, and deterministic, so every run sends a stored id alike. Public
     (``plugin_api``) so an integration that hands stored ids to a framework sends them so too.
     """
-    if "#" not in call_id:  # most ids: no stored id of the old form lacks it
+    if _VALID.fullmatch(call_id):  # most ids
         return call_id
     numbers: list[int] = []
     base = call_id
     while (old := _HASH_FORM.fullmatch(base)) is not None:
         base = old[1]
         numbers.append(int(old[2]))
+    if not numbers:
+        return _digest_form(call_id)
+    base = _fit(base)
     for n in reversed(numbers):
         base = own_id_form(base, n)
     return base
@@ -250,24 +324,26 @@ def distinct_history(groups: Iterable[tuple[int, Sequence[Message]]]) -> tuple[t
     name because an earlier call held theirs.
     """
     groups = list(groups)
-    # One pass while no call names an id twice and no id has the old form (most histories: sent
-    # as they are); a history of no tool call (most sessions) builds nothing but the empty set.
+    # One pass while no call names an id twice, then one check that every id is valid (most
+    # histories: sent as they are, no digest); a history of no tool call (most sessions) builds
+    # nothing but the empty set. A result names its call's id (checked with it), or is checked alone.
     named: set[str] = set()
     plain = True
     for _seq, messages in groups:
         for message in messages:
             for call in message.tool_calls:
-                if call.id in named or "#" in call.id:
+                if call.id in named:
                     plain = False
                     break
                 named.add(call.id)
-            if plain and message.tool_call_id is not None and "#" in message.tool_call_id:
+            answered = message.tool_call_id
+            if plain and answered is not None and answered not in named and not _VALID.fullmatch(answered):
                 plain = False
             if not plain:
                 break
         if not plain:
             break
-    if plain:
+    if plain and _all_valid(named):
         return tuple(m for _seq, messages in groups for m in messages), 0
     names = _SentNames()
     sent_as: dict[str, list[str]] = {}  # a call id -> the names its open calls are sent under, oldest first
