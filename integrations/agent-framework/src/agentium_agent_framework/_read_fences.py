@@ -29,6 +29,7 @@ directly, which name no run.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,18 +64,30 @@ class Following:
 
 
 class ReadFences:
-    """The loads of up to ``limit`` session ids (the least recently loaded dropped first)."""
+    """The loads of up to ``limit`` session ids (the least recently loaded dropped first).
 
-    __slots__ = ("_ids", "_limit")
+    One provider serves every thread that holds it (the SDK's concurrent-access
+    pattern: threads, each with its own event loop, one provider object), so
+    each method reads and changes the loads under one lock: a save beginning
+    on one thread while a load on another moved its id (taken out, put back)
+    found no load and followed no fence, and an erasure since went unchecked.
+    """
+
+    __slots__ = ("_ids", "_limit", "_lock")
 
     def __init__(self, limit: int) -> None:
         self._ids: OrderedDict[str, _Loads] = OrderedDict()
         self._limit = limit
+        self._lock = threading.Lock()
 
     def loaded(self, sid: str, fence: ReadFence | None) -> None:
         """``get_messages`` of ``sid`` read at ``fence``; a save of it is to come."""
         if fence is None:
             return
+        with self._lock:
+            self._loaded(sid, fence)
+
+    def _loaded(self, sid: str, fence: ReadFence) -> None:
         loads = self._ids.pop(sid, None) or _Loads()
         if loads.waiting == 0:
             loads.held = fence  # no other run's save to come: this load is the one to follow
@@ -86,6 +99,10 @@ class ReadFences:
 
     def follow(self, sid: str) -> Following | None:
         """What a save of ``sid`` beginning now follows; ``None``: no load of it is kept."""
+        with self._lock:
+            return self._follow(sid)
+
+    def _follow(self, sid: str) -> Following | None:
         loads = self._ids.get(sid)
         if loads is None:
             return None
@@ -99,6 +116,10 @@ class ReadFences:
         """A save that followed ``following`` ended: ``refused`` (erased since), ``committed``, or neither."""
         if following is None:
             return
+        with self._lock:
+            self._ended(sid, following, refused, committed)
+
+    def _ended(self, sid: str, following: Following, refused: bool, committed: bool) -> None:
         loads = following.loads
         if self._ids.get(sid) is not loads:
             return  # dropped from the ids kept meanwhile
