@@ -98,6 +98,7 @@ from .erase_index import (
     listed,
     mark_indexed,
 )
+from .erase_ixscores import IX_REPAIR
 from .erase_scripts import (
     FENCE,
     GROUP_SIDS,
@@ -299,6 +300,7 @@ ERASE_SCRIPTS: Final = (
     IX_SCAN,
     IX_MARKED,
     IX_MARK,
+    IX_REPAIR,
 )
 
 
@@ -433,7 +435,7 @@ async def _erase_fenced(
     # A user, session or groups target of an indexed tenant reads only its own entries of the erasure index
     # (erase_index); any other walks the tenant, backfilling the index as it goes (a real erase only).
     okp = index_prefix(target)
-    source = f"ir:{okp}" if okp and await indexed(store, prefix, okp, ctx) else ""
+    source = f"ir:{okp}" if okp and await indexed(store, prefix, okp, ctx, repair=not dry_run) else ""
     # (A tenant target's walk empties the index anyway.) A walk that left an entry out marks nothing.
     fill = Backfill() if not dry_run and okp and not source else None
     mode = "b" if fill is not None else ("p" if source and not dry_run else "")

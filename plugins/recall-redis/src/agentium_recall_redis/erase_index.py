@@ -36,7 +36,9 @@ written before it existed. A key of the index holding another type (damage)
 fails the target's erasure before it lists anything (nothing erased) and
 refuses its owner's writes (nothing written): never read as empty. A walk
 whose backfill met one left its entries out, so it does not mark the tenant
-(:class:`~agentium_recall_redis.erase_sweep.Backfill`).
+(:class:`~agentium_recall_redis.erase_sweep.Backfill`). A score of the
+target's sets changed behind the store's back (both are read by range) is
+found and repaired before they are read (:mod:`.erase_ixscores`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentium_harness.plugin_api import EraseLevel, EraseTarget, OpContext, encode_segment
 
+from .erase_ixscores import SCORE_CHECK, SCORES_DAMAGED, repair_scores, scores_damaged
 from .erase_scripts import SCAN_REPLY_CAP, checked_page
 from .errors import RedisRecallError
 from .keys import owner_of_source_id
@@ -88,11 +91,13 @@ def listed(sid: str, tomb: bool, rows: list[str], tombs: list[str], want: int) -
 
 
 #: Whether the tenant is indexed. KEYS: P:ixm, then the target's index keys (P:is:<prefix>, P:ir:<prefix>).
-#: Returns 1 when P:ixm holds the string "1", else 0. An indexed tenant's index key of another type than a
-#: sorted set is an error, before the erase lists or removes anything: it fails closed, never read as empty.
+#: Returns 1 when P:ixm holds the string "1", else 0; 2 when it does but a score of the target's sets is out
+#: of its range (:mod:`.erase_ixscores`). An indexed tenant's index key of another type than a sorted set
+#: is an error, before the erase lists or removes anything: it fails closed, never read as empty.
 IX_MARKED = Script(
     "erase_ix_marked",
-    """
+    SCORE_CHECK
+    + """
 local function kind_of(key)
   local t = redis.call('TYPE', key)
   return t['ok'] or t
@@ -102,6 +107,7 @@ for i = 2, #KEYS do
   local t = kind_of(KEYS[i])
   if t ~= 'zset' and t ~= 'none' then error('WRONGTYPE the erasure index holds another type of value') end
 end
+if not is_scores_ok(KEYS[2]) or not ir_scores_ok(KEYS[3]) then return 2 end
 return 1
 """,
 )
@@ -127,6 +133,7 @@ return 1
 IX_SCAN = Script(
     "erase_ix_scan",
     IX
+    + SCORE_CHECK
     + """
 local P, at, skipped, count = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local cap, rcap, prune = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
@@ -135,6 +142,8 @@ local function kind_of(key)
   return t['ok'] or t
 end
 if kind_of(KEYS[1]) == 'none' then return {'', '0'} end
+-- A score changed since IX_MARKED (which repairs them) would make the lexicographic range skip ids.
+if not is_scores_ok(KEYS[1]) then error('the erasure index holds a damaged score') end
 local rev = kind_of(P .. ':rev') == 'hash'
 local members = redis.call('ZRANGEBYLEX', KEYS[1], at, '+', 'LIMIT', skipped, count)
 local out = {'', '0'}
@@ -180,13 +189,21 @@ def index_prefix(target: EraseTarget) -> str:
     return "".join(f"{encode_segment(p)}/" for p in parts if p is not None)
 
 
-async def indexed(store: EraseOps, prefix: str, okp: str, ctx: OpContext) -> bool:
+async def indexed(store: EraseOps, prefix: str, okp: str, ctx: OpContext, *, repair: bool) -> bool:
     """Whether the tenant is indexed (``P:ixm``), so the erasure of owner-key prefix ``okp`` reads the index.
 
     Raises ``RedisRecallError`` when it is but one of ``okp``'s index keys holds another type (damage).
+    When one of their scores is damaged (:mod:`.erase_ixscores`), it is logged and, with ``repair`` (a real
+    erase), repaired before this returns True; without (a dry run), False: the dry run walks the tenant.
     """
     keys = [f"{prefix}:ixm", f"{prefix}:is:{okp}", f"{prefix}:ir:{okp}"]
     reply = await store.script(IX_MARKED, keys, [], ctx, "recall erase")
+    if isinstance(reply, int) and reply == SCORES_DAMAGED:
+        scores_damaged(okp, repair=repair)
+        if not repair:
+            return False
+        await repair_scores(store, prefix, okp, ctx)
+        return True
     return isinstance(reply, int) and reply == 1
 
 

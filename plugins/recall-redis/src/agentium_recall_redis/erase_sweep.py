@@ -57,6 +57,7 @@ from agentium_harness.plugin_api import (
     group_source_id,
 )
 
+from .erase_ixscores import SCORE_CHECK
 from .keys import owner_from_key, owner_of_source_id, stored_seq
 from .link import as_text
 from .lua import IX, Script
@@ -154,6 +155,7 @@ end
 SWEEP = Script(
     "erase_sweep",
     IX
+    + SCORE_CHECK
     + VOUCHED
     + """
 local P, first, count, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -169,6 +171,8 @@ if source ~= '' then
   -- The index is what leads to the target's rows: one of another type fails the erase, never skips them.
   local t = kind_of(listing)
   if t ~= 'zset' and t ~= 'none' then error('WRONGTYPE the erasure index holds another type of value') end
+  -- A score changed since IX_MARKED (which repairs them) would hide its row from the range read below.
+  if not ir_scores_ok(listing) then error('the erasure index holds a damaged score') end
 end
 local last = 0
 if source == '' and kind_of(KEYS[1]) == 'string' then

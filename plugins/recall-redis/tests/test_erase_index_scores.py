@@ -1,0 +1,163 @@
+"""Damaged scores in the erasure index: an erasure still finds every id and row of its target.
+
+An id set (``P:is:<prefix>``) is read by lexicographic range (``ZRANGEBYLEX``),
+which is defined only while every member has the same score (the store writes
+0). A member whose score was changed behind the store's back sorts after (or
+before) the others, and a page resumed after the last id read stepped past it
+(or read the same page again for ever): a deletion tombstone listed only there
+stayed in ``P:rev`` while the erase reported complete. A row set
+(``P:ir:<prefix>``) is read by score from 1 up: a row whose score was moved
+below 1 or to 1e15 and up was never swept. Each damage is written straight
+into the real server with redis-py, as corruption would leave it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+import pytest
+import redis.asyncio as aioredis
+from keyspace import key_space
+from redis_servers import ServerProcess, new_prefix
+
+from agentium_harness.plugin_api import EraseStatus, EraseTarget, OpContext, SourceOwner
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+
+pytestmark = pytest.mark.anyio
+
+ANA: Final = SourceOwner("acme", "ana")
+ANA_IDS: Final = [f"doc/acme/ana/~/~/~/{name}" for name in ("a", "b", "c", "d")]
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30)
+
+
+async def _four_of_ana(store: RedisRecallStore) -> None:
+    """Ana's documents a to d, "a" deleted (a tombstone in ``P:rev``, listed in ``P:is:ana/`` only)."""
+    for name in ("a", "b", "c", "d"):
+        await store.index_document(ANA, name, f"qscore{name}x text", _ctx())
+    assert await store.delete_document(ANA, "a", _ctx())
+    await store.index_document(SourceOwner("acme", "bob"), "kept", "qbobscore text", _ctx())
+
+
+@pytest.mark.parametrize("score", [1.0, 0.5])
+async def test_an_id_set_with_a_damaged_score_still_gives_up_every_id(
+    server: ServerProcess,
+    admin: aioredis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    score: float,
+) -> None:
+    # Pages of three ids: with "a" moved after b, c and d (score 1), the second page started after "d"
+    # and found nothing, so the tombstone of "a" stayed and the erase reported complete.
+    from agentium_recall_redis import erase_index
+
+    monkeypatch.setattr(erase_index, "_IX_PAGE", 3)
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await _four_of_ana(store)
+        assert await admin.get(f"{tp}:ixm") == b"1"
+        assert await admin.zadd(f"{tp}:is:ana/", {ANA_IDS[0]: score}, xx=True, ch=True) == 1
+        assert (await admin.hget(f"{tp}:rev", ANA_IDS[0]) or b"").startswith(b"-")
+
+        planned = await store.erase(EraseTarget.user("acme", "ana"), _ctx(), dry_run=True)
+        assert planned.count("document") == 3  # b, c, d (a dry run writes nothing, repairs nothing)
+        with caplog.at_level(logging.WARNING, logger="agentium.plugins.recall_redis"):
+            report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 3
+        space = await key_space(admin, tp)
+        left = repr(space).encode()
+        assert b"/ana/" not in left and b"qscore" not in left, left  # the tombstone of "a" went too
+        assert b"qbobscore" in left  # bob's document stays
+        assert "score" in caplog.text  # the damage is logged
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("score", [0.0, -5.0, 1e15])
+async def test_a_row_set_with_a_damaged_score_still_gives_up_every_row(
+    server: ServerProcess, admin: aioredis.Redis, score: float
+) -> None:
+    # A row the index's ids no longer lead to (its P:ids entry gone, damage) is found by the sweep of
+    # ana's row set, read by score from 1: a score moved out of that range hid the row, its text stayed.
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await _four_of_ana(store)
+        n = await admin.hget(f"{tp}:ids", ANA_IDS[1])
+        assert n is not None
+        assert await admin.hdel(f"{tp}:ids", ANA_IDS[1]) == 1
+        assert await admin.zadd(f"{tp}:ir:ana/", {n: score}, xx=True, ch=True) == 1
+
+        reports = [await store.erase(EraseTarget.user("acme", "ana"), _ctx())]
+        while reports[-1].status is not EraseStatus.COMPLETE and len(reports) < 10:
+            reports.append(await store.erase(EraseTarget.user("acme", "ana"), _ctx()))
+        assert reports[-1].status is EraseStatus.COMPLETE
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"qscoreb" not in left and b"/ana/" not in left, left
+        assert b"qbobscore" in left
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("kind", ["is", "ir"])
+async def test_a_score_damaged_after_the_check_fails_the_erase_closed(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # The check (and repair) runs once, before the sets are read: a score damaged right after it is caught
+    # by the page that reads the set, which fails the call before it removes anything.
+    from agentium_recall_redis import RedisRecallError, erase_index
+    from agentium_recall_redis.store import RedisRecallStore as StoreClass
+
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    original = StoreClass._script
+    armed = [False]
+    member: list[str | bytes] = [ANA_IDS[2]]
+
+    async def script(self: StoreClass, which: object, *args: object, **kwargs: object) -> object:
+        reply = await original(self, which, *args, **kwargs)  # type: ignore[arg-type]
+        if armed[0] and which is erase_index.IX_MARKED:
+            await admin.zadd(f"{tp}:{kind}:ana/", {member[0]: 0.5}, xx=True)
+        return reply
+
+    monkeypatch.setattr(StoreClass, "_script", script)  # before the store: it binds its method at init
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await _four_of_ana(store)
+        if kind == "ir":  # the row is reached by the sweep only (its P:ids entry gone, as damage leaves it)
+            n = await admin.hget(f"{tp}:ids", ANA_IDS[2])
+            assert n is not None and await admin.hdel(f"{tp}:ids", ANA_IDS[2]) == 1
+            member[0] = n
+        armed[0] = True
+        before = {k: v for k, v in (await key_space(admin, tp)).items() if b":w:" not in k}
+        with pytest.raises(RedisRecallError, match="damaged score"):
+            await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+        after = {k: v for k, v in (await key_space(admin, tp)).items() if b":w:" not in k}
+        if kind == "is":
+            assert _without_score(after) == _without_score(before)  # nothing erased (only the damage)
+        else:  # the first pass erased what its ids led to; the row behind the damaged score is still there
+            assert b"qscorec" in repr(after).encode()
+        armed[0] = False
+        reports = [await store.erase(EraseTarget.user("acme", "ana"), _ctx())]  # repaired, then erased
+        while reports[-1].status is not EraseStatus.COMPLETE and len(reports) < 10:
+            reports.append(await store.erase(EraseTarget.user("acme", "ana"), _ctx()))
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"/ana/" not in left and b"qscore" not in left, left
+    finally:
+        await store.aclose()
+
+
+def _without_score(space: dict[bytes, object]) -> dict[bytes, object]:
+    """A key space with ana's id set's scores dropped (the one thing the test itself changed)."""
+    out = dict(space)
+    key = next((k for k in out if k.endswith(b":is:ana/")), None)
+    if key is not None:
+        kind, members = out[key]  # type: ignore[misc]
+        out[key] = (kind, sorted(m for m, _ in members))
+    return out
