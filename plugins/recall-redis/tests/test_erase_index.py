@@ -157,9 +157,12 @@ async def test_data_written_before_the_index_is_still_fully_erased(
         await store.aclose()
 
 
-async def test_a_half_built_index_is_never_trusted(server: ServerProcess, admin: aioredis.Redis) -> None:
-    # A walk cut short (max_items) fills part of the index but must not mark the tenant: the next call
-    # walks again, and every source written before the index is still found.
+async def test_max_items_bounds_what_is_erased_not_the_walk_that_indexes_the_tenant(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    # Before, a walk cut short by max_items filled part of the index and left the tenant unmarked, and
+    # the next call walked it all again. The walk now indexes the tenant first (erase_build: a walk cut
+    # short by its deadline resumes, test_erase_index_resume.py), then max_items bounds what is erased.
     prefix = new_prefix()
     tp = f"{prefix}:{{acme}}"
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
@@ -172,7 +175,7 @@ async def test_a_half_built_index_is_never_trusted(server: ServerProcess, admin:
 
         first = await store.erase(EraseTarget.user("acme", "ana"), _ctx(), max_items=2)
         assert first.status is EraseStatus.PARTIAL and first.count("document") == 2
-        assert await admin.exists(f"{tp}:ixm") == 0
+        assert await admin.get(f"{tp}:ixm") == b"1" and await admin.exists(f"{tp}:ixw") == 0
         reports = [first, *await _erase_fully(store, EraseTarget.user("acme", "ana"), max_items=2)]
         assert sum(r.count("document") for r in reports) == 5
         left = repr(await key_space(admin, tp)).encode()

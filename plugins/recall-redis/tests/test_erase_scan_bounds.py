@@ -6,6 +6,11 @@ comes back whole at any ``COUNT``. The store now checks what a page brought
 back against a field and byte bound before sending it (asking again from
 the same cursor with a smaller ``COUNT``), and refuses a page it cannot
 bound (``RedisRecallError``, nothing erased). Real servers, as everywhere.
+
+A real user or session erase of a tenant not yet indexed now walks the hash
+to build the index (:mod:`agentium_recall_redis.erase_build`), which sends
+no id back: only the field bound applies to its pages. Dry runs (and tenant
+targets) still read the ids themselves, through ``REV_SCAN``.
 """
 
 from __future__ import annotations
@@ -73,9 +78,11 @@ async def test_each_scan_reply_stays_within_its_bound_and_the_erase_completes(
     try:
         await store.index_document(OWNER, "doc", "qscanbound4 text", _ctx())
         await _long_fields(admin, prefix)
+        planned = await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx(), dry_run=True)
+        assert planned.count("document") == 1
+        assert sizes and max(sizes) <= SCAN_REPLY_CAP, sizes
         report = await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
         assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
-        assert sizes and max(sizes) <= SCAN_REPLY_CAP, sizes
         raw = repr(await key_space(admin, prefix)).encode()
         assert b"qscanbound4" not in raw
         assert await admin.hlen(f"{prefix}:{{acme}}:rev") == FIELDS  # not the target's: left alone
@@ -97,9 +104,34 @@ async def test_a_page_no_count_can_bound_is_refused_and_nothing_is_erased(
         await _long_fields(admin, prefix)
         before = await key_space(admin, prefix)
         with pytest.raises(RedisRecallError, match="revision hash"):
-            await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+            await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx(), dry_run=True)
         assert await key_space(admin, prefix) == before  # nothing erased, no fence left behind
         assert all(size <= SCAN_REPLY_CAP for size in sizes), sizes
+        # The real erase's walk sends no id back: 121 fields pass its field bound, and it completes.
+        report = await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+        assert b"qscanbound5" not in repr(await key_space(admin, prefix)).encode()
+    finally:
+        await store.aclose()
+        await admin.aclose()
+
+
+async def test_an_index_walk_page_no_count_can_bound_is_refused_and_nothing_is_written(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    """The real erase's walk (erase_build) refuses a page of more than 4,000 fields at COUNT 1, typed."""
+    big = make_server("--hash-max-ziplist-entries", "100000", "--hash-max-ziplist-value", "100000")
+    prefix = new_prefix()
+    admin = aioredis.Redis.from_url(big.url)
+    store = RedisRecallStore(RedisRecallConfig(url=big.url, key_prefix=prefix))
+    try:
+        await store.index_document(OWNER, "doc", "qscanbound6 text", _ctx())
+        await admin.delete(f"{prefix}:{{acme}}:ixm")
+        await admin.hset(f"{prefix}:{{acme}}:rev", mapping={f"junk{i}": "sha256:junk" for i in range(4100)})
+        before = await key_space(admin, prefix)
+        with pytest.raises(RedisRecallError, match="revision hash"):
+            await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert await key_space(admin, prefix) == before  # nothing erased or listed, no fence left behind
     finally:
         await store.aclose()
         await admin.aclose()

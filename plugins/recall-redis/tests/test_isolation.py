@@ -13,6 +13,7 @@ from agentium_harness import OpContext, RecallLimits, Scope, SourceOwner, Source
 from agentium_harness.plugin_api import decode_segment
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
 from agentium_recall_redis.erase import ERASE_SCRIPTS, REV_SCAN
+from agentium_recall_redis.erase_build import BUILD_IDS
 from agentium_recall_redis.scripts import SCRIPTS
 
 pytestmark = pytest.mark.anyio
@@ -112,6 +113,10 @@ def test_no_script_uses_keys_or_scan_but_erasures_walk_of_one_hash() -> None:
             if command == "HSCAN" and script is REV_SCAN:
                 # Erasure walks one hash of the erased tenant (its source ids), never a key pattern.
                 assert found == ["redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]"], found
+                continue
+            if command == "HSCAN" and script is BUILD_IDS:
+                # So does the walk indexing a tenant written before the erasure index (erase_build).
+                assert found == ["redis.call('HSCAN', KEYS[1], c, 'COUNT', count"], found
                 continue
             assert not found, (script.name, command)
 

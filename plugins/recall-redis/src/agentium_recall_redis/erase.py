@@ -16,13 +16,12 @@ by seq, and each group's id is built from the session and the seq, never
 read from its row (an id edited there must not redirect the erase to
 another session's group). A user or session target of an *indexed* tenant
 reads its own ids from the erasure index instead, and sweeps its own rows
-(:mod:`agentium_recall_redis.erase_index`). A call takes at most
-``max_items`` sources.
+(:mod:`.erase_index`); a real one of a tenant not yet indexed indexes it
+first (:mod:`.erase_build`). A call takes at most ``max_items`` sources.
 Once those indexes have given up every source, a sweep of the tenant's
-rows by number (:mod:`agentium_recall_redis.erase_sweep`) finds the rows
-a damaged index no longer leads to (a ``P:ids`` entry redirected, a
-group-set member removed), erases them by number and says so in the
-report.
+rows by number (:mod:`agentium_recall_redis.erase_sweep`) finds the rows a
+damaged index no longer leads to (a ``P:ids`` entry redirected, a group-set
+member removed), erases them by number and says so in the report.
 
 **Removing.** The ``ERASE`` script (atomic, token-fenced like every write,
 at most ``max_terms_per_call`` postings per call but at least one source)
@@ -87,13 +86,13 @@ from agentium_harness.plugin_api import (
     group_source_id,
 )
 
+from .erase_build import BUILD_IDS, BUILD_ROWS, index_source
 from .erase_fence import FenceHold
 from .erase_index import (
     IX_MARK,
     IX_MARKED,
     IX_SCAN,
     index_prefix,
-    indexed,
     indexed_sids,
     listed,
     mark_indexed,
@@ -301,6 +300,8 @@ ERASE_SCRIPTS: Final = (
     IX_MARKED,
     IX_MARK,
     IX_REPAIR,
+    BUILD_IDS,
+    BUILD_ROWS,
 )
 
 
@@ -433,9 +434,9 @@ async def _erase_fenced(
     if not dry_run:
         await _abort_stagings(store, prefix, target, ctx)
     # A user, session or groups target of an indexed tenant reads only its own entries of the erasure index
-    # (erase_index); any other walks the tenant, backfilling the index as it goes (a real erase only).
+    # (erase_index, erase_build); any other walks the tenant, backfilling the index as it goes (a real erase).
     okp = index_prefix(target)
-    source = f"ir:{okp}" if okp and await indexed(store, prefix, okp, ctx, repair=not dry_run) else ""
+    source = await index_source(store, prefix, okp, ctx, dry_run=dry_run)  # a real erase indexes it first
     # (A tenant target's walk empties the index anyway.) A walk that left an entry out marks nothing.
     fill = Backfill() if not dry_run and okp and not source else None
     mode = "b" if fill is not None else ("p" if source and not dry_run else "")

@@ -24,13 +24,11 @@ numbers: both follow the target's own sources.
 **Data written before the index.** A tenant is *indexed* once ``P:ixm``
 holds ``1``. A write finding nothing of its tenant stored (no ``P:n``,
 ``P:ids``, ``P:rev`` or ``P:rows``) marks it at once. An older tenant is not
-marked: its erasures walk the whole tenant as before, and every page of that
-walk (``REV_SCAN`` and ``SWEEP``, a real erase only, never a dry run) lists
-the ids and rows it reads in the index in the same script call. The first
-user or session erase call that walks the whole tenant to its end (its
-``HSCAN`` back to cursor 0 and its sweep done, not cut short by
-``max_items``) then marks the tenant: every id and row present throughout
-the walk was listed by it, and every one written meanwhile by its write.
+marked: a real user or session erase call first walks the whole tenant,
+listing the ids and rows it reads in the index, in a walk that resumes
+where a call cut short left it (:mod:`.erase_build`), and its last page
+marks the tenant: every id and row present throughout the walk was listed
+by it, and every one written meanwhile by its write.
 Until then nothing trusts the index, so an erasure never misses a source
 written before it existed. A key of the index holding another type (damage)
 fails the target's erasure before it lists anything (nothing erased) and

@@ -190,7 +190,7 @@ end
 if size(P .. ':ids', 'hash') + size(P .. ':pend', 'zset') + size(P .. ':gc', 'list') > 0 then return 0 end
 -- The layout, vector model and count keys of later layouts go too when present.
 redis.call('DEL', P .. ':ids', P .. ':rev', P .. ':bk', P .. ':bn', P .. ':n', P .. ':nb', P .. ':pend',
-           P .. ':gc', P .. ':v', P .. ':vm', P .. ':vc', P .. ':rows', P .. ':ixm')
+           P .. ':gc', P .. ':v', P .. ':vm', P .. ':vc', P .. ':rows', P .. ':ixm', P .. ':ixw')
 return 1
 """,
 )

@@ -1,0 +1,206 @@
+"""A tenant written before the erasure index is indexed by a walk that resumes where it was cut short.
+
+A user or session erasure of such a tenant walks the whole tenant (its
+revision hash, then its rows by number), filling the index. Before, a walk
+cut short (its deadline passed, or ``max_items`` reached) kept nothing of
+where it was, and the next erasure walked the tenant from its start again:
+a tenant too large for one call's deadline was never indexed, and each
+erasure of it cost the whole tenant. Work is counted in script calls (pages
+of the walk), never timed; the cut is the caller cancelling the call after
+a number of pages, as a deadline passing does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import pytest
+import redis.asyncio as aioredis
+from keyspace import key_space
+from redis_servers import ServerProcess, new_prefix
+
+from agentium_harness import OperationCancelledError
+from agentium_harness.plugin_api import EraseStatus, EraseTarget, OpContext, SourceOwner
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis.store import RedisRecallStore as StoreClass
+
+pytestmark = pytest.mark.anyio
+
+ANA: Final = SourceOwner("acme", "ana", "s1")
+#: Pages of the walk: ids (``HSCAN`` pages of the revision hash) and rows (pages of row numbers).
+PAGE: Final = 20
+#: What each kind of page is, in this store and in the one before the walk resumed (for the failing run).
+ROW_PAGES: Final = {"erase_sweep", "erase_build_rows"}
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30)
+
+
+async def _hscans(admin: aioredis.Redis) -> int:
+    """``HSCAN`` commands the server ran so far (those run inside scripts included)."""
+    stats = await admin.info("commandstats")
+    return int(stats.get("cmdstat_hscan", {}).get("calls", 0))
+
+
+def _kind(script: Any) -> str:
+    if "'HSCAN'" in script.source:
+        return "ids"
+    return "rows" if script.name in ROW_PAGES else ""
+
+
+class _Pages:
+    """Counts the walk's script calls per kind, and cancels the running call after ``cut`` of kind ``at``."""
+
+    def __init__(self) -> None:
+        self.counts = {"ids": 0, "rows": 0}
+        self.cut: tuple[str, int, OpContext] | None = None
+
+    def reset(self) -> None:
+        self.counts = {"ids": 0, "rows": 0}
+
+
+async def _unindexed_tenant(store: RedisRecallStore, admin: aioredis.Redis, tp: str) -> None:
+    """300 sources of other users and 5 of ana (2 of them deleted), written before the erasure index."""
+    for i in range(5):
+        await store.index_document(ANA, f"a{i}", f"qresume{i}x text", _ctx())
+    for i in (0, 1):
+        assert await store.delete_document(ANA, f"a{i}", _ctx())
+    for i in range(300):
+        owner = SourceOwner("acme", f"user{i % 7}", f"s{i % 3}")
+        await store.index_document(owner, f"d{i}", f"qotherresume{i} text", _ctx())
+    index = [
+        k
+        for k in await key_space(admin, tp)
+        if k.endswith(b":ixm") or k.rsplit(b":", 2)[-2:-1] in ([b"is"], [b"ir"])
+    ]
+    assert await admin.delete(*index) == len(index)
+
+
+@pytest.mark.parametrize("phase", ["ids", "rows"])
+async def test_a_walk_cut_short_resumes_where_it_stopped(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, phase: str
+) -> None:
+    from agentium_recall_redis import erase_scripts, erase_sweep
+
+    monkeypatch.setattr(erase_scripts, "_SCAN_PAGE", PAGE)
+    monkeypatch.setattr(erase_sweep, "SWEEP_PAGE", PAGE)
+    try:
+        from agentium_recall_redis import erase_build
+    except ImportError:  # the store before the walk resumed (the failing run)
+        pass
+    else:
+        monkeypatch.setattr(erase_build, "ID_PAGE", PAGE)
+    pages = _Pages()
+    original = StoreClass._script
+
+    async def script(self: StoreClass, which: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = await original(self, which, *args, **kwargs)
+        kind = _kind(which)
+        if kind:
+            pages.counts[kind] += 1
+            if pages.cut is not None and pages.cut[0] == kind and pages.counts[kind] == pages.cut[1]:
+                pages.cut[2].signal.cancel("the test's stand-in for a deadline")
+        return reply
+
+    monkeypatch.setattr(StoreClass, "_script", script)  # before the store: it binds its method at init
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    target = EraseTarget.user("acme", "ana")
+    try:
+        await _unindexed_tenant(store, admin, tp)
+        # A whole walk's pages, as a dry run (which writes nothing) reads them: ids counted in HSCAN commands,
+        # rows in script calls (one per page).
+        before = await _hscans(admin)
+        planned = await store.erase(target, _ctx(), dry_run=True)
+        assert planned.count("document") == 3
+        whole = {"ids": await _hscans(admin) - before, "rows": pages.counts["rows"]}
+        assert whole["ids"] >= 8 and whole["rows"] >= 8, whole
+
+        # The first erase is cut short halfway through the chosen part of the walk.
+        cut = whole[phase] // 2
+        pages.reset()
+        ctx = _ctx()
+        pages.cut = (phase, cut, ctx)
+        before = await _hscans(admin)
+        with pytest.raises(OperationCancelledError):
+            await store.erase(target, ctx)
+        pages.cut = None
+        assert pages.counts[phase] == cut
+        first = {"ids": await _hscans(admin) - before, "rows": pages.counts["rows"]}
+        assert await admin.exists(f"{tp}:ixm") == 0  # a walk cut short never marks the tenant
+
+        # The next erase goes on from there: it never walks again what the first one walked.
+        pages.reset()
+        before = await _hscans(admin)
+        report = await store.erase(target, _ctx())
+        assert report.status is EraseStatus.COMPLETE  # (the key space below shows ana's sources gone)
+        second = {"ids": await _hscans(admin) - before, "rows": pages.counts["rows"]}
+        if phase == "ids":
+            assert second["ids"] <= whole["ids"] - first["ids"] + 1, (whole, first, second)
+        else:
+            assert second["ids"] == 0, (whole, first, second)
+            # What is left of the rows, and one page of ana's own rows through the index (now marked).
+            assert second["rows"] <= whole["rows"] - first["rows"] + 2, (whole, first, second)
+        assert await admin.get(f"{tp}:ixm") == b"1"
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"qresume" not in left and b"/ana/" not in left and b":ana/" not in left
+        assert left.count(b"qotherresume") >= 300
+
+        # Another user's erasure reads the index only now: no page of the walk at all.
+        pages.reset()
+        before = await _hscans(admin)
+        report = await store.erase(EraseTarget.user("acme", "user3"), _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("document") > 0
+        assert await _hscans(admin) == before and pages.counts["rows"] <= 4, pages.counts
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize(
+    "place",
+    [
+        {"r": "1e9"},  # Lua's tonumber reads it: trusted, the walk would skip every row
+        {"r": "9" * 16},
+        {"c": "12abc"},
+        {"c": "0", "r": "1"},
+        {"x": "1"},
+        "junk",  # another type: the call walks the tenant itself
+    ],
+)
+async def test_a_damaged_walk_place_is_never_trusted(
+    server: ServerProcess, admin: aioredis.Redis, place: dict[str, str] | str
+) -> None:
+    # Ana's row 2 is reachable by number only (its ids and rev entries removed, as damage leaves it): a
+    # walk that trusted a damaged place past it would mark the tenant without listing it, and her
+    # erasure through the index would then leave its text.
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        for i in range(3):
+            await store.index_document(ANA, f"a{i}", f"qplace{i}x text", _ctx())
+        await store.index_document(SourceOwner("acme", "bob"), "b", "qbobplace text", _ctx())
+        sid = "doc/acme/ana/s1/~/~/a1"
+        assert await admin.hdel(f"{tp}:ids", sid) == 1 and await admin.hdel(f"{tp}:rev", sid) == 1
+        index = [
+            k
+            for k in await key_space(admin, tp)
+            if k.endswith(b":ixm") or k.rsplit(b":", 2)[-2:-1] in ([b"is"], [b"ir"])
+        ]
+        await admin.delete(*index)
+        if isinstance(place, str):
+            await admin.set(f"{tp}:ixw", place)
+        else:
+            await admin.hset(f"{tp}:ixw", mapping=place)
+        reports = [await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())]
+        while reports[-1].status is not EraseStatus.COMPLETE and len(reports) < 10:
+            reports.append(await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx()))
+        assert reports[-1].status is EraseStatus.COMPLETE
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"qplace" not in left and b"/ana/" not in left, left
+        assert b"qbobplace" in left
+        assert await admin.get(f"{tp}:ixm") == b"1"
+    finally:
+        await store.aclose()
