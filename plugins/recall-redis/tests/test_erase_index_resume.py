@@ -204,3 +204,65 @@ async def test_a_damaged_walk_place_is_never_trusted(
         assert await admin.get(f"{tp}:ixm") == b"1"
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("walk", ["erase_build_rows", "erase_sweep"])
+async def test_the_walk_does_not_chase_rows_written_while_it_runs(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, walk: str
+) -> None:
+    # Rows are walked by number up to the row counter, read again on each page: another user writing as
+    # fast as the walk reads kept it chasing new rows until its deadline. A row written after the walk
+    # began is listed by its own write (the index build, a real erase), or is not the target's (a sweep of
+    # the tenant's rows: a dry run's, here), so the walk stops at the highest row number it found.
+    from agentium_recall_redis import erase_sweep
+
+    monkeypatch.setattr(erase_sweep, "SWEEP_PAGE", 1)  # one row a page: one write a page keeps pace
+    original = StoreClass._script
+    state: dict[str, Any] = {"store": None, "writer": None, "pages": 0, "written": 0}
+
+    async def script(self: StoreClass, which: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = await original(self, which, *args, **kwargs)
+        if self is state["store"] and which.name == walk:
+            state["pages"] += 1
+            if state["written"] < 40:  # another user's write lands after every page
+                state["written"] += 1
+                owner = SourceOwner("acme", "carl")
+                await state["writer"].index_document(owner, f"c{state['written']}", "qchase text", _ctx())
+        return reply
+
+    monkeypatch.setattr(StoreClass, "_script", script)
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    writer = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    state["store"], state["writer"] = store, writer
+    try:
+        for i in range(3):
+            await store.index_document(ANA, f"a{i}", f"qchaseana{i}x text", _ctx())
+        for i in range(20):
+            await store.index_document(SourceOwner("acme", "bob"), f"b{i}", "qchasebob text", _ctx())
+        index = [
+            k
+            for k in await key_space(admin, tp)
+            if k.endswith(b":ixm") or k.rsplit(b":", 2)[-2:-1] in ([b"is"], [b"ir"])
+        ]
+        await admin.delete(*index)
+        rows = int(await admin.get(f"{tp}:n") or 0)
+        dry_run = walk == "erase_sweep"
+        report = await store.erase(EraseTarget.user("acme", "ana"), _ctx(), dry_run=dry_run)
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 3
+        # The rows there when it began, no more: before, 64 pages for 23 rows (each of 40 writes chased).
+        assert state["pages"] <= rows + 1, (rows, state["pages"])
+        written = state["written"]
+        assert written >= rows, written  # a write landed after every page
+        if dry_run:
+            return
+        assert await admin.get(f"{tp}:ixm") == b"1"
+        # Every row written during the walk was listed by its own write: carl's erasure finds them all.
+        state["store"] = None
+        report = await store.erase(EraseTarget.user("acme", "carl"), _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == written
+        assert b"qchase text" not in repr(await key_space(admin, tp)).encode()
+    finally:
+        await store.aclose()
+        await writer.aclose()

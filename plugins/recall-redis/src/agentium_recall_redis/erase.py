@@ -86,18 +86,15 @@ from agentium_harness.plugin_api import (
     group_source_id,
 )
 
-from .erase_build import BUILD_IDS, BUILD_ROWS, index_source
+from .erase_build import BUILD_SCRIPTS, index_source
 from .erase_fence import FenceHold
 from .erase_index import (
-    IX_MARK,
-    IX_MARKED,
-    IX_SCAN,
+    INDEX_SCRIPTS,
     index_prefix,
     indexed_sids,
     listed,
     mark_indexed,
 )
-from .erase_ixscores import IX_REPAIR
 from .erase_scripts import (
     FENCE,
     GROUP_SIDS,
@@ -108,7 +105,7 @@ from .erase_scripts import (
     TENANT_DROP,
     scan_page,
 )
-from .erase_sweep import MINE, SWEEP, VOUCHED, Backfill, Swept, noted, sweep_rows
+from .erase_sweep import MINE, SWEEP, SWEEP_END, VOUCHED, Backfill, Swept, noted, sweep_rows
 from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import Command, Link, as_text
@@ -296,12 +293,9 @@ ERASE_SCRIPTS: Final = (
     TENANT_DROP,
     FENCE,
     SWEEP,
-    IX_SCAN,
-    IX_MARKED,
-    IX_MARK,
-    IX_REPAIR,
-    BUILD_IDS,
-    BUILD_ROWS,
+    SWEEP_END,
+    *INDEX_SCRIPTS,
+    *BUILD_SCRIPTS,
 )
 
 

@@ -9,7 +9,8 @@ and each of its erasures cost the whole tenant.
 
 Now the first real user, session or groups erase call of such a tenant first *builds* the index, and
 keeps where it is in ``P:ixw`` (a hash: ``c``, the ``HSCAN`` cursor of ``P:rev`` while its ids are
-walked, then ``r``, the next row number while its rows are; ``x`` once a page left an entry out). Each
+walked, then ``r``, the next row number while its rows are, and ``e``, the highest row number when
+they began: the walk's end; ``x`` once a page left an entry out). Each
 page is one script call that reads the stored place, lists the page's ids (``BUILD_IDS``: in
 ``P:is:<prefix>``, score 0) or rows (``BUILD_ROWS``: in ``P:ir:<prefix>``, score the number) and stores
 the next place, atomically: a call cut short anywhere loses nothing of what its pages did, and the
@@ -22,8 +23,10 @@ Why this is sound: ``HSCAN`` returns every field present from the first call of 
 its last, whatever the time between the calls and whoever makes them (its cursor holds no state on
 the server), so every id present throughout the walk is listed by one of its pages; rows are walked
 by number up to the counter, then through the row set past it, as the sweep does
-(:mod:`agentium_recall_redis.erase_sweep`). Every id and row written meanwhile is listed by its own
-write (each write lists its source, indexed tenant or not). The key is the tenant's own (the tenant's
+(:mod:`agentium_recall_redis.erase_sweep`), each to ``e``. Every id and row written meanwhile is listed
+by its own write (each write lists its source, indexed tenant or not), so the walk need not chase rows
+numbered past ``e``: before, it read the counter again on each page, and another owner writing as fast
+as the walk read rows kept it going until its deadline. The key is the tenant's own (the tenant's
 id is encoded injectively in the prefix, like every key of the store) and holds no other id.
 
 Damage: a stored place that is not one the store writes (not digits, too long, both or neither of
@@ -49,7 +52,7 @@ from .scripts import FIELD_CAP
 if TYPE_CHECKING:
     from .erase import EraseOps
 
-__all__ = ["BUILD_IDS", "BUILD_ROWS", "ID_PAGE", "build_index", "index_source"]
+__all__ = ["BUILD_IDS", "BUILD_ROWS", "BUILD_SCRIPTS", "ID_PAGE", "build_index", "index_source"]
 
 #: Fields one ``BUILD_IDS`` page asks ``HSCAN`` for (``COUNT``, a hint: fewer when a page comes back past
 #: four times it; a module global, so tests can make pages small).
@@ -73,6 +76,7 @@ end
 BUILD_IDS = Script(
     "erase_build_ids",
     IX
+    + erase_sweep.ROW_END
     + _KIND
     + """
 local P, count, cap, most = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -106,8 +110,10 @@ for i = 1, #fields, 2 do
 end
 if left then redis.call('HSET', KEYS[2], 'x', '1') end
 if page[1] == '0' then
+  -- The rows next, up to the highest row number there is now (the counter, or the row set past it): a
+  -- row numbered above it is written from now on, and lists itself.
   redis.call('HDEL', KEYS[2], 'c')
-  redis.call('HSET', KEYS[2], 'r', '1')
+  redis.call('HSET', KEYS[2], 'r', '1', 'e', row_end(P))
   return {'rows'}
 end
 redis.call('HSET', KEYS[2], 'c', page[1])
@@ -117,10 +123,10 @@ return {'ids'}
 
 #: One page of the build's rows. KEYS: P:n, P:ixw, P:ixm. ARGV: P, page size, longest field. The page is
 #: what a sweep page is (``SWEEP``, source ""): numbers from the stored one up to the counter, else the
-#: next members of the row set ``P:rows`` from it. Each row hash of the page goes into the row sets of its
-#: owner key and id. Returns {'marked'}, {'lost'} (no stored rows place: another call ended the walk, or
-#: damage), {'rows'} (more rows), or {'done', '1' when the tenant was marked, '0' when an entry was left
-#: out}; the walk's place goes once done.
+#: next members of the row set ``P:rows`` from it; neither past the walk's end ``e`` when it is readable.
+#: Each row hash of the page goes into the row sets of its owner key and id. Returns {'marked'}, {'lost'}
+#: (no stored rows place: another call ended the walk, or damage), {'rows'} (more rows), or {'done', '1'
+#: when the tenant was marked, '0' when an entry was left out}; the walk's place goes once done.
 BUILD_ROWS = Script(
     "erase_build_rows",
     IX
@@ -136,13 +142,22 @@ if kind_of(KEYS[1]) == 'string' then
   local v = redis.call('GET', KEYS[1])
   if #v <= 15 and string.match(v, '^%d+$') then last = tonumber(v) end
 end
+-- The walk's end (``e``, stored as its rows began): rows numbered past it were written since, and list
+-- themselves, so another owner writing as fast as the walk reads cannot keep it going. Unreadable
+-- (damage): no end but the counter's and the row set's, as before.
+local e = redis.call('HGET', KEYS[2], 'e')
+local upto = '+inf'
+if e and #e <= 15 and string.match(e, '^%d+$') then
+  upto = e
+  last = math.min(last, tonumber(e))
+end
 local page, rest = {}, '0'
 if first <= last then
   local stop = math.min(last, first + count - 1)
   for i = first, stop do page[#page + 1] = string.format('%d', i) end
   rest = string.format('%d', stop + 1)
 elseif kind_of(P .. ':rows') == 'zset' then
-  local listed = redis.call('ZRANGEBYSCORE', P .. ':rows', f[2], '+inf', 'WITHSCORES', 'LIMIT', 0, count)
+  local listed = redis.call('ZRANGEBYSCORE', P .. ':rows', f[2], upto, 'WITHSCORES', 'LIMIT', 0, count)
   for j = 1, #listed, 2 do
     local score = tonumber(listed[j + 1])
     if score >= 1e15 then break end  -- damaged: no row number the store writes is that large
@@ -181,6 +196,10 @@ end
 return {'done', '0'}
 """,
 )
+
+
+#: The build's scripts, for the erase's list of scripts.
+BUILD_SCRIPTS: Final = (BUILD_IDS, BUILD_ROWS)
 
 
 async def build_index(store: EraseOps, prefix: str, ctx: OpContext) -> bool:

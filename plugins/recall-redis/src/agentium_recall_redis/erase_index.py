@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentium_harness.plugin_api import EraseLevel, EraseTarget, OpContext, encode_segment
 
-from .erase_ixscores import SCORE_CHECK, SCORES_DAMAGED, repair_scores, scores_damaged
+from .erase_ixscores import IX_REPAIR, SCORE_CHECK, SCORES_DAMAGED, repair_scores, scores_damaged
 from .erase_scripts import SCAN_REPLY_CAP, checked_page
 from .errors import RedisRecallError
 from .keys import owner_of_source_id
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from .server import Arg
 
 __all__ = [
+    "INDEX_SCRIPTS",
     "IX_MARK",
     "IX_MARKED",
     "IX_SCAN",
@@ -240,3 +241,7 @@ async def indexed_sids(
             return rows, tombs, more
         if not skip.isdigit():
             raise RedisRecallError("recall erase: a page of the erasure index is damaged; nothing was erased")
+
+
+#: The erasure index's scripts, for the erase's list of scripts.
+INDEX_SCRIPTS: Final = (IX_SCAN, IX_MARKED, IX_MARK, IX_REPAIR)

@@ -68,7 +68,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MINE",
+    "ROW_END",
     "SWEEP",
+    "SWEEP_END",
     "SWEEP_PAGE",
     "SWEEP_REPLY_CAP",
     "VOUCHED",
@@ -136,22 +138,47 @@ local function mine(key, sid, okey)
 end
 """
 
-#: One page of the sweep. KEYS: P:n. ARGV: P, first row number, page size, longest field, reply cap,
-#: owner-key prefix, source, mode, then id prefixes. With source "", the page's row numbers are ``first``
-#: to ``first + page - 1`` up to the counter P:n while ``first`` is within it, else the next ``page``
-#: members of the tenant's row set ``P:rows`` numbered ``first`` or more (rows past a counter damaged to a
-#: lower value, or deleted). With source ``ir:<prefix>`` (an indexed tenant,
-#: :mod:`agentium_recall_redis.erase_index`), the next ``page`` members of that row set of the erasure
-#: index only. Mode "b" (backfill) adds each row of the page to the erasure index's row sets of its owner
-#: key and id (one of another type is left alone, and the reply's first element then ends in ``*``);
-#: mode "p" (prune) takes a member without a row out of the source set; "" writes nothing.
-#: Returns {the row number to go on from ("0": no row left), then per row of the page with a row hash
-#: whose owner key starts with the owner-key prefix or whose id starts with an id prefix: n, owner key,
-#: id, seq, digest (as ``vouched``), filed ("1" when the tenant's bucket map ``P:bk`` files the owner key
-#: under the row's bucket, else "0")}. A field longer than the longest field (the seq: 20 bytes) comes
-#: back as "", unread. The page stops early, before a row that would take the reply past the reply cap
-#: (each element counted with 16 bytes of framing, more than RESP takes), so no reply is larger; the
-#: first row always goes, and at most a row's worth of fields fits any cap of 1 MiB.
+#: Lua: ``row_end(P)``, the highest row number the tenant has now: its counter ``P:n`` (when readable, at
+#: most 15 digits), or the highest member of its row set ``P:rows`` under 1e15 if that is higher. A row
+#: numbered past it is written later (each write takes the next number), so a walk of the rows need go no
+#: further: such a row is listed by its own write, or (an erase) is not the fenced target's.
+ROW_END: Final = """
+local function row_end(P)
+  local e = 0
+  local t = redis.call('TYPE', P .. ':n')
+  if (t['ok'] or t) == 'string' then
+    local v = redis.call('GET', P .. ':n')
+    if #v <= 15 and string.match(v, '^%d+$') then e = tonumber(v) end
+  end
+  t = redis.call('TYPE', P .. ':rows')
+  if (t['ok'] or t) == 'zset' then
+    local hi = redis.call('ZREVRANGEBYSCORE', P .. ':rows', '(1e15', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #hi > 0 then e = math.max(e, math.floor(tonumber(hi[2]))) end
+  end
+  return string.format('%d', e)
+end
+"""
+
+#: The sweep's end (``row_end``), read once before its first page. KEYS: P:n. ARGV: P. Returns it as text.
+SWEEP_END = Script("erase_sweep_end", ROW_END + "return row_end(ARGV[1])\n")
+
+#: One page of the sweep. KEYS: P:n. ARGV: P, first row number, page size, longest field, reply cap, owner-key
+#: prefix, source, mode, end, then id prefixes. With source "", the page's row numbers are ``first`` to
+#: ``first + page - 1`` up to the counter P:n while ``first`` is within it, else the next ``page`` members of
+#: the tenant's row set ``P:rows`` numbered ``first`` or more (rows past a counter damaged to a lower value,
+#: or deleted); neither past ``end`` (``SWEEP_END`` before the first page; "" for none), so writes of other
+#: owners landing as fast as the sweep reads cannot keep it going. With source ``ir:<prefix>`` (an indexed
+#: tenant, :mod:`agentium_recall_redis.erase_index`), the next ``page`` members of that row set of the erasure
+#: index only. Mode "b" (backfill) adds each row of the page to the erasure index's row sets of its owner key
+#: and id (one of another type is left alone, and the reply's first element then ends in ``*``); mode "p"
+#: (prune) takes a member without a row out of the source set; "" writes nothing. Returns {the row number to
+#: go on from ("0": no row left), then per row of the page with a row hash whose owner key starts with the
+#: owner-key prefix or whose id starts with an id prefix: n, owner key, id, seq, digest (as ``vouched``),
+#: filed ("1" when the tenant's bucket map ``P:bk`` files the owner key under the row's bucket, else "0")}. A
+#: field longer than the longest field (the seq: 20 bytes) comes back as "", unread. The page stops early,
+#: before a row that would take the reply past the reply cap (each element counted with 16 bytes of framing,
+#: more than RESP takes), so no reply is larger; the first row always goes, and at most a row's worth of
+#: fields fits any cap of 1 MiB.
 SWEEP = Script(
     "erase_sweep",
     IX
@@ -164,7 +191,7 @@ local function kind_of(key)
   local t = redis.call('TYPE', key)
   return t['ok'] or t
 end
-local source, mode = ARGV[7], ARGV[8]
+local source, mode, stop_at = ARGV[7], ARGV[8], ARGV[9]
 local listing = P .. ':rows'
 if source ~= '' then
   listing = P .. ':' .. source
@@ -181,6 +208,11 @@ if source == '' and kind_of(KEYS[1]) == 'string' then
   local v = redis.call('GET', KEYS[1])
   if #v <= 15 and string.match(v, '^%d+$') then last = tonumber(v) end
 end
+local upto = '+inf'
+if source == '' and #stop_at <= 15 and string.match(stop_at, '^%d+$') then
+  upto = stop_at
+  last = math.min(last, tonumber(stop_at))
+end
 -- The page: row numbers (strings) in order, each with the number a next call would go on from at it.
 local page, at, rest = {}, {}, '0'
 if first <= last then
@@ -191,7 +223,7 @@ if first <= last then
   end
   rest = string.format('%d', stop + 1)
 elseif kind_of(listing) == 'zset' then
-  local listed = redis.call('ZRANGEBYSCORE', listing, ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, count)
+  local listed = redis.call('ZRANGEBYSCORE', listing, ARGV[2], upto, 'WITHSCORES', 'LIMIT', 0, count)
   for j = 1, #listed, 2 do
     local score = tonumber(listed[j + 1])
     if score >= 1e15 then break end  -- damaged: no row number the store writes is that large
@@ -228,7 +260,7 @@ for i, n in ipairs(page) do
       end
     end
     local ours = starts(o, okp)
-    for j = 9, #ARGV do ours = ours or starts(sid, ARGV[j]) end
+    for j = 10, #ARGV do ours = ours or starts(sid, ARGV[j]) end
     if ours then
       local filed = bk and o ~= '' and redis.call('HGET', P .. ':bk', o) == redis.call('HGET', key, 'b')
       local row = {n, o, sid, field(key, 'seq', 20), vouched(key), filed and '1' or '0'}
@@ -363,8 +395,23 @@ async def sweep_rows(
     skipped = set(skip)
     found: list[Swept] = []
     first = 1
+    # A walk of the tenant's rows ends at the highest number there is now (SWEEP_END): in a real erase the
+    # target's owners are fenced, so a row numbered past it is another owner's (a dry run plans what is).
+    end = ""
+    if not source:
+        end = as_text(await store.script(SWEEP_END, [f"{prefix}:n"], [prefix], ctx, "recall erase"))
     while True:
-        args: list[str | int] = [prefix, first, SWEEP_PAGE, FIELD_CAP, SWEEP_REPLY_CAP, okp, source, mode]
+        args: list[str | int] = [
+            prefix,
+            first,
+            SWEEP_PAGE,
+            FIELD_CAP,
+            SWEEP_REPLY_CAP,
+            okp,
+            source,
+            mode,
+            end,
+        ]
         args.extend(sid_prefixes)
         await store.renew(ctx)  # keeps a long erase call's fence up (a dry run's: nothing)
         reply = await store.script(SWEEP, [f"{prefix}:n"], args, ctx, "recall erase")
