@@ -60,13 +60,15 @@ class _Pages:
         self.counts = {"ids": 0, "rows": 0}
 
 
-async def _unindexed_tenant(store: RedisRecallStore, admin: aioredis.Redis, tp: str) -> None:
-    """300 sources of other users and 5 of ana (2 of them deleted), written before the erasure index."""
+async def _unindexed_tenant(
+    store: RedisRecallStore, admin: aioredis.Redis, tp: str, others: int = 300
+) -> None:
+    """``others`` sources of other users and 5 of ana (2 deleted), written before the erasure index."""
     for i in range(5):
         await store.index_document(ANA, f"a{i}", f"qresume{i}x text", _ctx())
     for i in (0, 1):
         assert await store.delete_document(ANA, f"a{i}", _ctx())
-    for i in range(300):
+    for i in range(others):
         owner = SourceOwner("acme", f"user{i % 7}", f"s{i % 3}")
         await store.index_document(owner, f"d{i}", f"qotherresume{i} text", _ctx())
     index = [
@@ -266,3 +268,65 @@ async def test_the_walk_does_not_chase_rows_written_while_it_runs(
     finally:
         await store.aclose()
         await writer.aclose()
+
+
+async def test_a_walk_cut_short_before_a_restart_walks_the_ids_again(
+    aof_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An HSCAN cursor is a place in a hash table whose hash function the server process seeds at random
+    # when it starts: resumed in another process (a restart, a failover), it could step past ids that were
+    # there throughout. So the stored cursor carries the process's run id, and another process walks the
+    # ids from the start (the rows, walked by number, go on where they were).
+    from agentium_recall_redis import erase_build, erase_scripts
+
+    monkeypatch.setattr(erase_scripts, "_SCAN_PAGE", PAGE)
+    monkeypatch.setattr(erase_build, "ID_PAGE", PAGE)
+    ids_pages = [0]
+    cut: list[OpContext | None] = [None]
+    original = StoreClass._script
+
+    async def script(self: StoreClass, which: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = await original(self, which, *args, **kwargs)
+        if _kind(which) == "ids":
+            ids_pages[0] += 1
+            if cut[0] is not None and ids_pages[0] == 4:
+                cut[0].signal.cancel("the test's stand-in for a deadline")
+        return reply
+
+    monkeypatch.setattr(StoreClass, "_script", script)
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    target = EraseTarget.user("acme", "ana")
+    admin = aioredis.Redis.from_url(aof_server.url)
+    store = RedisRecallStore(RedisRecallConfig(url=aof_server.url, key_prefix=prefix))
+    try:
+        await _unindexed_tenant(store, admin, tp, others=150)
+        cut[0] = ctx = _ctx()
+        with pytest.raises(OperationCancelledError):
+            await store.erase(target, ctx)
+        cut[0] = None
+        place = await admin.hgetall(f"{tp}:ixw")
+        assert place[b"c"] != b"0", place
+    finally:
+        await store.aclose()
+        await admin.aclose()
+    aof_server.stop()
+    aof_server.restart()
+    admin = aioredis.Redis.from_url(aof_server.url)
+    store = RedisRecallStore(RedisRecallConfig(url=aof_server.url, key_prefix=prefix))
+    try:
+        assert (await admin.hgetall(f"{tp}:ixw"))[b"c"] == place[b"c"]  # the place outlived the restart
+        before = await _hscans(admin)
+        await store.erase(target, _ctx(), dry_run=True)  # a whole walk of the ids, in this process
+        whole = await _hscans(admin) - before
+        before = await _hscans(admin)
+        report = await store.erase(target, _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 3
+        assert await _hscans(admin) - before == whole  # from the start, not from the stored cursor
+        assert len(place[b"id"]) == 40, place  # the cursor was stored with the run id of its process
+        assert await admin.get(f"{tp}:ixm") == b"1"
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"qresume" not in left and b"/ana/" not in left and left.count(b"qotherresume") >= 150
+    finally:
+        await store.aclose()
+        await admin.aclose()

@@ -9,25 +9,28 @@ and each of its erasures cost the whole tenant.
 
 Now the first real user, session or groups erase call of such a tenant first *builds* the index, and
 keeps where it is in ``P:ixw`` (a hash: ``c``, the ``HSCAN`` cursor of ``P:rev`` while its ids are
-walked, then ``r``, the next row number while its rows are, and ``e``, the highest row number when
-they began: the walk's end; ``x`` once a page left an entry out). Each
-page is one script call that reads the stored place, lists the page's ids (``BUILD_IDS``: in
+walked, with ``id``, the server process it belongs to, then ``r``, the next row number while its rows
+are, and ``e``, the highest row number when they began: the walk's end; ``x`` once a page left an entry
+out). Each page is one script call that reads the stored place, lists the page's ids (``BUILD_IDS``: in
 ``P:is:<prefix>``, score 0) or rows (``BUILD_ROWS``: in ``P:ir:<prefix>``, score the number) and stores
-the next place, atomically: a call cut short anywhere loses nothing of what its pages did, and the
-next erase call of any user or session of the tenant goes on from there. Two calls building at once
-go on from the same stored place, each page once more at most. The last page marks the tenant (unless
-an entry was left out, see below) and drops ``P:ixw``; the erase then reads the target's own entries
-of the index, as in any indexed tenant. Dry runs write nothing: they walk the tenant as before.
+the next place, atomically: a call cut short anywhere loses nothing of what its pages did, and the next
+erase call of any user or session of the tenant goes on from there. Two calls building at once go on
+from the same stored place, each page once more at most. The last page marks the tenant (unless an entry
+was left out, see below) and drops ``P:ixw``; the erase then reads the target's own entries of the
+index, as in any indexed tenant. Dry runs write nothing: they walk the tenant as before.
 
-Why this is sound: ``HSCAN`` returns every field present from the first call of a full iteration to
-its last, whatever the time between the calls and whoever makes them (its cursor holds no state on
-the server), so every id present throughout the walk is listed by one of its pages; rows are walked
-by number up to the counter, then through the row set past it, as the sweep does
+Why this is sound: ``HSCAN`` returns every field present from the first call of a full iteration to its
+last, whatever the time between the calls and whoever makes them (its cursor holds no state on the
+server), so every id present throughout the walk is listed by one of its pages. That holds within one
+server process only: a cursor is a place in a hash table whose hash function is seeded at random when
+the process starts, so the cursor is stored with the process's ``run_id`` (``id``) and the ids are
+walked again from the start by another process (a restart, a failover, the tenant's slot moved); rows
+are walked by number up to the counter, then through the row set past it, as the sweep does
 (:mod:`agentium_recall_redis.erase_sweep`), each to ``e``. Every id and row written meanwhile is listed
 by its own write (each write lists its source, indexed tenant or not), so the walk need not chase rows
 numbered past ``e``: before, it read the counter again on each page, and another owner writing as fast
-as the walk read rows kept it going until its deadline. The key is the tenant's own (the tenant's
-id is encoded injectively in the prefix, like every key of the store) and holds no other id.
+as the walk read rows kept it going until its deadline. The key is the tenant's own (the tenant's id is
+encoded injectively in the prefix, like every key of the store) and holds no other id.
 
 Damage: a stored place that is not one the store writes (not digits, too long, both or neither of
 ``c`` and ``r``) starts the walk over; ``P:ixw`` of another type is left alone and the call walks
@@ -83,10 +86,14 @@ local P, count, cap, most = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonum
 if marked(KEYS[3]) then return {'marked'} end
 local w = kind_of(KEYS[2])
 if w ~= 'hash' and w ~= 'none' then return {'off'} end
+-- This server process's run id: an HSCAN cursor means something only to the process that made it (its
+-- hash seed is random at start), so a place stored by another (a restart, a failover, a slot moved) is
+-- walked again from the start. No run id to read: never resumed.
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
 local c
 if w == 'hash' then
-  local f = redis.call('HMGET', KEYS[2], 'c', 'r')
-  local c_ok = f[1] and #f[1] <= 20 and string.match(f[1], '^%d+$')
+  local f = redis.call('HMGET', KEYS[2], 'c', 'r', 'id')
+  local c_ok = f[1] and #f[1] <= 20 and string.match(f[1], '^%d+$') and run ~= '' and f[3] == run
   local r_ok = f[2] and #f[2] <= 15 and string.match(f[2], '^%d+$')
   if r_ok and not f[1] then return {'rows'} end
   if c_ok and not f[2] then c = f[1] end
@@ -112,11 +119,11 @@ if left then redis.call('HSET', KEYS[2], 'x', '1') end
 if page[1] == '0' then
   -- The rows next, up to the highest row number there is now (the counter, or the row set past it): a
   -- row numbered above it is written from now on, and lists itself.
-  redis.call('HDEL', KEYS[2], 'c')
+  redis.call('HDEL', KEYS[2], 'c', 'id')
   redis.call('HSET', KEYS[2], 'r', '1', 'e', row_end(P))
   return {'rows'}
 end
-redis.call('HSET', KEYS[2], 'c', page[1])
+redis.call('HSET', KEYS[2], 'c', page[1], 'id', run)
 return {'ids'}
 """,
 )
