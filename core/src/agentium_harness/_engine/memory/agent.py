@@ -10,8 +10,8 @@ Its states are ``open`` → ``busy`` (one run at a time) → ``open`` …, then
 
 1. cancels the active run and awaits it (bounded by ``close_timeout_s``);
 2. awaits its own ``remember`` calls in flight (bounded by ``close_timeout_s``:
-   one still running then is a WARNING and a span event, and its
-   acknowledgment says it is not confirmed; :mod:`.own_writes`);
+   one still running as step 4 begins is a WARNING and a span event, and
+   its acknowledgment says it is not confirmed; :mod:`.own_writes`);
 3. drains the manager's owned work (bounded by ``drain_timeout_s``): only
    its own extractions while a runtime given the manager is open (:mod:`.holders`);
 4. closes the resources the agent owns (``owned``, and the manager when
@@ -420,8 +420,8 @@ class Agent:
         """The manager's ``remember_with_result``; refused once closing or closed.
 
         A call under way when ``close()`` begins is waited for by it (up to
-        ``close_timeout_s``); one the close stopped waiting for has a note in
-        its acknowledgment saying it is not confirmed.
+        ``close_timeout_s``); one still running as the close closes what the
+        agent owns has a note in its acknowledgment saying it is not confirmed.
         """
         call = self._admit_write()
         try:
@@ -487,8 +487,8 @@ class Agent:
                     f"the active run did not stop within {self._close_timeout_s}s of cancellation"
                 )
         # Before the fence goes and anything closes: its own writes finish against open stores. One
-        # left past the bound is said, not waited for (the close stays bounded); its fence stays.
-        await self._writes.settle(self._close_timeout_s, telemetry_of(self.memory), self.memory)
+        # left past the bound is not waited for (the close stays bounded); its fence stays.
+        await self._writes.settle(self._close_timeout_s)
         drain: DrainResult | None = None
         drain_error: MemoryDrainError | None = None
         try:
@@ -511,6 +511,10 @@ class Agent:
             failures.append("owned work did not stop: " + ", ".join(drain.still_running))
         self._let_go()
         if not failures:
+            if self._owned:
+                # Said of the calls still running now, as it closes what they may write to: one that
+                # ended during the drain met open stores (and a failed close closed nothing).
+                self._writes.leave(self._close_timeout_s, telemetry_of(self.memory), self.memory)
             still_open: list[object] = []
             # Its manager's, as its model calls are: not the telemetry of a block it is closed in.
             with observe.using(telemetry_of(self.memory), self.memory):

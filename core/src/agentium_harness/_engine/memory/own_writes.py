@@ -8,11 +8,13 @@ state lock (so a close that begins afterwards sees it, and one begun before
 refuses it), and the close waits for those in flight, up to its
 ``close_timeout_s``, before it withdraws its erasure fence and closes
 anything. One still running past that bound does not hold the close up (a
-close is bounded): a WARNING on ``agentium.engine`` and the event
-:data:`UNFINISHED_EVENT` on a short :data:`CLOSE_SPAN` span say so (counts
-only), the agent's fence stays while it runs, and the call's
-acknowledgment, when it comes, carries a note that it was not confirmed
-(:func:`noted`).
+close is bounded), and the agent's fence stays while it runs. One still
+running as the close goes on to close what the agent owns (after the
+drain; :meth:`OwnWrites.leave`) is said: a WARNING on ``agentium.engine``
+and the event :data:`UNFINISHED_EVENT` on a short :data:`CLOSE_SPAN` span
+(counts only), and the call's acknowledgment, when it comes, carries a
+note that it was not confirmed (:func:`noted`). One that ended before then
+met open stores, and is not said unconfirmed.
 """
 
 from __future__ import annotations
@@ -32,14 +34,14 @@ __all__ = ["CLOSE_SPAN", "UNFINISHED_EVENT", "OwnWrite", "OwnWrites", "noted"]
 
 _log = logging.getLogger("agentium.engine")
 
-#: The span an agent's close opens only when its own writes outlast its bound, and its event.
+#: The span a close opens only when its own writes still run as it closes what it owns, and its event.
 CLOSE_SPAN = "agentium.agent.close"
 UNFINISHED_EVENT = "agentium.agent.remember_unfinished"
 
 
 @attrs.define(slots=True, eq=False)
 class OwnWrite:
-    """One ``remember`` in flight; ``left_behind`` is the close's bound once a close went on without it."""
+    """One ``remember`` in flight; ``left_behind`` is the close's bound once a close tore down under it."""
 
     left_behind: float | None = None
 
@@ -65,11 +67,11 @@ class OwnWrites:
         return call
 
     def finish(self, call: OwnWrite) -> float | None:
-        """``call`` ended: the bound of a close that went on without it, else ``None``.
+        """``call`` ended: the bound of a close that tore down under it, else ``None``.
 
-        Under the lock the close marks the calls it leaves behind with: a call
-        is either finished before the close gave up (not counted, no note) or
-        counted by the close (and noted), never neither.
+        Under the lock the close marks the calls it tears down under with: a
+        call is either finished before then (not counted, no note) or counted
+        by the close (and noted), never neither.
         """
         with self._lock:
             self._calls.discard(call)
@@ -81,19 +83,25 @@ class OwnWrites:
         """Whether a call is still in flight (the agent's erasure fence stays while one is)."""
         return bool(self._calls)
 
-    async def settle(self, timeout_s: float, telemetry: Resolved, owner: object) -> int:
-        """Wait up to ``timeout_s`` for the calls in flight; report and mark those left; how many.
-
-        Nothing is opened or logged when none is in flight. A call left behind
-        by an earlier attempt (a close retried) is waited for again, not
-        reported again.
-        """
+    async def settle(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the calls in flight to end (at once when none is)."""
         with self._lock:
             idle = self._idle
         if idle.is_set():
-            return 0
+            return
         with anyio.move_on_after(timeout_s):
             await idle.wait()
+
+    def leave(self, timeout_s: float, telemetry: Resolved, owner: object) -> int:
+        """Mark and report the calls still in flight as the close tears down; how many.
+
+        Called only once the close goes on to close what the agent owns (when
+        it owns anything): a call that ended before then (during the drain,
+        or before a failed close was retried) met open stores and is not said
+        unconfirmed. Nothing is opened or logged when none is in flight. A
+        call marked by an earlier attempt (a teardown retried) is not
+        reported again.
+        """
         with self._lock:
             left = [call for call in self._calls if call.left_behind is None]
             for call in left:
@@ -114,7 +122,7 @@ class OwnWrites:
 
 
 def noted(ack: MemoryAck, left_behind: float | None) -> MemoryAck:
-    """``ack``, with a note that it is not confirmed when a close went on without its call.
+    """``ack``, with a note that it is not confirmed when a close tore down under its call.
 
     A rejected write wrote nothing: nothing to confirm.
     """
