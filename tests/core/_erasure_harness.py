@@ -59,6 +59,20 @@ TARGET = EraseTarget.session("acme", "ana", "s1")
 PENDING = SessionKey(ERASURE_RECORDS_TENANT, "acme", "pending")
 
 
+class Recording(ScriptedProvider):
+    """A scripted model that keeps the text of every request it is handed (history, turn, sources)."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__(replies=replies)
+        self.sent: list[str] = []
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        parts = [m.content for m in (*request.history, *request.turn)]
+        parts += [b.render() for b in request.sources]
+        self.sent.append("\n".join(parts))
+        return await super().complete(request, ctx)
+
+
 class HeldOnce(ScriptedProvider):
     """Answers ``noted``; the first call once ``armed`` waits for ``release`` after saying it started."""
 

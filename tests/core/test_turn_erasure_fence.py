@@ -26,6 +26,7 @@ from _erasure_harness import (
     OPERATOR,
     HookedArchive,
     HookedSQLiteArchive,
+    Recording,
     gate_after,
     history_texts,
     tool_turn_while,
@@ -53,25 +54,10 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
-from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
 
 BOB = VerifiedIdentity("acme", "bob", "test-auth")
-
-
-class Recording(ScriptedProvider):
-    """A scripted model that keeps the text of every request it is handed (history, turn, sources)."""
-
-    def __init__(self, replies: list[Any]) -> None:
-        super().__init__(replies=replies)
-        self.sent: list[str] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        parts = [m.content for m in (*request.history, *request.turn)]
-        parts += [b.render() for b in request.sources]
-        self.sent.append("\n".join(parts))
-        return await super().complete(request, ctx)
 
 
 class Gate:

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 from _effects_support import DEPLOY
-from _erasure_harness import ANA, OPERATOR, history_texts, tool_turn_while
+from _erasure_harness import ANA, OPERATOR, Recording, history_texts, tool_turn_while
 
 from agentium_harness import (
     CommitState,
@@ -40,26 +40,11 @@ from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
 
 SECRET = "the vault code is qzvaultq"
 PRIMING = [f"Remember this: {SECRET}.", "Chatter one.", "Chatter two.", "Chatter three."]
-
-
-class Recording(ScriptedProvider):
-    """A scripted model that keeps the text of each request it is handed (history, turn, sources)."""
-
-    def __init__(self, replies: list[Any]) -> None:
-        super().__init__(replies=replies)
-        self.sent: list[str] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        parts = [m.content for m in (*request.history, *request.turn)]
-        parts += [b.render() for b in request.sources]
-        self.sent.append("\n".join(parts))
-        return await super().complete(request, ctx)
 
 
 def _pair(
