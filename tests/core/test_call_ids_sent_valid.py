@@ -24,24 +24,18 @@ from typing import Any
 
 import anyio
 import pytest
+from _call_ids_support import answers_its_own_call, exchange, fetch_runtime, sent_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentium_harness import (
-    EffectLevel,
     Message,
     MessageGroup,
-    ResidentLimits,
     Role,
-    RuntimeLimits,
-    Tool,
     ToolCall,
-    ToolRegistry,
     VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness._engine.call_ids import distinct_ids, request_history
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import ModelRequest, sent_id_form
 
@@ -54,48 +48,15 @@ def _calls(*ids: str) -> dict[str, Any]:
     return {"content": "", "tool_calls": [{"id": i, "name": "fetch", "arguments": {"q": i}} for i in ids]}
 
 
-def _exchange(call_id: str, tag: str) -> list[Message]:
-    return [
-        Message(Role.USER, f"ask {tag}"),
-        Message(Role.ASSISTANT, "", tool_calls=(ToolCall(call_id, "fetch", {"q": tag}),)),
-        Message(Role.TOOL, f"result {tag}", tool_call_id=call_id),
-        Message(Role.ASSISTANT, f"answer {tag}"),
-    ]
-
-
-def _sent(messages: list[Message]) -> tuple[list[str], list[str]]:
-    calls = [c.id for m in messages for c in m.tool_calls]
-    results = [m.tool_call_id or "" for m in messages if m.role is Role.TOOL]
-    return calls, results
-
-
 def _whole(request: ModelRequest) -> list[Message]:
     return [*request.history, *request.turn]
-
-
-def _answers_its_own_call(messages: list[Message]) -> bool:
-    asked = {c.id: c.arguments["q"] for m in messages for c in m.tool_calls}
-    return all(m.content == f"result {asked[m.tool_call_id or '']}" for m in messages if m.role is Role.TOOL)
-
-
-def _runtime(provider: ScriptedProvider) -> Any:
-    async def fetch(arguments: dict[str, Any]) -> str:
-        return f"result {arguments['q']}"
-
-    return create_harness_runtime(
-        provider=provider,
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        tools=ToolRegistry([Tool("fetch", fetch, EffectLevel.READ)]),
-        # Nothing evicted: each run sends every group (a call's name depends on the calls before it).
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=20)),
-    )
 
 
 async def _two_runs(*ids: str) -> tuple[ScriptedProvider, list[Message]]:
     """A run whose model calls ``ids`` in one reply, then a second run: the provider and the history."""
     provider = ScriptedProvider(replies=[_calls(*ids), "done", "next"])
-    async with _runtime(provider) as runtime:
+    # Nothing evicted: each run sends every group (a call's name depends on the calls before it).
+    async with fetch_runtime(provider, max_groups=20) as runtime:
         with anyio.fail_after(30):
             await runtime.run(ANA, "s1", "go", grants=["fetch"])
             await runtime.run(ANA, "s1", "again", grants=["fetch"])
@@ -118,12 +79,12 @@ async def test_a_reply_naming_an_invalid_id_runs_under_a_valid_one_sent_alike_on
 ) -> None:
     provider, history = await _two_runs(*ids)
     step_two, next_run = provider.calls[1], provider.calls[2]
-    committed = _sent(history)[0][: len(ids)]
+    committed = sent_ids(history)[0][: len(ids)]
     for request in (step_two, next_run):
         messages = _whole(request)
-        calls, results = _sent(messages)
+        calls, results = sent_ids(messages)
         assert calls == results == committed  # the same names on the turn's next step and the next run
-        assert _answers_its_own_call(messages)
+        assert answers_its_own_call(messages)
     assert all(VALID.fullmatch(c) for c in committed), committed
     assert len(set(committed)) == len(ids)
 
@@ -132,13 +93,13 @@ async def test_a_reply_naming_an_invalid_id_runs_under_a_valid_one_sent_alike_on
 async def test_a_models_valid_ids_are_run_kept_and_sent_as_given() -> None:
     ids = ("functions.edit:0", "aB3dE5gH7", "toolu_01A09q90qw90lq917835lq9", "call-1", "x" * 64)
     provider, history = await _two_runs(*ids)
-    assert _sent(history)[0][: len(ids)] == list(ids)
-    assert _sent(_whole(provider.calls[2]))[0] == list(ids)
+    assert sent_ids(history)[0][: len(ids)] == list(ids)
+    assert sent_ids(_whole(provider.calls[2]))[0] == list(ids)
 
 
 def _groups(spec: list[list[str]]) -> list[MessageGroup]:
     return [
-        MessageGroup(seq, tuple(m for i, call_id in enumerate(ids) for m in _exchange(call_id, f"{seq}.{i}")))
+        MessageGroup(seq, tuple(m for i, call_id in enumerate(ids) for m in exchange(call_id, f"{seq}.{i}")))
         for seq, ids in enumerate(spec)
     ]
 
@@ -147,21 +108,21 @@ def _groups(spec: list[list[str]]) -> list[MessageGroup]:
 async def test_ids_a_host_appended_are_sent_valid_distinct_and_alike_on_every_run() -> None:
     appended = [LONG, LONG + "b", "fn#a", "fn_a", "c 1", "c1#1", "c1_1", "fn#a_1"]
     provider = ScriptedProvider(replies=["one", "two"])
-    async with _runtime(provider) as runtime:
+    async with fetch_runtime(provider, max_groups=20) as runtime:
         with anyio.fail_after(30):
             for n, call_id in enumerate(appended):
-                await runtime.append(ANA, "s1", _exchange(call_id, str(n)))
+                await runtime.append(ANA, "s1", exchange(call_id, str(n)))
             await runtime.run(ANA, "s1", "first")
             await runtime.run(ANA, "s1", "second")
-            stored = _sent(list((await runtime.read_history(ANA, "s1", max_groups=20)).messages))[0]
+            stored = sent_ids(list((await runtime.read_history(ANA, "s1", max_groups=20)).messages))[0]
     first, second = (list(request.history) for request in provider.calls)
     for messages in (first, second):
-        calls, results = _sent(messages)
+        calls, results = sent_ids(messages)
         assert results == calls and len(set(calls)) == len(calls)
         assert all(VALID.fullmatch(c) for c in calls), calls
-        assert _answers_its_own_call(messages)
+        assert answers_its_own_call(messages)
     assert second[: len(first)] == first  # the second run sends the first run's history as it did
-    assert _sent(first)[0][3] == "fn_a"  # a valid id no earlier call is sent under: as given
+    assert sent_ids(first)[0][3] == "fn_a"  # a valid id no earlier call is sent under: as given
     assert stored[: len(appended)] == appended  # canonical history as appended
 
 
@@ -206,9 +167,9 @@ def test_each_call_of_any_history_is_sent_under_one_valid_name_no_later_group_ch
 ) -> None:
     groups = _groups(spec)
     sent = list(request_history(groups, None, []))
-    calls, results = _sent(sent)
+    calls, results = sent_ids(sent)
     assert len(set(calls)) == len(calls) and results == calls
-    assert _answers_its_own_call(sent)
+    assert answers_its_own_call(sent)
     assert all(VALID.fullmatch(c) for c in calls)
     head = list(request_history(groups[:cut], None, []))
     assert sent[: len(head)] == head

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
+from _call_ids_support import exchange
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -312,15 +313,6 @@ async def test_an_id_of_its_own_keeps_the_strict_alphabet_and_form_of_the_given_
         assert own.isalnum() and own.isascii() and len(own) == 9  # Mistral's form
 
 
-def _exchange(call_id: str, tag: str) -> list[Message]:
-    return [
-        Message(Role.USER, f"ask {tag}"),
-        Message(Role.ASSISTANT, "", tool_calls=(ToolCall(call_id, "fetch", {"q": tag}),)),
-        Message(Role.TOOL, f"result {tag}", tool_call_id=call_id),
-        Message(Role.ASSISTANT, f"answer {tag}"),
-    ]
-
-
 async def test_groups_appended_with_one_id_are_sent_each_under_an_id_of_its_own() -> None:
     # append's rule is per group: two groups may hold call c1 (and one c1_1). Sent as stored, a
     # request held two results of c1, which Chat Completions refuses; the later is sent under an
@@ -338,7 +330,7 @@ async def test_groups_appended_with_one_id_are_sent_each_under_an_id_of_its_own(
     async with runtime:
         with anyio.fail_after(30):
             for call_id, tag in (("c1", "A"), ("c1", "B"), ("c1_1", "C"), ("c1", "D")):
-                await runtime.append(ANA, "s1", _exchange(call_id, tag))
+                await runtime.append(ANA, "s1", exchange(call_id, tag))
             result = await runtime.run(ANA, "s1", "go on", grants=["fetch"])
             again = await runtime.run(ANA, "s1", "and again")
             history = list((await runtime.read_history(ANA, "s1", max_groups=10)).messages)
@@ -405,8 +397,8 @@ def test_the_history_sent_tries_each_form_of_an_id_once_however_often_the_id_rep
     long = "x" * 70  # over 64: each sent in its valid form (sent_id_form), five apart
     given = ["call_0", "c1", "c1", "c1_1", "aB3dE5gH7", "aB3dE5gH7", *(f"{long}{i}" for i in range(5))]
     ids = [*(["call_0"] * 300), *(given * 30)]
-    groups = [(seq, _exchange(call_id, str(seq))) for seq, call_id in enumerate(ids)]
-    steps = [m for i in range(300) for m in _exchange("call_0", f"step{i}")[1:3]]  # one group, 300 steps
+    groups = [(seq, exchange(call_id, str(seq))) for seq, call_id in enumerate(ids)]
+    steps = [m for i in range(300) for m in exchange("call_0", f"step{i}")[1:3]]  # one group, 300 steps
     groups.append((len(ids), steps))
     sent, count = distinct_history(groups)
     calls, results = _tool_ids(list(sent))

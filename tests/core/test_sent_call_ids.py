@@ -17,63 +17,24 @@ Two rules of the request, canonical history never rewritten:
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import anyio
 import pytest
+from _call_ids_support import answers_its_own_call, exchange, fetch_runtime, sent_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentium_harness import (
-    EffectLevel,
     Message,
     MessageGroup,
-    Role,
-    Tool,
-    ToolCall,
-    ToolRegistry,
     VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness._engine.call_ids import request_history
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import own_id_form
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 STRICT = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def _exchange(call_id: str, tag: str) -> list[Message]:
-    return [
-        Message(Role.USER, f"ask {tag}"),
-        Message(Role.ASSISTANT, "", tool_calls=(ToolCall(call_id, "fetch", {"q": tag}),)),
-        Message(Role.TOOL, f"result {tag}", tool_call_id=call_id),
-        Message(Role.ASSISTANT, f"answer {tag}"),
-    ]
-
-
-def _sent(messages: list[Message]) -> tuple[list[str], list[str]]:
-    calls = [c.id for m in messages for c in m.tool_calls]
-    results = [m.tool_call_id or "" for m in messages if m.role is Role.TOOL]
-    return calls, results
-
-
-def _answers_its_own_call(messages: list[Message]) -> bool:
-    asked = {c.id: c.arguments["q"] for m in messages for c in m.tool_calls}
-    return all(m.content == f"result {asked[m.tool_call_id or '']}" for m in messages if m.role is Role.TOOL)
-
-
-def _runtime(provider: ScriptedProvider) -> Any:
-    async def fetch(arguments: dict[str, Any]) -> str:
-        return f"result {arguments['q']}"
-
-    return create_harness_runtime(
-        provider=provider,
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        tools=ToolRegistry([Tool("fetch", fetch, EffectLevel.READ)]),
-    )
 
 
 LEGACY = [
@@ -90,22 +51,22 @@ LEGACY = [
 @pytest.mark.anyio
 async def test_ids_committed_in_the_old_hash_form_are_sent_in_this_releases_form() -> None:
     provider = ScriptedProvider(replies=["done", "again"])
-    runtime = _runtime(provider)
+    runtime = fetch_runtime(provider)
     async with runtime:
         with anyio.fail_after(30):
             for stored, _name in LEGACY:
-                await runtime.append(ANA, "s1", _exchange(stored, stored))
+                await runtime.append(ANA, "s1", exchange(stored, stored))
             await runtime.run(ANA, "s1", "go on")
             await runtime.run(ANA, "s1", "and again")
             history = list((await runtime.read_history(ANA, "s1", max_groups=20)).messages)
     for request in provider.calls:
         messages = [*request.history]
-        calls, results = _sent(messages)
+        calls, results = sent_ids(messages)
         assert calls == results == [name for _stored, name in LEGACY]
-        assert _answers_its_own_call(messages)
+        assert answers_its_own_call(messages)
         assert all(STRICT.fullmatch(c) for c in calls if "." not in c)
     # Canonical history is as appended: the stored bytes are never rewritten.
-    assert _sent(history)[0] == [stored for stored, _name in LEGACY]
+    assert sent_ids(history)[0] == [stored for stored, _name in LEGACY]
 
 
 @pytest.mark.anyio
@@ -113,26 +74,26 @@ async def test_a_duplicates_sent_id_stays_the_same_when_later_groups_take_names(
     # Sent as c1_1 on one run, group B's call was sent as c1_2 on the next once a later group
     # held c1_1 (the name went to the first n no call of the whole request held).
     provider = ScriptedProvider(replies=["one", "two", "three"])
-    runtime = _runtime(provider)
+    runtime = fetch_runtime(provider)
     async with runtime:
         with anyio.fail_after(30):
-            await runtime.append(ANA, "s1", _exchange("c1", "A"))
-            await runtime.append(ANA, "s1", _exchange("c1", "B"))
+            await runtime.append(ANA, "s1", exchange("c1", "A"))
+            await runtime.append(ANA, "s1", exchange("c1", "B"))
             await runtime.run(ANA, "s1", "first")
             sent = [c for m in provider.calls[0].history for c in m.tool_calls]
             (b_sent,) = [c.id for c in sent if c.arguments["q"] == "B"]
             assert b_sent != "c1"
-            await runtime.append(ANA, "s1", _exchange(b_sent, "C"))  # a later group holds B's name
-            await runtime.append(ANA, "s1", _exchange("c1", "D"))
+            await runtime.append(ANA, "s1", exchange(b_sent, "C"))  # a later group holds B's name
+            await runtime.append(ANA, "s1", exchange("c1", "D"))
             await runtime.run(ANA, "s1", "second")
-            await runtime.append(ANA, "s1", _exchange(own_id_form("c1", 1), "E"))
+            await runtime.append(ANA, "s1", exchange(own_id_form("c1", 1), "E"))
             await runtime.run(ANA, "s1", "third")
     before: list[Message] = []
     for request in provider.calls:
         messages = [*request.history]
-        calls, results = _sent(messages)
+        calls, results = sent_ids(messages)
         assert len(set(calls)) == len(calls) and results == calls
-        assert _answers_its_own_call(messages)
+        assert answers_its_own_call(messages)
         # Each run sends what the one before sent as it sent it: the history only grew after it.
         assert len(messages) > len(before) and messages[: len(before)] == before
         before = messages
@@ -141,7 +102,7 @@ async def test_a_duplicates_sent_id_stays_the_same_when_later_groups_take_names(
 
 def _groups(spec: list[list[str]]) -> list[MessageGroup]:
     return [
-        MessageGroup(seq, tuple(m for i, call_id in enumerate(ids) for m in _exchange(call_id, f"{seq}.{i}")))
+        MessageGroup(seq, tuple(m for i, call_id in enumerate(ids) for m in exchange(call_id, f"{seq}.{i}")))
         for seq, ids in enumerate(spec)
     ]
 
@@ -158,9 +119,9 @@ def test_each_call_is_sent_under_one_valid_name_that_no_later_group_changes(
 ) -> None:
     groups = _groups(spec)
     sent = list(request_history(groups, None, []))
-    calls, results = _sent(sent)
+    calls, results = sent_ids(sent)
     assert len(set(calls)) == len(calls) and results == calls  # once each, each result after its call
-    assert _answers_its_own_call(sent)
+    assert answers_its_own_call(sent)
     assert all(STRICT.fullmatch(c) for c in calls)  # no '#' reaches a provider
     assert all(
         len(c) == 9
