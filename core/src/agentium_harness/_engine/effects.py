@@ -58,6 +58,7 @@ from .._history import InterruptionCause, RetainedRecord, TurnInterruption
 from .._scope import Scope
 from .._text import error_text
 from .commit_fence import refuse_if_erased_since
+from .history_view import model_groups
 from .lifecycle import Ticket
 from .load import load_session
 from .progress import RunProgress, with_result
@@ -107,6 +108,7 @@ class EffectsKeeper:
                     revision=None if self.progress.stored is None else self.progress.stored.revision,
                     archive=self.runtime.archive,
                     recalled=self._recalled(),
+                    resident=self._resident(),
                 )
             ),
             takes_self=True,
@@ -362,6 +364,11 @@ class EffectsKeeper:
         if outcome is None or snap is None or not outcome.included:
             return ()
         return recalled_groups(self.scope.session_key, snap.boundary, outcome.included)
+
+    def _resident(self) -> tuple[int, ...]:
+        """The seqs of the loaded resident groups whose messages the run's request sends."""
+        snap = self.progress.snap
+        return () if snap is None else tuple(seq for seq, _ in model_groups(snap.resident, snap.view))
 
     def _typed(self, failed: Exception) -> AgentiumError:
         """``failed``, raised by a commit of what ran, typed (an unexpected one logged as such)."""

@@ -51,6 +51,15 @@ at its seq with the digest recall read it at stops the run the same way
 index, says it went). At most one small read per such group, and only when
 the tenant's erasures moved since the last look.
 
+The run's resident history is not the archive's until another writer (a
+run of another process, on the same session) commits past it, which
+archives it; such a groups erasure may then take it between two calls.
+So when the ledger moved and the snapshot is no longer the one the
+content is from, the snapshot just read is asked too (nothing more is
+read): one whose erased ranges (``SessionSnapshot.erased``, which a
+groups erasure records before it finishes) hold a group whose messages
+the request sends (``resident``) stops the run the same way.
+
 Recalled host documents need nothing more: a run sees only documents owned
 by its tenant, its user or its session, and every erasure taking one of
 those covers the run's session (the checks above). What it does not cover: a
@@ -71,10 +80,10 @@ from .._errors_run import ErasedDuringRunError
 from .._history import MessageGroup
 from .._observe.spans import current_span_event
 from .._ports.archive import HistoryArchive
-from .._ports.erasure import ErasureRecord
+from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import SourceRef
 from .._ports.recall_sources import group_source_id
-from .._ports.sessions import SessionStore, StoredSnapshot
+from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
 from .._scope import SessionKey
 from .._validators import exact_int
 from .commit_fence import erased_whole_since
@@ -114,7 +123,7 @@ def recalled_groups(key: SessionKey, boundary: int, refs: Sequence[SourceRef]) -
 class TurnFence:
     """One run's look at the erasure ledger before each model call, from the point its load saw."""
 
-    __slots__ = ("archive", "first", "recalled", "revision", "seen", "store", "ticket", "what")
+    __slots__ = ("archive", "first", "recalled", "resident", "revision", "seen", "store", "ticket", "what")
 
     def __init__(
         self,
@@ -126,8 +135,11 @@ class TurnFence:
         what: str = "run",
         archive: HistoryArchive | None = None,
         recalled: tuple[tuple[int, str], ...] = (),
+        resident: tuple[int, ...] = (),
     ) -> None:
         self.ticket = ticket
+        #: The seqs of the resident groups (as the load found them) whose messages the request sends.
+        self.resident = resident
         #: Where :attr:`recalled` is read back from, and the ``(seq, digest)`` of each archived group
         #: of the session whose excerpt the request carries (:func:`recalled_groups`).
         self.archive = archive
@@ -177,6 +189,8 @@ class TurnFence:
             # Still the snapshot the content is from: no erasure took it since (join records aside:
             # an earlier version's erasure, with none, must not stop every later run).
             unchanged = isinstance(found, StoredSnapshot) and exact_int(found.revision) == self.revision
+            if not unchanged and self.resident and _erased_any(found, self.resident):
+                raise _recalled_gone(key, self.what, resident=True)
         if not unchanged:
             finished = await erased_whole_since(ticket, store, key, first[0])
             if finished is not None:
@@ -205,6 +219,19 @@ class TurnFence:
         return True
 
 
+def _erased_any(found: object, seqs: tuple[int, ...]) -> bool:
+    """Whether snapshot ``found`` (a store's answer, unchecked) marks one of ``seqs`` erased.
+
+    Only a well-formed answer counts (a snapshot, its ranges :class:`SeqRange`):
+    anything else is left to the whole-scope checks that follow, as before.
+    """
+    snapshot = found.snapshot if isinstance(found, StoredSnapshot) else None
+    if not isinstance(snapshot, SessionSnapshot) or not isinstance(snapshot.erased, tuple):
+        return False
+    spans = [r for r in snapshot.erased if isinstance(r, SeqRange)]
+    return any(seq in span for span in spans for seq in seqs)
+
+
 def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> ErasedDuringRunError:
     """The refusal of ``what`` (a run, a summary update) naming ``record``: a WARNING, a span event."""
     _log.warning(
@@ -226,19 +253,28 @@ def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> Era
     return error
 
 
-def _recalled_gone(key: SessionKey, what: str) -> ErasedDuringRunError:
-    """The stop for a recalled archived group the archive no longer holds: a WARNING, a span event."""
+def _recalled_gone(key: SessionKey, what: str, *, resident: bool = False) -> ErasedDuringRunError:
+    """The stop for a group the request carries that was erased since (recalled, or ``resident``).
+
+    A WARNING and a span event, no content.
+    """
+    how = (
+        "resident history the request sends (archived since by another writer)"
+        if resident
+        else "archived groups whose excerpts recall put in the request"
+    )
     _log.warning(
-        "%s stopped before a model call: an archived group whose excerpt recall put in the request "
-        "is no longer held (erased since the run loaded the session); nothing was sent or committed",
+        "%s stopped before a model call: %s erased since the run loaded the session; "
+        "nothing was sent or committed",
         what,
+        how,
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event(f"agentium.run.{ERASED_DURING_RUN}", {"agentium.erasure.state": "complete"})
     error = ErasedDuringRunError(
-        f"archived groups of session {key.session!r} that recall put in the {what}'s request were erased "
-        f"after the {what} loaded the session (retention or a forgotten fact's sources); the {what} "
-        "stopped before its next model call, so their text was not sent again; nothing was committed"
+        f"{how} of session {key.session!r} were erased after the {what} loaded the session (retention "
+        f"or a forgotten fact's sources); the {what} stopped before its next model call, so their text "
+        "was not sent again; nothing was committed"
     )
     error.commit_state = CommitState.NOT_COMMITTED
     return error

@@ -1,0 +1,164 @@
+"""A run never sends again resident history that another writer archived and an erasure then took.
+
+A run sends its session's resident history, as its load saw it, on every
+model call. Another process may commit to the same session meanwhile (its
+commit evicts those groups to the archive), and retention, or forgetting a
+fact with its sources, may then erase them, all between two of the run's
+calls. Such an erasure is of archived groups only, so it is not one of the
+whole session, and the turn fence passed it: the next call sent the erased
+text again. Now the fence, once the ledger moved and the snapshot is no
+longer the run's, stops the run when the snapshot now marks one of the
+run's resident groups erased (docs/erasure.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _effects_support import DEPLOY
+from _erasure_harness import ANA, OPERATOR, history_texts, tool_turn_while
+
+from agentium_harness import (
+    CommitState,
+    EffectLevel,
+    ErasedDuringRunError,
+    EraseTarget,
+    ResidentLimits,
+    RetentionPolicy,
+    RuntimeLimits,
+    Tool,
+    ToolRegistry,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "the vault code is qzvaultq"
+
+
+class Recording(ScriptedProvider):
+    """A scripted model that keeps the text of each request it is handed."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__(replies=replies)
+        self.sent: list[str] = []
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        parts = [m.content for m in (*request.history, *request.turn)]
+        parts += [b.render() for b in request.sources]
+        self.sent.append("\n".join(parts))
+        return await super().complete(request, ctx)
+
+
+def _pair(kind: str, tmp_path: Path, provider: Recording, entered: anyio.Event, release: anyio.Event) -> Any:
+    """Ana's runtime (a deploy tool that waits), and another process's over the same stores."""
+
+    async def deploy(args: Any) -> str:
+        entered.set()
+        with anyio.fail_after(30):
+            await release.wait()
+        return "deployed"
+
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
+    if kind == "memory":
+        archive: Any = InMemoryArchive()
+        store: Any = InMemorySessionStore()
+        parts: tuple[Any, Any, Any, Any] = (archive, store, archive, store)
+    else:
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        parts = (
+            SQLiteArchive(config),
+            SQLiteSessionStore(config),
+            SQLiteArchive(config),
+            SQLiteSessionStore(config),
+        )
+    mine = create_harness_runtime(
+        provider=provider,
+        archive=parts[0],
+        session_store=parts[1],
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        limits=limits,
+    )
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=parts[2],
+        session_store=parts[3],
+        limits=limits,
+        retention=RetentionPolicy(max_archived_groups=1),
+    )
+    return mine, other
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_resident_history_archived_and_erased_between_calls_is_not_sent_again(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another writer evicts the run's resident groups, retention erases them: no next call."""
+    provider = Recording(["ok", "ok", "noted", "ok", DEPLOY, "Deployed."])
+    entered, release = anyio.Event(), anyio.Event()
+    mine, other = _pair(kind, tmp_path, provider, entered, release)
+    try:
+        for text in ["Chatter zero.", "Chatter one.", f"Remember this: {SECRET}.", "Chatter three."]:
+            await mine.run(ANA, "s1", text)
+
+        async def evict_and_trim() -> None:
+            # Two turns of another process archive groups 2 and 3 (the run's resident history) ...
+            await other.run(ANA, "s1", "Chatter four.")
+            await other.run(ANA, "s1", "Chatter five.")
+            # ... and retention, keeping the newest archived group, erases groups 0 to 2.
+            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+            assert len(result.erasures) == 1, result
+            assert not [t for t in await history_texts(other) if "qzvaultq" in t]
+
+        caplog.set_level(logging.WARNING)
+        outcome = await tool_turn_while(mine, entered, release, evict_and_trim, "Deploy it.")
+        # The call that asked for the tool had the secret in its resident history (the premise) ...
+        assert len(provider.sent) == 5, provider.sent[4:]
+        assert "qzvaultq" in provider.sent[-1]
+        # ... and no call was made once its group was erased.
+        assert isinstance(outcome, ErasedDuringRunError), outcome
+        assert outcome.commit_state is CommitState.NOT_COMMITTED
+        assert outcome.run_result is not None and not outcome.run_result.committed
+        assert "erased_during_run" in [d.code for d in outcome.run_result.diagnostics]
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING and "erased" in r.getMessage()]
+        assert warned
+        assert not [r for r in caplog.records if "qz" in r.getMessage()]  # no content in the log
+        assert not [t for t in await history_texts(mine) if "deploy" in t.lower()]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_resident_history_archived_but_not_erased_does_not_stop_the_run(
+    kind: str, tmp_path: Path
+) -> None:
+    """Another writer evicts the run's resident groups, retention erases older ones only: the run goes on."""
+    provider = Recording(["ok", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    entered, release = anyio.Event(), anyio.Event()
+    mine, other = _pair(kind, tmp_path, provider, entered, release)
+    try:
+        for text in ["Chatter zero.", "Chatter one.", "Chatter two.", "Chatter three."]:
+            await mine.run(ANA, "s1", text)
+
+        async def evict_and_trim() -> None:
+            await other.run(ANA, "s1", "Chatter four.")
+            # Group 2 archived; retention keeping one archived group erases 0 and 1 (the run's
+            # resident 2 and 3 stay: 2 archived, 3 resident).
+            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+            assert len(result.erasures) == 1, result
+
+        outcome = await tool_turn_while(mine, entered, release, evict_and_trim, "Deploy it.")
+        assert not isinstance(outcome, ErasedDuringRunError), outcome
+        assert len(provider.sent) == 6, provider.sent[4:]
+    finally:
+        await mine.aclose()
+        await other.aclose()
