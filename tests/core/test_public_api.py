@@ -63,6 +63,8 @@ HOST_NAMES = {
     "DocumentResult", "MAX_DOCUMENT_BYTES", "MAX_DOCUMENT_TITLE_BYTES",
     "ControlKind", "HistoryControl", "MessageRef", "RetractedSpan", "ViewState", "MAX_APPEND_BYTES",
     "MAX_APPEND_MESSAGES", "MAX_LIST_LIMIT", "MAX_PAGE_BYTES", "MAX_PAGE_GROUPS", "MAX_PAYLOAD_BYTES",
+    # run() arguments read from a host iterable
+    "MAX_RUN_GRANTS", "MAX_RUN_SOURCES",
     "MAX_RETRACT_COUNT", "MAX_RETRACTION_SPANS",
     # issue 25: hybrid recall's embedder bounds and vector space
     "EmbeddingLimits", "EmbeddingModel",

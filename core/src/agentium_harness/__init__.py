@@ -25,6 +25,7 @@ from ._config import (
     resolve_config,
 )
 from ._config.runtime import load_runtime
+from ._engine.arguments import MAX_RUN_GRANTS, MAX_RUN_SOURCES
 from ._engine.build import create_harness_runtime
 from ._engine.document_api import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_TITLE_BYTES, DocumentResult
 from ._engine.erasure import ErasureResult, OperatorAttestation
@@ -428,6 +429,9 @@ __all__ = [
     "__version__",
     "canonical_json",
     "create_harness_runtime",
+    # run() arguments read from a host iterable
+    "MAX_RUN_GRANTS",
+    "MAX_RUN_SOURCES",
     "digest_of",
     "load_runtime",
 ]

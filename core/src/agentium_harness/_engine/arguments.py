@@ -6,7 +6,7 @@ typed error and changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, cast
 
 import attrs
@@ -26,6 +26,8 @@ from .tools import ToolRegistry
 from .verification import CompletionPolicy
 
 __all__ = [
+    "MAX_RUN_GRANTS",
+    "MAX_RUN_SOURCES",
     "check_attest",
     "check_completion",
     "check_grants",
@@ -87,8 +89,44 @@ def run_scope(identity: object, session_id: object, recall_scope: object) -> Sco
 #: Built-in collections, each iterable and none a ``str`` or ``bytes``: what the checks below pass.
 _PLAIN_COLLECTIONS: Final = frozenset({tuple, list, frozenset, set})
 
+#: The most items ``run()`` reads of ``grants``, repeats included (and no more distinct names than
+#: the registry has tools: one more names no tool). A host's own iterable is read no further.
+MAX_RUN_GRANTS: Final = 10_000
+#: The most source blocks one ``run()`` takes (``sources``); a host's own iterable is read no further.
+MAX_RUN_SOURCES: Final = 10_000
 
 _NO_GRANTS: Final[frozenset[str]] = frozenset()
+
+
+def _read_once(values: Iterable[Any], name: str) -> Iterator[Any]:
+    """The items of the host's iterable ``values``, whatever its iteration raises refused as typed.
+
+    Its ``__iter__`` and ``__next__`` are the host's code: what they raise
+    would otherwise reach the host as that bare exception. The caller stops
+    reading at its bound (an endless iterable held the event loop for good).
+    """
+    try:
+        items = iter(values)
+    except Exception as exc:
+        raise _unreadable(name, exc) from exc
+    while True:
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        except Exception as exc:
+            raise _unreadable(name, exc) from exc
+        yield item
+
+
+def _unreadable(name: str, exc: Exception) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{name} could not be read ({type(exc).__name__} raised iterating it); nothing was run"
+    )
+
+
+def _too_many(name: str, bound: int, constant: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{name} holds more than {bound} items ({constant}); nothing was run")
 
 
 def check_grants(grants: object, tools: ToolRegistry) -> frozenset[str]:
@@ -98,22 +136,35 @@ def check_grants(grants: object, tools: ToolRegistry) -> frozenset[str]:
     (a typo, a tool registered under another name or not yet) is refused
     too, before the run is admitted: it could grant nothing, and the turn
     would run with the model offered fewer tools than the host meant.
+    An iterable of the host's own type is read once, no further than
+    :data:`MAX_RUN_GRANTS` items or one distinct name more than ``tools``
+    holds; an exception raised iterating it is :class:`InvalidArgumentError`.
     """
     if type(grants) is tuple and not grants:
         return _NO_GRANTS  # the default, ``()``: what the checks below make of it, without their calls
     # The built-in collections pass without the ABC's Python-level check (a run's every call).
-    if type(grants) not in _PLAIN_COLLECTIONS and (
-        isinstance(grants, str | bytes) or not isinstance(grants, Iterable)
-    ):
+    plain = type(grants) in _PLAIN_COLLECTIONS
+    if not plain and (isinstance(grants, str | bytes) or not isinstance(grants, Iterable)):
         raise InvalidArgumentError(
             f"grants must be a collection of tool names, got {type(grants).__name__} {grants!r}; "
             'write grants=["shell"], not grants="shell"'
         )
-    names = tuple(cast("Iterable[Any]", grants))  # checked above (the type or the ABC)
-    for name in names:
+    given = cast("Iterable[Any]", grants)  # checked above (the type or the ABC)
+    if plain and len(cast("tuple[Any, ...]", given)) > MAX_RUN_GRANTS:
+        raise _too_many("grants", MAX_RUN_GRANTS, "MAX_RUN_GRANTS")
+    registered = len(tools.names())
+    names: set[str] = set()
+    read = 0
+    for name in given if plain else _read_once(given, "grants"):
+        read += 1
+        if read > MAX_RUN_GRANTS:
+            raise _too_many("grants", MAX_RUN_GRANTS, "MAX_RUN_GRANTS")
         if not isinstance(name, str):
             raise InvalidArgumentError(f"grants must hold tool names (str), got {type(name).__name__}")
-    granted = frozenset(str.__str__(name) for name in names)  # the text held: a subclass's == is not asked
+        names.add(str.__str__(name))  # the text held: a subclass's == is not asked
+        if len(names) > registered:
+            break  # one name more than there are tools names no tool: refused below, unread further
+    granted = frozenset(names)
     unknown = sorted(name for name in granted if name not in tools)
     if unknown:
         shown = ", ".join(repr(name[:64]) for name in unknown[:5])
@@ -158,14 +209,29 @@ def check_user_input(user_input: object) -> str:
 
 
 def check_sources(sources: object) -> tuple[SourceBlock, ...]:
-    """Host sources as a tuple of :class:`SourceBlock`, each holding only valid Unicode text."""
+    """Host sources as a tuple of :class:`SourceBlock`, each holding only valid Unicode text.
+
+    At most :data:`MAX_RUN_SOURCES` blocks: an iterable of the host's own type
+    is read once and no further; an exception raised iterating it is
+    :class:`InvalidArgumentError`.
+    """
     if type(sources) is tuple and not sources:
         return ()  # the default: what the checks below make of it, without their calls
-    if type(sources) not in _PLAIN_COLLECTIONS and (
-        isinstance(sources, str | bytes) or not isinstance(sources, Iterable)
-    ):
+    plain = type(sources) in _PLAIN_COLLECTIONS
+    if not plain and (isinstance(sources, str | bytes) or not isinstance(sources, Iterable)):
         raise InvalidArgumentError(f"sources must be a sequence of SourceBlock, got {type(sources).__name__}")
-    blocks = tuple(cast("Iterable[Any]", sources))  # checked above (the type or the ABC)
+    given = cast("Iterable[Any]", sources)  # checked above (the type or the ABC)
+    if plain:
+        blocks = tuple(given)
+        if len(blocks) > MAX_RUN_SOURCES:
+            raise _too_many("sources", MAX_RUN_SOURCES, "MAX_RUN_SOURCES")
+    else:
+        read: list[Any] = []
+        for block in _read_once(given, "sources"):
+            read.append(block)
+            if len(read) > MAX_RUN_SOURCES:
+                raise _too_many("sources", MAX_RUN_SOURCES, "MAX_RUN_SOURCES")
+        blocks = tuple(read)
     for i, block in enumerate(blocks):
         if not isinstance(block, SourceBlock):
             raise InvalidArgumentError(f"sources must hold SourceBlock items, got {type(block).__name__}")

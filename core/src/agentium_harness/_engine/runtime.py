@@ -262,10 +262,10 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         ``result.verification`` and the retained record; an unaccepted one
         makes the status ``not_accepted``. It needs a configured verifier.
 
-        ``grants`` names the tools the model may run in this turn (each a
-        registered tool: a name no tool has is refused). ``sources``
+        ``grants`` names the tools the model may run (registered ones; read once, at
+        most :data:`MAX_RUN_GRANTS` items); ``sources`` (at most :data:`MAX_RUN_SOURCES`)
         adds host-supplied labeled source data, assembled whole under the
-        ``source_tokens`` budget. With recall configured, evidence is
+        ``source_tokens`` budget (docs/runtime.md: what is refused). With recall configured, evidence is
         recalled first and the recall policy decides; ``clarify`` (an async
         callable taking the question and returning the user's answer) lets
         the policy ask one clarification in this run. A run the policy stops
