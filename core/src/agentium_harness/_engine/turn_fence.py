@@ -79,6 +79,7 @@ from .._errors import ErasureInProgressError
 from .._errors_run import ErasedDuringRunError
 from .._history import MessageGroup
 from .._observe.spans import current_span_event
+from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive
 from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import SourceRef
@@ -178,7 +179,7 @@ class TurnFence:
                 raise _stopped(key, record, "is under way", self.what)
         if revision == seen[0]:
             return  # no erasure of the tenant began or ended since the last look
-        unchanged = False
+        unchanged, found = False, None
         if self.revision is not None:
             found = (
                 known[1]
@@ -195,20 +196,28 @@ class TurnFence:
             finished = await erased_whole_since(ticket, store, key, first[0])
             if finished is not None:
                 raise _stopped(key, finished, "completed", self.what)
-        if self.recalled and not await self._recalled_held(key):
+        if self.recalled and not await self._recalled_held(key, found):
             raise _recalled_gone(key, self.what)
         self.seen = (revision,)
 
-    async def _recalled_held(self, key: SessionKey) -> bool:
+    async def _recalled_held(self, key: SessionKey, found: object) -> bool:
         """Whether the archive still holds every group of :attr:`recalled` at its seq and digest.
 
         One read of one group each (``read_groups`` from its seq): anything
         else at that seq — nothing, the next group, other bytes — is a group
         gone since recall read it, which stops the run. A read that fails
-        raises as it is: nothing is sent on an answer not had.
+        raises as it is: nothing is sent on an answer not had. An archive
+        that cannot read a group back (no ``bounded_reads``; recall showed
+        the excerpt unattributed) is not asked: the session's snapshot
+        ``found`` is, a recalled seq in its erased ranges (or no snapshot) gone.
         """
         archive, ticket = self.archive, self.ticket
         assert archive is not None  # recalled is empty without one
+        if not getattr(capabilities_of(archive), "bounded_reads", False):
+            # No snapshot where the run loaded one: only an erasure removes it (or no answer was had).
+            return isinstance(found, StoredSnapshot) and not _erased_any(
+                found, tuple(s for s, _ in self.recalled)
+            )
         for seq, digest in self.recalled:
             page = await ticket.call("archive read", partial(archive.read_groups, key, seq, 1))
             group = page[0] if isinstance(page, list | tuple) and page else None
