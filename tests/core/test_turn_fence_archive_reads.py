@@ -162,3 +162,81 @@ async def test_the_recalled_group_erased_stops_a_run_whose_archive_cannot_read_b
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+class Counting(InMemoryArchive):
+    """The in-memory archive, counting the bytes of the groups its reads return once ``counting``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counting, self.read_bytes = False, 0
+
+    async def read_groups(self, key: Any, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        page = await super().read_groups(key, start_seq, max_groups, ctx)
+        if self.counting:
+            self.read_bytes += sum(g.size_bytes for g in page)
+        return page
+
+
+async def test_the_fence_reads_no_more_of_the_archive_than_recall_may() -> None:
+    """Recall's read-back stops at its byte budget; the fence's look after an erasure must not read past it.
+
+    Three archived groups are recalled; the read-back budget lets recall read one (the one past
+    the budget) and show the other two unattributed. Another user's retention moves the ledger
+    during the tool round. The fence read every recalled group back in full, whatever its size
+    (up to 32 MiB each, eight by default: 256 MiB on every erasure in the tenant).
+    """
+    provider = Recording(["ok"] * 6 + [DEPLOY, "Deployed."])
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def deploy(args: Any) -> str:
+        entered.set()
+        with anyio.fail_after(30):
+            await release.wait()
+        return "deployed"
+
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
+    archive, store, recall = Counting(), InMemorySessionStore(), InMemoryRecallStore()
+    budget = RecallLimits(max_candidates=3, max_readback_bytes=1, max_evidence_tokens=8192)
+    mine = create_harness_runtime(
+        provider=provider,
+        archive=archive,
+        session_store=store,
+        recall=recall,
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        limits=limits,
+        recall_limits=budget,
+    )
+    other = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=store,
+        limits=limits,
+        retention=RetentionPolicy(max_archived_groups=1),
+    )
+    try:
+        filler = " ".join(f"word{i}" for i in range(200))
+        for i in range(3):
+            await mine.run(ANA, "s1", f"The vault note {i}: qzvaultq {filler}.")
+        for i in range(3):
+            await mine.run(ANA, "s1", f"Chatter {i}.")
+        for i in range(4):
+            await other.run(BOB, "b1", f"Bob's turn {i}.")
+        largest = max(len(f"The vault note 0: qzvaultq {filler}.".encode()), 1) * 2
+
+        async def trim_bob() -> None:
+            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "bob", "b1"))
+            assert len(result.erasures) == 1, result
+            archive.counting = True
+
+        outcome = await tool_turn_while(
+            mine, entered, release, trim_bob, "What is the vault note? Deploy it."
+        )
+        asked = provider.sent[6]
+        assert asked.count("qzvaultq") >= 3, asked  # the premise: three recalled excerpts
+        assert not isinstance(outcome, Exception), repr(outcome)
+        # Recall's own read-back may read one group past its budget; the fence no more than that.
+        assert archive.read_bytes <= budget.max_readback_bytes + largest, archive.read_bytes
+    finally:
+        await mine.aclose()
+        await other.aclose()

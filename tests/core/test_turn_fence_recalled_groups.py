@@ -3,12 +3,12 @@
 Recall puts excerpts of the session's archived groups into a run's request,
 and every model call of the run (a tool round each) sends them again.
 Retention, or forgetting a fact with its sources, erases archived groups only:
-the resident history stays, so the session's snapshot is no sign of it. Such
+the resident history stays, so the session's content is no sign of it. Such
 an erasure still under way at a model call stopped the run; one that began
 and finished between two calls did not, and the next call sent the erased
-group's text. Now, when the tenant's erasures moved since the last look, the
-fence reads back each recalled archived group from the archive: one gone (or
-changed) stops the run before the call, nothing committed.
+group's text. Now, when the tenant's erasures moved since the last look, a
+recalled archived group the session's snapshot marks erased stops the run
+before the call, nothing committed.
 """
 
 from __future__ import annotations

@@ -23,9 +23,10 @@ class ErasedDuringRunError(ErasureInProgressError):
     not even tool calls that already ran (they were made from the erased
     history; ``run_result`` lists them); its diagnostic ``erased_during_run``
     and a WARNING (no content) say why. ``erasure_id`` names the erasure;
-    it is empty when the run stopped because an archived group whose excerpt
-    recall put in its request was erased meanwhile (retention, a forgotten
-    fact's sources): the archive said the group went, not which erasure
-    took it. Run again once the erasure is complete: the session is then
+    it is empty when the run stopped because a group its request carries
+    (an excerpt recall put in it, or resident history another writer
+    archived since) was erased meanwhile (retention, a forgotten fact's
+    sources): the session's snapshot said the group went, not which
+    erasure took it. Run again once the erasure is complete: the session is then
     empty (or, after such a groups erasure, without those groups).
     """

@@ -106,7 +106,6 @@ class EffectsKeeper:
                     self.ticket,
                     self.runtime.session_store,
                     revision=None if self.progress.stored is None else self.progress.stored.revision,
-                    archive=self.runtime.archive,
                     recalled=self._recalled(),
                     resident=self._resident(),
                 )
@@ -358,7 +357,7 @@ class EffectsKeeper:
         progress.group = progress.outcome = None
         progress.commit_state, progress.saved_revision = CommitState.NOT_COMMITTED, None
 
-    def _recalled(self) -> tuple[tuple[int, str], ...]:
+    def _recalled(self) -> tuple[int, ...]:
         """The archived groups of the session whose excerpts recall put in the run's request."""
         outcome, snap = self.progress.recall, self.progress.snap
         if outcome is None or snap is None or not outcome.included:

@@ -42,23 +42,19 @@ manager was given to, for the fact it would write: :mod:`.extraction_fence`).
 An erasure of archived groups only (retention, a forgotten fact's
 sources) leaves the resident history and the snapshot's content alone, yet
 recall may have put excerpts of those groups into the run's request, which
-every model call sends again. One under way stops the run (as above); for
-one that began and finished between two calls, when the ledger moved, each
-archived group of the session whose excerpt the request carries
-(:func:`recalled_groups`) is read back from the archive: one no longer held
-at its seq with the digest recall read it at stops the run the same way
-(:class:`ErasedDuringRunError` with no ``erasure_id``: the archive, not the
-index, says it went). At most one small read per such group, and only when
-the tenant's erasures moved since the last look.
-
-The run's resident history is not the archive's until another writer (a
-run of another process, on the same session) commits past it, which
-archives it; such a groups erasure may then take it between two calls.
-So when the ledger moved and the snapshot is no longer the one the
-content is from, the snapshot just read is asked too (nothing more is
-read): one whose erased ranges (``SessionSnapshot.erased``, which a
-groups erasure records before it finishes) hold a group whose messages
-the request sends (``resident``) stops the run the same way.
+every model call sends again; and the run's resident history becomes
+archived groups too once another writer (a run of another process on the
+same session) commits past it. One under way stops the run (as above).
+One that began and finished between two calls has marked the groups it
+took in the session's snapshot (``SessionSnapshot.erased``) before it left
+the ledger, and the snapshot is read anyway when the ledger moved: a group
+the request sends (``resident``: the load's groups whose messages it
+carries) or whose excerpt it carries (``recalled``: :func:`recalled_groups`)
+in those ranges stops the run the same way (:class:`ErasedDuringRunError`
+with no ``erasure_id``: the snapshot says the group went, not which
+erasure took it). Nothing else is read: no archived group (recall reads
+them within a byte budget of its own; a group may be 32 MiB), so an
+archive that cannot read one back, or fails to, changes nothing here.
 
 Recalled host documents need nothing more: a run sees only documents owned
 by its tenant, its user or its session, and every erasure taking one of
@@ -72,15 +68,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from functools import partial
 from typing import Final
 
 from .._errors import ErasureInProgressError
 from .._errors_run import ErasedDuringRunError
-from .._history import MessageGroup
 from .._observe.spans import current_span_event
-from .._ports._base import capabilities_of
-from .._ports.archive import HistoryArchive
 from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import SourceRef
 from .._ports.recall_sources import group_source_id
@@ -104,27 +96,26 @@ ERASED_DURING_RUN = "erased_during_run"
 _SEQ: Final = re.compile(r"0|[1-9][0-9]*")
 
 
-def recalled_groups(key: SessionKey, boundary: int, refs: Sequence[SourceRef]) -> tuple[tuple[int, str], ...]:
-    """``(seq, digest)`` of each archived group of ``key`` (below ``boundary``) among ``refs``, recall's.
+def recalled_groups(key: SessionKey, boundary: int, refs: Sequence[SourceRef]) -> tuple[int, ...]:
+    """The seq of each archived group of ``key`` (below ``boundary``) among ``refs``, recall's.
 
-    A group source's revision is the digest recall read the group at. Ids
-    of another session, of documents, or that no group has, are not among
-    them (an id counts only if :func:`group_source_id` builds it again).
+    Ids of another session, of documents, or that no group has, are not
+    among them (an id counts only if :func:`group_source_id` builds it again).
     """
-    found: list[tuple[int, str]] = []
+    found: list[int] = []
     for ref in refs:
         head, _, seq = ref.source_id.rpartition("/")
         if head.startswith("group/") and _SEQ.fullmatch(seq):
             number = int(seq)
             if number < boundary and group_source_id(key, number) == ref.source_id:
-                found.append((number, ref.revision))
+                found.append(number)
     return tuple(found)
 
 
 class TurnFence:
     """One run's look at the erasure ledger before each model call, from the point its load saw."""
 
-    __slots__ = ("archive", "first", "recalled", "resident", "revision", "seen", "store", "ticket", "what")
+    __slots__ = ("first", "recalled", "resident", "revision", "seen", "store", "ticket", "what")
 
     def __init__(
         self,
@@ -134,17 +125,15 @@ class TurnFence:
         since: tuple[int | None] | None = None,
         revision: int | None = None,
         what: str = "run",
-        archive: HistoryArchive | None = None,
-        recalled: tuple[tuple[int, str], ...] = (),
+        recalled: tuple[int, ...] = (),
         resident: tuple[int, ...] = (),
     ) -> None:
         self.ticket = ticket
         #: The seqs of the resident groups (as the load found them) whose messages the request sends.
         self.resident = resident
-        #: Where :attr:`recalled` is read back from, and the ``(seq, digest)`` of each archived group
-        #: of the session whose excerpt the request carries (:func:`recalled_groups`).
-        self.archive = archive
-        self.recalled = recalled if archive is not None else ()
+        #: The seq of each archived group of the session whose excerpt the request carries
+        #: (:func:`recalled_groups`).
+        self.recalled = recalled
         #: The session's revision holding what is sent (the load's; a summary update's: its commit's),
         #: ``None`` when it was absent: found there again, no erasure took the session since.
         self.revision = revision
@@ -196,36 +185,14 @@ class TurnFence:
             finished = await erased_whole_since(ticket, store, key, first[0])
             if finished is not None:
                 raise _stopped(key, finished, "completed", self.what)
-        if self.recalled and not await self._recalled_held(key, found):
+        # A recalled group an erasure took is marked in the snapshot before the erasure finishes
+        # (``SessionSnapshot.erased``): no archive read (one per group, of any size, was made here).
+        # No snapshot where the run loaded one: only an erasure removes it (or no answer was had).
+        if self.recalled and not (
+            isinstance(found, StoredSnapshot) and not _erased_any(found, self.recalled)
+        ):
             raise _recalled_gone(key, self.what)
         self.seen = (revision,)
-
-    async def _recalled_held(self, key: SessionKey, found: object) -> bool:
-        """Whether the archive still holds every group of :attr:`recalled` at its seq and digest.
-
-        One read of one group each (``read_groups`` from its seq): anything
-        else at that seq — nothing, the next group, other bytes — is a group
-        gone since recall read it, which stops the run. A read that fails
-        raises as it is: nothing is sent on an answer not had. An archive
-        that cannot read a group back (no ``bounded_reads``; recall showed
-        the excerpt unattributed) is not asked: the session's snapshot
-        ``found`` is, a recalled seq in its erased ranges (or no snapshot) gone.
-        """
-        archive, ticket = self.archive, self.ticket
-        assert archive is not None  # recalled is empty without one
-        if not getattr(capabilities_of(archive), "bounded_reads", False):
-            # No snapshot where the run loaded one: only an erasure removes it (or no answer was had).
-            return isinstance(found, StoredSnapshot) and not _erased_any(
-                found, tuple(s for s, _ in self.recalled)
-            )
-        for seq, digest in self.recalled:
-            page = await ticket.call("archive read", partial(archive.read_groups, key, seq, 1))
-            group = page[0] if isinstance(page, list | tuple) and page else None
-            if not isinstance(group, MessageGroup) or type(group.seq) is not int or group.seq != seq:
-                return False
-            if group.digest != digest:
-                return False
-        return True
 
 
 def _erased_any(found: object, seqs: tuple[int, ...]) -> bool:
