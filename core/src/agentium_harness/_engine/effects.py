@@ -98,6 +98,8 @@ class EffectsKeeper:
     retained: Callable[[TurnInterruption | None], RetainedRecord]
     sources: SourceStatus
     attest_legacy: bool
+    #: Whether the run's request carries the session's task summary (its text).
+    summary_sent: bool = False
     #: The turn as it goes (:func:`~.turn.run_turn` records into it), for a cancellation.
     trace: TurnTrace = attrs.field(
         default=attrs.Factory(
@@ -108,6 +110,7 @@ class EffectsKeeper:
                     revision=None if self.progress.stored is None else self.progress.stored.revision,
                     recalled=self._recalled(),
                     resident=self._resident(),
+                    summary=self.summary_sent,
                 )
             ),
             takes_self=True,

@@ -36,7 +36,7 @@ from .._scope import SessionKey
 from .lifecycle import Ticket
 from .load import load_session
 
-__all__ = ["emptied_before", "mark_erased", "may_state", "merge_ranges"]
+__all__ = ["emptied", "emptied_before", "mark_erased", "may_state", "merge_ranges"]
 
 _ATTEMPTS: Final = 8
 _DROPPED_TEXT: Final = (
@@ -51,6 +51,11 @@ def may_state(summary: TaskSummary) -> bool:
     forget erasure leaves in the summary it emptied is the engine's own.
     """
     return bool(summary.text) or any(note != _DROPPED_TEXT for note in summary.uncertainty)
+
+
+def emptied(summary: TaskSummary) -> bool:
+    """True if ``summary`` is one a forget erasure emptied (no text, only the note saying why)."""
+    return not summary.text and summary.uncertainty == (_DROPPED_TEXT,)
 
 
 def merge_ranges(*groups: Sequence[SeqRange]) -> tuple[SeqRange, ...]:
@@ -155,8 +160,4 @@ async def emptied_before(
     if stored is None or snap.summary is None:
         return False
     summary = snap.summary.summary
-    return (
-        not summary.text
-        and summary.uncertainty == (_DROPPED_TEXT,)
-        and any(r.start < summary.frontier for r in ranges)
-    )
+    return emptied(summary) and any(r.start < summary.frontier for r in ranges)

@@ -55,6 +55,10 @@ with no ``erasure_id``: the snapshot says the group went, not which
 erasure took it). Nothing else is read: no archived group (recall reads
 them within a byte budget of its own; a group may be 32 MiB), so an
 archive that cannot read one back, or fails to, changes nothing here.
+A forget erasure also empties a task summary covering the groups it took
+(it may state the fact): when the request carries the summary (``summary``)
+and the snapshot now holds it emptied, the run stops the same way
+(retention keeps a summary's text by design).
 
 Recalled host documents need nothing more: a run sees only documents owned
 by its tenant, its user or its session, and every erasure taking one of
@@ -77,9 +81,11 @@ from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import SourceRef
 from .._ports.recall_sources import group_source_id
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
+from .._ports.summary import SummaryState, TaskSummary
 from .._scope import SessionKey
 from .._validators import exact_int
 from .commit_fence import erased_whole_since
+from .erased_groups import emptied
 from .erasure_ledger import ledger_of, pending_key
 from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
@@ -115,7 +121,7 @@ def recalled_groups(key: SessionKey, boundary: int, refs: Sequence[SourceRef]) -
 class TurnFence:
     """One run's look at the erasure ledger before each model call, from the point its load saw."""
 
-    __slots__ = ("first", "recalled", "resident", "revision", "seen", "store", "ticket", "what")
+    __slots__ = ("first", "recalled", "resident", "revision", "seen", "store", "summary", "ticket", "what")
 
     def __init__(
         self,
@@ -127,8 +133,11 @@ class TurnFence:
         what: str = "run",
         recalled: tuple[int, ...] = (),
         resident: tuple[int, ...] = (),
+        summary: bool = False,
     ) -> None:
         self.ticket = ticket
+        #: Whether the request carries the session's task summary (a forget erasure may empty it).
+        self.summary = summary
         #: The seqs of the resident groups (as the load found them) whose messages the request sends.
         self.resident = resident
         #: The seq of each archived group of the session whose excerpt the request carries
@@ -181,6 +190,8 @@ class TurnFence:
             unchanged = isinstance(found, StoredSnapshot) and exact_int(found.revision) == self.revision
             if not unchanged and self.resident and _erased_any(found, self.resident):
                 raise _recalled_gone(key, self.what, resident=True)
+            if not unchanged and self.summary and _summary_emptied(found):
+                raise _recalled_gone(key, self.what, summary=True)
         if not unchanged:
             finished = await erased_whole_since(ticket, store, key, first[0])
             if finished is not None:
@@ -208,6 +219,15 @@ def _erased_any(found: object, seqs: tuple[int, ...]) -> bool:
     return any(seq in span for span in spans for seq in seqs)
 
 
+def _summary_emptied(found: object) -> bool:
+    """Whether snapshot ``found`` (a store's answer, unchecked) holds a summary a forget erasure emptied."""
+    snapshot = found.snapshot if isinstance(found, StoredSnapshot) else None
+    state = snapshot.summary if isinstance(snapshot, SessionSnapshot) else None
+    return (
+        isinstance(state, SummaryState) and isinstance(state.summary, TaskSummary) and emptied(state.summary)
+    )
+
+
 def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> ErasedDuringRunError:
     """The refusal of ``what`` (a run, a summary update) naming ``record``: a WARNING, a span event."""
     _log.warning(
@@ -229,7 +249,9 @@ def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> Era
     return error
 
 
-def _recalled_gone(key: SessionKey, what: str, *, resident: bool = False) -> ErasedDuringRunError:
+def _recalled_gone(
+    key: SessionKey, what: str, *, resident: bool = False, summary: bool = False
+) -> ErasedDuringRunError:
     """The stop for a group the request carries that was erased since (recalled, or ``resident``).
 
     A WARNING and a span event, no content.
@@ -237,6 +259,8 @@ def _recalled_gone(key: SessionKey, what: str, *, resident: bool = False) -> Era
     how = (
         "resident history the request sends (archived since by another writer)"
         if resident
+        else "the task summary the request sends (a forgotten fact's sources it covered)"
+        if summary
         else "archived groups whose excerpts recall put in the request"
     )
     _log.warning(

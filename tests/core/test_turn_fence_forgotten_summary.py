@@ -1,0 +1,137 @@
+"""A run never sends again a task summary that forgetting a fact with its sources emptied while it ran.
+
+``forget(..., erase_sources=True)`` erases the fact's source groups and empties
+a task summary covering them: it may state the fact, and docs/erasure.md
+says the forgotten text then reaches no later request by summary. A run
+sends the summary its load found on every model call; when such an erasure
+began and finished between two of its calls (another process's), the next
+call sent the emptied summary's text again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from _effects_support import DEPLOY
+from _erasure_harness import ANA, OPERATOR, tool_turn_while
+
+from agentium_harness import (
+    CommitState,
+    EffectLevel,
+    ErasedDuringRunError,
+    EraseTarget,
+    GroupRef,
+    MemoryFact,
+    MemoryScope,
+    ResidentLimits,
+    RetentionPolicy,
+    RuntimeLimits,
+    SessionKey,
+    SummaryLimits,
+    Tool,
+    ToolRegistry,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
+from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "zephyrcode4471"
+KEY = SessionKey("acme", "ana", "s1")
+
+
+class Recording(ScriptedProvider):
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__(replies=replies)
+        self.sent: list[str] = []
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        parts = [m.content for m in (*request.history, *request.turn)]
+        parts += [b.render() for b in request.sources]
+        self.sent.append("\n".join(parts))
+        return await super().complete(request, ctx)
+
+
+def _pair(provider: Recording, entered: anyio.Event, release: anyio.Event, **extra: Any) -> Any:
+    async def deploy(args: Any) -> str:
+        entered.set()
+        with anyio.fail_after(30):
+            await release.wait()
+        return "deployed"
+
+    shared = {
+        "archive": InMemoryArchive(),
+        "session_store": InMemorySessionStore(),
+        "memory": InMemoryMemoryStore(),
+        "summarizer": ExtractiveSummarizer(),
+        "summary_limits": SummaryLimits(background=False),
+        "limits": RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    }
+    mine = create_harness_runtime(
+        provider=provider, tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]), **shared
+    )
+    other = create_harness_runtime(provider=ScriptedProvider(replies=["ok"], cycle=True), **shared, **extra)
+    return mine, other
+
+
+async def _primed(mine: Any) -> None:
+    await mine.run(ANA, "s1", f"The vault code is {SECRET}.")
+    for i in range(3):
+        await mine.run(ANA, "s1", f"Chatter {i}.")
+
+
+async def test_a_summary_forget_emptied_between_calls_is_not_sent_again() -> None:
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    entered, release = anyio.Event(), anyio.Event()
+    mine, other = _pair(provider, entered, release)
+    try:
+        await _primed(mine)
+        (group,) = await mine.archive.read_groups(KEY, 0, 1, OpContext())
+        scope = MemoryScope("acme", "ana")
+        fact = MemoryFact(scope, "ana keeps a vault code", provenance=[GroupRef("s1", 0, group.digest)])
+        ack = await other.memory.remember(fact)
+        assert ack.fact_id is not None
+
+        async def forget() -> None:
+            await other.forget(scope, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+            stored = await other.session_store.load(KEY, OpContext())
+            assert SECRET not in stored.snapshot.summary.summary.text  # emptied
+
+        outcome = await tool_turn_while(mine, entered, release, forget, "Deploy it.")
+        # The call that asked for the tool carried the summary stating the secret (the premise) ...
+        assert SECRET in provider.sent[4]
+        # ... and no call was made once the summary was emptied.
+        assert not [text for text in provider.sent[5:] if SECRET in text], provider.sent[5:]
+        assert len(provider.sent) == 5, provider.sent[5:]
+        assert isinstance(outcome, ErasedDuringRunError), repr(outcome)
+        assert outcome.commit_state is CommitState.NOT_COMMITTED
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_a_summary_retention_keeps_does_not_stop_the_run() -> None:
+    """Retention keeps a summary's text by design (docs/erasure.md): the run goes on."""
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    entered, release = anyio.Event(), anyio.Event()
+    mine, other = _pair(provider, entered, release, retention=RetentionPolicy(max_archived_groups=1))
+    try:
+        await _primed(mine)
+
+        async def trim() -> None:
+            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+            assert len(result.erasures) == 1, result
+
+        outcome = await tool_turn_while(mine, entered, release, trim, "Deploy it.")
+        assert SECRET in provider.sent[4]
+        assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
+        assert len(provider.sent) == 6
+    finally:
+        await mine.aclose()
+        await other.aclose()
