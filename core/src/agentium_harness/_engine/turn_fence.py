@@ -264,17 +264,19 @@ def _recalled_gone(
         else "archived groups whose excerpts recall put in the request"
     )
     _log.warning(
-        "%s stopped before a model call: %s erased since the run loaded the session; "
+        "%s stopped before a model call: %s %s since the run loaded the session; "
         "nothing was sent or committed",
         what,
         how,
+        "emptied" if summary else "erased",
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event(f"agentium.run.{ERASED_DURING_RUN}", {"agentium.erasure.state": "complete"})
+    gone = "was emptied by an erasure" if summary else "were erased"
     error = ErasedDuringRunError(
-        f"{how} of session {key.session!r} were erased after the {what} loaded the session (retention "
-        f"or a forgotten fact's sources); the {what} stopped before its next model call, so their text "
-        "was not sent again; nothing was committed"
+        f"{how} of session {key.session!r} {gone} after the {what} loaded the session (retention or a "
+        f"forgotten fact's sources); the {what} stopped before its next model call, so that text was "
+        "not sent again; nothing was committed"
     )
     error.commit_state = CommitState.NOT_COMMITTED
     return error
@@ -308,9 +310,12 @@ def _groups_under_way(key: SessionKey, record: ErasureRecord, what: str) -> Eras
 def erased_during_run(error: ErasedDuringRunError, ran: bool) -> Diagnostic:
     """The run's diagnostic for ``error``: why it stopped, and that what ran (if ``ran``) is not kept."""
     kept = "; the tool calls that ran were made from the erased history and were not committed" if ran else ""
+    # No erasure id: the snapshot said groups (or the summary) the request carries went, not which erasure.
+    why = (
+        f"an erasure covering the session (erasure {error.erasure_id}) began after the run loaded it"
+        if error.erasure_id
+        else "groups (or the task summary) the request carries were erased after the run loaded the session"
+    )
     return Diagnostic(
-        ERASED_DURING_RUN,
-        f"an erasure covering the session (erasure {error.erasure_id}) began after the run loaded it; "
-        f"the run stopped before its next model call{kept}",
-        Severity.WARNING,
+        ERASED_DURING_RUN, f"{why}; the run stopped before its next model call{kept}", Severity.WARNING
     )
