@@ -380,7 +380,7 @@ async def update_summary(
     view: ViewState | None = None,
     erased: Sequence[SeqRange] = (),
     model_timeout_s: float | None = None,
-    before_call: Callable[[], Awaitable[None]] | None = None,
+    before_call: Callable[[tuple[int, ...], bool], Awaitable[None]] | None = None,
 ) -> SummaryUpdate:
     """Fold the groups between the frontier and ``boundary`` into the summary, under ``limits``.
 
@@ -400,8 +400,9 @@ async def update_summary(
     ``model_timeout_s`` (the runtime's) bounds the summarizer call when set and
     ``limits.model_timeout_s`` is not (:func:`summarize_timeout`); the group
     read keeps ``limits.timeout_s``. ``before_call`` (the erasure fence:
-    :mod:`.turn_fence`) runs just before the summarizer call; what it raises
-    fails the update.
+    :mod:`.turn_fence`) runs just before the summarizer call, given the seqs
+    offered and whether the previous summary has text; what it raises fails
+    the update.
     Returns the state to save (``None`` when nothing changed).
     """
     original = current
@@ -443,7 +444,8 @@ async def update_summary(
     if offered:
         if before_call is not None:
             try:
-                await before_call()  # the groups offered are history: no erasure may have begun since
+                # The groups offered (and the previous text) are history: no erasure may take them.
+                await before_call(tuple(g.seq for g in offered), bool(previous is not None and previous.text))
             except Exception as exc:
                 return SummaryUpdate(None, 0, (failed(exc, "the update stopped before its summarizer call"),))
         try:
@@ -536,7 +538,7 @@ async def summarize_after_commit(
     erased: Sequence[SeqRange] = (),
     revisions: SummaryRevisions | None = None,
     model_timeout_s: float | None = None,
-    before_call: Callable[[], Awaitable[None]] | None = None,
+    before_call: Callable[[tuple[int, ...], bool], Awaitable[None]] | None = None,
 ) -> tuple[int, SummaryState | None, list[Diagnostic]]:
     """Run one update when the commit archived groups or the frontier lags; save it if it moved.
 

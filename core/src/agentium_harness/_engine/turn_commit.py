@@ -255,7 +255,7 @@ async def commit_group(
                 # From the run's load: the groups it summarizes were committed from what it loaded.
                 before_call=TurnFence(
                     on, runtime.session_store, since=first, revision=committed, what="summary update"
-                ).check,
+                ).check_offered,
             )
 
         if limits.background:

@@ -155,6 +155,16 @@ class TurnFence:
         #: The revision last looked at with no covering erasure joined since ``first``.
         self.seen = self.first
 
+    async def check_offered(self, seqs: tuple[int, ...], summary: bool) -> None:
+        """:meth:`check` before a summarizer call offering groups ``seqs`` (and, if ``summary``, its text).
+
+        The groups were read from the archive after the commit: another
+        process's groups erasure may take them before the call, as it may a
+        run's resident history; a forget erasure may empty the previous summary.
+        """
+        self.resident, self.summary = seqs, summary
+        await self.check()
+
     async def check(self) -> None:
         """Raise :class:`ErasedDuringRunError` if an erasure of the session began since the run's load."""
         ticket, first, seen = self.ticket, self.first, self.seen
