@@ -71,6 +71,7 @@ from ._history import (
     ViewState,
     estimate_tokens,
 )
+from ._host_items import read_host_items
 from ._json import copy_plain_json
 from ._observe.logs import one_line
 from ._observe.runtime_span import runtime_span
@@ -423,6 +424,7 @@ __all__ = [
     "load_config",
     "make_converter",
     "port_stub",
+    "read_host_items",
     "reciprocal_rank_fusion",
     "redact_url",
     "register_structure_hook",

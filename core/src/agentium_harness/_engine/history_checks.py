@@ -34,6 +34,7 @@ from .._history import (
     match_tool_results,
 )
 from .._history_messages import PAYLOAD_FORMAT
+from .._host_items import read_host_items
 from .._json import same_plain_json
 from .._text import cut_text
 from .._validators import check_count, exact_int, lone_surrogate_at, shown_number, validate_id
@@ -492,26 +493,16 @@ def _listed(messages: Sequence[object]) -> list[object]:
 
     Its ``__len__``, ``__iter__`` and ``__getitem__`` are the host's code and need not agree:
     one whose ``len`` said 1 committed any number of messages past :data:`MAX_APPEND_MESSAGES`,
-    and one that never ended held the event loop in these checks for good. So it is iterated
-    once, here, and cut off one message past the bound; whatever its methods raise is refused
-    as :class:`InvalidArgumentError`. The checks then read the plain list.
+    and one that never ended held the event loop in these checks for good
+    (:func:`~agentium_harness._host_items.read_host_items`). The checks then read the plain list.
     """
-    given: list[object] = []
-    try:
-        for message in messages:
-            given.append(message)
-            if len(given) > MAX_APPEND_MESSAGES:
-                raise InvalidArgumentError(
-                    f"more than {MAX_APPEND_MESSAGES} messages in one append (MAX_APPEND_MESSAGES); "
-                    "nothing was written"
-                )
-    except InvalidArgumentError:
-        raise
-    except Exception as exc:
-        raise InvalidArgumentError(
-            f"messages could not be read ({type(exc).__name__} raised iterating them); nothing was written"
-        ) from exc
-    return given
+    return read_host_items(
+        messages,
+        MAX_APPEND_MESSAGES,
+        too_many=f"more than {MAX_APPEND_MESSAGES} messages in one append (MAX_APPEND_MESSAGES); "
+        "nothing was written",
+        unreadable="messages could not be read",
+    )
 
 
 def check_group_size(group: MessageGroup) -> None:

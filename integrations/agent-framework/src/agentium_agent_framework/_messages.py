@@ -15,7 +15,7 @@ from agent_framework import Content
 from agent_framework import Message as AFMessage
 
 from agentium_harness import MAX_APPEND_MESSAGES, InvalidArgumentError, Message, Role
-from agentium_harness.plugin_api import copy_plain_json
+from agentium_harness.plugin_api import copy_plain_json, read_host_items
 
 __all__ = [
     "MAX_CONTENT_CHARS",
@@ -130,27 +130,21 @@ def to_agentium(message: AFMessage) -> Message:
 def listed(messages: Sequence[AFMessage]) -> list[AFMessage]:
     """The messages of a ``save_messages`` call, read once; what iterating them raises is a typed error.
 
-    A sequence of the host's own type runs its own code when iterated (its ``__iter__``,
-    ``__len__``): whatever that raises reaches the host as :class:`ForeignMessageError`, and
-    a sequence that never ends is cut off past ``MAX_APPEND_MESSAGES`` (``append`` takes
-    no more). A loop, not ``list()``: that would first allocate what ``__len__`` claims.
+    A sequence of the host's own type runs its own code when iterated
+    (:func:`~agentium_harness.plugin_api.read_host_items`): whatever that raises
+    reaches the host as :class:`ForeignMessageError`, and a sequence that never
+    ends is cut off past ``MAX_APPEND_MESSAGES`` (``append`` takes no more).
     """
-    given: list[AFMessage] = []
     try:
-        for message in messages:
-            given.append(message)
-            if len(given) > MAX_APPEND_MESSAGES:
-                raise ForeignMessageError(
-                    f"save_messages takes at most {MAX_APPEND_MESSAGES} messages in one call; "
-                    "nothing was written"
-                )
-    except ForeignMessageError:
-        raise
-    except Exception as exc:
-        raise ForeignMessageError(
-            f"save_messages could not iterate its messages ({type(exc).__name__} raised); nothing was written"
-        ) from exc
-    return given
+        return read_host_items(
+            messages,
+            MAX_APPEND_MESSAGES,
+            too_many=f"save_messages takes at most {MAX_APPEND_MESSAGES} messages in one call; "
+            "nothing was written",
+            unreadable="save_messages could not iterate its messages",
+        )
+    except InvalidArgumentError as exc:
+        raise ForeignMessageError(str(exc)) from exc.__cause__
 
 
 def _from_native(message: Message, where: str) -> AFMessage:

@@ -31,7 +31,7 @@ from agentium_harness import (
     SessionConflictError,
     VerifiedIdentity,
 )
-from agentium_harness.plugin_api import SessionKey
+from agentium_harness.plugin_api import SessionKey, read_host_items
 
 from ._errors import HistoryChangedError, SessionClosedError
 from ._items import (
@@ -110,26 +110,17 @@ def _check_limit(limit: object, what: str) -> int | None:
 def _listed(items: Sequence[Any]) -> list[Any]:
     """The items of an ``add_items`` call, read once; what iterating them raises is a typed error.
 
-    A sequence of the host's own type runs its own code when iterated (its ``__iter__``,
-    ``__len__``): whatever that raises reaches the host as ``InvalidArgumentError``, and
-    a sequence that never ends is cut off past ``MAX_APPEND_MESSAGES`` (``append`` takes
-    no more). A loop, not ``list()``: that would first allocate what ``__len__`` claims.
+    A sequence of the host's own type runs its own code when iterated
+    (:func:`~agentium_harness.plugin_api.read_host_items`): whatever that raises
+    reaches the host as ``InvalidArgumentError``, and a sequence that never ends
+    is cut off past ``MAX_APPEND_MESSAGES`` (``append`` takes no more).
     """
-    given: list[Any] = []
-    try:
-        for item in items:
-            given.append(item)
-            if len(given) > MAX_APPEND_MESSAGES:
-                raise InvalidArgumentError(
-                    f"add_items takes at most {MAX_APPEND_MESSAGES} items in one call; nothing was written"
-                )
-    except InvalidArgumentError:
-        raise
-    except Exception as exc:
-        raise InvalidArgumentError(
-            f"add_items could not iterate its items ({type(exc).__name__} raised); nothing was written"
-        ) from exc
-    return given
+    return read_host_items(
+        items,
+        MAX_APPEND_MESSAGES,
+        too_many=f"add_items takes at most {MAX_APPEND_MESSAGES} items in one call; nothing was written",
+        unreadable="add_items could not iterate its items",
+    )
 
 
 class AgentiumSession:
