@@ -164,6 +164,11 @@ async def test_a_walk_cut_short_resumes_where_it_stopped(
     "place",
     [
         {"r": "1e9"},  # Lua's tonumber reads it: trusted, the walk would skip every row
+        # Places the store could have written, edited: a row number past row 2 (with or without the
+        # walk's end), an end lowered before it. Each skipped ana's row 2 and marked the tenant.
+        {"r": "1000000000"},
+        {"r": "3", "e": "4"},
+        {"r": "1", "e": "1"},
         {"r": "9" * 16},
         {"c": "12abc"},
         {"c": "0", "r": "1"},

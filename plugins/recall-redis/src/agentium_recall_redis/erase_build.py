@@ -33,10 +33,16 @@ as the walk read rows kept it going until its deadline. The key is the tenant's 
 encoded injectively in the prefix, like every key of the store) and holds no other id.
 
 Damage: a stored place that is not one the store writes (not digits, too long, both or neither of
-``c`` and ``r``) starts the walk over; ``P:ixw`` of another type is left alone and the call walks
-the tenant itself as before. An index key of another type met by a page is left alone too and the
-walk records it (``x``): it ends without marking the tenant, and the call walks the tenant itself
-as before (:class:`~agentium_recall_redis.erase_sweep.Backfill`); the next build starts over.
+``c`` and ``r``) starts the walk over, and so does a place edited into one it could have written (``r``
+moved past rows not walked, ``e`` lowered, ``c`` moved, ``x`` dropped: the walk would skip rows or ids
+and mark the tenant): each page seals the place it stores (``s``, a SHA-1 of the prefix and every field,
+length-prefixed), and one whose seal does not match is never resumed (``BUILD_ROWS``: ``lost``, the call
+walks the tenant itself; the next ``BUILD_IDS`` starts over). The seal catches damage, not a forger who
+recomputes it, who could as well have set ``P:ixm``, which the store trusts the same way. ``P:ixw`` of
+another type is left alone and the call walks the tenant itself as before. An index key of another
+type met by a page is left alone too and the walk records it (``x``): it ends without marking the
+tenant, and the call walks the tenant itself as before
+(:class:`~agentium_recall_redis.erase_sweep.Backfill`); the next build starts over.
 """
 
 from __future__ import annotations
@@ -69,6 +75,24 @@ end
 local function marked(key)
   return kind_of(key) == 'string' and redis.call('GET', key) == '1'
 end
+-- The place's seal ('s'): a digest of the tenant's prefix and each field of the place, length-prefixed
+-- (absent: '-'), so no two places share one. nil when a field is longer than any the store writes.
+local function place_seal(P, key)
+  local parts = {P}
+  for _, name in ipairs({'c', 'id', 'r', 'e', 'x'}) do
+    if redis.call('HSTRLEN', key, name) > 40 then return nil end
+    local v = redis.call('HGET', key, name)
+    parts[#parts + 1] = v and string.format('%d:%s', #v, v) or '-'
+  end
+  return redis.sha1hex(table.concat(parts, '|'))
+end
+local function sealed(P, key)
+  local want = place_seal(P, key)
+  return want ~= nil and redis.call('HSTRLEN', key, 's') == 40 and redis.call('HGET', key, 's') == want
+end
+local function seal(P, key)
+  redis.call('HSET', key, 's', place_seal(P, key))
+end
 """
 
 #: One page of the build's ids. KEYS: P:rev, P:ixw, P:ixm. ARGV: P, COUNT, longest id, most fields.
@@ -91,7 +115,9 @@ if w ~= 'hash' and w ~= 'none' then return {'off'} end
 -- walked again from the start. No run id to read: never resumed.
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
 local c
-if w == 'hash' then
+-- A place whose seal does not match was edited behind the store's back (a row number moved past rows
+-- not walked, an end lowered, a cursor moved, the record of an entry left out dropped): never trusted.
+if w == 'hash' and sealed(P, KEYS[2]) then
   local f = redis.call('HMGET', KEYS[2], 'c', 'r', 'id')
   local c_ok = f[1] and #f[1] <= 20 and string.match(f[1], '^%d+$') and run ~= '' and f[3] == run
   local r_ok = f[2] and #f[2] <= 15 and string.match(f[2], '^%d+$')
@@ -121,9 +147,11 @@ if page[1] == '0' then
   -- row numbered above it is written from now on, and lists itself.
   redis.call('HDEL', KEYS[2], 'c', 'id')
   redis.call('HSET', KEYS[2], 'r', '1', 'e', row_end(P))
+  seal(P, KEYS[2])
   return {'rows'}
 end
 redis.call('HSET', KEYS[2], 'c', page[1], 'id', run)
+seal(P, KEYS[2])
 return {'ids'}
 """,
 )
@@ -141,7 +169,7 @@ BUILD_ROWS = Script(
     + """
 local P, count, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if marked(KEYS[3]) then return {'marked'} end
-if kind_of(KEYS[2]) ~= 'hash' then return {'lost'} end
+if kind_of(KEYS[2]) ~= 'hash' or not sealed(P, KEYS[2]) then return {'lost'} end
 local f = redis.call('HMGET', KEYS[2], 'c', 'r')
 if f[1] or not f[2] or #f[2] > 15 or not string.match(f[2], '^%d+$') then return {'lost'} end
 local first, last = tonumber(f[2]), 0
@@ -191,6 +219,7 @@ end
 if left then redis.call('HSET', KEYS[2], 'x', '1') end
 if rest ~= '0' then
   redis.call('HSET', KEYS[2], 'r', rest)
+  seal(P, KEYS[2])
   return {'rows'}
 end
 local whole = redis.call('HGET', KEYS[2], 'x') ~= '1'

@@ -62,7 +62,7 @@ Under the tenant prefix (``P``):
 ``P:ir:<u>/<s>/``              ``u``, and of its session ``s`` (by owner key and by id)
 ``P:ixm``              string  ``1`` once every row and id of the tenant is in the erasure index
 ``P:ixw``              hash    where the walk indexing a tenant written before the erasure index
-                               is (:mod:`agentium_recall_redis.erase_build`); gone once it ends
+                               is, sealed (:mod:`agentium_recall_redis.erase_build`); gone once it ends
 =====================  ======  =====================================================
 
 Terms are index terms (:mod:`agentium_recall_redis.terms`: folded and
