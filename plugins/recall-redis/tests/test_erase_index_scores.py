@@ -105,6 +105,85 @@ async def test_a_row_set_with_a_damaged_score_still_gives_up_every_row(
         await store.aclose()
 
 
+@pytest.mark.parametrize("page", [3, 2])
+async def test_members_sharing_a_row_score_never_hide_it_past_a_full_page(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, page: int
+) -> None:
+    # Scores in the row set's range but not their members' own numbers (no rows: 12 scored 3, 10 and 11
+    # scored 4; damage) pass the range check. Row 4, which its P:ids entry no longer leads to, sorts after
+    # 10 and 11 at score 4: a full page (12, 10, 11 by threes; 10, 11 by twos) ended at score 4 and the
+    # next began at 5, past row 4, so its text stayed while the erase said complete. Now a page stops
+    # before the members at its last number when more share it, and the next reads them all; a full page
+    # all at one number (by twos) cannot, and fails the erase closed (typed, never "complete").
+    from agentium_recall_redis import RedisRecallError, erase_sweep
+
+    monkeypatch.setattr(erase_sweep, "SWEEP_PAGE", page)
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await _four_of_ana(store)
+        rows = [await admin.hget(f"{tp}:ids", sid) for sid in ANA_IDS[1:]]
+        assert [int(n or 0) for n in rows] == [2, 3, 4], rows
+        assert await admin.hdel(f"{tp}:ids", ANA_IDS[3]) == 1
+        assert await admin.zadd(f"{tp}:ir:ana/", {"12": 3, "10": 4, "11": 4}) == 3
+
+        if page == 2:
+            with pytest.raises(RedisRecallError):
+                await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+            assert b"qscored" in repr(await key_space(admin, tp)).encode()  # not said erased: it is not
+            return
+        reports = [await store.erase(EraseTarget.user("acme", "ana"), _ctx())]
+        while reports[-1].status is not EraseStatus.COMPLETE and len(reports) < 10:
+            reports.append(await store.erase(EraseTarget.user("acme", "ana"), _ctx()))
+        assert reports[-1].status is EraseStatus.COMPLETE
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"qscored" not in left and b"/ana/" not in left, left
+        assert b"qbobscore" in left
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("walk", ["tenant sweep", "index build"])
+async def test_the_tenant_row_set_read_past_a_lost_counter_skips_no_row_sharing_a_score(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, walk: str
+) -> None:
+    # The same paging reads the tenant's row set P:rows once its row counter is lost: a tenant target's
+    # sweep, and the rows of an index build (a user erasure of a tenant not indexed). Members scored
+    # below row 4 (its P:ids entry gone) and 10 scored 4 (damage) filled a page of three (the build: rows
+    # 2 and 3, then 10; the tenant's sweep, after its first pass took every other row: 12 and 13 at 3,
+    # then 10), which ended at 4, and the next page began at 5, past row 4, whose text then outlived an
+    # erasure said complete (the build marked the tenant without listing it).
+    from agentium_recall_redis import erase_sweep
+
+    monkeypatch.setattr(erase_sweep, "SWEEP_PAGE", 3)
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    target = EraseTarget.tenant("acme") if walk == "tenant sweep" else EraseTarget.user("acme", "ana")
+    try:
+        await _four_of_ana(store)
+        assert await admin.hget(f"{tp}:ids", ANA_IDS[3]) == b"4"
+        assert await admin.hdel(f"{tp}:ids", ANA_IDS[3]) == 1
+        assert await admin.delete(f"{tp}:n") == 1
+        junk = {"10": 4} if walk == "index build" else {"12": 3, "13": 3, "10": 4}
+        assert await admin.zadd(f"{tp}:rows", junk) == len(junk)
+        if walk == "index build":  # written before the erasure index: none of it, not marked
+            index = [k for k in await key_space(admin, tp) if b":ixm" in k or b":is:" in k or b":ir:" in k]
+            assert await admin.delete(*index) == len(index) >= 3
+        reports = [await store.erase(target, _ctx())]
+        while reports[-1].status is not EraseStatus.COMPLETE and len(reports) < 10:
+            reports.append(await store.erase(target, _ctx()))
+        assert reports[-1].status is EraseStatus.COMPLETE
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"qscored" not in left and b"/ana/" not in left, left
+        assert (b"qbobscore" in left) is (walk == "index build")
+        if walk == "index build":
+            assert await admin.get(f"{tp}:ixm") == b"1"
+    finally:
+        await store.aclose()
+
+
 @pytest.mark.parametrize("kind", ["is", "ir"])
 async def test_a_score_damaged_after_the_check_fails_the_erase_closed(
     server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, kind: str

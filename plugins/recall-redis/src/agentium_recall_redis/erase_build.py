@@ -165,6 +165,7 @@ return {'ids'}
 BUILD_ROWS = Script(
     "erase_build_rows",
     IX
+    + erase_sweep.PAGE_END
     + _KIND
     + """
 local P, count, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -193,13 +194,14 @@ if first <= last then
   rest = string.format('%d', stop + 1)
 elseif kind_of(P .. ':rows') == 'zset' then
   local listed = redis.call('ZRANGEBYSCORE', P .. ':rows', f[2], upto, 'WITHSCORES', 'LIMIT', 0, count)
+  -- Past first whenever the page is full (its first score is at least first): forward, skipping none.
+  local after, stop = page_end(P .. ':rows', listed, count, upto)
+  if after then rest = string.format('%d', after) end
   for j = 1, #listed, 2 do
     local score = tonumber(listed[j + 1])
     if score >= 1e15 then break end  -- damaged: no row number the store writes is that large
+    if stop and math.floor(score) >= after then break end  -- read again by the next page
     if #listed[j] <= 15 and string.match(listed[j], '^%d+$') then page[#page + 1] = listed[j] end
-    if #listed == 2 * count and j + 1 == #listed then
-      rest = string.format('%d', math.max(math.floor(score), first) + 1)  -- always forward
-    end
   end
 end
 local function field(key, name)

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MINE",
+    "PAGE_END",
     "ROW_END",
     "SWEEP",
     "SWEEP_END",
@@ -159,6 +160,34 @@ local function row_end(P)
 end
 """
 
+#: Lua: ``page_end(key, listed, count, upto)``, where the next page of row set ``key`` read by score goes
+#: on from (``ZRANGEBYSCORE key <from> upto WITHSCORES LIMIT 0 count`` gave ``listed``): nil when the page
+#: is not full (the set is read to its end, or past 1e15), else the number and whether the page stops
+#: before its members at the whole number its last score reaches. The next page goes on from the number
+#: past it when every member at that number is in the page (``ZCOUNT``), else from that number, reading
+#: them all again: more members shared it past the ``LIMIT`` (damage: the store gives each row its own
+#: number as its score), and a next page from the number past it stepped over them (a row of the target
+#: its ids no longer lead to stayed, its erasure complete). A full page all at one number cannot go on
+#: without skipping some: an error (the erase fails closed).
+PAGE_END: Final = """
+local function page_end(key, listed, count, upto)
+  if #listed < 2 * count then return nil, false end
+  local cut = math.floor(tonumber(listed[#listed]))
+  if cut >= 1e15 then return nil, false end
+  local hi = '(' .. string.format('%d', cut + 1)
+  if upto ~= '+inf' and tonumber(upto) < cut + 1 then hi = upto end
+  local here = 0
+  for j = 2, #listed, 2 do
+    if math.floor(tonumber(listed[j])) == cut then here = here + 1 end
+  end
+  if redis.call('ZCOUNT', key, string.format('%d', cut), hi) <= here then return cut + 1, false end
+  if 2 * here == #listed then
+    error('a row set holds more rows at one score than a page reads (damaged scores)')
+  end
+  return cut, true
+end
+"""
+
 #: The sweep's end (``row_end``), read once before its first page. KEYS: P:n. ARGV: P. Returns it as text.
 SWEEP_END = Script("erase_sweep_end", ROW_END + "return row_end(ARGV[1])\n")
 
@@ -184,6 +213,7 @@ SWEEP = Script(
     IX
     + SCORE_CHECK
     + VOUCHED
+    + PAGE_END
     + """
 local P, first, count, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local rcap, okp = tonumber(ARGV[5]), ARGV[6]
@@ -224,14 +254,16 @@ if first <= last then
   rest = string.format('%d', stop + 1)
 elseif kind_of(listing) == 'zset' then
   local listed = redis.call('ZRANGEBYSCORE', listing, ARGV[2], upto, 'WITHSCORES', 'LIMIT', 0, count)
+  local after, stop = page_end(listing, listed, count, upto)
+  if after then rest = string.format('%d', after) end
   for j = 1, #listed, 2 do
     local score = tonumber(listed[j + 1])
     if score >= 1e15 then break end  -- damaged: no row number the store writes is that large
+    if stop and math.floor(score) >= after then break end  -- read again by the next page
     if #listed[j] <= 15 and string.match(listed[j], '^%d+$') then
       page[#page + 1] = listed[j]
       at[#at + 1] = string.format('%d', math.floor(score))
     end
-    if #listed == 2 * count and j + 1 == #listed then rest = string.format('%d', math.floor(score) + 1) end
   end
 end
 local out = {rest}
@@ -429,7 +461,8 @@ async def sweep_rows(
             found.append(row)
         if resume <= 0:
             return found, False
-        # Always forward: a row set damaged to give two rows one score must not loop the sweep.
+        # Always forward: a row set damaged to give two rows one score must not loop the sweep (a full
+        # page re-reads its last number only when more members share it, and goes past first: PAGE_END).
         first = max(resume, first + 1)
 
 
