@@ -109,7 +109,7 @@ class EffectsKeeper:
                     self.runtime.session_store,
                     revision=None if self.progress.stored is None else self.progress.stored.revision,
                     recalled=self._recalled(),
-                    resident=self._resident(),
+                    resident=self._resident,  # worked out only once the ledger moved
                     summary=self.summary_sent,
                 )
             ),

@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from .._errors import ErasureInProgressError
@@ -132,13 +132,14 @@ class TurnFence:
         revision: int | None = None,
         what: str = "run",
         recalled: tuple[int, ...] = (),
-        resident: tuple[int, ...] = (),
+        resident: tuple[int, ...] | Callable[[], tuple[int, ...]] = (),
         summary: bool = False,
     ) -> None:
         self.ticket = ticket
         #: Whether the request carries the session's task summary (a forget erasure may empty it).
         self.summary = summary
-        #: The seqs of the resident groups (as the load found them) whose messages the request sends.
+        #: The seqs of the resident groups (as the load found them) whose messages the request sends,
+        #: or what works them out: called only once the ledger moved (every run makes a fence).
         self.resident = resident
         #: The seq of each archived group of the session whose excerpt the request carries
         #: (:func:`recalled_groups`).
@@ -198,8 +199,10 @@ class TurnFence:
             # Still the snapshot the content is from: no erasure took it since (join records aside:
             # an earlier version's erasure, with none, must not stop every later run).
             unchanged = isinstance(found, StoredSnapshot) and exact_int(found.revision) == self.revision
-            if not unchanged and self.resident and _erased_any(found, self.resident):
-                raise _recalled_gone(key, self.what, resident=True)
+            if not unchanged and self.resident:
+                resident = self.resident if isinstance(self.resident, tuple) else self.resident()
+                if _erased_any(found, resident):
+                    raise _recalled_gone(key, self.what, resident=True)
             if not unchanged and self.summary and _summary_emptied(found):
                 raise _recalled_gone(key, self.what, summary=True)
         if not unchanged:
