@@ -15,10 +15,16 @@ __all__ = ["Held", "pg_runtime"]
 Held = HeldProvider
 
 
-def pg_runtime(provider: Any, config: PostgresConfig, limits: RuntimeLimits | None = None) -> Any:
-    """A runtime (one process) over the database ``config`` names; it owns its archive and store."""
+def pg_runtime(
+    provider: Any, config: PostgresConfig, limits: RuntimeLimits | None = None, **options: Any
+) -> Any:
+    """A runtime (one process) over the database ``config`` names; it owns its archive and store.
+
+    ``options`` (``tools``, ``retention``, ...) go to ``create_harness_runtime`` as given.
+    """
     archive, store = PostgresArchive(config), PostgresSessionStore(config)
-    extra: dict[str, Any] = {} if limits is None else {"limits": limits}
+    if limits is not None:
+        options["limits"] = limits
     return create_harness_runtime(
-        provider=provider, archive=archive, session_store=store, owned=(archive, store), **extra
+        provider=provider, archive=archive, session_store=store, owned=(archive, store), **options
     )

@@ -32,7 +32,11 @@
   holds one model call until the test lets it go, :func:`counting_index_loads`
   wraps a session store class to count its erasure-index reads, and
   :func:`first_turn_during_erasure` runs a turn held while another runtime
-  erases (the PostgreSQL and S3 plugins' erasure-race tests use them).
+  erases; :class:`HeldTool` and :func:`tool_turn_while` hold a turn in a tool
+  round, :class:`RecordingProvider` keeps the text of each request, and
+  :func:`resident_history_erased_mid_run` is a whole test any backend runs
+  with a :class:`RuntimeBuilder` over its own server (the PostgreSQL and S3
+  plugins' erasure-race tests use them).
 - Dependency floors (:mod:`agentium_harness.testing.floors`): :func:`declared_floors`,
   :func:`install_floors`, :func:`run_python` and :func:`run_pytest` run a
   distribution's code and tests on the oldest releases its metadata accepts

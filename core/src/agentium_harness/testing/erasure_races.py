@@ -17,16 +17,38 @@ a test can show their number does not grow with the erasures before it:
         return runtime, store
 
     loads, error = await first_turn_during_erasure(build, identity, "s1", target, attestation)
+
+A turn can also be held in a tool (:class:`HeldTool`, :func:`tool_turn_while`)
+while :class:`RecordingProvider` keeps the text of every request, so a test can
+show what the model was (or was not) sent after an erasure. A backend's tests
+run :func:`resident_history_erased_mid_run` over their own server with a
+:class:`RuntimeBuilder` that makes a runtime over it:
+
+.. code-block:: python
+
+    def build(provider, **options):
+        archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+        return create_harness_runtime(
+            provider=provider, archive=archive, session_store=store, owned=(archive, store), **options
+        )
+
+    await resident_history_erased_mid_run(build, stops=True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import anyio
 
 from .._engine.erasure import OperatorAttestation
+from .._engine.limits import ResidentLimits, RuntimeLimits
+from .._engine.results import CommitState
+from .._engine.retention import RetentionPolicy
+from .._engine.runtime import HarnessRuntime
+from .._engine.tools import EffectLevel, Tool, ToolRegistry
+from .._errors_run import ErasedDuringRunError
 from .._ports import OpContext
 from .._ports.erasure_target import EraseTarget
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse
@@ -34,7 +56,17 @@ from .._ports.sessions import SessionStore
 from .._scope import ERASURE_RECORDS_TENANT, SessionKey, VerifiedIdentity
 from ..adapters.providers import ScriptedProvider
 
-__all__ = ["CountsIndexLoads", "HeldProvider", "counting_index_loads", "first_turn_during_erasure"]
+__all__ = [
+    "CountsIndexLoads",
+    "HeldProvider",
+    "HeldTool",
+    "RecordingProvider",
+    "RuntimeBuilder",
+    "counting_index_loads",
+    "first_turn_during_erasure",
+    "resident_history_erased_mid_run",
+    "tool_turn_while",
+]
 
 #: How long a helper here waits for the held call to start before the test fails.
 _WAIT_S = 30.0
@@ -59,6 +91,144 @@ class HeldProvider(ScriptedProvider):
             self.started.set()
             await self.release.wait()
         return await super().complete(request, ctx)
+
+
+class RecordingProvider(ScriptedProvider):
+    """Answers ``replies`` in order, keeping in ``sent`` the text of each request: history, turn, sources.
+
+    Each entry joins, one a line, the contents of the request's history and
+    turn messages and the rendered source blocks (recalled excerpts, a
+    summary), so a test can ask whether a text reached the model.
+    """
+
+    def __init__(self, replies: Sequence[object]) -> None:
+        super().__init__(replies=replies)
+        self.sent: list[str] = []
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        """The scripted answer, after the request's text is added to ``sent``."""
+        parts = [m.content for m in (*request.history, *request.turn)]
+        parts += [b.render() for b in request.sources]
+        self.sent.append("\n".join(parts))
+        return await super().complete(request, ctx)
+
+
+class HeldTool:
+    """A write tool, ``name``, whose call says ``entered`` and then waits (30 s at most) for ``release``.
+
+    Give a runtime ``tools=held.registry()``; the turn stays in the tool
+    round until the test sets ``release``, and the call then returns ``result``.
+    """
+
+    def __init__(self, name: str = "deploy", result: str = "deployed") -> None:
+        self.name, self.result = name, result
+        self.entered, self.release = anyio.Event(), anyio.Event()
+
+    def registry(self) -> ToolRegistry:
+        """A registry holding this tool only (effect level ``WRITE``)."""
+        return ToolRegistry([Tool(self.name, self._call, EffectLevel.WRITE)])
+
+    async def _call(self, args: Mapping[str, Any]) -> str:
+        self.entered.set()
+        with anyio.fail_after(_WAIT_S):
+            await self.release.wait()
+        return self.result
+
+
+async def tool_turn_while(
+    runtime: HarnessRuntime,
+    identity: VerifiedIdentity,
+    session: str,
+    text: str,
+    held: HeldTool,
+    meanwhile: Callable[[], Awaitable[object]],
+) -> Any:
+    """``session``'s turn ``text`` (``held``'s tool granted) waits in the tool while ``meanwhile()`` runs.
+
+    ``meanwhile()`` runs while the turn waits in the tool (it may raise: the
+    test fails); ``held.release`` is then set. Returns the turn's outcome:
+    its result, or the exception it raised.
+    """
+    outcome: list[Any] = []
+
+    async def turn() -> None:
+        try:
+            outcome.append(await runtime.run(identity, session, text, grants=[held.name]))
+        except Exception as exc:  # handed to the test
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn)
+        with anyio.fail_after(_WAIT_S):
+            await held.entered.wait()
+        await meanwhile()
+        held.release.set()
+    (result,) = outcome
+    return result
+
+
+class RuntimeBuilder(Protocol):
+    """Makes a runtime (one process) over the stores under test, with adapters of its own that it owns.
+
+    ``options`` are :func:`~agentium_harness.create_harness_runtime`'s
+    (``tools``, ``limits``, ``retention``), passed on as given.
+    """
+
+    def __call__(self, provider: ModelProvider, **options: Any) -> HarnessRuntime:
+        """A new runtime answering with ``provider``, built with ``options``."""
+        ...
+
+
+async def resident_history_erased_mid_run(build: RuntimeBuilder, *, stops: bool) -> None:
+    """A run's resident history another process archived and retention then erased: no next model call.
+
+    Two runtimes made by ``build`` stand for two processes. Ana's run (two
+    groups resident) waits in a tool round while the other process's two
+    turns archive the run's resident groups, one stating a secret, and
+    retention then erases archived groups. With ``stops``, retention keeps one
+    archived group: the secret's goes, and the run must stop before its next
+    call (:class:`~agentium_harness.ErasedDuringRunError`, nothing
+    committed). Otherwise it keeps three (only the oldest group goes) and the
+    run must go on. Raises ``AssertionError`` when the runtime does otherwise;
+    both runtimes are closed.
+    """
+    identity = VerifiedIdentity("acme", "ana", "test-auth")
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
+    deploy = {"content": "", "tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"to": "prod"}}]}
+    provider, held = RecordingProvider(["ok"] * 4 + [deploy, "Deployed."]), HeldTool()
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
+    mine = build(provider, tools=held.registry(), limits=limits)
+    other = build(
+        ScriptedProvider(replies=["ok"], cycle=True),
+        limits=limits,
+        retention=RetentionPolicy(max_archived_groups=1 if stops else 3),
+    )
+    try:
+        for i in range(4):
+            await mine.run(
+                identity, "s1", "Remember this: the vault code is qzvaultq." if i == 2 else f"Chatter {i}."
+            )
+
+        async def evict_and_trim() -> None:
+            # Two turns of another process archive groups 2 and 3 (the run's resident history);
+            # retention then keeps one archived group (groups 0 to 2 go) or three (group 0 goes).
+            await other.run(identity, "s1", "Chatter four.")
+            await other.run(identity, "s1", "Chatter five.")
+            result = await other.apply_retention(operator, EraseTarget.session("acme", "ana", "s1"))
+            assert len(result.erasures) == 1, result
+
+        got = await tool_turn_while(mine, identity, "s1", "Deploy it.", held, evict_and_trim)
+        assert "qzvaultq" in provider.sent[4], "the premise: the call asking for the tool had the secret"
+        if stops:
+            assert isinstance(got, ErasedDuringRunError), repr(got)
+            assert got.commit_state is CommitState.NOT_COMMITTED, got.commit_state
+            assert len(provider.sent) == 5, provider.sent[5:]
+        else:
+            assert not isinstance(got, ErasedDuringRunError), repr(got)
+            assert len(provider.sent) == 6, provider.sent[4:]
+    finally:
+        await mine.aclose()
+        await other.aclose()
 
 
 class CountsIndexLoads(Protocol):
