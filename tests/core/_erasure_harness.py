@@ -28,12 +28,14 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, ModelRequest, ModelResponse, OpContext
+from agentium_harness.testing.erasure_races import RecordingProvider
 
 __all__ = [
     "ANA",
     "OPERATOR",
     "PENDING",
     "TARGET",
+    "Recording",
     "EraseHook",
     "HeldOnce",
     "HookedArchive",
@@ -59,18 +61,8 @@ TARGET = EraseTarget.session("acme", "ana", "s1")
 PENDING = SessionKey(ERASURE_RECORDS_TENANT, "acme", "pending")
 
 
-class Recording(ScriptedProvider):
-    """A scripted model that keeps the text of every request it is handed (history, turn, sources)."""
-
-    def __init__(self, replies: list[Any]) -> None:
-        super().__init__(replies=replies)
-        self.sent: list[str] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        parts = [m.content for m in (*request.history, *request.turn)]
-        parts += [b.render() for b in request.sources]
-        self.sent.append("\n".join(parts))
-        return await super().complete(request, ctx)
+#: The scripted model keeping the text of every request it is handed (history, turn, sources).
+Recording = RecordingProvider
 
 
 class HeldOnce(ScriptedProvider):

@@ -17,43 +17,30 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import anyio
 import attrs
 import pytest
 from _effects_support import DEPLOY
-from _erasure_harness import ANA, OPERATOR, tool_turn_while
+from _erasure_harness import ANA, OPERATOR, Recording, tool_turn_while
+from _fence_support import SECRET, TWO_RESIDENT, fence_pair
 
 from agentium_harness import (
     CommitState,
-    EffectLevel,
     ErasedDuringRunError,
     EraseTarget,
     RecallLimits,
-    ResidentLimits,
     RetentionPolicy,
-    RuntimeLimits,
-    Tool,
-    ToolRegistry,
     VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import (
-    ArchiveCapabilities,
-    HistoryArchive,
-    ModelRequest,
-    ModelResponse,
-    OpContext,
-    SessionKey,
-)
+from agentium_harness.plugin_api import ArchiveCapabilities, HistoryArchive, OpContext, SessionKey
+from agentium_harness.testing.erasure_races import HeldTool
 
 pytestmark = pytest.mark.anyio
 
 BOB = VerifiedIdentity("acme", "bob", "test-auth")
-SECRET = "the vault code is qzvaultq"
 PRIMING = [f"Remember this: {SECRET}.", "Chatter one.", "Chatter two.", "Chatter three."]
+ONE_ARCHIVED = RetentionPolicy(max_archived_groups=1)
 
 
 class NoReads(InMemoryArchive):
@@ -65,103 +52,60 @@ class NoReads(InMemoryArchive):
     read_groups = HistoryArchive.read_groups  # the port's stub: UnsupportedOperationError
 
 
-class Recording(ScriptedProvider):
-    def __init__(self, replies: list[Any]) -> None:
-        super().__init__(replies=replies)
-        self.sent: list[str] = []
+async def _trimmed(whose: str) -> tuple[Recording, Any, list[str]]:
+    """Ana's recalling tool turn while another process's retention trims ``whose``'s session (s1 or b1).
 
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        parts = [m.content for m in (*request.history, *request.turn)]
-        parts += [b.render() for b in request.sources]
-        self.sent.append("\n".join(parts))
-        return await super().complete(request, ctx)
-
-
-def _pair(provider: Recording, entered: anyio.Event, release: anyio.Event) -> Any:
-    async def deploy(args: Any) -> str:
-        entered.set()
-        with anyio.fail_after(30):
-            await release.wait()
-        return "deployed"
-
-    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
-    archive, store, recall = NoReads(), InMemorySessionStore(), InMemoryRecallStore()
-    mine = create_harness_runtime(
-        provider=provider,
-        archive=archive,
-        session_store=store,
-        recall=recall,
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
-        limits=limits,
-        recall_limits=RecallLimits(max_candidates=1),
+    Over a :class:`NoReads` archive; both primed with four turns. Returns the
+    model, the turn's outcome and the messages resident in ana's s1 after it.
+    """
+    provider, held = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."]), HeldTool()
+    shared = {"archive": NoReads(), "session_store": InMemorySessionStore(), "recall": InMemoryRecallStore()}
+    mine, other = fence_pair(
+        provider,
+        held,
+        {"recall_limits": RecallLimits(max_candidates=1)},
+        {"retention": ONE_ARCHIVED},
+        limits=TWO_RESIDENT,
+        **shared,
     )
-    other = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=archive,
-        session_store=store,
-        recall=recall,
-        limits=limits,
-        retention=RetentionPolicy(max_archived_groups=1),
-    )
-    return mine, other
+    try:
+        for text in PRIMING:
+            await mine.run(ANA, "s1", text)
+        for i in range(4):
+            await other.run(BOB, "b1", f"Bob's turn {i}.")
 
+        async def trim() -> None:
+            target = EraseTarget.session("acme", whose, "s1" if whose == "ana" else "b1")
+            result = await other.apply_retention(OPERATOR, target)
+            assert len(result.erasures) == 1, result
 
-async def _primed(mine: Any, other: Any) -> None:
-    for text in PRIMING:
-        await mine.run(ANA, "s1", text)
-    for i in range(4):
-        await other.run(BOB, "b1", f"Bob's turn {i}.")
+        outcome = await tool_turn_while(
+            mine, held.entered, held.release, trim, "What is the vault code? Then deploy it."
+        )
+        stored = await mine.session_store.load(SessionKey("acme", "ana", "s1"), OpContext())
+        return provider, outcome, [m.content for g in stored.snapshot.resident for m in g.messages]
+    finally:
+        await mine.aclose()
+        await other.aclose()
 
 
 async def test_another_users_erasure_does_not_stop_a_run_whose_archive_cannot_read_back() -> None:
-    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
-    entered, release = anyio.Event(), anyio.Event()
-    mine, other = _pair(provider, entered, release)
-    try:
-        await _primed(mine, other)
-
-        async def trim_bob() -> None:
-            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "bob", "b1"))
-            assert len(result.erasures) == 1, result
-
-        outcome = await tool_turn_while(
-            mine, entered, release, trim_bob, "What is the vault code? Then deploy it."
-        )
-        # The request carried the recalled (unattributed) excerpt: the premise.
-        assert "qzvaultq" in provider.sent[len(PRIMING)]
-        assert not isinstance(outcome, Exception), repr(outcome)
-        assert outcome.commit_state is CommitState.COMMITTED
-        assert len(provider.sent) == len(PRIMING) + 2
-    finally:
-        await mine.aclose()
-        await other.aclose()
+    provider, outcome, _ = await _trimmed("bob")
+    # The request carried the recalled (unattributed) excerpt: the premise.
+    assert "qzvaultq" in provider.sent[len(PRIMING)]
+    assert not isinstance(outcome, Exception), repr(outcome)
+    assert outcome.commit_state is CommitState.COMMITTED
+    assert len(provider.sent) == len(PRIMING) + 2
 
 
 async def test_the_recalled_group_erased_stops_a_run_whose_archive_cannot_read_back() -> None:
-    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
-    entered, release = anyio.Event(), anyio.Event()
-    mine, other = _pair(provider, entered, release)
-    try:
-        await _primed(mine, other)
-
-        async def trim_mine() -> None:
-            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
-            assert len(result.erasures) == 1, result
-
-        outcome = await tool_turn_while(
-            mine, entered, release, trim_mine, "What is the vault code? Then deploy it."
-        )
-        assert "qzvaultq" in provider.sent[len(PRIMING)]
-        assert len(provider.sent) == len(PRIMING) + 1, provider.sent[len(PRIMING) :]
-        assert isinstance(outcome, ErasedDuringRunError), repr(outcome)
-        assert outcome.commit_state is CommitState.NOT_COMMITTED
-        # Nothing of the turn was committed: no resident message of the session names the tool.
-        stored = await mine.session_store.load(SessionKey("acme", "ana", "s1"), OpContext())
-        held = [m.content for g in stored.snapshot.resident for m in g.messages]
-        assert held and not [t for t in held if "deploy" in t.lower()]
-    finally:
-        await mine.aclose()
-        await other.aclose()
+    provider, outcome, held = await _trimmed("ana")
+    assert "qzvaultq" in provider.sent[len(PRIMING)]
+    assert len(provider.sent) == len(PRIMING) + 1, provider.sent[len(PRIMING) :]
+    assert isinstance(outcome, ErasedDuringRunError), repr(outcome)
+    assert outcome.commit_state is CommitState.NOT_COMMITTED
+    # Nothing of the turn was committed: no resident message of the session names the tool.
+    assert held and not [t for t in held if "deploy" in t.lower()]
 
 
 class Counting(InMemoryArchive):
@@ -186,33 +130,17 @@ async def test_the_fence_reads_no_more_of_the_archive_than_recall_may() -> None:
     during the tool round. The fence read every recalled group back in full, whatever its size
     (up to 32 MiB each, eight by default: 256 MiB on every erasure in the tenant).
     """
-    provider = Recording(["ok"] * 6 + [DEPLOY, "Deployed."])
-    entered, release = anyio.Event(), anyio.Event()
-
-    async def deploy(args: Any) -> str:
-        entered.set()
-        with anyio.fail_after(30):
-            await release.wait()
-        return "deployed"
-
-    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
-    archive, store, recall = Counting(), InMemorySessionStore(), InMemoryRecallStore()
+    provider, held = Recording(["ok"] * 6 + [DEPLOY, "Deployed."]), HeldTool()
+    archive, store = Counting(), InMemorySessionStore()
     budget = RecallLimits(max_candidates=3, max_readback_bytes=1, max_evidence_tokens=8192)
-    mine = create_harness_runtime(
-        provider=provider,
+    mine, other = fence_pair(
+        provider,
+        held,
+        {"recall": InMemoryRecallStore(), "recall_limits": budget},
+        {"retention": ONE_ARCHIVED},
         archive=archive,
         session_store=store,
-        recall=recall,
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
-        limits=limits,
-        recall_limits=budget,
-    )
-    other = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=archive,
-        session_store=store,
-        limits=limits,
-        retention=RetentionPolicy(max_archived_groups=1),
+        limits=TWO_RESIDENT,
     )
     try:
         filler = " ".join(f"word{i}" for i in range(200))
@@ -230,7 +158,7 @@ async def test_the_fence_reads_no_more_of_the_archive_than_recall_may() -> None:
             archive.counting = True
 
         outcome = await tool_turn_while(
-            mine, entered, release, trim_bob, "What is the vault note? Deploy it."
+            mine, held.entered, held.release, trim_bob, "What is the vault note? Deploy it."
         )
         asked = provider.sent[6]
         assert asked.count("qzvaultq") >= 3, asked  # the premise: three recalled excerpts

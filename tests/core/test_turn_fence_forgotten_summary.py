@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import pytest
 from _effects_support import DEPLOY
-from _erasure_harness import ANA, OPERATOR, tool_turn_while
+from _erasure_harness import ANA, OPERATOR, Recording, tool_turn_while
+from _fence_support import fence_pair
 
 from agentium_harness import (
     CommitState,
-    EffectLevel,
     ErasedDuringRunError,
     EraseTarget,
     GroupRef,
@@ -30,15 +29,12 @@ from agentium_harness import (
     RuntimeLimits,
     SessionKey,
     SummaryLimits,
-    Tool,
-    ToolRegistry,
-    create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
-from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
+from agentium_harness.plugin_api import OpContext
+from agentium_harness.testing.erasure_races import HeldTool
 
 pytestmark = pytest.mark.anyio
 
@@ -46,38 +42,20 @@ SECRET = "zephyrcode4471"
 KEY = SessionKey("acme", "ana", "s1")
 
 
-class Recording(ScriptedProvider):
-    def __init__(self, replies: list[Any]) -> None:
-        super().__init__(replies=replies)
-        self.sent: list[str] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        parts = [m.content for m in (*request.history, *request.turn)]
-        parts += [b.render() for b in request.sources]
-        self.sent.append("\n".join(parts))
-        return await super().complete(request, ctx)
-
-
-def _pair(provider: Recording, entered: anyio.Event, release: anyio.Event, **extra: Any) -> Any:
-    async def deploy(args: Any) -> str:
-        entered.set()
-        with anyio.fail_after(30):
-            await release.wait()
-        return "deployed"
-
-    shared = {
-        "archive": InMemoryArchive(),
-        "session_store": InMemorySessionStore(),
-        "memory": InMemoryMemoryStore(),
-        "summarizer": ExtractiveSummarizer(),
-        "summary_limits": SummaryLimits(background=False),
-        "limits": RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    }
-    mine = create_harness_runtime(
-        provider=provider, tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]), **shared
+def _pair(provider: Recording, held: HeldTool, **extra: Any) -> Any:
+    """Ana's runtime and another's over shared in-memory adapters (summarizing); ``extra``: the other's."""
+    return fence_pair(
+        provider,
+        held,
+        {},
+        extra,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=InMemoryMemoryStore(),
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
     )
-    other = create_harness_runtime(provider=ScriptedProvider(replies=["ok"], cycle=True), **shared, **extra)
-    return mine, other
 
 
 async def _primed(mine: Any) -> None:
@@ -88,8 +66,8 @@ async def _primed(mine: Any) -> None:
 
 async def test_a_summary_forget_emptied_between_calls_is_not_sent_again() -> None:
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
-    entered, release = anyio.Event(), anyio.Event()
-    mine, other = _pair(provider, entered, release)
+    held = HeldTool()
+    mine, other = _pair(provider, held)
     try:
         await _primed(mine)
         (group,) = await mine.archive.read_groups(KEY, 0, 1, OpContext())
@@ -103,7 +81,7 @@ async def test_a_summary_forget_emptied_between_calls_is_not_sent_again() -> Non
             stored = await other.session_store.load(KEY, OpContext())
             assert SECRET not in stored.snapshot.summary.summary.text  # emptied
 
-        outcome = await tool_turn_while(mine, entered, release, forget, "Deploy it.")
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
         # The call that asked for the tool carried the summary stating the secret (the premise) ...
         assert SECRET in provider.sent[4]
         # ... and no call was made once the summary was emptied.
@@ -119,8 +97,8 @@ async def test_a_summary_forget_emptied_between_calls_is_not_sent_again() -> Non
 async def test_a_summary_retention_keeps_does_not_stop_the_run() -> None:
     """Retention keeps a summary's text by design (docs/erasure.md): the run goes on."""
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
-    entered, release = anyio.Event(), anyio.Event()
-    mine, other = _pair(provider, entered, release, retention=RetentionPolicy(max_archived_groups=1))
+    held = HeldTool()
+    mine, other = _pair(provider, held, retention=RetentionPolicy(max_archived_groups=1))
     try:
         await _primed(mine)
 
@@ -128,7 +106,7 @@ async def test_a_summary_retention_keeps_does_not_stop_the_run() -> None:
             result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
             assert len(result.erasures) == 1, result
 
-        outcome = await tool_turn_while(mine, entered, release, trim, "Deploy it.")
+        outcome = await tool_turn_while(mine, held.entered, held.release, trim, "Deploy it.")
         assert SECRET in provider.sent[4]
         assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
         assert len(provider.sent) == 6

@@ -17,89 +17,26 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA, OPERATOR, Recording, history_texts, tool_turn_while
+from _fence_support import SECRET, TWO_RESIDENT, fence_pair, two_processes
 
-from agentium_harness import (
-    CommitState,
-    EffectLevel,
-    ErasedDuringRunError,
-    EraseTarget,
-    RecallLimits,
-    ResidentLimits,
-    RetentionPolicy,
-    RuntimeLimits,
-    Tool,
-    ToolRegistry,
-    create_harness_runtime,
-)
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness import CommitState, ErasedDuringRunError, EraseTarget, RecallLimits, RetentionPolicy
+from agentium_harness.testing.erasure_races import HeldTool
 
 pytestmark = pytest.mark.anyio
 
-SECRET = "the vault code is qzvaultq"
 PRIMING = [f"Remember this: {SECRET}.", "Chatter one.", "Chatter two.", "Chatter three."]
 
 
-def _pair(
-    kind: str,
-    tmp_path: Path,
-    provider: Recording,
-    entered: anyio.Event,
-    release: anyio.Event,
-    keep: int = 1,
-) -> Any:
+def _pair(kind: str, tmp_path: Path, provider: Recording, held: HeldTool, keep: int = 1) -> Any:
     """Ana's runtime (recall, a deploy tool that waits); another process's, which keeps ``keep`` groups."""
-
-    async def deploy(args: Any) -> str:
-        entered.set()
-        with anyio.fail_after(30):
-            await release.wait()
-        return "deployed"
-
-    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
-    retention = RetentionPolicy(max_archived_groups=keep)
-    if kind == "memory":
-        archive: Any = InMemoryArchive()
-        store: Any = InMemorySessionStore()
-        recall: Any = InMemoryRecallStore()
-        parts: tuple[Any, Any, Any, Any, Any, Any] = (archive, store, recall, archive, store, recall)
-    else:
-        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-        recall_config = SQLiteRecallConfig(path=str(tmp_path / "recall.db"))
-        parts = (
-            SQLiteArchive(config),
-            SQLiteSessionStore(config),
-            SQLiteRecallStore(recall_config),
-            SQLiteArchive(config),
-            SQLiteSessionStore(config),
-            SQLiteRecallStore(recall_config),
-        )
-    mine = create_harness_runtime(
-        provider=provider,
-        archive=parts[0],
-        session_store=parts[1],
-        recall=parts[2],
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
-        limits=limits,
-        # The best match only: which archived groups the request carries is then the test's choice.
-        recall_limits=RecallLimits(max_candidates=1),
-    )
-    other = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=parts[3],
-        session_store=parts[4],
-        recall=parts[5],
-        limits=limits,
-        retention=retention,
-    )
-    return mine, other
+    a, b = two_processes(kind, tmp_path, recall=True)
+    # The best match only: which archived groups the request carries is then the test's choice.
+    a["recall_limits"] = RecallLimits(max_candidates=1)
+    b["retention"] = RetentionPolicy(max_archived_groups=keep)
+    return fence_pair(provider, held, a, b, limits=TWO_RESIDENT)
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -108,8 +45,8 @@ async def test_an_archived_group_erased_between_calls_is_not_sent_again(
 ) -> None:
     """Retention erases the recalled group during the tool round: no next call, nothing committed."""
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
-    entered, release = anyio.Event(), anyio.Event()
-    mine, other = _pair(kind, tmp_path, provider, entered, release)
+    held = HeldTool()
+    mine, other = _pair(kind, tmp_path, provider, held)
     try:
         for text in PRIMING:
             await mine.run(ANA, "s1", text)
@@ -122,7 +59,7 @@ async def test_an_archived_group_erased_between_calls_is_not_sent_again(
 
         caplog.set_level(logging.WARNING)
         outcome = await tool_turn_while(
-            mine, entered, release, trim, "What is the vault code? Then deploy it."
+            mine, held.entered, held.release, trim, "What is the vault code? Then deploy it."
         )
         # The call that asked for the tool had the recalled excerpt (the test's premise) ...
         assert len(provider.sent) == len(PRIMING) + 1, provider.sent[len(PRIMING) :]
@@ -147,8 +84,8 @@ async def test_an_archived_group_erased_between_calls_is_not_sent_again(
 async def test_retention_of_groups_the_run_did_not_recall_does_not_stop_it(kind: str, tmp_path: Path) -> None:
     """An erasure of archived groups none of the request's excerpts came from: the run goes on."""
     provider = Recording(["ok", "noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
-    entered, release = anyio.Event(), anyio.Event()
-    mine, other = _pair(kind, tmp_path, provider, entered, release, keep=2)
+    held = HeldTool()
+    mine, other = _pair(kind, tmp_path, provider, held, keep=2)
     try:
         # Groups 0 to 2 are archived; keeping the newest two erases group 0 ("Qqq.") only.
         for text in ["Qqq.", *PRIMING]:
@@ -159,7 +96,7 @@ async def test_retention_of_groups_the_run_did_not_recall_does_not_stop_it(kind:
             assert len(result.erasures) == 1, result
 
         outcome = await tool_turn_while(
-            mine, entered, release, trim, "What is the vault code? Then deploy it."
+            mine, held.entered, held.release, trim, "What is the vault code? Then deploy it."
         )
         asked = provider.sent[len(PRIMING) + 1]
         assert "qzvaultq" in asked and "Qqq" not in asked  # recall took group 1, not the one erased

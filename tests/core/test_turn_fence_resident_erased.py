@@ -17,84 +17,22 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from _effects_support import DEPLOY
-from _erasure_harness import ANA, OPERATOR, history_texts, tool_turn_while
+from _erasure_harness import ANA, OPERATOR, Recording, history_texts, tool_turn_while
+from _fence_support import SECRET, TWO_RESIDENT, fence_pair, two_processes
 
-from agentium_harness import (
-    CommitState,
-    EffectLevel,
-    ErasedDuringRunError,
-    EraseTarget,
-    ResidentLimits,
-    RetentionPolicy,
-    RuntimeLimits,
-    Tool,
-    ToolRegistry,
-    create_harness_runtime,
-)
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
+from agentium_harness import CommitState, ErasedDuringRunError, EraseTarget, RetentionPolicy
+from agentium_harness.testing.erasure_races import HeldTool
 
 pytestmark = pytest.mark.anyio
 
-SECRET = "the vault code is qzvaultq"
 
-
-class Recording(ScriptedProvider):
-    """A scripted model that keeps the text of each request it is handed."""
-
-    def __init__(self, replies: list[Any]) -> None:
-        super().__init__(replies=replies)
-        self.sent: list[str] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        parts = [m.content for m in (*request.history, *request.turn)]
-        parts += [b.render() for b in request.sources]
-        self.sent.append("\n".join(parts))
-        return await super().complete(request, ctx)
-
-
-def _pair(kind: str, tmp_path: Path, provider: Recording, entered: anyio.Event, release: anyio.Event) -> Any:
+def _pair(kind: str, tmp_path: Path, provider: Recording, held: HeldTool) -> Any:
     """Ana's runtime (a deploy tool that waits), and another process's over the same stores."""
-
-    async def deploy(args: Any) -> str:
-        entered.set()
-        with anyio.fail_after(30):
-            await release.wait()
-        return "deployed"
-
-    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
-    if kind == "memory":
-        archive: Any = InMemoryArchive()
-        store: Any = InMemorySessionStore()
-        parts: tuple[Any, Any, Any, Any] = (archive, store, archive, store)
-    else:
-        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-        parts = (
-            SQLiteArchive(config),
-            SQLiteSessionStore(config),
-            SQLiteArchive(config),
-            SQLiteSessionStore(config),
-        )
-    mine = create_harness_runtime(
-        provider=provider,
-        archive=parts[0],
-        session_store=parts[1],
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
-        limits=limits,
-    )
-    other = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=parts[2],
-        session_store=parts[3],
-        limits=limits,
-        retention=RetentionPolicy(max_archived_groups=1),
-    )
-    return mine, other
+    a, b = two_processes(kind, tmp_path)
+    retention = RetentionPolicy(max_archived_groups=1)
+    return fence_pair(provider, held, a, {**b, "retention": retention}, limits=TWO_RESIDENT)
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -103,8 +41,8 @@ async def test_resident_history_archived_and_erased_between_calls_is_not_sent_ag
 ) -> None:
     """Another writer evicts the run's resident groups, retention erases them: no next call."""
     provider = Recording(["ok", "ok", "noted", "ok", DEPLOY, "Deployed."])
-    entered, release = anyio.Event(), anyio.Event()
-    mine, other = _pair(kind, tmp_path, provider, entered, release)
+    held = HeldTool()
+    mine, other = _pair(kind, tmp_path, provider, held)
     try:
         for text in ["Chatter zero.", "Chatter one.", f"Remember this: {SECRET}.", "Chatter three."]:
             await mine.run(ANA, "s1", text)
@@ -119,7 +57,7 @@ async def test_resident_history_archived_and_erased_between_calls_is_not_sent_ag
             assert not [t for t in await history_texts(other) if "qzvaultq" in t]
 
         caplog.set_level(logging.WARNING)
-        outcome = await tool_turn_while(mine, entered, release, evict_and_trim, "Deploy it.")
+        outcome = await tool_turn_while(mine, held.entered, held.release, evict_and_trim, "Deploy it.")
         # The call that asked for the tool had the secret in its resident history (the premise) ...
         assert len(provider.sent) == 5, provider.sent[4:]
         assert "qzvaultq" in provider.sent[-1]
@@ -145,8 +83,8 @@ async def test_resident_history_archived_but_not_erased_does_not_stop_the_run(
 ) -> None:
     """Another writer evicts the run's resident groups, retention erases older ones only: the run goes on."""
     provider = Recording(["ok", "ok", "ok", "ok", DEPLOY, "Deployed."])
-    entered, release = anyio.Event(), anyio.Event()
-    mine, other = _pair(kind, tmp_path, provider, entered, release)
+    held = HeldTool()
+    mine, other = _pair(kind, tmp_path, provider, held)
     try:
         for text in ["Chatter zero.", "Chatter one.", "Chatter two.", "Chatter three."]:
             await mine.run(ANA, "s1", text)
@@ -158,7 +96,7 @@ async def test_resident_history_archived_but_not_erased_does_not_stop_the_run(
             result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
             assert len(result.erasures) == 1, result
 
-        outcome = await tool_turn_while(mine, entered, release, evict_and_trim, "Deploy it.")
+        outcome = await tool_turn_while(mine, held.entered, held.release, evict_and_trim, "Deploy it.")
         assert not isinstance(outcome, ErasedDuringRunError), outcome
         assert len(provider.sent) == 6, provider.sent[4:]
     finally:

@@ -1,0 +1,64 @@
+"""What the turn-fence race tests share: two processes' adapters, Ana's runtime and another's (tests only).
+
+Ana's runtime answers with the test's model and has a tool held mid-round
+(:class:`~agentium_harness.testing.erasure_races.HeldTool`); the other
+process's answers ``ok``. Over ``memory`` both share one set of adapters;
+over ``sqlite`` each has its own, over the same files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agentium_harness import ResidentLimits, RuntimeLimits, create_harness_runtime
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.testing.erasure_races import HeldTool
+
+__all__ = ["SECRET", "TWO_RESIDENT", "fence_pair", "two_processes"]
+
+SECRET = "the vault code is qzvaultq"
+#: Two groups resident: a third turn archives the oldest.
+TWO_RESIDENT = RuntimeLimits(resident=ResidentLimits(max_groups=2))
+
+
+def two_processes(
+    kind: str, tmp_path: Path, *, recall: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two processes' adapters (``archive``, ``session_store``; with ``recall``, ``recall``) over one store.
+
+    ``kind`` ``memory``: one set of in-memory adapters, shared; ``sqlite``: a set each over the same files.
+    """
+    if kind == "memory":
+        shared: dict[str, Any] = {"archive": InMemoryArchive(), "session_store": InMemorySessionStore()}
+        if recall:
+            shared["recall"] = InMemoryRecallStore()
+        return shared, dict(shared)
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    recall_config = SQLiteRecallConfig(path=str(tmp_path / "recall.db"))
+
+    def one() -> dict[str, Any]:
+        made: dict[str, Any] = {"archive": SQLiteArchive(config), "session_store": SQLiteSessionStore(config)}
+        if recall:
+            made["recall"] = SQLiteRecallStore(recall_config)
+        return made
+
+    return one(), one()
+
+
+def fence_pair(
+    provider: Any, held: HeldTool, mine: Mapping[str, Any], other: Mapping[str, Any], **shared: Any
+) -> tuple[Any, Any]:
+    """Ana's runtime (``provider``, ``held``'s tool) and another process's (answers ``ok``).
+
+    ``mine`` and ``other`` are each one's adapters and options; ``shared``
+    options go to both.
+    """
+    first = create_harness_runtime(provider=provider, tools=held.registry(), **shared, **mine)
+    second = create_harness_runtime(provider=ScriptedProvider(replies=["ok"], cycle=True), **shared, **other)
+    return first, second
