@@ -8,11 +8,21 @@ over ``sqlite`` each has its own, over the same files.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agentium_harness import ResidentLimits, RuntimeLimits, create_harness_runtime
+import pytest
+
+from agentium_harness import (
+    CommitState,
+    Diagnostic,
+    ErasedDuringRunError,
+    ResidentLimits,
+    RuntimeLimits,
+    create_harness_runtime,
+)
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
@@ -20,7 +30,7 @@ from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLite
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.testing.erasure_races import HeldTool
 
-__all__ = ["SECRET", "TWO_RESIDENT", "fence_pair", "two_processes"]
+__all__ = ["SECRET", "TWO_RESIDENT", "fence_pair", "stopped_and_said", "two_processes"]
 
 SECRET = "the vault code is qzvaultq"
 #: Two groups resident: a third turn archives the oldest.
@@ -62,3 +72,19 @@ def fence_pair(
     first = create_harness_runtime(provider=provider, tools=held.registry(), **shared, **mine)
     second = create_harness_runtime(provider=ScriptedProvider(replies=["ok"], cycle=True), **shared, **other)
     return first, second
+
+
+def stopped_and_said(outcome: Any, caplog: pytest.LogCaptureFixture) -> list[Diagnostic]:
+    """``outcome`` is a stop for an erasure, nothing committed, and a WARNING (no content) said so.
+
+    Returns the run result's ``erased_during_run`` diagnostics (one at least).
+    """
+    assert isinstance(outcome, ErasedDuringRunError), outcome
+    assert outcome.commit_state is CommitState.NOT_COMMITTED
+    assert outcome.run_result is not None and not outcome.run_result.committed
+    notes = [d for d in outcome.run_result.diagnostics if d.code == "erased_during_run"]
+    assert notes, outcome.run_result.diagnostics
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "erased" in r.getMessage()]
+    assert warned
+    assert not [r for r in caplog.records if "qz" in r.getMessage()]  # no content in the log
+    return notes

@@ -57,13 +57,16 @@ class WatchedSessions(SQLiteSessionStore):
         await super().aclose()
 
 
-def _parts(tmp_path: Path) -> tuple[GatedMemoryStore, MemoryManager, WatchedSessions]:
+def _parts(
+    tmp_path: Path, make: type[MemoryManager] = MemoryManager, **manager_kw: Any
+) -> tuple[GatedMemoryStore, Any, WatchedSessions]:
+    """A gated memory store, a manager over it (``make(memory, **manager_kw)``), a watched session store."""
     memory = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
     sessions = WatchedSessions(SQLiteConfig(path=str(tmp_path / "agentium.db")))
-    return memory, MemoryManager(memory, owns_store=True), sessions
+    return memory, make(memory, **manager_kw), sessions
 
 
-def _agent(manager: MemoryManager, sessions: WatchedSessions, **kw: float) -> Agent:
+def _agent(manager: MemoryManager, sessions: WatchedSessions, owns_memory: bool = True, **kw: float) -> Agent:
     return Agent(
         ScriptedProvider(replies=["noted"], cycle=True),
         manager,
@@ -71,9 +74,28 @@ def _agent(manager: MemoryManager, sessions: WatchedSessions, **kw: float) -> Ag
         extraction=False,
         session_store=sessions,
         owned=[sessions],
-        owns_memory=True,
+        owns_memory=owns_memory,
         **kw,
     )
+
+
+async def _write_held(
+    tg: anyio.abc.TaskGroup, agent: Agent, memory: GatedMemoryStore, acks: list[MemoryAck]
+) -> anyio.Event:
+    """Ana's ``remember`` started in ``tg``, back once its write is held in the store (till ``memory.gate``).
+
+    Its acknowledgment goes to ``acks``; the event returned is set once the call ended.
+    """
+    written = anyio.Event()
+
+    async def write() -> None:
+        acks.append(await agent.remember(MemoryFact(ANA, "Ana's desk is 4B")))
+        written.set()
+
+    memory.hold_write = True
+    tg.start_soon(write)
+    await memory.entered.wait()  # the write is in the store now
+    return written
 
 
 async def _kept(tmp_path: Path) -> list[str]:
@@ -86,19 +108,13 @@ async def _kept(tmp_path: Path) -> list[str]:
 
 
 async def test_close_waits_for_a_remember_in_flight_and_refuses_new_ones(tmp_path: Path) -> None:
-    memory, manager, sessions = _parts(tmp_path)
+    memory, manager, sessions = _parts(tmp_path, owns_store=True)
     agent = _agent(manager, sessions)
     acks: list[MemoryAck] = []
     refused: list[str] = []
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
-
-            async def write() -> None:
-                acks.append(await agent.remember(MemoryFact(ANA, "Ana's desk is 4B")))
-
-            memory.hold_write = True
-            tg.start_soon(write)
-            await memory.entered.wait()  # the write is in the store now
+            await _write_held(tg, agent, memory, acks)
             tg.start_soon(agent.close)
             while agent.state != "closing":
                 await anyio.lowlevel.checkpoint()
@@ -124,29 +140,13 @@ async def test_a_remember_past_the_close_bound_is_said_to_be_unconfirmed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     t = Telemetered()
-    memory = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
-    manager = MemoryManager(memory, telemetry=t.telemetry())
-    sessions = WatchedSessions(SQLiteConfig(path=str(tmp_path / "agentium.db")))
-    agent = Agent(
-        ScriptedProvider(replies=["noted"], cycle=True),
-        manager,
-        ANA,
-        extraction=False,
-        session_store=sessions,
-        owned=[sessions],
-        close_timeout_s=0.2,
-    )
+    memory, manager, sessions = _parts(tmp_path, telemetry=t.telemetry())
+    agent = _agent(manager, sessions, owns_memory=False, close_timeout_s=0.2)
     acks: list[MemoryAck] = []
     caplog.set_level(logging.WARNING, logger="agentium")
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
-
-            async def write() -> None:
-                acks.append(await agent.remember(MemoryFact(ANA, "Ana's desk is 4B")))
-
-            memory.hold_write = True
-            tg.start_soon(write)
-            await memory.entered.wait()
+            await _write_held(tg, agent, memory, acks)
             await agent.close()  # bounded: it goes on once the bound passed, and says so
             assert agent.state == "closed" and sessions.closing.is_set()
             memory.gate.set()
@@ -164,9 +164,7 @@ async def test_a_remember_past_the_close_bound_is_said_to_be_unconfirmed(
 
 async def test_a_close_with_no_remember_in_flight_opens_no_span(tmp_path: Path) -> None:
     t = Telemetered()
-    memory = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
-    manager = MemoryManager(memory, owns_store=True, telemetry=t.telemetry())
-    sessions = WatchedSessions(SQLiteConfig(path=str(tmp_path / "agentium.db")))
+    _, manager, sessions = _parts(tmp_path, owns_store=True, telemetry=t.telemetry())
     agent = _agent(manager, sessions)
     with anyio.fail_after(30):
         ack = await agent.remember(MemoryFact(ANA, "Ana's desk is 4B"))
@@ -256,23 +254,13 @@ async def test_a_remember_that_ends_before_anything_closes_is_not_said_unconfirm
     was. Said only of a call still running as the close tears down.
     """
     t = Telemetered()
-    memory = GatedMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
-    manager = SlowDrain(memory, owns_store=True, telemetry=t.telemetry())
-    sessions = WatchedSessions(SQLiteConfig(path=str(tmp_path / "agentium.db")))
+    memory, manager, sessions = _parts(tmp_path, SlowDrain, owns_store=True, telemetry=t.telemetry())
     agent = _agent(manager, sessions, close_timeout_s=0.1)
     acks: list[MemoryAck] = []
     caplog.set_level(logging.WARNING, logger="agentium")
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
-            written = anyio.Event()
-
-            async def write() -> None:
-                acks.append(await agent.remember(MemoryFact(ANA, "Ana's desk is 4B")))
-                written.set()
-
-            memory.hold_write = True
-            tg.start_soon(write)
-            await memory.entered.wait()
+            written = await _write_held(tg, agent, memory, acks)
             tg.start_soon(agent.close)
             await manager.draining.wait()  # the close is past its bound for the write: it drains
             assert not sessions.closing.is_set()

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA, OPERATOR, Recording, history_texts, tool_turn_while
-from _fence_support import SECRET, TWO_RESIDENT, fence_pair, two_processes
+from _fence_support import SECRET, TWO_RESIDENT, fence_pair, stopped_and_said, two_processes
 
-from agentium_harness import CommitState, ErasedDuringRunError, EraseTarget, RecallLimits, RetentionPolicy
+from agentium_harness import ErasedDuringRunError, EraseTarget, RecallLimits, RetentionPolicy
 from agentium_harness.testing.erasure_races import HeldTool
 
 pytestmark = pytest.mark.anyio
@@ -65,14 +65,7 @@ async def test_an_archived_group_erased_between_calls_is_not_sent_again(
         assert len(provider.sent) == len(PRIMING) + 1, provider.sent[len(PRIMING) :]
         assert "qzvaultq" in provider.sent[-1]
         # ... and no call was made once its group was erased.
-        assert isinstance(outcome, ErasedDuringRunError), outcome
-        assert outcome.commit_state is CommitState.NOT_COMMITTED
-        assert outcome.run_result is not None and not outcome.run_result.committed
-        codes = [d.code for d in outcome.run_result.diagnostics]
-        assert "erased_during_run" in codes
-        warned = [r for r in caplog.records if r.levelno == logging.WARNING and "erased" in r.getMessage()]
-        assert warned
-        assert not [r for r in caplog.records if "qz" in r.getMessage()]  # no content in the log
+        stopped_and_said(outcome, caplog)
         # Nothing of the turn was committed: the session holds what the priming turns left.
         assert not [t for t in await history_texts(mine) if "deploy" in t.lower()]
     finally:
