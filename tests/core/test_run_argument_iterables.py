@@ -99,11 +99,18 @@ async def _refused(**kwargs: Any) -> InvalidArgumentError:
     return caught.value
 
 
-async def test_endless_grants_are_refused_after_the_bound() -> None:
-    grants = Counted(lambda i: "lookup")
-    error = await _refused(grants=grants)
-    assert grants.read == MAX_RUN_GRANTS + 1
-    assert str(MAX_RUN_GRANTS) in str(error)
+@pytest.mark.parametrize(
+    ("argument", "item", "bound"),
+    [("grants", lambda i: "lookup", MAX_RUN_GRANTS), ("sources", _block, MAX_RUN_SOURCES)],
+    ids=["grants", "sources"],
+)
+async def test_endless_grants_and_sources_are_refused_after_the_bound(
+    argument: str, item: Any, bound: int
+) -> None:
+    endless = Counted(item)
+    error = await _refused(**{argument: endless})
+    assert endless.read == bound + 1
+    assert str(bound) in str(error)
 
 
 async def test_endless_distinct_grants_are_refused_once_past_the_registry() -> None:
@@ -114,28 +121,24 @@ async def test_endless_distinct_grants_are_refused_once_past_the_registry() -> N
     assert "registered" in str(error)
 
 
-@pytest.mark.parametrize(
-    "grants", [Counted(lambda i: "lookup", fail_at=1), IterRaises()], ids=["next", "iter"]
-)
-async def test_grants_whose_iteration_raises_are_refused_typed(grants: Any) -> None:
-    error = await _refused(grants=grants)
-    assert isinstance(error.__cause__, ValueError)
-
-
-async def test_endless_sources_are_refused_after_the_bound() -> None:
-    sources = Counted(_block)
-    error = await _refused(sources=sources)
-    assert sources.read == MAX_RUN_SOURCES + 1
-    assert str(MAX_RUN_SOURCES) in str(error)
-
-
 async def test_a_list_of_sources_past_the_bound_is_refused() -> None:
     await _refused(sources=[_block(i) for i in range(MAX_RUN_SOURCES + 1)])
 
 
-@pytest.mark.parametrize("sources", [Counted(_block, fail_at=2), IterRaises()], ids=["next", "iter"])
-async def test_sources_whose_iteration_raises_are_refused_typed(sources: Any) -> None:
-    error = await _refused(sources=sources)
+@pytest.mark.parametrize(
+    ("argument", "iterable"),
+    [
+        ("grants", Counted(lambda i: "lookup", fail_at=1)),
+        ("grants", IterRaises()),
+        ("sources", Counted(_block, fail_at=2)),
+        ("sources", IterRaises()),
+    ],
+    ids=["grants-next", "grants-iter", "sources-next", "sources-iter"],
+)
+async def test_grants_and_sources_whose_iteration_raises_are_refused_typed(
+    argument: str, iterable: Any
+) -> None:
+    error = await _refused(**{argument: iterable})
     assert isinstance(error.__cause__, ValueError)
 
 
