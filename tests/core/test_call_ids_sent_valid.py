@@ -24,13 +24,19 @@ from typing import Any
 
 import anyio
 import pytest
-from _call_ids_support import answers_its_own_call, exchange, fetch_runtime, sent_ids
+from _call_ids_support import (
+    answers_its_own_call,
+    exchange,
+    fetch_runtime,
+    history_groups,
+    sent_ids,
+    sent_in_step,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentium_harness import (
     Message,
-    MessageGroup,
     Role,
     ToolCall,
     VerifiedIdentity,
@@ -97,13 +103,6 @@ async def test_a_models_valid_ids_are_run_kept_and_sent_as_given() -> None:
     assert sent_ids(_whole(provider.calls[2]))[0] == list(ids)
 
 
-def _groups(spec: list[list[str]]) -> list[MessageGroup]:
-    return [
-        MessageGroup(seq, tuple(m for i, call_id in enumerate(ids) for m in exchange(call_id, f"{seq}.{i}")))
-        for seq, ids in enumerate(spec)
-    ]
-
-
 @pytest.mark.anyio
 async def test_ids_a_host_appended_are_sent_valid_distinct_and_alike_on_every_run() -> None:
     appended = [LONG, LONG + "b", "fn#a", "fn_a", "c 1", "c1#1", "c1_1", "fn#a_1"]
@@ -127,7 +126,7 @@ async def test_ids_a_host_appended_are_sent_valid_distinct_and_alike_on_every_ru
 
 
 def test_a_history_of_valid_ids_is_sent_as_the_very_messages_it_holds() -> None:
-    groups = _groups([["c1", "functions.edit:0"], ["aB3dE5gH7", "x" * 64]])
+    groups = history_groups([["c1", "functions.edit:0"], ["aB3dE5gH7", "x" * 64]])
     sent = request_history(groups, None, [])
     held = [m for g in groups for m in g.messages]
     assert len(sent) == 16 and all(a is b for a, b in zip(sent, held, strict=True))
@@ -135,7 +134,7 @@ def test_a_history_of_valid_ids_is_sent_as_the_very_messages_it_holds() -> None:
 
 def _names(spec: list[list[str]]) -> dict[str, str]:
     """What each call of ``spec``'s history is sent as, by the id it was stored under."""
-    calls = [c for m in request_history(_groups(spec), None, []) for c in m.tool_calls]
+    calls = [c for m in request_history(history_groups(spec), None, []) for c in m.tool_calls]
     stored = [i for ids in spec for i in ids]
     return dict(zip(stored, (c.id for c in calls), strict=True))
 
@@ -165,15 +164,8 @@ IDS = st.sampled_from([*STORED, LONG, LONG + "b", LONG + "#1"])
 def test_each_call_of_any_history_is_sent_under_one_valid_name_no_later_group_changes(
     spec: list[list[str]], cut: int
 ) -> None:
-    groups = _groups(spec)
-    sent = list(request_history(groups, None, []))
-    calls, results = sent_ids(sent)
-    assert len(set(calls)) == len(calls) and results == calls
-    assert answers_its_own_call(sent)
+    calls = sent_in_step(spec, cut)
     assert all(VALID.fullmatch(c) for c in calls)
-    head = list(request_history(groups[:cut], None, []))
-    assert sent[: len(head)] == head
-    assert list(request_history(groups, None, [])) == sent
 
 
 @settings(max_examples=300, deadline=None)

@@ -20,16 +20,14 @@ import re
 
 import anyio
 import pytest
-from _call_ids_support import answers_its_own_call, exchange, fetch_runtime, sent_ids
+from _call_ids_support import answers_its_own_call, exchange, fetch_runtime, sent_ids, sent_in_step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentium_harness import (
     Message,
-    MessageGroup,
     VerifiedIdentity,
 )
-from agentium_harness._engine.call_ids import request_history
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import own_id_form
 
@@ -100,13 +98,6 @@ async def test_a_duplicates_sent_id_stays_the_same_when_later_groups_take_names(
     assert len(provider.calls) == 3
 
 
-def _groups(spec: list[list[str]]) -> list[MessageGroup]:
-    return [
-        MessageGroup(seq, tuple(m for i, call_id in enumerate(ids) for m in exchange(call_id, f"{seq}.{i}")))
-        for seq, ids in enumerate(spec)
-    ]
-
-
 IDS = st.sampled_from(
     ["c1", "c1_1", "c1_2", "c1#1", "c1_1#1", "c1#2", "c1#1#1", "aB3dE5gH7", "aB3dE5gH1", "aB3dE5gH7#1"]
 )
@@ -117,18 +108,10 @@ IDS = st.sampled_from(
 def test_each_call_is_sent_under_one_valid_name_that_no_later_group_changes(
     spec: list[list[str]], cut: int
 ) -> None:
-    groups = _groups(spec)
-    sent = list(request_history(groups, None, []))
-    calls, results = sent_ids(sent)
-    assert len(set(calls)) == len(calls) and results == calls  # once each, each result after its call
-    assert answers_its_own_call(sent)
+    calls = sent_in_step(spec, cut)  # once each, each result after its call, earlier groups unchanged
     assert all(STRICT.fullmatch(c) for c in calls)  # no '#' reaches a provider
     assert all(
         len(c) == 9
         for c, given_id in zip(calls, (i for ids in spec for i in ids), strict=True)
         if given_id.startswith("aB3")
     )  # Mistral's form kept
-    # Sent with fewer groups after them, the earlier groups are sent exactly so.
-    head = list(request_history(groups[:cut], None, []))
-    assert sent[: len(head)] == head
-    assert list(request_history(groups, None, [])) == sent  # and the same on every run
