@@ -1,6 +1,6 @@
 """What the turn-fence race tests share: two processes' adapters, Ana's runtime and another's (tests only).
 
-Ana's runtime answers with the test's model and has a tool held mid-round
+Ana's runtime answers with the test's model and may have a tool held mid-round
 (:class:`~agentium_harness.testing.erasure_races.HeldTool`); the other
 process's answers ``ok``. Over ``memory`` both share one set of adapters;
 over ``sqlite`` each has its own, over the same files.
@@ -62,14 +62,15 @@ def two_processes(
 
 
 def fence_pair(
-    provider: Any, held: HeldTool, mine: Mapping[str, Any], other: Mapping[str, Any], **shared: Any
+    provider: Any, held: HeldTool | None, mine: Mapping[str, Any], other: Mapping[str, Any], **shared: Any
 ) -> tuple[Any, Any]:
-    """Ana's runtime (``provider``, ``held``'s tool) and another process's (answers ``ok``).
+    """Ana's runtime (``provider``, ``held``'s tool if any) and another process's (answers ``ok``).
 
     ``mine`` and ``other`` are each one's adapters and options; ``shared``
     options go to both.
     """
-    first = create_harness_runtime(provider=provider, tools=held.registry(), **shared, **mine)
+    tools = {} if held is None else {"tools": held.registry()}
+    first = create_harness_runtime(provider=provider, **tools, **shared, **mine)
     second = create_harness_runtime(provider=ScriptedProvider(replies=["ok"], cycle=True), **shared, **other)
     return first, second
 

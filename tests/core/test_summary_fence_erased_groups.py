@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from _erasure_harness import ANA, OPERATOR
+from _fence_support import fence_pair
 
 from agentium_harness import (
     EraseTarget,
@@ -24,7 +25,6 @@ from agentium_harness import (
     RuntimeLimits,
     SummaryLimits,
     VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
@@ -72,21 +72,14 @@ async def test_groups_erased_between_the_read_and_the_summarizer_call_are_not_ha
     whose: str,
 ) -> None:
     archive, store, summarizer = Hooked(), InMemorySessionStore(), Recording()
-    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
-    mine = create_harness_runtime(
-        provider=ScriptedProvider(replies=["noted"], cycle=True),
+    mine, other = fence_pair(
+        ScriptedProvider(replies=["noted"], cycle=True),
+        None,
+        {"summarizer": summarizer, "summary_limits": SummaryLimits(background=False)},
+        {"retention": RetentionPolicy(max_archived_groups=1)},
         archive=archive,
         session_store=store,
-        summarizer=summarizer,
-        summary_limits=SummaryLimits(background=False),
-        limits=limits,
-    )
-    other = create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=archive,
-        session_store=store,
-        limits=limits,
-        retention=RetentionPolicy(max_archived_groups=1),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
     )
     try:
         # Groups 0 (the secret) and 1 archived, none summarized (the summarizer was down).
