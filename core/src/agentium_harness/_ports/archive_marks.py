@@ -78,6 +78,7 @@ _MARK_LISTS: dict[int, tuple[tuple[ArchiveMark, ...], bytes, list[int], list[int
 _MAX_MARK_LISTS: Final = 1024
 _AT: Final = operator.attrgetter("at")
 _BELOW: Final = operator.attrgetter("below")
+_TZINFO: Final = operator.attrgetter("tzinfo")
 _MICROSECOND: Final = timedelta(microseconds=1)
 # A mark's canonical JSON, filled with its time's UTC text and ``below`` (one place for both writers).
 _MARK_TEXT: Final = b'{"at":"%s","below":%d}'
@@ -87,10 +88,13 @@ def _list_marks(marks: tuple[ArchiveMark, ...]) -> None:
     """List ``marks`` (made by :func:`add_archive_mark`) when they are all the fast path takes."""
     times = list(map(_AT, marks))
     belows = list(map(_BELOW, marks))
+    # Each ``all`` at C speed (``operator.is_`` over maps): three generators were a tenth of the
+    # calls of a turn that loads its marks afresh.
     if (
-        all(type(m) is ArchiveMark for m in marks)
-        and all(type(b) is int for b in belows)
-        and all(type(t) is datetime and t.tzinfo is UTC for t in times)
+        all(map(operator.is_, map(type, marks), itertools.repeat(ArchiveMark)))
+        and all(map(operator.is_, map(type, belows), itertools.repeat(int)))
+        and all(map(operator.is_, map(type, times), itertools.repeat(datetime)))
+        and all(map(operator.is_, map(_TZINFO, times), itertools.repeat(UTC)))
         and belows == sorted(belows)
         and len(marks) <= MAX_ARCHIVE_MARKS
     ):
