@@ -35,19 +35,6 @@ class EvictionPlan:
     blocked_by_incomplete: int | None = None
 
 
-def _as_sent(group: MessageGroup, counted: tuple[int, int]) -> tuple[int, int]:
-    """``counted`` (tokens, bytes), its tokens at least those of the group as ``run()`` sends it.
-
-    A foreign tool result is sent as a notice and an escaped ``tool_output`` block
-    (:func:`.foreign_results.for_model`), many times its content's tokens: counted as stored,
-    the history sent could be far over ``max_tokens``. Other groups are sent as stored.
-    """
-    if not any(m.payload is not None for m in group.messages):
-        return counted
-    # Counted once per group (kept with its encoding): every commit plans over every resident group.
-    return max(counted[0], sent_tokens(group, _tokens_sent)), counted[1]
-
-
 def _tokens_sent(group: MessageGroup) -> int:
     return messages_tokens(for_model(group.messages, group.seq))
 
@@ -55,7 +42,8 @@ def _tokens_sent(group: MessageGroup) -> int:
 def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> EvictionPlan:
     """Plan the eviction of the oldest complete groups until ``resident`` fits ``limits``.
 
-    A group's tokens are those ``run()`` sends of it (:func:`_as_sent`).
+    A group's tokens are at least those ``run()`` sends of it (a foreign tool result is sent
+    as a notice and a block: see below).
     """
     # Each group's size is measured once (a canonical encoding each) and the
     # totals kept as running sums, so planning is linear in resident groups;
@@ -63,11 +51,15 @@ def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> E
     sizes = tokens_and_sizes(resident)
     # Only a group holding foreign items (payloads) is sent otherwise than stored: looked for at C
     # speed, each group's payloads counted against None (a call and a generator per group was a
-    # tenth of a turn's engine calls).
+    # tenth of a turn's engine calls). A foreign tool result is sent as a notice and an escaped
+    # ``tool_output`` block (:func:`.foreign_results.for_model`), many times its content's tokens:
+    # counted as stored, the history sent could be far over ``max_tokens``. So such a group counts
+    # at least its tokens as sent, computed once per group (kept with its encoding).
     for i, group in enumerate(resident):
         held = group.messages
         if list(map(_PAYLOAD, held)).count(None) != len(held):
-            sizes[i] = _as_sent(group, sizes[i])
+            stored_tokens, stored_bytes = sizes[i]
+            sizes[i] = (max(stored_tokens, sent_tokens(group, _tokens_sent)), stored_bytes)
     tokens = sum(map(_TOKENS, sizes))
     size = sum(map(_BYTES, sizes))
     first = 0
