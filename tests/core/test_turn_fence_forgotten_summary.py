@@ -29,6 +29,7 @@ from agentium_harness import (
     RuntimeLimits,
     SessionKey,
     SummaryLimits,
+    VerifiedIdentity,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
@@ -40,6 +41,7 @@ pytestmark = pytest.mark.anyio
 
 SECRET = "zephyrcode4471"
 KEY = SessionKey("acme", "ana", "s1")
+BOB = VerifiedIdentity("acme", "bob", "test-auth")
 
 
 def _pair(provider: Recording, held: HeldTool, **extra: Any) -> Any:
@@ -107,6 +109,71 @@ async def test_a_summary_retention_keeps_does_not_stop_the_run() -> None:
             assert len(result.erasures) == 1, result
 
         outcome = await tool_turn_while(mine, held.entered, held.release, trim, "Deploy it.")
+        assert SECRET in provider.sent[4]
+        assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
+        assert len(provider.sent) == 6
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_a_summary_forget_emptied_then_refilled_between_calls_is_not_sent_again() -> None:
+    """Emptied by the forget, then written again by another process's summary update, before the next call.
+
+    The snapshot no longer holds the summary emptied, but the run's request
+    still carries the old text (stating the fact): it must not be sent.
+    """
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    held = HeldTool()
+    mine, other = _pair(provider, held)
+    try:
+        await _primed(mine)
+        (group,) = await mine.archive.read_groups(KEY, 0, 1, OpContext())
+        scope = MemoryScope("acme", "ana")
+        fact = MemoryFact(scope, "ana keeps a vault code", provenance=[GroupRef("s1", 0, group.digest)])
+        ack = await other.memory.remember(fact)
+        assert ack.fact_id is not None
+
+        async def forget_then_refill() -> None:
+            await other.forget(scope, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+            before = await other.session_store.load(KEY, OpContext())
+            await other.run(ANA, "s1", "More chatter.")  # archives a group: its summary update folds it
+            after = await other.session_store.load(KEY, OpContext())
+            summary = after.snapshot.summary.summary
+            assert summary.text and SECRET not in summary.text  # refilled, no longer emptied
+            assert summary != before.snapshot.summary.summary
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget_then_refill, "Deploy it.")
+        assert SECRET in provider.sent[4]
+        assert not [text for text in provider.sent[5:] if SECRET in text], provider.sent[5:]
+        assert isinstance(outcome, ErasedDuringRunError), repr(outcome)
+        assert outcome.commit_state is CommitState.NOT_COMMITTED
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_a_summary_written_again_with_no_erasure_of_the_session_does_not_stop_the_run() -> None:
+    """Another user's erasure moves the ledger; another process's update rewrites the summary: no stop.
+
+    The summary sent changed, but no group below its frontier was erased since
+    the run's load: nothing it states was forgotten.
+    """
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    held = HeldTool()
+    mine, other = _pair(provider, held)
+    try:
+        await _primed(mine)
+        await other.run(BOB, "b1", "bob's own")
+
+        async def elsewhere_then_refill() -> None:
+            before = await other.session_store.load(KEY, OpContext())
+            await other.erase(EraseTarget.session("acme", "bob", "b1"), reason="dsr", attestation=OPERATOR)
+            await other.run(ANA, "s1", "More chatter.")  # archives a group: its summary update folds it
+            after = await other.session_store.load(KEY, OpContext())
+            assert after.snapshot.summary.summary.text != before.snapshot.summary.summary.text
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, elsewhere_then_refill, "Deploy it.")
         assert SECRET in provider.sent[4]
         assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
         assert len(provider.sent) == 6

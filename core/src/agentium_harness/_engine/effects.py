@@ -55,6 +55,7 @@ from .._errors import (
 )
 from .._errors_run import ErasedDuringRunError
 from .._history import InterruptionCause, RetainedRecord, TurnInterruption
+from .._ports.summary import SummaryState
 from .._scope import Scope
 from .._text import error_text
 from .commit_fence import refuse_if_erased_since
@@ -98,8 +99,8 @@ class EffectsKeeper:
     retained: Callable[[TurnInterruption | None], RetainedRecord]
     sources: SourceStatus
     attest_legacy: bool
-    #: Whether the run's request carries the session's task summary (its text).
-    summary_sent: bool = False
+    #: The session's task summary (state) the run's request carries (``None``: none).
+    summary_sent: SummaryState | None = None
     #: The turn as it goes (:func:`~.turn.run_turn` records into it), for a cancellation.
     trace: TurnTrace = attrs.field(
         default=attrs.Factory(
@@ -110,7 +111,8 @@ class EffectsKeeper:
                     revision=None if self.progress.stored is None else self.progress.stored.revision,
                     recalled=self._recalled(),
                     resident=self._resident,  # worked out only once the ledger moved
-                    summary=self.summary_sent,
+                    summary=None if self.summary_sent is None else self.summary_sent.summary,
+                    erased=None if self.progress.snap is None else self.progress.snap.erased,
                 )
             ),
             takes_self=True,

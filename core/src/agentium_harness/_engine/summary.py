@@ -380,7 +380,7 @@ async def update_summary(
     view: ViewState | None = None,
     erased: Sequence[SeqRange] = (),
     model_timeout_s: float | None = None,
-    before_call: Callable[[tuple[int, ...], bool], Awaitable[None]] | None = None,
+    before_call: Callable[[tuple[int, ...], TaskSummary | None], Awaitable[None]] | None = None,
 ) -> SummaryUpdate:
     """Fold the groups between the frontier and ``boundary`` into the summary, under ``limits``.
 
@@ -401,7 +401,7 @@ async def update_summary(
     ``limits.model_timeout_s`` is not (:func:`summarize_timeout`); the group
     read keeps ``limits.timeout_s``. ``before_call`` (the erasure fence:
     :mod:`.turn_fence`) runs just before the summarizer call, given the seqs
-    offered and whether the previous summary has text; what it raises fails
+    offered and the previous summary when it has text; what it raises fails
     the update.
     Returns the state to save (``None`` when nothing changed).
     """
@@ -445,7 +445,10 @@ async def update_summary(
         if before_call is not None:
             try:
                 # The groups offered (and the previous text) are history: no erasure may take them.
-                await before_call(tuple(g.seq for g in offered), bool(previous is not None and previous.text))
+                await before_call(
+                    tuple(g.seq for g in offered),
+                    previous if previous is not None and previous.text else None,
+                )
             except Exception as exc:
                 return SummaryUpdate(None, 0, (failed(exc, "the update stopped before its summarizer call"),))
         try:
@@ -538,7 +541,7 @@ async def summarize_after_commit(
     erased: Sequence[SeqRange] = (),
     revisions: SummaryRevisions | None = None,
     model_timeout_s: float | None = None,
-    before_call: Callable[[tuple[int, ...], bool], Awaitable[None]] | None = None,
+    before_call: Callable[[tuple[int, ...], TaskSummary | None], Awaitable[None]] | None = None,
 ) -> tuple[int, SummaryState | None, list[Diagnostic]]:
     """Run one update when the commit archived groups or the frontier lags; save it if it moved.
 

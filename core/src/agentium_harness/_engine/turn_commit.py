@@ -254,7 +254,12 @@ async def commit_group(
                 model_timeout_s=runtime.limits.model_timeout_s,
                 # From the run's load: the groups it summarizes were committed from what it loaded.
                 before_call=TurnFence(
-                    on, runtime.session_store, since=first, revision=committed, what="summary update"
+                    on,
+                    runtime.session_store,
+                    since=first,
+                    revision=committed,
+                    what="summary update",
+                    erased=snap.erased,
                 ).check_offered,
             )
 

@@ -57,8 +57,11 @@ them within a byte budget of its own; a group may be 32 MiB), so an
 archive that cannot read one back, or fails to, changes nothing here.
 A forget erasure also empties a task summary covering the groups it took
 (it may state the fact): when the request carries the summary (``summary``)
-and the snapshot now holds it emptied, the run stops the same way
-(retention keeps a summary's text by design).
+and the snapshot now holds it emptied, the run stops the same way; so
+it does when a summary update wrote it again before the check (another
+text, with a group below the sent summary's frontier erased since the
+load: ``erased``). Retention keeps a summary's text by design: only with
+such an update in the same window does it stop the run.
 
 Recalled host documents need nothing more: a run sees only documents owned
 by its tenant, its user or its session, and every erasure taking one of
@@ -85,7 +88,7 @@ from .._ports.summary import SummaryState, TaskSummary
 from .._scope import SessionKey
 from .._validators import exact_int
 from .commit_fence import erased_whole_since
-from .erased_groups import emptied
+from .erased_groups import emptied, merge_ranges
 from .erasure_ledger import ledger_of, pending_key
 from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
@@ -121,7 +124,18 @@ def recalled_groups(key: SessionKey, boundary: int, refs: Sequence[SourceRef]) -
 class TurnFence:
     """One run's look at the erasure ledger before each model call, from the point its load saw."""
 
-    __slots__ = ("first", "recalled", "resident", "revision", "seen", "store", "summary", "ticket", "what")
+    __slots__ = (
+        "erased",
+        "first",
+        "recalled",
+        "resident",
+        "revision",
+        "seen",
+        "store",
+        "summary",
+        "ticket",
+        "what",
+    )
 
     def __init__(
         self,
@@ -133,11 +147,15 @@ class TurnFence:
         what: str = "run",
         recalled: tuple[int, ...] = (),
         resident: tuple[int, ...] | Callable[[], tuple[int, ...]] = (),
-        summary: bool = False,
+        summary: TaskSummary | None = None,
+        erased: Sequence[SeqRange] | None = None,
     ) -> None:
         self.ticket = ticket
-        #: Whether the request carries the session's task summary (a forget erasure may empty it).
+        #: The task summary the request carries (``None``: none); a forget erasure may empty it.
         self.summary = summary
+        #: The session's erased ranges where the content sent is from (the load's): ranges beyond
+        #: them were erased since.
+        self.erased: Sequence[SeqRange] = erased or ()
         #: The seqs of the resident groups (as the load found them) whose messages the request sends,
         #: or what works them out: called only once the ledger moved (every run makes a fence).
         self.resident = resident
@@ -156,8 +174,8 @@ class TurnFence:
         #: The revision last looked at with no covering erasure joined since ``first``.
         self.seen = self.first
 
-    async def check_offered(self, seqs: tuple[int, ...], summary: bool) -> None:
-        """:meth:`check` before a summarizer call offering groups ``seqs`` (and, if ``summary``, its text).
+    async def check_offered(self, seqs: tuple[int, ...], summary: TaskSummary | None) -> None:
+        """:meth:`check` before a summarizer call offering groups ``seqs`` (and ``summary``, the previous).
 
         The groups were read from the archive after the commit: another
         process's groups erasure may take them before the call, as it may a
@@ -203,7 +221,7 @@ class TurnFence:
                 resident = self.resident if isinstance(self.resident, tuple) else self.resident()
                 if _erased_any(found, resident):
                     raise _recalled_gone(key, self.what, resident=True)
-            if not unchanged and self.summary and _summary_emptied(found):
+            if not unchanged and self.summary is not None and _summary_gone(found, self.summary, self.erased):
                 raise _recalled_gone(key, self.what, summary=True)
         if not unchanged:
             finished = await erased_whole_since(ticket, store, key, first[0])
@@ -232,13 +250,41 @@ def _erased_any(found: object, seqs: tuple[int, ...]) -> bool:
     return any(seq in span for span in spans for seq in seqs)
 
 
-def _summary_emptied(found: object) -> bool:
-    """Whether snapshot ``found`` (a store's answer, unchecked) holds a summary a forget erasure emptied."""
+def _summary_gone(found: object, sent: TaskSummary, erased: Sequence[SeqRange]) -> bool:
+    """Whether snapshot ``found`` (a store's answer, unchecked) shows summary ``sent`` forgotten since.
+
+    A forget erasure empties it (the form :func:`.erased_groups.emptied` knows);
+    a summary update may write it again before the check, with other text: a
+    text other than ``sent``'s, with groups below ``sent``'s frontier erased
+    beyond ``erased`` (the load's), is taken for that too. Retention keeps
+    the text, so only a summary update in the same window makes it stop.
+    """
     snapshot = found.snapshot if isinstance(found, StoredSnapshot) else None
-    state = snapshot.summary if isinstance(snapshot, SessionSnapshot) else None
-    return (
-        isinstance(state, SummaryState) and isinstance(state.summary, TaskSummary) and emptied(state.summary)
+    if not isinstance(snapshot, SessionSnapshot):
+        return False
+    state = snapshot.summary
+    now = state.summary if isinstance(state, SummaryState) else None
+    if isinstance(now, TaskSummary) and emptied(now):
+        return True
+    if isinstance(now, TaskSummary) and now.text == sent.text:
+        return False
+    ranges = snapshot.erased if isinstance(snapshot.erased, tuple) else ()
+    return any(
+        _beyond(r.start, min(r.stop, sent.frontier), erased) for r in ranges if isinstance(r, SeqRange)
     )
+
+
+def _beyond(start: int, stop: int, known: Sequence[SeqRange]) -> bool:
+    """Whether some seq in ``[start, stop)`` lies in none of ``known``."""
+    for r in merge_ranges(known):
+        if start >= stop:
+            return False
+        if r.stop <= start:
+            continue
+        if r.start > start:
+            return True
+        start = r.stop
+    return start < stop
 
 
 def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> ErasedDuringRunError:
