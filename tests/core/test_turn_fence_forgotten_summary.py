@@ -10,12 +10,13 @@ call sent the emptied summary's text again.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA, OPERATOR, Recording, tool_turn_while
-from _fence_support import fence_pair
+from _fence_support import fence_pair, two_processes
 
 from agentium_harness import (
     CommitState,
@@ -31,7 +32,6 @@ from agentium_harness import (
     SummaryLimits,
     VerifiedIdentity,
 )
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import OpContext
@@ -44,15 +44,17 @@ KEY = SessionKey("acme", "ana", "s1")
 BOB = VerifiedIdentity("acme", "bob", "test-auth")
 
 
-def _pair(provider: Recording, held: HeldTool, **extra: Any) -> Any:
-    """Ana's runtime and another's over shared in-memory adapters (summarizing); ``extra``: the other's."""
+def _pair(provider: Recording, held: HeldTool, stores: Any = None, **extra: Any) -> Any:
+    """Ana's runtime and another's (summarizing); ``extra``: the other's.
+
+    ``stores``: each one's adapters (:func:`two_processes`); by default one in-memory set, shared.
+    """
+    mine, other = stores or two_processes("memory", Path())
     return fence_pair(
         provider,
         held,
-        {},
-        extra,
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
+        mine,
+        {**other, **extra},
         memory=InMemoryMemoryStore(),
         summarizer=ExtractiveSummarizer(),
         summary_limits=SummaryLimits(background=False),
@@ -117,7 +119,10 @@ async def test_a_summary_retention_keeps_does_not_stop_the_run() -> None:
         await other.aclose()
 
 
-async def test_a_summary_forget_emptied_then_refilled_between_calls_is_not_sent_again() -> None:
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_summary_forget_emptied_then_refilled_between_calls_is_not_sent_again(
+    kind: str, tmp_path: Path
+) -> None:
     """Emptied by the forget, then written again by another process's summary update, before the next call.
 
     The snapshot no longer holds the summary emptied, but the run's request
@@ -125,7 +130,7 @@ async def test_a_summary_forget_emptied_then_refilled_between_calls_is_not_sent_
     """
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
-    mine, other = _pair(provider, held)
+    mine, other = _pair(provider, held, two_processes(kind, tmp_path))
     try:
         await _primed(mine)
         (group,) = await mine.archive.read_groups(KEY, 0, 1, OpContext())
