@@ -14,6 +14,7 @@ before the call, nothing committed.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,44 @@ async def test_retention_of_groups_the_run_did_not_recall_does_not_stop_it(kind:
         assert not isinstance(outcome, ErasedDuringRunError), outcome
         assert len(provider.sent) == len(PRIMING) + 3, provider.sent[len(PRIMING) + 1 :]
         assert "qzvaultq" in provider.sent[-1]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_with_no_erasure_the_fence_does_no_work_per_recalled_group(kind: str, tmp_path: Path) -> None:
+    """No erasure moves the ledger: the recalled groups are never worked out (per run, per group).
+
+    Counted with ``sys.setprofile`` over the run (its loop thread).
+    """
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    held = HeldTool()
+    mine, other = _pair(kind, tmp_path, provider, held)
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.endswith("turn_fence.py"):
+            calls.append(frame.f_code.co_name)
+
+    try:
+        for text in PRIMING:
+            await mine.run(ANA, "s1", text)
+
+        async def nothing() -> None:
+            pass
+
+        sys.setprofile(profile)
+        try:
+            outcome = await tool_turn_while(
+                mine, held.entered, held.release, nothing, "What is the vault code? Then deploy it."
+            )
+        finally:
+            sys.setprofile(None)
+        assert "qzvaultq" in provider.sent[len(PRIMING)]  # the request carried a recalled group
+        assert not isinstance(outcome, ErasedDuringRunError), outcome
+        assert "check" in calls  # the fence looked (the counter sees it) ...
+        assert "recalled_groups" not in calls, calls  # ... and worked nothing out per group
     finally:
         await mine.aclose()
         await other.aclose()

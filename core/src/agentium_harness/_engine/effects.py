@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, NoReturn
 
 import anyio
@@ -109,7 +110,7 @@ class EffectsKeeper:
                     self.ticket,
                     self.runtime.session_store,
                     revision=None if self.progress.stored is None else self.progress.stored.revision,
-                    recalled=self._recalled(),
+                    recalled=self._recalled(),  # worked out only once the ledger moved
                     resident=self._resident,  # worked out only once the ledger moved
                     summary=None if self.summary_sent is None else self.summary_sent.summary,
                     erased=None if self.progress.snap is None else self.progress.snap.erased,
@@ -362,12 +363,16 @@ class EffectsKeeper:
         progress.group = progress.outcome = None
         progress.commit_state, progress.saved_revision = CommitState.NOT_COMMITTED, None
 
-    def _recalled(self) -> tuple[int, ...]:
-        """The archived groups of the session whose excerpts recall put in the run's request."""
+    def _recalled(self) -> tuple[int, ...] | Callable[[], tuple[int, ...]]:
+        """What works out the archived groups of the session whose excerpts recall put in the run's request.
+
+        What it needs is taken now (the load's), the work is left to the fence: done only once
+        the ledger moved, not per group on every run.
+        """
         outcome, snap = self.progress.recall, self.progress.snap
         if outcome is None or snap is None or not outcome.included:
             return ()
-        return recalled_groups(self.scope.session_key, snap.boundary, outcome.included)
+        return partial(recalled_groups, self.scope.session_key, snap.boundary, outcome.included)
 
     def _resident(self) -> tuple[int, ...]:
         """The seqs of the loaded resident groups whose messages the run's request sends."""

@@ -145,7 +145,7 @@ class TurnFence:
         since: tuple[int | None] | None = None,
         revision: int | None = None,
         what: str = "run",
-        recalled: tuple[int, ...] = (),
+        recalled: tuple[int, ...] | Callable[[], tuple[int, ...]] = (),
         resident: tuple[int, ...] | Callable[[], tuple[int, ...]] = (),
         summary: TaskSummary | None = None,
         erased: Sequence[SeqRange] | None = None,
@@ -160,7 +160,7 @@ class TurnFence:
         #: or what works them out: called only once the ledger moved (every run makes a fence).
         self.resident = resident
         #: The seq of each archived group of the session whose excerpt the request carries
-        #: (:func:`recalled_groups`).
+        #: (:func:`recalled_groups`), or what works them out: called only once the ledger moved.
         self.recalled = recalled
         #: The session's revision holding what is sent (the load's; a summary update's: its commit's),
         #: ``None`` when it was absent: found there again, no erasure took the session since.
@@ -230,9 +230,8 @@ class TurnFence:
         # A recalled group an erasure took is marked in the snapshot before the erasure finishes
         # (``SessionSnapshot.erased``): no archive read (one per group, of any size, was made here).
         # No snapshot where the run loaded one: only an erasure removes it (or no answer was had).
-        if self.recalled and not (
-            isinstance(found, StoredSnapshot) and not _erased_any(found, self.recalled)
-        ):
+        recalled = self.recalled if isinstance(self.recalled, tuple) else self.recalled()
+        if recalled and not (isinstance(found, StoredSnapshot) and not _erased_any(found, recalled)):
             raise _recalled_gone(key, self.what)
         self.seen = (revision,)
 
