@@ -55,7 +55,7 @@ from .._errors import (
     SessionDivergedError,
 )
 from .._errors_run import ErasedDuringRunError
-from .._history import InterruptionCause, RetainedRecord, TurnInterruption
+from .._history import InterruptionCause, MessageGroup, RetainedRecord, TurnInterruption, ViewState
 from .._ports.summary import SummaryState
 from .._scope import Scope
 from .._text import error_text
@@ -111,7 +111,7 @@ class EffectsKeeper:
                     self.runtime.session_store,
                     revision=None if self.progress.stored is None else self.progress.stored.revision,
                     recalled=self._recalled(),  # worked out only once the ledger moved
-                    resident=self._resident,  # worked out only once the ledger moved
+                    resident=self._resident(),  # worked out only once the ledger moved
                     summary=None if self.summary_sent is None else self.summary_sent.summary,
                     erased=None if self.progress.snap is None else self.progress.snap.erased,
                 )
@@ -374,10 +374,14 @@ class EffectsKeeper:
             return ()
         return partial(recalled_groups, self.scope.session_key, snap.boundary, outcome.included)
 
-    def _resident(self) -> tuple[int, ...]:
-        """The seqs of the loaded resident groups whose messages the run's request sends."""
+    def _resident(self) -> tuple[int, ...] | Callable[[], tuple[int, ...]]:
+        """What works out the seqs of the loaded resident groups whose messages the request sends.
+
+        A partial over the load's values, not a method of this keeper: the fence it goes to is
+        held by this keeper's trace, and a bound method would make the three a reference cycle.
+        """
         snap = self.progress.snap
-        return () if snap is None else tuple(seq for seq, _ in model_groups(snap.resident, snap.view))
+        return () if snap is None else partial(_sent_seqs, snap.resident, snap.view)
 
     def _typed(self, failed: Exception) -> AgentiumError:
         """``failed``, raised by a commit of what ran, typed (an unexpected one logged as such)."""
@@ -422,3 +426,8 @@ def _failed(failed: AgentiumError) -> Diagnostic:
         f"the tool calls and results that ran could not be committed: {error_text(failed)}",
         Severity.ERROR,
     )
+
+
+def _sent_seqs(resident: tuple[MessageGroup, ...], view: ViewState | None) -> tuple[int, ...]:
+    """The seqs of ``resident`` whose messages ``run()`` sends under ``view``."""
+    return tuple(seq for seq, _ in model_groups(resident, view))
