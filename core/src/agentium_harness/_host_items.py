@@ -12,35 +12,57 @@ one item past the bound, and whatever its iteration raises is refused as
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from ._errors import InvalidArgumentError
 
-__all__ = ["read_host_items"]
+__all__ = ["iter_host_items", "read_host_items"]
 
 T = TypeVar("T")
 
 
-def read_host_items(items: Iterable[T], limit: int, *, too_many: str, unreadable: str) -> list[T]:
+def iter_host_items(
+    items: Iterable[T], *, unreadable: str, outcome: str = "nothing was written"
+) -> Iterator[T]:
+    """The items of the host's ``items`` as they are read; what reading them raises, typed.
+
+    The host's ``__iter__`` and ``__next__`` run here: whatever they raise is
+    :class:`InvalidArgumentError` (``"<unreadable> (<exception type> raised);
+    <outcome>"``, the exception its ``__cause__``). The caller stops reading at
+    its own bound.
+    """
+    try:
+        iterator = iter(items)
+    except Exception as exc:
+        raise _unreadable(unreadable, outcome, exc) from exc
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        except Exception as exc:
+            raise _unreadable(unreadable, outcome, exc) from exc
+        yield item
+
+
+def read_host_items(
+    items: Iterable[T], limit: int, *, too_many: str, unreadable: str, outcome: str = "nothing was written"
+) -> list[T]:
     """The items of the host's ``items``, read once: at most ``limit``, else :class:`InvalidArgumentError`.
 
     ``too_many`` is the refusal's message once an item past ``limit`` is
-    read; ``unreadable`` is the start of the message when iterating raises
-    (``" (<exception type> raised); nothing was written"`` follows it; the
-    exception is the refusal's ``__cause__``). The host's items are its own:
-    none is copied or checked here.
+    read; what iterating raises is refused as :func:`iter_host_items` says,
+    with ``unreadable`` and ``outcome``. The host's items are its own: none is
+    copied or checked here.
     """
     given: list[T] = []
-    try:
-        for item in items:
-            given.append(item)
-            if len(given) > limit:
-                raise InvalidArgumentError(too_many)
-    except InvalidArgumentError:
-        raise
-    except Exception as exc:
-        raise InvalidArgumentError(
-            f"{unreadable} ({type(exc).__name__} raised); nothing was written"
-        ) from exc
+    for item in iter_host_items(items, unreadable=unreadable, outcome=outcome):
+        given.append(item)
+        if len(given) > limit:
+            raise InvalidArgumentError(too_many)
     return given
+
+
+def _unreadable(unreadable: str, outcome: str, exc: Exception) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{unreadable} ({type(exc).__name__} raised); {outcome}")

@@ -6,12 +6,13 @@ typed error and changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, cast
 
 import attrs
 
 from .._errors import IdentityError, InvalidArgumentError
+from .._host_items import iter_host_items, read_host_items
 from .._ports.provider import SourceBlock
 from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
@@ -98,31 +99,9 @@ MAX_RUN_SOURCES: Final = 10_000
 _NO_GRANTS: Final[frozenset[str]] = frozenset()
 
 
-def _read_once(values: Iterable[Any], name: str) -> Iterator[Any]:
-    """The items of the host's iterable ``values``, whatever its iteration raises refused as typed.
-
-    Its ``__iter__`` and ``__next__`` are the host's code: what they raise
-    would otherwise reach the host as that bare exception. The caller stops
-    reading at its bound (an endless iterable held the event loop for good).
-    """
-    try:
-        items = iter(values)
-    except Exception as exc:
-        raise _unreadable(name, exc) from exc
-    while True:
-        try:
-            item = next(items)
-        except StopIteration:
-            return
-        except Exception as exc:
-            raise _unreadable(name, exc) from exc
-        yield item
-
-
-def _unreadable(name: str, exc: Exception) -> InvalidArgumentError:
-    return InvalidArgumentError(
-        f"{name} could not be read ({type(exc).__name__} raised iterating it); nothing was run"
-    )
+#: How a host iterable whose reading raised is refused (``iter_host_items``), and what was done.
+_UNREADABLE: Final = "%s could not be read"
+_NOT_RUN: Final = "nothing was run"
 
 
 def _too_many(name: str, bound: int, constant: str) -> InvalidArgumentError:
@@ -155,7 +134,8 @@ def check_grants(grants: object, tools: ToolRegistry) -> frozenset[str]:
     registered = len(tools.names())
     names: set[str] = set()
     read = 0
-    for name in given if plain else _read_once(given, "grants"):
+    read_on = given if plain else iter_host_items(given, unreadable=_UNREADABLE % "grants", outcome=_NOT_RUN)
+    for name in read_on:
         read += 1
         if read > MAX_RUN_GRANTS:
             raise _too_many("grants", MAX_RUN_GRANTS, "MAX_RUN_GRANTS")
@@ -226,12 +206,15 @@ def check_sources(sources: object) -> tuple[SourceBlock, ...]:
         if len(blocks) > MAX_RUN_SOURCES:
             raise _too_many("sources", MAX_RUN_SOURCES, "MAX_RUN_SOURCES")
     else:
-        read: list[Any] = []
-        for block in _read_once(given, "sources"):
-            read.append(block)
-            if len(read) > MAX_RUN_SOURCES:
-                raise _too_many("sources", MAX_RUN_SOURCES, "MAX_RUN_SOURCES")
-        blocks = tuple(read)
+        blocks = tuple(
+            read_host_items(
+                given,
+                MAX_RUN_SOURCES,
+                too_many=str(_too_many("sources", MAX_RUN_SOURCES, "MAX_RUN_SOURCES")),
+                unreadable=_UNREADABLE % "sources",
+                outcome=_NOT_RUN,
+            )
+        )
     for i, block in enumerate(blocks):
         if not isinstance(block, SourceBlock):
             raise InvalidArgumentError(f"sources must hold SourceBlock items, got {type(block).__name__}")
