@@ -68,31 +68,40 @@ async def _primed(mine: Any) -> None:
         await mine.run(ANA, "s1", f"Chatter {i}.")
 
 
+async def _fact_of_group_0(mine: Any, other: Any) -> tuple[MemoryScope, str]:
+    """A fact of ana's, remembered by the other process, whose source is group 0 (the secret's)."""
+    (group,) = await mine.archive.read_groups(KEY, 0, 1, OpContext())
+    scope = MemoryScope("acme", "ana")
+    fact = MemoryFact(scope, "ana keeps a vault code", provenance=[GroupRef("s1", 0, group.digest)])
+    ack = await other.memory.remember(fact)
+    assert ack.fact_id is not None
+    return scope, ack.fact_id
+
+
+def _stopped_before_resending(provider: Recording, outcome: object) -> None:
+    """The call that asked for the tool carried the summary stating the secret; none after it did."""
+    assert SECRET in provider.sent[4]
+    assert not [text for text in provider.sent[5:] if SECRET in text], provider.sent[5:]
+    assert isinstance(outcome, ErasedDuringRunError), repr(outcome)
+    assert outcome.commit_state is CommitState.NOT_COMMITTED
+
+
 async def test_a_summary_forget_emptied_between_calls_is_not_sent_again() -> None:
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
     mine, other = _pair(provider, held)
     try:
         await _primed(mine)
-        (group,) = await mine.archive.read_groups(KEY, 0, 1, OpContext())
-        scope = MemoryScope("acme", "ana")
-        fact = MemoryFact(scope, "ana keeps a vault code", provenance=[GroupRef("s1", 0, group.digest)])
-        ack = await other.memory.remember(fact)
-        assert ack.fact_id is not None
+        scope, fact_id = await _fact_of_group_0(mine, other)
 
         async def forget() -> None:
-            await other.forget(scope, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+            await other.forget(scope, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
             stored = await other.session_store.load(KEY, OpContext())
             assert SECRET not in stored.snapshot.summary.summary.text  # emptied
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
-        # The call that asked for the tool carried the summary stating the secret (the premise) ...
-        assert SECRET in provider.sent[4]
-        # ... and no call was made once the summary was emptied.
-        assert not [text for text in provider.sent[5:] if SECRET in text], provider.sent[5:]
+        _stopped_before_resending(provider, outcome)
         assert len(provider.sent) == 5, provider.sent[5:]
-        assert isinstance(outcome, ErasedDuringRunError), repr(outcome)
-        assert outcome.commit_state is CommitState.NOT_COMMITTED
     finally:
         await mine.aclose()
         await other.aclose()
@@ -133,14 +142,10 @@ async def test_a_summary_forget_emptied_then_refilled_between_calls_is_not_sent_
     mine, other = _pair(provider, held, two_processes(kind, tmp_path))
     try:
         await _primed(mine)
-        (group,) = await mine.archive.read_groups(KEY, 0, 1, OpContext())
-        scope = MemoryScope("acme", "ana")
-        fact = MemoryFact(scope, "ana keeps a vault code", provenance=[GroupRef("s1", 0, group.digest)])
-        ack = await other.memory.remember(fact)
-        assert ack.fact_id is not None
+        scope, fact_id = await _fact_of_group_0(mine, other)
 
         async def forget_then_refill() -> None:
-            await other.forget(scope, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+            await other.forget(scope, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
             before = await other.session_store.load(KEY, OpContext())
             await other.run(ANA, "s1", "More chatter.")  # archives a group: its summary update folds it
             after = await other.session_store.load(KEY, OpContext())
@@ -149,10 +154,7 @@ async def test_a_summary_forget_emptied_then_refilled_between_calls_is_not_sent_
             assert summary != before.snapshot.summary.summary
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget_then_refill, "Deploy it.")
-        assert SECRET in provider.sent[4]
-        assert not [text for text in provider.sent[5:] if SECRET in text], provider.sent[5:]
-        assert isinstance(outcome, ErasedDuringRunError), repr(outcome)
-        assert outcome.commit_state is CommitState.NOT_COMMITTED
+        _stopped_before_resending(provider, outcome)
     finally:
         await mine.aclose()
         await other.aclose()
