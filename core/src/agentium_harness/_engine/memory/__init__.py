@@ -5,7 +5,8 @@ manager runs on the engine's tickets, bounded calls, hooks and owned work, so
 the two are one package (no import cycle between packages).
 
 - :mod:`.manager`: ``MemoryManager`` (remember, correct, forget, list,
-  select, extraction, drain);
+  select, extraction, drain), over :mod:`.base` (its state and bounded
+  calls) and :mod:`.writes` (remember, correct, forget);
 - :mod:`.limits`: ``MemoryLimits``, and the deadline of an agent's model call;
 - :mod:`.answers`: the engine's checks on what a store or extractor answers;
 - :mod:`.selection`: the host-replaceable injection selection and the checks on it;

@@ -11,84 +11,47 @@ isolated and reported in the acknowledgment's ``notes``.
 Extraction and final writes run as named owned work; :meth:`MemoryManager.drain`
 covers them and any :class:`~agentium_harness._engine.memory.work.WorkSource` handed
 over with :meth:`MemoryManager.track` (a runtime's summary updates).
+
+Its parts: :mod:`.base` (its state and bounded calls), :mod:`.writes`
+(remember, correct, forget) and this module (reads, history ownership,
+owned work and drain, close).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Literal, TypeVar
 
 from ..._errors import (
     AgentCloseError,
-    AgentiumError,
-    AgentLifecycleError,
     ExtractionConflictError,
     InvalidArgumentError,
     MemoryDrainError,
-    MemoryRejectedError,
-    MemoryStoreError,
 )
 from ..._history import Message
 from ..._observe import spans as observe
-from ..._observe.settings import Resolved, Telemetry
-from ..._ports._base import OpContext
-from ..._ports.memory import (
-    AckStatus,
-    GroupRef,
-    MemoryAck,
-    MemoryCapabilities,
-    MemoryEventKind,
-    MemoryFact,
-    MemoryScope,
-    MemoryStore,
-    StoredFact,
-    check_at,
-    check_limit,
-    rejection_reason,
-)
+from ..._ports.memory import GroupRef, MemoryScope, StoredFact, check_at, check_limit
 from ..._scope import SessionKey, validate_id
-from ..._text import error_text
 from ..._validators import check_duration
-from ..checks import check_adapter
-from ..hooks import HookBroadcaster
-from ..late_calls import FactScope, LateCalls
-from ..lifecycle import Ticket, close_owned
-from ..memory_fence import (
-    ErasureFence,
-    current_fences,
-    fence_check,
-    fence_confirm,
-    late_take_back,
-    write_span,
-)
-from ..unexpected import WriteProgress, typed_unexpected
+from ..lifecycle import close_owned
+from ..memory_fence import write_span
 from .answers import (
-    MEMORY_WRITE,
-    check_cap,
     check_owner_kind,
     check_work,
-    checked_ack,
     checked_facts,
     checked_history,
     checked_listing,
     checked_scope,
 )
-from .events import announce_drained, announce_write
+from .base import HistoryOwner, call_extractor, fences_of, late_calls_of, telemetry_of, work_tracker
+from .events import announce_drained
 from .extraction import start_extraction
 from .extractor import MemoryExtractor
 from .holders import work_owner
-from .limits import MemoryLimits, model_timeout
-from .selection import (
-    MemorySelection,
-    RecentIds,
-    SelectionRequest,
-    candidate_bound,
-    checked_selection,
-    recent_and_relevant,
-)
-from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker, current_work_signal
+from .limits import MemoryLimits
+from .selection import SelectionRequest, candidate_bound, checked_selection
+from .work import CANCEL_GRACE_S, DrainResult, WorkSource
+from .writes import MemoryWrites, forget_fact
 
 __all__ = [
     "HistoryOwner",
@@ -105,16 +68,8 @@ __all__ = [
     "work_tracker",
 ]
 
-T = TypeVar("T")
 
-#: Who extracts memory from a session's history: the harness (canonical sessions) or an agent.
-HistoryOwner = Literal["harness", "agent"]
-
-#: The host's own admission rule for a fact: a reason to reject it, or ``None``.
-AcceptRule = Callable[[MemoryFact], str | None]
-
-
-class MemoryManager:
+class MemoryManager(MemoryWrites):
     """The host's handle on durable memory: remember, correct, forget, list, select, drain.
 
     ``store`` is borrowed unless ``owns_store`` is true (then :meth:`aclose`
@@ -130,230 +85,6 @@ class MemoryManager:
     a manager shared by tenants' runtimes records the host's own calls under
     no tenant's telemetry (:mod:`.limits`).
     """
-
-    def __init__(
-        self,
-        store: MemoryStore,
-        *,
-        hooks: HookBroadcaster | None = None,
-        selection: MemorySelection | None = None,
-        extractor: MemoryExtractor | None = None,
-        accept: AcceptRule | None = None,
-        limits: MemoryLimits | None = None,
-        owns_store: bool = False,
-        telemetry: Telemetry | None = None,
-    ) -> None:
-        caps = check_adapter("memory", store)
-        assert isinstance(caps, MemoryCapabilities)
-        if limits is not None and not isinstance(limits, MemoryLimits):
-            raise InvalidArgumentError(f"limits must be MemoryLimits, got {type(limits).__name__}")
-        for name, value in (("selection", selection), ("accept", accept)):
-            if value is not None and not callable(value):
-                raise InvalidArgumentError(f"{name} must be callable, got {type(value).__name__}")
-        if not isinstance(owns_store, bool):
-            # By type, not truthiness: owns_store="no" had the manager close a store it borrows.
-            raise InvalidArgumentError(f"owns_store must be a bool, got {type(owns_store).__name__}")
-        if hooks is not None and not callable(getattr(hooks, "broadcast", None)):
-            raise InvalidArgumentError(
-                f"hooks must have a broadcast() (a plugin registry), got {type(hooks).__name__}"
-            )
-        if extractor is not None and not callable(getattr(extractor, "extract", None)):
-            raise InvalidArgumentError(
-                f"extractor must have an async extract(), got {type(extractor).__name__}"
-            )
-        self.store = store
-        self.capabilities = caps
-        self.limits = limits or MemoryLimits()
-        self.selection: MemorySelection = selection or recent_and_relevant
-        self.extractor = extractor
-        self._accept = accept
-        self._hooks = hooks
-        self._owns_store = owns_store
-        self._work = WorkTracker()
-        self._forgotten = RecentIds()  # bounded: older forgotten facts rely on the store's tombstone
-        self._claims: dict[SessionKey, tuple[HistoryOwner, int]] = {}  # owner and how many claims
-        self._claims_lock = threading.Lock()
-        self._closed = False
-        #: Added by each runtime (or Agent, CLI) with its session store (:mod:`..memory_fence`): all read
-        #: around each write, whoever makes it (one memory store: any of them may be erasing its facts).
-        self._erasure_fences: tuple[ErasureFence, ...] = ()
-        self._late = LateCalls()  # its writes abandoned past their deadline, maybe running: erasures wait
-        if telemetry is not None and not isinstance(telemetry, Telemetry):
-            raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
-        # The host's only: no runtime given the manager changes it (.limits).
-        self._telemetry = telemetry.resolve() if telemetry is not None else None
-
-    # -- state ------------------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`aclose` ran; every later call raises :class:`AgentLifecycleError`."""
-        return self._closed
-
-    @property
-    def forgotten_ids(self) -> frozenset[str]:
-        """The last fact ids forgotten through this manager: never injected, whatever a selection returns.
-
-        At most the last 10,000 forgets (a long-lived manager does not grow with each); an older
-        forgotten fact is kept out by the store's tombstone, as every fact not ``current`` is.
-        """
-        return frozenset(self._forgotten)
-
-    def _check_open(self, what: str) -> None:
-        if self._closed:
-            raise AgentLifecycleError(f"{what} refused: the memory manager is closed; nothing was written")
-
-    async def _call(
-        self,
-        operation: str,
-        work: Callable[[OpContext], Awaitable[T]],
-        timeout_s: float | None = None,
-        writes: FactScope | None = None,
-        on_late: Callable[[T], Awaitable[None]] | None = None,
-    ) -> T:
-        # Spans: search_memory of select/history (a write, forget or list: write_span). ``timeout_s``:
-        # not the store's deadline (an extractor's model's). ``writes``: where it may add a fact;
-        # abandoned, in ``late`` till it ends (erasures wait). In owned work, a drain's cancel sets
-        # the signal too (threads see it).
-        with observe.using(self._telemetry, self):
-            try:
-                ticket = Ticket(None, operation, self.limits.op_timeout_s, parent=current_work_signal())
-                ticket.late = self._late if writes is not None else None
-                return await ticket.call(
-                    operation, work, timeout_s=timeout_s, late_scope=writes, on_late=on_late
-                )
-            except AgentiumError:
-                raise
-            except Exception as exc:
-                if operation == "memory extract":
-                    raise  # the extractor's own failure: its work item reports it as it is
-                # A store's foreign exception (ValueError, OSError ...) reaches the host typed.
-                raise MemoryStoreError(
-                    f"{operation} failed: {error_text(exc)}; the store did not acknowledge it"
-                ) from exc
-
-    async def _event(self, kind: MemoryEventKind, ack: MemoryAck, scope: MemoryScope | None) -> MemoryAck:
-        timeout = self.limits.drain_timeout_s
-        return await announce_write(self._hooks, kind, ack, scope, timeout, self._telemetry)
-
-    def _reject_reason(self, fact: object) -> str | None:
-        if not isinstance(fact, MemoryFact):
-            raise InvalidArgumentError(
-                f"expected a MemoryFact, got {type(fact).__name__}; nothing was written"
-            )
-        reason = rejection_reason(fact, self.limits.max_fact_bytes)
-        if reason is None and self._accept is not None:
-            reason = self._accept(fact)
-            if reason is not None and not isinstance(reason, str):
-                raise InvalidArgumentError("the accept rule must return a reason string or None")
-        return reason
-
-    # -- writes -----------------------------------------------------------------------------
-
-    async def remember_with_result(self, fact: MemoryFact) -> MemoryAck:
-        """Store ``fact`` and return the acknowledgment: stored, duplicate, or rejected with the reason (R39).
-
-        A rejected fact writes nothing and broadcasts nothing.
-        """
-        self._check_open("remember")
-        progress = WriteProgress()
-        with typed_unexpected("memory remember", progress, MEMORY_WRITE):
-            reason = self._reject_reason(fact)
-            if reason is not None:
-                return MemoryAck(AckStatus.REJECTED, reason=reason)
-            with write_span(self._telemetry, self, "memory remember") as w:
-                seen = await fence_check(current_fences(self), fact.scope, fact.provenance)
-                progress.saving()
-                try:
-                    raw = await self._call(
-                        "memory remember",
-                        lambda ctx: self.store.remember(fact, ctx),
-                        writes=FactScope(fact.scope, fact.provenance),
-                        on_late=late_take_back(seen, self, fact.scope, "memory remember"),
-                    )
-                except MemoryRejectedError as exc:
-                    # The store refused it: a failed write on its span (the type only, never the reason).
-                    w.fail(observe.error_type(exc), exc)
-                    return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
-                ack = await fence_confirm(seen, self, fact.scope, checked_ack(raw, "memory remember"), w)
-                progress.committed()  # acknowledged and kept (the fence took back none it refused)
-                return await self._event(
-                    MemoryEventKind.REMEMBERED, ack, fact.scope
-                )  # a hook's failure: on w
-        raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
-
-    async def remember(self, fact: MemoryFact) -> MemoryAck:
-        """Like :meth:`remember_with_result`, but a rejection raises :class:`MemoryRejectedError`."""
-        if (ack := await self.remember_with_result(fact)).status is AckStatus.REJECTED:
-            raise MemoryRejectedError(ack.reason)
-        return ack
-
-    async def correct(self, scope: MemoryScope, fact_id: str, replacement: MemoryFact) -> MemoryAck:
-        """Write ``replacement`` as the next revision of ``fact_id``, keeping the history.
-
-        Raises :class:`MemoryRejectedError` for a replacement the checks
-        refuse, :class:`MemoryFactNotFoundError` for a missing or foreign id
-        (the same error either way) and :class:`MemoryFactForgottenError` for
-        a forgotten fact; nothing changes in any of these cases. With a store
-        declaring ``history``, the fact's revisions are read first and must be
-        owned by ``scope`` (:class:`ContractViolationError` if the store
-        returns another tenant's: its own check is wrong); a fact they show
-        holding :data:`MAX_FACT_REVISIONS` revisions is refused with
-        :class:`MemoryRejectedError` whatever the store would do.
-        """
-        self._check_open("correct")
-        progress = WriteProgress()
-        with typed_unexpected("memory correct", progress, MEMORY_WRITE):
-            scope = checked_scope(scope)
-            fact_id = validate_id(fact_id, "fact id")
-            reason = self._reject_reason(replacement)
-            if reason is not None:
-                raise MemoryRejectedError(reason)
-            if not scope.owns(replacement.scope):
-                raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
-            revisions = await self._check_owner(scope, fact_id, "memory correct")
-            check_cap(revisions, replacement)
-            with write_span(self._telemetry, self, "memory correct") as w:
-                seen = await fence_check(current_fences(self), replacement.scope, replacement.provenance)
-                progress.saving()
-                raw = await self._call(
-                    "memory correct",
-                    lambda ctx: self.store.correct(scope, fact_id, replacement, ctx),
-                    writes=FactScope(replacement.scope, replacement.provenance),
-                    on_late=late_take_back(seen, self, scope, "memory correct", fact_id),
-                )
-                ack = await fence_confirm(seen, self, scope, checked_ack(raw, "memory correct", fact_id), w)
-                progress.committed()
-                return await self._event(MemoryEventKind.CORRECTED, ack, replacement.scope)
-        raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
-
-    async def forget(self, scope: MemoryScope, fact_id: str) -> MemoryAck:
-        """Tombstone ``fact_id`` and remove its content; it is never injected again.
-
-        Raises :class:`MemoryFactNotFoundError` for a missing or foreign id (one message
-        for both); nothing changes then. The owner is re-checked first as for :meth:`correct`.
-        """
-        self._check_open("forget")
-        return await forget_fact(self, scope, fact_id)
-
-    async def _check_owner(self, scope: MemoryScope, fact_id: str, operation: str) -> tuple[StoredFact, ...]:
-        """Before a change, the fact's revisions must be ``fact_id``'s, owned by ``scope`` (defence in depth).
-
-        Like recall's owner check on every candidate: a store whose own check
-        is wrong (keys joined from ids, so tenant ``a`` + user ``b/c`` is
-        tenant ``a/b`` + user ``c``) must not let one tenant change another's
-        fact. Needs ``history``; a store without it is trusted on its own
-        check. A missing or foreign id is refused by the store's ``history``
-        (``MemoryFactNotFoundError``); revisions of another tenant or user, or
-        of another id, are a :class:`ContractViolationError`, and nothing is changed.
-        Returns the revisions read (none without ``history``).
-        """
-        if not self.capabilities.history:
-            return ()
-        raw = await self._call(
-            f"{operation} owner check", lambda ctx: self.store.history(scope, fact_id, ctx)
-        )
-        return checked_history(raw, scope, fact_id, f"{operation} owner check")
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -539,36 +270,6 @@ class MemoryManager:
         self._owns_store = False
 
 
-def telemetry_of(manager: MemoryManager) -> Resolved:
-    """The telemetry settings ``manager`` was given, or the defaults (global providers, no content)."""
-    return manager._telemetry if manager._telemetry is not None else Telemetry().resolve()
-
-
-def fences_of(manager: MemoryManager) -> tuple[ErasureFence, ...]:
-    """``manager``'s erasure fences, one per storage fencing it now (an extraction reads them)."""
-    return current_fences(manager)
-
-
-async def call_extractor(
-    manager: MemoryManager, extractor: MemoryExtractor, scope: MemoryScope, given: tuple[Message, ...]
-) -> object:
-    """``extractor.extract(scope, given)`` as ``manager``'s bounded call: what it proposed, unchecked."""
-    # An extractor is host code that may well call a model: a model deadline, not the store's
-    # (read when the work runs, so a runtime given the manager later counts too).
-    timeout_s = model_timeout(manager, manager.limits.op_timeout_s)
-    return await manager._call("memory extract", lambda ctx: extractor.extract(scope, given, ctx), timeout_s)
-
-
-def late_calls_of(manager: MemoryManager) -> LateCalls:
-    """``manager``'s remember and correct calls abandoned past their deadline (an erasure waits for them)."""
-    return manager._late
-
-
-def work_tracker(manager: MemoryManager) -> WorkTracker:
-    """The tracker of ``manager``'s owned work: a runtime's shutdown drains it without raising."""
-    return manager._work
-
-
 async def announce_drain(manager: MemoryManager, result: DrainResult, timeout_s: float) -> DrainResult:
     """Tell ``manager``'s hooks how a drain ended (bounded by ``timeout_s``), as its own drain does."""
     return await manager._announce_drain(result, timeout_s)
@@ -577,22 +278,3 @@ async def announce_drain(manager: MemoryManager, result: DrainResult, timeout_s:
 async def counted_listing(m: MemoryManager, scope: MemoryScope, n: int) -> tuple[Sequence[StoredFact], int]:
     """``m.list(scope, n)``, and how many facts the store answered (was its answer full?)."""
     return await m._listed(scope, n)
-
-
-async def forget_fact(manager: MemoryManager, scope: MemoryScope, fact_id: str) -> MemoryAck:
-    """``manager.forget``, also once closed: the fence takes back a write that lands after the close."""
-    m, progress = manager, WriteProgress()
-    with typed_unexpected("memory forget", progress, MEMORY_WRITE):
-        scope = checked_scope(scope)
-        fact_id = validate_id(fact_id, "fact id")
-        with write_span(m._telemetry, m, "memory forget") as w:  # its owner check, store call and hooks
-            await m._check_owner(scope, fact_id, "memory forget")
-            progress.saving()
-            raw = await m._call("memory forget", lambda ctx: m.store.forget(scope, fact_id, ctx))
-            # The store ran the forget: whatever its acknowledgment says, never inject the fact again.
-            m._forgotten.add(fact_id)
-            ack = checked_ack(raw, "memory forget", fact_id)
-            w.result(ack)
-            progress.committed()
-            return await m._event(MemoryEventKind.FORGOTTEN, ack, scope)  # a hook's failure: on w
-    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
