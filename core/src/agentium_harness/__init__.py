@@ -52,6 +52,7 @@ from ._engine.history_records import (
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.maintenance import MigrationReport, ReconcileReport, SessionState, SessionView
 from ._engine.memory.agent import Agent, AgentReply, AgentState
+from ._engine.memory.erasure_reading import ErasureReading
 from ._engine.memory.manager import MemoryExtractor, MemoryLimits, MemoryManager
 from ._engine.memory.selection import MemorySelection, SelectionRequest, recent_and_relevant
 from ._engine.memory.sources import MemoryOmitted, memory_blocks
@@ -282,6 +283,7 @@ __all__ = [
     "DrainItem",
     "DrainResult",
     "DrainStatus",
+    "ErasureReading",
     "MemoryExtractor",
     "MemoryLimits",
     "MemoryManager",

@@ -175,6 +175,17 @@ class ErasureFence:
 
     async def check(self, write: FencedWrite) -> FenceCheck:
         """Before the write: refuse (nothing written) if a covering erasure is pending; what was seen."""
+        seen, pending = await self.look(write)
+        if pending:
+            raise write.refusal(pending[0], "nothing was written")
+        return seen
+
+    async def look(self, write: FencedWrite) -> tuple[FenceCheck, tuple[ErasureRecord, ...]]:
+        """What :meth:`check` sees, refusing nothing: the check, and the covering erasures pending.
+
+        A host's erasure reading (:mod:`.memory.erasure_reading`) keeps them, to judge later
+        against the groups an extraction turns out to read.
+        """
         at = self.clock()
         if not isinstance(at, datetime) or at.utcoffset() is None:
             # Compared with the tombstones' aware times after the write: refused before it instead.
@@ -183,10 +194,8 @@ class ErasureFence:
                 f"the erasure fence's clock must return an aware datetime, got {shown}; nothing was written"
             )
         revision, ledger = await self._pending(self._ticket(), write.tenant)
-        for record in ledger.records:
-            if write.covers(record.target):
-                raise write.refusal(record, "nothing was written")
-        return FenceCheck(self, write, revision, at)
+        pending = tuple(record for record in ledger.records if write.covers(record.target))
+        return FenceCheck(self, write, revision, at), pending
 
     async def covering_since(self, seen: FenceCheck) -> ErasureRecord | None:
         """After the write: a covering erasure pending, or finished and joined since ``seen``; else ``None``.

@@ -24,10 +24,13 @@ is caught):
   erasures covering the fact are read: one that joined the ledger after the
   reading skips it too (by its join record, as the write fence judges).
 
-Without a reading (``manager.extract_in_background`` called by the host,
-which alone knows when its turn was), or with one of no fence (the manager
-had none as the turn started), the pending erasures are read just before the
-call: one covering the fact under way skips it.
+A host running its own turn takes its reading itself, as its turn starts
+(``manager.erasure_reading``, :mod:`.memory.erasure_reading`: the same
+reads, judged by the extraction's sources, groups erasures included).
+Without a reading (``manager.extract_in_background`` called by the host
+without one), or with one of no fence (the manager had none as the turn
+started), the pending erasures are read just before the call: one covering
+the fact under way skips it.
 
 A skipped extraction sends nothing and writes nothing: its owned work fails
 (a drain reports it, naming the erasure), with a WARNING on
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from .._errors import AgentiumError, ErasureInProgressError
 from .._observe import spans as observe
@@ -53,7 +56,15 @@ from .memory_fence import FenceChecks, covering, fence_check
 if TYPE_CHECKING:
     from .memory.manager import MemoryManager
 
-__all__ = ["SKIPPED_EVENT", "SKIPPED_SPAN", "TurnReading", "before_extractor", "skipped", "turn_reading"]
+__all__ = [
+    "SKIPPED_EVENT",
+    "SKIPPED_SPAN",
+    "TurnReading",
+    "before_extractor",
+    "refused",
+    "skipped",
+    "turn_reading",
+]
 
 _log = logging.getLogger("agentium.engine.memory")
 
@@ -122,11 +133,15 @@ async def before_extractor(
             refusal = found[0].write.refusal(found[1], outcome)
     except ErasureInProgressError as exc:
         refusal = ErasureInProgressError(f"{exc}; {outcome}", exc.erasure_id)
-    if refusal is None:
-        return
+    if refusal is not None:
+        refused(telemetry, owner, refusal)
+
+
+def refused(telemetry: Resolved, owner: object, refusal: ErasureInProgressError) -> NoReturn:
+    """Report an extraction skipped for ``refusal`` (WARNING, span event: no content) and raise it."""
     _log.warning(
-        "memory extraction skipped: an erasure covering the turn's user or session began after the "
-        "turn (erasure %s); nothing was sent to the extractor or written",
+        "memory extraction skipped: an erasure covering the turn's user, session or groups began after "
+        "the turn (erasure %s); nothing was sent to the extractor or written",
         refusal.erasure_id,
         extra={"agentium_operation": "memory extract"},
     )

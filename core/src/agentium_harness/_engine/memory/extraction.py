@@ -35,6 +35,7 @@ from ..._ports.memory import (
 )
 from ..extraction_fence import TurnReading, before_extractor
 from .answers import check_work, checked_scope, within
+from .erasure_reading import ErasureReading, checked_reading, fence_from_reading
 
 if TYPE_CHECKING:
     from .extractor import MemoryExtractor
@@ -151,13 +152,18 @@ def start_extraction(
     name: str,
     sources: Sequence[GroupRef],
     seen: TurnReading,
+    reading: object = None,
 ) -> str | None:
     """:meth:`~.manager.MemoryManager.extract_in_background`, fenced from ``seen`` (the turn's reading).
 
     ``seen`` is what the manager's erasure fences saw as the turn started
-    (:func:`..extraction_fence.turn_reading`, an Agent's), or ``None`` (a host's
-    call): checked again just before the extractor is called
-    (:func:`..extraction_fence.before_extractor`), so an erasure covering the
+    (:func:`..extraction_fence.turn_reading`, an Agent's), or ``None``; a
+    host's ``reading`` (:class:`~.erasure_reading.ErasureReading`, checked
+    here: one this manager did not take for ``scope`` and ``sources``'
+    sessions is :class:`InvalidArgumentError`, nothing started) replaces
+    it. Either is checked again just before the extractor is called
+    (:func:`..extraction_fence.before_extractor`,
+    :func:`.erasure_reading.fence_from_reading`), so an erasure covering the
     turn that began since skips it, nothing sent or written.
     """
     extractor = manager.extractor
@@ -171,8 +177,10 @@ def start_extraction(
     if not all(isinstance(m, Message) for m in given):
         raise InvalidArgumentError("messages must be a sequence of Message; nothing was started")
     check_work(name, "extraction", lambda: None)
+    host = checked_reading(manager, reading, scope, cited)
+    fence = seen if host is None else host
     return manager.start_work(
-        name, "extraction", lambda: _extract(manager, extractor, scope, given, cited, seen)
+        name, "extraction", lambda: _extract(manager, extractor, scope, given, cited, fence)
     )
 
 
@@ -182,14 +190,17 @@ async def _extract(
     scope: MemoryScope,
     given: tuple[Message, ...],
     cited: tuple[GroupRef, ...],
-    seen: TurnReading,
+    seen: TurnReading | ErasureReading,
 ) -> None:
     """The owned work of one extraction: the fence, the extractor's call, the checked writes."""
     from .manager import call_extractor, fences_of, telemetry_of  # here: the manager imports this module
 
     # Before anything is sent: the turn's text must not reach the extractor (whose model may keep
     # it) once an erasure covering it began; the write fence alone would only keep its facts out.
-    await before_extractor(fences_of(manager), telemetry_of(manager), manager, scope, cited, seen)
+    if isinstance(seen, ErasureReading):
+        await fence_from_reading(manager, telemetry_of(manager), seen, scope, cited)
+    else:
+        await before_extractor(fences_of(manager), telemetry_of(manager), manager, scope, cited, seen)
     proposed = await call_extractor(manager, extractor, scope, given)
     # Every fact checked (and given its sources) before the first is written.
     facts = proposed_facts(proposed, scope, cited, manager.limits.max_extracted_facts)

@@ -44,6 +44,7 @@ from .answers import (
     checked_scope,
 )
 from .base import HistoryOwner, call_extractor, fences_of, late_calls_of, telemetry_of, work_tracker
+from .erasure_reading import ErasureReading, take_reading
 from .events import announce_drained
 from .extraction import start_extraction
 from .extractor import MemoryExtractor
@@ -203,8 +204,36 @@ class MemoryManager(MemoryWrites):
         """Names of the owned and tracked work running now."""
         return self._work.running()
 
+    async def erasure_reading(self, scope: MemoryScope, *, sessions: Sequence[str]) -> ErasureReading:
+        """Read the erasures now, as a host's own turn starts: pass it to :meth:`extract_in_background`.
+
+        ``scope`` is the turn's tenant and user; ``sessions`` the 1 to
+        ``MAX_PROVENANCE`` session ids whose groups the turn's extraction
+        will read (its ``sources``' sessions; else :class:`InvalidArgumentError`,
+        nothing read). Take it before the turn reads its history or memory:
+        an erasure covering what the extraction reads (the fact it would
+        write, or a group of its ``sources``: retention and
+        ``forget(erase_sources=True)`` too) that begins after it — even one
+        finished before the extraction starts — skips the extraction before
+        its extractor call (:mod:`.erasure_reading`). One read of each
+        session store fencing the manager (the built-in SQLite store answers
+        one it knows unchanged without a read); none for a manager without
+        one. A store that cannot be read raises its typed error (take none
+        and extract without: only the erasures under way then are seen).
+        The reading holds no content; only this manager accepts it.
+        """
+        self._check_open("erasure reading")
+        with observe.using(self._telemetry, self):
+            return await take_reading(self, scope, sessions)
+
     def extract_in_background(
-        self, scope: MemoryScope, messages: Sequence[Message], name: str, *, sources: Sequence[GroupRef]
+        self,
+        scope: MemoryScope,
+        messages: Sequence[Message],
+        name: str,
+        *,
+        sources: Sequence[GroupRef],
+        reading: ErasureReading | None = None,
     ) -> str | None:
         """Start extraction of ``messages`` as owned work named ``name``; ``None`` without an extractor.
 
@@ -226,9 +255,14 @@ class MemoryManager(MemoryWrites):
         the manager are read: one covering ``scope``'s user or tenant, or a
         session ``sources`` names, skips the extraction (the work fails with
         ``ErasureInProgressError``; nothing is sent or written:
-        :mod:`..extraction_fence`).
+        :mod:`..extraction_fence`). With ``reading`` (:meth:`erasure_reading`,
+        taken as the host's turn started), one that began since, finished or
+        not, skips it too, and so does one of some of the groups ``sources``
+        names (:mod:`.erasure_reading`). A reading this manager did not take,
+        or took for another tenant or user or not for every session ``sources``
+        names, is :class:`InvalidArgumentError` and nothing starts.
         """
-        return start_extraction(self, scope, messages, name, sources, None)
+        return start_extraction(self, scope, messages, name, sources, None, reading)
 
     async def drain(self, timeout_s: float | None = None, *, grace_s: float | None = None) -> DrainResult:
         """Wait for all owned and tracked work, cancel what outlasts ``timeout_s``; say what happened (R40).

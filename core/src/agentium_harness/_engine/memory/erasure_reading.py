@@ -1,0 +1,275 @@
+"""A host's erasure reading: what the erasure ledgers said as its turn started, for its own extraction.
+
+A host running its own agent loop reads its history (or memory) as its turn
+starts and, after the turn, hands the turn's messages to
+:meth:`~.manager.MemoryManager.extract_in_background`. An erasure covering
+them — of their session, user or tenant, or of the very groups the
+extraction reads (retention, ``forget(erase_sources=True)``) — may begin
+*and finish* in between, in any process sharing the session store: the
+extraction then found nothing under way and handed the extractor (whose
+model may keep it) text already erased, and could write facts derived
+from it again. ``run()`` and an ``Agent`` are fenced from their own start
+(:mod:`..turn_fence`, :mod:`..extraction_fence`); a host is fenced the same
+way through a reading it takes as its turn starts
+(:meth:`~.manager.MemoryManager.erasure_reading`) and passes as
+``extract_in_background(..., reading=)``:
+
+- the reading keeps, per session store fencing the manager, the tenant's
+  pending ledger revision and the covering erasures then under way
+  (:meth:`..erasure_fence.ErasureFence.look`, for the reading's user and sessions);
+- just before the extractor call (:func:`fence_from_reading`), an erasure
+  under way at the reading, under way now, or finished having joined the
+  ledger since the reading (its join record; only read when the ledger's
+  revision moved) that covers the fact the extraction would write
+  (:meth:`EraseTarget.covers_fact`) *or* one of the groups it reads
+  (:meth:`EraseTarget.covers_group` of each of its ``sources``) skips it:
+  nothing sent or written, its owned work fails with
+  :class:`~agentium_harness._errors.ErasureInProgressError` (a drain reports
+  it), a WARNING and the ``agentium.memory.extraction_skipped`` span event,
+  as an ``Agent``'s skipped extraction is reported (:mod:`..extraction_fence`).
+
+A reading is opaque and bound to the manager that took it and to its
+tenant, user and sessions: one of another manager, one made or copied by
+hand, another tenant's or user's, or one not taken for a session the
+extraction's sources name is refused with
+:class:`~agentium_harness._errors.InvalidArgumentError` before anything
+starts (:func:`checked_reading`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..._errors import ErasureInProgressError, InvalidArgumentError
+from ..._observe.settings import Resolved
+from ..._ports.erasure import EraseTarget, ErasureRecord, ErasureState
+from ..._ports.memory import MAX_PROVENANCE, GroupRef, MemoryScope
+from ..._ports.sessions import SessionStore
+from ..._scope import SessionKey, validate_id
+from ..erasure_fence import FenceCheck, utc_now
+from ..erasure_index import finished_covering, finished_covering_fact
+from ..extraction_fence import refused
+from ..lifecycle import Ticket
+from ..memory_fence import covering, current_fences
+from .answers import checked_scope
+
+if TYPE_CHECKING:
+    from .manager import MemoryManager
+
+__all__ = ["ErasureReading", "checked_reading", "fence_from_reading", "take_reading"]
+
+
+@attrs.frozen(slots=True, eq=False, repr=False)
+class ErasureReading:
+    """What the erasure ledgers said as a host's turn started: pass it to ``extract_in_background``.
+
+    Taken by :meth:`MemoryManager.erasure_reading` for a tenant and user
+    (``scope``) and the ``sessions`` whose groups the turn's extraction
+    will read; opaque otherwise. Only the manager that took it accepts it,
+    for its own tenant and user and those sessions (one made or copied by
+    hand is refused); it may serve several extractions of the turn. It
+    holds no message content.
+    """
+
+    scope: MemoryScope
+    sessions: tuple[str, ...]
+    _checks: tuple[FenceCheck, ...]
+    _pending: tuple[ErasureRecord, ...]
+    _at: datetime
+
+    def __repr__(self) -> str:
+        scope = self.scope
+        return f"ErasureReading(tenant={scope.tenant!r}, user={scope.user!r}, sessions={self.sessions!r})"
+
+
+#: The readings each manager took (identity, never equality: a copy is not one), held weakly both ways.
+_TAKEN: weakref.WeakKeyDictionary[ErasureReading, weakref.ref[MemoryManager]] = weakref.WeakKeyDictionary()
+
+
+def _target_owns(target: EraseTarget, scope: MemoryScope, sessions: Iterable[str]) -> bool:
+    """Whether ``target`` is of ``scope``'s tenant, its user (or all) and one of ``sessions`` (or all)."""
+    if target.tenant_id != scope.tenant or (target.user_id is not None and target.user_id != scope.user):
+        return False
+    return target.session_id is None or target.session_id in set(sessions)
+
+
+@attrs.frozen(slots=True)
+class _TurnWrite:
+    """What a reading fences (:class:`..erasure_fence.FencedWrite`): any erasure that may take the turn.
+
+    The groups the extraction will cite are not known yet: every erasure of
+    the user's tenant, the user or one of ``sessions`` (of some of their
+    groups too) counts; the extraction judges them by its own sources.
+    """
+
+    scope: MemoryScope
+    sessions: tuple[str, ...]
+
+    @property
+    def tenant(self) -> str:
+        return self.scope.tenant
+
+    @property
+    def scopes(self) -> tuple[str, str | None, tuple[str, ...]]:
+        return self.scope.tenant, self.scope.user, tuple(sorted(self.sessions))
+
+    def covers(self, target: EraseTarget) -> bool:
+        return _target_owns(target, self.scope, self.sessions)
+
+    async def finished(self, ticket: Ticket, store: SessionStore) -> Sequence[ErasureRecord]:
+        return ()  # never read: a reading's checks are rebuilt on the extraction's sources first
+
+    def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
+        return _refusal(record, outcome)
+
+
+@attrs.frozen(slots=True)
+class _SourcesWrite:
+    """An extraction of ``sources`` into ``scope``, fenced: its fact, and the groups it reads."""
+
+    scope: MemoryScope
+    sources: tuple[GroupRef, ...]
+
+    @property
+    def tenant(self) -> str:
+        return self.scope.tenant
+
+    @property
+    def scopes(self) -> tuple[str, str | None, tuple[str, ...]]:
+        return self.scope.tenant, self.scope.user, tuple(sorted({ref.session for ref in self.sources}))
+
+    def covers(self, target: EraseTarget) -> bool:
+        if target.covers_fact(self.scope, self.sources):
+            return True
+        # Some groups of a session (retention, a forgotten fact's sources): the fact would not be
+        # scrubbed by it, but the extraction would hand its extractor the text it erased.
+        return bool(target.groups) and any(
+            target.covers_group(SessionKey(self.scope.tenant, self.scope.user, ref.session), ref.seq)
+            for ref in self.sources
+        )
+
+    async def finished(self, ticket: Ticket, store: SessionStore) -> Sequence[ErasureRecord]:
+        of_fact = await finished_covering_fact(ticket, store, self.scope, self.sources)
+        found = {r.erasure_id: r for r in of_fact}
+        for session in sorted({ref.session for ref in self.sources}):
+            key = SessionKey(self.scope.tenant, self.scope.user, session)
+            found.update((r.erasure_id, r) for r in await finished_covering(ticket, store, key))
+        return tuple(r for r in found.values() if self.covers(r.target))
+
+    def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
+        return _refusal(record, outcome)
+
+
+def _refusal(record: ErasureRecord, outcome: str) -> ErasureInProgressError:
+    state = "was erased" if record.state is ErasureState.COMPLETE else "is being erased"
+    where = f"{record.target.describe()}, erasure {record.erasure_id}"
+    return ErasureInProgressError(
+        f"what the extraction reads {state} since the turn's erasure reading ({where}); {outcome}",
+        record.erasure_id,
+    )
+
+
+def _checked_sessions(sessions: object) -> tuple[str, ...]:
+    if isinstance(sessions, str | bytes) or not isinstance(sessions, Iterable):
+        raise InvalidArgumentError(
+            f"sessions must be a sequence of session ids, got {type(sessions).__name__}; nothing was read"
+        )
+    given = tuple(itertools.islice(sessions, MAX_PROVENANCE + 1))  # bounded: never an endless iterable
+    if not given or len(given) > MAX_PROVENANCE:
+        raise InvalidArgumentError(
+            f"sessions must name 1 to {MAX_PROVENANCE} sessions (those the extraction's sources will name); "
+            "nothing was read"
+        )
+    return tuple(dict.fromkeys(validate_id(s, "session id") for s in given))
+
+
+async def take_reading(manager: MemoryManager, scope: object, sessions: object) -> ErasureReading:
+    """:meth:`~.manager.MemoryManager.erasure_reading`: every fence's ledger and covering erasures now.
+
+    A store that cannot be read raises its typed error (no reading is taken).
+    """
+    checked, named = checked_scope(scope), _checked_sessions(sessions)
+    write = _TurnWrite(checked, named)
+    checks: list[FenceCheck] = []
+    pending: dict[str, ErasureRecord] = {}
+    for fence in current_fences(manager):
+        check, under_way = await fence.look(write)
+        checks.append(check)
+        pending.update((r.erasure_id, r) for r in under_way)
+    at = min((c.at for c in checks), default=None) or utc_now()
+    reading = ErasureReading(checked, named, tuple(checks), tuple(pending.values()), at)
+    _TAKEN[reading] = weakref.ref(manager)
+    return reading
+
+
+def checked_reading(
+    manager: MemoryManager, reading: object, scope: MemoryScope, sources: Sequence[GroupRef]
+) -> ErasureReading | None:
+    """``reading`` if ``manager`` took it for ``scope``'s tenant and user and every session of ``sources``.
+
+    ``None`` stays ``None`` (no reading). Else :class:`InvalidArgumentError`; the caller starts nothing.
+    """
+    if reading is None:
+        return None
+    if not isinstance(reading, ErasureReading):
+        raise InvalidArgumentError(
+            f"reading must be an ErasureReading (manager.erasure_reading), got {type(reading).__name__}; "
+            "nothing was started"
+        )
+    taker = _TAKEN.get(reading)
+    if taker is None or taker() is not manager:
+        raise InvalidArgumentError(
+            "the erasure reading was not taken by this memory manager (another manager's, or one made or "
+            "copied by hand); nothing was started"
+        )
+    if (reading.scope.tenant, reading.scope.user) != (scope.tenant, scope.user):
+        raise InvalidArgumentError(
+            "the erasure reading was taken for another tenant or user than the extraction's scope; "
+            "nothing was started"
+        )
+    missing = sorted({ref.session for ref in sources} - set(reading.sessions))
+    if missing:
+        raise InvalidArgumentError(
+            f"the extraction's sources name {len(missing)} session(s) the erasure reading was not taken for; "
+            "nothing was started"
+        )
+    return reading
+
+
+async def fence_from_reading(
+    manager: MemoryManager,
+    telemetry: Resolved,
+    reading: ErasureReading,
+    scope: MemoryScope,
+    sources: Sequence[GroupRef],
+) -> None:
+    """Just before the extractor call: raise if an erasure covering the extraction began since ``reading``.
+
+    Covering: its fact, or a group of ``sources``. Under way at the reading
+    or now, or finished having joined the ledger since (each fence of the
+    reading, and any gained since: :func:`..memory_fence.covering`); a
+    reading of no fence is judged at the call, the finished ones by the
+    clocks (:meth:`..erasure_fence.ErasureFence.covering_after`). Reported
+    and raised by :func:`..extraction_fence.refused`; a store that cannot be
+    read raises its typed error as it is (nothing is sent either).
+    """
+    write = _SourcesWrite(scope, tuple(sources))
+    outcome = "the extraction was skipped before its extractor call: nothing was sent or written"
+    found: ErasureRecord | None = next((r for r in reading._pending if write.covers(r.target)), None)
+    if found is None and reading._checks:
+        rebuilt = tuple(FenceCheck(c.fence, write, c.revision, c.at) for c in reading._checks)
+        hit = await covering(rebuilt, manager)
+        found = hit[1] if hit is not None else None
+    elif found is None:
+        for fence in current_fences(manager):
+            found = await fence.covering_after(write, reading._at)
+            if found is not None:
+                break
+    if found is not None:
+        refused(telemetry, manager, write.refusal(found, outcome))
