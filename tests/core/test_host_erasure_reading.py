@@ -346,6 +346,60 @@ async def test_a_reading_of_no_fence_is_judged_through_a_fence_gained_since(tmp_
         await manager.aclose()
 
 
+class _HeldArchive(SQLiteArchive):
+    """An archive whose erase waits for the test: the groups erasure stays under way meanwhile."""
+
+    entered: anyio.Event
+    gate: anyio.Event
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **options: Any) -> EraseReport:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().erase(target, ctx, **options)
+
+
+async def test_without_a_reading_groups_being_erased_at_the_call_skip_the_extraction_reading_them(
+    tmp_path: Path,
+) -> None:
+    """A forget's groups erasure under way at the call (a groups target takes no fact: it went unseen)."""
+    db = tmp_path / "agentium.db"
+    runtime, manager, extractor = _host(db)
+    config = SQLiteConfig(path=str(db))
+    held = _HeldArchive(config)
+    held.entered, held.gate = anyio.Event(), anyio.Event()
+    store, sessions = SQLiteMemoryStore(config), SQLiteSessionStore(config)
+    with anyio.fail_after(30):
+        fact_id, (erased, kept) = await _archived_fact(db, runtime, manager)
+        eraser = create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=held,
+            session_store=sessions,
+            memory=store,
+            owned=(held, sessions, store),
+        )
+        async with eraser:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    lambda: eraser.forget(
+                        ANA, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR
+                    )
+                )
+                await held.entered.wait()  # recorded, pending
+                manager.extract_in_background(
+                    ANA, erased.messages, "group 0", sources=[GroupRef("s1", 0, erased.digest)]
+                )
+                with pytest.raises(MemoryDrainError):
+                    await manager.drain(20)
+                manager.extract_in_background(
+                    ANA, kept.messages, "group 1", sources=[GroupRef("s1", 1, kept.digest)]
+                )
+                assert (await manager.drain(20)).ok
+                held.gate.set()
+        assert extractor.handed == [m.content for m in kept.messages]
+        await runtime.aclose()
+        await manager.aclose()
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

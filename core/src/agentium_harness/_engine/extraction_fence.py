@@ -27,10 +27,10 @@ is caught):
 A host running its own turn takes its reading itself, as its turn starts
 (``manager.erasure_reading``, :mod:`.memory.erasure_reading`: the same
 reads, judged by the extraction's sources, groups erasures included).
-Without a reading (``manager.extract_in_background`` called by the host
-without one), or with one of no fence (the manager had none as the turn
+With an Agent's reading of no fence (the manager had none as the turn
 started), the pending erasures are read just before the call: one covering
-the fact under way skips it.
+the fact under way skips it. A host's call without a reading reads them
+too, its sources' groups included (:func:`.memory.erasure_reading.fence_at_call`).
 
 A skipped extraction sends nothing and writes nothing: its owned work fails
 (a drain reports it, naming the erasure), with a WARNING on

@@ -62,7 +62,7 @@ from .answers import checked_scope
 if TYPE_CHECKING:
     from .manager import MemoryManager
 
-__all__ = ["ErasureReading", "checked_reading", "fence_from_reading", "take_reading"]
+__all__ = ["ErasureReading", "checked_reading", "fence_at_call", "fence_from_reading", "take_reading"]
 
 
 @attrs.frozen(slots=True, eq=False, repr=False)
@@ -170,7 +170,7 @@ def _refusal(record: ErasureRecord, outcome: str) -> ErasureInProgressError:
     state = "was erased" if record.state is ErasureState.COMPLETE else "is being erased"
     where = f"{record.target.describe()}, erasure {record.erasure_id}"
     return ErasureInProgressError(
-        f"what the extraction reads {state} since the turn's erasure reading ({where}); {outcome}",
+        f"what the extraction reads {state} ({where}); {outcome}",
         record.erasure_id,
     )
 
@@ -273,3 +273,20 @@ async def fence_from_reading(
                 break
     if found is not None:
         refused(telemetry, manager, write.refusal(found, outcome))
+
+
+async def fence_at_call(
+    manager: MemoryManager, telemetry: Resolved, scope: MemoryScope, sources: Sequence[GroupRef]
+) -> None:
+    """A host's extraction without a reading: an erasure under way now covering it skips it.
+
+    Covering as with a reading: its fact, or a group of ``sources`` (a
+    groups erasure under way, retention's or a forget's, was not looked at).
+    One that began and finished before is not seen: that takes a reading.
+    """
+    write = _SourcesWrite(scope, tuple(sources))
+    outcome = "the extraction was skipped before its extractor call: nothing was sent or written"
+    for fence in current_fences(manager):
+        _, under_way = await fence.look(write)
+        if under_way:
+            refused(telemetry, manager, write.refusal(under_way[0], outcome))

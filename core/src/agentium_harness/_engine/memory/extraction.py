@@ -35,7 +35,7 @@ from ..._ports.memory import (
 )
 from ..extraction_fence import TurnReading, before_extractor
 from .answers import check_work, checked_scope, within
-from .erasure_reading import ErasureReading, checked_reading, fence_from_reading
+from .erasure_reading import ErasureReading, checked_reading, fence_at_call, fence_from_reading
 
 if TYPE_CHECKING:
     from .extractor import MemoryExtractor
@@ -199,6 +199,8 @@ async def _extract(
     # it) once an erasure covering it began; the write fence alone would only keep its facts out.
     if isinstance(seen, ErasureReading):
         await fence_from_reading(manager, telemetry_of(manager), seen, scope, cited)
+    elif seen is None:  # a host's call without a reading (or an Agent's whose reading failed)
+        await fence_at_call(manager, telemetry_of(manager), scope, cited)
     else:
         await before_extractor(fences_of(manager), telemetry_of(manager), manager, scope, cited, seen)
     proposed = await call_extractor(manager, extractor, scope, given)

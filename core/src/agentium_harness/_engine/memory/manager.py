@@ -252,15 +252,15 @@ class MemoryManager(MemoryWrites):
         (:func:`.limits.model_timeout`: ``MemoryLimits.model_timeout_s``, else
         the runtime's whose operation starts it, else ``op_timeout_s``); the writes under ``op_timeout_s``.
         Just before it, the erasures under way in every session store fencing
-        the manager are read: one covering ``scope``'s user or tenant, or a
-        session ``sources`` names, skips the extraction (the work fails with
-        ``ErasureInProgressError``; nothing is sent or written:
-        :mod:`..extraction_fence`). With ``reading`` (:meth:`erasure_reading`,
-        taken as the host's turn started), one that began since, finished or
-        not, skips it too, and so does one of some of the groups ``sources``
-        names (:mod:`.erasure_reading`). A reading this manager did not take,
-        or took for another tenant or user or not for every session ``sources``
-        names, is :class:`InvalidArgumentError` and nothing starts.
+        the manager are read: one covering ``scope``'s user or tenant, a
+        session ``sources`` names, or some of the groups it names, skips the
+        extraction (the work fails with ``ErasureInProgressError``; nothing
+        is sent or written: :mod:`..extraction_fence`). With ``reading``
+        (:meth:`erasure_reading`, taken as the host's turn started), one that
+        began since, finished or not, skips it too (:mod:`.erasure_reading`).
+        A reading this manager did not take, or took for another tenant or
+        user or not for every session ``sources`` names, is
+        :class:`InvalidArgumentError` and nothing starts.
         """
         return start_extraction(self, scope, messages, name, sources, None, reading)
 
