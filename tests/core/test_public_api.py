@@ -31,7 +31,8 @@ HOST_NAMES = {
     # observability (issue 24)
     "Telemetry",
     # memory lifecycle (issue 11)
-    "Agent", "AgentReply", "AgentState", "DrainItem", "DrainResult", "DrainStatus", "ErasureReading", "MemoryExtractor",
+    "Agent", "AgentReply", "AgentState", "DrainItem", "DrainResult", "DrainStatus", "ErasureReading",
+    "MemoryExtractor",
     "MemoryLimits", "MemoryManager", "MemorySelection", "OwnedWorkSource", "SelectionRequest", "WorkSource",
     "recent_and_relevant", "AckStatus", "FactStatus", "GroupRef", "MemoryAck", "MemoryEvent",
     "MemoryEventKind", "MemoryFact", "MemoryScope", "StoredFact", "MemoryOmitted", "memory_blocks",
