@@ -150,7 +150,7 @@ from ._errors import (
     ToolNotGrantedError,
     UnsupportedOperationError,
 )
-from ._errors_run import ErasedDuringRunError
+from ._errors_run import ErasedDuringRunError, FactForgottenDuringRunError
 from ._history import (
     MAX_PAYLOAD_BYTES,
     ControlKind,
@@ -268,6 +268,7 @@ __all__ = [
     "MessageRef",
     "ReadFence",
     "ErasedDuringRunError",
+    "FactForgottenDuringRunError",
     "ErasedSinceReadError",
     "ResetResult",
     "RetractResult",

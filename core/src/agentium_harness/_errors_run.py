@@ -1,4 +1,4 @@
-"""The error of a run stopped by an erasure that began after it loaded its session (docs/erasure.md).
+"""The errors of a run stopped by an erasure (or a forget) that began after it loaded (docs/erasure.md).
 
 A module of its own beside :mod:`._errors` (which is at its length bound):
 hosts import it from ``agentium_harness``.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._errors import ErasureInProgressError
 
-__all__ = ["ErasedDuringRunError"]
+__all__ = ["ErasedDuringRunError", "FactForgottenDuringRunError"]
 
 
 class ErasedDuringRunError(ErasureInProgressError):
@@ -30,3 +30,26 @@ class ErasedDuringRunError(ErasureInProgressError):
     erasure took it. Run again once the erasure is complete: the session is then
     empty (or, after such a groups erasure, without those groups).
     """
+
+
+class FactForgottenDuringRunError(ErasedDuringRunError):
+    """A memory fact the run's request carries was forgotten while it ran: it stopped before a model call.
+
+    A run injects memory facts once and every later model call of it (each
+    tool round, a verification revision) sends them again. A plain
+    ``forget`` — another task, or another process over the same memory
+    store — is not an erasure, yet the forgotten text must not reach the
+    model again: before each later call the engine reads the carried facts
+    back (one bounded ``history`` read each; free for a forget through the
+    run's own manager when the store cannot) and stops the run there.
+    As for any :class:`ErasedDuringRunError`, nothing of the run is
+    committed (its tool calls and the model's replies were made from the
+    fact and may restate it); ``run_result`` lists them, the diagnostic
+    ``erased_during_run`` and a WARNING (no content, no fact id) say why.
+    ``erasure_id`` is empty; ``fact_id`` names the fact. Run again: the
+    forgotten fact is no longer injected.
+    """
+
+    def __init__(self, message: str, fact_id: str) -> None:
+        self.fact_id = fact_id
+        super().__init__(message)

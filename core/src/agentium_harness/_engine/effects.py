@@ -56,10 +56,12 @@ from .._errors import (
 )
 from .._errors_run import ErasedDuringRunError
 from .._history import InterruptionCause, MessageGroup, RetainedRecord, TurnInterruption, ViewState
-from .._ports.summary import SummaryState
+from .._ports.memory import MemoryScope
+from .._ports.summary import TaskSummary
 from .._scope import Scope
 from .._text import error_text
 from .commit_fence import refuse_if_erased_since
+from .fact_fence import FactFence, carried_facts
 from .history_view import model_groups
 from .lifecycle import Ticket
 from .load import load_session
@@ -73,6 +75,7 @@ from .turn_fence import TurnFence, erased_during_run, recalled_groups
 from .unexpected import unexpected_error, warn_unexpected
 
 if TYPE_CHECKING:
+    from .request import RequestSources
     from .runtime import HarnessRuntime
 
 __all__ = ["ATTEMPTS", "CLOSE_SHARE", "EffectsKeeper"]
@@ -100,8 +103,8 @@ class EffectsKeeper:
     retained: Callable[[TurnInterruption | None], RetainedRecord]
     sources: SourceStatus
     attest_legacy: bool
-    #: The session's task summary (state) the run's request carries (``None``: none).
-    summary_sent: SummaryState | None = None
+    #: The run's request sources: the task summary (state) and the memory facts they carry, fenced.
+    request: RequestSources | None = None
     #: The turn as it goes (:func:`~.turn.run_turn` records into it), for a cancellation.
     trace: TurnTrace = attrs.field(
         default=attrs.Factory(
@@ -112,8 +115,9 @@ class EffectsKeeper:
                     revision=None if self.progress.stored is None else self.progress.stored.revision,
                     recalled=self._recalled(),  # worked out only once the ledger moved
                     resident=self._resident(),  # worked out only once the ledger moved
-                    summary=None if self.summary_sent is None else self.summary_sent.summary,
+                    summary=self._summary_sent(),
                     erased=None if self.progress.snap is None else self.progress.snap.erased,
+                    facts=self._facts(),
                 )
             ),
             takes_self=True,
@@ -373,6 +377,19 @@ class EffectsKeeper:
         if outcome is None or snap is None or not outcome.included:
             return ()
         return partial(recalled_groups, self.scope.session_key, snap.boundary, outcome.included)
+
+    def _summary_sent(self) -> TaskSummary | None:
+        """The task summary the run's request carries (``None``: none)."""
+        sent = None if self.request is None else self.request.in_request
+        return None if sent is None else sent.summary
+
+    def _facts(self) -> FactFence | None:
+        """The fence of the memory facts the run's request carries (``None``: it carries none: no cost)."""
+        manager = self.runtime.memory
+        fact_ids = () if self.request is None else carried_facts(self.request.blocks)
+        if manager is None or not fact_ids:
+            return None
+        return FactFence(manager, MemoryScope.of_session(self.scope), fact_ids)
 
     def _resident(self) -> tuple[int, ...] | Callable[[], tuple[int, ...]]:
         """What works out the seqs of the loaded resident groups whose messages the request sends.

@@ -410,7 +410,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
 
         # Commits the turn, or what ran of it when the turn stops (a failure, a conflict, a cancellation).
         keeper = progress.keeper = EffectsKeeper(
-            self, ticket, progress, scope, retained, assembly.status, attest_legacy, in_request
+            self, ticket, progress, scope, retained, assembly.status, attest_legacy, request
         )
         ask = partial(
             run_turn,

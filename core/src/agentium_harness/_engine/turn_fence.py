@@ -78,7 +78,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from .._errors import ErasureInProgressError
-from .._errors_run import ErasedDuringRunError
+from .._errors_run import ErasedDuringRunError, FactForgottenDuringRunError
 from .._observe.spans import current_span_event
 from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import SourceRef
@@ -90,6 +90,7 @@ from .._validators import exact_int
 from .commit_fence import erased_whole_since
 from .erased_groups import emptied, merge_ranges
 from .erasure_ledger import ledger_of, pending_key
+from .fact_fence import FactFence
 from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
 from .results import CommitState, Diagnostic, Severity
@@ -126,6 +127,7 @@ class TurnFence:
 
     __slots__ = (
         "erased",
+        "facts",
         "first",
         "recalled",
         "resident",
@@ -149,8 +151,11 @@ class TurnFence:
         resident: tuple[int, ...] | Callable[[], tuple[int, ...]] = (),
         summary: TaskSummary | None = None,
         erased: Sequence[SeqRange] | None = None,
+        facts: FactFence | None = None,
     ) -> None:
         self.ticket = ticket
+        #: The memory facts the request carries (``None``: none): a forget since stops the run too.
+        self.facts = facts
         #: The task summary the request carries (``None``: none); a forget erasure may empty it.
         self.summary = summary
         #: The session's erased ranges where the content sent is from (the load's): ranges beyond
@@ -185,7 +190,15 @@ class TurnFence:
         await self.check()
 
     async def check(self) -> None:
-        """Raise :class:`ErasedDuringRunError` if an erasure of the session began since the run's load."""
+        """Raise :class:`ErasedDuringRunError` if an erasure of the session began since the run's load.
+
+        Or a memory fact the request carries was forgotten since (:mod:`.fact_fence`).
+        """
+        await self._check_ledger()
+        if self.facts is not None:
+            await self.facts.check(self.ticket, self.what)
+
+    async def _check_ledger(self) -> None:
         ticket, first, seen = self.ticket, self.first, self.seen
         key = ticket.key
         if first is None or seen is None or key is None:
@@ -367,10 +380,14 @@ def _groups_under_way(key: SessionKey, record: ErasureRecord, what: str) -> Eras
 
 def erased_during_run(error: ErasedDuringRunError, ran: bool) -> Diagnostic:
     """The run's diagnostic for ``error``: why it stopped, and that what ran (if ``ran``) is not kept."""
-    kept = "; the tool calls that ran were made from the erased history and were not committed" if ran else ""
+    forgot = isinstance(error, FactForgottenDuringRunError)
+    made_from = "the forgotten fact" if forgot else "the erased history"
+    kept = f"; the tool calls that ran were made from {made_from} and were not committed" if ran else ""
     # No erasure id: the snapshot said groups (or the summary) the request carries went, not which erasure.
     why = (
-        f"an erasure covering the session (erasure {error.erasure_id}) began after the run loaded it"
+        "a memory fact the request carries was forgotten after the run injected it"
+        if forgot
+        else f"an erasure covering the session (erasure {error.erasure_id}) began after the run loaded it"
         if error.erasure_id
         else "groups (or the task summary) the request carries were erased after the run loaded the session"
     )

@@ -1,0 +1,133 @@
+"""The forget fence before each later model call of a run: a memory fact forgotten since is not sent again.
+
+A run injects memory facts into its request once (:mod:`.request`), and
+every model call of the run — each tool round, a verification revision —
+sends that request again. A plain ``forget`` of one of those facts by
+another task (over the same manager) or another process (over the same
+memory store) is not an erasure: the tenant's erasure ledger does not move
+and :class:`~.turn_fence.TurnFence` never looks. This fence does, for the
+facts the request carries and nothing else:
+
+- a run whose request carries no memory fact makes none (no read, no cost);
+- the first model call follows the memory selection at once (its read is
+  the check), so only later calls look;
+- a later call reads each carried fact's revisions back (one bounded
+  ``history`` read per fact, under the run's deadline: at most
+  :data:`~agentium_harness._ports.memory.MAX_FACT_REVISIONS` revisions).
+  A fact whose latest revision is a tombstone, or that the store no longer
+  has (erased), stops the run. A store that does not declare ``history``
+  is not read: only forgets through the run's own manager are seen then
+  (its ``forgotten_ids``), said in docs/erasure.md.
+
+Stopping raises :class:`~agentium_harness._errors_run.FactForgottenDuringRunError`
+(an :class:`ErasedDuringRunError`) before the call, with a WARNING (no
+content, no fact id) and the span event ``agentium.run.erased_during_run``:
+the run commits nothing, as for an erasure (its replies and tool calls were
+made from the fact and may restate it; docs/erasure.md says why the run is
+stopped rather than the fact dropped from later requests).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING
+
+from .._errors import AgentiumError, MemoryFactNotFoundError, MemoryStoreError
+from .._errors_run import FactForgottenDuringRunError
+from .._observe.spans import current_span_event
+from .._ports._base import OpContext
+from .._ports.memory import FactStatus, MemoryScope, MemoryStore, StoredFact
+from .._ports.provider import SourceBlock, SourceKind
+from .._text import error_text
+from .lifecycle import Ticket
+from .memory.answers import checked_history
+from .memory.sources import MEMORY_SOURCE_PREFIX
+from .results import CommitState
+
+if TYPE_CHECKING:
+    from .memory.manager import MemoryManager
+
+__all__ = ["FactFence", "carried_facts"]
+
+_log = logging.getLogger("agentium.engine")
+
+
+def carried_facts(blocks: Sequence[SourceBlock]) -> tuple[str, ...]:
+    """The ids of the memory facts among a request's source ``blocks`` (their ids: ``memory/<id>``)."""
+    return tuple(
+        block.source_id[len(MEMORY_SOURCE_PREFIX) :]
+        for block in blocks
+        if block.kind is SourceKind.MEMORY and block.source_id.startswith(MEMORY_SOURCE_PREFIX)
+    )
+
+
+class FactFence:
+    """One run's look, before each later model call, at the memory facts its request carries."""
+
+    __slots__ = ("calls", "fact_ids", "manager", "scope")
+
+    def __init__(self, manager: MemoryManager, scope: MemoryScope, fact_ids: tuple[str, ...]) -> None:
+        #: The run's memory manager (its store is read; its ``forgotten_ids`` without ``history``).
+        self.manager = manager
+        #: The run's memory scope: it owns every fact injected (``MemoryScope.sees`` implies ``owns``).
+        self.scope = scope
+        #: The ids of the facts the request carries, in its order.
+        self.fact_ids = fact_ids
+        #: Model calls checked so far: the first is not read (the selection just read the store).
+        self.calls = 0
+
+    async def check(self, ticket: Ticket, what: str = "run") -> None:
+        """Raise :class:`FactForgottenDuringRunError` if a carried fact was forgotten since the selection."""
+        self.calls += 1
+        if self.calls == 1 or not self.fact_ids:
+            return
+        manager, scope = self.manager, self.scope
+        if not manager.capabilities.history:
+            forgotten = manager.forgotten_ids
+            for fact_id in self.fact_ids:
+                if fact_id in forgotten:
+                    raise _forgotten(fact_id, what)
+            return
+        store = manager.store
+        for fact_id in self.fact_ids:
+            try:
+                raw = await ticket.call("memory forget fence", partial(_history, store, scope, fact_id))
+            except MemoryFactNotFoundError:
+                raise _forgotten(fact_id, what) from None  # erased since: gone as well
+            except AgentiumError:
+                raise
+            except Exception as exc:  # a store's foreign exception reaches the host typed
+                raise MemoryStoreError(
+                    f"memory forget fence: the store's history read failed: {error_text(exc)}; the {what} "
+                    "stopped before its next model call"
+                ) from exc
+            revisions = checked_history(raw, scope, fact_id, "memory forget fence")
+            if not revisions or revisions[-1].status is FactStatus.FORGOTTEN:
+                raise _forgotten(fact_id, what)
+
+
+async def _history(
+    store: MemoryStore, scope: MemoryScope, fact_id: str, ctx: OpContext
+) -> Sequence[StoredFact]:
+    return await store.history(scope, fact_id, ctx)
+
+
+def _forgotten(fact_id: str, what: str) -> FactForgottenDuringRunError:
+    """The stop for carried fact ``fact_id`` forgotten since the run's selection: a WARNING, a span event."""
+    _log.warning(
+        "%s stopped before a model call: a memory fact its request carries was forgotten after the run "
+        "injected it; nothing was sent again or committed",
+        what,
+        extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
+    )
+    current_span_event("agentium.run.erased_during_run", {"agentium.erasure.state": "forgotten"})
+    error = FactForgottenDuringRunError(
+        f"memory fact {fact_id!r}, which the {what}'s request carries, was forgotten after the {what} "
+        f"injected it; the {what} stopped before its next model call, so the fact was not sent again; "
+        "nothing was committed (what ran was made from it)",
+        fact_id,
+    )
+    error.commit_state = CommitState.NOT_COMMITTED
+    return error

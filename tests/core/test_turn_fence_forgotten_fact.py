@@ -1,0 +1,200 @@
+"""A run never sends again a memory fact forgotten (a plain ``forget``) while it ran.
+
+A run injects memory facts into its request once, and every model call of
+the run (each tool round) sends that request again. A plain ``forget`` of
+one of those facts — by another task over the same manager, or another
+process over the same memory store — is not an erasure: it leaves the
+ledger alone, so the erasure fence never looked, and the next call sent
+the forgotten fact again. The run now stops before that call
+(:class:`ErasedDuringRunError`, nothing committed: its tool round was
+made from the fact), as docs/erasure.md says; a forget of a fact the
+request does not carry changes nothing, and a run whose request carries no
+fact reads nothing more.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _effects_support import DEPLOY
+from _erasure_harness import ANA, Recording, tool_turn_while
+from _fence_support import fence_pair, two_processes
+
+from agentium_harness import CommitState, ErasedDuringRunError, MemoryFact, MemoryScope, SessionKey
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.sqlite import SQLiteConfig
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.plugin_api import MemoryCapabilities, OpContext
+from agentium_harness.testing.erasure_races import HeldTool
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "the vault code is qzfactq"
+SCOPE = MemoryScope("acme", "ana")
+REPLIES = ["noted", DEPLOY, "Deployed."]
+
+
+class CountingHistory(InMemoryMemoryStore):
+    """An in-memory memory store counting its ``history`` reads (what the fence reads per call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.histories = 0
+
+    async def history(self, scope: Any, fact_id: str, ctx: Any) -> Any:
+        self.histories += 1
+        return await super().history(scope, fact_id, ctx)
+
+
+def _memories(kind: str, tmp_path: Path) -> tuple[Any, Any]:
+    """Each process's memory store: one in-memory store shared, or a SQLite store each over one file."""
+    if kind == "memory":
+        shared = InMemoryMemoryStore()
+        return shared, shared
+    config = SQLiteConfig(path=str(tmp_path / "memory.db"))
+    return SQLiteMemoryStore(config), SQLiteMemoryStore(config)
+
+
+def _pair(kind: str, tmp_path: Path, provider: Recording, held: HeldTool) -> tuple[Any, Any]:
+    mine, other = two_processes(kind, tmp_path)
+    memory_mine, memory_other = _memories(kind, tmp_path)
+    return fence_pair(provider, held, {**mine, "memory": memory_mine}, {**other, "memory": memory_other})
+
+
+async def _remember(runtime: Any, text: str) -> str:
+    ack = await runtime.memory.remember(MemoryFact(SCOPE, text))
+    assert ack.fact_id is not None
+    return str(ack.fact_id)
+
+
+def _stopped(provider: Recording, outcome: object) -> None:
+    """The first call carried the fact; no call after it did; the run stopped, nothing committed."""
+    assert SECRET in provider.sent[1], provider.sent[1]
+    assert not [text for text in provider.sent[2:] if SECRET in text], provider.sent[2:]
+    assert isinstance(outcome, ErasedDuringRunError), repr(outcome)
+    assert outcome.commit_state is CommitState.NOT_COMMITTED
+    assert outcome.run_result is not None and not outcome.run_result.committed
+    notes = [d for d in outcome.run_result.diagnostics if d.code == "erased_during_run"]
+    assert notes and "forgotten" in notes[0].message, outcome.run_result.diagnostics
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_fact_forgotten_by_another_process_is_not_sent_again(kind: str, tmp_path: Path) -> None:
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine, other = _pair(kind, tmp_path, provider, held)
+    try:
+        await mine.run(ANA, "s1", "hello")
+        fact_id = await _remember(other, SECRET)
+
+        async def forget() -> None:
+            await other.memory.forget(SCOPE, fact_id)
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
+        _stopped(provider, outcome)
+        assert len(provider.sent) == 2
+        loaded = await mine.session_store.load(SessionKey("acme", "ana", "s1"), OpContext())
+        assert len(loaded.snapshot.resident) == 1  # only "hello": the stopped run committed nothing
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_a_fact_forgotten_through_the_same_manager_is_not_sent_again(tmp_path: Path) -> None:
+    """Another task of the process forgets it through the run's own manager: no store read needed."""
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine, other = _pair("memory", tmp_path, provider, held)
+    try:
+        await mine.run(ANA, "s1", "hello")
+        fact_id = await _remember(mine, SECRET)
+
+        async def forget() -> None:
+            await mine.memory.forget(SCOPE, fact_id)
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
+        _stopped(provider, outcome)
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_another_fact_forgotten_does_not_stop_the_run(tmp_path: Path) -> None:
+    """A forget of a fact the request does not carry (another user's) changes nothing."""
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine, other = _pair("memory", tmp_path, provider, held)
+    try:
+        await mine.run(ANA, "s1", "hello")
+        await _remember(other, SECRET)
+        bobs = MemoryScope("acme", "bob")
+        ack = await other.memory.remember(MemoryFact(bobs, "bob likes tea"))
+
+        async def forget() -> None:
+            await other.memory.forget(bobs, ack.fact_id)
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
+        assert not isinstance(outcome, Exception), repr(outcome)
+        assert outcome.committed
+        assert len(provider.sent) == 3 and SECRET in provider.sent[2]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_the_fence_reads_each_carried_fact_once_per_later_call_and_nothing_without_facts(
+    tmp_path: Path,
+) -> None:
+    """Cost: one bounded ``history`` read per carried fact per later model call; none with no fact."""
+    counting = CountingHistory()
+    mine_stores, other_stores = two_processes("memory", tmp_path)
+    provider = Recording(["noted", DEPLOY, "Deployed.", DEPLOY, "Deployed."])
+    held = HeldTool()
+    mine, other = fence_pair(
+        provider, held, {**mine_stores, "memory": counting}, {**other_stores, "memory": counting}
+    )
+    try:
+        await mine.run(ANA, "s1", "hello")  # no fact yet: one call, no read
+        held.release.set()
+        await mine.run(ANA, "s1", "Deploy it.", grants=["deploy"])  # no fact carried: no read
+        assert counting.histories == 0
+        await _remember(other, SECRET)
+        await _remember(other, "ana likes green tea")
+        await mine.run(ANA, "s1", "Deploy it.", grants=["deploy"])  # two calls, two facts carried
+        assert SECRET in provider.sent[-1] and "green tea" in provider.sent[-1]
+        assert counting.histories == 2  # the second call only: one read for each fact
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+class NoHistory(InMemoryMemoryStore):
+    """An in-memory memory store that does not declare ``history`` (the fence cannot read facts back)."""
+
+    capabilities = MemoryCapabilities(
+        acknowledged_writes=True, correction=True, forgetting=True, listing=True, erasure=True
+    )
+
+
+async def test_without_history_a_fact_forgotten_through_the_same_manager_still_stops_the_run(
+    tmp_path: Path,
+) -> None:
+    """The store is not read; the run's own manager knows what it forgot (its ``forgotten_ids``)."""
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    stores, _ = two_processes("memory", tmp_path)
+    mine, other = fence_pair(provider, held, {**stores, "memory": NoHistory()}, dict(stores))
+    try:
+        await mine.run(ANA, "s1", "hello")
+        fact_id = await _remember(mine, SECRET)
+
+        async def forget() -> None:
+            await mine.memory.forget(SCOPE, fact_id)
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
+        _stopped(provider, outcome)
+    finally:
+        await mine.aclose()
+        await other.aclose()
