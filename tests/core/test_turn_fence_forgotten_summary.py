@@ -32,6 +32,7 @@ from agentium_harness import (
     SummaryLimits,
     VerifiedIdentity,
 )
+from agentium_harness._engine import summary_fence
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import OpContext
@@ -78,6 +79,19 @@ async def _fact_of_group_0(mine: Any, other: Any) -> tuple[MemoryScope, str]:
     return scope, ack.fact_id
 
 
+def _count_index_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the fence's reads of the erasure index for a summary's erasure kind (one entry per walk)."""
+    walks: list[int] = []
+    real = summary_fence.joined_covering
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        walks.append(1)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(summary_fence, "joined_covering", counted)
+    return walks
+
+
 def _stopped_before_resending(provider: Recording, outcome: object) -> None:
     """The call that asked for the tool carried the summary stating the secret; none after it did."""
     assert SECRET in provider.sent[4]
@@ -107,8 +121,9 @@ async def test_a_summary_forget_emptied_between_calls_is_not_sent_again() -> Non
         await other.aclose()
 
 
-async def test_a_summary_retention_keeps_does_not_stop_the_run() -> None:
-    """Retention keeps a summary's text by design (docs/erasure.md): the run goes on."""
+async def test_a_summary_retention_keeps_does_not_stop_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retention keeps a summary's text by design (docs/erasure.md): the run goes on, no index walk."""
+    walks = _count_index_walks(monkeypatch)
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
     mine, other = _pair(provider, held, retention=RetentionPolicy(max_archived_groups=1))
@@ -123,6 +138,7 @@ async def test_a_summary_retention_keeps_does_not_stop_the_run() -> None:
         assert SECRET in provider.sent[4]
         assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
         assert len(provider.sent) == 6
+        assert walks == []  # the summary's text is unchanged: the snapshot settles it
     finally:
         await mine.aclose()
         await other.aclose()
@@ -184,6 +200,47 @@ async def test_a_summary_written_again_with_no_erasure_of_the_session_does_not_s
         assert SECRET in provider.sent[4]
         assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
         assert len(provider.sent) == 6
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_retention_with_a_summary_rewrite_in_one_window_does_not_stop_the_run(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention below the sent summary's frontier, then a summary update, between two calls: no stop.
+
+    Retention keeps a summary's text (docs/erasure.md): the text the run sends
+    was not forgotten. The fence used to take the two for a ``forget``
+    (changed text, groups below the frontier erased since the load) and stop
+    the run; it now reads the kind of the finished erasure from the index,
+    only then: a ``forget`` still stops it (the tests above).
+    """
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    held = HeldTool()
+    retention = RetentionPolicy(max_archived_groups=1)
+    mine, other = _pair(provider, held, two_processes(kind, tmp_path), retention=retention)
+    try:
+        await _primed(mine)
+
+        async def trim_then_refill() -> None:
+            before = await other.session_store.load(KEY, OpContext())
+            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+            assert len(result.erasures) == 1, result
+            await other.run(ANA, "s1", "More chatter.")  # archives a group: its summary update folds it
+            after = await other.session_store.load(KEY, OpContext())
+            sent = before.snapshot.summary.summary
+            assert after.snapshot.summary.summary.text != sent.text  # rewritten
+            erased = after.snapshot.erased
+            assert any(r.start < sent.frontier for r in erased), (erased, sent.frontier)  # below it
+
+        walks = _count_index_walks(monkeypatch)
+        outcome = await tool_turn_while(mine, held.entered, held.release, trim_then_refill, "Deploy it.")
+        assert SECRET in provider.sent[4]
+        assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
+        assert len(provider.sent) == 6
+        assert walks == [1]  # the one case the snapshot cannot settle: the index said retention
     finally:
         await mine.aclose()
         await other.aclose()

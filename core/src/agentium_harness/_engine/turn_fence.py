@@ -60,8 +60,10 @@ A forget erasure also empties a task summary covering the groups it took
 and the snapshot now holds it emptied, the run stops the same way; so
 it does when a summary update wrote it again before the check (another
 text, with a group below the sent summary's frontier erased since the
-load: ``erased``). Retention keeps a summary's text by design: only with
-such an update in the same window does it stop the run.
+load: ``erased``). Retention keeps a summary's text by design; with such
+an update in the same window the snapshot cannot tell it from a forget, and
+only then is the kind of the erasure that took those groups read from the
+index (:mod:`.summary_fence`): retention lets the run go on, a forget stops it.
 
 Recalled host documents need nothing more: a run sees only documents owned
 by its tenant, its user or its session, and every erasure taking one of
@@ -84,16 +86,16 @@ from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import SourceRef
 from .._ports.recall_sources import group_source_id
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
-from .._ports.summary import SummaryState, TaskSummary
+from .._ports.summary import TaskSummary
 from .._scope import SessionKey
 from .._validators import exact_int
 from .commit_fence import erased_whole_since
-from .erased_groups import emptied, merge_ranges
 from .erasure_ledger import ledger_of, pending_key
 from .fact_fence import FactFence
 from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
 from .results import CommitState, Diagnostic, Severity
+from .summary_fence import FORGOTTEN, forgotten_since, summary_gone
 
 __all__ = ["ERASED_DURING_RUN", "TurnFence", "erased_during_run", "recalled_groups"]
 
@@ -234,8 +236,14 @@ class TurnFence:
                 resident = self.resident if isinstance(self.resident, tuple) else self.resident()
                 if _erased_any(found, resident):
                     raise _recalled_gone(key, self.what, resident=True)
-            if not unchanged and self.summary is not None and _summary_gone(found, self.summary, self.erased):
-                raise _recalled_gone(key, self.what, summary=True)
+            if not unchanged and self.summary is not None:
+                gone = summary_gone(found, self.summary, self.erased)
+                # Retention with a summary rewrite looks like a forget in the snapshot: only then is the
+                # kind of the erasure read from the index (a forget stops the run; retention keeps text).
+                if gone is FORGOTTEN or (
+                    isinstance(gone, tuple) and await forgotten_since(ticket, store, key, first[0], gone)
+                ):
+                    raise _recalled_gone(key, self.what, summary=True)
         if not unchanged:
             finished = await erased_whole_since(ticket, store, key, first[0])
             if finished is not None:
@@ -260,43 +268,6 @@ def _erased_any(found: object, seqs: tuple[int, ...]) -> bool:
         return False
     spans = [r for r in snapshot.erased if isinstance(r, SeqRange)]
     return any(seq in span for span in spans for seq in seqs)
-
-
-def _summary_gone(found: object, sent: TaskSummary, erased: Sequence[SeqRange]) -> bool:
-    """Whether snapshot ``found`` (a store's answer, unchecked) shows summary ``sent`` forgotten since.
-
-    A forget erasure empties it (the form :func:`.erased_groups.emptied` knows);
-    a summary update may write it again before the check, with other text: a
-    text other than ``sent``'s, with groups below ``sent``'s frontier erased
-    beyond ``erased`` (the load's), is taken for that too. Retention keeps
-    the text, so only a summary update in the same window makes it stop.
-    """
-    snapshot = found.snapshot if isinstance(found, StoredSnapshot) else None
-    if not isinstance(snapshot, SessionSnapshot):
-        return False
-    state = snapshot.summary
-    now = state.summary if isinstance(state, SummaryState) else None
-    if isinstance(now, TaskSummary) and emptied(now):
-        return True
-    if isinstance(now, TaskSummary) and now.text == sent.text:
-        return False
-    ranges = snapshot.erased if isinstance(snapshot.erased, tuple) else ()
-    return any(
-        _beyond(r.start, min(r.stop, sent.frontier), erased) for r in ranges if isinstance(r, SeqRange)
-    )
-
-
-def _beyond(start: int, stop: int, known: Sequence[SeqRange]) -> bool:
-    """Whether some seq in ``[start, stop)`` lies in none of ``known``."""
-    for r in merge_ranges(known):
-        if start >= stop:
-            return False
-        if r.stop <= start:
-            continue
-        if r.start > start:
-            return True
-        start = r.stop
-    return start < stop
 
 
 def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> ErasedDuringRunError:

@@ -1,0 +1,117 @@
+"""Whether the task summary a run sends was forgotten since its load (the turn fence's summary check).
+
+A ``forget`` erasure (``erase_sources=True``) empties a task summary covering
+the groups it took: it may state the fact (:func:`.erased_groups.emptied`
+knows the form). Retention (and an operator's groups erasure) keeps a
+summary's text by design. The turn fence (:class:`~.turn_fence.TurnFence`)
+reads the session's snapshot when the ledger moved, and asks here:
+
+- the snapshot holds the summary emptied: forgotten;
+- it holds the text sent: kept;
+- it holds other text (a summary update wrote it again since) and no group
+  below the sent summary's frontier was erased beyond the load's ranges:
+  kept (nothing it states went);
+- else the two cannot be told apart from the snapshot: a ``forget``
+  emptied it and an update refilled it, or retention took the groups and
+  an update rewrote it. Only then is the erasure index read
+  (:func:`forgotten_since`): the session's chains newest first, the kind of
+  each finished groups erasure that took one of those new seqs, until they
+  are all accounted for or an entry that joined the ledger before the load
+  settles the walk (:func:`.erasure_index.joined_covering`: a few small
+  reads, one join record per entry). A ``forget`` among them, or a seq no
+  entry accounts for (fail closed), means forgotten; retention or an
+  operator's groups erasure alone, kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._ports.erasure import EraseTarget, ErasureKind, ErasureRecord, SeqRange
+from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
+from .._ports.summary import SummaryState, TaskSummary
+from .._scope import SessionKey
+from .erased_groups import emptied, merge_ranges
+from .erasure_index import joined_covering
+from .erasure_ledger import joined_since
+from .lifecycle import Ticket
+
+__all__ = ["FORGOTTEN", "KEPT", "forgotten_since", "summary_gone"]
+
+#: :func:`summary_gone`'s answers (else: the seq ranges the index must account for).
+FORGOTTEN, KEPT = True, False
+
+
+def summary_gone(found: object, sent: TaskSummary, erased: Sequence[SeqRange]) -> bool | tuple[SeqRange, ...]:
+    """Whether snapshot ``found`` (a store's answer, unchecked) shows summary ``sent`` forgotten since.
+
+    :data:`FORGOTTEN`, :data:`KEPT`, or — the snapshot cannot tell — the
+    seq ranges below ``sent``'s frontier erased beyond ``erased`` (the
+    load's), for :func:`forgotten_since` to account for.
+    """
+    snapshot = found.snapshot if isinstance(found, StoredSnapshot) else None
+    if not isinstance(snapshot, SessionSnapshot):
+        return KEPT
+    state = snapshot.summary
+    now = state.summary if isinstance(state, SummaryState) else None
+    if isinstance(now, TaskSummary) and emptied(now):
+        return FORGOTTEN
+    if isinstance(now, TaskSummary) and now.text == sent.text:
+        return KEPT
+    ranges = snapshot.erased if isinstance(snapshot.erased, tuple) else ()
+    below = [
+        SeqRange(r.start, min(r.stop, sent.frontier))
+        for r in ranges
+        if isinstance(r, SeqRange) and r.start < min(r.stop, sent.frontier)
+    ]
+    new = _minus(merge_ranges(below), merge_ranges(erased))
+    return new if new else KEPT
+
+
+async def forgotten_since(
+    ticket: Ticket, store: SessionStore, key: SessionKey, since: int | None, new: Sequence[SeqRange]
+) -> bool:
+    """Whether a ``forget`` erasure took one of ``new`` (seqs of ``key`` erased since the load at ``since``).
+
+    Read from the erasure index (the module's docstring): ``True`` also
+    when some seq of ``new`` is accounted for by no finished erasure read.
+    """
+    left = list(new)
+    forget = [False]
+
+    async def joined(record: ErasureRecord) -> bool | None:
+        verdict = await joined_since(ticket, store, record, since)
+        target = record.target
+        if verdict is not False and target.groups and target.session_key == key:
+            taken = merge_ranges(target.groups)
+            if any(_overlap(r, left) for r in taken):
+                if record.kind is ErasureKind.FORGET:
+                    forget[0] = True
+                left[:] = _minus(merge_ranges(left), taken)
+        return verdict
+
+    def settled(_: EraseTarget) -> bool:
+        return forget[0] or not left  # the walk stops here: the answer is known
+
+    await joined_covering(ticket, store, (key.tenant, key.user, (key.session,)), settled, joined)
+    return forget[0] or bool(left)
+
+
+def _overlap(span: SeqRange, ranges: Sequence[SeqRange]) -> bool:
+    return any(span.start < r.stop and r.start < span.stop for r in ranges)
+
+
+def _minus(ranges: Sequence[SeqRange], taken: Sequence[SeqRange]) -> tuple[SeqRange, ...]:
+    """The seqs of merged ``ranges`` in none of merged ``taken``, as ranges."""
+    out: list[SeqRange] = []
+    for r in ranges:
+        start = r.start
+        for t in taken:
+            if t.stop <= start or t.start >= r.stop:
+                continue
+            if t.start > start:
+                out.append(SeqRange(start, t.start))
+            start = max(start, t.stop)
+        if start < r.stop:
+            out.append(SeqRange(start, r.stop))
+    return tuple(out)
