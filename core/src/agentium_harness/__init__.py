@@ -150,7 +150,7 @@ from ._errors import (
     ToolNotGrantedError,
     UnsupportedOperationError,
 )
-from ._errors_run import ErasedDuringRunError, FactForgottenDuringRunError
+from ._errors_run import DocumentDeletedDuringRunError, ErasedDuringRunError, FactForgottenDuringRunError
 from ._history import (
     MAX_PAYLOAD_BYTES,
     ControlKind,
@@ -267,6 +267,7 @@ __all__ = [
     "InvalidPayloadError",
     "MessageRef",
     "ReadFence",
+    "DocumentDeletedDuringRunError",
     "ErasedDuringRunError",
     "FactForgottenDuringRunError",
     "ErasedSinceReadError",

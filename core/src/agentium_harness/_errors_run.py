@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._errors import ErasureInProgressError
 
-__all__ = ["ErasedDuringRunError", "FactForgottenDuringRunError"]
+__all__ = ["DocumentDeletedDuringRunError", "ErasedDuringRunError", "FactForgottenDuringRunError"]
 
 
 class ErasedDuringRunError(ErasureInProgressError):
@@ -52,4 +52,26 @@ class FactForgottenDuringRunError(ErasedDuringRunError):
 
     def __init__(self, message: str, fact_id: str) -> None:
         self.fact_id = fact_id
+        super().__init__(message)
+
+
+class DocumentDeletedDuringRunError(ErasedDuringRunError):
+    """A host document whose excerpt the run's request carries was deleted while it ran: it stopped.
+
+    Recall puts excerpts of host documents into a run's request once and
+    every later model call sends them again. ``delete_document`` (the
+    runtime's, another task's or another process's over the same recall
+    store) is not an erasure, yet the deleted text must not reach the model
+    again: before each later call the engine validates the carried
+    documents again (one recall session: open, ``validate_current``, close)
+    and a document the store calls ``deleted`` (or no longer visible to the
+    run: ``forbidden``) stops the run there. As for any
+    :class:`ErasedDuringRunError`, nothing of the run is committed;
+    ``run_result`` lists what ran, the diagnostic ``erased_during_run`` and
+    a WARNING (no content, no ids) say why. ``erasure_id`` is empty;
+    ``source_ids`` names the documents. Run again: recall no longer finds them.
+    """
+
+    def __init__(self, message: str, source_ids: tuple[str, ...]) -> None:
+        self.source_ids = source_ids
         super().__init__(message)

@@ -239,8 +239,10 @@ class DocumentOperations:
         delete and an erasure of its owner lands first, the erasure completes
         with nothing of the owner left (the delete answers ``False`` if the
         erasure took the document first), and a pending erasure does not hold
-        back a host removing a document. ``timeout_s`` (default
-        ``op_timeout_s``) bounds the store's call.
+        back a host removing a document. A run whose request carries
+        excerpts of the document stops before its next model call
+        (``DocumentDeletedDuringRunError``, nothing committed; docs/erasure.md).
+        ``timeout_s`` (default ``op_timeout_s``) bounds the store's call.
 
         Every error raised once admitted says in ``commit_state`` whether the
         document was deleted: ``not_committed`` when the store refused the

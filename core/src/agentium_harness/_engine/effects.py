@@ -61,6 +61,7 @@ from .._ports.summary import TaskSummary
 from .._scope import Scope
 from .._text import error_text
 from .commit_fence import refuse_if_erased_since
+from .document_run_fence import DocumentFence
 from .fact_fence import FactFence, carried_facts
 from .history_view import model_groups
 from .lifecycle import Ticket
@@ -118,6 +119,7 @@ class EffectsKeeper:
                     summary=self._summary_sent(),
                     erased=None if self.progress.snap is None else self.progress.snap.erased,
                     facts=self._facts(),
+                    documents=self._documents(),
                 )
             ),
             takes_self=True,
@@ -390,6 +392,14 @@ class EffectsKeeper:
         if manager is None or not fact_ids:
             return None
         return FactFence(manager, MemoryScope.of_session(self.scope), fact_ids)
+
+    def _documents(self) -> DocumentFence | None:
+        """The fence of the host documents whose excerpts the run's request carries (``None``: none)."""
+        store, outcome = self.runtime.recall, self.progress.recall
+        refs = () if outcome is None else DocumentFence.carried(outcome.included)
+        if store is None or outcome is None or not refs:
+            return None
+        return DocumentFence(store, self.scope, self.runtime.recall_limits, refs, outcome.usage)
 
     def _resident(self) -> tuple[int, ...] | Callable[[], tuple[int, ...]]:
         """What works out the seqs of the loaded resident groups whose messages the request sends.

@@ -65,9 +65,12 @@ an update in the same window the snapshot cannot tell it from a forget, and
 only then is the kind of the erasure that took those groups read from the
 index (:mod:`.summary_fence`): retention lets the run go on, a forget stops it.
 
-Recalled host documents need nothing more: a run sees only documents owned
-by its tenant, its user or its session, and every erasure taking one of
-those covers the run's session (the checks above). What it does not cover: a
+Recalled host documents need nothing more for erasures: a run sees only
+documents owned by its tenant, its user or its session, and every erasure
+taking one of those covers the run's session (the checks above). A host's
+``delete_document`` is no erasure: :mod:`.document_run_fence` looks for it
+(``documents``), as :mod:`.fact_fence` looks for a plain ``forget`` of a
+memory fact the request carries (``facts``). What it does not cover: a
 call already under way when the erasure begins (the provider has the
 request; that is the provider's copy, docs/erasure.md).
 """
@@ -80,7 +83,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from .._errors import ErasureInProgressError
-from .._errors_run import ErasedDuringRunError, FactForgottenDuringRunError
+from .._errors_run import DocumentDeletedDuringRunError, ErasedDuringRunError, FactForgottenDuringRunError
 from .._observe.spans import current_span_event
 from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import SourceRef
@@ -90,6 +93,7 @@ from .._ports.summary import TaskSummary
 from .._scope import SessionKey
 from .._validators import exact_int
 from .commit_fence import erased_whole_since
+from .document_run_fence import DocumentFence
 from .erasure_ledger import ledger_of, pending_key
 from .fact_fence import FactFence
 from .lifecycle import Ticket, covers
@@ -128,6 +132,7 @@ class TurnFence:
     """One run's look at the erasure ledger before each model call, from the point its load saw."""
 
     __slots__ = (
+        "documents",
         "erased",
         "facts",
         "first",
@@ -154,8 +159,11 @@ class TurnFence:
         summary: TaskSummary | None = None,
         erased: Sequence[SeqRange] | None = None,
         facts: FactFence | None = None,
+        documents: DocumentFence | None = None,
     ) -> None:
         self.ticket = ticket
+        #: The host documents whose excerpts the request carries (``None``: none): a delete stops the run.
+        self.documents = documents
         #: The memory facts the request carries (``None``: none): a forget since stops the run too.
         self.facts = facts
         #: The task summary the request carries (``None``: none); a forget erasure may empty it.
@@ -194,11 +202,14 @@ class TurnFence:
     async def check(self) -> None:
         """Raise :class:`ErasedDuringRunError` if an erasure of the session began since the run's load.
 
-        Or a memory fact the request carries was forgotten since (:mod:`.fact_fence`).
+        Or a memory fact the request carries was forgotten since (:mod:`.fact_fence`), or a host
+        document whose excerpt it carries was deleted since (:mod:`.document_run_fence`).
         """
         await self._check_ledger()
         if self.facts is not None:
             await self.facts.check(self.ticket, self.what)
+        if self.documents is not None:
+            await self.documents.check(self.ticket, self.what)
 
     async def _check_ledger(self) -> None:
         ticket, first, seen = self.ticket, self.first, self.seen
@@ -351,13 +362,20 @@ def _groups_under_way(key: SessionKey, record: ErasureRecord, what: str) -> Eras
 
 def erased_during_run(error: ErasedDuringRunError, ran: bool) -> Diagnostic:
     """The run's diagnostic for ``error``: why it stopped, and that what ran (if ``ran``) is not kept."""
-    forgot = isinstance(error, FactForgottenDuringRunError)
-    made_from = "the forgotten fact" if forgot else "the erased history"
+    forgot, deleted = (
+        isinstance(error, FactForgottenDuringRunError),
+        isinstance(error, DocumentDeletedDuringRunError),
+    )
+    made_from = (
+        "the forgotten fact" if forgot else "the deleted documents" if deleted else "the erased history"
+    )
     kept = f"; the tool calls that ran were made from {made_from} and were not committed" if ran else ""
     # No erasure id: the snapshot said groups (or the summary) the request carries went, not which erasure.
     why = (
         "a memory fact the request carries was forgotten after the run injected it"
         if forgot
+        else "host documents whose excerpts the request carries were deleted after recall read them"
+        if deleted
         else f"an erasure covering the session (erasure {error.erasure_id}) began after the run loaded it"
         if error.erasure_id
         else "groups (or the task summary) the request carries were erased after the run loaded the session"

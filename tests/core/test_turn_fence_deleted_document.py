@@ -1,0 +1,127 @@
+"""A run never sends again the excerpt of a host document deleted while it ran.
+
+Recall puts excerpts of host documents into a run's request once; every
+model call of the run (each tool round) sends that request again. A host's
+``delete_document`` between two calls (another task, or another process
+over the same recall store) is not an erasure: the ledger does not move and
+the erasure fence never looked, so the next call sent the deleted
+document's text again. The run now stops before that call, as for a
+forgotten memory fact (docs/erasure.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _effects_support import DEPLOY
+from _erasure_harness import ANA, Recording, tool_turn_while
+from _fence_support import fence_pair, two_processes
+
+from agentium_harness import (
+    CommitState,
+    DocumentDeletedDuringRunError,
+    ErasedDuringRunError,
+    RecallStatus,
+    SourceOwner,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.testing.erasure_races import HeldTool
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "The on-call rota qzrotaq changes every Monday."
+QUESTION = "When does the on-call rota change? Deploy it."
+REPLIES = [DEPLOY, "Deployed."]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_document_deleted_between_calls_is_not_sent_again(kind: str, tmp_path: Path) -> None:
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine_stores, other_stores = two_processes(kind, tmp_path, recall=True)
+    mine, other = fence_pair(provider, held, mine_stores, other_stores)
+    try:
+        await other.index_document(SourceOwner("acme"), "oncall", SECRET)
+
+        async def delete() -> None:
+            assert await other.delete_document(SourceOwner("acme"), "oncall") is True
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, delete, QUESTION)
+        assert "qzrotaq" in provider.sent[0], provider.sent[0]
+        assert not [text for text in provider.sent[1:] if "qzrotaq" in text], provider.sent[1:]
+        assert isinstance(outcome, DocumentDeletedDuringRunError), repr(outcome)
+        assert isinstance(outcome, ErasedDuringRunError)  # what hosts catch for the fence already
+        assert outcome.commit_state is CommitState.NOT_COMMITTED
+        assert outcome.source_ids == ("doc/acme/~/~/~/~/oncall",)
+        assert outcome.run_result is not None and not outcome.run_result.committed
+        notes = [d for d in outcome.run_result.diagnostics if d.code == "erased_during_run"]
+        assert notes and "deleted" in notes[0].message, outcome.run_result.diagnostics
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_another_document_deleted_does_not_stop_the_run(tmp_path: Path) -> None:
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine_stores, other_stores = two_processes("memory", tmp_path, recall=True)
+    mine, other = fence_pair(provider, held, mine_stores, other_stores)
+    try:
+        await other.index_document(SourceOwner("acme"), "oncall", SECRET)
+        await other.index_document(SourceOwner("acme", "bob"), "bobs", "Bob's garden notes: tulips.")
+
+        async def delete() -> None:
+            assert await other.delete_document(SourceOwner("acme", "bob"), "bobs") is True
+
+        outcome: Any = await tool_turn_while(mine, held.entered, held.release, delete, QUESTION)
+        assert not isinstance(outcome, Exception), repr(outcome)
+        assert outcome.recall is not None and outcome.recall.status is RecallStatus.COMPLETE
+        assert len(provider.sent) == 2 and "qzrotaq" in provider.sent[1]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+class CountingOpens(InMemoryRecallStore):
+    """An in-memory recall store counting the recall sessions opened (what the fence costs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opens = 0
+
+    async def open(self, *args: Any, **kwargs: Any) -> Any:
+        self.opens += 1
+        return await super().open(*args, **kwargs)
+
+
+async def test_the_fence_opens_one_session_per_later_call_and_none_without_documents() -> None:
+    """Cost: one recall session (open, validate, close) per later model call carrying a document."""
+    recall = CountingOpens()
+    stores = {"archive": InMemoryArchive(), "session_store": InMemorySessionStore(), "recall": recall}
+    provider = Recording(["Monday.", DEPLOY, "Deployed.", "Monday.", DEPLOY, "Deployed."])
+    held = HeldTool()
+    held.release.set()
+    mine, other = fence_pair(provider, held, stores, dict(stores))
+    try:
+        await other.index_document(SourceOwner("acme"), "oncall", SECRET)
+        before = recall.opens
+        await mine.run(ANA, "s1", "When does the on-call rota change?")  # one call
+        one_call = recall.opens - before
+        before = recall.opens
+        await mine.run(ANA, "s2", QUESTION, grants=["deploy"])  # two calls: the second is fenced
+        assert "qzrotaq" in provider.sent[-1]
+        assert recall.opens - before == one_call + 1
+        assert await other.delete_document(SourceOwner("acme"), "oncall") is True
+        before = recall.opens
+        await mine.run(ANA, "s3", "When does the on-call rota change?")  # one call, no document now
+        bare = recall.opens - before
+        before = recall.opens
+        await mine.run(ANA, "s4", QUESTION, grants=["deploy"])  # two calls, no document: no look
+        assert "qzrotaq" not in provider.sent[-1]
+        assert recall.opens - before == bare
+    finally:
+        await mine.aclose()
+        await other.aclose()
