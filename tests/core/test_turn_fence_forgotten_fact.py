@@ -14,6 +14,7 @@ fact reads nothing more.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,19 @@ from _effects_support import DEPLOY
 from _erasure_harness import ANA, Recording, tool_turn_while
 from _fence_support import fence_pair, two_processes
 
-from agentium_harness import CommitState, ErasedDuringRunError, MemoryFact, MemoryScope, SessionKey
+from agentium_harness import (
+    CommitState,
+    ErasedDuringRunError,
+    MemoryFact,
+    MemoryScope,
+    SessionKey,
+    create_harness_runtime,
+)
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.adapters.sqlite import SQLiteConfig
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.plugin_api import MemoryCapabilities, OpContext
-from agentium_harness.testing.erasure_races import HeldTool
+from agentium_harness.testing.erasure_races import HeldTool, fact_forgotten_mid_run
 
 pytestmark = pytest.mark.anyio
 
@@ -198,3 +206,18 @@ async def test_without_history_a_fact_forgotten_through_the_same_manager_still_s
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+@pytest.mark.parametrize("forgets", [True, False], ids=["forgotten", "another-forgotten"])
+async def test_the_public_helper_over_sqlite(tmp_path: Path, forgets: bool) -> None:
+    """:func:`fact_forgotten_mid_run` over SQLite: what a backend's tests run over their own stores."""
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    memory_config = SQLiteConfig(path=str(tmp_path / "memory.db"))
+
+    def build(provider: Any, **options: Any) -> Any:
+        archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+        return create_harness_runtime(
+            provider=provider, archive=archive, session_store=store, owned=(archive, store), **options
+        )
+
+    await fact_forgotten_mid_run(build, partial(SQLiteMemoryStore, memory_config), forgets=forgets)

@@ -34,8 +34,10 @@
   :func:`first_turn_during_erasure` runs a turn held while another runtime
   erases; :class:`HeldTool` and :func:`tool_turn_while` hold a turn in a tool
   round, :class:`RecordingProvider` keeps the text of each request, and
-  :func:`resident_history_erased_mid_run` is a whole test any backend runs
-  with a :class:`RuntimeBuilder` over its own server (the PostgreSQL and S3
+  :func:`resident_history_erased_mid_run` and :func:`fact_forgotten_mid_run`
+  (a memory fact another process forgets while a run carries it; given a
+  memory store factory too) are whole tests any backend runs with a
+  :class:`RuntimeBuilder` over its own server (the PostgreSQL and S3
   plugins' erasure-race tests use them).
 - Dependency floors (:mod:`agentium_harness.testing.floors`): :func:`declared_floors`,
   :func:`install_floors`, :func:`run_python` and :func:`run_pytest` run a

@@ -18,6 +18,8 @@ a test can show their number does not grow with the erasures before it:
 
     loads, error = await first_turn_during_erasure(build, identity, "s1", target, attestation)
 
+:func:`fact_forgotten_mid_run` does the same for a memory fact another
+process forgets while a run carries it, over a backend's memory store.
 A turn can also be held in a tool (:class:`HeldTool`, :func:`tool_turn_while`)
 while :class:`RecordingProvider` keeps the text of every request, so a test can
 show what the model was (or was not) sent after an erasure. A backend's tests
@@ -48,9 +50,10 @@ from .._engine.results import CommitState
 from .._engine.retention import RetentionPolicy
 from .._engine.runtime import HarnessRuntime
 from .._engine.tools import EffectLevel, Tool, ToolRegistry
-from .._errors_run import ErasedDuringRunError
+from .._errors_run import ErasedDuringRunError, FactForgottenDuringRunError
 from .._ports import OpContext
 from .._ports.erasure_target import EraseTarget
+from .._ports.memory import MemoryFact, MemoryScope, MemoryStore
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse
 from .._ports.sessions import SessionStore
 from .._scope import ERASURE_RECORDS_TENANT, SessionKey, VerifiedIdentity
@@ -63,6 +66,7 @@ __all__ = [
     "RecordingProvider",
     "RuntimeBuilder",
     "counting_index_loads",
+    "fact_forgotten_mid_run",
     "first_turn_during_erasure",
     "resident_history_erased_mid_run",
     "tool_turn_while",
@@ -229,6 +233,57 @@ async def resident_history_erased_mid_run(build: RuntimeBuilder, *, stops: bool)
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+async def fact_forgotten_mid_run(
+    build: RuntimeBuilder, memory: Callable[[], MemoryStore], *, forgets: bool
+) -> None:
+    """A memory fact a run's request carries, forgotten by another process between two model calls.
+
+    Two runtimes made by ``build`` stand for two processes, each given a
+    memory store of its own made by ``memory`` (over the same backend). The
+    other process remembers a fact of Ana's that her run injects, and, while
+    the run waits in a tool round, forgets it (``forgets``) — the run must
+    stop before its next call
+    (:class:`~agentium_harness.FactForgottenDuringRunError`, nothing
+    committed) — or forgets another user's fact: the run must go on, sending
+    Ana's fact again. Raises ``AssertionError`` when the runtime does
+    otherwise; both runtimes and both memory stores are closed.
+    """
+    identity = VerifiedIdentity("acme", "ana", "test-auth")
+    ana, bob = MemoryScope("acme", "ana"), MemoryScope("acme", "bob")
+    deploy = {"content": "", "tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"to": "prod"}}]}
+    provider, held = RecordingProvider(["noted", deploy, "Deployed."]), HeldTool()
+    stores = (memory(), memory())
+    mine = build(provider, tools=held.registry(), memory=stores[0])
+    other = build(ScriptedProvider(replies=["ok"], cycle=True), memory=stores[1])
+    try:
+        await mine.run(identity, "s1", "hello")
+        assert other.memory is not None, "build must pass memory= on to the runtime"
+        fact = await other.memory.remember(MemoryFact(ana, "the vault code is qzfactq"))
+        bobs = await other.memory.remember(MemoryFact(bob, "bob likes green tea"))
+        assert fact.fact_id is not None and bobs.fact_id is not None, (fact, bobs)
+        scope, fact_id = (ana, fact.fact_id) if forgets else (bob, bobs.fact_id)
+
+        async def forget() -> None:
+            assert other.memory is not None
+            await other.memory.forget(scope, fact_id)
+
+        got = await tool_turn_while(mine, identity, "s1", "Deploy it.", held, forget)
+        assert "qzfactq" in provider.sent[1], "the premise: the call asking for the tool had the fact"
+        if forgets:
+            assert isinstance(got, FactForgottenDuringRunError), repr(got)
+            assert got.commit_state is CommitState.NOT_COMMITTED, got.commit_state
+            assert got.fact_id == fact_id, got.fact_id
+            assert len(provider.sent) == 2, provider.sent[2:]
+        else:
+            assert not isinstance(got, Exception), repr(got)
+            assert len(provider.sent) == 3 and "qzfactq" in provider.sent[2], provider.sent[2:]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+        for store in stores:
+            await store.aclose()
 
 
 class CountsIndexLoads(Protocol):
