@@ -28,6 +28,7 @@ from agentium_harness import (
     ErasedDuringRunError,
     MemoryFact,
     MemoryScope,
+    MemoryStoreError,
     SessionKey,
     create_harness_runtime,
 )
@@ -221,3 +222,37 @@ async def test_the_public_helper_over_sqlite(tmp_path: Path, forgets: bool) -> N
         )
 
     await fact_forgotten_mid_run(build, partial(SQLiteMemoryStore, memory_config), forgets=forgets)
+
+
+class FailingHistory(InMemoryMemoryStore):
+    """An in-memory memory store whose ``history`` fails once ``broken`` (a foreign exception)."""
+
+    broken = False
+
+    async def history(self, scope: Any, fact_id: str, ctx: Any) -> Any:
+        if self.broken:
+            raise ValueError("memory backend down")
+        return await super().history(scope, fact_id, ctx)
+
+
+async def test_a_failed_read_fails_the_run_before_the_call(tmp_path: Path) -> None:
+    """The fact is never sent unchecked: the store's failure, typed, stops the run before the call."""
+    failing = FailingHistory()
+    stores, _ = two_processes("memory", tmp_path)
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine, other = fence_pair(provider, held, {**stores, "memory": failing}, dict(stores))
+    try:
+        await mine.run(ANA, "s1", "hello")
+        await _remember(mine, SECRET)
+
+        async def break_it() -> None:
+            failing.broken = True
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, break_it, "Deploy it.")
+        assert isinstance(outcome, MemoryStoreError), repr(outcome)
+        assert "memory backend down" in str(outcome)
+        assert len(provider.sent) == 2 and SECRET in provider.sent[1]  # no call after the failure
+    finally:
+        await mine.aclose()
+        await other.aclose()

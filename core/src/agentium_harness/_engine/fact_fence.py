@@ -18,6 +18,8 @@ facts the request carries and nothing else:
   has (erased), stops the run. A store that does not declare ``history``
   is not read: only forgets through the run's own manager are seen then
   (its ``forgotten_ids``), said in docs/erasure.md.
+  A read that fails (or passes its deadline) fails the run before the
+  call with the store's typed error: the fact is never sent unchecked.
 
 Stopping raises :class:`~agentium_harness._errors_run.FactForgottenDuringRunError`
 (an :class:`ErasedDuringRunError`) before the call, with a WARNING (no
