@@ -11,6 +11,7 @@ forgotten memory fact (docs/erasure.md).
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,13 @@ from agentium_harness import (
     ErasedDuringRunError,
     RecallStatus,
     SourceOwner,
+    create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.testing.erasure_races import HeldTool
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.testing.erasure_races import HeldTool, document_deleted_mid_run
 
 pytestmark = pytest.mark.anyio
 
@@ -125,3 +129,18 @@ async def test_the_fence_opens_one_session_per_later_call_and_none_without_docum
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+@pytest.mark.parametrize("deletes", [True, False], ids=["deleted", "another-deleted"])
+async def test_the_public_helper_over_sqlite(tmp_path: Path, deletes: bool) -> None:
+    """:func:`document_deleted_mid_run` over SQLite: what a backend's tests run over their own stores."""
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    recall_config = SQLiteRecallConfig(path=str(tmp_path / "recall.db"))
+
+    def build(provider: Any, **options: Any) -> Any:
+        archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+        return create_harness_runtime(
+            provider=provider, archive=archive, session_store=store, owned=(archive, store), **options
+        )
+
+    await document_deleted_mid_run(build, partial(SQLiteRecallStore, recall_config), deletes=deletes)

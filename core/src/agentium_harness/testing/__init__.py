@@ -34,9 +34,10 @@
   :func:`first_turn_during_erasure` runs a turn held while another runtime
   erases; :class:`HeldTool` and :func:`tool_turn_while` hold a turn in a tool
   round, :class:`RecordingProvider` keeps the text of each request, and
-  :func:`resident_history_erased_mid_run` and :func:`fact_forgotten_mid_run`
+  :func:`resident_history_erased_mid_run`, :func:`fact_forgotten_mid_run`
   (a memory fact another process forgets while a run carries it; given a
-  memory store factory too) are whole tests any backend runs with a
+  memory store factory too) and :func:`document_deleted_mid_run` (a host
+  document another process deletes; given a recall store factory) are whole tests any backend runs with a
   :class:`RuntimeBuilder` over its own server (the PostgreSQL and S3
   plugins' erasure-race tests use them).
 - Dependency floors (:mod:`agentium_harness.testing.floors`): :func:`declared_floors`,

@@ -19,7 +19,9 @@ a test can show their number does not grow with the erasures before it:
     loads, error = await first_turn_during_erasure(build, identity, "s1", target, attestation)
 
 :func:`fact_forgotten_mid_run` does the same for a memory fact another
-process forgets while a run carries it, over a backend's memory store.
+process forgets while a run carries it, over a backend's memory store, and
+:func:`document_deleted_mid_run` for a host document another process
+deletes while a run carries its excerpt, over a backend's recall store.
 A turn can also be held in a tool (:class:`HeldTool`, :func:`tool_turn_while`)
 while :class:`RecordingProvider` keeps the text of every request, so a test can
 show what the model was (or was not) sent after an erasure. A backend's tests
@@ -50,11 +52,13 @@ from .._engine.results import CommitState
 from .._engine.retention import RetentionPolicy
 from .._engine.runtime import HarnessRuntime
 from .._engine.tools import EffectLevel, Tool, ToolRegistry
-from .._errors_run import ErasedDuringRunError, FactForgottenDuringRunError
+from .._errors_run import DocumentDeletedDuringRunError, ErasedDuringRunError, FactForgottenDuringRunError
 from .._ports import OpContext
 from .._ports.erasure_target import EraseTarget
 from .._ports.memory import MemoryFact, MemoryScope, MemoryStore
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse
+from .._ports.recall import RecallStore
+from .._ports.recall_sources import SourceOwner
 from .._ports.sessions import SessionStore
 from .._scope import ERASURE_RECORDS_TENANT, SessionKey, VerifiedIdentity
 from ..adapters.providers import ScriptedProvider
@@ -66,6 +70,7 @@ __all__ = [
     "RecordingProvider",
     "RuntimeBuilder",
     "counting_index_loads",
+    "document_deleted_mid_run",
     "fact_forgotten_mid_run",
     "first_turn_during_erasure",
     "resident_history_erased_mid_run",
@@ -279,6 +284,53 @@ async def fact_forgotten_mid_run(
         else:
             assert not isinstance(got, Exception), repr(got)
             assert len(provider.sent) == 3 and "qzfactq" in provider.sent[2], provider.sent[2:]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+        for store in stores:
+            await store.aclose()
+
+
+async def document_deleted_mid_run(
+    build: RuntimeBuilder, recall: Callable[[], RecallStore], *, deletes: bool
+) -> None:
+    """A host document whose excerpt a run's request carries, deleted by another process between calls.
+
+    Two runtimes made by ``build`` stand for two processes, each given a
+    recall store of its own made by ``recall`` (over the same backend). The
+    other process indexes a tenant-wide document Ana's run recalls, and,
+    while the run waits in a tool round, deletes it (``deletes``) — the run
+    must stop before its next call
+    (:class:`~agentium_harness.DocumentDeletedDuringRunError`, nothing
+    committed) — or deletes another user's document: the run must go on,
+    sending the excerpt again. Raises ``AssertionError`` when the runtime
+    does otherwise; both runtimes and both recall stores are closed.
+    """
+    identity = VerifiedIdentity("acme", "ana", "test-auth")
+    tenant, bob = SourceOwner("acme"), SourceOwner("acme", "bob")
+    deploy = {"content": "", "tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"to": "prod"}}]}
+    provider, held = RecordingProvider([deploy, "Deployed."]), HeldTool()
+    stores = (recall(), recall())
+    mine = build(provider, tools=held.registry(), recall=stores[0])
+    other = build(ScriptedProvider(replies=["ok"], cycle=True), recall=stores[1])
+    try:
+        await other.index_document(tenant, "oncall", "The on-call rota qzrotaq changes every Monday.")
+        await other.index_document(bob, "garden", "Bob's garden notes: tulips in April.")
+        owner, doc_id = (tenant, "oncall") if deletes else (bob, "garden")
+
+        async def delete() -> None:
+            assert await other.delete_document(owner, doc_id) is True
+
+        question = "When does the on-call rota change? Deploy it."
+        got = await tool_turn_while(mine, identity, "s1", question, held, delete)
+        assert "qzrotaq" in provider.sent[0], "the premise: the call asking for the tool had the excerpt"
+        if deletes:
+            assert isinstance(got, DocumentDeletedDuringRunError), repr(got)
+            assert got.commit_state is CommitState.NOT_COMMITTED, got.commit_state
+            assert len(provider.sent) == 1, provider.sent[1:]
+        else:
+            assert not isinstance(got, Exception), repr(got)
+            assert len(provider.sent) == 2 and "qzrotaq" in provider.sent[1], provider.sent[1:]
     finally:
         await mine.aclose()
         await other.aclose()
