@@ -387,9 +387,11 @@ class EffectsKeeper:
 
     def _facts(self) -> FactFence | None:
         """The fence of the memory facts the run's request carries (``None``: it carries none: no cost)."""
-        manager = self.runtime.memory
-        fact_ids = () if self.request is None else carried_facts(self.request.blocks)
-        if manager is None or not fact_ids:
+        manager, request = self.runtime.memory, self.request
+        if manager is None or request is None:
+            return None  # no memory: the request carries no facts, and nothing is read to say so
+        fact_ids = carried_facts(request.blocks)
+        if not fact_ids:
             return None
         return FactFence(manager, MemoryScope.of_session(self.scope), fact_ids)
 
