@@ -178,6 +178,7 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
 
     import agentium_harness as ah
     from agentium_harness import plugin_api as pa
+    from agentium_harness._cli.interrupt import EXIT_INTERRUPTED, SHUTDOWN_GRACE_S
     from agentium_harness._cli.output import MAX_STDIN_BYTES
     from agentium_harness._cli.recall import MAX_DOCUMENT_BYTES
     from agentium_harness._config.source import MAX_CONFIG_BYTES, MAX_NESTING
@@ -344,6 +345,11 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
             lambda: (MAX_STDIN_BYTES // MiB,),
         ),
         ("cli.md", r"files over (\d+) MiB", lambda: (MAX_DOCUMENT_BYTES // MiB,)),
+        (
+            "cli.md",
+            r"the process exits at most (\d+) seconds after the first one, status `(\d+)`",
+            lambda: (int(SHUTDOWN_GRACE_S), EXIT_INTERRUPTED),
+        ),
         # docs/recall.md: the host's document methods (HarnessRuntime.index_document)
         ("recall.md", r"Unicode of at most (\d+) MiB of UTF-8", lambda: (ah.MAX_DOCUMENT_BYTES // MiB,)),
         ("recall.md", r"`title` at most ([\d,]+) bytes", lambda: (ah.MAX_DOCUMENT_TITLE_BYTES,)),

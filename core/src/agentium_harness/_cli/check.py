@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from .._config import SECTION_KINDS, load_config
 from .._config.load import ResolvedConfig
 from .._config.runtime import build_runtime
 from .._config.source import find_config
 from .._errors import AgentiumError, ConfigError, ConfigIssue
+from .interrupt import run_async
 from .output import EXIT_OK, EXIT_USAGE, add_config_argument, print_json, shown
 
 __all__ = ["add_check_command", "cmd_check"]
@@ -49,7 +48,7 @@ def _probe(resolved: ResolvedConfig) -> dict[str, str]:
         async with runtime:
             return await runtime.probe()
 
-    return dict(anyio.run(probe))
+    return dict(run_async(probe))
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -19,8 +19,6 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
-import anyio
-
 from .._codec import unstructure
 from .._config import load_config
 from .._config.runtime import build_runtime
@@ -33,6 +31,7 @@ from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
 from .._validators import validate_id
+from .interrupt import run_async
 from .output import (
     EXIT_OK,
     NEVER_WRITTEN,
@@ -170,7 +169,7 @@ def _run(
         async with runtime:
             return await work(runtime)
 
-    return anyio.run(go)
+    return run_async(go)
 
 
 async def _all_status(

@@ -16,8 +16,6 @@ import argparse
 import sys
 from typing import Any
 
-import anyio
-
 from ..eval import (
     Progress,
     build_report,
@@ -29,6 +27,7 @@ from ..eval import (
     write_reports,
 )
 from ..testing.eval_target import create_harness_eval_target
+from .interrupt import run_async
 from .output import add_config_argument, print_json
 
 __all__ = ["DEFAULT_OUT", "add_eval_commands", "cmd_eval"]
@@ -61,7 +60,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             )
         return runs
 
-    runs = anyio.run(main)
+    runs = run_async(main)
     report = build_report(runs, list(graders.values()))
     json_path, html_path = write_reports(report, out)
     if args.json:

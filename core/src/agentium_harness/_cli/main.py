@@ -26,7 +26,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import anyio
 import attrs
 
 from .. import __version__
@@ -48,6 +47,7 @@ from .._text import error_text, shorten
 from .check import add_check_command
 from .erase import add_erase_commands, erasure_lines
 from .eval import add_eval_commands
+from .interrupt import EXIT_INTERRUPTED, interrupted, interrupts, run_async
 from .memory import add_memory_commands
 from .output import (
     EXIT_OK,
@@ -136,9 +136,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 "agentium demo: give --dir or --config, not both (the config says where data goes)\n"
             )
             return EXIT_USAGE
-        ok = anyio.run(run_demo_config, Path(args.config), args.turns, sys.stdout)
+        ok = run_async(run_demo_config, Path(args.config), args.turns, sys.stdout)
     else:
-        ok = anyio.run(run_demo, Path(args.dir or DEFAULT_DEMO_DIR), args.turns, sys.stdout)
+        ok = run_async(run_demo, Path(args.dir or DEFAULT_DEMO_DIR), args.turns, sys.stdout)
     return EXIT_OK if ok else 1
 
 
@@ -216,7 +216,7 @@ def _run_turn(args: argparse.Namespace) -> int:
             return result
 
     try:
-        result = anyio.run(go)
+        result = run_async(go)
     except AgentiumError as exc:
         # With --json a failed run still prints its RunResult (status interrupted: what ran, and
         # whether the turn was committed); stdout used to stay empty. main() reports the error.
@@ -289,7 +289,7 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
         async with runtime:
             return await runtime.inspect_session(_identity(args), args.session)
 
-    view = anyio.run(go)
+    view = run_async(go)
     if args.json:
         print_json(unstructure(view), sys.stdout)
     elif not view.exists:
@@ -350,7 +350,7 @@ def cmd_session_reconcile(args: argparse.Namespace) -> int:
         async with runtime:
             return await runtime.reconcile_session(_identity(args), args.session)
 
-    report = anyio.run(go)
+    report = run_async(go)
     if args.json:
         print_json(unstructure(report), sys.stdout)
     else:
@@ -384,7 +384,7 @@ def cmd_session_migrate(args: argparse.Namespace) -> int:
                 attest_legacy_memory_scope=True,
             )
 
-    report = anyio.run(go)
+    report = run_async(go)
     if args.json:
         print_json(unstructure(report), sys.stdout)
     else:
@@ -492,10 +492,6 @@ def _run_plugin_command(command: CliCommand, args: argparse.Namespace) -> object
         return EXIT_INTERRUPTED
 
 
-#: A plugin command interrupted by Ctrl-C (128 + SIGINT, as a shell reports it).
-EXIT_INTERRUPTED = 130
-
-
 def _first_word(argv: Sequence[str]) -> str | None:
     """The subcommand word of ``argv`` (the first argument not starting with ``-``), if any."""
     return next((a for a in argv if not a.startswith("-")), None)
@@ -554,8 +550,12 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        discover_config(args)
-        return _exit_status(args.command, func(args))
+        with interrupts(args.command):
+            discover_config(args)
+            return _exit_status(args.command, func(args))
+    except KeyboardInterrupt:  # Ctrl-C: a message, not a traceback (interrupt.py; docs/cli.md)
+        sys.stderr.write(f"agentium {args.command}: interrupted\n")
+        return EXIT_INTERRUPTED
     except AgentiumError as exc:
         # With --json a core command's failure is a JSON document on stdout too (docs/cli.md), unless
         # the command printed its own (run's interrupted RunResult); a plugin's --json is its own.
@@ -567,6 +567,9 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
             print_json(json_error(exc), sys.stdout)
         # shown_lines: the message may quote an adapter's error, and a server's text in it.
         sys.stderr.write(f"agentium {args.command}: {shown_lines(error_text(exc, named=False))}\n")
+        if interrupted():  # it failed because Ctrl-C cancelled it: the error says what it left
+            sys.stderr.write(f"agentium {args.command}: interrupted\n")
+            return EXIT_INTERRUPTED
         return EXIT_USAGE
     except BrokenPipeError:  # output piped into a command that exited early (``| head``)
         return EXIT_OK

@@ -19,8 +19,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-import anyio
-
 from .._config import load_config
 from .._config.runtime import build_component
 from .._engine.lifecycle import close_owned
@@ -29,6 +27,7 @@ from .._engine.memory_fence import fence_memory
 from .._errors import InvalidArgumentError
 from .._ports.memory import MemoryAck, MemoryFact, MemoryScope, MemoryStore, StoredFact, iso_utc
 from .._ports.sessions import SessionStore
+from .interrupt import run_async
 from .output import (
     NEVER_WRITTEN,
     add_config_argument,
@@ -132,7 +131,7 @@ def _with_manager(
             if sessions is not None:
                 await close_owned((sessions,), resolved.limits.op_timeout_s)
 
-    return anyio.run(go)
+    return run_async(go)
 
 
 def _fact_json(fact: StoredFact) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from .._scope import RecallScope, Scope, SessionKey, validate_id
+from .interrupt import run_async
 from .output import (
     NEVER_WRITTEN,
     print_json,
@@ -372,7 +373,7 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
             at["finished"] = True  # an error from here on (closing the runtime) came after every file
 
     try:
-        anyio.run(go)
+        run_async(go)
     except AgentiumError as exc:
         if at["done"]:
             # main() reports the error; what the documents before it became must be said too.
@@ -435,7 +436,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
                 groups=session_groups(ticket, runtime.archive, runtime.session_store, key, snap),
             )
 
-    evidence = anyio.run(go)
+    evidence = run_async(go)
     u = evidence.usage
     limits = runtime.recall_limits
     if args.json:
@@ -548,7 +549,7 @@ def cmd_recall_rebuild(args: argparse.Namespace) -> int:
                     ]
                     await index_sources(ticket, runtime.hybrid, store, sources)
 
-    anyio.run(go)
+    run_async(go)
     if refused:
         sys.stderr.write(
             f"warning: {len(refused)} group(s) the archive returned cannot be shown to be this session's "

@@ -14,13 +14,12 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-import anyio
-
 from .._codec import unstructure
 from .._config.runtime import load_runtime
 from .._engine.results import Diagnostic
 from .._scope import VerifiedIdentity
 from .._verdicts import Verdict, VerificationRecord
+from .interrupt import run_async
 from .output import EXIT_NOT_ACCEPTED, print_json, shown, text_argument
 
 __all__ = ["EXIT_NOT_ACCEPTED", "add_verify_commands", "print_verification"]
@@ -51,7 +50,7 @@ def _cmd_verify(
             async with runtime:
                 return await runtime.verify(identity(args), args.session, claim, since=args.since)
 
-        record, notes = anyio.run(go)
+        record, notes = run_async(go)
         if args.json:
             data: dict[str, Any] = {
                 "verdict": record.verdict.value,

@@ -1,0 +1,149 @@
+"""Ctrl-C for the ``agentium`` command: one short message and status 130, however many SIGINTs arrive.
+
+Python's own handling gave a traceback: ``asyncio``'s runner turns the first
+SIGINT into a cancellation of the command's task and then re-raises it as
+``KeyboardInterrupt`` out of ``anyio.run``, which no command caught; a second
+SIGINT, while the runtime was closing, raised ``KeyboardInterrupt`` in
+whatever cleanup code was running (an adapter's close, the loop's own
+shutdown), so that cleanup was cut short too.
+
+:func:`interrupts` (around the whole command, in ``main()``) installs a
+handler that is never re-entered into a traceback:
+
+- the first SIGINT cancels the command's work when an event loop runs it
+  (:func:`run_async`, every core command's ``anyio.run``): the runtime
+  closes as on any cancellation, bounded by the engine's close limits; outside
+  a loop (reading a config, a plugin command's wait) it raises
+  ``KeyboardInterrupt`` once, which ``main()`` reports;
+- every later SIGINT is ignored: the command is already shutting down;
+- the process exits at most :data:`SHUTDOWN_GRACE_S` after the first one,
+  status :data:`EXIT_INTERRUPTED`, whatever is still running (a watchdog
+  thread: a close blocked in a worker thread cannot hold the command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from types import FrameType
+from typing import Final, TypeVar, TypeVarTuple
+
+import anyio
+
+__all__ = ["EXIT_INTERRUPTED", "SHUTDOWN_GRACE_S", "interrupted", "interrupts", "run_async"]
+
+#: A command interrupted by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED: Final = 130
+
+#: Seconds an interrupted command has, from the first Ctrl-C, to close its runtime before the
+#: process exits without it: above the engine's default bounds of a close (``close_timeout_s``,
+#: 5 s) and of a summary settle, so a close that keeps them ends on its own first.
+SHUTDOWN_GRACE_S: Final = 20.0
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+class _State:
+    """The SIGINTs of this command so far, the watchdog the first one started, and what it cancels."""
+
+    __slots__ = ("cancel", "command", "count", "watchdog")
+
+    def __init__(self) -> None:
+        self.command = ""
+        self.count = 0
+        #: Cancels the running :func:`run_async`'s scope, from the signal handler; ``None`` outside one.
+        self.cancel: Callable[[], object] | None = None
+        self.watchdog: threading.Timer | None = None
+
+
+_STATE: Final = _State()
+
+
+def interrupted() -> bool:
+    """Whether a SIGINT reached the running command."""
+    return _STATE.count > 0
+
+
+def _expire() -> None:
+    """The grace is over: say so and exit now (a thread: the main one may be the one that hangs)."""
+    try:
+        sys.stderr.write(
+            f"agentium {_STATE.command}: interrupted; shutdown did not finish within "
+            f"{SHUTDOWN_GRACE_S:g}s, exiting without it\n"
+        )
+        sys.stderr.flush()
+    finally:
+        os._exit(EXIT_INTERRUPTED)
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    """The handler: the first SIGINT cancels or interrupts, later ones are ignored (module docs)."""
+    _STATE.count += 1
+    if _STATE.count > 1:
+        return  # shutting down already; the watchdog bounds it
+    watchdog = threading.Timer(SHUTDOWN_GRACE_S, _expire)
+    watchdog.daemon = True
+    watchdog.start()
+    _STATE.watchdog = watchdog
+    cancel = _STATE.cancel
+    if cancel is None:
+        raise KeyboardInterrupt
+    # Called back by the loop, not here: this handler runs between any two bytecodes of the
+    # main thread, the loop's own bookkeeping included; the call also wakes a loop in select().
+    cancel()
+
+
+@contextmanager
+def interrupts(command: str) -> Iterator[None]:
+    """Handle SIGINT as the module docs say while the body runs ``command``.
+
+    Only in the main thread (the only one Python runs signal handlers in). Left as it was
+    afterwards, unless a SIGINT came: then later ones stay ignored and the watchdog keeps
+    running, so that the process, which is exiting, does so at once and within the grace.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    _STATE.command, _STATE.count, _STATE.cancel = command, 0, None
+    signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        if _STATE.count:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGINT, previous)
+
+
+def run_async(func: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
+    """``anyio.run(func, *args)`` in a cancel scope the first SIGINT cancels.
+
+    An anyio cancellation, not the task's: the engine's shielded scopes (a commit under way)
+    keep it out as from any other cancellation. Ended by it, raises ``KeyboardInterrupt``
+    (``main()`` reports it); a SIGINT that came before the loop started ends it at once.
+    """
+
+    async def root() -> tuple[T] | None:
+        loop = asyncio.get_running_loop()
+        with anyio.CancelScope() as scope:
+            _STATE.cancel = partial(loop.call_soon_threadsafe, scope.cancel)
+            try:
+                if _STATE.count:
+                    scope.cancel()
+                return (await func(*args),)
+            finally:
+                _STATE.cancel = None
+        return None  # cancelled by the scope: by a SIGINT
+
+    done = anyio.run(root)
+    if done is None:
+        raise KeyboardInterrupt
+    return done[0]

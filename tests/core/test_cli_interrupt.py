@@ -1,0 +1,129 @@
+"""Ctrl-C to a core command: a short message and status 130, never a traceback, however many arrive.
+
+``asyncio``'s runner re-raised the first SIGINT as ``KeyboardInterrupt`` out of
+``anyio.run`` (no command caught it: a traceback, status -2), and a second one,
+while the runtime closed, raised ``KeyboardInterrupt`` inside that cleanup.
+Each test runs ``agentium demo`` (a long one) in a child process, SIGINTs it
+by its PID once it is running turns, and reopens its database afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+#: Pauses between the SIGINTs: none (two pending at once, or merged by the kernel into one), and
+#: ones that land the later SIGINT while the first one's cancellation closes the runtime.
+GAPS = [0.0, 0.02, 0.2]
+
+
+def _demo(directory: Path, turns: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentium_harness", "demo", "--turns", str(turns), "--dir", str(directory)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _interrupt_demo(directory: Path, count: int, gap: float) -> tuple[int, str]:
+    """A demo of many turns SIGINTed ``count`` times ``gap`` apart once a turn ran: its status and stderr.
+
+    Bounded by 30 s in all: a child that never runs a turn or never ends is killed and the test fails.
+    """
+    proc = _demo(directory, 10_000)
+    watchdog = threading.Timer(30, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("agentium demo:")
+        assert proc.stdout.readline().startswith("turn")  # the loop runs: the runtime is open
+        for i in range(count):
+            if i:
+                time.sleep(gap)  # a pause, not a measure: nothing asserts how long anything took
+            os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends, to this child only
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err
+
+
+def _reopens(directory: Path) -> None:
+    """The interrupted demo's database opens and runs a turn again: the close left nothing broken."""
+    proc = _demo(directory, 1)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "every archived digest matches its receipt: yes" in out
+
+
+def test_ctrl_c_during_a_core_command_is_reported_not_a_traceback(tmp_path: Path) -> None:
+    status, err = _interrupt_demo(tmp_path, 1, 0.0)
+    assert "Traceback" not in err, err
+    assert status == 130, (status, err)
+    assert err.endswith("agentium demo: interrupted\n"), err
+    _reopens(tmp_path)
+
+
+@pytest.mark.parametrize("gap", GAPS)
+def test_two_near_simultaneous_ctrl_cs_end_the_command_once_and_cleanly(tmp_path: Path, gap: float) -> None:
+    """The second SIGINT came while the first one's cancellation closed the runtime: it raised
+    ``KeyboardInterrupt`` in that cleanup, a traceback. It is ignored; the close finishes."""
+    status, err = _interrupt_demo(tmp_path, 2, gap)
+    assert "Traceback" not in err, err
+    assert status == 130, (status, err)
+    assert err.endswith("agentium demo: interrupted\n"), err
+    assert err.count("interrupted") == 1, err
+    _reopens(tmp_path)
+
+
+#: A command whose work ignores cancellation for good (a close that hangs), its grace cut to 0.5 s.
+_HANGING_CLOSE = """
+import sys
+import anyio
+from agentium_harness._cli import interrupt
+
+interrupt.SHUTDOWN_GRACE_S = 0.5
+
+async def work():
+    print("started", flush=True)
+    with anyio.CancelScope(shield=True):
+        await anyio.sleep(3600)
+
+with interrupt.interrupts("stuck"):
+    interrupt.run_async(work)
+"""
+
+
+def test_an_interrupted_command_whose_close_hangs_still_exits(tmp_path: Path) -> None:
+    """Shutdown after Ctrl-C is bounded: past the grace the process exits, status 130, saying why."""
+    script = tmp_path / "hanging_close.py"
+    script.write_text(_HANGING_CLOSE, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    watchdog = threading.Timer(30, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"
+        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Traceback" not in err, err
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err == "agentium stuck: interrupted; shutdown did not finish within 0.5s, exiting without it\n"
