@@ -40,7 +40,7 @@ from agentium_harness import (
     ToolRegistry,
     create_harness_runtime,
 )
-from agentium_harness._engine import erasure_index
+from agentium_harness._engine import erasure_index, erasure_index_add
 from agentium_harness._engine.erasure_api import run_erasure
 from agentium_harness._engine.recall_readback import SessionGroups
 from agentium_harness._ports.erasure import ErasureLedger
@@ -218,7 +218,7 @@ def _as_an_earlier_version(monkeypatch: pytest.MonkeyPatch) -> None:
     async def no_mark(*args: Any) -> None:
         return None
 
-    monkeypatch.setattr(erasure_index, "_mark_pages", no_mark)
+    monkeypatch.setattr(erasure_index_add, "_mark_pages", no_mark)
 
 
 async def test_recalls_document_check_reads_the_same_pages_after_10_or_100_erasures(
@@ -405,14 +405,14 @@ async def test_an_earlier_versions_pages_get_their_mark_at_the_next_move(
     # then 10 more by this version: its first move looks back once, finds the erasure, marks it.
     monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
     monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
-    mark_pages = erasure_index._mark_pages
+    mark_pages = erasure_index_add._mark_pages
     _as_an_earlier_version(monkeypatch)
     store, archive = ChainReads(), InMemoryArchive()
     rt = _runtime(store, archive)
     with anyio.fail_after(30):
         first = (await rt.erase(S1, reason="dsr", attestation=OPERATOR)).record
         await _erase_many(rt, GROUPS, 4)
-        monkeypatch.setattr(erasure_index, "_mark_pages", mark_pages)
+        monkeypatch.setattr(erasure_index_add, "_mark_pages", mark_pages)
         await _erase_many(rt, GROUPS, 10)
     await rt.aclose()
     with anyio.fail_after(30):
@@ -548,7 +548,7 @@ async def test_the_commit_fence_walks_past_the_mark_when_its_erasure_has_no_join
     joined = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"j-{whole.erasure_id}")
     stored = await store.load(joined, OpContext())
     assert stored is not None
-    other = erasure_index.header(await _first_groups_header(store))
+    other = erasure_index_add.header(await _first_groups_header(store))
     damaged = SessionSnapshot(
         memory_scope=Scope(ERASURE_RECORDS_TENANT, "acme", joined.session),
         ledger=ErasureLedger((other,), joined_after=0),

@@ -35,7 +35,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness._engine import erasure_index
+from agentium_harness._engine import erasure_index, erasure_index_add
 from agentium_harness._engine.document_fence import index_document_fenced
 from agentium_harness._engine.erasure_api import run_erasure
 from agentium_harness._engine.erasure_fence import ErasureFence
@@ -186,7 +186,7 @@ async def test_an_earlier_versions_chain_past_the_cap_is_still_read_whole(
     async def no_mark(*args: Any) -> None:
         return None
 
-    monkeypatch.setattr(erasure_index, "_mark_pages", no_mark)
+    monkeypatch.setattr(erasure_index_add, "_mark_pages", no_mark)
     world = _World()
     key = SessionKey("acme", "ana", "s1")
     async with world.eraser:

@@ -16,7 +16,7 @@ from .._errors import ErasureIncompleteError
 from .._ports.erasure import ErasureLedger, ErasureRecord, ErasureState
 from .._ports.sessions import SessionStore
 from .._text import error_text
-from .erasure_index import add_finished
+from .erasure_index_add import add_finished
 from .erasure_ledger import pending_key, pending_records, update_ledger
 from .erasure_resume import Saved, Tried, save_progress
 from .lifecycle import Ticket
