@@ -14,6 +14,7 @@ erasure that joined during the write still takes it back.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -232,3 +233,37 @@ async def test_an_erasure_of_the_session_under_retention_erasures_since_the_firs
                 await run_erasure(world.eraser, groups, "retention", OPERATOR, ErasureKind.RETENTION)
             found = await fence.covering_since(seen)
     assert found is not None and found.erasure_id == whole.record.erasure_id
+
+
+async def test_a_fence_gained_after_the_first_read_reads_the_same_after_10_or_100_erasures() -> None:
+    """``covering_after`` (a store that began fencing the writer after its first read: no revision
+    seen, the clocks judge) read every page of the write's chains: 5 loads after 10 erasures of
+    its user, 27 after 100, four headers a page. Each chain is now read newest first to its first
+    entry that completed a margin before the bound; what counts is unchanged: an erasure that
+    completed since the bound takes the write back, none that completed long before it does."""
+    reads = []
+    for count in (10, 100):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+            world = _World()
+            async with world.eraser:
+                with anyio.fail_after(30):
+                    for _ in range(count):
+                        await world.eraser.erase(USER, reason="dsr", attestation=OPERATOR)
+                    fence = ErasureFence(world.sessions, 30.0)
+                    ticket = Ticket(None, "test", 30.0)
+                    head = await erasure_index.tenant_index_head(ticket, world.sessions, "acme")
+                    done = head.records[-1].completed_at
+                    assert done is not None
+                    write = _FactWrite(ANA, ())
+                    world.sessions.loads = 0
+                    later = await fence.covering_after(write, done + timedelta(hours=1))
+                    reads.append(world.sessions.loads)
+                    found = await fence.covering_after(write, done - timedelta(hours=1))
+                    other = await fence.covering_after(_FactWrite(MemoryScope("acme", "bob"), ()), done)
+        assert later is None  # all of them completed long before the write's first read
+        assert found is not None and found.target == USER  # ana's: completed since that read
+        assert other is None  # none of them takes bob's fact
+    # The heads of the tenant's index and of the tenant's and ana's chains: ana's newest entry
+    # completed long before, so nothing listed before it counts.
+    assert reads == [3, 3], reads

@@ -245,6 +245,12 @@ class ErasureFence:
         meanwhile around a shared memory manager), so no ledger revision was seen to compare
         join records with: a finished covering erasure counts by the clocks, as one without a
         join record does in :meth:`covering_since` (``at``: this process's clock at the first read).
+
+        Each scope's chain is read newest first (:func:`.erasure_index.joined_covering`) and stops
+        at its first entry, covering or not, that completed :data:`CLOCK_MARGIN_S` before that
+        bound: every entry listed before it ran before it (a chain lists overlapping erasures in
+        the order they ran), so by any clock within the margin of its own it completed before
+        the bound too. It used to read every page of the write's chains, on every such write.
         """
         ticket = self._ticket()
         _, ledger = await self._pending(ticket, write.tenant)
@@ -252,6 +258,18 @@ class ErasureFence:
             if write.covers(record.target):
                 return record
         since = at - timedelta(seconds=CLOCK_MARGIN_S)
+        settled = since - timedelta(seconds=CLOCK_MARGIN_S)
+
+        async def judge(record: ErasureRecord) -> bool | None:
+            when = _when(record)
+            if when >= since:
+                return True  # counts (taken when it covers the write)
+            return False if when < settled else None  # None: not counted, the walk goes on
+
+        try:
+            return await joined_covering(ticket, self.store, write.scopes, write.covers, judge)
+        except SessionStoreError:
+            pass  # past the read cap, a damaged mark, a failed read: every covering erasure, as before
         covering = [r for r in await write.finished(ticket, self.store) if write.covers(r.target)]
         return next((r for r in sorted(covering, key=_when, reverse=True) if _when(r) >= since), None)
 
