@@ -24,7 +24,12 @@ only (:func:`distinct_history`): a call keeps its id unless an earlier call of
 the request is sent under it, and a duplicate's name is the form numbered by
 its group's ``seq``. So a call is sent under one name on every run, whatever
 groups come after it, where a name taken by the first ``n`` no call of the
-whole request held moved whenever a later group took it.
+whole request held moved whenever a later group took it. Groups *before* it
+can leave (the resident window, a view reset, an erasure): a repeat whose
+earlier holder left is sent under its own id from then on, only in requests
+whose earlier messages changed anyway. A name decided from its group alone
+would have to rename ids a model gave (two groups alike but for what came
+before them get one name); keeping the renamed one needs it stored.
 
 Every id a request carries is valid (:data:`_VALID`): 1 to
 :data:`MAX_OWN_ID_LENGTH` characters of ``[A-Za-z0-9_-]``, plus ``.`` and ``:``
