@@ -221,3 +221,46 @@ async def test_two_runtimes_completing_erasures_at_once_lose_no_tombstone() -> N
     assert len(page.records) + len(index.records) == len(before) + 12  # each entry once
     await first.aclose()
     await second.aclose()
+
+
+async def test_an_erasure_resumed_after_its_indexing_is_listed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erasure stopped after it was indexed, before it left ``pending``, was indexed again by its
+    resume once other users' erasures had moved the tenant's head to a page: ``erasure_status``
+    listed it twice. Its scope's head still lists it (nothing else joins that chain while it is
+    pending), so the resume adds it to neither chain again."""
+    from agentium_harness._engine import erasure_index, erasure_tombstone
+
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 1)  # every second listing moves the head
+    rt = _runtime(InMemorySessionStore())
+    async with rt:
+        with anyio.fail_after(30):
+            await rt.run(ALICE, "s1", "hello")
+            indexed = erasure_tombstone.add_finished
+
+            async def stops_after(*args: Any) -> None:
+                await indexed(*args)
+                raise OSError("stopped before leaving pending")
+
+            monkeypatch.setattr(erasure_tombstone, "add_finished", stops_after)
+            with pytest.raises(ErasureIncompleteError):
+                await rt.erase(EraseTarget.session("acme", "alice", "s1"), reason="dsr", attestation=OPERATOR)
+            monkeypatch.setattr(erasure_tombstone, "add_finished", indexed)
+            others = [
+                (
+                    await rt.erase(
+                        EraseTarget.session("acme", user, "s9"), reason="dsr", attestation=OPERATOR
+                    )
+                ).record.erasure_id
+                for user in ("bob", "cy")
+            ]
+            (resumed,) = await rt.resume_erasures(OPERATOR)
+            assert resumed.state is ErasureState.COMPLETE
+            listed: list[str] = []
+            after: str | None = None
+            while True:  # a page each: one call's listing passed over a second entry it had listed
+                page = await rt.erasure_status(OPERATOR, after=after, limit=1)
+                listed.extend(r.erasure_id for r in page)
+                if (after := page.next_after) is None:
+                    break
+            assert listed == [resumed.record.erasure_id, *others], listed
+            await rt.run(ALICE, "s1", "again")  # it left pending: the session id is usable again

@@ -32,11 +32,24 @@ async def add_finished(ticket: Ticket, store: SessionStore, done: ErasureRecord)
 
     Called once its tombstone is saved and before it leaves ``pending``, so
     a crash anywhere here leaves it pending, and its resume adds it again:
-    a head that has it already is left as it is, and a header indexed twice
-    (moved to a page meanwhile) is listed once.
+    a head that has it already is left as it is.
+
+    A resume whose erasure its scope's head lists already adds nothing: the
+    tenant's chain got it first, and may have moved it to a page since (other
+    users' erasures fill that head), where its head no longer shows it; added
+    again, ``erasure_status`` listed it twice. The scope's head still shows
+    it: every erasure of one scope chain overlaps every other, so none is
+    listed there while this one is pending, and that head does not move. Only
+    a stop between the two chains' updates can still list it twice in the
+    tenant's (noticing that would need a record of the first listing: a
+    format change).
     """
+    scope = chain_of(done.target)
+    _, head = await load_ledger(ticket, store, index_key(done.target.tenant_id, scope))
+    if any(r.erasure_id == done.erasure_id for r in head.records):
+        return
     await _add(ticket, store, done, TENANT_CHAIN)
-    await _add(ticket, store, done, chain_of(done.target))
+    await _add(ticket, store, done, scope)
 
 
 async def _add(ticket: Ticket, store: SessionStore, done: ErasureRecord, chain: str) -> None:
