@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -58,7 +57,8 @@ class _State:
     def __init__(self) -> None:
         self.command = ""
         self.count = 0
-        #: Cancels the running :func:`run_async`'s scope, from the signal handler; ``None`` outside one.
+        #: Cancels the running :func:`run_async`'s scope, from the signal handler; ``None`` outside
+        #: :func:`run_async` (the handler then raises ``KeyboardInterrupt``).
         self.cancel: Callable[[], object] | None = None
         self.watchdog: threading.Timer | None = None
 
@@ -72,13 +72,16 @@ def interrupted() -> bool:
 
 
 def _expire() -> None:
-    """The grace is over: say so and exit now (a thread: the main one may be the one that hangs)."""
+    """The grace is over: say so and exit now (a thread: the main one may be the one that hangs).
+
+    Written to the file descriptor, not ``sys.stderr``: the main thread may hang holding its lock.
+    """
     try:
-        sys.stderr.write(
+        message = (
             f"agentium {_STATE.command}: interrupted; shutdown did not finish within "
             f"{SHUTDOWN_GRACE_S:g}s, exiting without it\n"
         )
-        sys.stderr.flush()
+        os.write(2, message.encode("utf-8", "backslashreplace"))
     finally:
         os._exit(EXIT_INTERRUPTED)
 
@@ -140,10 +143,20 @@ def run_async(func: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
                     scope.cancel()
                 return (await func(*args),)
             finally:
-                _STATE.cancel = None
+                _STATE.cancel = _counted
         return None  # cancelled by the scope: by a SIGINT
 
-    done = anyio.run(root)
+    # While the loop starts or winds down around ``root``, a SIGINT is counted, not raised:
+    # raised there, it cut the loop's own teardown short. ``root`` ends at once if it came first.
+    _STATE.cancel = _counted
+    try:
+        done = anyio.run(root)
+    finally:
+        _STATE.cancel = None
     if done is None:
         raise KeyboardInterrupt
     return done[0]
+
+
+def _counted() -> None:
+    """What a SIGINT does while the loop starts or winds down: nothing but being counted."""
