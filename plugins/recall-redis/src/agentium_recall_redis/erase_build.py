@@ -7,17 +7,18 @@ of the whole tenant (``HSCAN`` of ``P:rev``, then its rows by number) reached it
 walked the tenant from its start again. A tenant too large for one call's deadline was never indexed,
 and each of its erasures cost the whole tenant.
 
-Now the first real user, session or groups erase call of such a tenant first *builds* the index, and
-keeps where it is in ``P:ixw`` (a hash: ``c``, the ``HSCAN`` cursor of ``P:rev`` while its ids are
-walked, with ``id``, the server process it belongs to, then ``r``, the next row number while its rows
-are, and ``e``, the highest row number when they began: the walk's end; ``x`` once a page left an entry
-out). Each page is one script call that reads the stored place, lists the page's ids (``BUILD_IDS``: in
-``P:is:<prefix>``, score 0) or rows (``BUILD_ROWS``: in ``P:ir:<prefix>``, score the number) and stores
-the next place, atomically: a call cut short anywhere loses nothing of what its pages did, and the next
-erase call of any user or session of the tenant goes on from there. Two calls building at once go on
-from the same stored place, each page once more at most. The last page marks the tenant (unless an entry
-was left out, see below) and drops ``P:ixw``; the erase then reads the target's own entries of the
-index, as in any indexed tenant. Dry runs write nothing: they walk the tenant as before.
+Now the first real user, session or groups erase call of such a tenant first *builds* the index, and keeps
+where it is in ``P:ixw`` (a hash: ``c``, the ``HSCAN`` cursor of ``P:rev`` while its ids are walked, with
+``id``, the server process it belongs to, then ``r``, the next row number (or row-set place,
+:mod:`.erase_walk`) while its rows are, and ``e``, the highest row number when they began: the walk's end;
+``x`` once a page left an entry out). Each page is one script call that reads the stored place, lists the
+page's ids (``BUILD_IDS``: in ``P:is:<prefix>``, score 0) or rows (``BUILD_ROWS``: in ``P:ir:<prefix>``,
+score the number) and stores the next place, atomically: a call cut short anywhere loses nothing of what
+its pages did, and the next erase call of any user or session of the tenant goes on from there. Two calls
+building at once go on from the same stored place, each page once more at most. The last page marks the
+tenant (unless an entry was left out, see below) and drops ``P:ixw``; the erase then reads the target's
+own entries of the index, as in any indexed tenant. Dry runs write nothing: they walk the tenant as
+before.
 
 Why this is sound: ``HSCAN`` returns every field present from the first call of a full iteration to its
 last, whatever the time between the calls and whoever makes them (its cursor holds no state on the
@@ -53,6 +54,7 @@ from agentium_harness.plugin_api import OpContext
 
 from . import erase_sweep
 from .erase_index import indexed
+from .erase_walk import SET_PAGE
 from .errors import RedisRecallError
 from .link import as_text
 from .lua import IX, Script
@@ -80,7 +82,7 @@ end
 local function place_seal(P, key)
   local parts = {P}
   for _, name in ipairs({'c', 'id', 'r', 'e', 'x'}) do
-    if redis.call('HSTRLEN', key, name) > 40 then return nil end
+    if redis.call('HSTRLEN', key, name) > 100 then return nil end
     local v = redis.call('HGET', key, name)
     parts[#parts + 1] = v and string.format('%d:%s', #v, v) or '-'
   end
@@ -104,6 +106,7 @@ BUILD_IDS = Script(
     "erase_build_ids",
     IX
     + erase_sweep.ROW_END
+    + SET_PAGE
     + _KIND
     + """
 local P, count, cap, most = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -120,7 +123,7 @@ local c
 if w == 'hash' and sealed(P, KEYS[2]) then
   local f = redis.call('HMGET', KEYS[2], 'c', 'r', 'id')
   local c_ok = f[1] and #f[1] <= 20 and string.match(f[1], '^%d+$') and run ~= '' and f[3] == run
-  local r_ok = f[2] and #f[2] <= 15 and string.match(f[2], '^%d+$')
+  local r_ok = f[2] and place_ok(f[2])  -- a row number, or a row-set place (erase_walk)
   if r_ok and not f[1] then return {'rows'} end
   if c_ok and not f[2] then c = f[1] end
 end
@@ -165,15 +168,16 @@ return {'ids'}
 BUILD_ROWS = Script(
     "erase_build_rows",
     IX
-    + erase_sweep.PAGE_END
+    + SET_PAGE
     + _KIND
     + """
 local P, count, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if marked(KEYS[3]) then return {'marked'} end
 if kind_of(KEYS[2]) ~= 'hash' or not sealed(P, KEYS[2]) then return {'lost'} end
 local f = redis.call('HMGET', KEYS[2], 'c', 'r')
-if f[1] or not f[2] or #f[2] > 15 or not string.match(f[2], '^%d+$') then return {'lost'} end
-local first, last = tonumber(f[2]), 0
+if f[1] or not f[2] or not place_ok(f[2]) then return {'lost'} end
+local first = not string.find(f[2], ' ', 1, true) and tonumber(f[2])
+local last = 0
 if kind_of(KEYS[1]) == 'string' then
   local v = redis.call('GET', KEYS[1])
   if #v <= 15 and string.match(v, '^%d+$') then last = tonumber(v) end
@@ -188,20 +192,16 @@ if e and #e <= 15 and string.match(e, '^%d+$') then
   last = math.min(last, tonumber(e))
 end
 local page, rest = {}, '0'
-if first <= last then
+if first and first <= last then
   local stop = math.min(last, first + count - 1)
   for i = first, stop do page[#page + 1] = string.format('%d', i) end
   rest = string.format('%d', stop + 1)
 elseif kind_of(P .. ':rows') == 'zset' then
-  local listed = redis.call('ZRANGEBYSCORE', P .. ':rows', f[2], upto, 'WITHSCORES', 'LIMIT', 0, count)
-  -- Past first whenever the page is full (its first score is at least first): forward, skipping none.
-  local after, stop = page_end(P .. ':rows', listed, count, upto)
-  if after then rest = string.format('%d', after) end
-  for j = 1, #listed, 2 do
-    local score = tonumber(listed[j + 1])
-    if score >= 1e15 then break end  -- damaged: no row number the store writes is that large
-    if stop and math.floor(score) >= after then break end  -- read again by the next page
-    if #listed[j] <= 15 and string.match(listed[j], '^%d+$') then page[#page + 1] = listed[j] end
+  -- From a (score, member) place (erase_walk): any number of members sharing a score is read past.
+  local items, after = set_page(P .. ':rows', f[2], count, upto)
+  if after then rest = after end
+  for _, item in ipairs(items) do
+    if #item[1] <= 15 and string.match(item[1], '^%d+$') then page[#page + 1] = item[1] end
   end
 end
 local function field(key, name)

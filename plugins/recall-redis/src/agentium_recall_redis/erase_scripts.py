@@ -75,7 +75,7 @@ for i = 1, #fields, 2 do
 end
 -- Backfill (ARGV[6]: the tenant prefix P, "" for none): every id of the page, current or deleted, goes
 -- into the erasure index's id sets of its user and session, in this same call. A key of another type is
--- left alone, and the cursor then ends in '*': that walk must not mark the tenant indexed (erase_index).
+-- left alone, and the cursor then starts with '*': that walk must not mark the tenant indexed (erase_index).
 if ARGV[6] ~= '' then
   for i = 1, #fields, 2 do
     if #fields[i] <= cap then
@@ -85,7 +85,7 @@ if ARGV[6] ~= '' then
         if t == 'zset' or t == 'none' then
           redis.call('ZADD', key, 0, fields[i])
         else
-          out[1] = page[1] .. '*'
+          out[1] = '*' .. page[1]
         end
       end
     end

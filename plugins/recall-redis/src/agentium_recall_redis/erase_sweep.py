@@ -58,6 +58,8 @@ from agentium_harness.plugin_api import (
 )
 
 from .erase_ixscores import SCORE_CHECK
+from .erase_walk import SET_PAGE
+from .errors import RedisRecallError
 from .keys import owner_from_key, owner_of_source_id, stored_seq
 from .link import as_text
 from .lua import IX, Script
@@ -68,7 +70,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MINE",
-    "PAGE_END",
     "ROW_END",
     "SWEEP",
     "SWEEP_END",
@@ -97,10 +98,13 @@ class Backfill:
     complete: bool = True
 
     def read(self, head: str) -> str:
-        """``head`` (a page's first reply element) without the ``*`` a page that left an entry out adds."""
-        if head.endswith("*"):
+        """``head`` (a page's first reply element) without the ``*`` a page that left an entry out puts first.
+
+        First, not last: a sweep's head may be a place ending in a row-set member (:mod:`.erase_walk`).
+        """
+        if head.startswith("*"):
             self.complete = False
-            return head[:-1]
+            return head[1:]
         return head
 
 
@@ -160,48 +164,21 @@ local function row_end(P)
 end
 """
 
-#: Lua: ``page_end(key, listed, count, upto)``, where the next page of row set ``key`` read by score goes
-#: on from (``ZRANGEBYSCORE key <from> upto WITHSCORES LIMIT 0 count`` gave ``listed``): nil when the page
-#: is not full (the set is read to its end, or past 1e15), else the number and whether the page stops
-#: before its members at the whole number its last score reaches. The next page goes on from the number
-#: past it when every member at that number is in the page (``ZCOUNT``), else from that number, reading
-#: them all again: more members shared it past the ``LIMIT`` (damage: the store gives each row its own
-#: number as its score), and a next page from the number past it stepped over them (a row of the target
-#: its ids no longer lead to stayed, its erasure complete). A full page all at one number cannot go on
-#: without skipping some: an error (the erase fails closed).
-PAGE_END: Final = """
-local function page_end(key, listed, count, upto)
-  if #listed < 2 * count then return nil, false end
-  local cut = math.floor(tonumber(listed[#listed]))
-  if cut >= 1e15 then return nil, false end
-  local hi = '(' .. string.format('%d', cut + 1)
-  if upto ~= '+inf' and tonumber(upto) < cut + 1 then hi = upto end
-  local here = 0
-  for j = 2, #listed, 2 do
-    if math.floor(tonumber(listed[j])) == cut then here = here + 1 end
-  end
-  if redis.call('ZCOUNT', key, string.format('%d', cut), hi) <= here then return cut + 1, false end
-  if 2 * here == #listed then
-    error('a row set holds more rows at one score than a page reads (damaged scores)')
-  end
-  return cut, true
-end
-"""
-
 #: The sweep's end (``row_end``), read once before its first page. KEYS: P:n. ARGV: P. Returns it as text.
 SWEEP_END = Script("erase_sweep_end", ROW_END + "return row_end(ARGV[1])\n")
 
-#: One page of the sweep. KEYS: P:n. ARGV: P, first row number, page size, longest field, reply cap, owner-key
-#: prefix, source, mode, end, then id prefixes. With source "", the page's row numbers are ``first`` to
-#: ``first + page - 1`` up to the counter P:n while ``first`` is within it, else the next ``page`` members of
-#: the tenant's row set ``P:rows`` numbered ``first`` or more (rows past a counter damaged to a lower value,
-#: or deleted); neither past ``end`` (``SWEEP_END`` before the first page; "" for none), so writes of other
-#: owners landing as fast as the sweep reads cannot keep it going. With source ``ir:<prefix>`` (an indexed
+#: One page of the sweep. KEYS: P:n. ARGV: P, its place (a row number ``first``, or a row-set place of
+#: :mod:`.erase_walk`), page size, longest field, reply cap, owner-key prefix, source, mode, end, then id
+#: prefixes. With source "", the page's row numbers are ``first`` to ``first + page - 1`` up to the counter
+#: P:n while ``first`` is within it, else the next ``page`` members of the tenant's row set ``P:rows``
+#: after the place (rows past a counter damaged to a lower value, or deleted); neither past ``end``
+#: (``SWEEP_END`` before the first page; "" for none), so writes of other owners landing as fast as the
+#: sweep reads cannot keep it going. With source ``ir:<prefix>`` (an indexed
 #: tenant, :mod:`agentium_recall_redis.erase_index`), the next ``page`` members of that row set of the erasure
 #: index only. Mode "b" (backfill) adds each row of the page to the erasure index's row sets of its owner key
-#: and id (one of another type is left alone, and the reply's first element then ends in ``*``); mode "p"
-#: (prune) takes a member without a row out of the source set; "" writes nothing. Returns {the row number to
-#: go on from ("0": no row left), then per row of the page with a row hash whose owner key starts with the
+#: and id (one of another type is left alone, and the reply's first element then starts with ``*``); mode "p"
+#: (prune) takes a member without a row out of the source set; "" writes nothing. Returns {the place to go
+#: on from ("0": no row left), then per row of the page with a row hash whose owner key starts with the
 #: owner-key prefix or whose id starts with an id prefix: n, owner key, id, seq, digest (as ``vouched``),
 #: filed ("1" when the tenant's bucket map ``P:bk`` files the owner key under the row's bucket, else "0")}. A
 #: field longer than the longest field (the seq: 20 bytes) comes back as "", unread. The page stops early,
@@ -213,9 +190,10 @@ SWEEP = Script(
     IX
     + SCORE_CHECK
     + VOUCHED
-    + PAGE_END
+    + SET_PAGE
     + """
-local P, first, count, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local P, first, count, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+if not place_ok(first) then error('a sweep place the store never makes') end
 local rcap, okp = tonumber(ARGV[5]), ARGV[6]
 local function kind_of(key)
   local t = redis.call('TYPE', key)
@@ -243,34 +221,32 @@ if source == '' and #stop_at <= 15 and string.match(stop_at, '^%d+$') then
   upto = stop_at
   last = math.min(last, tonumber(stop_at))
 end
--- The page: row numbers (strings) in order, each with the number a next call would go on from at it.
+-- The page: row numbers (strings) in order, each with the place a next call would go on from at it.
 local page, at, rest = {}, {}, '0'
-if first <= last then
-  local stop = math.min(last, first + count - 1)
-  for i = first, stop do
+local n0 = not string.find(first, ' ', 1, true) and tonumber(first)
+if n0 and n0 <= last then
+  local stop = math.min(last, n0 + count - 1)
+  for i = n0, stop do
     page[#page + 1] = string.format('%d', i)
     at[#at + 1] = page[#page]
   end
   rest = string.format('%d', stop + 1)
 elseif kind_of(listing) == 'zset' then
-  local listed = redis.call('ZRANGEBYSCORE', listing, ARGV[2], upto, 'WITHSCORES', 'LIMIT', 0, count)
-  local after, stop = page_end(listing, listed, count, upto)
-  if after then rest = string.format('%d', after) end
-  for j = 1, #listed, 2 do
-    local score = tonumber(listed[j + 1])
-    if score >= 1e15 then break end  -- damaged: no row number the store writes is that large
-    if stop and math.floor(score) >= after then break end  -- read again by the next page
-    if #listed[j] <= 15 and string.match(listed[j], '^%d+$') then
-      page[#page + 1] = listed[j]
-      at[#at + 1] = string.format('%d', math.floor(score))
+  -- From a (score, member) place (erase_walk): any number of members sharing a score is read past.
+  local items, after = set_page(listing, first, count, upto)
+  if after then rest = after end
+  for _, item in ipairs(items) do
+    if #item[1] <= 15 and string.match(item[1], '^%d+$') then
+      page[#page + 1] = item[1]
+      at[#at + 1] = item[3]
     end
   end
 end
 local out = {rest}
 local size = 16 + #rest
-local left = false  -- a backfill that left a row out (an index key of another type): '*' on the reply's head
+local left = false  -- a backfill that left a row out (an index key of another type): '*' before the head
 local function reply()
-  if left then out[1] = out[1] .. '*' end
+  if left then out[1] = '*' .. out[1] end
   return out
 end
 local function field(key, name, limit)
@@ -426,7 +402,7 @@ async def sweep_rows(
     okp, sid_prefixes = _prefixes(target)
     skipped = set(skip)
     found: list[Swept] = []
-    first = 1
+    first = "1"  # a place (erase_walk): row numbers from 1
     # A walk of the tenant's rows ends at the highest number there is now (SWEEP_END): in a real erase the
     # target's owners are fenced, so a row numbered past it is another owner's (a dry run plans what is).
     end = ""
@@ -448,7 +424,7 @@ async def sweep_rows(
         await store.renew(ctx)  # keeps a long erase call's fence up (a dry run's: nothing)
         reply = await store.script(SWEEP, [f"{prefix}:n"], args, ctx, "recall erase")
         head = as_text(reply[0])
-        resume, rows = int(head if fill is None else fill.read(head)), [as_text(v) for v in reply[1:]]
+        resume, rows = head if fill is None else fill.read(head), [as_text(v) for v in reply[1:]]
         for i in range(0, len(rows) - 5, 6):
             n = rows[i]
             if n in skipped:
@@ -459,11 +435,16 @@ async def sweep_rows(
             if len(found) >= want:
                 return found, True
             found.append(row)
-        if resume <= 0:
+        if resume == "0":
             return found, False
-        # Always forward: a row set damaged to give two rows one score must not loop the sweep (a full
-        # page re-reads its last number only when more members share it, and goes past first: PAGE_END).
-        first = max(resume, first + 1)
+        # Always forward: the script fails a page that would go on from where it began (erase_walk), and
+        # a reply cut short by its cap goes on at a row after its first.
+        if resume == first:
+            raise RedisRecallError(
+                "recall erase: a sweep page of the tenant's rows did not move on (damage); the rows it "
+                "found were not erased"
+            )
+        first = resume
 
 
 def noted(report: EraseReport, swept: Sequence[Swept], *, dry_run: bool) -> EraseReport:

@@ -1,0 +1,92 @@
+"""Reading a row set page by page from a (score, member) place, however many members share one score.
+
+The store gives each member of a row set (the tenant's ``P:rows``, the erasure index's ``P:ir:<prefix>``)
+its own row number as its score. The walks of an erasure (:mod:`agentium_recall_redis.erase_sweep`) and of
+an index build (:mod:`agentium_recall_redis.erase_build`) read those sets in pages by score. They went on
+from a *number*: a page that ended at score ``s`` went on from ``s + 1``, or read ``s`` again when more
+members shared it; a full page whose members all had one score (1,024 or more members at one score,
+which only damage leaves) could do neither without skipping some, and failed the erase closed, every
+erase of the tenant, until someone repaired the set by hand.
+
+Now a page goes on from a *place*: ``"<n>"`` (the members scored ``n`` or more: a walk's start, or the
+row numbers past a counter) or ``"<score> <member>"`` (the members after that one in the set's own
+order: by score, then by the member's bytes). The next page starts at the rank of the place's member
+when it is still there at that score (``ZRANK``, one lookup), else at the first member after it, found
+by a binary search over the ranks of the members at that score (``ZCOUNT`` twice, then at most about 50
+single-member ``ZRANGE`` lookups for 10^15 members). Members are compared byte by byte in Lua, never
+with Lua's ``<`` on strings, which follows the server's locale (``strcoll``), not the set's order. A
+member removed between pages (erased, given up, or removed by another owner's write) shifts no place,
+so no member present throughout the walk is stepped over, and a page is still one script call reading
+at most a page of members and O(log n) lookups.
+
+A place keeps at most 64 bytes of its member. A longer member is no row number (at most 15 digits), and
+its first 64 bytes sort at or before it, so the next page may read it again, never skip past one. A
+page that would go on from where it began (more than a page of members longer than 64 bytes sharing a
+score and their first 64 bytes, damage beyond any the store writes) fails the call (``RedisRecallError``)
+rather than read the same page for ever: the erase fails closed, nothing is said erased that is not.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["SET_PAGE"]
+
+#: Lua: ``place_ok(p)``, whether ``p`` is a place of a row-set walk (see the module); ``set_page(key,
+#: from, count, upto)``, the next page of row set ``key`` after place ``from``: its members as {member,
+#: score, the place a call going on at this member resumes from} (at most ``count``, none scored past
+#: ``upto`` ("+inf": no end) or at 1e15 and up, which no row number reaches), and the place the next page
+#: goes on from (nil once the set is read to its end or ``upto``). Fails when that place is ``from``.
+SET_PAGE: Final = """
+local function bytes_after(a, b)
+  if a == b then return false end
+  local n, i = math.min(#a, #b), 1
+  while i + 63 <= n and string.sub(a, i, i + 63) == string.sub(b, i, i + 63) do i = i + 64 end
+  while i <= n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+    i = i + 1
+  end
+  return #a > #b
+end
+local function place_ok(p)
+  if #p > 100 then return false end
+  local sp = string.find(p, ' ', 1, true)
+  if not sp then return #p <= 15 and string.match(p, '^%d+$') ~= nil end
+  local s = string.sub(p, 1, sp - 1)
+  if not string.match(s, '^[0-9.e+-]+$') then return false end
+  local v = tonumber(s)
+  return v ~= nil and v >= 1 and v < 1e15
+end
+local function set_rank(key, from)
+  local sp = string.find(from, ' ', 1, true)
+  if not sp then return redis.call('ZCOUNT', key, '-inf', '(' .. from) end
+  local s, m = string.sub(from, 1, sp - 1), string.sub(from, sp + 1)
+  local cur = redis.call('ZSCORE', key, m)
+  if cur and tonumber(cur) == tonumber(s) then return redis.call('ZRANK', key, m) + 1 end
+  -- The member is gone (or was moved): the first member after it among those at its score.
+  local lo = redis.call('ZCOUNT', key, '-inf', '(' .. s)
+  local hi = lo + redis.call('ZCOUNT', key, s, s)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if bytes_after(redis.call('ZRANGE', key, mid, mid)[1], m) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+local function set_page(key, from, count, upto)
+  local rank = set_rank(key, from)
+  local listed = redis.call('ZRANGE', key, rank, rank + count - 1, 'WITHSCORES')
+  local items, prev = {}, from
+  for j = 1, #listed, 2 do
+    local score = tonumber(listed[j + 1])
+    if score >= 1e15 or (upto ~= '+inf' and score > tonumber(upto)) then return items, nil end
+    items[#items + 1] = {listed[j], score, prev}
+    prev = listed[j + 1] .. ' ' .. string.sub(listed[j], 1, 64)
+  end
+  if #listed < 2 * count then return items, nil end
+  if prev == from then
+    error('a row set holds more members sharing a score and their first 64 bytes than a page reads')
+  end
+  return items, prev
+end
+"""
