@@ -12,6 +12,7 @@ from .config import DEFAULT_URL, RedisRecallConfig, redact_url
 from .errors import (
     RedisRecallAuthError,
     RedisRecallConnectionError,
+    RedisRecallDamagedError,
     RedisRecallError,
     RedisRecallLayoutError,
     RedisRecallServerError,
@@ -28,6 +29,7 @@ __all__ = [
     "RedisRecallAuthError",
     "RedisRecallConfig",
     "RedisRecallConnectionError",
+    "RedisRecallDamagedError",
     "RedisRecallError",
     "RedisRecallLayoutError",
     "RedisRecallServerError",

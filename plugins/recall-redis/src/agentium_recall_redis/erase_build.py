@@ -54,7 +54,7 @@ from agentium_harness.plugin_api import OpContext
 
 from . import erase_sweep
 from .erase_index import indexed
-from .erase_walk import SET_PAGE
+from .erase_walk import NUMBER_END, SET_PAGE, checked_number_walk
 from .errors import RedisRecallError
 from .link import as_text
 from .lua import IX, Script
@@ -169,6 +169,7 @@ BUILD_ROWS = Script(
     "erase_build_rows",
     IX
     + SET_PAGE
+    + NUMBER_END
     + _KIND
     + """
 local P, count, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -191,6 +192,8 @@ if e and #e <= 15 and string.match(e, '^%d+$') then
   upto = e
   last = math.min(last, tonumber(e))
 end
+-- Rows the row set does not list are numbered below the lowest it lists (erase_walk): no further by number.
+last = number_end(P, last)
 local page, rest = {}, '0'
 if first and first <= last then
   local stop = math.min(last, first + count - 1)
@@ -252,6 +255,9 @@ async def build_index(store: EraseOps, prefix: str, ctx: OpContext) -> bool:
     """
     ids = [f"{prefix}:rev", f"{prefix}:ixw", f"{prefix}:ixm"]
     rows = [f"{prefix}:n", f"{prefix}:ixw", f"{prefix}:ixm"]
+    # A walk by number past any bound the tenant's rows give (a damaged counter) fails closed first.
+    bounds = await store.script(erase_sweep.SWEEP_END, [f"{prefix}:n"], [prefix], ctx, "recall erase")
+    checked_number_walk(int(as_text(bounds[1])))
     count, phase = ID_PAGE, "ids"
     while True:
         await store.renew(ctx)

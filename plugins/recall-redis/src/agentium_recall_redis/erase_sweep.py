@@ -58,7 +58,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .erase_ixscores import SCORE_CHECK
-from .erase_walk import SET_PAGE
+from .erase_walk import NUMBER_END, SET_PAGE, checked_number_walk
 from .errors import RedisRecallError
 from .keys import owner_from_key, owner_of_source_id, stored_seq
 from .link import as_text
@@ -164,8 +164,24 @@ local function row_end(P)
 end
 """
 
-#: The sweep's end (``row_end``), read once before its first page. KEYS: P:n. ARGV: P. Returns it as text.
-SWEEP_END = Script("erase_sweep_end", ROW_END + "return row_end(ARGV[1])\n")
+#: The sweep's end (``row_end``), read once before its first page, and how many row numbers its walk by
+#: number reads (up to the counter, ``number_end``: :mod:`.erase_walk`). KEYS: P:n. ARGV: P. Returns both
+#: as text.
+SWEEP_END = Script(
+    "erase_sweep_end",
+    ROW_END
+    + NUMBER_END
+    + """
+local P = ARGV[1]
+local e, last = row_end(P), 0
+local t = redis.call('TYPE', P .. ':n')
+if (t['ok'] or t) == 'string' then
+  local v = redis.call('GET', P .. ':n')
+  if #v <= 15 and string.match(v, '^%d+$') then last = tonumber(v) end
+end
+return {e, string.format('%d', math.max(0, number_end(P, math.min(last, tonumber(e)))))}
+""",
+)
 
 #: One page of the sweep. KEYS: P:n. ARGV: P, its place (a row number ``first``, or a row-set place of
 #: :mod:`.erase_walk`), page size, longest field, reply cap, owner-key prefix, source, mode, end, then id
@@ -191,6 +207,7 @@ SWEEP = Script(
     + SCORE_CHECK
     + VOUCHED
     + SET_PAGE
+    + NUMBER_END
     + """
 local P, first, count, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if not place_ok(first) then error('a sweep place the store never makes') end
@@ -221,6 +238,8 @@ if source == '' and #stop_at <= 15 and string.match(stop_at, '^%d+$') then
   upto = stop_at
   last = math.min(last, tonumber(stop_at))
 end
+-- Rows the row set does not list are numbered below the lowest it lists (erase_walk): no further by number.
+if source == '' then last = number_end(P, last) end
 -- The page: row numbers (strings) in order, each with the place a next call would go on from at it.
 local page, at, rest = {}, {}, '0'
 local n0 = not string.find(first, ' ', 1, true) and tonumber(first)
@@ -407,7 +426,9 @@ async def sweep_rows(
     # target's owners are fenced, so a row numbered past it is another owner's (a dry run plans what is).
     end = ""
     if not source:
-        end = as_text(await store.script(SWEEP_END, [f"{prefix}:n"], [prefix], ctx, "recall erase"))
+        bounds = await store.script(SWEEP_END, [f"{prefix}:n"], [prefix], ctx, "recall erase")
+        end, numbers = as_text(bounds[0]), int(as_text(bounds[1]))
+        checked_number_walk(numbers)  # a damaged counter fails closed (typed, WARNING), never walked for ever
     while True:
         args: list[str | int] = [
             prefix,

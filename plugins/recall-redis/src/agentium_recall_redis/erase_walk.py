@@ -24,13 +24,60 @@ its first 64 bytes sort at or before it, so the next page may read it again, nev
 page that would go on from where it began (more than a page of members longer than 64 bytes sharing a
 score and their first 64 bytes, damage beyond any the store writes) fails the call (``RedisRecallError``)
 rather than read the same page for ever: the erase fails closed, nothing is said erased that is not.
+
+**The walk by number.** Before the row set, a walk read the row numbers ``1`` to the tenant's counter
+``P:n`` (one call per 1,024), and still does for the rows it lists past that: a counter damaged upward
+to about 10^14 made that walk 10^11 calls, every erase ran until its deadline and none completed (and
+a write after the damage took row 10^14 + 1, so the counter then agreed with the rows). Every row
+written since the row set exists is listed in it, with its row, by the script that writes it, and the
+rows it does not list were written before it, when the counter was lower than for any row it lists. So
+a walk by number longer than :data:`MAX_NUMBER_WALK` (16,384 calls) now stops below the lowest row the
+set lists (``number_end``: the lowest of its first 8 members whose member and score are one whole number
+and whose row exists), and the set, read by place, does the rest: what bounds the walk is then what the
+tenant holds. A shorter walk reads every number, as before, so it also finds a row both removed from the
+set and unreachable by its id (damage twice over), which the bounded one does not. With no listed row to
+bound it, a walk by number longer than :data:`MAX_NUMBER_WALK` is refused (:func:`checked_number_walk`,
+before the walk): ``RedisRecallDamagedError``, logged at WARNING and a span event, nothing it would have
+found said erased; the message names the key. The counter is not repaired: the store cannot tell which
+numbers below it older rows hold without walking them.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Final
 
-__all__ = ["SET_PAGE"]
+from agentium_harness.plugin_api import current_span_event
+
+from .errors import RedisRecallDamagedError
+
+__all__ = ["MAX_NUMBER_WALK", "NUMBER_END", "SET_PAGE", "checked_number_walk"]
+
+logger = logging.getLogger("agentium.plugins.recall_redis")
+
+#: The most row numbers a walk by number reads (16,384 calls of 1,024): past it, with no row of the row
+#: set to bound it, the counter is taken for damage and the erase fails closed (see the module).
+MAX_NUMBER_WALK: Final = 1 << 24
+
+#: Lua: ``number_end(P, last)``, the last number a walk by row number reads: ``last`` up to
+#: :data:`MAX_NUMBER_WALK`; past it, one below the lowest row the tenant's row set lists when that is lower
+#: (see the module).
+NUMBER_END: Final = f"""
+local function number_end(P, last)
+  if last <= {MAX_NUMBER_WALK} then return last end  -- walked whole, as always: a few thousand calls at most
+  local t = redis.call('TYPE', P .. ':rows')
+  if (t['ok'] or t) ~= 'zset' then return last end
+  local low = redis.call('ZRANGEBYSCORE', P .. ':rows', 1, '(1e15', 'WITHSCORES', 'LIMIT', 0, 8)
+  for j = 1, #low, 2 do
+    local n = low[j]
+    if #n <= 15 and string.match(n, '^[1-9]%d*$') and tonumber(n) == tonumber(low[j + 1])
+        and redis.call('EXISTS', P .. ':m:' .. n) == 1 then
+      return math.min(last, tonumber(n) - 1)
+    end
+  end
+  return last
+end
+"""
 
 #: Lua: ``place_ok(p)``, whether ``p`` is a place of a row-set walk (see the module); ``set_page(key,
 #: from, count, upto)``, the next page of row set ``key`` after place ``from``: its members as {member,
@@ -90,3 +137,25 @@ local function set_page(key, from, count, upto)
   return items, prev
 end
 """
+
+
+def checked_number_walk(numbers: int) -> None:
+    """Refuse a walk by row number of ``numbers`` numbers past :data:`MAX_NUMBER_WALK` (see the module).
+
+    Logs a WARNING and a span event, then raises ``RedisRecallDamagedError``.
+    """
+    if numbers <= MAX_NUMBER_WALK:
+        return
+    logger.warning(
+        "recall erase: the tenant's row counter would make the walk of its rows read %d row numbers, past "
+        "any its rows explain (no row of its row set bounds it): taken for damage, the erase fails closed",
+        numbers,
+        extra={"agentium_operation": "recall erase"},
+    )
+    current_span_event("agentium.recall.erase_row_counter_damaged", {"agentium.rows": numbers})
+    raise RedisRecallDamagedError(
+        f"recall erase: the tenant's row counter (<tenant>:n) would make the walk of its rows read {numbers} "
+        f"row numbers (at most {MAX_NUMBER_WALK} are walked) and no row of its row set (<tenant>:rows) "
+        "bounds it: the counter was damaged. Nothing it would find was erased. Set the counter to the "
+        "highest row number <tenant>:m:<n> holds (or delete it if no row is left) and erase again"
+    )

@@ -12,6 +12,7 @@ from agentium_harness import AgentiumError, OperationCancelledError, RecallUnava
 __all__ = [
     "RedisRecallAuthError",
     "RedisRecallConnectionError",
+    "RedisRecallDamagedError",
     "RedisRecallError",
     "RedisRecallLayoutError",
     "RedisRecallServerError",
@@ -36,6 +37,16 @@ class RedisRecallConnectionError(RedisRecallError):
     without credentials) and that ``connect_timeout_s`` / ``socket_timeout_s``
     suit the network. A read that failed this way returned nothing; a write
     was settled first (see :class:`RedisRecallTimeoutError`).
+    """
+
+
+class RedisRecallDamagedError(RedisRecallError):
+    """Stored data was changed behind the store's back in a way it cannot work around: nothing was assumed.
+
+    Raised, for example, by an erase whose walk of the tenant's rows by number would have no bound but
+    a row counter (``<tenant>:n``) past any the tenant's rows explain: the erase fails closed (what it
+    could not walk is not said erased) and logs a WARNING. The message says which key and how to repair
+    it; the README's "Erasure" section says more.
     """
 
 
