@@ -81,7 +81,6 @@ from agentium_harness.plugin_api import (
     SourceOwner,
     checked_argument,
     count_items,
-    encode_segment,
     group_sessions,
     group_source_id,
 )
@@ -98,13 +97,13 @@ from .erase_index import (
 from .erase_scripts import (
     FENCE,
     GROUP_SIDS,
-    PEND_ABORT,
     REV_SCAN,
     ROW_INFO,
     SCAN_REPLY_CAP,
     TENANT_DROP,
     scan_page,
 )
+from .erase_stagings import STAGING_SCRIPTS, abort_stagings, owner_prefix
 from .erase_sweep import MINE, SWEEP, SWEEP_END, VOUCHED, Backfill, Swept, noted, sweep_rows
 from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
@@ -277,6 +276,7 @@ for b, o in pairs(buckets) do
   if tonumber(redis.call('HGET', P .. ':bn', b) or '0') <= 0 and not staged[b] then
     redis.call('HDEL', P .. ':bn', b)
     if o and redis.call('HGET', P .. ':bk', o) == b then redis.call('HDEL', P .. ':bk', o) end
+    if type_of(P .. ':kb') == 'hash' then redis.call('HDEL', P .. ':kb', b) end
   end
 end
 return done(fmt(taken) .. '\\n' .. table.concat(lines, '\\n'), backlog(P))
@@ -289,9 +289,9 @@ ERASE_SCRIPTS: Final = (
     REV_SCAN,
     ROW_INFO,
     GROUP_SIDS,
-    PEND_ABORT,
     TENANT_DROP,
     FENCE,
+    *STAGING_SCRIPTS,
     SWEEP,
     SWEEP_END,
     *INDEX_SCRIPTS,
@@ -383,7 +383,7 @@ async def erase_target(
     checked_argument(dry_run, bool, "dry_run", "recall erase")
     prefix = tenant_prefix(store.config.key_prefix, target.tenant_id)
     link = await store.ready(ctx, "recall erase")
-    fence = FenceHold(store.script, prefix, _owner_prefix(target))  # its own holder, never another's
+    fence = FenceHold(store.script, prefix, owner_prefix(target))  # its own holder, never another's
     if not dry_run:
         # A write this store cut off earlier is settled in the background: until it is, its copy may
         # still land. Wait for it (applied: erased below; fenced: never applies), within the deadline.
@@ -426,7 +426,7 @@ async def _erase_fenced(
 ) -> EraseReport:
     """The body of :func:`erase_target`, run once the target's owners are fenced (unless ``dry_run``)."""
     if not dry_run:
-        await _abort_stagings(store, prefix, target, ctx)
+        await abort_stagings(store, prefix, target, ctx)
     # A user, session or groups target of an indexed tenant reads only its own entries of the erasure index
     # (erase_index, erase_build); any other walks the tenant, backfilling the index as it goes (a real erase).
     okp = index_prefix(target)
@@ -484,7 +484,7 @@ async def _erase_fenced(
         # now is a row the sweep above found. A crashed writer's staging goes too (its postings hold
         # its words until its lease ends).
         await store.renew(ctx)
-        await _abort_stagings(store, prefix, target, ctx)
+        await abort_stagings(store, prefix, target, ctx)
     left = await _collect_all(store, link, prefix, ctx)
     if target.level is EraseLevel.TENANT and not more:
         await store.script(TENANT_DROP, [f"{prefix}:ids"], [prefix], ctx, "recall erase")
@@ -546,28 +546,6 @@ def _owner_key_of(sid: str) -> str:
     """
     owner = owner_of_source_id(sid)
     return "" if owner is None else owner_key(owner)
-
-
-def _owner_prefix(target: EraseTarget) -> str:
-    """The start every owner key of the target's owners has: ``""`` (tenant), ``u/`` or ``u/s/``.
-
-    For a groups target, the session's own owner key (``u/s/~/~``), which only that key starts with
-    (an owner key has four segments): a staging records its bucket, not its seq, so every staging of
-    the session's bucket is given up (a document of the session staged then too; its writer is told
-    and indexes again), never another owner's.
-    """
-    if target.groups:
-        key = target.session_key
-        assert key is not None
-        return owner_key(SourceOwner.of_session(key))
-    parts = [p for p in (target.user_id, target.session_id) if p is not None]
-    return "".join(f"{encode_segment(p)}/" for p in parts)
-
-
-async def _abort_stagings(store: EraseOps, prefix: str, target: EraseTarget, ctx: OpContext) -> None:
-    """Give up every staging of the target's owners (``PEND_ABORT``; safe to repeat)."""
-    okp = _owner_prefix(target)
-    await store.script(PEND_ABORT, [f"{prefix}:pend"], [prefix, okp], ctx, "recall erase")
 
 
 def _join(*parts: str) -> str:

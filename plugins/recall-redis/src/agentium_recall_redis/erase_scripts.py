@@ -1,7 +1,7 @@
 """The Redis recall store's erasure scripts besides ``ERASE`` itself (:mod:`agentium_recall_redis.erase`).
 
 Finding a target's sources (``REV_SCAN``, ``ROW_INFO``, ``GROUP_SIDS``),
-giving up its stagings (``PEND_ABORT``), fencing its owners' writes while
+giving up its stagings (:mod:`.erase_stagings`), fencing its owners' writes while
 it runs (``FENCE``) and dropping an emptied tenant's keys (``TENANT_DROP``).
 Each touches one tenant's keys only (its hash-tag slot). :func:`scan_page`
 reads one bounded page of ``REV_SCAN``.
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = [
     "FENCE",
     "GROUP_SIDS",
-    "PEND_ABORT",
     "REV_SCAN",
     "ROW_INFO",
     "SCAN_REPLY_CAP",
@@ -141,37 +140,6 @@ return out
 """,
 )
 
-#: Give up the stagings of the target's owners (their postings queued as garbage). KEYS: P:pend.
-#: ARGV: P, owner-key prefix ("" for every owner of the tenant; owner-key segments never hold "/", so
-#: "<user>/" or "<user>/<session>/" names exactly that user's or session's owners). Safe to repeat.
-#: Returns how many were given up. Reads the tenant's bucket map (its owners), never another tenant's.
-PEND_ABORT = Script(
-    "erase_stagings",
-    CHECK
-    + """
-local P, okp = ARGV[1], ARGV[2]
-if type_of(KEYS[1]) ~= 'zset' or redis.call('ZCARD', KEYS[1]) == 0 then return 0 end
-local gc = type_of(P .. ':gc')
-if gc ~= 'list' and gc ~= 'none' then return 0 end
-local ours = {}
-if type_of(P .. ':bk') == 'hash' then
-  local map = redis.call('HGETALL', P .. ':bk')
-  for i = 1, #map, 2 do
-    if string.sub(map[i], 1, #okp) == okp then ours[map[i + 1]] = true end
-  end
-end
-local n = 0
-for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  if okp == '' or ours[string.match(member, '^(%d+) ') or ''] then
-    redis.call('ZREM', KEYS[1], member)
-    redis.call('RPUSH', P .. ':gc', member)
-    n = n + 1
-  end
-end
-return n
-""",
-)
-
 #: Drop a tenant's remaining keys once it holds no row, staging or garbage. KEYS: P:ids. ARGV: P.
 #: Safe to repeat. Returns 1 when dropped, 0 when something is still there.
 TENANT_DROP = Script(
@@ -189,8 +157,9 @@ local function size(key, kind)
 end
 if size(P .. ':ids', 'hash') + size(P .. ':pend', 'zset') + size(P .. ':gc', 'list') > 0 then return 0 end
 -- The layout, vector model and count keys of later layouts go too when present.
-redis.call('DEL', P .. ':ids', P .. ':rev', P .. ':bk', P .. ':bn', P .. ':n', P .. ':nb', P .. ':pend',
-           P .. ':gc', P .. ':v', P .. ':vm', P .. ':vc', P .. ':rows', P .. ':ixm', P .. ':ixw')
+redis.call('DEL', P .. ':ids', P .. ':rev', P .. ':bk', P .. ':kb', P .. ':bn', P .. ':n', P .. ':nb',
+           P .. ':pend', P .. ':gc', P .. ':v', P .. ':vm', P .. ':vc', P .. ':rows', P .. ':ixm',
+           P .. ':ixw')
 return 1
 """,
 )

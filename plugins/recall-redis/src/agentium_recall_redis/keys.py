@@ -16,6 +16,9 @@ Under the tenant prefix (``P``):
 ``P:ids``              hash    source id -> internal number ``n`` of its current row
 ``P:rev``              hash    source id -> current revision, or ``-<revision>`` (deleted)
 ``P:bk``               hash    owner key -> bucket number (one bucket per owner)
+``P:kb``               hash    bucket number -> owner key, written with each new bucket
+                               (:mod:`agentium_recall_redis.erase_stagings`; buckets made
+                               before it have none until an erase walks ``P:bk``)
 ``P:bn``               hash    bucket number -> how many sources it holds
 ``P:nb`` / ``P:n``     string  counters of buckets and of rows
 ``P:rows``             zset    every row hash's number (member and score ``n``), written and

@@ -149,7 +149,7 @@ for s = 1, count do
   i = i + 11 + 2 * plan[s].nt
 end
 -- Phase 1: read and check everything; no write before phase 2.
-for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') end
+for _, key in ipairs({':ids', ':rev', ':bk', ':kb', ':bn'}) do need(P .. key, 'hash') end
 need(P .. ':n', 'string')
 need(P .. ':nb', 'string')
 need(P .. ':v', 'string')
@@ -200,7 +200,10 @@ for s = 1, count do
   local src = plan[s]
   if not src.same then
     if src.drop then drop(P, src.drop) end
-    if src.newb then redis.call('HSET', P .. ':bk', src.okey, src.b) end
+    if src.newb then  -- the bucket, and its reverse entry (the erase finds a staging's owner by it)
+      redis.call('HSET', P .. ':bk', src.okey, src.b)
+      redis.call('HSET', P .. ':kb', src.b, src.okey)
+    end
     redis.call('DEL', P .. ':k:' .. src.n)
     add_postings(P, src.b, src.n, src.t0, src.nt)
     publish(P, src.n, src.b, src)
@@ -260,6 +263,7 @@ if erasing(P, okey) then return erasing_error() end
 local cur = current_row(P, sid, okey, '')
 if cur and redis.call('HGET', P .. ':m:' .. cur, 'rev') == rev then return done('same') end
 need(P .. ':bk', 'hash')
+need(P .. ':kb', 'hash')
 need(P .. ':pend', 'zset')
 -- What COMMIT will write, checked now: found only then, the write failed after this call had taken a
 -- row number and written a slice of postings.
@@ -285,6 +289,7 @@ local expires = now_ms() + tonumber(ARGV[3])
 if newb then
   redis.call('SET', P .. ':nb', b)
   redis.call('HSET', P .. ':bk', okey, b)
+  redis.call('HSET', P .. ':kb', b, okey)  -- the reverse entry (erase_stagings)
 end
 redis.call('SET', P .. ':n', n)
 redis.call('SET', P .. ':v', LAYOUT)

@@ -1,0 +1,122 @@
+"""An erase with a staging pending reads the stagings, not every owner the tenant ever had.
+
+An erase gives up its target's stagings (``P:pend`` members ``"<bucket> <row>"``) twice per call. To
+tell which buckets are its target's owners', it read the tenant's whole bucket map (``HGETALL
+P:bk``, one field per owner) in each: a tenant of a million owners cost a million fields per erase
+call while any staging was pending, in calls that held the server. Each new bucket now also writes
+its reverse entry (``P:kb``), and buckets made before it are walked once, in bounded ``HSCAN`` pages
+that write theirs. The staging here is one a crashed writer left (its lease far off), written with
+redis-py as it would be left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+from keyspace import key_space
+from redis_servers import ServerProcess, new_prefix
+
+from agentium_harness.plugin_api import EraseStatus, EraseTarget, OpContext, SourceOwner
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+
+pytestmark = pytest.mark.anyio
+
+SENTINEL: Final = "agentium-stagings-sentinel"
+LEASE: Final = 10**15  # a lease (server ms) that never ends in the test
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30)
+
+
+async def _server_commands(server: ServerProcess, action: Callable[[], Awaitable[Any]]) -> list[str]:
+    """Every command the server ran while ``action`` ran, those of scripts included (``MONITOR``)."""
+    watcher = aioredis.Redis.from_url(server.url)
+    poke = aioredis.Redis.from_url(server.url)
+    seen: list[str] = []
+    try:
+        async with watcher.monitor() as monitor:
+            await poke.echo(f"{SENTINEL}-start")
+            while SENTINEL not in (await monitor.next_command())["command"]:
+                pass
+            await action()
+            await poke.echo(SENTINEL)
+            with anyio.fail_after(30):
+                while SENTINEL not in (entry := await monitor.next_command())["command"]:
+                    seen.append(entry["command"])
+    finally:
+        await poke.aclose()
+        await watcher.aclose()
+    return seen
+
+
+async def _tenant(store: RedisRecallStore, owners: int) -> None:
+    await store.index_document(SourceOwner("acme", "ana"), "mine", "qstagedana text", _ctx())
+    await store.index_document(SourceOwner("acme", "bob"), "kept", "qstagedbob text", _ctx())
+    for i in range(owners):
+        await store.index_document(SourceOwner("acme", f"user{i}"), "d", f"qother{i} text", _ctx())
+
+
+def _bucket_map_reads(commands: list[str]) -> list[str]:
+    return [c for c in commands if c.split(" ", 1)[0].upper() in ("HGETALL", "HSCAN") and ":bk" in c]
+
+
+async def test_an_erase_with_a_staging_pending_reads_the_stagings_not_every_owner(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await _tenant(store, 300)
+        bob = (await admin.hget(f"{tp}:bk", "bob/~/~/~") or b"").decode()
+        assert bob and await admin.zadd(f"{tp}:pend", {f"{bob} 999999": LEASE}) == 1
+        reports: list[Any] = []
+
+        async def erase() -> None:
+            reports.append(await store.erase(EraseTarget.user("acme", "ana"), _ctx()))
+
+        commands = await _server_commands(server, erase)
+        assert reports[0].status is EraseStatus.COMPLETE and reports[0].count("document") == 1
+        assert _bucket_map_reads(commands) == []  # before: HGETALL of all 302 owners, twice
+        assert await admin.zrange(f"{tp}:pend", 0, -1) == [f"{bob} 999999".encode()]  # bob's: kept
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"qstagedana" not in left and b"qstagedbob" in left
+    finally:
+        await store.aclose()
+
+
+async def test_buckets_made_before_their_reverse_entries_are_walked_once_and_stagings_still_given_up(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    # As an older store left the tenant: no reverse map. Ana's staging must still be given up (bob's
+    # kept), by a walk of the bucket map that writes the reverse entries, so the next erase needs none.
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await _tenant(store, 30)
+        await store.index_document(SourceOwner("acme", "carl"), "c", "qstagedcarl text", _ctx())
+        await admin.delete(f"{tp}:kb")
+        buckets = {k.decode(): v.decode() for k, v in (await admin.hgetall(f"{tp}:bk")).items()}
+        ana, bob = buckets["ana/~/~/~"], buckets["bob/~/~/~"]
+        assert await admin.zadd(f"{tp}:pend", {f"{ana} 999998": LEASE, f"{bob} 999999": LEASE}) == 2
+
+        report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+        assert report.status is EraseStatus.COMPLETE
+        assert await admin.zrange(f"{tp}:pend", 0, -1) == [f"{bob} 999999".encode()]
+        reverse = {k.decode(): v.decode() for k, v in (await admin.hgetall(f"{tp}:kb")).items()}
+        assert reverse == {b: o for o, b in buckets.items() if o != "ana/~/~/~"}  # ana's went with it
+
+        commands = await _server_commands(
+            server, lambda: store.erase(EraseTarget.user("acme", "carl"), _ctx())
+        )
+        assert _bucket_map_reads(commands) == []
+        assert await admin.zrange(f"{tp}:pend", 0, -1) == [f"{bob} 999999".encode()]
+        assert b"qstagedcarl" not in repr(await key_space(admin, tp)).encode()
+    finally:
+        await store.aclose()
