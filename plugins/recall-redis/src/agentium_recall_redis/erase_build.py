@@ -33,13 +33,15 @@ numbered past ``e``: before, it read the counter again on each page, and another
 as the walk read rows kept it going until its deadline. The key is the tenant's own (the tenant's id is
 encoded injectively in the prefix, like every key of the store) and holds no other id.
 
-Damage: a stored place that is not one the store writes (not digits, too long, both or neither of
+Damage: a stored place that is not one the store writes (not a place, too long, both or neither of
 ``c`` and ``r``) starts the walk over, and so does a place edited into one it could have written (``r``
 moved past rows not walked, ``e`` lowered, ``c`` moved, ``x`` dropped: the walk would skip rows or ids
 and mark the tenant): each page seals the place it stores (``s``, a SHA-1 of the prefix and every field,
 length-prefixed), and one whose seal does not match is never resumed (``BUILD_ROWS``: ``lost``, the call
 walks the tenant itself; the next ``BUILD_IDS`` starts over). The seal catches damage, not a forger who
-recomputes it, who could as well have set ``P:ixm``, which the store trusts the same way. ``P:ixw`` of
+recomputes it, who could as well have set ``P:ixm``, which the store trusts the same way: without a
+secret kept off the server nothing the store computes can tell a forger's value from its own (the
+README's "Threat model of erasure's own keys"). ``P:ixw`` of
 another type is left alone and the call walks the tenant itself as before. An index key of another
 type met by a page is left alone too and the walk records it (``x``): it ends without marking the
 tenant, and the call walks the tenant itself as before
