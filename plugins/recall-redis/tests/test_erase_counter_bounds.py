@@ -50,7 +50,9 @@ async def _rows(store: RedisRecallStore) -> None:
     await store.index_document(SourceOwner("acme", "bob"), "kept", "qbobcounter text", _ctx())
 
 
-@pytest.mark.parametrize("walk", ["tenant sweep", "index build", "tenant sweep after a write"])
+@pytest.mark.parametrize(
+    "walk", ["tenant sweep", "tenant sweep, ids whole", "index build", "tenant sweep after a write"]
+)
 async def test_a_counter_damaged_upward_costs_the_rows_there_are(
     server: ServerProcess, admin: aioredis.Redis, walk: str
 ) -> None:
@@ -61,9 +63,11 @@ async def test_a_counter_damaged_upward_costs_the_rows_there_are(
     try:
         with anyio.fail_after(30):
             await _rows(store)
-            # Row 3 ("c") is reachable by no id (damage): only the walk of the rows finds it.
+            # Row 3 ("c") is reachable by no id (damage): only the walk of the rows finds it. With the ids
+            # whole, the first pass erases every listed row before the walk: its bound is read before.
             assert await admin.hget(f"{tp}:ids", "doc/acme/ana/~/~/~/c") == b"3"
-            assert await admin.hdel(f"{tp}:ids", "doc/acme/ana/~/~/~/c") == 1
+            if walk != "tenant sweep, ids whole":
+                assert await admin.hdel(f"{tp}:ids", "doc/acme/ana/~/~/~/c") == 1
             await admin.set(f"{tp}:n", str(DAMAGED))
             if walk == "tenant sweep after a write":  # the new row takes 10^14 + 1: the counter looks whole
                 await store.index_document(ANA, "d", "qcounterdx text", _ctx())
@@ -104,8 +108,9 @@ async def test_a_damaged_counter_no_row_bounds_fails_the_erase_closed_and_is_log
                 with pytest.raises(RedisRecallDamagedError, match="row counter"):
                     await store.erase(target, _ctx())
         assert "row counter" in caplog.text
-        # The row only the walk would find is not said erased, and is not: the erase failed closed.
-        assert b"qcountercx" in repr(await key_space(admin, tp)).encode()
+        # Refused before the erase's first pass: nothing was erased (nor said erased).
+        left = repr(await key_space(admin, tp)).encode()
+        assert all(f"qcounter{name}x".encode() in left for name in "abc"), left
         assert await admin.get(f"{tp}:n") == str(DAMAGED).encode()  # left for the operator (README)
     finally:
         await store.aclose()

@@ -104,7 +104,7 @@ from .erase_scripts import (
     scan_page,
 )
 from .erase_stagings import STAGING_SCRIPTS, abort_stagings, owner_prefix
-from .erase_sweep import MINE, SWEEP, SWEEP_END, VOUCHED, Backfill, Swept, noted, sweep_rows
+from .erase_sweep import MINE, SWEEP, SWEEP_END, VOUCHED, Backfill, Swept, noted, sweep_rows, walk_bounds
 from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import Command, Link, as_text
@@ -434,6 +434,8 @@ async def _erase_fenced(
     # (A tenant target's walk empties the index anyway.) A walk that left an entry out marks nothing.
     fill = Backfill() if not dry_run and okp and not source else None
     mode = "b" if fill is not None else ("p" if source and not dry_run else "")
+    # Read before the first pass erases anything (erase_walk): a damaged counter fails closed here.
+    bounds = None if source else await walk_bounds(store, prefix, ctx)
     if target.groups:
         rows, more = await _group_sids(store, prefix, target, max_items, ctx)
         tombs: list[str] = []
@@ -458,7 +460,7 @@ async def _erase_fenced(
         swept: list[Swept] = []
         if not more:
             swept, more = await sweep_rows(
-                store, prefix, target, max_items - len(rows), planned, ctx, source=source
+                store, prefix, target, max_items - len(rows), planned, ctx, source=source, bounds=bounds
             )
             found.extend((row.report_sid, row.digest) for row in swept)
         report = _report(found, more, PhysicalErasure.REMOVED if not found else PhysicalErasure.UNREFERENCED)
@@ -469,7 +471,16 @@ async def _erase_fenced(
     if not more:
         # The second pass: rows of the target no index leads to (see erase_sweep), erased by number.
         swept, more = await sweep_rows(
-            store, prefix, target, max_items - len(rows), (), ctx, source=source, mode=mode, fill=fill
+            store,
+            prefix,
+            target,
+            max_items - len(rows),
+            (),
+            ctx,
+            source=source,
+            mode=mode,
+            fill=fill,
+            bounds=bounds,
         )
         if walked and fill and fill.complete and not more:  # every id and row is listed now (erase_index)
             await mark_indexed(store, prefix, ctx)

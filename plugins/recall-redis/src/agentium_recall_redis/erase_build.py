@@ -56,7 +56,7 @@ from agentium_harness.plugin_api import OpContext
 
 from . import erase_sweep
 from .erase_index import indexed
-from .erase_walk import NUMBER_END, SET_PAGE, checked_number_walk
+from .erase_walk import NUMBER_END, SET_PAGE
 from .errors import RedisRecallError
 from .link import as_text
 from .lua import IX, Script
@@ -258,8 +258,7 @@ async def build_index(store: EraseOps, prefix: str, ctx: OpContext) -> bool:
     ids = [f"{prefix}:rev", f"{prefix}:ixw", f"{prefix}:ixm"]
     rows = [f"{prefix}:n", f"{prefix}:ixw", f"{prefix}:ixm"]
     # A walk by number past any bound the tenant's rows give (a damaged counter) fails closed first.
-    bounds = await store.script(erase_sweep.SWEEP_END, [f"{prefix}:n"], [prefix], ctx, "recall erase")
-    checked_number_walk(int(as_text(bounds[1])))
+    await erase_sweep.walk_bounds(store, prefix, ctx)
     count, phase = ID_PAGE, "ids"
     while True:
         await store.renew(ctx)

@@ -78,9 +78,11 @@ __all__ = [
     "VOUCHED",
     "Backfill",
     "Swept",
+    "WalkBounds",
     "judge",
     "noted",
     "sweep_rows",
+    "walk_bounds",
 ]
 
 logger = logging.getLogger("agentium.plugins.recall_redis")
@@ -184,30 +186,29 @@ return {e, string.format('%d', math.max(0, number_end(P, math.min(last, tonumber
 )
 
 #: One page of the sweep. KEYS: P:n. ARGV: P, its place (a row number ``first``, or a row-set place of
-#: :mod:`.erase_walk`), page size, longest field, reply cap, owner-key prefix, source, mode, end, then id
-#: prefixes. With source "", the page's row numbers are ``first`` to ``first + page - 1`` up to the counter
-#: P:n while ``first`` is within it, else the next ``page`` members of the tenant's row set ``P:rows``
-#: after the place (rows past a counter damaged to a lower value, or deleted); neither past ``end``
-#: (``SWEEP_END`` before the first page; "" for none), so writes of other owners landing as fast as the
-#: sweep reads cannot keep it going. With source ``ir:<prefix>`` (an indexed
-#: tenant, :mod:`agentium_recall_redis.erase_index`), the next ``page`` members of that row set of the erasure
-#: index only. Mode "b" (backfill) adds each row of the page to the erasure index's row sets of its owner key
-#: and id (one of another type is left alone, and the reply's first element then starts with ``*``); mode "p"
-#: (prune) takes a member without a row out of the source set; "" writes nothing. Returns {the place to go
-#: on from ("0": no row left), then per row of the page with a row hash whose owner key starts with the
-#: owner-key prefix or whose id starts with an id prefix: n, owner key, id, seq, digest (as ``vouched``),
-#: filed ("1" when the tenant's bucket map ``P:bk`` files the owner key under the row's bucket, else "0")}. A
-#: field longer than the longest field (the seq: 20 bytes) comes back as "", unread. The page stops early,
-#: before a row that would take the reply past the reply cap (each element counted with 16 bytes of framing,
-#: more than RESP takes), so no reply is larger; the first row always goes, and at most a row's worth of
-#: fields fits any cap of 1 MiB.
+#: :mod:`.erase_walk`), page size, longest field, reply cap, owner-key prefix, source, mode, end, the last row
+#: number to read by number (``WalkBounds.numbers``; "" for none), then id prefixes. With source "", the
+#: page's row numbers are ``first`` to ``first + page - 1`` up to the counter P:n while ``first`` is within
+#: it, else the next ``page`` members of the tenant's row set ``P:rows`` after the place (rows past a counter
+#: damaged to a lower value, or deleted); neither past ``end`` (``SWEEP_END`` before the first page; "" for
+#: none), so writes of other owners landing as fast as the sweep reads cannot keep it going. With source
+#: ``ir:<prefix>`` (an indexed tenant, :mod:`agentium_recall_redis.erase_index`), the next ``page`` members of
+#: that row set of the erasure index only. Mode "b" (backfill) adds each row of the page to the erasure
+#: index's row sets of its owner key and id (one of another type is left alone, and the reply's first element
+#: then starts with ``*``); mode "p" (prune) takes a member without a row out of the source set; "" writes
+#: nothing. Returns {the place to go on from ("0": no row left), then per row of the page with a row hash
+#: whose owner key starts with the owner-key prefix or whose id starts with an id prefix: n, owner key, id,
+#: seq, digest (as ``vouched``), filed ("1" when the tenant's bucket map ``P:bk`` files the owner key under
+#: the row's bucket, else "0")}. A field longer than the longest field (the seq: 20 bytes) comes back as "",
+#: unread. The page stops early, before a row that would take the reply past the reply cap (each element
+#: counted with 16 bytes of framing, more than RESP takes), so no reply is larger; the first row always goes,
+#: and at most a row's worth of fields fits any cap of 1 MiB.
 SWEEP = Script(
     "erase_sweep",
     IX
     + SCORE_CHECK
     + VOUCHED
     + SET_PAGE
-    + NUMBER_END
     + """
 local P, first, count, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if not place_ok(first) then error('a sweep place the store never makes') end
@@ -238,8 +239,11 @@ if source == '' and #stop_at <= 15 and string.match(stop_at, '^%d+$') then
   upto = stop_at
   last = math.min(last, tonumber(stop_at))
 end
--- Rows the row set does not list are numbered below the lowest it lists (erase_walk): no further by number.
-if source == '' then last = number_end(P, last) end
+-- Rows the row set does not list are numbered below the lowest it listed when the erase began (ARGV[10],
+-- erase_walk): no further by number. Read then, not now: the erase's first pass may have emptied the set.
+if source == '' and #ARGV[10] <= 15 and string.match(ARGV[10], '^%d+$') then
+  last = math.min(last, tonumber(ARGV[10]))
+end
 -- The page: row numbers (strings) in order, each with the place a next call would go on from at it.
 local page, at, rest = {}, {}, '0'
 local n0 = not string.find(first, ' ', 1, true) and tonumber(first)
@@ -287,7 +291,7 @@ for i, n in ipairs(page) do
       end
     end
     local ours = starts(o, okp)
-    for j = 10, #ARGV do ours = ours or starts(sid, ARGV[j]) end
+    for j = 11, #ARGV do ours = ours or starts(sid, ARGV[j]) end
     if ours then
       local filed = bk and o ~= '' and redis.call('HGET', P .. ':bk', o) == redis.call('HGET', key, 'b')
       local row = {n, o, sid, field(key, 'seq', 20), vouched(key), filed and '1' or '0'}
@@ -395,6 +399,26 @@ def judge(
     return Swept(n, sid, "*", named, digest) if covered else None
 
 
+@attrs.frozen(slots=True)
+class WalkBounds:
+    """Where a walk of the tenant's rows ends, read once before an erase's first pass (``SWEEP_END``)."""
+
+    #: The highest row number there is then (``row_end``): in a real erase the target's owners are
+    #: fenced, so a row numbered past it is another owner's (a dry run plans what is).
+    end: str
+    #: The last row number read by number (``number_end``, :mod:`.erase_walk`): below the lowest row the
+    #: row set listed then, which the first pass may erase.
+    numbers: int
+
+
+async def walk_bounds(store: EraseOps, prefix: str, ctx: OpContext) -> WalkBounds:
+    """The bounds of a walk of the tenant's rows; ``RedisRecallDamagedError`` for a damaged counter."""
+    reply = await store.script(SWEEP_END, [f"{prefix}:n"], [prefix], ctx, "recall erase")
+    bounds = WalkBounds(as_text(reply[0]), int(as_text(reply[1])))
+    checked_number_walk(bounds.numbers)  # a damaged counter fails closed (typed, WARNING), never walked
+    return bounds
+
+
 async def sweep_rows(
     store: EraseOps,
     prefix: str,
@@ -406,6 +430,7 @@ async def sweep_rows(
     source: str = "",
     mode: str = "",
     fill: Backfill | None = None,
+    bounds: WalkBounds | None = None,
 ) -> tuple[list[Swept], bool]:
     """Rows of ``target`` left in the tenant (at most ``want``), and whether more were seen past it.
 
@@ -416,19 +441,16 @@ async def sweep_rows(
     :data:`SWEEP_REPLY_CAP` bytes (a full one is resumed where it stopped). With ``source``
     (``ir:<prefix>``) it reads that row set of the erasure index instead, and ``mode`` backfills or
     prunes the index as it goes (``SWEEP``; :mod:`.erase_index`); a backfill records in ``fill`` whether
-    it left a row out.
+    it left a row out. A walk of the tenant's rows goes by ``bounds`` (:func:`walk_bounds`, read before
+    the erase's first pass; read now when not given).
     """
     okp, sid_prefixes = _prefixes(target)
     skipped = set(skip)
     found: list[Swept] = []
     first = "1"  # a place (erase_walk): row numbers from 1
-    # A walk of the tenant's rows ends at the highest number there is now (SWEEP_END): in a real erase the
-    # target's owners are fenced, so a row numbered past it is another owner's (a dry run plans what is).
-    end = ""
-    if not source:
-        bounds = await store.script(SWEEP_END, [f"{prefix}:n"], [prefix], ctx, "recall erase")
-        end, numbers = as_text(bounds[0]), int(as_text(bounds[1]))
-        checked_number_walk(numbers)  # a damaged counter fails closed (typed, WARNING), never walked for ever
+    if not source and bounds is None:
+        bounds = await walk_bounds(store, prefix, ctx)
+    end, numbers = ("", "") if source or bounds is None else (bounds.end, str(bounds.numbers))
     while True:
         args: list[str | int] = [
             prefix,
@@ -440,6 +462,7 @@ async def sweep_rows(
             source,
             mode,
             end,
+            numbers,
         ]
         args.extend(sid_prefixes)
         await store.renew(ctx)  # keeps a long erase call's fence up (a dry run's: nothing)

@@ -36,10 +36,11 @@ set lists (``number_end``: the lowest of its first 8 members whose member and sc
 and whose row exists), and the set, read by place, does the rest: what bounds the walk is then what the
 tenant holds. A shorter walk reads every number, as before, so it also finds a row both removed from the
 set and unreachable by its id (damage twice over), which the bounded one does not. With no listed row to
-bound it, a walk by number longer than :data:`MAX_NUMBER_WALK` is refused (:func:`checked_number_walk`,
-before the walk): ``RedisRecallDamagedError``, logged at WARNING and a span event, nothing it would have
-found said erased; the message names the key. The counter is not repaired: the store cannot tell which
-numbers below it older rows hold without walking them.
+bound it, a walk by number longer than :data:`MAX_NUMBER_WALK` is refused (:func:`checked_number_walk`, when
+the erase reads its bounds, before its first pass): ``RedisRecallDamagedError``, logged at WARNING and a
+span event, nothing erased; the message names the key. The bound is read then, not at each page: the
+first pass erases listed rows, and a set it emptied would bound nothing. The counter is not repaired:
+the store cannot tell which numbers below it older rows hold without walking them.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ end
 local function place_ok(p)
   if #p > 100 then return false end
   local sp = string.find(p, ' ', 1, true)
-  if not sp then return #p <= 15 and string.match(p, '^%d+$') ~= nil end
+  if not sp then return #p <= 16 and string.match(p, '^%d+$') ~= nil end
   local s = string.sub(p, 1, sp - 1)
   if not string.match(s, '^[0-9.e+-]+$') then return false end
   local v = tonumber(s)
@@ -156,6 +157,6 @@ def checked_number_walk(numbers: int) -> None:
     raise RedisRecallDamagedError(
         f"recall erase: the tenant's row counter (<tenant>:n) would make the walk of its rows read {numbers} "
         f"row numbers (at most {MAX_NUMBER_WALK} are walked) and no row of its row set (<tenant>:rows) "
-        "bounds it: the counter was damaged. Nothing it would find was erased. Set the counter to the "
+        "bounds it: the counter was damaged. Nothing was erased. Set the counter to the "
         "highest row number <tenant>:m:<n> holds (or delete it if no row is left) and erase again"
     )
