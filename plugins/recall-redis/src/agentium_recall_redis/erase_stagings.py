@@ -15,14 +15,19 @@ which drops buckets without it, or edited, is never trusted alone): its cost fol
 the owners.
 
 **Buckets made before the reverse map.** A bucket written by an earlier version has no ``P:kb`` entry.
-When a staging's bucket has no entry that agrees, ``PEND_ABORT`` says how many such stagings it met
-and the erase walks the bucket map instead, in bounded pages (``PEND_SCAN``: one ``HSCAN`` page of
-``P:bk`` per script call, ``COUNT`` 1,000), giving up the stagings of the target's owners' buckets
-found on each page and writing each page's reverse entries: the migration, done once by the first
-erase that needs it (a bucket made meanwhile writes its own). So the walk costs what ``HGETALL`` did,
-spread over calls, once; later erases read the stagings only. A ``P:kb`` of another type (damage) is
-left alone: every staging then takes the walk, which needs only ``P:bk``. A staging whose bucket no
-owner holds stays, as before (no owner of the target is in it).
+When a staging's bucket has no entry that agrees, ``PEND_ABORT`` says how many such stagings it met and
+the erase walks the bucket map instead, in bounded pages (``PEND_SCAN``: one ``HSCAN`` page of ``P:bk``
+per script call, ``COUNT`` 1,000), giving up the stagings of the target's owners' buckets found on each
+page and writing each page's reverse entries: the migration, done once by the first erase that needs it
+(a bucket made meanwhile writes its own). So the walk costs what ``HGETALL`` did, spread over calls,
+once; later erases read the stagings only. A ``P:kb`` of another type (damage) is left alone: every
+staging then takes the walk, which needs only ``P:bk``. A staging whose bucket no owner holds stays, as
+before (no owner of the target is in it), and each erase meeting it walks the map again (damage: such a
+staging is only left by an edit, and its lease's end gives it up). The walk is one erase call's: an
+``HSCAN`` cursor holds only within one server process, so a restart between two of its pages may skip an
+entry (its staging then stays; the fence still refuses its ``COMMIT`` while the erase runs), and the
+next erase that meets the staging walks again. A small-encoded map comes back whole in one page, as
+``HGETALL`` did (the server's ``hash-max-listpack-entries``, 128 or 512 by default).
 """
 
 from __future__ import annotations
