@@ -124,17 +124,22 @@ async def before_extractor(
     refusal: ErasureInProgressError | None = None
     try:
         if isinstance(seen, ErasureInProgressError):
-            raise seen
-        if not seen:  # no reading, or one of no fence: nothing to compare a fence gained since with
+            # Not raised here: its traceback would hold this frame, which holds it (a cycle).
+            refusal = ErasureInProgressError(f"{seen}; {outcome}", seen.erasure_id)
+        elif not seen:  # no reading, or one of no fence: nothing to compare a fence gained since with
             await fence_check(fences, scope, sources)
             return
-        found = await covering(seen, owner)  # and any store given to the manager since
-        if found is not None:
-            refusal = found[0].write.refusal(found[1], outcome)
+        else:
+            found = await covering(seen, owner)  # and any store given to the manager since
+            if found is not None:
+                refusal = found[0].write.refusal(found[1], outcome)
     except ErasureInProgressError as exc:
         refusal = ErasureInProgressError(f"{exc}; {outcome}", exc.erasure_id)
     if refusal is not None:
-        refused(telemetry, owner, refusal)
+        try:
+            refused(telemetry, owner, refusal)
+        finally:
+            del refusal  # the refusal's traceback holds this frame: it must not hold the refusal
 
 
 def refused(telemetry: Resolved, owner: object, refusal: ErasureInProgressError) -> NoReturn:
@@ -146,4 +151,9 @@ def refused(telemetry: Resolved, owner: object, refusal: ErasureInProgressError)
         extra={"agentium_operation": "memory extract"},
     )
     skipped(telemetry, owner, "erasure")
-    raise refusal
+    try:
+        raise refusal
+    finally:
+        # Its traceback holds this frame: holding it here too was a reference cycle, freed only by
+        # the collector with everything the frames held (fence checks, sources, the work item).
+        del refusal
