@@ -400,6 +400,71 @@ async def test_without_a_reading_groups_being_erased_at_the_call_skip_the_extrac
         await manager.aclose()
 
 
+class _ForgettingMeanwhile:
+    """An extractor during whose call another process forgets ``fact_id`` with its sources, to completion.
+
+    Then it proposes the forgotten fact again, derived from the text (of group 0) it was handed.
+    """
+
+    def __init__(self, db: Path, fact_id: str) -> None:
+        self.db, self.fact_id, self.handed, self.forgot = db, fact_id, list[str](), 0
+
+    async def extract(
+        self, scope: MemoryScope, messages: Sequence[Message], ctx: OpContext
+    ) -> list[MemoryFact]:
+        self.handed.extend(m.content for m in messages)
+        if not self.forgot:
+
+            async def forget(other: HarnessRuntime) -> Any:
+                return await other.forget(
+                    ANA, self.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR
+                )
+
+            forgotten = _in_other_process(self.db, forget)
+            assert [e.record.state for e in forgotten.erasures] == [ErasureState.COMPLETE]
+            self.forgot += 1
+        return [MemoryFact(scope, "ana's vault code is 4471")]
+
+
+@pytest.mark.parametrize("with_reading", [True, False])
+async def test_groups_erased_during_the_extractor_call_take_back_the_facts_derived_from_them(
+    with_reading: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forget (``erase_sources=True``) of the fact and group 0 finishes while the extractor runs.
+
+    A groups erasure takes no fact, so the write fence let the re-derived fact
+    stand: the forgotten fact was back, citing the erased group. Now the
+    extraction's facts are checked again after its writes and forgotten.
+    The same extraction of group 1 afterwards keeps its fact.
+    """
+    db = tmp_path / "agentium.db"
+    runtime, manager, _ = _host(db)
+    with anyio.fail_after(30):
+        fact_id, (erased, kept) = await _archived_fact(db, runtime, manager)
+        reading = await manager.erasure_reading(ANA, sessions=["s1"]) if with_reading else None
+        extractor = _ForgettingMeanwhile(db, fact_id)
+        manager.extractor = extractor
+        manager.extract_in_background(
+            ANA, erased.messages, "group 0", sources=[GroupRef("s1", 0, erased.digest)], reading=reading
+        )
+        with caplog.at_level(logging.WARNING, "agentium.engine.memory"):
+            drained = await _drained(manager)
+        [item] = drained.items
+        assert item.status == "failed" and "ErasureInProgressError" in item.detail
+        assert "groups 0..0 of session 's1'" in item.detail
+        assert "the 1 fact(s) it wrote meanwhile were forgotten: none was kept" in item.detail
+        assert await manager.list(ANA) == ()  # the forgotten fact did not come back
+        assert any("memory extraction taken back" in r.getMessage() for r in caplog.records)
+        assert not [r for r in caplog.records if "4471" in r.getMessage()]
+        manager.extract_in_background(
+            ANA, kept.messages, "group 1", sources=[GroupRef("s1", 1, kept.digest)], reading=reading
+        )
+        assert (await manager.drain(20)).ok
+        assert [f.text for f in await manager.list(ANA)] == ["ana's vault code is 4471"]
+        await runtime.aclose()
+        await manager.aclose()
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

@@ -142,14 +142,28 @@ async def before_extractor(
             del refusal  # the refusal's traceback holds this frame: it must not hold the refusal
 
 
-def refused(telemetry: Resolved, owner: object, refusal: ErasureInProgressError) -> NoReturn:
-    """Report an extraction skipped for ``refusal`` (WARNING, span event: no content) and raise it."""
-    _log.warning(
-        "memory extraction skipped: an erasure covering the turn's user, session or groups began after "
-        "the turn (erasure %s); nothing was sent to the extractor or written",
-        refusal.erasure_id,
-        extra={"agentium_operation": "memory extract"},
-    )
+def refused(
+    telemetry: Resolved, owner: object, refusal: ErasureInProgressError, *, taken_back: bool = False
+) -> NoReturn:
+    """Report an extraction skipped for ``refusal`` (WARNING, span event: no content) and raise it.
+
+    ``taken_back``: it was not skipped but undone, its facts forgotten after its writes (a host's
+    extraction whose groups were erased during its extractor call: :mod:`.memory.erasure_reading`).
+    """
+    if taken_back:
+        _log.warning(
+            "memory extraction taken back: an erasure of the groups it read began during it (erasure %s); "
+            "the facts it wrote were forgotten",
+            refusal.erasure_id,
+            extra={"agentium_operation": "memory extract"},
+        )
+    else:
+        _log.warning(
+            "memory extraction skipped: an erasure covering the turn's user, session or groups began after "
+            "the turn (erasure %s); nothing was sent to the extractor or written",
+            refusal.erasure_id,
+            extra={"agentium_operation": "memory extract"},
+        )
     skipped(telemetry, owner, "erasure")
     try:
         raise refusal

@@ -39,6 +39,7 @@ starts (:func:`checked_reading`).
 from __future__ import annotations
 
 import itertools
+import logging
 import weakref
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -46,7 +47,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..._errors import ErasureInProgressError, InvalidArgumentError
+from ..._errors import AgentiumError, ErasureInProgressError, InvalidArgumentError, MemoryFactNotFoundError
 from ..._observe.settings import Resolved
 from ..._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from ..._ports.memory import MAX_PROVENANCE, GroupRef, MemoryScope
@@ -58,11 +59,22 @@ from ..extraction_fence import refused
 from ..lifecycle import Ticket
 from ..memory_fence import covering, current_fences
 from .answers import checked_scope
+from .work import outside_owned_work
+from .writes import forget_fact
 
 if TYPE_CHECKING:
     from .manager import MemoryManager
 
-__all__ = ["ErasureReading", "checked_reading", "fence_at_call", "fence_from_reading", "take_reading"]
+__all__ = [
+    "ErasureReading",
+    "after_writes",
+    "checked_reading",
+    "fence_at_call",
+    "fence_from_reading",
+    "take_reading",
+]
+
+_log = logging.getLogger("agentium.engine.memory")
 
 
 @attrs.frozen(slots=True, eq=False, repr=False)
@@ -242,6 +254,23 @@ def checked_reading(
     return reading
 
 
+async def _found_since(
+    manager: MemoryManager, reading: ErasureReading, write: _SourcesWrite
+) -> ErasureRecord | None:
+    """A covering erasure under way at ``reading`` or now, or finished and joined since it; else ``None``."""
+    found: ErasureRecord | None = next((r for r in reading._pending if write.covers(r.target)), None)
+    if found is None and reading._checks:
+        rebuilt = tuple(FenceCheck(c.fence, write, c.revision, c.at) for c in reading._checks)
+        hit = await covering(rebuilt, manager)
+        found = hit[1] if hit is not None else None
+    elif found is None:
+        for fence in current_fences(manager):
+            found = await fence.covering_after(write, reading._at)
+            if found is not None:
+                break
+    return found
+
+
 async def fence_from_reading(
     manager: MemoryManager,
     telemetry: Resolved,
@@ -261,32 +290,85 @@ async def fence_from_reading(
     """
     write = _SourcesWrite(scope, tuple(sources))
     outcome = "the extraction was skipped before its extractor call: nothing was sent or written"
-    found: ErasureRecord | None = next((r for r in reading._pending if write.covers(r.target)), None)
-    if found is None and reading._checks:
-        rebuilt = tuple(FenceCheck(c.fence, write, c.revision, c.at) for c in reading._checks)
-        hit = await covering(rebuilt, manager)
-        found = hit[1] if hit is not None else None
-    elif found is None:
-        for fence in current_fences(manager):
-            found = await fence.covering_after(write, reading._at)
-            if found is not None:
-                break
+    found = await _found_since(manager, reading, write)
     if found is not None:
         refused(telemetry, manager, write.refusal(found, outcome))
 
 
 async def fence_at_call(
     manager: MemoryManager, telemetry: Resolved, scope: MemoryScope, sources: Sequence[GroupRef]
-) -> None:
+) -> ErasureReading:
     """A host's extraction without a reading: an erasure under way now covering it skips it.
 
     Covering as with a reading: its fact, or a group of ``sources`` (a
     groups erasure under way, retention's or a forget's, was not looked at).
     One that began and finished before is not seen: that takes a reading.
+    Returns what it read (never handed to the host), for :func:`after_writes`.
     """
     write = _SourcesWrite(scope, tuple(sources))
     outcome = "the extraction was skipped before its extractor call: nothing was sent or written"
+    checks: list[FenceCheck] = []
     for fence in current_fences(manager):
-        _, under_way = await fence.look(write)
+        check, under_way = await fence.look(write)
         if under_way:
             refused(telemetry, manager, write.refusal(under_way[0], outcome))
+        checks.append(check)
+    at = min((c.at for c in checks), default=None) or utc_now()
+    sessions = tuple(sorted({ref.session for ref in sources}))
+    return ErasureReading(scope, sessions, tuple(checks), (), at)
+
+
+async def after_writes(
+    manager: MemoryManager,
+    telemetry: Resolved,
+    reading: ErasureReading,
+    scope: MemoryScope,
+    sources: Sequence[GroupRef],
+    written: Sequence[tuple[MemoryScope, str]],
+) -> None:
+    """After a host's extraction wrote ``written`` (owner, fact id): forget them if its text was erased since.
+
+    The extractor may run for a model call's time: an erasure of some of
+    the groups ``sources`` names (``forget(..., erase_sources=True)``,
+    retention) may begin and finish meanwhile. Such an erasure takes no
+    fact (:meth:`EraseTarget.covers_fact`), so the write fence let the facts
+    derived from the erased text stand — a forgotten fact written again,
+    citing the group erased with it. So ``reading`` is read again, as before
+    the extractor call (:func:`_found_since`): a covering erasure found
+    forgets every fact the extraction stored and refuses it (its owned work
+    fails with :class:`ErasureInProgressError`; WARNING, span event). An
+    erasure that begins after this read finds the facts in place, as it finds
+    any fact written before it. A read that fails leaves them standing, said
+    in a WARNING (as a write the fence could not read again: unconfirmed).
+    """
+    if not written:
+        return  # nothing of it to take back (a duplicate's fact is an older one: left as it is)
+    write = _SourcesWrite(scope, tuple(sources))
+    try:
+        found = await _found_since(manager, reading, write)
+    except AgentiumError as exc:
+        _log.warning(
+            "memory extraction: its facts were not checked again against erasures of its sources (%s)",
+            type(exc).__name__,
+            extra={"agentium_operation": "memory extract"},
+        )
+        return
+    if found is None:
+        return
+    failed: list[str] = []
+    for owner, fact_id in written:
+        try:
+            with outside_owned_work():  # a drain's cancel of the item must not strand the fact
+                await forget_fact(manager, owner, fact_id)
+        except MemoryFactNotFoundError:
+            pass  # the erasure removed it already
+        except AgentiumError as exc:
+            failed.append(f"{fact_id} ({type(exc).__name__})")
+    if failed:
+        outcome = (
+            f"its facts were written meanwhile and forgetting {len(failed)} of them failed: "
+            f"{', '.join(failed)}; forget them (agentium memory forget)"
+        )
+    else:
+        outcome = f"the {len(written)} fact(s) it wrote meanwhile were forgotten: none was kept"
+    refused(telemetry, manager, write.refusal(found, outcome), taken_back=True)

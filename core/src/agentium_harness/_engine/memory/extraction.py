@@ -35,7 +35,7 @@ from ..._ports.memory import (
 )
 from ..extraction_fence import TurnReading, before_extractor
 from .answers import check_work, checked_scope, within
-from .erasure_reading import ErasureReading, checked_reading, fence_at_call, fence_from_reading
+from .erasure_reading import ErasureReading, after_writes, checked_reading, fence_at_call, fence_from_reading
 
 if TYPE_CHECKING:
     from .extractor import MemoryExtractor
@@ -197,13 +197,25 @@ async def _extract(
 
     # Before anything is sent: the turn's text must not reach the extractor (whose model may keep
     # it) once an erasure covering it began; the write fence alone would only keep its facts out.
+    host: ErasureReading | None = None  # a host's extraction: what its writes are checked against after
     if isinstance(seen, ErasureReading):
         await fence_from_reading(manager, telemetry_of(manager), seen, scope, cited)
+        host = seen
     elif seen is None:  # a host's call without a reading (or an Agent's whose reading failed)
-        await fence_at_call(manager, telemetry_of(manager), scope, cited)
+        host = await fence_at_call(manager, telemetry_of(manager), scope, cited)
     else:
         await before_extractor(fences_of(manager), telemetry_of(manager), manager, scope, cited, seen)
     proposed = await call_extractor(manager, extractor, scope, given)
     # Every fact checked (and given its sources) before the first is written.
     facts = proposed_facts(proposed, scope, cited, manager.limits.max_extracted_facts)
-    note_rejected([await manager.remember_with_result(fact) for fact in facts])
+    acks = [await manager.remember_with_result(fact) for fact in facts]
+    if host is not None:
+        # A groups erasure of its sources during the extractor's call takes none of its facts (the
+        # write fence lets them stand): checked again, and its facts forgotten (:func:`after_writes`).
+        stored = [
+            (fact.scope, ack.fact_id)
+            for fact, ack in zip(facts, acks, strict=True)
+            if ack.status is AckStatus.STORED and ack.fact_id is not None
+        ]
+        await after_writes(manager, telemetry_of(manager), host, scope, cited, stored)
+    note_rejected(acks)

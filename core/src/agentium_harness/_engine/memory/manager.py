@@ -258,6 +258,9 @@ class MemoryManager(MemoryWrites):
         is sent or written: :mod:`..extraction_fence`). With ``reading``
         (:meth:`erasure_reading`, taken as the host's turn started), one that
         began since, finished or not, skips it too (:mod:`.erasure_reading`).
+        After its writes they are read again: an erasure of some of the
+        groups ``sources`` names that began since (during the extractor
+        call) makes it forget the facts it stored, and the work fails the same way.
         A reading this manager did not take, or took for another tenant or
         user or not for every session ``sources`` names, is
         :class:`InvalidArgumentError` and nothing starts.
