@@ -465,6 +465,63 @@ async def test_groups_erased_during_the_extractor_call_take_back_the_facts_deriv
         await manager.aclose()
 
 
+class _SecondWriteHeld(SQLiteMemoryStore):
+    """A memory store whose second remember waits until cancelled: a drain cuts the writes short."""
+
+    writes = 0
+    held: anyio.Event
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> Any:
+        self.writes += 1
+        if self.writes == 2:
+            self.held.set()
+            await anyio.sleep_forever()
+        return await super().remember(fact, ctx)
+
+
+class _TwoFactsForgettingMeanwhile(_ForgettingMeanwhile):
+    async def extract(
+        self, scope: MemoryScope, messages: Sequence[Message], ctx: OpContext
+    ) -> list[MemoryFact]:
+        first = await super().extract(scope, messages, ctx)
+        return [*first, MemoryFact(scope, "ana keeps the vault code in her diary")]
+
+
+async def test_groups_erased_during_the_extractor_call_take_back_its_facts_when_a_drain_cuts_its_writes_short(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first fact stored, the drain's deadline cancels the second write: the first is still taken back."""
+    db = tmp_path / "agentium.db"
+    store = _SecondWriteHeld(SQLiteConfig(path=str(db)))
+    manager = MemoryManager(store, owns_store=True)
+    runtime = _runtime(db, manager, limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)))
+    with anyio.fail_after(30):
+        fact_id, (erased, _) = await _archived_fact(db, runtime, manager)
+        store.writes, store.held = 0, anyio.Event()
+        reading = await manager.erasure_reading(ANA, sessions=["s1"])
+        manager.extractor = _TwoFactsForgettingMeanwhile(db, fact_id)
+        manager.extract_in_background(
+            ANA, erased.messages, "group 0", sources=[GroupRef("s1", 0, erased.digest)], reading=reading
+        )
+        with caplog.at_level(logging.WARNING, "agentium.engine.memory"):
+            await store.held.wait()  # the first fact stored; the drain then cancels the second write
+            drained = await _drained_within(manager, 0.1)
+        [item] = drained.items
+        assert item.status == "cancelled"
+        assert store.writes == 2  # the first fact was stored, the second write cut short
+        assert await manager.list(ANA) == ()  # the first did not stay, citing the erased group
+        assert any("taken back" in r.getMessage() for r in caplog.records)
+        await runtime.aclose()
+        await manager.aclose()
+
+
+async def _drained_within(manager: MemoryManager, timeout_s: float) -> Any:
+    try:
+        return await manager.drain(timeout_s, grace_s=0.5)
+    except MemoryDrainError as exc:
+        return exc.result
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

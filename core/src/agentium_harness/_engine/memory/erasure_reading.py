@@ -45,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import anyio
 import attrs
 
 from ..._errors import AgentiumError, ErasureInProgressError, InvalidArgumentError, MemoryFactNotFoundError
@@ -53,6 +54,7 @@ from ..._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from ..._ports.memory import MAX_PROVENANCE, GroupRef, MemoryScope
 from ..._ports.sessions import SessionStore
 from ..._scope import SessionKey, validate_id
+from ..bounded import LATE_CLEANUP_S, bounded
 from ..erasure_fence import FenceCheck, utc_now
 from ..erasure_index import finished_covering, finished_covering_fact
 from ..extraction_fence import refused
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ErasureReading",
     "after_writes",
+    "after_writes_cancelled",
     "checked_reading",
     "fence_at_call",
     "fence_from_reading",
@@ -344,26 +347,9 @@ async def after_writes(
     if not written:
         return  # nothing of it to take back (a duplicate's fact is an older one: left as it is)
     write = _SourcesWrite(scope, tuple(sources))
-    try:
-        found = await _found_since(manager, reading, write)
-    except AgentiumError as exc:
-        _log.warning(
-            "memory extraction: its facts were not checked again against erasures of its sources (%s)",
-            type(exc).__name__,
-            extra={"agentium_operation": "memory extract"},
-        )
-        return
+    found, failed = await _take_back(manager, reading, write, written)
     if found is None:
         return
-    failed: list[str] = []
-    for owner, fact_id in written:
-        try:
-            with outside_owned_work():  # a drain's cancel of the item must not strand the fact
-                await forget_fact(manager, owner, fact_id)
-        except MemoryFactNotFoundError:
-            pass  # the erasure removed it already
-        except AgentiumError as exc:
-            failed.append(f"{fact_id} ({type(exc).__name__})")
     if failed:
         outcome = (
             f"its facts were written meanwhile and forgetting {len(failed)} of them failed: "
@@ -372,3 +358,77 @@ async def after_writes(
     else:
         outcome = f"the {len(written)} fact(s) it wrote meanwhile were forgotten: none was kept"
     refused(telemetry, manager, write.refusal(found, outcome), taken_back=True)
+
+
+async def after_writes_cancelled(
+    manager: MemoryManager,
+    reading: ErasureReading,
+    scope: MemoryScope,
+    sources: Sequence[GroupRef],
+    written: Sequence[tuple[MemoryScope, str]],
+) -> None:
+    """:func:`after_writes` for writes a cancellation cut short (a drain's deadline): shielded, bounded.
+
+    Facts were stored; whether the check after them got anywhere is not
+    known, so it runs again (a forget is idempotent), within
+    :data:`..bounded.LATE_CLEANUP_S`, shielded from the cancellation, which
+    then goes on. Nobody is left to tell but the log: a WARNING.
+    """
+    if not written:
+        return
+    write = _SourcesWrite(scope, tuple(sources))
+    with anyio.CancelScope(shield=True):
+        try:
+            found, failed = await bounded(
+                lambda: _take_back(manager, reading, write, written), LATE_CLEANUP_S
+            )
+        except Exception as exc:
+            _log.warning(
+                "memory extraction cancelled after its writes: its facts could not be checked again against "
+                "erasures of its sources (%s)",
+                type(exc).__name__,
+                extra={"agentium_operation": "memory extract"},
+            )
+            return
+    if found is not None:
+        _log.warning(
+            "memory extraction taken back after its writes were cancelled: an erasure of the groups it read "
+            "began during it (erasure %s); %d of its %d facts could not be forgotten",
+            found.erasure_id,
+            len(failed),
+            len(written),
+            extra={"agentium_operation": "memory extract"},
+        )
+
+
+async def _take_back(
+    manager: MemoryManager,
+    reading: ErasureReading,
+    write: _SourcesWrite,
+    written: Sequence[tuple[MemoryScope, str]],
+) -> tuple[ErasureRecord | None, list[str]]:
+    """The covering erasure found since ``reading`` (``None``: none, or not read), ``written`` forgotten.
+
+    Also the facts it could not forget (id and error type).
+    """
+    try:
+        found = await _found_since(manager, reading, write)
+    except AgentiumError as exc:
+        _log.warning(
+            "memory extraction: its facts were not checked again against erasures of its sources (%s)",
+            type(exc).__name__,
+            extra={"agentium_operation": "memory extract"},
+        )
+        return None, []
+    failed: list[str] = []
+    if found is None:
+        return None, failed
+    for owner, fact_id in written:
+        try:
+            with outside_owned_work():  # a drain's cancel of the item must not strand the fact
+                await forget_fact(manager, owner, fact_id)
+        except MemoryFactNotFoundError:
+            pass  # the erasure removed it already
+        except AgentiumError as exc:
+            failed.append(f"{fact_id} ({type(exc).__name__})")
+    return found, failed

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+import anyio
 import attrs
 
 from ..._errors import ContractViolationError, EncodingError, InvalidArgumentError
@@ -35,7 +36,14 @@ from ..._ports.memory import (
 )
 from ..extraction_fence import TurnReading, before_extractor
 from .answers import check_work, checked_scope, within
-from .erasure_reading import ErasureReading, after_writes, checked_reading, fence_at_call, fence_from_reading
+from .erasure_reading import (
+    ErasureReading,
+    after_writes,
+    after_writes_cancelled,
+    checked_reading,
+    fence_at_call,
+    fence_from_reading,
+)
 
 if TYPE_CHECKING:
     from .extractor import MemoryExtractor
@@ -208,14 +216,19 @@ async def _extract(
     proposed = await call_extractor(manager, extractor, scope, given)
     # Every fact checked (and given its sources) before the first is written.
     facts = proposed_facts(proposed, scope, cited, manager.limits.max_extracted_facts)
-    acks = [await manager.remember_with_result(fact) for fact in facts]
-    if host is not None:
-        # A groups erasure of its sources during the extractor's call takes none of its facts (the
-        # write fence lets them stand): checked again, and its facts forgotten (:func:`after_writes`).
-        stored = [
-            (fact.scope, ack.fact_id)
-            for fact, ack in zip(facts, acks, strict=True)
-            if ack.status is AckStatus.STORED and ack.fact_id is not None
-        ]
-        await after_writes(manager, telemetry_of(manager), host, scope, cited, stored)
+    acks: list[MemoryAck] = []
+    stored: list[tuple[MemoryScope, str]] = []
+    try:
+        for fact in facts:
+            acks.append(ack := await manager.remember_with_result(fact))
+            if ack.status is AckStatus.STORED and ack.fact_id is not None:
+                stored.append((fact.scope, ack.fact_id))
+        if host is not None:
+            # A groups erasure of its sources during the extractor's call takes none of its facts (the
+            # write fence lets them stand): checked again, and its facts forgotten (:func:`after_writes`).
+            await after_writes(manager, telemetry_of(manager), host, scope, cited, stored)
+    except anyio.get_cancelled_exc_class():
+        if host is not None:  # a drain's deadline cut it short: the facts stored are not left unchecked
+            await after_writes_cancelled(manager, host, scope, cited, stored)
+        raise
     note_rejected(acks)
