@@ -28,7 +28,10 @@ from agentium_harness import (
     MemoryManager,
     MemoryScope,
     OperatorAttestation,
+    ResidentLimits,
     Role,
+    RuntimeLimits,
+    SessionKey,
     VerifiedIdentity,
     create_harness_runtime,
 )
@@ -192,3 +195,49 @@ async def test_an_agents_extraction_skipped_for_an_erasure_since_its_turn_leaves
         assert extractor.handed == []
         await agent.close()
     assert garbage == Counter()
+
+
+async def test_a_hosts_extraction_taken_back_after_its_writes_leaves_no_cycle(
+    tmp_path: Path, collector: None
+) -> None:
+    """The extractor's call sees the fact forgotten with its sources: the facts it wrote are forgotten."""
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    manager = MemoryManager(SQLiteMemoryStore(config), owns_store=True)
+    archive, sessions = SQLiteArchive(config), SQLiteSessionStore(config)
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=sessions,
+        memory=manager,
+        owned=(archive, sessions),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    identity = VerifiedIdentity("acme", "ana", "test-auth")
+    with anyio.fail_after(30):
+        await runtime.run(identity, "s1", "My vault code is 4471.")
+        await runtime.run(identity, "s1", "The weather is fine today.")
+        [group] = await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 1, OpContext())
+        source = GroupRef("s1", 0, group.digest)
+        ack = await manager.remember(MemoryFact(ANA, "ana's vault code is 4471", provenance=[source]))
+        assert ack.fact_id is not None
+        fact_id = ack.fact_id
+
+        class ForgettingMeanwhile:
+            async def extract(
+                self, scope: MemoryScope, messages: Sequence[Message], ctx: OpContext
+            ) -> list[MemoryFact]:
+                await runtime.forget(ANA, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+                return [MemoryFact(scope, "ana's vault code is 4471")]
+
+        manager.extractor = ForgettingMeanwhile()
+
+        async def taken_back() -> None:
+            reading = await manager.erasure_reading(ANA, sessions=["s1"])
+            manager.extract_in_background(ANA, group.messages, "group 0", sources=[source], reading=reading)
+            assert "were forgotten: none was kept" in await _failed_drain(manager)
+
+        # Once: the forget erases group 0, and a second would find it erased already.
+        assert await _cyclic_garbage(taken_back, times=1) == Counter()
+        assert await manager.list(ANA) == ()
+        await runtime.aclose()
+        await manager.aclose()
