@@ -570,6 +570,42 @@ async def test_a_reading_the_manager_did_not_take_for_this_extraction_is_refused
         await manager.aclose()
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("scope", MemoryScope("acme", "bob")),
+        ("sessions", ("s1", "s2")),
+        ("_pending", ("a record dropped or added",)),
+        ("_checks", ()),
+        ("_at", datetime(2999, 1, 1, tzinfo=UTC)),
+    ],
+)
+async def test_a_reading_altered_after_it_was_taken_is_refused_and_nothing_starts(
+    field: str, value: object, tmp_path: Path
+) -> None:
+    """Frozen is no seal: ``object.__setattr__`` rewrites a slot. What the manager took is what it accepts.
+
+    Rewritten to bob's scope (or more sessions), ana's reading passed for bob's extraction, its
+    erasures under way at the reading (kept for ana's turn only) never judged for bob's.
+    """
+    runtime, manager, extractor = _host(tmp_path / "agentium.db")
+    with anyio.fail_after(30):
+        reading = await manager.erasure_reading(ANA, sessions=["s1"])
+        object.__setattr__(reading, field, value)
+        scope = value if isinstance(value, MemoryScope) else ANA
+        with pytest.raises(
+            InvalidArgumentError,
+            match=r"altered after it was taken \(a field rewritten\); nothing was started",
+        ):
+            manager.extract_in_background(
+                scope, TURN, "host turn", sources=[GroupRef("s1", 0, DIGEST)], reading=reading
+            )
+        assert manager.running() == ()
+        assert extractor.handed == [] and await manager.list(ANA) == ()
+        await runtime.aclose()
+        await manager.aclose()
+
+
 @pytest.mark.parametrize("sessions", ["s1", [], [f"s{i}" for i in range(33)], [""], [5], None])
 async def test_a_reading_of_bad_sessions_is_refused(sessions: Any, tmp_path: Path) -> None:
     runtime, manager, _ = _host(tmp_path / "agentium.db")

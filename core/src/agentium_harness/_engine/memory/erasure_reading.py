@@ -88,7 +88,7 @@ class ErasureReading:
     (``scope``) and the ``sessions`` whose groups the turn's extraction
     will read; opaque otherwise. Only the manager that took it accepts it,
     for its own tenant and user and those sessions (one made or copied by
-    hand is refused); it may serve several extractions of the turn. It
+    hand, or altered since, is refused); it may serve several extractions of the turn. It
     holds no message content.
     """
 
@@ -103,8 +103,15 @@ class ErasureReading:
         return f"ErasureReading(tenant={scope.tenant!r}, user={scope.user!r}, sessions={self.sessions!r})"
 
 
-#: The readings each manager took (identity, never equality: a copy is not one), held weakly both ways.
-_TAKEN: weakref.WeakKeyDictionary[ErasureReading, weakref.ref[MemoryManager]] = weakref.WeakKeyDictionary()
+#: The readings each manager took (identity, never equality: a copy is not one), held weakly both ways,
+#: with what each held when taken: a frozen class is no seal (``object.__setattr__`` rewrites a slot).
+_TAKEN: weakref.WeakKeyDictionary[ErasureReading, tuple[weakref.ref[MemoryManager], tuple[object, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _held(reading: ErasureReading) -> tuple[object, ...]:
+    return reading.scope, reading.sessions, reading._checks, reading._pending, reading._at
 
 
 def _target_owns(target: EraseTarget, scope: MemoryScope, sessions: Iterable[str]) -> bool:
@@ -219,7 +226,7 @@ async def take_reading(manager: MemoryManager, scope: object, sessions: object) 
         pending.update((r.erasure_id, r) for r in under_way)
     at = min((c.at for c in checks), default=None) or utc_now()
     reading = ErasureReading(checked, named, tuple(checks), tuple(pending.values()), at)
-    _TAKEN[reading] = weakref.ref(manager)
+    _TAKEN[reading] = (weakref.ref(manager), _held(reading))
     return reading
 
 
@@ -237,11 +244,15 @@ def checked_reading(
             f"reading must be an ErasureReading (manager.erasure_reading), got {type(reading).__name__}; "
             "nothing was started"
         )
-    taker = _TAKEN.get(reading)
-    if taker is None or taker() is not manager:
+    taken = _TAKEN.get(reading)
+    if taken is None or taken[0]() is not manager:
         raise InvalidArgumentError(
             "the erasure reading was not taken by this memory manager (another manager's, or one made or "
             "copied by hand); nothing was started"
+        )
+    if any(now is not then for now, then in zip(_held(reading), taken[1], strict=True)):
+        raise InvalidArgumentError(
+            "the erasure reading was altered after it was taken (a field rewritten); nothing was started"
         )
     if (reading.scope.tenant, reading.scope.user) != (scope.tenant, scope.user):
         raise InvalidArgumentError(
