@@ -26,11 +26,17 @@ way through a reading it takes as its turn starts
   nothing sent or written, its owned work fails with
   :class:`~agentium_harness._errors.ErasureInProgressError` (a drain reports
   it), a WARNING and the ``agentium.memory.extraction_skipped`` span event,
-  as an ``Agent``'s skipped extraction is reported (:mod:`..extraction_fence`).
+  as an ``Agent``'s skipped extraction is reported (:mod:`..extraction_fence`);
+- after its writes (:func:`after_writes`; without a reading, from what
+  :func:`fence_at_call` read), the same read again: an erasure of some of
+  its groups that began during the extractor call takes none of its facts
+  through the write fence, so the extraction forgets those it stored and
+  fails the same way (also when a drain's cancel cut the writes short:
+  :func:`after_writes_cancelled`, shielded and bounded).
 
 A reading is opaque and bound to the manager that took it and to its
 tenant, user and sessions: one of another manager, one made or copied by
-hand, another tenant's or user's, or one not taken for a session the
+hand or altered since, another tenant's or user's, or one not taken for a session the
 extraction's sources name is refused with
 :class:`~agentium_harness._errors.InvalidArgumentError` before anything
 starts (:func:`checked_reading`).
