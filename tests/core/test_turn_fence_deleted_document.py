@@ -11,6 +11,7 @@ forgotten memory fact (docs/erasure.md).
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,12 @@ import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA, Recording, tool_turn_while
 from _fence_support import fence_pair, two_processes
+from _telemetry_support import Telemetered
 
 from agentium_harness import (
     CommitState,
     DocumentDeletedDuringRunError,
+    DocumentUncheckedDuringRunError,
     ErasedDuringRunError,
     RecallStatus,
     SourceOwner,
@@ -144,3 +147,53 @@ async def test_the_public_helper_over_sqlite(tmp_path: Path, deletes: bool) -> N
         )
 
     await document_deleted_mid_run(build, partial(SQLiteRecallStore, recall_config), deletes=deletes)
+
+
+class BreaksMidRun(InMemoryRecallStore):
+    """An in-memory recall store whose ``open`` fails once ``broken`` is set (a backend gone mid-run)."""
+
+    broken = False
+
+    async def open(self, *args: Any, **kwargs: Any) -> Any:
+        if self.broken:
+            raise ValueError("recall backend down")
+        return await super().open(*args, **kwargs)
+
+
+async def test_a_recall_store_that_cannot_be_checked_stops_the_run_before_the_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Fail closed, as the fact fence does: a document that cannot be checked is not sent again unchecked."""
+    recall = BreaksMidRun()
+    t = Telemetered()
+    stores = {"archive": InMemoryArchive(), "session_store": InMemorySessionStore(), "recall": recall}
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine, other = fence_pair(provider, held, {**stores, "telemetry": t.telemetry()}, dict(stores))
+    try:
+        await other.index_document(SourceOwner("acme"), "oncall", SECRET)
+
+        async def break_it() -> None:
+            recall.broken = True
+
+        with caplog.at_level(logging.WARNING, logger="agentium"):
+            outcome = await tool_turn_while(mine, held.entered, held.release, break_it, QUESTION)
+        assert isinstance(outcome, DocumentUncheckedDuringRunError), repr(outcome)
+        assert not isinstance(outcome, ErasedDuringRunError)  # nothing says the document went
+        assert "recall backend down" in str(outcome)
+        assert len(provider.sent) == 1 and "qzrotaq" in provider.sent[0]  # no call after the failure
+        assert outcome.run_result is not None
+        # What ran is committed, without the answer, as after any typed stop (the fact fence's failed read).
+        assert outcome.commit_state is CommitState.COMMITTED, outcome.commit_state
+        events = [(name, attrs) for _, name, attrs in t.events("agentium.run.")]
+        assert ("agentium.run.document_fence_unchecked", {"agentium.operation": "run"}) in events, events
+        assert not [name for name, _ in events if name.endswith("erased_during_run")], events
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING and "validated" in r.getMessage()]
+        assert warned, [r.getMessage() for r in caplog.records]
+        assert not [r for r in caplog.records if "qzrotaq" in r.getMessage() or "oncall" in r.getMessage()]
+        recall.broken = False
+        later = await mine.run(ANA, "s1", "When does the on-call rota change?")
+        assert later.committed  # the session is usable again: nothing was left half-done
+    finally:
+        await mine.aclose()
+        await other.aclose()

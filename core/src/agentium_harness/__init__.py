@@ -150,7 +150,12 @@ from ._errors import (
     ToolNotGrantedError,
     UnsupportedOperationError,
 )
-from ._errors_run import DocumentDeletedDuringRunError, ErasedDuringRunError, FactForgottenDuringRunError
+from ._errors_run import (
+    DocumentDeletedDuringRunError,
+    DocumentUncheckedDuringRunError,
+    ErasedDuringRunError,
+    FactForgottenDuringRunError,
+)
 from ._history import (
     MAX_PAYLOAD_BYTES,
     ControlKind,
@@ -268,6 +273,7 @@ __all__ = [
     "MessageRef",
     "ReadFence",
     "DocumentDeletedDuringRunError",
+    "DocumentUncheckedDuringRunError",
     "ErasedDuringRunError",
     "FactForgottenDuringRunError",
     "ErasedSinceReadError",

@@ -6,9 +6,14 @@ hosts import it from ``agentium_harness``.
 
 from __future__ import annotations
 
-from ._errors import ErasureInProgressError
+from ._errors import AgentiumError, ErasureInProgressError
 
-__all__ = ["DocumentDeletedDuringRunError", "ErasedDuringRunError", "FactForgottenDuringRunError"]
+__all__ = [
+    "DocumentDeletedDuringRunError",
+    "DocumentUncheckedDuringRunError",
+    "ErasedDuringRunError",
+    "FactForgottenDuringRunError",
+]
 
 
 class ErasedDuringRunError(ErasureInProgressError):
@@ -75,3 +80,21 @@ class DocumentDeletedDuringRunError(ErasedDuringRunError):
     def __init__(self, message: str, source_ids: tuple[str, ...]) -> None:
         self.source_ids = source_ids
         super().__init__(message)
+
+
+class DocumentUncheckedDuringRunError(AgentiumError):
+    """The host documents a run's request carries could not be validated again: it stopped before a call.
+
+    Before each later model call the engine validates the carried documents
+    again (:class:`DocumentDeletedDuringRunError`). When that look cannot be
+    made — the recall store failed or timed out, broke its contract, or the
+    run's recall budgets are spent — the run fails closed, as it does when
+    a carried memory fact cannot be read back: a document that may have
+    been deleted is never sent again unchecked. Nothing says a document
+    went, so this is no :class:`ErasedDuringRunError`: as after any typed
+    stop, the tool calls and results that already ran are committed
+    without the answer (``commit_state`` says what was), and a WARNING (no
+    content, no ids) and the span event ``agentium.run.document_fence_unchecked``
+    say so. The message says why the look failed. Run again once the
+    recall store answers.
+    """

@@ -24,17 +24,20 @@ Stopping raises :class:`~agentium_harness._errors_run.DocumentDeletedDuringRunEr
 (an :class:`ErasedDuringRunError`) before the call, with a WARNING (no
 content, no ids) and the span event ``agentium.run.erased_during_run``: the
 run commits nothing, as for a forgotten memory fact (:mod:`.fact_fence`).
-A look that could not be made (the store failed, a budget ran out) does not
-stop the run: a WARNING and the span event
-``agentium.run.document_fence_unchecked`` say so, and the commit fence
-validates the documents again before anything is committed.
+A look that could not be made (the store failed or timed out, broke its
+contract, a budget ran out) fails closed, as a failed read of a carried
+memory fact does: :class:`~agentium_harness._errors_run.DocumentUncheckedDuringRunError`
+before the call (saying why), a WARNING (no content, no ids) and the span
+event ``agentium.run.document_fence_unchecked``. Nothing says a document
+went, so it is no erasure stop: what ran is committed without the answer,
+as after any typed stop (:class:`~.effects.EffectsKeeper`).
 """
 
 from __future__ import annotations
 
 import logging
 
-from .._errors_run import DocumentDeletedDuringRunError
+from .._errors_run import DocumentDeletedDuringRunError, DocumentUncheckedDuringRunError
 from .._observe.spans import current_span_event
 from .._ports.recall import RecallLimits, RecallStore, SourceRef, ValidationStatus
 from .._scope import Scope
@@ -86,17 +89,29 @@ class DocumentFence:
             ticket, self.store, self.scope, self.limits, self.refs, self.spent
         )
         if failure is not None:
-            _log.warning(
-                "%s: the host documents its request carries could not be validated again before a model "
-                "call; the run goes on (its commit fence validates them before anything is committed)",
-                what,
-                extra={"agentium_operation": what},
-            )
-            current_span_event("agentium.run.document_fence_unchecked", {"agentium.operation": what})
-            return
+            raise _unchecked(failure, what)
         gone = tuple(v.ref.source_id for v in validations if v.status in _GONE)
         if gone:
             raise _deleted(gone, what)
+
+
+def _unchecked(failure: str, what: str) -> DocumentUncheckedDuringRunError:
+    """The stop for carried documents that could not be validated again: fail closed, a WARNING, a span event.
+
+    ``failure`` (recall's reason, which may quote the store's error) goes to the error only, not the log.
+    """
+    _log.warning(
+        "%s stopped before a model call: the host documents its request carries could not be validated "
+        "again, so they were not sent again unchecked",
+        what,
+        extra={"agentium_operation": what},
+    )
+    current_span_event("agentium.run.document_fence_unchecked", {"agentium.operation": what})
+    return DocumentUncheckedDuringRunError(
+        f"the host documents whose excerpts the {what}'s request carries could not be validated again "
+        f"({failure}); the {what} stopped before its next model call rather than send them unchecked "
+        "(one may have been deleted since recall read it)"
+    )
 
 
 def _deleted(source_ids: tuple[str, ...], what: str) -> DocumentDeletedDuringRunError:
