@@ -244,3 +244,55 @@ async def test_retention_with_a_summary_rewrite_in_one_window_does_not_stop_the_
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_forget_then_retention_of_the_same_groups_in_one_window_still_stops_the_run(
+    kind: str, tmp_path: Path
+) -> None:
+    """A forget, a summary update and then retention, all between two calls: the forget still stops it.
+
+    Retention names every seq below its cutoff (``SeqRange(0, cutoff)``),
+    the forgotten fact's sources too. The index is read newest first: the
+    retention entry alone accounts for every seq erased since the load, and
+    the fence stopped its walk there and called the summary kept, though the
+    forget (older, joined since the load too) emptied it: the run went on
+    sending the old summary, which states the forgotten fact.
+    """
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    held = HeldTool()
+    mine_stores, other_stores = two_processes(kind, tmp_path)
+    # The fact is the other process's only: Ana's request does not carry it (the fact fence would stop
+    # the run for it), only the summary stating the secret.
+    mine, other = fence_pair(
+        provider,
+        held,
+        {**mine_stores, "memory": InMemoryMemoryStore()},
+        {
+            **other_stores,
+            "memory": InMemoryMemoryStore(),
+            "retention": RetentionPolicy(max_archived_groups=1),
+        },
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        await _primed(mine)
+        scope, fact_id = await _fact_of_group_0(mine, other)
+
+        async def forget_refill_trim() -> None:
+            await other.forget(scope, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+            await other.run(ANA, "s1", "More chatter.")  # archives a group: its summary update refills it
+            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+            assert len(result.erasures) == 1, result
+            after = await other.session_store.load(KEY, OpContext())
+            summary = after.snapshot.summary.summary
+            assert summary.text and SECRET not in summary.text  # refilled, no longer emptied
+            assert any(r.start == 0 and r.stop > 1 for r in after.snapshot.erased), after.snapshot.erased
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget_refill_trim, "Deploy it.")
+        _stopped_before_resending(provider, outcome)
+    finally:
+        await mine.aclose()
+        await other.aclose()

@@ -15,12 +15,15 @@ reads the session's snapshot when the ledger moved, and asks here:
   emptied it and an update refilled it, or retention took the groups and
   an update rewrote it. Only then is the erasure index read
   (:func:`forgotten_since`): the session's chains newest first, the kind of
-  each finished groups erasure that took one of those new seqs, until they
-  are all accounted for or an entry that joined the ledger before the load
+  each finished groups erasure that took one of those new seqs, until a
+  forget is found or an entry that joined the ledger before the load
   settles the walk (:func:`.erasure_index.joined_covering`: a few small
   reads, one join record per entry). A ``forget`` among them, or a seq no
   entry accounts for (fail closed), means forgotten; retention or an
-  operator's groups erasure alone, kept.
+  operator's groups erasure alone, kept. Every entry joined since the load
+  is read unless a forget is found first: retention names every seq below
+  its cutoff (those an older forget took too), so a newer retention
+  accounting for every seq settles nothing.
 """
 
 from __future__ import annotations
@@ -84,14 +87,18 @@ async def forgotten_since(
         target = record.target
         if verdict is not False and target.groups and target.session_key == key:
             taken = merge_ranges(target.groups)
-            if any(_overlap(r, left) for r in taken):
-                if record.kind is ErasureKind.FORGET:
-                    forget[0] = True
-                left[:] = _minus(merge_ranges(left), taken)
+            # Against all of ``new``, not what is left: retention names every seq below its cutoff,
+            # so a newer one may account for the seqs an older forget (since the load too) took.
+            if record.kind is ErasureKind.FORGET and any(_overlap(r, new) for r in taken):
+                forget[0] = True
+            left[:] = _minus(merge_ranges(left), taken)
         return verdict
 
     def settled(_: EraseTarget) -> bool:
-        return forget[0] or not left  # the walk stops here: the answer is known
+        # Only a forget settles the walk early. Every seq accounted for is not enough: an older entry
+        # joined since the load may be a forget of the same seqs; the walk stops at the first entry
+        # that joined before the load, as every chain walk does.
+        return forget[0]
 
     await joined_covering(ticket, store, (key.tenant, key.user, (key.session,)), settled, joined)
     return forget[0] or bool(left)
