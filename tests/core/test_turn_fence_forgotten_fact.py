@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA, Recording, tool_turn_while
@@ -29,6 +30,8 @@ from agentium_harness import (
     MemoryFact,
     MemoryScope,
     MemoryStoreError,
+    OperationTimeoutError,
+    RuntimeLimits,
     SessionKey,
     create_harness_runtime,
 )
@@ -253,6 +256,54 @@ async def test_a_failed_read_fails_the_run_before_the_call(tmp_path: Path) -> No
         assert isinstance(outcome, MemoryStoreError), repr(outcome)
         assert "memory backend down" in str(outcome)
         assert len(provider.sent) == 2 and SECRET in provider.sent[1]  # no call after the failure
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+class SlowHistory(InMemoryMemoryStore):
+    """An in-memory memory store whose ``history`` takes ``delay_s`` each (a slow backend), counted."""
+
+    delay_s = 0.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.histories = 0
+
+    async def history(self, scope: Any, fact_id: str, ctx: Any) -> Any:
+        self.histories += 1
+        await anyio.sleep(self.delay_s)
+        return await super().history(scope, fact_id, ctx)
+
+
+async def test_one_look_at_many_carried_facts_is_bounded_by_one_operation_deadline(tmp_path: Path) -> None:
+    """A slow store cannot hold a run ``max_injected_facts`` times ``op_timeout_s`` before each later call.
+
+    Each read had its own ``op_timeout_s``, one after another: eight facts at
+    just under the deadline each held the run eight deadlines before one
+    model call. The look as a whole is now one operation under one deadline:
+    past it the run fails before the call (typed, the fact not sent unchecked).
+    """
+    slow = SlowHistory()
+    stores, _ = two_processes("memory", tmp_path)
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    limits = RuntimeLimits(op_timeout_s=1.0)
+    mine, other = fence_pair(provider, held, {**stores, "memory": slow}, dict(stores), limits=limits)
+    try:
+        await mine.run(ANA, "s1", "hello")
+        for i in range(8):
+            await _remember(mine, f"{SECRET} part {i}")
+
+        async def slow_down() -> None:
+            slow.delay_s = 0.3  # each read well within op_timeout_s; eight of them are not
+
+        with anyio.fail_after(30):
+            outcome = await tool_turn_while(mine, held.entered, held.release, slow_down, "Deploy it.")
+        assert all(f"part {i}" in provider.sent[1] for i in range(8)), provider.sent[1]
+        assert isinstance(outcome, OperationTimeoutError), repr(outcome)
+        assert len(provider.sent) == 2  # no call after the look that ran out of time
+        assert slow.histories < 8  # the look stopped at its deadline, not after every read
     finally:
         await mine.aclose()
         await other.aclose()

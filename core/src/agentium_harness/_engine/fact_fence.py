@@ -12,8 +12,10 @@ facts the request carries and nothing else:
 - the first model call follows the memory selection at once (its read is
   the check), so only later calls look;
 - a later call reads each carried fact's revisions back (one bounded
-  ``history`` read per fact, under the run's deadline: at most
-  :data:`~agentium_harness._ports.memory.MAX_FACT_REVISIONS` revisions).
+  ``history`` read per fact, at most
+  :data:`~agentium_harness._ports.memory.MAX_FACT_REVISIONS` revisions; the
+  reads of one look share one ``op_timeout_s``: a slow store holds the run
+  one deadline before a call, not one per fact).
   A fact whose latest revision is a tombstone, or that the store no longer
   has (erased), stops the run. A store that does not declare ``history``
   is not read: only forgets through the run's own manager are seen then
@@ -32,6 +34,7 @@ stopped rather than the fact dropped from later requests).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
@@ -93,9 +96,15 @@ class FactFence:
                     raise _forgotten(fact_id, what)
             return
         store = manager.store
+        # One look is one operation: its reads share one op_timeout_s, not one each (up to
+        # max_injected_facts of them, one after another, would hold the run that many deadlines).
+        deadline = time.monotonic() + ticket.op_timeout_s
         for fact_id in self.fact_ids:
+            left = max(0.0, deadline - time.monotonic())
             try:
-                raw = await ticket.call("memory forget fence", partial(_history, store, scope, fact_id))
+                raw = await ticket.call(
+                    "memory forget fence", partial(_history, store, scope, fact_id), timeout_s=left
+                )
             except MemoryFactNotFoundError:
                 raise _forgotten(fact_id, what) from None  # erased since: gone as well
             except AgentiumError:
