@@ -234,3 +234,75 @@ async def test_an_unexpected_exception_leaves_no_cycle(
         }
         for name, call in calls.items():
             assert await _cyclic_garbage(call) == Counter(), name
+
+
+class _DeploysThenAnswers(ScriptedProvider):
+    """Asks for the deploy tool, then answers once its result is in the turn (a stopped run keeps no step)."""
+
+    def __init__(self) -> None:
+        super().__init__(replies=[DEPLOY], cycle=True)
+        self.answers = ScriptedProvider(replies=["Deployed."], cycle=True)
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        if request.turn and request.turn[-1].role is Role.TOOL:
+            return await self.answers.complete(request, ctx)
+        return await super().complete(request, ctx)
+
+
+async def test_runs_carrying_facts_and_documents_leave_no_cycle(tmp_path: Path, collector: None) -> None:
+    """The turn fence's fact and document fences (held by the run's trace) tie nothing into a cycle.
+
+    Each run carries a memory fact and a host document's excerpt and makes a
+    second model call (the fences look); the stopped ones (the tool forgets the
+    fact, or deletes the document) raise with what ran, which must not either.
+    """
+    from agentium_harness import MemoryFact, MemoryScope, SourceOwner
+    from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+    from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+
+    scope = MemoryScope("acme", "ana")
+    facts: list[str] = []
+    mode = {"forget": False, "delete": False}
+    holder: dict[str, HarnessRuntime] = {}
+    raised: list[str] = []
+
+    async def deploy(args: Any) -> str:
+        rt = holder["rt"]
+        if mode["forget"]:
+            await rt.memory.forget(scope, facts[-1])
+        if mode["delete"]:
+            await rt.delete_document(SourceOwner("acme"), "rota")
+        return "deployed v2 to prod"
+
+    config = SQLiteConfig(path=str(tmp_path / "a.db"))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    rt = holder["rt"] = create_harness_runtime(
+        provider=_DeploysThenAnswers(),
+        archive=archive,
+        session_store=store,
+        owned=(archive, store),
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        memory=InMemoryMemoryStore(),
+        recall=InMemoryRecallStore(),
+    )
+    async with rt:
+
+        async def run() -> object:
+            ack = await rt.memory.remember(MemoryFact(scope, f"ana deploys on rota {len(facts)}"))
+            facts.append(str(ack.fact_id))
+            await rt.index_document(SourceOwner("acme"), "rota", "The deploy rota changes every Monday.")
+            try:
+                result = await rt.run(ANA, "s1", "deploy per the rota", grants=["deploy"])
+            except AgentiumError as exc:
+                raised.append(type(exc).__name__)
+                raise
+            assert not mode["forget"] and not mode["delete"], result  # a stop raises
+            assert result.recall is not None and result.recall.included, result.recall
+            return result
+
+        assert await _cyclic_garbage(run) == Counter(), "carried"
+        mode["forget"] = True
+        assert await _cyclic_garbage(run) == Counter(), "fact forgotten"
+        mode["forget"], mode["delete"] = False, True
+        assert await _cyclic_garbage(run) == Counter(), "document deleted"
+        assert raised == ["FactForgottenDuringRunError"] * 3 + ["DocumentDeletedDuringRunError"] * 3, raised
