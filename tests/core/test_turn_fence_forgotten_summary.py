@@ -29,10 +29,13 @@ from agentium_harness import (
     RetentionPolicy,
     RuntimeLimits,
     SessionKey,
+    SessionStoreError,
     SummaryLimits,
     VerifiedIdentity,
 )
 from agentium_harness._engine import summary_fence
+from agentium_harness._scope import ERASURE_RECORDS_TENANT
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import OpContext
@@ -293,6 +296,54 @@ async def test_a_forget_then_retention_of_the_same_groups_in_one_window_still_st
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget_refill_trim, "Deploy it.")
         _stopped_before_resending(provider, outcome)
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+class IndexGoesDown(InMemorySessionStore):
+    """An in-memory session store failing its erasure index reads (not the pending ledger's) once ``down``."""
+
+    down = False
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> Any:
+        if self.down and key.tenant == ERASURE_RECORDS_TENANT and key.session != "pending":
+            raise SessionStoreError("erasure index unreadable (test)")
+        return await super().load(key, ctx)
+
+
+async def test_an_unreadable_erasure_index_in_the_summary_case_fails_the_run_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Retention with a rewrite needs the index to tell it from a forget: unreadable, the run stops (typed).
+
+    The summary the run carries may state a forgotten fact; it is not sent
+    again on a guess: the store's typed error fails the run before the call.
+    """
+    sessions = IndexGoesDown()
+    stores = {"archive": InMemoryArchive(), "session_store": sessions}
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    held = HeldTool()
+    mine, other = _pair(
+        provider, held, (stores, dict(stores)), retention=RetentionPolicy(max_archived_groups=1)
+    )
+    try:
+        await _primed(mine)
+
+        async def trim_refill_then_break() -> None:
+            result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+            assert len(result.erasures) == 1, result
+            await other.run(ANA, "s1", "More chatter.")  # archives a group: its summary update folds it
+            sessions.down = True
+
+        outcome = await tool_turn_while(
+            mine, held.entered, held.release, trim_refill_then_break, "Deploy it."
+        )
+        sessions.down = False
+        assert SECRET in provider.sent[4]
+        assert isinstance(outcome, SessionStoreError), repr(outcome)
+        assert "erasure index unreadable" in str(outcome)
+        assert len(provider.sent) == 5, provider.sent[5:]  # no call after the look that failed
     finally:
         await mine.aclose()
         await other.aclose()
