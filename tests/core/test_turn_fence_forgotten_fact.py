@@ -256,6 +256,8 @@ async def test_a_failed_read_fails_the_run_before_the_call(tmp_path: Path) -> No
         assert isinstance(outcome, MemoryStoreError), repr(outcome)
         assert "memory backend down" in str(outcome)
         assert len(provider.sent) == 2 and SECRET in provider.sent[1]  # no call after the failure
+        # Nothing says the fact went: what ran is committed without the answer, as after any failure.
+        assert outcome.commit_state is CommitState.COMMITTED, outcome.commit_state
     finally:
         await mine.aclose()
         await other.aclose()
