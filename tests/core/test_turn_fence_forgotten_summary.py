@@ -347,3 +347,59 @@ async def test_an_unreadable_erasure_index_in_the_summary_case_fails_the_run_clo
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_forget_of_groups_retention_took_before_the_load_then_a_refill_still_stops_the_run(
+    kind: str, tmp_path: Path
+) -> None:
+    """The fact's source group was erased by retention before the run loaded; the summary kept its text.
+
+    A ``forget`` with its sources erases the summarized groups again and
+    empties the summary; another process's update refills it before the
+    next call. The snapshot's erased ranges do not grow (the group was
+    marked already), so nothing looked erased since the load: the fence
+    called the summary kept and the run sent the old one again, stating the
+    forgotten fact.
+    """
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    held = HeldTool()
+    mine_stores, other_stores = two_processes(kind, tmp_path)
+    mine, other = fence_pair(
+        provider,
+        held,
+        {**mine_stores, "memory": InMemoryMemoryStore()},
+        {
+            **other_stores,
+            "memory": InMemoryMemoryStore(),
+            "retention": RetentionPolicy(max_archived_groups=1),
+        },
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        await _primed(mine)
+        scope, fact_id = await _fact_of_group_0(mine, other)
+        result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+        assert len(result.erasures) == 1, result
+        before = await other.session_store.load(KEY, OpContext())
+        assert SECRET in before.snapshot.summary.summary.text  # retention kept the summary's text
+        assert any(r.start == 0 and r.stop > 0 for r in before.snapshot.erased), before.snapshot.erased
+
+        async def forget_then_refill() -> None:
+            done = await other.forget(scope, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+            assert done.erasures, done
+            emptied = await other.session_store.load(KEY, OpContext())
+            assert SECRET not in emptied.snapshot.summary.summary.text
+            await other.run(ANA, "s1", "More chatter.")  # archives a group: its summary update refills it
+            after = await other.session_store.load(KEY, OpContext())
+            summary = after.snapshot.summary.summary
+            assert summary.text and SECRET not in summary.text  # refilled, no longer emptied
+            assert after.snapshot.erased == before.snapshot.erased  # nothing newly marked erased
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget_then_refill, "Deploy it.")
+        _stopped_before_resending(provider, outcome)
+    finally:
+        await mine.aclose()
+        await other.aclose()

@@ -9,21 +9,25 @@ reads the session's snapshot when the ledger moved, and asks here:
 - the snapshot holds the summary emptied: forgotten;
 - it holds the text sent: kept;
 - it holds other text (a summary update wrote it again since) and no group
-  below the sent summary's frontier was erased beyond the load's ranges:
-  kept (nothing it states went);
+  below the sent summary's frontier is marked erased at all: kept (a
+  ``forget`` taking one of those groups would have marked it);
 - else the two cannot be told apart from the snapshot: a ``forget``
   emptied it and an update refilled it, or retention took the groups and
-  an update rewrote it. Only then is the erasure index read
-  (:func:`forgotten_since`): the session's chains newest first, the kind of
-  each finished groups erasure that took one of those new seqs, until a
-  forget is found or an entry that joined the ledger before the load
-  settles the walk (:func:`.erasure_index.joined_covering`: a few small
-  reads, one join record per entry). A ``forget`` among them, or a seq no
-  entry accounts for (fail closed), means forgotten; retention or an
-  operator's groups erasure alone, kept. Every entry joined since the load
-  is read unless a forget is found first: retention names every seq below
-  its cutoff (those an older forget took too), so a newer retention
-  accounting for every seq settles nothing.
+  an update rewrote it. A ``forget`` may also take groups marked erased
+  before the load (retention took them, the summary kept their text: it
+  erases them again to empty the summary), and then no range grows. Only
+  then is the erasure index read (:func:`forgotten_since`): the session's
+  chains newest first, the kind of each finished groups erasure joined
+  since the load, until a forget is found or an entry that joined the
+  ledger before the load settles the walk
+  (:func:`.erasure_index.joined_covering`: a few small reads, one join
+  record per entry). A ``forget`` of a group below the sent summary's
+  frontier, or a seq newly marked erased that no entry accounts for (fail
+  closed), means forgotten; retention or an operator's groups erasure
+  alone, kept. Every entry joined since the load is read unless a forget
+  is found first: retention names every seq below its cutoff (those an
+  older forget took too), so a newer retention accounting for every seq
+  settles nothing.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def summary_gone(found: object, sent: TaskSummary, erased: Sequence[SeqRange]) -
 
     :data:`FORGOTTEN`, :data:`KEPT`, or — the snapshot cannot tell — the
     seq ranges below ``sent``'s frontier erased beyond ``erased`` (the
-    load's), for :func:`forgotten_since` to account for.
+    load's; maybe none), for :func:`forgotten_since` to account for.
     """
     snapshot = found.snapshot if isinstance(found, StoredSnapshot) else None
     if not isinstance(snapshot, SessionSnapshot):
@@ -67,19 +71,28 @@ def summary_gone(found: object, sent: TaskSummary, erased: Sequence[SeqRange]) -
         for r in ranges
         if isinstance(r, SeqRange) and r.start < min(r.stop, sent.frontier)
     ]
-    new = _minus(merge_ranges(below), merge_ranges(erased))
-    return new if new else KEPT
+    if not below:
+        return KEPT  # no group it covers is erased: a forget of one would have marked it
+    return _minus(merge_ranges(below), merge_ranges(erased))
 
 
 async def forgotten_since(
-    ticket: Ticket, store: SessionStore, key: SessionKey, since: int | None, new: Sequence[SeqRange]
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    since: int | None,
+    new: Sequence[SeqRange],
+    frontier: int,
 ) -> bool:
-    """Whether a ``forget`` erasure took one of ``new`` (seqs of ``key`` erased since the load at ``since``).
+    """Whether a ``forget`` joined since the load at ``since`` took a group of ``key`` below ``frontier``.
 
-    Read from the erasure index (the module's docstring): ``True`` also
-    when some seq of ``new`` is accounted for by no finished erasure read.
+    ``frontier``: the sent summary's (it covers the groups below it); ``new``:
+    the seqs marked erased since the load. Read from the erasure index (the
+    module's docstring): ``True`` also when some seq of ``new`` is
+    accounted for by no finished erasure read.
     """
     left = list(new)
+    covered = (SeqRange(0, frontier),) if frontier > 0 else ()
     forget = [False]
 
     async def joined(record: ErasureRecord) -> bool | None:
@@ -87,9 +100,10 @@ async def forgotten_since(
         target = record.target
         if verdict is not False and target.groups and target.session_key == key:
             taken = merge_ranges(target.groups)
-            # Against all of ``new``, not what is left: retention names every seq below its cutoff,
-            # so a newer one may account for the seqs an older forget (since the load too) took.
-            if record.kind is ErasureKind.FORGET and any(_overlap(r, new) for r in taken):
+            # Against all the summary covers, not what is left: retention names every seq below its
+            # cutoff (a newer one may account for the seqs an older forget took), and a forget erases
+            # again groups marked before the load that the summary still covers (no range grows).
+            if record.kind is ErasureKind.FORGET and any(_overlap(r, covered) for r in taken):
                 forget[0] = True
             left[:] = _minus(merge_ranges(left), taken)
         return verdict

@@ -59,11 +59,12 @@ A forget erasure also empties a task summary covering the groups it took
 (it may state the fact): when the request carries the summary (``summary``)
 and the snapshot now holds it emptied, the run stops the same way; so
 it does when a summary update wrote it again before the check (another
-text, with a group below the sent summary's frontier erased since the
-load: ``erased``). Retention keeps a summary's text by design; with such
-an update in the same window the snapshot cannot tell it from a forget, and
-only then is the kind of the erasure that took those groups read from the
-index (:mod:`.summary_fence`): retention lets the run go on, a forget stops it.
+text, with a group below the sent summary's frontier erased: since the
+load, ``erased``, or before it, which a forget erases again). Retention
+keeps a summary's text by design; with such an update in the same window
+the snapshot cannot tell it from a forget, and only then is the kind of the
+erasures joined since the load read from the index (:mod:`.summary_fence`):
+retention lets the run go on, a forget of a group the summary covers stops it.
 
 Recalled host documents need nothing more for erasures: a run sees only
 documents owned by its tenant, its user or its session, and every erasure
@@ -249,10 +250,12 @@ class TurnFence:
                     raise _recalled_gone(key, self.what, resident=True)
             if not unchanged and self.summary is not None:
                 gone = summary_gone(found, self.summary, self.erased)
-                # Retention with a summary rewrite looks like a forget in the snapshot: only then is the
-                # kind of the erasure read from the index (a forget stops the run; retention keeps text).
+                # Retention with a summary rewrite looks like a forget in the snapshot (so does a forget of
+                # groups marked erased before the load, then a rewrite): only then is the kind of the
+                # erasure read from the index (a forget stops the run; retention keeps text).
                 if gone is FORGOTTEN or (
-                    isinstance(gone, tuple) and await forgotten_since(ticket, store, key, first[0], gone)
+                    isinstance(gone, tuple)
+                    and await forgotten_since(ticket, store, key, first[0], gone, self.summary.frontier)
                 ):
                     raise _recalled_gone(key, self.what, summary=True)
         if not unchanged:
