@@ -197,3 +197,41 @@ async def test_a_recall_store_that_cannot_be_checked_stops_the_run_before_the_ca
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+class AnswersNothingMidRun(InMemoryRecallStore):
+    """An in-memory recall store whose sessions answer no ``validate_current`` once ``silent`` is set."""
+
+    silent = False
+
+    async def open(self, *args: Any, **kwargs: Any) -> Any:
+        session = await super().open(*args, **kwargs)
+        if self.silent:
+
+            async def nothing(refs: Any, ctx: Any) -> list[Any]:
+                return []  # no answer for any ref: the engine calls each unknown (a contract violation)
+
+            session.validate_current = nothing  # type: ignore[method-assign]
+        return session
+
+
+async def test_a_document_the_store_cannot_answer_for_stops_the_run_too() -> None:
+    """``unknown`` (no answer for the ref) is a look that could not be made: the run fails closed."""
+    recall = AnswersNothingMidRun()
+    stores = {"archive": InMemoryArchive(), "session_store": InMemorySessionStore(), "recall": recall}
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine, other = fence_pair(provider, held, stores, dict(stores))
+    try:
+        await other.index_document(SourceOwner("acme"), "oncall", SECRET)
+
+        async def silence() -> None:
+            recall.silent = True
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, silence, QUESTION)
+        assert isinstance(outcome, DocumentUncheckedDuringRunError), repr(outcome)
+        assert "unknown" in str(outcome), str(outcome)
+        assert len(provider.sent) == 1 and "qzrotaq" in provider.sent[0]  # not sent again unchecked
+    finally:
+        await mine.aclose()
+        await other.aclose()

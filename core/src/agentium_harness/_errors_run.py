@@ -87,8 +87,8 @@ class DocumentUncheckedDuringRunError(AgentiumError):
 
     Before each later model call the engine validates the carried documents
     again (:class:`DocumentDeletedDuringRunError`). When that look cannot be
-    made — the recall store failed or timed out, broke its contract, or the
-    run's recall budgets are spent — the run fails closed, as it does when
+    made — the recall store failed or timed out, broke its contract, called
+    a document ``unknown``, or the run's recall budgets are spent — the run fails closed, as it does when
     a carried memory fact cannot be read back: a document that may have
     been deleted is never sent again unchecked. Nothing says a document
     went, so this is no :class:`ErasedDuringRunError`: as after any typed

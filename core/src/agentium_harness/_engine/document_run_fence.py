@@ -25,7 +25,7 @@ Stopping raises :class:`~agentium_harness._errors_run.DocumentDeletedDuringRunEr
 content, no ids) and the span event ``agentium.run.erased_during_run``: the
 run commits nothing, as for a forgotten memory fact (:mod:`.fact_fence`).
 A look that could not be made (the store failed or timed out, broke its
-contract, a budget ran out) fails closed, as a failed read of a carried
+contract, a budget ran out, or called a document ``unknown``) fails closed, as a failed read of a carried
 memory fact does: :class:`~agentium_harness._errors_run.DocumentUncheckedDuringRunError`
 before the call (saying why), a WARNING (no content, no ids) and the span
 event ``agentium.run.document_fence_unchecked``. Nothing says a document
@@ -93,6 +93,10 @@ class DocumentFence:
         gone = tuple(v.ref.source_id for v in validations if v.status in _GONE)
         if gone:
             raise _deleted(gone, what)
+        unknown = sum(v.status is ValidationStatus.UNKNOWN for v in validations)
+        if unknown:
+            # The store did not say (no answer for the ref, or an id it cannot place): no look was made.
+            raise _unchecked(f"the recall store called {unknown} of them unknown", what)
 
 
 def _unchecked(failure: str, what: str) -> DocumentUncheckedDuringRunError:
