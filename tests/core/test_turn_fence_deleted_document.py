@@ -235,3 +235,36 @@ async def test_a_document_the_store_cannot_answer_for_stops_the_run_too() -> Non
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+async def test_a_document_deleted_and_indexed_again_reads_as_changed() -> None:
+    """Deleted and indexed again (other text) before the check: ``changed``, the run goes on.
+
+    Its old excerpt is sent again; the commit fence judges the change by
+    the recall policy (the default stops the answer: what ran is committed).
+    """
+    stores = {
+        "archive": InMemoryArchive(),
+        "session_store": InMemorySessionStore(),
+        "recall": InMemoryRecallStore(),
+    }
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine, other = fence_pair(provider, held, stores, dict(stores))
+    try:
+        await other.index_document(SourceOwner("acme"), "oncall", SECRET)
+
+        async def delete_and_add() -> None:
+            assert await other.delete_document(SourceOwner("acme"), "oncall") is True
+            await other.index_document(
+                SourceOwner("acme"), "oncall", "The on-call rota changes every Tuesday."
+            )
+
+        outcome: Any = await tool_turn_while(mine, held.entered, held.release, delete_and_add, QUESTION)
+        assert not isinstance(outcome, Exception), repr(outcome)
+        assert len(provider.sent) == 2 and "qzrotaq" in provider.sent[1]
+        assert outcome.recall is not None and outcome.recall.status is RecallStatus.PARTIAL, outcome.recall
+        assert outcome.status.value == "stopped" and outcome.committed  # what ran, without the answer
+    finally:
+        await mine.aclose()
+        await other.aclose()

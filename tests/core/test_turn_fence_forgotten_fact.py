@@ -309,3 +309,24 @@ async def test_one_look_at_many_carried_facts_is_bounded_by_one_operation_deadli
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+async def test_a_fact_corrected_between_calls_does_not_stop_the_run(tmp_path: Path) -> None:
+    """A correction is no forget (the replaced revision stays in the history): the run goes on."""
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine, other = _pair("memory", tmp_path, provider, held)
+    try:
+        await mine.run(ANA, "s1", "hello")
+        fact_id = await _remember(other, SECRET)
+
+        async def correct() -> None:
+            await other.memory.correct(SCOPE, fact_id, MemoryFact(SCOPE, "the vault code is qznewq"))
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, correct, "Deploy it.")
+        assert not isinstance(outcome, Exception), repr(outcome)
+        assert outcome.committed
+        assert len(provider.sent) == 3 and SECRET in provider.sent[2] and "qznewq" not in provider.sent[2]
+    finally:
+        await mine.aclose()
+        await other.aclose()
