@@ -330,3 +330,52 @@ async def test_a_fact_corrected_between_calls_does_not_stop_the_run(tmp_path: Pa
     finally:
         await mine.aclose()
         await other.aclose()
+
+
+class BlocksHistory(InMemoryMemoryStore):
+    """An in-memory memory store whose ``history`` waits (20 s at most) once ``blocking``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocking = False
+        self.entered = anyio.Event()
+
+    async def history(self, scope: Any, fact_id: str, ctx: Any) -> Any:
+        if self.blocking:
+            self.entered.set()
+            await anyio.sleep(20)
+        return await super().history(scope, fact_id, ctx)
+
+
+async def test_a_cancellation_during_the_fence_read_is_a_cancellation(tmp_path: Path) -> None:
+    """The host cancels the run while the fence reads a carried fact: it stops at once, what ran is kept.
+
+    The cancellation is not turned into a store failure: the tool round that
+    ran is committed with the interruption ``cancelled``, as after any
+    cancellation once a tool started (docs/runtime.md).
+    """
+    store = BlocksHistory()
+    stores, _ = two_processes("memory", tmp_path)
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    held.release.set()
+    mine, other = fence_pair(provider, held, {**stores, "memory": store}, dict(stores))
+    try:
+        await mine.run(ANA, "s1", "hello")
+        await _remember(mine, SECRET)
+        store.blocking = True
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(partial(mine.run, ANA, "s1", "Deploy it.", grants=["deploy"]))
+                await store.entered.wait()
+                tg.cancel_scope.cancel()
+        store.blocking = False
+        assert len(provider.sent) == 2  # the call after the read was never made
+        page = await mine.read_history(ANA, "s1", max_groups=10)
+        kept = page.groups[-1].group
+        assert kept.retained.interruption is not None
+        assert kept.retained.interruption.cause.value == "cancelled", kept.retained.interruption
+        assert [m.role.value for m in kept.messages] == ["user", "assistant", "tool"]
+    finally:
+        await mine.aclose()
+        await other.aclose()
