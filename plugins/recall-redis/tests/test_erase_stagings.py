@@ -120,3 +120,93 @@ async def test_buckets_made_before_their_reverse_entries_are_walked_once_and_sta
         assert b"qstagedcarl" not in repr(await key_space(admin, tp)).encode()
     finally:
         await store.aclose()
+
+
+async def test_a_restart_between_pages_of_the_bucket_map_walk_never_leaves_a_staging_of_the_target(
+    aof_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An HSCAN cursor means something only to the process that made it (the hash function is seeded at
+    # random when a server starts). Before: a walk of the bucket map that went on after a restart (each
+    # of the erase's two walks here) with the old process's cursor stepped past entries there throughout,
+    # and those buckets' stagings stayed, their postings in Redis, while the erase said complete (about a
+    # tenth of ana's 300 here). Now a page from another process than the walk's first starts it over.
+    from agentium_recall_redis.store import RedisRecallStore as StoreClass
+
+    original = StoreClass._script
+    restarts: list[str] = []
+    walks: list[int] = []  # pages sent per walk of the bucket map
+    armed = [False]
+
+    async def script(self: StoreClass, which: Any, keys: Any, args: Any, *rest: Any) -> Any:
+        if armed[0] and which.name == "erase_stagings_scan":
+            if str(args[2]) == "0":
+                walks.append(0)
+            walks[-1] += 1
+            # The erase walks the map before its sweep and after: a restart before the first walk's third
+            # page, and before the second walk's second (what the first left is what the second reads first).
+            if (len(walks), walks[-1]) in ((1, 3), (2, 2)):
+                restarts.append(str(args[2]))
+                aof_server.stop()
+                aof_server.restart()
+        return await original(self, which, keys, args, *rest)
+
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    admin = aioredis.Redis.from_url(aof_server.url)
+    monkeypatch.setattr(StoreClass, "_script", script)  # the store binds it when built
+    store = RedisRecallStore(RedisRecallConfig(url=aof_server.url, key_prefix=prefix))
+    try:
+        with anyio.fail_after(30):
+            await store.index_document(SourceOwner("acme", "ana"), "mine", "qstagedana text", _ctx())
+            await store.index_document(SourceOwner("acme", "bob"), "kept", "qstagedbob text", _ctx())
+            # 300 sessions of ana whose writers crashed after BEGIN (a bucket and a staging each, no row
+            # yet), and the buckets of 3,000 other owners: an HSCAN walk of several pages.
+            begun = {f"ana/b{i}/~/~": str(2 * 10**6 + i) for i in range(300)}
+            pad = {f"pad{i}/~/~/~": str(10**6 + i) for i in range(3000)}
+            assert await admin.hset(f"{tp}:bk", mapping=begun | pad) == len(begun) + len(pad)
+            await admin.delete(f"{tp}:kb")  # as an older store left the tenant: no reverse map
+            bob = f"{(await admin.hget(f'{tp}:bk', 'bob/~/~/~') or b'').decode()} 999999"
+            stagings = {f"{b} {900000 + i}": LEASE for i, b in enumerate(begun.values())} | {bob: LEASE}
+            assert await admin.zadd(f"{tp}:pend", stagings) == len(begun) + 1
+            armed[0] = True
+            report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+        assert len(restarts) == 2, restarts
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+        left = await admin.zrange(f"{tp}:pend", 0, -1)
+        assert left == [bob.encode()], f"{len(left) - 1} of ana's stagings left"  # every one given up
+    finally:
+        await store.aclose()
+        await admin.aclose()
+
+
+async def test_a_bucket_map_walk_cut_at_its_page_bound_fails_the_erase_not_leaves_a_staging(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The walk of the bucket map stops after a bound of pages (10,000: a map of about 10^7 owners). Before:
+    # cut there, it gave up the stagings it had met and the erase went on and said complete, the others of
+    # the target's left. Now the erase fails (RedisRecallError) and says nothing erased; with the bound
+    # enough, the next erase gives every one up. The bound is made 2 pages here, the map 4 or so.
+    from agentium_recall_redis import RedisRecallError, erase_stagings
+
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        with anyio.fail_after(30):
+            await store.index_document(SourceOwner("acme", "ana"), "mine", "qstagedana text", _ctx())
+            begun = {f"ana/b{i}/~/~": str(2 * 10**6 + i) for i in range(300)}
+            pad = {f"pad{i}/~/~/~": str(10**6 + i) for i in range(3000)}
+            assert await admin.hset(f"{tp}:bk", mapping=begun | pad) == len(begun) + len(pad)
+            await admin.delete(f"{tp}:kb")  # as an older store left the tenant: no reverse map
+            stagings = {f"{b} {900000 + i}": LEASE for i, b in enumerate(begun.values())}
+            assert await admin.zadd(f"{tp}:pend", stagings) == len(begun)
+            monkeypatch.setattr(erase_stagings, "_MAX_PAGES", 2)
+            with pytest.raises(RedisRecallError, match="staging"):
+                await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+            assert b"qstagedana" in repr(await key_space(admin, tp)).encode()  # refused before the sweep
+            monkeypatch.setattr(erase_stagings, "_MAX_PAGES", 10_000)
+            report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+        assert await admin.zrange(f"{tp}:pend", 0, -1) == []
+    finally:
+        await store.aclose()

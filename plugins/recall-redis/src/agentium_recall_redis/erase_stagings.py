@@ -23,11 +23,17 @@ page and writing each page's reverse entries: the migration, done once by the fi
 once; later erases read the stagings only. A ``P:kb`` of another type (damage) is left alone: every
 staging then takes the walk, which needs only ``P:bk``. A staging whose bucket no owner holds stays, as
 before (no owner of the target is in it), and each erase meeting it walks the map again (damage: such a
-staging is only left by an edit, and its lease's end gives it up). The walk is one erase call's: an
-``HSCAN`` cursor holds only within one server process, so a restart between two of its pages may skip an
-entry (its staging then stays; the fence still refuses its ``COMMIT`` while the erase runs), and the
-next erase that meets the staging walks again. A small-encoded map comes back whole in one page, as
-``HGETALL`` did (the server's ``hash-max-listpack-entries``, 128 or 512 by default).
+staging is only left by an edit, and its lease's end gives it up). The walk is one erase call's, and an
+``HSCAN`` cursor holds only within one server process (its hash function is seeded at random when it
+starts): resumed in another (a restart, a failover), it steps past entries there throughout. Each page
+says the ``run_id`` of the process that answered it, and a page resumed in another process than the one
+before starts the walk over from cursor 0 (before, its stagings stayed, their postings in Redis, while
+the erase said complete; ``tests/test_erase_stagings.py`` restarts an AOF server in both walks of one
+erase). A walk that does not end within :data:`_MAX_PAGES` pages (a map of about 10^7 owners, or restarts
+without end) fails the erase call (``RedisRecallError``) rather than go on with the target's stagings
+not all given up. A server whose ``INFO`` names no ``run_id`` cannot be told apart after a restart. A
+small-encoded map comes back whole in one page, as ``HGETALL`` did (the server's
+``hash-max-listpack-entries``, 128 or 512 by default).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentium_harness.plugin_api import EraseTarget, OpContext, SourceOwner, encode_segment
 
+from .errors import RedisRecallError
 from .keys import owner_key
 from .link import as_text
 from .lua import CHECK, Script
@@ -47,7 +54,7 @@ __all__ = ["PEND_ABORT", "PEND_SCAN", "STAGING_SCRIPTS", "abort_stagings", "owne
 
 #: Fields one ``PEND_SCAN`` page asks ``HSCAN`` for (a hint).
 _SCAN_COUNT: Final = 1000
-#: ``PEND_SCAN`` pages one call walks at most (a map of about 10^7 owners; then the stagings stay).
+#: ``PEND_SCAN`` pages one call walks at most (a map of about 10^7 owners; past it the erase call fails).
 _MAX_PAGES: Final = 10_000
 
 _GIVE_UP: Final = """
@@ -100,7 +107,8 @@ return {n, unknown}
 #: One page of the bucket map for stagings whose bucket has no reverse entry. KEYS: P:pend. ARGV: P,
 #: owner-key prefix (not ""), ``HSCAN`` cursor, ``COUNT``. Gives up each staging in a bucket of the page
 #: whose owner key starts with the prefix, and writes the page's reverse entries (``P:kb``, left alone
-#: when of another type). Returns {next cursor ("0": the map is walked), how many were given up}.
+#: when of another type). Returns {next cursor ("0": the map is walked), how many were given up, the
+#: server process's ``run_id`` ("" when ``INFO`` does not say)}.
 PEND_SCAN = Script(
     "erase_stagings_scan",
     CHECK
@@ -134,7 +142,8 @@ for i = 1, #fields, 2 do
     staged[b] = nil
   end
 end
-return {page[1], n}
+-- The server process's run id: an HSCAN cursor means something only to the process that made it.
+return {page[1], n, string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''}
 """,
 )
 
@@ -168,12 +177,27 @@ async def abort_stagings(store: EraseOps, prefix: str, target: EraseTarget, ctx:
     reply = await store.script(PEND_ABORT, [f"{prefix}:pend"], [prefix, okp], ctx, "recall erase")
     parts = list(reply) if isinstance(reply, list) else [0, 0]
     given, unknown = int(parts[0]), int(parts[1])
-    cursor = "0"
-    for _ in range(_MAX_PAGES if unknown > 0 else 0):
+    if unknown <= 0:
+        return given
+    cursor, run = "0", ""
+    for _ in range(_MAX_PAGES):
         await store.renew(ctx)
         args: list[str | int] = [prefix, okp, cursor, _SCAN_COUNT]
         page = await store.script(PEND_SCAN, [f"{prefix}:pend"], args, ctx, "recall erase")
-        cursor, given = as_text(page[0]), given + int(page[1])
+        given, page_run = given + int(page[1]), as_text(page[2])
+        if cursor != "0" and page_run != run:
+            # Another server process (a restart, a failover) answered a page resumed from a cursor of the
+            # walk's first: it may have stepped past entries there throughout. The walk starts over (what
+            # it gave up and wrote stays given up and written; the next walk reads the rest).
+            cursor, run = "0", ""
+            continue
+        cursor, run = as_text(page[0]), page_run
         if cursor == "0":
-            break
-    return given
+            return given
+    # Cut at the bound: some of the target's stagings may be left, so the erase fails rather than go on
+    # and say complete (the stagings it gave up stay given up; the next erase walks again).
+    raise RedisRecallError(
+        f"recall erase: the walk of the tenant's bucket map for its stagings did not end within {_MAX_PAGES} "
+        "pages (HSCAN of <tenant>:bk); the target's stagings were not all given up and the erase did not "
+        "complete"
+    )
