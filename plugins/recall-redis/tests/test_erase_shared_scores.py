@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Final
 
+import anyio
 import pytest
 import redis.asyncio as aioredis
 from keyspace import key_space
@@ -114,6 +115,37 @@ async def test_long_members_at_one_score_are_read_past_or_fail_the_erase_closed(
             assert b"qsharedd" in repr(await key_space(admin, tp)).encode()
             return
         assert (await _erase_all(store, target))[-1] is EraseStatus.COMPLETE
+        left = repr(await key_space(admin, tp)).encode()
+        assert b"qshared" not in left and b"/ana/" not in left, left
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("where", ["user row set", "tenant row set"])
+async def test_members_that_are_not_utf8_are_read_past(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # A place goes to the client and back as text. Five members of 42 bytes, most not UTF-8 (junk: no row
+    # numbers), share score 3 with row 4, which no id leads to, in pages of three. Before: a page ending
+    # at one came back with each undecodable byte replaced (3 bytes each), a place the store never makes
+    # (over 100 bytes), and every erase failed (RedisRecallError) until someone repaired the set by hand.
+    from agentium_recall_redis import erase_sweep
+
+    monkeypatch.setattr(erase_sweep, "SWEEP_PAGE", 3)
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    target = EraseTarget.tenant("acme") if where == "tenant row set" else EraseTarget.user("acme", "ana")
+    try:
+        with anyio.fail_after(30):
+            await _four_of_ana(store)
+            assert await admin.hdel(f"{tp}:ids", ANA_IDS[3]) == 1
+            names = [b"3" + b"\x80" * 40 + bytes([0x30 + i]) for i in range(5)]
+            key = f"{tp}:ir:ana/" if where == "user row set" else f"{tp}:rows"
+            if where == "tenant row set":
+                assert await admin.delete(f"{tp}:n") == 1  # the row set is then what leads to the rows
+            assert await admin.zadd(key, dict.fromkeys(names, 3) | {"4": 3}) == 5
+            assert (await _erase_all(store, target))[-1] is EraseStatus.COMPLETE
         left = repr(await key_space(admin, tp)).encode()
         assert b"qshared" not in left and b"/ana/" not in left, left
     finally:

@@ -64,6 +64,7 @@ from .keys import owner_from_key, owner_of_source_id, stored_seq
 from .link import as_text
 from .lua import IX, Script
 from .scripts import FIELD_CAP
+from .server import Arg
 
 if TYPE_CHECKING:
     from .erase import EraseOps
@@ -447,12 +448,14 @@ async def sweep_rows(
     okp, sid_prefixes = _prefixes(target)
     skipped = set(skip)
     found: list[Swept] = []
-    first = "1"  # a place (erase_walk): row numbers from 1
+    # A place (erase_walk), as the script sent it: bytes, since it may end in a row-set member that is not
+    # UTF-8, and text would send back another place (each such byte replaced: refused, or misplaced).
+    first = b"1"  # row numbers from 1
     if not source and bounds is None:
         bounds = await walk_bounds(store, prefix, ctx)
     end, numbers = ("", "") if source or bounds is None else (bounds.end, str(bounds.numbers))
     while True:
-        args: list[str | int] = [
+        args: list[Arg] = [
             prefix,
             first,
             SWEEP_PAGE,
@@ -467,8 +470,11 @@ async def sweep_rows(
         args.extend(sid_prefixes)
         await store.renew(ctx)  # keeps a long erase call's fence up (a dry run's: nothing)
         reply = await store.script(SWEEP, [f"{prefix}:n"], args, ctx, "recall erase")
-        head = as_text(reply[0])
-        resume, rows = head if fill is None else fill.read(head), [as_text(v) for v in reply[1:]]
+        head = reply[0] if isinstance(reply[0], bytes) else as_text(reply[0]).encode()
+        if fill is not None and head.startswith(b"*"):  # a backfill page that left an entry out
+            fill.complete = False
+            head = head[1:]
+        resume, rows = head, [as_text(v) for v in reply[1:]]
         for i in range(0, len(rows) - 5, 6):
             n = rows[i]
             if n in skipped:
@@ -479,7 +485,7 @@ async def sweep_rows(
             if len(found) >= want:
                 return found, True
             found.append(row)
-        if resume == "0":
+        if resume == b"0":
             return found, False
         # Always forward: the script fails a page that would go on from where it began (erase_walk), and
         # a reply cut short by its cap goes on at a row after its first.

@@ -24,6 +24,9 @@ its first 64 bytes sort at or before it, so the next page may read it again, nev
 page that would go on from where it began (more than a page of members longer than 64 bytes sharing a
 score and their first 64 bytes, damage beyond any the store writes) fails the call (``RedisRecallError``)
 rather than read the same page for ever: the erase fails closed, nothing is said erased that is not.
+A sweep's place goes to the client and back as the bytes the script sent: read as text, a member byte
+that is not UTF-8 came back replaced (three bytes for one), a place over 100 bytes that the script
+refused, and every erase of the tenant failed while such a member ended a page.
 
 **The walk by number.** Before the row set, a walk read the row numbers ``1`` to the tenant's counter
 ``P:n`` (one call per 1,024), and still does for the rows it lists past that: a counter damaged upward
