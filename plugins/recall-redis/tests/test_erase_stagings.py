@@ -210,3 +210,26 @@ async def test_a_bucket_map_walk_cut_at_its_page_bound_fails_the_erase_not_leave
         assert await admin.zrange(f"{tp}:pend", 0, -1) == []
     finally:
         await store.aclose()
+
+
+async def test_a_staging_with_no_bucket_map_to_walk_leaves_the_erase_complete(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    # The bucket map deleted behind the store's back: a staging's bucket then has no owner to check, the
+    # walk has no map to read (its page says so at once), and the staging stays, as before the reverse
+    # map: no owner of the target is known to be in it. The erase of ana's row still completes.
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        with anyio.fail_after(30):
+            await _tenant(store, 3)
+            bob = f"{(await admin.hget(f'{tp}:bk', 'bob/~/~/~') or b'').decode()} 999999"
+            assert await admin.zadd(f"{tp}:pend", {bob: LEASE}) == 1
+            assert await admin.delete(f"{tp}:bk", f"{tp}:kb") == 2
+            report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+        assert await admin.zrange(f"{tp}:pend", 0, -1) == [bob.encode()]
+        assert b"qstagedana" not in repr(await key_space(admin, tp)).encode()
+    finally:
+        await store.aclose()

@@ -114,9 +114,11 @@ PEND_SCAN = Script(
     CHECK
     + """
 local P, okp = ARGV[1], ARGV[2]
-if type_of(P .. ':bk') ~= 'hash' then return {'0', 0} end
+-- The server process's run id: an HSCAN cursor means something only to the process that made it.
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+if type_of(P .. ':bk') ~= 'hash' then return {'0', 0, run} end
 local gc = type_of(P .. ':gc')
-if type_of(KEYS[1]) ~= 'zset' or (gc ~= 'list' and gc ~= 'none') then return {'0', 0} end
+if type_of(KEYS[1]) ~= 'zset' or (gc ~= 'list' and gc ~= 'none') then return {'0', 0, run} end
 """
     + _GIVE_UP
     + """
@@ -142,8 +144,7 @@ for i = 1, #fields, 2 do
     staged[b] = nil
   end
 end
--- The server process's run id: an HSCAN cursor means something only to the process that made it.
-return {page[1], n, string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''}
+return {page[1], n, run}
 """,
 )
 
