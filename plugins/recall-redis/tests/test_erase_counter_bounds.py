@@ -26,7 +26,7 @@ from keyspace import key_space
 from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness.plugin_api import EraseStatus, EraseTarget, OpContext, SourceOwner
-from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis import RedisRecallConfig, RedisRecallDamagedError, RedisRecallStore
 
 pytestmark = pytest.mark.anyio
 
@@ -132,5 +132,34 @@ async def test_a_walk_within_the_bound_still_reads_every_number(
             report = await store.erase(EraseTarget.tenant("acme"), _ctx())
         assert report.status is EraseStatus.COMPLETE
         assert b"qcounter" not in repr(await key_space(admin, tp)).encode()
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RedisRecallDamagedError,
+    reason="a tenant whose lowest listed row is past MAX_NUMBER_WALK + 1 is refused as damage (README)",
+)
+async def test_a_tenant_whose_first_row_numbers_are_all_gone_is_still_erased(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    # No damage: ana's row was erased, then the counter stands for 20,000,000 row numbers used since and
+    # all gone (each write takes the next; erasures and rewrites free none), and bob's row takes the
+    # next. The walk by number is bounded by bob's row, 20,000,001: past MAX_NUMBER_WALK, so it is
+    # refused, and setting the counter to the highest row (the message's repair) changes nothing.
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        with anyio.fail_after(30):
+            await store.index_document(ANA, "a", "qcounteranax text", _ctx())
+            assert (await store.erase(EraseTarget.user("acme", "ana"), _ctx())).status is EraseStatus.COMPLETE
+            await admin.set(f"{tp}:n", "20000000")
+            await store.index_document(SourceOwner("acme", "bob"), "kept", "qbobcounter text", _ctx())
+            assert await admin.zrange(f"{tp}:rows", 0, -1) == [b"20000001"]
+            report = await store.erase(EraseTarget.tenant("acme"), _ctx())
+        assert report.status is EraseStatus.COMPLETE
+        assert b"qbobcounter" not in repr(await key_space(admin, tp)).encode()
     finally:
         await store.aclose()
