@@ -233,3 +233,39 @@ async def test_a_staging_with_no_bucket_map_to_walk_leaves_the_erase_complete(
         assert b"qstagedana" not in repr(await key_space(admin, tp)).encode()
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("damage", ["bucket map entry edited", "bucket counter lowered"])
+@pytest.mark.parametrize("size", ["small", "staged"])
+async def test_a_write_is_refused_a_bucket_the_reverse_map_gives_another_owner(
+    server: ServerProcess, admin: aioredis.Redis, damage: str, size: str
+) -> None:
+    # An erase trusts P:kb's owner of a staging's bucket once P:bk confirms it, as the bucket's only owner.
+    # Damage could file a second owner under that bucket: ana's bucket-map entry edited to bob's bucket, or
+    # the bucket counter lowered so a new owner's bucket takes bob's number. Before: the write went on,
+    # and that owner's staging in the bucket was left by its own erase, which said complete (before P:kb,
+    # the erase read the whole map and gave it up). Now the write is refused (typed), nothing written.
+    from agentium_recall_redis import RedisRecallError
+
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix, max_terms_per_call=64))
+    try:
+        with anyio.fail_after(30):
+            await _tenant(store, 3)
+            bob = (await admin.hget(f"{tp}:bk", "bob/~/~/~") or b"").decode()
+            assert await admin.hget(f"{tp}:kb", bob) == b"bob/~/~/~"
+            if damage == "bucket map entry edited":
+                writer = SourceOwner("acme", "ana")
+                assert await admin.hset(f"{tp}:bk", "ana/~/~/~", bob) == 0
+            else:
+                writer = SourceOwner("acme", "carl")
+                await admin.set(f"{tp}:nb", str(int(bob) - 1))
+            before = repr(await key_space(admin, tp))
+            words = 10 if size == "small" else 200  # past max_terms_per_call: BEGIN, STAGE, COMMIT
+            text = " ".join(f"qwritten{i}x" for i in range(words))
+            with pytest.raises(RedisRecallError, match="bucket"):
+                await store.index_document(writer, "new", text, _ctx())
+        assert repr(await key_space(admin, tp)) == before  # nothing written
+    finally:
+        await store.aclose()

@@ -12,7 +12,10 @@ Now each write that makes a bucket also keeps the reverse entry, in the same scr
 the stagings (``ZRANGE P:pend``, as before) and, per staging, ``HGET P:kb <bucket>`` and ``HGET P:bk
 <owner>`` to check that the pair still agrees both ways (a reverse entry left stale by an older store,
 which drops buckets without it, or edited, is never trusted alone): its cost follows the stagings, not
-the owners.
+the owners. A pair that agrees is taken for the bucket's only owner, which the whole map could belie (a
+second owner filed under the bucket by damage); so the writes refuse to file an owner under a bucket the
+reverse map gives another, or to make a bucket whose number is in use (``bucket_mine`` in
+:mod:`.write_scripts`; a ``P:bk`` entry edited, ``P:nb`` lowered): no staging of a second owner lands there.
 
 **Buckets made before the reverse map.** A bucket written by an earlier version has no ``P:kb`` entry.
 When a staging's bucket has no entry that agrees, ``PEND_ABORT`` says how many such stagings it met and

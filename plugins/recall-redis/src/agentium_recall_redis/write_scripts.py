@@ -127,6 +127,16 @@ local function need_publish(P, n, b, src)
   if src.kind == 'g' then need(P .. ':g:' .. b, 'zset') end
   need_count(P, b)
 end
+-- An erase takes P:kb's owner of a staging's bucket, once P:bk confirms it, for the bucket's only owner
+-- (erase_stagings). So a write never files an owner under a bucket P:kb gives another owner, nor makes a
+-- "new" bucket whose number is in use (P:bk edited, or P:nb lowered: damage): that owner's stagings would
+-- then be left by its own erase. Refused before the first write.
+local function bucket_mine(P, b, okey, newb)
+  local o = redis.call('HGET', P .. ':kb', b)
+  if (o and o ~= okey) or (newb and redis.call('HEXISTS', P .. ':bn', b) == 1) then
+    error('a bucket of the tenant bucket map is filed under another owner (damaged; nothing written)')
+  end
+end
 """
 
 _PRELUDE = CHECK + ROWS + _TOKEN + _PUBLISH
@@ -185,6 +195,7 @@ for s = 1, count do
       b = fmt(nb)
       src.newb = true
     end
+    if not buckets[src.okey] then bucket_mine(P, b, src.okey, src.newb) end
     buckets[src.okey] = b
     last = next_row(P, last)
     src.b, src.n = b, fmt(last)
@@ -282,6 +293,7 @@ local empty_tenant = fresh_tenant(P)  -- nothing stored yet: every row of the te
 local b = redis.call('HGET', P .. ':bk', okey)
 local newb = not b
 if newb then b = fmt(tonumber(nbv or '0') + 1) end
+bucket_mine(P, b, okey, newb)
 local n = fmt(next_row(P, tonumber(lastv or '0')))
 need(P .. ':k:' .. n, 'list')
 need_postings(P, b, 8, nt)
