@@ -127,3 +127,106 @@ def test_an_interrupted_command_whose_close_hangs_still_exits(tmp_path: Path) ->
     assert "Traceback" not in err, err
     assert proc.returncode == 130, (proc.returncode, err)
     assert err == "agentium stuck: interrupted; shutdown did not finish within 0.5s, exiting without it\n"
+
+
+#: A host calling ``main()`` in its own process (as tests and embedding programs do), Ctrl-C'd while a
+#: demo runs turns, then carrying on: what ``main()`` left behind is printed, then the host outlives
+#: the (shortened) grace. ``SHUTDOWN_GRACE_S`` is cut to 5 s (room for the demo's close) so that a
+#: leaked watchdog fires within the test's bound; the sleep after is a pause for it, not a measure.
+_IN_PROCESS = """
+import os, signal, sys, threading, time
+from agentium_harness._cli import interrupt, main
+
+interrupt.SHUTDOWN_GRACE_S = 5.0
+previous = signal.getsignal(signal.SIGINT)
+ran = threading.Event()
+
+def ctrl_c():
+    while not ran.wait(0.01):
+        # inside the command's loop: its cancel is the loop's, not the placeholder around it
+        ran.set() if isinstance(interrupt._STATE.cancel, interrupt.partial) else None
+    time.sleep(0.2)  # a few turns in
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=ctrl_c, daemon=True).start()
+status = main(["demo", "--turns", "10000", "--dir", sys.argv[1]])
+print("status", status, flush=True)
+print("handler restored", signal.getsignal(signal.SIGINT) is previous, flush=True)
+print("timers", [t.name for t in threading.enumerate() if isinstance(t, threading.Timer)], flush=True)
+time.sleep(6.0)
+print("host still running", flush=True)
+"""
+
+
+def test_main_called_in_process_leaves_no_handler_or_watchdog_behind(tmp_path: Path) -> None:
+    """``main()`` returns to its caller: after a Ctrl-C it left SIGINT ignored for the rest of the
+    host's life and its watchdog running, which ended the host (status 130) 20 s later, whatever
+    the host was doing by then. It restores the handler and stops the watchdog; only the console
+    script, which exits right after, keeps them to bound its exit."""
+    script = tmp_path / "host.py"
+    script.write_text(_IN_PROCESS, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "demo")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    host = ("status ", "handler restored ", "timers ", "host still running")  # the demo's lines left out
+    lines = [line for line in out.splitlines() if line.startswith(host)]
+    assert "Traceback" not in err, err
+    assert lines[0] == "status 130", (out, err)
+    assert err.endswith("agentium demo: interrupted\n"), err  # the watchdog said nothing
+    assert lines[1:] == ["handler restored True", "timers []", "host still running"], (out, err)
+    assert proc.returncode == 0, (proc.returncode, err)
+
+
+#: The console script's path (``exiting()``): the command, Ctrl-C'd, leaves a worker thread blocked
+#: for good, which the interpreter's exit joins; the watchdog must outlive ``interrupts`` to end that.
+_EXIT_JOINS_A_STUCK_THREAD = """
+import sys, threading
+import anyio
+from agentium_harness._cli import interrupt
+
+interrupt.SHUTDOWN_GRACE_S = 0.5
+interrupt.exiting()
+
+async def work():
+    threading.Thread(target=threading.Event().wait).start()  # not a daemon: the exit joins it
+    print("started", flush=True)
+    await anyio.sleep(3600)
+
+try:
+    with interrupt.interrupts("stuck"):
+        interrupt.run_async(work)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+sys.exit(130)
+"""
+
+
+def test_the_console_scripts_exit_stays_bounded_after_the_command_returns(tmp_path: Path) -> None:
+    """``main()`` restores the handler and stops the watchdog for in-process callers; the console
+    script keeps both past it, so an exit held by a thread a close left blocked still ends."""
+    script = tmp_path / "stuck_exit.py"
+    script.write_text(_EXIT_JOINS_A_STUCK_THREAD, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert out == "interrupted\n", (out, err)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err == "agentium stuck: interrupted; shutdown did not finish within 0.5s, exiting without it\n"

@@ -19,6 +19,14 @@ handler that is never re-entered into a traceback:
 - the process exits at most :data:`SHUTDOWN_GRACE_S` after the first one,
   status :data:`EXIT_INTERRUPTED`, whatever is still running (a watchdog
   thread: a close blocked in a worker thread cannot hold the command).
+
+``main()`` returns to whoever called it (a test, a host embedding it), so
+once the command ends the previous handler is back and the watchdog is
+stopped: left behind, they ignored the host's own Ctrl-C for good and ended
+the host 20 s later, whatever it did by then. Only the console script
+(:func:`exiting`), whose process exits as ``main()`` returns, keeps both
+through that exit: a worker thread still blocked in a close holds the
+interpreter's exit (it joins them), and the watchdog bounds that too.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from typing import Final, TypeVar, TypeVarTuple
 
 import anyio
 
-__all__ = ["EXIT_INTERRUPTED", "SHUTDOWN_GRACE_S", "interrupted", "interrupts", "run_async"]
+__all__ = ["EXIT_INTERRUPTED", "SHUTDOWN_GRACE_S", "exiting", "interrupted", "interrupts", "run_async"]
 
 #: A command interrupted by Ctrl-C (128 + SIGINT, as a shell reports it).
 EXIT_INTERRUPTED: Final = 130
@@ -52,11 +60,14 @@ Ts = TypeVarTuple("Ts")
 class _State:
     """The SIGINTs of this command so far, the watchdog the first one started, and what it cancels."""
 
-    __slots__ = ("cancel", "command", "count", "watchdog")
+    __slots__ = ("cancel", "command", "count", "exiting", "watchdog")
 
     def __init__(self) -> None:
         self.command = ""
         self.count = 0
+        #: The process exits once the command ends (:func:`exiting`): an interrupted one keeps
+        #: ignoring SIGINT and its watchdog through that exit.
+        self.exiting = False
         #: Cancels the running :func:`run_async`'s scope, from the signal handler; ``None`` outside
         #: :func:`run_async` (the handler then raises ``KeyboardInterrupt``).
         self.cancel: Callable[[], object] | None = None
@@ -69,6 +80,16 @@ _STATE: Final = _State()
 def interrupted() -> bool:
     """Whether a SIGINT reached the running command."""
     return _STATE.count > 0
+
+
+def exiting() -> None:
+    """Say that the process exits as soon as the command ends (the console script's entry, only).
+
+    After a Ctrl-C, :func:`interrupts` then leaves SIGINT ignored and the watchdog running once
+    the command ends, so that the exit itself (joining a worker thread a close left blocked)
+    stays bounded by :data:`SHUTDOWN_GRACE_S`; called in-process, ``main()`` restores both.
+    """
+    _STATE.exiting = True
 
 
 def _expire() -> None:
@@ -108,22 +129,29 @@ def interrupts(command: str) -> Iterator[None]:
     """Handle SIGINT as the module docs say while the body runs ``command``.
 
     Only in the main thread (the only one Python runs signal handlers in). Left as it was
-    afterwards, unless a SIGINT came: then later ones stay ignored and the watchdog keeps
-    running, so that the process, which is exiting, does so at once and within the grace.
+    afterwards, the watchdog stopped, unless a SIGINT came to a process that is exiting
+    (:func:`exiting`): then later ones stay ignored and the watchdog keeps running, so that
+    the process exits at once and within the grace.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.getsignal(signal.SIGINT)
-    _STATE.command, _STATE.count, _STATE.cancel = command, 0, None
+    _STATE.command, _STATE.count, _STATE.cancel, _STATE.watchdog = command, 0, None, None
     signal.signal(signal.SIGINT, _on_sigint)
     try:
         yield
     finally:
-        if _STATE.count:
+        _STATE.cancel = _counted  # a SIGINT from here on is counted, not raised into this cleanup
+        if _STATE.count and _STATE.exiting:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         else:
-            signal.signal(signal.SIGINT, previous)
+            # ``None``: a handler not set from Python; SIG_DFL is the closest it can be put back as.
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+            watchdog, _STATE.watchdog = _STATE.watchdog, None
+            if watchdog is not None:
+                watchdog.cancel()
+                watchdog.join()  # returns at once once cancelled: no thread outlives main()
 
 
 def run_async(func: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:

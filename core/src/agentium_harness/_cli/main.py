@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -47,7 +47,7 @@ from .._text import error_text, shorten
 from .check import add_check_command
 from .erase import add_erase_commands, erasure_lines
 from .eval import add_eval_commands
-from .interrupt import EXIT_INTERRUPTED, interrupted, interrupts, run_async
+from .interrupt import EXIT_INTERRUPTED, exiting, interrupted, interrupts, run_async
 from .memory import add_memory_commands
 from .output import (
     EXIT_OK,
@@ -76,6 +76,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "build_parser",
+    "console",
     "main",
     "options_report",
     "plugin_commands",
@@ -575,5 +576,15 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         return EXIT_OK
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m agentium_harness._cli.main`
+def console() -> NoReturn:
+    """The ``agentium`` console script (and ``python -m agentium_harness``): :func:`main`, then exit.
+
+    Its process exits as ``main()`` returns, so after a Ctrl-C the exit stays bounded by the
+    interrupt watchdog (:func:`.interrupt.exiting`); ``main()`` called in-process leaves none.
+    """
+    exiting()
     sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m agentium_harness._cli.main`
+    console()
