@@ -16,7 +16,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 #: Pauses between the SIGINTs: none (two pending at once, or merged by the kernel into one), and
@@ -230,3 +232,67 @@ def test_the_console_scripts_exit_stays_bounded_after_the_command_returns(tmp_pa
     assert out == "interrupted\n", (out, err)
     assert proc.returncode == 130, (proc.returncode, err)
     assert err == "agentium stuck: interrupted; shutdown did not finish within 0.5s, exiting without it\n"
+
+
+def _erase_config(tmp_path: Path) -> Path:
+    """One SQLite database for every store, a scripted provider, retention keeping 1 archived group."""
+    db = tmp_path / "agentium.db"
+    cfg = tmp_path / "agentium.toml"
+    stores = "".join(
+        f'[{section}]\nplugin = "sqlite"\n[{section}.options]\npath = "{db}"\n'
+        for section in ("archive", "session_store", "recall", "memory")
+    )
+    cfg.write_text(
+        '[runtime.resident]\nmax_groups = 1\n[provider]\nplugin = "scripted"\n'
+        '[provider.options]\nresponses = ["noted"]\ncycle = true\n'
+        f"{stores}[retention]\nmax_archived_groups = 1\n",
+        encoding="utf-8",
+    )
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        ((["erase"], ["--user", "ana", "--session", "s1", "--reason", "r"]), "erase"),
+        ((["retention", "apply"], []), "retention"),
+    ],
+)
+def test_ctrl_c_during_an_erasure_says_it_stays_pending(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: tuple[list[str], list[str]],
+    name: str,
+) -> None:
+    """An erasure Ctrl-C stops part way stays pending and fences its scope (a turn there is refused
+    until ``erase --resume``): the command said only ``interrupted``, as if nothing had begun."""
+    from agentium_harness._cli import main
+    from agentium_harness.adapters import _sqlite_archive
+
+    cfg = str(_erase_config(tmp_path))
+    turn = ["run", cfg, "--tenant", "acme", "--user", "ana", "--session", "s1"]
+    for i in range(3):
+        assert main([*turn, f"turn {i}"]) == 0
+    erase = _sqlite_archive.SQLiteArchive.erase
+
+    async def ctrl_c_while_erasing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends; main()'s handler takes it
+        await anyio.sleep(30)  # cancelled by it; the test's bound if it is not
+        return await erase(self, *args, **kwargs)
+
+    monkeypatch.setattr(_sqlite_archive.SQLiteArchive, "erase", ctrl_c_while_erasing)
+    capsys.readouterr()
+    words, options = command
+    assert main([*words, cfg, "--tenant", "acme", *options]) == 130
+    err = capsys.readouterr().err
+    assert err.endswith(
+        f"agentium {name}: an erasure it had begun stays pending (its scope refuses writes) until "
+        f"agentium erase --resume completes it; agentium erase --status shows it\n"
+        f"agentium {name}: interrupted\n"
+    ), err
+    monkeypatch.setattr(_sqlite_archive.SQLiteArchive, "erase", erase)
+    assert main([*turn, "refused"]) == 2  # what the message says: the scope is fenced
+    assert "is being erased" in capsys.readouterr().err
+    assert main(["erase", cfg, "--tenant", "acme", "--resume"]) == 0
+    assert main([*turn, "after the resume"]) == 0

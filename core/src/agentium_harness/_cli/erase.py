@@ -147,8 +147,14 @@ def _run(
     *,
     reading: bool = False,
     needs: tuple[str, ...] | None = None,
+    command: str = "erase",
 ) -> T:
     """``work`` on the config's runtime; ``reading`` (a dry run, a status) creates no database file.
+
+    Ctrl-C while it erases (``command``: its name in the messages) says, before main()'s
+    ``interrupted``, that an erasure it began stays pending: it fences its scope (every write
+    there refused) until resumed, and the bare ``interrupted`` let the operator think nothing
+    had happened.
 
     Any other (an erasure, a resume, retention) is refused when a store it erases from or
     records in is a built-in SQLite database that does not exist (:func:`refuse_missing`):
@@ -169,7 +175,15 @@ def _run(
         async with runtime:
             return await work(runtime)
 
-    return run_async(go)
+    try:
+        return run_async(go)
+    except KeyboardInterrupt:
+        if not reading:
+            sys.stderr.write(
+                f"agentium {command}: an erasure it had begun stays pending (its scope refuses writes) "
+                "until agentium erase --resume completes it; agentium erase --status shows it\n"
+            )
+        raise
 
 
 async def _all_status(
@@ -288,7 +302,7 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
     # Retention reads the sessions' snapshots and erases archived groups and their index entries: those
     # stores must exist (a mistyped archive path let it mark groups erased that the real archive kept).
     needs = ("session_store", "archive", "recall")
-    result, stopped = _run(args.config, apply, reading=args.dry_run, needs=needs)
+    result, stopped = _run(args.config, apply, reading=args.dry_run, needs=needs, command="retention")
     if stopped:
         sys.stderr.write(
             f"agentium retention: {len(stopped)} erasure(s) stopped part way and stay pending (their "
