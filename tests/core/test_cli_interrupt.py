@@ -296,3 +296,37 @@ def test_ctrl_c_during_an_erasure_says_it_stays_pending(
     assert "is being erased" in capsys.readouterr().err
     assert main(["erase", cfg, "--tenant", "acme", "--resume"]) == 0
     assert main([*turn, "after the resume"]) == 0
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_after_the_turn_committed_still_reports_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """Ctrl-C while ``agentium run`` waited for the summary update, the turn committed already: it
+    printed only ``interrupted`` (with ``--json`` no document either), so whether the turn was
+    committed was not said. The RunResult is reported as for any run, then ``interrupted``."""
+    import json
+
+    from agentium_harness._cli import main
+    from agentium_harness._engine.closing import HarnessResources
+
+    cfg = str(_erase_config(tmp_path))
+    turn = ["run", cfg, "--tenant", "acme", "--user", "ana", "--session", "s1"]
+
+    async def ctrl_c_while_settling(self: Any, *args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends; main()'s handler takes it
+        await anyio.sleep(30)  # cancelled by it; the test's bound if it is not
+
+    monkeypatch.setattr(HarnessResources, "settle_summary", ctrl_c_while_settling)
+    assert main([*turn, *(["--json"] if as_json else []), "hello"]) == 130
+    out, err = capsys.readouterr()
+    assert err.endswith("agentium run: interrupted\n"), err
+    if as_json:
+        said = json.loads(out)
+        assert said["status"] == "completed" and said["committed"] is True, out
+    else:
+        assert out == "noted\n", out
+        assert "run completed" in err, err
+    monkeypatch.undo()
+    assert main(["session", "inspect", cfg, "--tenant", "acme", "--user", "ana", "--session", "s1"]) == 0
+    assert "resident groups 1 [0]" in capsys.readouterr().out  # the turn reported committed is there

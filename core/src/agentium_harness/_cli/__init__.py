@@ -11,5 +11,22 @@ Private: hosts run the command, they do not import it.
 
 from __future__ import annotations
 
-from .main import *  # noqa: F403  (the package's names are its entry module's)
-from .main import __all__ as __all__
+import sys
+from typing import NoReturn
+
+from .interrupt import exiting
+from .main import *  # noqa: F403  (the package's names are its entry module's, and console)
+from .main import __all__ as _main_all
+from .main import main
+
+__all__ = [*_main_all, "console"]
+
+
+def console() -> NoReturn:
+    """The ``agentium`` console script (and ``python -m agentium_harness``): :func:`main`, then exit.
+
+    Its process exits as ``main()`` returns, so after a Ctrl-C the exit stays bounded by the
+    interrupt watchdog (:func:`.interrupt.exiting`); ``main()`` called in-process leaves none.
+    """
+    exiting()
+    sys.exit(main())

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import attrs
 
@@ -47,7 +47,7 @@ from .._text import error_text, shorten
 from .check import add_check_command
 from .erase import add_erase_commands, erasure_lines
 from .eval import add_eval_commands
-from .interrupt import EXIT_INTERRUPTED, exiting, interrupted, interrupts, run_async
+from .interrupt import EXIT_INTERRUPTED, interrupted, interrupts, run_async
 from .memory import add_memory_commands
 from .output import (
     EXIT_OK,
@@ -76,7 +76,6 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "build_parser",
-    "console",
     "main",
     "options_report",
     "plugin_commands",
@@ -194,6 +193,7 @@ def _run_turn(args: argparse.Namespace) -> int:
             "(a config file names no code; tools come from a host program). Nothing was run"
         )
     runtime = load_runtime(args.config, tools=tools)
+    ran: list[RunResult] = []  # what runtime.run returned, kept if Ctrl-C cuts the summary settle short
 
     async def go() -> RunResult:
         async with runtime:
@@ -206,6 +206,7 @@ def _run_turn(args: argparse.Namespace) -> int:
                 grants=args.grant,
                 completion=args.task or None,
             )
+            ran.append(result)
             # One turn per process: let a background summary update land, and show the summary after it.
             report = await runtime.resources.settle_summary(_identity(args), args.session)
             if report is not None:
@@ -218,6 +219,13 @@ def _run_turn(args: argparse.Namespace) -> int:
 
     try:
         result = run_async(go)
+    except KeyboardInterrupt:
+        if not ran:
+            raise
+        # The turn ended (committed, as it says) before Ctrl-C cut the summary settle short: it is
+        # reported as any run is, then main() says "interrupted" (it said only that, as if nothing ran).
+        _report_run(args, ran[0])
+        raise
     except AgentiumError as exc:
         # With --json a failed run still prints its RunResult (status interrupted: what ran, and
         # whether the turn was committed); stdout used to stay empty. main() reports the error.
@@ -226,6 +234,11 @@ def _run_turn(args: argparse.Namespace) -> int:
             print_json({**unstructure(failed), "committed": failed.committed, **json_error(exc)}, sys.stdout)
             args.printed_json = True  # main() prints no second document
         raise
+    return _report_run(args, result)
+
+
+def _report_run(args: argparse.Namespace, result: RunResult) -> int:
+    """Print ``result`` as ``agentium run`` does (stdout: the reply or JSON; stderr: the rest); its status."""
     status = RUN_EXIT_STATUS[result.status]
     if args.json:
         # ``committed`` is derived (init=False), so the converter leaves it out: add it for scripts.
@@ -576,15 +589,7 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         return EXIT_OK
 
 
-def console() -> NoReturn:
-    """The ``agentium`` console script (and ``python -m agentium_harness``): :func:`main`, then exit.
-
-    Its process exits as ``main()`` returns, so after a Ctrl-C the exit stays bounded by the
-    interrupt watchdog (:func:`.interrupt.exiting`); ``main()`` called in-process leaves none.
-    """
-    exiting()
-    sys.exit(main())
-
-
 if __name__ == "__main__":  # pragma: no cover - `python -m agentium_harness._cli.main`
+    from agentium_harness._cli import console
+
     console()
