@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from _erasure_records import as_earlier_versions, joined_record
 
@@ -75,6 +76,7 @@ class _World:
 
     def __init__(self) -> None:
         self.during: Any = None
+        self.after_write: Any = None  # called once the next document landed in the store
         self.sessions = _Counted()
         world = self
 
@@ -89,6 +91,9 @@ class _World:
             ) -> SourceRef:
                 await world.run_during()
                 ref: SourceRef = await super().index_document(owner, doc_id, text, ctx, title=title)
+                after, world.after_write = world.after_write, None
+                if after is not None:
+                    after()
                 return ref
 
         provider = ScriptedProvider(replies=["noted"], cycle=True)
@@ -307,3 +312,38 @@ async def test_a_fence_gained_after_the_first_read_stops_by_the_clocks_within_th
             at = first.completed_at + timedelta(seconds=290)
             covering = await fence.covering_after(_FactWrite(ANA, ()), at)
     assert covering is not None and covering.erasure_id == first.erasure_id
+
+
+@pytest.mark.parametrize("where", ["store", "read"])
+async def test_a_document_whose_fence_is_cancelled_after_the_write_is_still_taken_back(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Ana's user erased while her document was being indexed (its inventory saw no document), then
+    the write's caller cancelled (Ctrl-C to ``agentium recall add``) as the store answered
+    (``store``) or during the fence's second read (``read``): the document stayed indexed, an
+    erased user's, the erasure ``complete``. The check and the delete run again, shielded."""
+    world = _World()
+    fence = ErasureFence(world.sessions, 30.0)
+    async with world.eraser:
+        with anyio.fail_after(30):
+            with anyio.CancelScope() as scope:
+                world.during = USER
+                if where == "store":
+                    world.after_write = scope.cancel
+                else:
+                    look = ErasureFence.covering_since
+
+                    async def cancelled_read(self: ErasureFence, seen: Any) -> Any:
+                        scope.cancel()
+                        await anyio.lowlevel.checkpoint()  # the cancellation lands here, the read not done
+                        return await look(self, seen)
+
+                    monkeypatch.setattr(ErasureFence, "covering_since", cancelled_read)
+                await index_document_fenced(
+                    fence, Ticket(None, "test", 30.0), world.recall, ANA_DOC, "v.md", TEXT
+                )
+            assert scope.cancelled_caught
+            monkeypatch.undo()
+            # True if it was still there (the erased user's document, kept)
+            kept = await world.recall.delete_document(ANA_DOC, "v.md", OpContext.with_timeout(30.0))
+    assert kept is False

@@ -20,7 +20,10 @@ owner names) is refused with
   remove it.
 
 If the second read fails, the write stands: the WARNING and the returned
-note say it was not checked again.
+note say it was not checked again. A cancellation from the store's call on
+(Ctrl-C to ``agentium recall add``, the host cancelling the call) does not
+leave the document unchecked: the second read and the delete run again,
+shielded from it and bounded (:func:`_take_back_cancelled`), before it goes on.
 
 An index call abandoned past its deadline (stuck in a worker thread) may
 land after the caller left, with no second read: it is noted as a late call
@@ -61,6 +64,7 @@ from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, document_source_id
 from .._ports.sessions import SessionStore
 from .._text import error_text
+from .bounded import LATE_CLEANUP_S, bounded
 from .erasure_fence import ErasureFence, FenceCheck
 from .erasure_index import finished_covering_owner
 from .lifecycle import Ticket
@@ -211,6 +215,9 @@ async def index_document_fenced(
             # ran: an erasure in this process covering the owner waits for it, as for a session's.
             late_scope=owner,
         )
+    except anyio.get_cancelled_exc_class():
+        await _take_back_cancelled(fence, seen, store, write)  # the store may have written it
+        raise
     except Exception as exc:
         error = _failed_write(exc, store)
         if error is exc:
@@ -218,6 +225,9 @@ async def index_document_fenced(
         raise error from exc
     try:
         record = await fence.covering_since(seen)
+    except anyio.get_cancelled_exc_class():
+        await _take_back_cancelled(fence, seen, store, write)
+        raise
     except Exception as exc:  # the write stands: said in the notes, never a bare error after a commit
         _log.warning("document indexing not confirmed against erasures: %s", type(exc).__name__)
         current_span_event("agentium.document.unconfirmed", {"error.type": error_type(exc)})
@@ -230,6 +240,9 @@ async def index_document_fenced(
             lambda ctx: store.delete_document(owner, doc_id, ctx),
             timeout_s=timeout_s,
         )
+    except anyio.get_cancelled_exc_class():
+        await _take_back_cancelled(fence, seen, store, write)
+        raise
     except Exception as exc:
         _log.warning("a document indexed during an erasure could not be taken back: %s", type(exc).__name__)
         current_span_event("agentium.document.take_back_failed", {"error.type": error_type(exc)})
@@ -242,6 +255,46 @@ async def index_document_fenced(
     current_span_event("agentium.document.taken_back", {"agentium.document.write": "answered"})
     refused = write.refusal(record, "the document, indexed meanwhile, was deleted: it was not kept")
     raise marked(refused, CommitState.NOT_COMMITTED)
+
+
+async def _take_back_cancelled(
+    fence: ErasureFence, seen: FenceCheck, store: RecallStore, write: _DocumentWrite
+) -> None:
+    """After a cancellation from the write on (Ctrl-C, a host's cancel): the second read and delete again.
+
+    Shielded and bounded (:data:`~.bounded.LATE_CLEANUP_S`): cut short, the document stayed
+    indexed unchecked, and a covering erasure that began after the first read (its inventory
+    taken before the document landed) said ``complete`` with it there. The store may not have
+    written it (a delete of none is harmless). Nobody is left to tell but the log: a WARNING
+    and an event say it was taken back, or could not be checked or deleted.
+    """
+    owner, doc_id = write.owner, write.doc_id
+
+    async def again() -> bool:
+        record = await fence.covering_since(seen)
+        if record is None:
+            return False
+        late = Ticket(None, "recall delete (cancelled)", fence.timeout_s)
+        await late.call("recall delete", lambda ctx: store.delete_document(owner, doc_id, ctx))
+        return True
+
+    attributes = {"agentium.document.write": "cancelled"}
+    with anyio.CancelScope(shield=True):
+        try:
+            taken = await bounded(again, LATE_CLEANUP_S)
+        except Exception as exc:
+            _log.warning(
+                "a document indexed during an erasure, its write then cancelled, could not be checked "
+                "or taken back: %s",
+                type(exc).__name__,
+            )
+            current_span_event(
+                "agentium.document.take_back_failed", {**attributes, "error.type": error_type(exc)}
+            )
+            return
+    if taken:
+        _log.warning("a document indexed during an erasure, its write then cancelled, was taken back")
+        current_span_event("agentium.document.taken_back", attributes)
 
 
 def _late_event(name: str, exc: BaseException | None = None) -> None:
