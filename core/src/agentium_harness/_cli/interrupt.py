@@ -151,7 +151,9 @@ def interrupts(command: str) -> Iterator[None]:
             watchdog, _STATE.watchdog = _STATE.watchdog, None
             if watchdog is not None:
                 watchdog.cancel()
-                watchdog.join()  # returns at once once cancelled: no thread outlives main()
+                # Returns at once once cancelled (no thread outlives main()); bounded all the same,
+                # for a watchdog that fired just now and is writing to a stderr nobody reads.
+                watchdog.join(1.0)
 
 
 def run_async(func: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
