@@ -330,3 +330,35 @@ def test_ctrl_c_after_the_turn_committed_still_reports_it(
     monkeypatch.undo()
     assert main(["session", "inspect", cfg, "--tenant", "acme", "--user", "ana", "--session", "s1"]) == 0
     assert "resident groups 1 [0]" in capsys.readouterr().out  # the turn reported committed is there
+
+
+def test_ctrl_c_after_the_commit_but_before_run_returned_says_the_turn_may_be_committed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the groups a turn archived are indexed for recall (after its commit): ``run`` gets
+    no RunResult (the cancellation reaches it), and said only ``interrupted``, as if nothing had
+    been committed, while the turn was. It says the commit is not known and where to look."""
+    from agentium_harness._cli import main
+    from agentium_harness.adapters.sqlite_recall import SQLiteRecallStore
+
+    cfg = str(_erase_config(tmp_path))
+    who = ["--tenant", "acme", "--user", "ana", "--session", "s1"]
+    assert main(["run", cfg, *who, "first"]) == 0  # the next turn archives this one's group (max_groups = 1)
+    index_groups = SQLiteRecallStore.index_groups
+
+    async def ctrl_c_while_indexing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends; main()'s handler takes it
+        await anyio.sleep(30)  # cancelled by it; the test's bound if it is not
+        return await index_groups(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLiteRecallStore, "index_groups", ctrl_c_while_indexing)
+    capsys.readouterr()
+    assert main(["run", cfg, *who, "second"]) == 130
+    err = capsys.readouterr().err
+    assert err == (
+        "agentium run: whether the turn was committed is not known: agentium session inspect shows it\n"
+        "agentium run: interrupted\n"
+    ), err
+    monkeypatch.undo()
+    assert main(["session", "inspect", cfg, *who]) == 0
+    assert "resident groups 1 [1]" in capsys.readouterr().out  # it was: the second turn's group

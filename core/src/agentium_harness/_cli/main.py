@@ -220,7 +220,11 @@ def _run_turn(args: argparse.Namespace) -> int:
     try:
         result = run_async(go)
     except KeyboardInterrupt:
-        if not ran:
+        if not ran:  # cut short inside runtime.run, perhaps after its commit (archived groups indexed)
+            sys.stderr.write(
+                "agentium run: whether the turn was committed is not known: "
+                "agentium session inspect shows it\n"
+            )
             raise
         # The turn ended (committed, as it says) before Ctrl-C cut the summary settle short: it is
         # reported as any run is, then main() says "interrupted" (it said only that, as if nothing ran).
