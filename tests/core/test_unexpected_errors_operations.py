@@ -38,7 +38,7 @@ from agentium_harness import (
 )
 from agentium_harness._engine import commit as commit_module
 from agentium_harness._engine import erasure, erasure_api, forget, maintenance, retention
-from agentium_harness._engine.memory import manager
+from agentium_harness._engine.memory import manager, writes
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
@@ -347,7 +347,7 @@ async def test_remember_says_whether_the_fact_was_written(
     if stage == "_event":
         monkeypatch.setattr(manager.MemoryManager, stage, _boom)
     else:
-        monkeypatch.setattr(manager, stage, _boom)
+        monkeypatch.setattr(writes, stage, _boom)  # the writes' own module (memory/writes.py) calls it
     error = await _fails(
         lambda: memory.remember(MemoryFact(SCOPE, "ana likes tea")), "memory remember", caplog
     )
@@ -378,7 +378,7 @@ async def test_correct_and_forget_say_whether_they_wrote(
     if stage == "_event":
         monkeypatch.setattr(manager.MemoryManager, stage, _boom)
     else:
-        monkeypatch.setattr(manager, stage, _boom)
+        monkeypatch.setattr(writes, stage, _boom)  # the writes' own module (memory/writes.py) calls it
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
         "correct": lambda: memory.correct(SCOPE, ack.fact_id, MemoryFact(SCOPE, "ana likes coffee")),
         "forget": lambda: memory.forget(SCOPE, ack.fact_id),
