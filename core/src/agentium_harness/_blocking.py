@@ -123,8 +123,6 @@ class BlockingRuntime(BlockingHistoryOperations):
                 f"anyio.run, got {type(backend_options).__name__}"
             )
         self._runtime = runtime
-        manager = runtime.memory
-        self._memory = BlockingMemory(manager, self._call_as) if manager is not None else None
         self._owned = owned
         self._backend = backend
         self._backend_options = dict(backend_options or {})
@@ -177,7 +175,10 @@ class BlockingRuntime(BlockingHistoryOperations):
 
         ``None`` when the runtime has no memory, as :attr:`HarnessRuntime.memory`.
         """
-        return self._memory
+        manager = self._runtime.memory
+        # A view made on each access: one stored here would hold this object's bound method, a cycle
+        # that kept the wrapper and its runtime alive past the host's last reference until a collection.
+        return BlockingMemory(manager, self._call_as) if manager is not None else None
 
     def start(self) -> BlockingRuntime:
         """Start the loop thread now and run :meth:`HarnessRuntime.start` on it; returns ``self``.

@@ -151,17 +151,33 @@ _CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
 _LOCAL = threading.local()
 
 
+class _Held:
+    """A thread's deadline keeper, let go of when it is replaced or its thread ends.
+
+    An instance whose loop closed with its timer still armed (a call ended
+    before its deadline only forgets its waiter) refers to itself through
+    that timer's ``_fire``. Dropped like that (the thread moved on to another
+    loop, or ended and its thread-local storage was freed), it would be left
+    to the cycle collector: so the timer and the waiters go first, and
+    reference counting frees it. (A loop that is not closed may run again:
+    its pending timer keeps its instance alive and working.)
+    """
+
+    __slots__ = ("deadlines",)
+
+    def __init__(self, deadlines: _Deadlines) -> None:
+        self.deadlines = deadlines
+
+    def __del__(self) -> None:
+        if self.deadlines.loop.is_closed():
+            self.deadlines.release()
+
+
 def _deadlines(loop: Any) -> _Deadlines:
-    held: _Deadlines | None = getattr(_LOCAL, "deadlines", None)
-    if held is None or held.loop is not loop:
-        if held is not None and held.loop.is_closed():
-            # The thread moved on from a closed loop. The old instance's timer, never to run,
-            # refers back to it through ``_fire``: drop it and the waiters so the instance is
-            # freed by reference counting, not left to the cycle collector. (A loop that is not
-            # closed may run again: its pending timer keeps its instance alive and working.)
-            held.release()
-        held = _LOCAL.deadlines = _Deadlines(loop)
-    return held
+    held: _Held | None = getattr(_LOCAL, "held", None)
+    if held is None or held.deadlines.loop is not loop:
+        held = _LOCAL.held = _Held(_Deadlines(loop))  # the one replaced lets go of its closed loop's timer
+    return held.deadlines
 
 
 # The bounded call whose task runs the current code (set in the call's own task, so its context only).

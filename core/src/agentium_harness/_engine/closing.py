@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import anyio
 import attrs
@@ -34,7 +34,7 @@ from .unexpected import WriteProgress, unexpected_error
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
 
-__all__ = ["HarnessResources", "close_session", "drain_runtime", "shutdown_runtime"]
+__all__ = ["HarnessResources", "ResourcesOf", "close_session", "drain_runtime", "shutdown_runtime"]
 
 _lifecycle = logging.getLogger("agentium.engine.lifecycle")
 _maintenance = logging.getLogger("agentium.engine.maintenance")
@@ -372,3 +372,22 @@ class HarnessResources:
         key = SessionKey.of(require_identity(identity), session_id)
         await self._runtime.parts.work.settle(key, self._runtime.limits.settle_timeout_s)
         return self._runtime.parts.work.last_report(key)
+
+
+class ResourcesOf:
+    """``runtime.resources``: a :class:`HarnessResources` made on each access, not stored on the runtime.
+
+    Stored, it would refer back to its runtime: the runtime and everything it
+    holds (adapters, caches, connections' objects) would then outlive the
+    host's last reference until the cycle collector ran. Made on access, it
+    holds the runtime only as long as its caller holds it.
+    """
+
+    @overload
+    def __get__(self, runtime: None, owner: type[object]) -> ResourcesOf: ...
+
+    @overload
+    def __get__(self, runtime: HarnessRuntime, owner: type[object]) -> HarnessResources: ...
+
+    def __get__(self, runtime: HarnessRuntime | None, owner: type[object]) -> ResourcesOf | HarnessResources:
+        return self if runtime is None else HarnessResources(runtime)

@@ -62,7 +62,7 @@ from .arguments import (
     run_scope,
 )
 from .call_ids import request_history
-from .closing import HarnessResources, drain_runtime, shutdown_runtime
+from .closing import HarnessResources, ResourcesOf, drain_runtime, shutdown_runtime
 from .document_api import DocumentOperations
 from .effects import EffectsKeeper
 from .embedding import Hybrid
@@ -139,15 +139,15 @@ DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, AdapterReadiness):
     """The runtime built by :func:`create_harness_runtime` or ``load_runtime``.
 
-    Adapters passed in are borrowed: the runtime never closes them. Adapters
-    it built itself from config (``owned``) are closed by :meth:`aclose`.
-    Besides :meth:`run`, hosts that run their own agent loop write and read
-    canonical history with :meth:`append`, :meth:`read_history`,
-    :meth:`list_sessions`, :meth:`retract` and :meth:`reset_view`
-    (docs/history-api.md). Operators erase a session, user or tenant with
-    :meth:`erase` (docs/erasure.md). Hosts index documents for recall with
-    :meth:`index_document` and :meth:`delete_document`, fenced against erasures.
+    Adapters passed in are borrowed: the runtime never closes them. Adapters it built itself from
+    config (``owned``) are closed by :meth:`aclose`. Besides :meth:`run`, hosts that run their own
+    agent loop write and read canonical history with :meth:`append`, :meth:`read_history`,
+    :meth:`list_sessions`, :meth:`retract` and :meth:`reset_view` (docs/history-api.md). Operators
+    erase a session, user or tenant with :meth:`erase` (docs/erasure.md). Hosts index documents for
+    recall with :meth:`index_document` and :meth:`delete_document`, fenced against erasures.
     """
+
+    resources = ResourcesOf()  # per-session resources: made on each access (stored, a cycle back here)
 
     def __init__(
         self,
@@ -218,7 +218,6 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
             summary_reader=summary_reader,
             telemetry=self.telemetry.resolve(),
         )
-        self.resources = HarnessResources(self)
         if memory is not None:  # last: other threads' drains read its state and limits (not its telemetry)
             adopt_runtime(memory, self)
 
