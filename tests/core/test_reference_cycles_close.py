@@ -214,3 +214,18 @@ def test_a_blocking_runtime_leaves_no_cycle(tmp_path: Path, collector: None, bac
             raise failed[0]
 
     assert _left_for_collector(in_a_thread) == Counter()
+
+
+def test_substituting_a_configs_variables_leaves_no_cycle(collector: None) -> None:
+    # The part of config loading that is ours (the cattrs converters after it are cattrs' own cycles):
+    # every load substitutes ${VAR} references through the whole parsed file.
+    from agentium_harness._config.source import substitute_env
+
+    data = {"provider": {"plugin": "scripted", "options": {"responses": ["${ANSWER}", "${MISSING}"]}}}
+
+    def substitute() -> None:
+        substituted, issues = substitute_env(data, {"ANSWER": "an answer"})
+        assert substituted["provider"]["options"]["responses"][0] == "an answer"
+        assert [issue.path for issue in issues] == ["$.provider.options.responses[1]"]
+
+    assert _left_for_collector(substitute) == Counter()

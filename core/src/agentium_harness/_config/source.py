@@ -210,18 +210,19 @@ def substitute_env(
     """
     env = os.environ if environ is None else environ
     issues: list[ConfigIssue] = []
-    budget = _Budget(MAX_CONFIG_BYTES)
+    return _walk(data, path, env, issues, _Budget(MAX_CONFIG_BYTES)), issues
 
-    def walk(value: Any, where: str) -> Any:
-        if isinstance(value, str):
-            return _substitute_text(value, env, where, issues, budget)
-        if isinstance(value, dict):
-            return {k: walk(v, join_path(where, k)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [walk(v, join_path(where, i)) for i, v in enumerate(value)]
-        return value
 
-    return walk(data, path), issues
+def _walk(value: Any, where: str, env: Mapping[str, str], issues: list[ConfigIssue], budget: _Budget) -> Any:
+    # A module function, not a closure calling itself: that closure referred to itself through its
+    # own cell, a cycle left to the collector (with its budget) by every config load.
+    if isinstance(value, str):
+        return _substitute_text(value, env, where, issues, budget)
+    if isinstance(value, dict):
+        return {k: _walk(v, join_path(where, k), env, issues, budget) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_walk(v, join_path(where, i), env, issues, budget) for i, v in enumerate(value)]
+    return value
 
 
 def _too_large(source: str | None) -> ConfigError:
