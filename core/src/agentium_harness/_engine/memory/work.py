@@ -17,22 +17,21 @@ Work runs on the event loop that started it; a drain may run on any loop
 and thread (it waits on thread-safe events and cancels each item on its own
 loop). Work whose loop ends before it finishes (``anyio.run`` per call) is
 cancelled with that loop and reported as cancelled, saying so.
+
+What a drain reports is in :mod:`.drain_result`, the work sources and drain
+scopes in :mod:`.work_sources`, an item's cancel signal in :mod:`.work_signal`;
+their names are imported from here too.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
-import contextvars
-import enum
 import threading
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
-import attrs
 
 from ..._errors import InvalidArgumentError
 from ..._observe import spans as observe
@@ -42,7 +41,9 @@ from ..._text import error_text
 from ..._validators import MAX_DURATION_S, exact_number, shown_number
 from ..bounded import spawn
 from ..loops import LoopHandle, ThreadSafeEvent
-from ..owned_work import OwnedWork
+from .drain_result import DrainItem, DrainResult, DrainStatus
+from .work_signal import bind_work_signal, current_work_signal, outside_owned_work
+from .work_sources import AllBut, OwnedWorkSource, WorkSource, belongs, covers, let_go, weak_owner
 
 __all__ = [
     "AllBut",
@@ -65,243 +66,6 @@ CANCEL_GRACE_S = 2.0
 MAX_ENDED_ITEMS = 1000
 
 
-# The cancel signal of the owned item whose task runs the current code (set in its own task only).
-_WORK_SIGNAL: contextvars.ContextVar[CancelSignal | None] = contextvars.ContextVar(
-    "agentium_memory_work_signal", default=None
-)
-
-
-def current_work_signal() -> CancelSignal | None:
-    """In an owned item's task: its cancel signal, set when a drain cancels it; ``None`` elsewhere.
-
-    The memory manager parents each store or extractor call's ``ctx.signal``
-    on it, so code blocked in a worker thread watching the signal (which a
-    cancel scope cannot reach) learns of the cancellation and stops.
-    """
-    return _WORK_SIGNAL.get()
-
-
-@contextlib.contextmanager
-def outside_owned_work() -> Iterator[None]:
-    """Calls made in this block get no owned item's cancel signal (:func:`current_work_signal`).
-
-    For work that must outlive the item whose task (or a copy of its context)
-    it runs in: the take-back of a write that landed after a drain cancelled
-    its item (:func:`~.memory_fence.late_take_back`) would otherwise be made
-    under that item's signal, cancelled before it starts.
-    """
-    token = _WORK_SIGNAL.set(None)
-    try:
-        yield
-    finally:
-        _WORK_SIGNAL.reset(token)
-
-
-class DrainStatus(enum.StrEnum):
-    """How one item of owned work ended, as a drain saw it."""
-
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-@attrs.frozen(slots=True)
-class DrainItem:
-    """One item of owned work: its name, kind (``extraction``, ``final-write``, ``summary``…), how it ended.
-
-    ``stopped`` is False only for a cancelled item that had not stopped when
-    the drain returned (it is still tracked).
-    """
-
-    name: str
-    kind: str
-    status: DrainStatus = attrs.field(converter=DrainStatus)
-    detail: str = ""
-    stopped: bool = True
-
-
-@attrs.frozen(slots=True)
-class DrainResult:
-    """What one drain saw, item by item (R40). ``notes`` lists lifecycle hooks that raised.
-
-    Between two drains at most ``MAX_ENDED_ITEMS`` (1000) ended items are kept
-    (the oldest completed ones are dropped first); ``dropped_completed``,
-    ``dropped_failed`` and ``dropped_cancelled`` count the items that ended
-    but are not in ``items``. :meth:`count`, :attr:`ok` and :meth:`describe`
-    include them; ``completed``, ``failed`` and ``cancelled`` name the kept items.
-    Summary updates that failed or were cancelled unreported are kept for the
-    1000 most recent sessions (``owned_work.MAX_KEPT_REPORTS``); older ones
-    are counted the same way.
-    """
-
-    items: tuple[DrainItem, ...] = ()
-    timeout_s: float = 0.0
-    notes: tuple[str, ...] = ()
-    dropped_completed: int = 0
-    dropped_failed: int = 0
-    dropped_cancelled: int = 0
-
-    def _names(self, status: DrainStatus) -> tuple[str, ...]:
-        return tuple(i.name for i in self.items if i.status is status)
-
-    @property
-    def completed(self) -> tuple[str, ...]:
-        """Names of the items that completed."""
-        return self._names(DrainStatus.COMPLETED)
-
-    @property
-    def failed(self) -> tuple[str, ...]:
-        """Names of the items that raised."""
-        return self._names(DrainStatus.FAILED)
-
-    @property
-    def cancelled(self) -> tuple[str, ...]:
-        """Names of the items that were cancelled (past the timeout, or by their owner)."""
-        return self._names(DrainStatus.CANCELLED)
-
-    @property
-    def still_running(self) -> tuple[str, ...]:
-        """Names of cancelled items that had not stopped yet when the drain returned."""
-        return tuple(i.name for i in self.items if not i.stopped)
-
-    def count(self, status: DrainStatus | str) -> int:
-        """How many items ended with ``status``: those listed plus those dropped unlisted."""
-        if status not in tuple(DrainStatus):
-            raise InvalidArgumentError(f"status must be a DrainStatus, got {status!r}")
-        status = DrainStatus(status)
-        dropped = {
-            DrainStatus.COMPLETED: self.dropped_completed,
-            DrainStatus.FAILED: self.dropped_failed,
-            DrainStatus.CANCELLED: self.dropped_cancelled,
-        }[status]
-        return len(self._names(status)) + dropped
-
-    @property
-    def ok(self) -> bool:
-        """True when every item completed (listed or dropped unlisted)."""
-        return (
-            all(i.status is DrainStatus.COMPLETED for i in self.items)
-            and not self.dropped_failed
-            and not self.dropped_cancelled
-        )
-
-    def describe(self) -> str:
-        """One line: the counts, then each listed item that did not complete, with why."""
-        head = (
-            f"{self.count(DrainStatus.COMPLETED)} completed, {self.count(DrainStatus.FAILED)} failed, "
-            f"{self.count(DrainStatus.CANCELLED)} cancelled"
-        )
-        dropped = self.dropped_completed + self.dropped_failed + self.dropped_cancelled
-        if dropped:
-            head += f" ({dropped} not listed: more ended between drains than are kept)"
-        bad = [
-            f"{i.name} {i.status.value}: {i.detail}"
-            for i in self.items
-            if i.status is not DrainStatus.COMPLETED
-        ]
-        return head + ("" if not bad else " (" + "; ".join(bad) + ")")
-
-
-@runtime_checkable
-class WorkSource(Protocol):
-    """Background work another component owns that a drain must cover (the runtime's summary updates)."""
-
-    def pending(self) -> Sequence[str]:
-        """Names of the items running now."""
-        ...
-
-    async def settle(self, timeout_s: float) -> Sequence[DrainItem]:
-        """Wait up to ``timeout_s`` for the running items, cancel the rest; one :class:`DrainItem` each."""
-        ...
-
-
-class OwnedWorkSource:
-    """The runtime's :class:`~agentium_harness._engine.owned_work.OwnedWork` as a :class:`WorkSource`.
-
-    Each background summary update is one item, named
-    ``summary update <tenant>/<user>/<session>`` (encoded segments).
-    """
-
-    def __init__(self, work: OwnedWork, owner: object = None) -> None:
-        self._work = work
-        # The runtime whose updates these are (held weakly): its own drain covers them, not another's.
-        self._owner = _weak(owner)
-        #: Set at the runtime's close: the tracker lets go of it once none of its updates runs.
-        self.retired = False
-
-    @property
-    def owner(self) -> object:
-        """The runtime whose summary updates these are (``None`` if not given, or gone)."""
-        return self._owner() if self._owner is not None else None
-
-    def _keys(self) -> list[Any]:
-        return self._work.running()
-
-    def pending(self) -> Sequence[str]:
-        """Names of the summary updates running now."""
-        return [f"summary update {k.key()}" for k in self._keys()]
-
-    async def settle(self, timeout_s: float, grace_s: float | None = None) -> Sequence[DrainItem]:
-        """Settle the summary updates: wait ``timeout_s``, cancel, wait ``grace_s`` for them to stop.
-
-        Without ``grace_s`` the timeout is split in two halves. Updates started
-        while it waits are covered too, and one that failed or was cancelled
-        since the last drain is reported even if it ended before.
-        """
-        items, _dropped = await self.settle_counted(timeout_s, grace_s)
-        return items
-
-    async def settle_counted(
-        self, timeout_s: float, grace_s: float | None = None
-    ) -> tuple[list[DrainItem], dict[DrainStatus, int]]:
-        """As :meth:`settle`, plus how many failed or cancelled updates were dropped unlisted, by status.
-
-        Past ``owned_work.MAX_KEPT_REPORTS`` sessions, the oldest unreported
-        failures are only counted (a drain adds them to its ``dropped_*``).
-        """
-        items = []
-        reports, dropped = await self._work.drain(timeout_s, grace_s)
-        for key, report, stopped in reports:
-            detail = "; ".join(d.message for d in report.diagnostics)
-            items.append(
-                DrainItem(
-                    f"summary update {key.key()}",
-                    "summary",
-                    DrainStatus(report.status.value),
-                    detail,
-                    stopped,
-                )
-            )
-        counts = {DrainStatus(status.value): n for status, n in dropped.items()}
-        return sorted(items, key=lambda i: i.name), counts
-
-
-def _weak(owner: object) -> Callable[[], object] | None:
-    """A weak reference to ``owner`` (``None`` for none): a manager's work must not keep a runtime alive."""
-    return weakref.ref(owner) if owner is not None else None
-
-
-@attrs.frozen(slots=True)
-class AllBut:
-    """A drain scope: all the work except the work of ``owners`` (runtimes whose own close drains it)."""
-
-    owners: tuple[object, ...]
-
-
-def _covers(only: object, owner: object) -> bool:
-    """Whether a drain of ``only`` (``None``: all; an :class:`AllBut`; an owner) covers ``owner``'s work."""
-    if only is None:
-        return True
-    if isinstance(only, AllBut):
-        return owner is None or not any(owner is o for o in only.owners)
-    return owner is not None and owner is only
-
-
-def _belongs(owner: Callable[[], object] | None, only: object) -> bool:
-    """Whether work of ``owner`` (held weakly) is covered by a drain of ``only`` (:func:`_covers`)."""
-    return _covers(only, owner() if owner is not None else None)
-
-
 class _Item:
     __slots__ = (
         "detail",
@@ -320,7 +84,7 @@ class _Item:
     def __init__(self, name: str, kind: str, owner: object = None) -> None:
         self.name = name
         self.kind = kind
-        self.owner = _weak(owner)  # the runtime whose operation started it, if any
+        self.owner = weak_owner(owner)  # the runtime whose operation started it, if any
         self.loop = LoopHandle.current()
         self.done = ThreadSafeEvent()
         self.scope = anyio.CancelScope()
@@ -412,7 +176,7 @@ class WorkTracker:
 
     def _let_go(self) -> None:
         """Stop tracking the retired sources with nothing left to drain (none running, no report owed)."""
-        done = [s for s in self._sources if isinstance(s, OwnedWorkSource) and s.retired and s._work.idle()]
+        done = [s for s in self._sources if isinstance(s, OwnedWorkSource) and let_go(s)]
         with self._lock:
             self._sources = [s for s in self._sources if not any(s is d for d in done)]
 
@@ -422,7 +186,7 @@ class WorkTracker:
 
     def _snapshot(self, only: object = None) -> list[_Item]:
         with self._lock:
-            running = [item for item in self._running.values() if _belongs(item.owner, only)]
+            running = [item for item in self._running.values() if belongs(item.owner, only)]
         alive = []
         for item in running:
             if item.loop.finished and not item.done.is_set():
@@ -457,7 +221,7 @@ class WorkTracker:
             self._running[unique] = item
 
         async def run() -> None:
-            _WORK_SIGNAL.set(item.signal)  # in this task's own context (spawn gives it a copy)
+            bind_work_signal(item.signal)  # in this task's own context (spawn gives it a copy)
             try:
                 with item.scope:
                     try:
@@ -560,12 +324,12 @@ class WorkTracker:
         async with anyio.create_task_group() as tg:
             tg.start_soon(own)
             for src in self._sources:
-                if _covers(only, getattr(src, "owner", None)):
+                if covers(only, getattr(src, "owner", None)):
                     tg.start_soon(source, src)
         self._let_go()  # a closed runtime's updates that ended: settled above, reports taken
         with self._lock:
             ended = sorted(
-                [i for i in (*self._ended_ok, *self._ended_bad) if _belongs(i.owner, only)],
+                [i for i in (*self._ended_ok, *self._ended_bad) if belongs(i.owner, only)],
                 key=lambda i: i.seq,
             )
             taken = {id(i) for i in ended}
