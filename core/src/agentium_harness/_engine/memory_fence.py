@@ -20,7 +20,8 @@ provenance names) is refused with
   ledger since): the manager forgets the fact it just wrote (content
   removed, as :meth:`forget` does) and refuses: the fact was not kept;
 - **when a write abandoned past its deadline lands** (:func:`late_take_back`):
-  the second read it never ran, and the same forget. An erasure in the
+  the second read it never ran, and the same forget; an erasure of a group
+  its provenance cites, begun since, counts too (its caller is gone). An erasure in the
   runtime holding the manager waits for such a write (:mod:`.late_calls`);
   this covers one by another runtime or process, best effort.
 
@@ -62,6 +63,7 @@ from .erasure_fence import ErasureFence, FenceCheck, utc_now
 from .erasure_index import finished_covering_fact
 from .lifecycle import Ticket
 from .memory.answers import checked_ack
+from .memory.sources_write import with_sources
 from .memory.work import outside_owned_work
 
 if TYPE_CHECKING:
@@ -494,6 +496,7 @@ def late_take_back(
     ``None`` for a manager without a fence. A covering erasure pending, or
     finished having joined since the first read, makes the manager forget
     the fact (a WARNING on ``agentium.engine.memory``; nobody is left to tell otherwise),
+    and so does one of a group its provenance cites (:func:`.memory.sources_write.with_sources`),
     even if it was closed meanwhile. Only a ``stored`` acknowledgment of the
     write asked for (``operation``; for a correction the fact ``asked``,
     as :func:`.memory.answers.checked_ack` reads it on time) is acted on: any
@@ -501,6 +504,11 @@ def late_take_back(
     """
     if not seen:
         return None
+    fact = seen[0].write
+    if isinstance(fact, _FactWrite) and fact.provenance:
+        # Its caller is gone (an extraction's check after its writes never saw this fact): the
+        # groups it cites, erased since its first read (retention, a forget's sources), count too.
+        seen = with_sources(seen, fact.scope, fact.provenance)
 
     async def take_back(raw: object) -> None:
         # The write's span ended when the call was abandoned: the late check has one of its own.

@@ -56,17 +56,17 @@ import attrs
 
 from ..._errors import AgentiumError, ErasureInProgressError, InvalidArgumentError, MemoryFactNotFoundError
 from ..._observe.settings import Resolved
-from ..._ports.erasure import EraseTarget, ErasureRecord, ErasureState
+from ..._ports.erasure import EraseTarget, ErasureRecord
 from ..._ports.memory import MAX_PROVENANCE, GroupRef, MemoryScope
 from ..._ports.sessions import SessionStore
-from ..._scope import SessionKey, validate_id
+from ..._scope import validate_id
 from ..bounded import LATE_CLEANUP_S, bounded
 from ..erasure_fence import FenceCheck, utc_now
-from ..erasure_index import finished_covering, finished_covering_fact
 from ..extraction_fence import refused
 from ..lifecycle import Ticket
 from ..memory_fence import covering, current_fences
 from .answers import checked_scope
+from .sources_write import SourcesWrite, sources_refusal
 from .work import outside_owned_work
 from .writes import forget_fact
 
@@ -154,53 +154,7 @@ class _TurnWrite:
         return ()  # never read: a reading's checks are rebuilt on the extraction's sources first
 
     def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
-        return _refusal(record, outcome)
-
-
-@attrs.frozen(slots=True)
-class _SourcesWrite:
-    """An extraction of ``sources`` into ``scope``, fenced: its fact, and the groups it reads."""
-
-    scope: MemoryScope
-    sources: tuple[GroupRef, ...]
-
-    @property
-    def tenant(self) -> str:
-        return self.scope.tenant
-
-    @property
-    def scopes(self) -> tuple[str, str | None, tuple[str, ...]]:
-        return self.scope.tenant, self.scope.user, tuple(sorted({ref.session for ref in self.sources}))
-
-    def covers(self, target: EraseTarget) -> bool:
-        if target.covers_fact(self.scope, self.sources):
-            return True
-        # Some groups of a session (retention, a forgotten fact's sources): the fact would not be
-        # scrubbed by it, but the extraction would hand its extractor the text it erased.
-        return bool(target.groups) and any(
-            target.covers_group(SessionKey(self.scope.tenant, self.scope.user, ref.session), ref.seq)
-            for ref in self.sources
-        )
-
-    async def finished(self, ticket: Ticket, store: SessionStore) -> Sequence[ErasureRecord]:
-        of_fact = await finished_covering_fact(ticket, store, self.scope, self.sources)
-        found = {r.erasure_id: r for r in of_fact}
-        for session in sorted({ref.session for ref in self.sources}):
-            key = SessionKey(self.scope.tenant, self.scope.user, session)
-            found.update((r.erasure_id, r) for r in await finished_covering(ticket, store, key))
-        return tuple(r for r in found.values() if self.covers(r.target))
-
-    def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
-        return _refusal(record, outcome)
-
-
-def _refusal(record: ErasureRecord, outcome: str) -> ErasureInProgressError:
-    state = "was erased" if record.state is ErasureState.COMPLETE else "is being erased"
-    where = f"{record.target.describe()}, erasure {record.erasure_id}"
-    return ErasureInProgressError(
-        f"what the extraction reads {state} ({where}); {outcome}",
-        record.erasure_id,
-    )
+        return sources_refusal(record, outcome)
 
 
 def _checked_sessions(sessions: object) -> tuple[str, ...]:
@@ -275,7 +229,7 @@ def checked_reading(
 
 
 async def _found_since(
-    manager: MemoryManager, reading: ErasureReading, write: _SourcesWrite
+    manager: MemoryManager, reading: ErasureReading, write: SourcesWrite
 ) -> ErasureRecord | None:
     """A covering erasure under way at ``reading`` or now, or finished and joined since it; else ``None``."""
     found: ErasureRecord | None = next((r for r in reading._pending if write.covers(r.target)), None)
@@ -308,7 +262,7 @@ async def fence_from_reading(
     and raised by :func:`..extraction_fence.refused`; a store that cannot be
     read raises its typed error as it is (nothing is sent either).
     """
-    write = _SourcesWrite(scope, tuple(sources))
+    write = SourcesWrite(scope, tuple(sources))
     outcome = "the extraction was skipped before its extractor call: nothing was sent or written"
     found = await _found_since(manager, reading, write)
     if found is not None:
@@ -325,7 +279,7 @@ async def fence_at_call(
     One that began and finished before is not seen: that takes a reading.
     Returns what it read (never handed to the host), for :func:`after_writes`.
     """
-    write = _SourcesWrite(scope, tuple(sources))
+    write = SourcesWrite(scope, tuple(sources))
     outcome = "the extraction was skipped before its extractor call: nothing was sent or written"
     checks: list[FenceCheck] = []
     for fence in current_fences(manager):
@@ -363,7 +317,7 @@ async def after_writes(
     """
     if not written:
         return  # nothing of it to take back (a duplicate's fact is an older one: left as it is)
-    write = _SourcesWrite(scope, tuple(sources))
+    write = SourcesWrite(scope, tuple(sources))
     found, failed = await _take_back(manager, reading, write, written)
     if found is None:
         return
@@ -393,7 +347,7 @@ async def after_writes_cancelled(
     """
     if not written:
         return
-    write = _SourcesWrite(scope, tuple(sources))
+    write = SourcesWrite(scope, tuple(sources))
     with anyio.CancelScope(shield=True):
         try:
             found, failed = await bounded(
@@ -421,7 +375,7 @@ async def after_writes_cancelled(
 async def _take_back(
     manager: MemoryManager,
     reading: ErasureReading,
-    write: _SourcesWrite,
+    write: SourcesWrite,
     written: Sequence[tuple[MemoryScope, str]],
 ) -> tuple[ErasureRecord | None, list[str]]:
     """The covering erasure found since ``reading`` (``None``: none, or not read), ``written`` forgotten.
