@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -210,3 +211,98 @@ def test_a_closed_loops_deadlines_are_freed_without_the_cycle_collector() -> Non
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
+
+
+def _kept_deadline_keepers(run: Callable[[], None]) -> list[object]:
+    """The deadline keepers ``run`` left to the cycle collector (``run`` makes, runs and closes its loops)."""
+    import gc
+
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run()
+        gc.collect()
+        return [o for o in gc.garbage if type(o).__qualname__ == "_Deadlines"]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+async def _armed_call() -> None:
+    """A call that outlives its first loop iteration: the keeper's timer stays armed for its deadline."""
+
+    async def short(ctx: OpContext) -> str:
+        await anyio.sleep(0.01)
+        return "soon"
+
+    assert await Ticket(None, "test", 30.0).call("short", short, timeout_s=30.0) == "soon"
+
+
+def test_a_loop_closed_after_its_thread_moved_on_frees_its_deadlines_without_the_cycle_collector() -> None:
+    # One thread runs two loops in turn and closes the first only after running the second (as a
+    # host keeping a loop per component does): the first loop's keeper was let go of while its loop
+    # was open, so nothing released its armed timer, which referred back to it.
+    import asyncio
+
+    def run() -> None:
+        first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+        try:
+            first.run_until_complete(_armed_call())
+            second.run_until_complete(_armed_call())
+        finally:
+            first.close()
+            second.close()
+
+    assert _kept_deadline_keepers(run) == []
+
+
+def test_a_loop_closed_after_its_thread_ended_frees_its_deadlines_without_the_cycle_collector() -> None:
+    # The common pattern of a loop run in a thread of its own: run_forever there, stop, join, and
+    # close it from the thread that made it. The thread ended while its loop was open.
+    import asyncio
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever)
+        thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(_armed_call(), loop).result(GUARD_S)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(GUARD_S)
+            loop.close()
+
+    assert _kept_deadline_keepers(run) == []
+
+
+def test_a_later_deadline_still_fires_after_an_earlier_one_took_the_timer() -> None:
+    # A call waiting under a long deadline, then one under a short deadline: the short one takes
+    # the loop's timer, fires, and the long one is still woken at its own deadline (the timer is
+    # armed for it again). Several loops in turn in one thread, each closed while the previous
+    # keeper's timer was armed, so a released keeper must never lose one of its callers.
+    import asyncio
+
+    async def hangs(ctx: OpContext) -> str:
+        await anyio.sleep(60)
+        return "late"
+
+    async def both() -> list[str]:
+        async def one(timeout_s: float) -> str:
+            try:
+                await Ticket(None, "test", 30.0).call("hangs", hangs, timeout_s=timeout_s)
+            except OperationTimeoutError:
+                return f"timed out {timeout_s}"
+            return "no timeout"
+
+        long = asyncio.ensure_future(one(0.4))
+        await asyncio.sleep(0.01)
+        short = await one(0.05)
+        return [short, await long]
+
+    for _ in range(3):
+        loop = asyncio.new_event_loop()
+        try:
+            got = loop.run_until_complete(asyncio.wait_for(both(), GUARD_S))
+        finally:
+            loop.close()
+        assert got == ["timed out 0.05", "timed out 0.4"]

@@ -103,36 +103,37 @@ class _Deadlines:
     ``call_later`` would: asyncio runs a timer once it is within the clock's
     resolution) and re-arms for the next. A waiter that ended is only
     forgotten, which costs a dict removal.
+
+    The instance does not keep its timer: the timer's callback refers to the
+    instance, and a reference back would make a cycle that outlives the
+    loop's close (which drops its timers) whenever the instance is no longer
+    this thread's (the thread ran another loop since, or ended, before the
+    loop was closed), left to the cycle collector. A timer replaced by an
+    earlier one is not cancelled either: it fires for nothing (its time is no
+    longer ``_at``) and ends there.
     """
 
-    __slots__ = ("_at", "_timer", "_waiters", "loop")
+    __slots__ = ("_at", "_waiters", "loop")
 
     def __init__(self, loop: Any) -> None:
         self.loop = loop
         self._waiters: dict[Any, float] = {}
-        self._timer: Any = None
-        self._at = math.inf
+        self._at = math.inf  # when the timer that counts is due (``inf``: none armed)
 
     def add(self, waiter: Any, when: float) -> None:
         """Wake ``waiter`` (``_wake``) at loop time ``when`` unless it is discarded first."""
         self._waiters[waiter] = when
         if when < self._at:
-            if self._timer is not None:
-                self._timer.cancel()
             self._at = when
-            self._timer = self.loop.call_at(when, self._fire)
+            self.loop.call_at(when, self._fire, when)
 
     def discard(self, waiter: Any) -> None:
         """Forget ``waiter`` (its call ended, or its caller left)."""
         self._waiters.pop(waiter, None)
 
-    def release(self) -> None:
-        """Let go of the timer and the waiters of a closed loop (nothing on it will ever run again)."""
-        self._timer = None
-        self._waiters.clear()
-
-    def _fire(self) -> None:
-        self._timer = None
+    def _fire(self, at: float) -> None:
+        if at != self._at:
+            return  # replaced by an earlier timer, which armed the one that counts after it ran
         self._at = math.inf
         now = self.loop.time() + _CLOCK_RESOLUTION
         due = [waiter for waiter, when in self._waiters.items() if when <= now]
@@ -141,43 +142,22 @@ class _Deadlines:
             _wake(waiter)
         if self._waiters:
             self._at = min(self._waiters.values())
-            self._timer = self.loop.call_at(self._at, self._fire)
+            self.loop.call_at(self._at, self._fire, self._at)
 
 
 # What asyncio allows a timer to run early by (it uses the same figure).
 _CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
 # The deadlines of the loop this thread last ran a bounded call on (one loop runs per thread at a time;
-# a second instance for a loop is harmless: each works alone, with its own timer).
+# a second instance for a loop is harmless: each works alone, with its own timer). One let go of here
+# is freed by reference counting once its loop's pending timers, which refer to it, are gone.
 _LOCAL = threading.local()
 
 
-class _Held:
-    """A thread's deadline keeper, let go of when it is replaced or its thread ends.
-
-    An instance whose loop closed with its timer still armed (a call ended
-    before its deadline only forgets its waiter) refers to itself through
-    that timer's ``_fire``. Dropped like that (the thread moved on to another
-    loop, or ended and its thread-local storage was freed), it would be left
-    to the cycle collector: so the timer and the waiters go first, and
-    reference counting frees it. (A loop that is not closed may run again:
-    its pending timer keeps its instance alive and working.)
-    """
-
-    __slots__ = ("deadlines",)
-
-    def __init__(self, deadlines: _Deadlines) -> None:
-        self.deadlines = deadlines
-
-    def __del__(self) -> None:
-        if self.deadlines.loop.is_closed():
-            self.deadlines.release()
-
-
 def _deadlines(loop: Any) -> _Deadlines:
-    held: _Held | None = getattr(_LOCAL, "held", None)
-    if held is None or held.deadlines.loop is not loop:
-        held = _LOCAL.held = _Held(_Deadlines(loop))  # the one replaced lets go of its closed loop's timer
-    return held.deadlines
+    deadlines: _Deadlines | None = getattr(_LOCAL, "deadlines", None)
+    if deadlines is None or deadlines.loop is not loop:
+        deadlines = _LOCAL.deadlines = _Deadlines(loop)
+    return deadlines
 
 
 # The bounded call whose task runs the current code (set in the call's own task, so its context only).
