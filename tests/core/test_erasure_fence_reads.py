@@ -185,7 +185,8 @@ async def test_an_earlier_versions_chain_past_the_cap_is_still_read_whole(
     # s1 erased whole, then 20 retention erasures, all as an earlier version ran them: no join
     # records, pages moved with no mark (11 pages of two, past a cap of 3). Nothing settles the
     # newest-first read: the fence reads every covering erasure, as it did, and the erasure of s1
-    # (no join record, completed just now by the clocks) takes the fact back, as it did.
+    # (no join record, completed just now by the clocks) takes the fact back, as it did. The fact
+    # cites group 3, which retention leaves (retention of a cited group takes it back too).
     monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
     monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 3)
 
@@ -205,7 +206,7 @@ async def test_an_earlier_versions_chain_past_the_cap_is_still_read_whole(
                     groups = EraseTarget.groups_of(key, [SeqRange(0, 1)])
                     await run_erasure(world.eraser, groups, "retention", OPERATOR, ErasureKind.RETENTION)
             assert await joined_record(world.sessions, "acme", whole.record.erasure_id) is None
-            write = _FactWrite(ANA, (GroupRef("s1", 0, "sha256:" + "d" * 64),))
+            write = _FactWrite(ANA, (GroupRef("s1", 3, "sha256:" + "d" * 64),))
             fence = ErasureFence(world.sessions, 30.0)
             seen = await fence.check(write)
             world.during = BOB
@@ -218,7 +219,8 @@ async def test_an_erasure_of_the_session_under_retention_erasures_since_the_firs
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # During the write: s1 erased whole, then 7 retention erasures of it (two headers a page: the
-    # whole-session erasure is on the pages). The walk goes on past entries that joined since but
+    # whole-session erasure is on the pages). The fact cites group 3, which retention leaves (one
+    # citing group 0 is taken by those erasures themselves: test_memory_groups_erased_during_write). The walk goes on past entries that joined since but
     # take no fact, and the pages' mark names the erasure that does: it takes the fact back.
     monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
     world = _World()
@@ -228,7 +230,7 @@ async def test_an_erasure_of_the_session_under_retention_erasures_since_the_firs
         with anyio.fail_after(30):
             for _ in range(5):  # before the write: joined before its first read
                 await run_erasure(world.eraser, groups, "retention", OPERATOR, ErasureKind.RETENTION)
-            write = _FactWrite(ANA, (GroupRef("s1", 0, "sha256:" + "d" * 64),))
+            write = _FactWrite(ANA, (GroupRef("s1", 3, "sha256:" + "d" * 64),))
             fence = ErasureFence(world.sessions, 30.0)
             seen = await fence.check(write)
             whole = await world.eraser.erase(

@@ -10,7 +10,9 @@ write, whoever makes it: its memory store is one, so an erasure recorded in
 any of those stores scrubs the facts any of them would write. A runtime's
 store fences it while that runtime is open (:func:`unfence_memory`). A fact an erasure covers
 (:meth:`EraseTarget.covers_fact`: its user or tenant, or a session its
-provenance names) is refused with
+provenance names), or derived from a group a groups erasure takes (retention,
+``forget(..., erase_sources=True)``, of a group its provenance cites:
+:func:`.memory.sources_write.covers_cited`), is refused with
 :class:`~agentium_harness._errors.ErasureInProgressError`:
 
 - **before the write** (:func:`fence_check`), when such an erasure is
@@ -20,8 +22,7 @@ provenance names) is refused with
   ledger since): the manager forgets the fact it just wrote (content
   removed, as :meth:`forget` does) and refuses: the fact was not kept;
 - **when a write abandoned past its deadline lands** (:func:`late_take_back`):
-  the second read it never ran, and the same forget; an erasure of a group
-  its provenance cites, begun since, counts too (its caller is gone). An erasure in the
+  the second read it never ran, and the same forget. An erasure in the
   runtime holding the manager waits for such a write (:mod:`.late_calls`);
   this covers one by another runtime or process, best effort.
 
@@ -60,10 +61,9 @@ from .._ports.memory import AckStatus, GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionStore
 from .bounded import LATE_CLEANUP_S, bounded
 from .erasure_fence import ErasureFence, FenceCheck, utc_now
-from .erasure_index import finished_covering_fact
 from .lifecycle import Ticket
 from .memory.answers import checked_ack
-from .memory.sources_write import with_sources
+from .memory.sources_write import cited_refusal, covers_cited, finished_cited
 from .memory.work import outside_owned_work
 
 if TYPE_CHECKING:
@@ -155,14 +155,22 @@ class _FactWrite:
     def scopes(self) -> tuple[str, str | None, tuple[str, ...]]:
         return self.scope.tenant, self.scope.user, tuple(sorted({ref.session for ref in self.provenance}))
 
+    #: Read by :meth:`.ErasureFence.covering_since`: with provenance, a groups erasure may take it.
+    @property
+    def cites_groups(self) -> bool:
+        return bool(self.provenance)
+
     def covers(self, target: EraseTarget) -> bool:
-        return target.covers_fact(self.scope, self.provenance)
+        # A groups erasure of a group it cites too: the fact would be derived from text erased meanwhile.
+        return covers_cited(target, self.scope, self.provenance)
 
     async def finished(self, ticket: Ticket, store: SessionStore) -> Sequence[ErasureRecord]:
-        return await finished_covering_fact(ticket, store, self.scope, self.provenance)
+        return await finished_cited(ticket, store, self.scope, self.provenance)
 
     def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
-        return _refusal(self.scope, record, outcome)
+        if record.target.covers_fact(self.scope, self.provenance):
+            return _refusal(self.scope, record, outcome)
+        return cited_refusal(record, outcome)
 
 
 def fence_memory(
@@ -496,7 +504,7 @@ def late_take_back(
     ``None`` for a manager without a fence. A covering erasure pending, or
     finished having joined since the first read, makes the manager forget
     the fact (a WARNING on ``agentium.engine.memory``; nobody is left to tell otherwise),
-    and so does one of a group its provenance cites (:func:`.memory.sources_write.with_sources`),
+    and so does one of a group its provenance cites (:func:`.memory.sources_write.covers_cited`),
     even if it was closed meanwhile. Only a ``stored`` acknowledgment of the
     write asked for (``operation``; for a correction the fact ``asked``,
     as :func:`.memory.answers.checked_ack` reads it on time) is acted on: any
@@ -504,11 +512,6 @@ def late_take_back(
     """
     if not seen:
         return None
-    fact = seen[0].write
-    if isinstance(fact, _FactWrite) and fact.provenance:
-        # Its caller is gone (an extraction's check after its writes never saw this fact): the
-        # groups it cites, erased since its first read (retention, a forget's sources), count too.
-        seen = with_sources(seen, fact.scope, fact.provenance)
 
     async def take_back(raw: object) -> None:
         # The write's span ended when the call was abandoned: the late check has one of its own.

@@ -1,12 +1,16 @@
 """A fact judged by what it was derived from: its own erasures, and those of the groups it cites.
 
 A groups erasure (retention, ``forget(..., erase_sources=True)``) takes no
-fact (:meth:`EraseTarget.covers_fact`): the write fence lets a fact citing
-erased groups stand. Where a fact is derived from groups with nobody left to
-judge it otherwise — a host's extraction (:mod:`.erasure_reading`, before the
-extractor call and after its writes), a write abandoned past its deadline
-that lands later (:func:`..memory_fence.late_take_back`) — it is fenced as a
-:class:`SourcesWrite`: an erasure covering the fact *or* one of its groups.
+stored fact (:meth:`EraseTarget.covers_fact`: an erasure does not scrub the
+facts citing the groups it erases). But a fact *written* while such an
+erasure of a group it cites is under way, or began since the write's first
+read, would be derived from text erased meanwhile. So every fenced write of
+a fact judges it by both (:func:`covers_cited`, :func:`finished_cited`):
+a ``remember`` or ``correct`` (:mod:`..memory_fence`: refused before the
+write when one is pending, taken back after it, on time or landing late,
+when one began since, :func:`cited_refusal`), and a host's extraction
+(:mod:`.erasure_reading`, before the extractor call and after its writes),
+fenced as a :class:`SourcesWrite`.
 """
 
 from __future__ import annotations
@@ -20,11 +24,10 @@ from ..._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from ..._ports.memory import GroupRef, MemoryScope
 from ..._ports.sessions import SessionStore
 from ..._scope import SessionKey
-from ..erasure_fence import FenceCheck
 from ..erasure_index import finished_covering, finished_covering_fact
 from ..lifecycle import Ticket
 
-__all__ = ["SourcesWrite", "sources_refusal", "with_sources"]
+__all__ = ["SourcesWrite", "cited_refusal", "covers_cited", "finished_cited", "sources_refusal"]
 
 
 @attrs.frozen(slots=True)
@@ -42,23 +45,14 @@ class SourcesWrite:
     def scopes(self) -> tuple[str, str | None, tuple[str, ...]]:
         return self.scope.tenant, self.scope.user, tuple(sorted({ref.session for ref in self.sources}))
 
+    #: Read by :meth:`..erasure_fence.ErasureFence.covering_since`: a groups erasure may take it.
+    cites_groups = True
+
     def covers(self, target: EraseTarget) -> bool:
-        if target.covers_fact(self.scope, self.sources):
-            return True
-        # Some groups of a session (retention, a forgotten fact's sources): the fact would not be
-        # scrubbed by it, but the extraction would hand its extractor the text it erased.
-        return bool(target.groups) and any(
-            target.covers_group(SessionKey(self.scope.tenant, self.scope.user, ref.session), ref.seq)
-            for ref in self.sources
-        )
+        return covers_cited(target, self.scope, self.sources)
 
     async def finished(self, ticket: Ticket, store: SessionStore) -> Sequence[ErasureRecord]:
-        of_fact = await finished_covering_fact(ticket, store, self.scope, self.sources)
-        found = {r.erasure_id: r for r in of_fact}
-        for session in sorted({ref.session for ref in self.sources}):
-            key = SessionKey(self.scope.tenant, self.scope.user, session)
-            found.update((r.erasure_id, r) for r in await finished_covering(ticket, store, key))
-        return tuple(r for r in found.values() if self.covers(r.target))
+        return await finished_cited(ticket, store, self.scope, self.sources)
 
     def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
         return sources_refusal(record, outcome)
@@ -74,15 +68,40 @@ def sources_refusal(record: ErasureRecord, outcome: str) -> ErasureInProgressErr
     )
 
 
-def with_sources(
-    seen: Sequence[FenceCheck], scope: MemoryScope, provenance: Sequence[GroupRef]
-) -> tuple[FenceCheck, ...]:
-    """``seen`` (a write's first reads) read again as a :class:`SourcesWrite` of ``scope`` and ``provenance``.
+def covers_cited(target: EraseTarget, scope: MemoryScope, sources: Sequence[GroupRef]) -> bool:
+    """Whether ``target`` takes a fact of ``scope`` (:meth:`EraseTarget.covers_fact`) or a cited group.
 
-    Same stores, revisions and times: an erasure of the fact or of a cited
-    group pending later, or joined since those reads, is found
-    (:meth:`..erasure_fence.ErasureFence.covering_since`); one that had
-    finished before is not.
+    Without sources, the fact rule alone: nothing more is compared.
     """
-    write = SourcesWrite(scope, tuple(provenance))
-    return tuple(FenceCheck(check.fence, write, check.revision, check.at) for check in seen)
+    if target.covers_fact(scope, sources):
+        return True
+    # Some groups of a session (retention, a forgotten fact's sources): the fact would not be
+    # scrubbed by it, but it was derived from (or its extraction would read) the text it erased.
+    return bool(target.groups) and any(
+        target.covers_group(SessionKey(scope.tenant, scope.user, ref.session), ref.seq) for ref in sources
+    )
+
+
+async def finished_cited(
+    ticket: Ticket, store: SessionStore, scope: MemoryScope, sources: Sequence[GroupRef]
+) -> tuple[ErasureRecord, ...]:
+    """The finished erasures :func:`covers_cited` counts, every page of their chains read (the fallback)."""
+    of_fact = await finished_covering_fact(ticket, store, scope, sources)
+    found = {r.erasure_id: r for r in of_fact}
+    for session in sorted({ref.session for ref in sources}):
+        key = SessionKey(scope.tenant, scope.user, session)
+        found.update((r.erasure_id, r) for r in await finished_covering(ticket, store, key))
+    return tuple(r for r in found.values() if covers_cited(r.target, scope, sources))
+
+
+def cited_refusal(record: ErasureRecord, outcome: str) -> ErasureInProgressError:
+    """A ``remember`` or ``correct`` refused by ``record``, a groups erasure of a group its fact cites."""
+    where = f"{record.target.describe()}, erasure {record.erasure_id}"
+    if record.state is ErasureState.COMPLETE:
+        said = f"a group the fact cites was erased while the fact was written ({where})"
+    else:
+        said = (
+            f"a group the fact cites is being erased ({where}); a fact citing it is refused until the "
+            "erasure completes (agentium erase --resume)"
+        )
+    return ErasureInProgressError(f"{said}; {outcome}", record.erasure_id)
