@@ -278,3 +278,51 @@ async def test_a_write_citing_a_group_whose_erasure_is_under_way_is_refused_befo
                 assert kept.fact_id is not None
                 gate.open.set()
             assert sorted(f.text for f in await manager.list(ANA)) == ["ana likes tea"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("write", ["fact", "sources"])
+async def test_a_cited_groups_erasure_moved_to_the_pages_since_the_first_read_is_still_found(
+    monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """The second read walks a session's chain past its head when the write may be taken by a groups erasure.
+
+    Four headers a page. Three retention erasures of group 5 before the
+    write's first read; during it, one of group 0 (the group the fact
+    cites: the head is full) and one of group 7 (the head moves to a page
+    and starts again with it). The pages' mark names only erasures of the
+    whole session (none here): read as the answer, it said nothing on them
+    joined since, and the erasure of group 0 was missed.
+    """
+    from agentium_harness import ErasureKind, SeqRange
+    from agentium_harness._engine import erasure_index
+    from agentium_harness._engine.erasure_api import run_erasure
+    from agentium_harness._engine.erasure_fence import ErasureFence
+    from agentium_harness._engine.memory.sources_write import SourcesWrite
+    from agentium_harness._engine.memory_fence import _FactWrite
+
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 4)
+    sessions = InMemorySessionStore()
+    eraser = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+    )
+
+    async def retention(seq: int) -> None:
+        target = EraseTarget.groups_of(KEY, [SeqRange(seq, seq + 1)])
+        await run_erasure(eraser, target, "retention", OPERATOR, ErasureKind.RETENTION)
+
+    async with eraser:
+        with anyio.fail_after(GENEROUS):
+            for _ in range(3):
+                await retention(5)
+            cited = (GroupRef("s1", 0, "sha256:" + "d" * 64),)
+            fenced: Any = _FactWrite(ANA, cited) if write == "fact" else SourcesWrite(ANA, cited)
+            fence = ErasureFence(sessions, GENEROUS)
+            seen = await fence.check(fenced)
+            await retention(0)
+            await retention(7)
+            found = await fence.covering_since(seen)
+    assert found is not None, "the erasure of the cited group, joined since the first read, was missed"
+    assert found.target.groups and found.target.covers_group(KEY, 0)

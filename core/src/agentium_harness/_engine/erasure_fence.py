@@ -83,6 +83,18 @@ def _when(record: ErasureRecord) -> datetime:
     return record.completed_at or record.started_at
 
 
+def _marks(write: FencedWrite) -> bool:
+    """Whether a chain's mark may answer for its pages: not for a write a groups erasure may take.
+
+    A mark names the newest erasure of a whole scope on the pages; a groups
+    erasure (retention, a forgotten fact's sources) listed after it there
+    is not in it. ``cites_groups`` (a fact citing groups, an extraction's
+    sources) says so; a write without it (a host document) is taken by no
+    groups erasure.
+    """
+    return getattr(write, "cites_groups", False) is not True
+
+
 class FencedWrite(Protocol):
     """What a fenced write claims: whose erasures it reads, which take it, how it is refused."""
 
@@ -225,7 +237,9 @@ class ErasureFence:
         try:
             # Each scope's chain newest first, to its first entry that joined before ``seen``: no erasure
             # listed before that one can have joined since (:func:`.erasure_index.joined_covering`).
-            return await joined_covering(ticket, self.store, write.scopes, write.covers, judge)
+            return await joined_covering(
+                ticket, self.store, write.scopes, write.covers, judge, marks=_marks(write)
+            )
         except SessionStoreError:
             # Past the read cap (an earlier version's chain: no join records, no marks), a damaged
             # mark, or a failed read: every covering erasure the scopes had, judged as before, rather
@@ -267,7 +281,9 @@ class ErasureFence:
             return False if when < settled else None  # None: not counted, the walk goes on
 
         try:
-            return await joined_covering(ticket, self.store, write.scopes, write.covers, judge)
+            return await joined_covering(
+                ticket, self.store, write.scopes, write.covers, judge, marks=_marks(write)
+            )
         except SessionStoreError:
             pass  # past the read cap, a damaged mark, a failed read: every covering erasure, as before
         covering = [r for r in await write.finished(ticket, self.store) if write.covers(r.target)]

@@ -202,6 +202,8 @@ async def joined_covering(
     write: tuple[str, str | None, Sequence[str]],
     covers: Callable[[EraseTarget], bool],
     joined: Callable[[ErasureRecord], Awaitable[bool | None]],
+    *,
+    marks: bool = True,
 ) -> ErasureRecord | None:
     """A finished erasure that ``covers`` a write and joined the ledger since its first read; else ``None``.
 
@@ -218,6 +220,9 @@ async def joined_covering(
     newest covering entry on them) unless that one's join is not known. The
     tenant's legacy entries stop scope by scope. One join record per entry
     read (each once), not one per erasure the write's scopes ever had.
+    ``marks=False`` for a write a groups erasure may take (a fact citing
+    groups): a mark names only erasures of a whole scope, so the pages are
+    read newest first to the entry that settles them instead.
     """
     tenant, user, sessions = write
     wanted = {_scope_chain("tenant")}
@@ -249,7 +254,7 @@ async def joined_covering(
 
     for chain, head, pages in await _chain_heads(ticket, store, tenant, user, sessions):
         scopes, settled = (wanted if chain == TENANT_CHAIN else {chain}), set()
-        await newest_first(ticket, store, tenant, chain, head, pages, settles, on_pages)
+        await newest_first(ticket, store, tenant, chain, head, pages, settles, on_pages if marks else None)
         if found:
             return found[0]
     return None
