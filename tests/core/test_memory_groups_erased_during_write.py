@@ -280,6 +280,31 @@ async def test_a_write_citing_a_group_whose_erasure_is_under_way_is_refused_befo
             assert sorted(f.text for f in await manager.list(ANA)) == ["ana likes tea"]
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_groups_erasure_that_finished_before_the_write_began_does_not_take_it_back(
+    kind: str, tmp_path: Path
+) -> None:
+    """Group 0 erased to completion, then a fact citing it is written: it stands (the erasure joined before).
+
+    The fence judges a finished erasure by its join record against the
+    ledger revision of the write's first read, as for the fact rule.
+    """
+    recorder = SpanRecorder()
+    async with _world(kind, tmp_path, recorder) as (manager, _writer, operator, _store, groups, _):
+        with anyio.fail_after(GENEROUS):
+            first = await manager.remember(
+                MemoryFact(ANA, "ana's vault code is 4471", provenance=[_ref(groups, 0)])
+            )
+            result = await operator.forget(
+                ANA, first.fact_id or "", erase_sources=True, reason="dsr", attestation=OPERATOR
+            )
+            assert [e.record.state for e in result.erasures] == [ErasureState.COMPLETE]
+            ack = await manager.remember(MemoryFact(ANA, "ana keeps 4471", provenance=[_ref(groups, 0)]))
+            assert ack.fact_id is not None
+            assert [f.text for f in await manager.list(ANA)] == ["ana keeps 4471"]
+            assert "agentium.memory.taken_back" not in _events(recorder, "create_memory")
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.parametrize("write", ["fact", "sources"])
 async def test_a_cited_groups_erasure_moved_to_the_pages_since_the_first_read_is_still_found(
@@ -326,3 +351,23 @@ async def test_a_cited_groups_erasure_moved_to_the_pages_since_the_first_read_is
             found = await fence.covering_since(seen)
     assert found is not None, "the erasure of the cited group, joined since the first read, was missed"
     assert found.target.groups and found.target.covers_group(KEY, 0)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize(("erased", "taken"), [(("s2", 0), True), (("s2", 3), False), (("s3", 0), False)])
+async def test_a_fact_citing_groups_of_several_sessions_is_taken_by_an_erasure_of_one_it_cites(
+    erased: tuple[str, int], taken: bool
+) -> None:
+    """A fact citing group 1 of s1 and group 0 of s2: a groups erasure takes it only for a group it cites."""
+    from agentium_harness import SeqRange
+    from agentium_harness._engine.memory_fence import _FactWrite
+
+    digest = "sha256:" + "d" * 64
+    fact = _FactWrite(ANA, (GroupRef("s1", 1, digest), GroupRef("s2", 0, digest)))
+    session, seq = erased
+    target = EraseTarget.groups_of(SessionKey("acme", "ana", session), [SeqRange(seq, seq + 1)])
+    assert fact.covers(target) is taken
+    assert fact.scopes == ("acme", "ana", ("s1", "s2"))
+    # Another user's erasure of the same session id and group takes nothing of ana's.
+    bob = EraseTarget.groups_of(SessionKey("acme", "bob", "s2"), [SeqRange(0, 1)])
+    assert not fact.covers(bob)
