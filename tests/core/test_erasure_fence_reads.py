@@ -220,8 +220,9 @@ async def test_an_erasure_of_the_session_under_retention_erasures_since_the_firs
 ) -> None:
     # During the write: s1 erased whole, then 7 retention erasures of it (two headers a page: the
     # whole-session erasure is on the pages). The fact cites group 3, which retention leaves (one
-    # citing group 0 is taken by those erasures themselves: test_memory_groups_erased_during_write). The walk goes on past entries that joined since but
-    # take no fact, and the pages' mark names the erasure that does: it takes the fact back.
+    # citing group 0 is taken by those erasures themselves: test_memory_groups_erased_during_write).
+    # The walk goes on past entries that joined since but take no fact, and reads the pages to the
+    # erasure that does (a fact citing groups is not answered by the pages' mark): it takes it back.
     monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
     world = _World()
     key = SessionKey("acme", "ana", "s1")
