@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+
 from ._cli import console
 
 if __name__ == "__main__":
-    console()
+    sys.exit(console())

@@ -87,6 +87,20 @@ class TestS3SessionStore(SessionStoreContract):
     def raw_storage(self, config: S3Config, admin: Any) -> RawStorage:
         return lambda: every_version(admin, config.prefix + "/")
 
+    async def test_concurrent_saves_on_one_revision_have_one_winner(
+        self, session_store: S3SessionStore, server: S3Server
+    ) -> None:
+        """The contract's test, on Ceph RGW only: moto's conditional write is not atomic.
+
+        moto checks a PUT's ``IfMatch`` and then writes, with no lock between
+        (README's server table): two saves holding one ETag can both succeed
+        there (seen in CI: two winners of six). AWS and RGW make the
+        conditional write atomic, and the store relies on exactly that.
+        """
+        if server.flavour == "moto":
+            pytest.skip("moto's conditional PUT is not atomic (README's server table); tested on Ceph RGW")
+        await super().test_concurrent_saves_on_one_revision_have_one_winner(session_store)
+
 
 def test_server_flavours_are_real(server: S3Server) -> None:
     """The fixture gives a live HTTP endpoint on loopback."""

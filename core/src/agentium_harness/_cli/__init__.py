@@ -1,7 +1,7 @@
 """The ``agentium`` command, one module per command group.
 
 :mod:`.main` builds the parser and dispatches (the console script's entry
-point, ``agentium_harness._cli:main``); :mod:`.output` holds what every command
+point, ``agentium_harness._cli:console``, runs it); :mod:`.output` holds what every command
 shares (exit codes, ``--config``, JSON output, user text); :mod:`.interrupt`
 what Ctrl-C does to any command (status 130, a bounded shutdown); the other modules
 each add one group of subcommands: :mod:`.erase`, :mod:`.eval`,
@@ -11,8 +11,7 @@ Private: hosts run the command, they do not import it.
 
 from __future__ import annotations
 
-import sys
-from typing import NoReturn
+from collections.abc import Sequence
 
 from .interrupt import exiting
 from .main import *  # noqa: F403  (the package's names are its entry module's, and console)
@@ -22,11 +21,15 @@ from .main import main
 __all__ = [*_main_all, "console"]
 
 
-def console() -> NoReturn:
-    """The ``agentium`` console script (and ``python -m agentium_harness``): :func:`main`, then exit.
+def console(argv: Sequence[str] | None = None) -> int:
+    """The ``agentium`` console script (and ``python -m agentium_harness``): :func:`main`'s exit code.
+
+    ``argv`` as :func:`main` takes it (default: ``sys.argv[1:]``). It returns the code, as
+    ``main`` does, for the script's wrapper to exit with (``sys.exit(console())``), so a caller
+    that loads the entry point and calls it still gets the code back.
 
     Its process exits as ``main()`` returns, so after a Ctrl-C the exit stays bounded by the
     interrupt watchdog (:func:`.interrupt.exiting`); ``main()`` called in-process leaves none.
     """
     exiting()
-    sys.exit(main())
+    return main(argv)

@@ -596,4 +596,4 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
 if __name__ == "__main__":  # pragma: no cover - `python -m agentium_harness._cli.main`
     from agentium_harness._cli import console
 
-    console()
+    sys.exit(console())
