@@ -171,6 +171,73 @@ async def test_bad_arguments_to_drain_owned_work_and_aclose_are_typed_and_start_
     assert (await manager.drain(30.0)).items == ()
 
 
+_BAD_EXTRACTIONS = [
+    "scope_str",
+    "messages_int",
+    "messages_str",
+    "messages_not_message",
+    "name_int",
+    "name_blank",
+    "sources_str",
+    "sources_empty",
+    "sources_not_groupref",
+    "sources_too_many",
+    "reading_str",
+    "reading_made_by_hand",
+    "reading_altered",
+    "reading_of_another_manager",
+    "reading_of_another_user",
+    "reading_missing_a_session",
+]
+
+
+@pytest.mark.parametrize("call", _BAD_EXTRACTIONS)
+async def test_bad_arguments_to_extract_in_background_are_typed_without_an_extractor_too(call: str) -> None:
+    """Without an extractor each returned None unchecked; with one, the same call was refused."""
+    from agentium_harness import ErasureReading
+    from agentium_harness.plugin_api import MAX_PROVENANCE, Message, Role
+
+    store = InMemoryMemoryStore()
+    await store.remember(MemoryFact(ALICE, "kept"), OpContext())
+    manager, other = MemoryManager(store), MemoryManager(InMemoryMemoryStore())
+    said = [Message(Role.USER, "hi")]
+    reading = await manager.erasure_reading(ALICE, sessions=["agent"])
+    altered = await manager.erasure_reading(ALICE, sessions=["agent"])
+    object.__setattr__(altered, "sessions", ("agent", "other"))
+    bad: dict[str, dict[str, Any]] = {
+        "scope_str": {"scope": "tenant-a"},
+        "messages_int": {"messages": 5},
+        "messages_str": {"messages": "hi"},
+        "messages_not_message": {"messages": ["hi"]},
+        "name_int": {"name": 5},
+        "name_blank": {"name": "  "},
+        "sources_str": {"sources": "agent"},
+        "sources_empty": {"sources": []},
+        "sources_not_groupref": {"sources": [("agent", 0)]},
+        "sources_too_many": {
+            "sources": [GroupRef("agent", n, SOURCES[0].digest) for n in range(MAX_PROVENANCE + 1)]
+        },
+        "reading_str": {"reading": "reading"},
+        "reading_made_by_hand": {"reading": ErasureReading(ALICE, ("agent",), (), (), datetime.now(UTC))},
+        "reading_altered": {"reading": altered},
+        "reading_of_another_manager": {"reading": await other.erasure_reading(ALICE, sessions=["agent"])},
+        "reading_of_another_user": {
+            "reading": await manager.erasure_reading(MemoryScope("tenant-a", "bob"), sessions=["agent"])
+        },
+        "reading_missing_a_session": {"reading": await manager.erasure_reading(ALICE, sessions=["other"])},
+    }
+    args: dict[str, Any] = {"scope": ALICE, "messages": said, "name": "ex", "sources": SOURCES}
+    args.update(bad[call])
+    with pytest.raises(InvalidArgumentError):
+        manager.extract_in_background(args.pop("scope"), args.pop("messages"), args.pop("name"), **args)
+    # A valid call still starts nothing without an extractor: None, with or without a reading.
+    assert manager.extract_in_background(ALICE, said, "ex", sources=SOURCES) is None
+    assert manager.extract_in_background(ALICE, said, "ex", sources=SOURCES, reading=reading) is None
+    assert manager.running() == () and not manager.closed
+    assert (await manager.drain(30.0)).items == ()
+    assert [f.text for f in await manager.list(ALICE)] == ["kept"]
+
+
 async def test_the_in_memory_adapters_refuse_a_dry_run_flag_that_is_not_a_bool() -> None:
     """dry_run="no" was truthy in every in-memory adapter (as in the SQLite ones before): refused, typed."""
     from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore

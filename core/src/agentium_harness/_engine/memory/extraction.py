@@ -172,11 +172,11 @@ def start_extraction(
     it. Either is checked again just before the extractor is called
     (:func:`..extraction_fence.before_extractor`,
     :func:`.erasure_reading.fence_from_reading`), so an erasure covering the
-    turn that began since skips it, nothing sent or written.
+    turn that began since skips it, nothing sent or written. The arguments
+    are checked first, with or without an extractor: a call that is refused
+    once one is configured is refused without one too (``None`` only for a
+    valid call).
     """
-    extractor = manager.extractor
-    if extractor is None:
-        return None
     scope = checked_scope(scope)
     cited = checked_sources(sources)
     if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
@@ -186,6 +186,9 @@ def start_extraction(
         raise InvalidArgumentError("messages must be a sequence of Message; nothing was started")
     check_work(name, "extraction", lambda: None)
     host = checked_reading(manager, reading, scope, cited)
+    extractor = manager.extractor
+    if extractor is None:
+        return None  # nothing to start (checked above: no bad call passes for want of an extractor)
     fence = seen if host is None else host
     return manager.start_work(
         name, "extraction", lambda: _extract(manager, extractor, scope, given, cited, fence)

@@ -237,6 +237,10 @@ class MemoryManager(MemoryWrites):
     ) -> str | None:
         """Start extraction of ``messages`` as owned work named ``name``; ``None`` without an extractor.
 
+        Its arguments are checked first, with an extractor or without one
+        (then a valid call starts nothing and returns ``None``): a bad one
+        is :class:`InvalidArgumentError` either way, nothing started or written.
+
         ``sources`` are the groups ``messages`` are (1 to ``MAX_PROVENANCE``
         :class:`GroupRef`, else :class:`InvalidArgumentError` and nothing
         starts): each fact the extractor proposes cites them (its own
