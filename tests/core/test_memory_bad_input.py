@@ -8,6 +8,8 @@ datetime or a string through to bare TypeErrors, and took ``at=0`` as now.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -176,6 +178,9 @@ _BAD_EXTRACTIONS = [
     "messages_int",
     "messages_str",
     "messages_not_message",
+    "messages_too_many",
+    "messages_raising",
+    "messages_endless",
     "name_int",
     "name_blank",
     "sources_str",
@@ -191,10 +196,15 @@ _BAD_EXTRACTIONS = [
 ]
 
 
+def _raising(items: list[Any]) -> Iterator[Any]:
+    yield from items
+    raise RuntimeError("the host's sequence broke")
+
+
 @pytest.mark.parametrize("call", _BAD_EXTRACTIONS)
 async def test_bad_arguments_to_extract_in_background_are_typed_without_an_extractor_too(call: str) -> None:
     """Without an extractor each returned None unchecked; with one, the same call was refused."""
-    from agentium_harness import ErasureReading
+    from agentium_harness import MAX_APPEND_MESSAGES, ErasureReading
     from agentium_harness.plugin_api import MAX_PROVENANCE, Message, Role
 
     store = InMemoryMemoryStore()
@@ -209,6 +219,11 @@ async def test_bad_arguments_to_extract_in_background_are_typed_without_an_extra
         "messages_int": {"messages": 5},
         "messages_str": {"messages": "hi"},
         "messages_not_message": {"messages": ["hi"]},
+        # A host's iterable is read once and bounded (one group's MAX_APPEND_MESSAGES): one too many,
+        # one that raises and one that never ends are refused, the last without holding the loop.
+        "messages_too_many": {"messages": said * (MAX_APPEND_MESSAGES + 1)},
+        "messages_raising": {"messages": _raising(said)},
+        "messages_endless": {"messages": itertools.repeat(said[0])},
         "name_int": {"name": 5},
         "name_blank": {"name": "  "},
         "sources_str": {"sources": "agent"},

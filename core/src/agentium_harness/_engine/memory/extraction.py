@@ -25,6 +25,7 @@ import attrs
 
 from ..._errors import ContractViolationError, EncodingError, InvalidArgumentError
 from ..._history import Message, MessageGroup
+from ..._host_items import read_host_items
 from ..._ports.memory import (
     MAX_PROVENANCE,
     PROVENANCE_READ,
@@ -35,6 +36,7 @@ from ..._ports.memory import (
     MemoryScope,
 )
 from ..extraction_fence import TurnReading, before_extractor
+from ..history_checks import MAX_APPEND_MESSAGES
 from .answers import check_work, checked_scope, within
 from .erasure_reading import (
     ErasureReading,
@@ -181,7 +183,17 @@ def start_extraction(
     cited = checked_sources(sources)
     if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
         raise InvalidArgumentError(f"messages must be a sequence of Message, got {type(messages).__name__}")
-    given = tuple(messages)
+    # Read once and bounded, as every host sequence is (``read_host_items``): an endless or lying
+    # iterable must not hold the loop; a turn's messages are at most one group's.
+    given = tuple(
+        read_host_items(
+            messages,
+            MAX_APPEND_MESSAGES,
+            too_many=f"messages: more than {MAX_APPEND_MESSAGES} (MAX_APPEND_MESSAGES); nothing was started",
+            unreadable="messages could not be read",
+            outcome="nothing was started",
+        )
+    )
     if not all(isinstance(m, Message) for m in given):
         raise InvalidArgumentError("messages must be a sequence of Message; nothing was started")
     check_work(name, "extraction", lambda: None)

@@ -240,6 +240,8 @@ class MemoryManager(MemoryWrites):
         Its arguments are checked first, with an extractor or without one
         (then a valid call starts nothing and returns ``None``): a bad one
         is :class:`InvalidArgumentError` either way, nothing started or written.
+        ``messages`` is read once, up to ``MAX_APPEND_MESSAGES`` (one group's
+        bound): more, or an iterable that raises, is refused the same way.
 
         ``sources`` are the groups ``messages`` are (1 to ``MAX_PROVENANCE``
         :class:`GroupRef`, else :class:`InvalidArgumentError` and nothing
