@@ -461,7 +461,10 @@ async def _confirm(
             "forget it (agentium memory forget)",
         ) from exc
     _event("agentium.memory.taken_back", "answered")  # the caller is told too: the refusal below
-    raise write.refusal(record, f"fact {fact_id}, written meanwhile, was forgotten: it was not kept")
+    # forget takes every revision: a correction's (or a duplicate's next revision) takes the older ones too.
+    earlier = (ack.revision or 1) - 1
+    older = f", nor were its {earlier} earlier revision(s)" if earlier else ""
+    raise write.refusal(record, f"fact {fact_id}, written meanwhile, was forgotten: it was not kept{older}")
 
 
 async def _take_back_cancelled(

@@ -1,0 +1,134 @@
+"""A groups erasure of a group a fact does *not* cite neither refuses nor takes back the fact.
+
+Review of the write fence counting groups erasures (d7283b99): a fact of
+ana citing group ``s1``/1 is written while an erasure runs of group 0 of
+``s2`` (ana's other session), of group 0 of bob's ``s1`` (same session id,
+another user), of group 0 of ana's ``s1`` (a retention whose cutoff lies
+below the cited group), or of group 0 of ``s1`` in another tenant — held
+pending at the write's first read, or run to completion between the
+write's two reads. The fact is written and kept every time; the control
+(the erasure of the cited group itself) refuses or takes it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_memory_groups_erased_during_write import GENEROUS, OPERATOR, _events, _world
+
+from agentium_harness import (
+    ErasureInProgressError,
+    ErasureKind,
+    GroupRef,
+    MemoryFact,
+    MemoryScope,
+    SeqRange,
+    SessionKey,
+)
+from agentium_harness._engine.erasure_api import run_erasure
+from agentium_harness.plugin_api import EraseTarget
+from agentium_harness.testing import SpanRecorder
+
+pytestmark = pytest.mark.anyio
+
+ANA = MemoryScope("acme", "ana")
+
+#: (tenant, user, session, seq) erased; the fact cites ana's s1 group ``CITED``.
+CITED = 1
+OTHERS = [
+    ("acme", "ana", "s2", CITED),  # another session of the same user, same seq
+    ("acme", "bob", "s1", CITED),  # another user's session of the same id
+    ("acme", "ana", "s1", 0),  # a retention whose cutoff is below the cited group
+    ("other", "ana", "s1", CITED),  # another tenant
+]
+
+
+def _target(erased: tuple[str, str, str, int]) -> EraseTarget:
+    tenant, user, session, seq = erased
+    return EraseTarget.groups_of(SessionKey(tenant, user, session), [SeqRange(seq, seq + 1)])
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("erased", [*OTHERS, ("acme", "ana", "s1", CITED)])
+async def test_a_groups_erasure_under_way_refuses_only_a_fact_citing_its_group(
+    kind: str, erased: tuple[str, str, str, int], tmp_path: Path
+) -> None:
+    """Held pending at the first read: only the erasure of the cited group refuses the write."""
+    recorder = SpanRecorder()
+    async with _world(kind, tmp_path, recorder) as (manager, _writer, operator, store, groups, gate):
+        with anyio.fail_after(GENEROUS):
+            fact = MemoryFact(ANA, "ana likes tea", provenance=[GroupRef("s1", CITED, groups[CITED].digest)])
+            async with anyio.create_task_group() as tg:
+                gate.held = True
+
+                async def retention() -> None:
+                    await run_erasure(operator, _target(erased), "retention", OPERATOR, ErasureKind.RETENTION)
+
+                tg.start_soon(retention)
+                await gate.erasing.wait()
+                writes = store.writes
+                if erased == ("acme", "ana", "s1", CITED):
+                    with pytest.raises(ErasureInProgressError, match="nothing was written"):
+                        await manager.remember(fact)
+                    assert store.writes == writes
+                else:
+                    ack = await manager.remember(fact)
+                    assert ack.fact_id is not None, f"refused by an erasure of {erased}"
+                gate.open.set()
+            texts = [f.text for f in await manager.list(ANA)]
+            assert texts == ([] if erased == ("acme", "ana", "s1", CITED) else ["ana likes tea"])
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("operation", ["remember", "correct"])
+@pytest.mark.parametrize("erased", [*OTHERS, ("acme", "ana", "s1", CITED)])
+async def test_a_groups_erasure_during_the_write_takes_back_only_a_fact_citing_its_group(
+    kind: str, operation: str, erased: tuple[str, str, str, int], tmp_path: Path
+) -> None:
+    """Run to completion between the two reads: only the erasure of the cited group takes the fact back.
+
+    A correction taken back is the whole fact forgotten, the revision it
+    corrected too: the refusal says so.
+    """
+    recorder = SpanRecorder()
+    async with _world(kind, tmp_path, recorder) as (manager, _writer, operator, store, groups, _gate):
+        with anyio.fail_after(GENEROUS):
+            older = await manager.remember(
+                MemoryFact(ANA, "ana drinks coffee", provenance=[GroupRef("s1", 0, groups[0].digest)])
+            )
+            fact = MemoryFact(ANA, "ana likes tea", provenance=[GroupRef("s1", CITED, groups[CITED].digest)])
+
+            async def retention() -> None:
+                await run_erasure(operator, _target(erased), "retention", OPERATOR, ErasureKind.RETENTION)
+
+            store.before_write = retention
+
+            async def write() -> Any:
+                if operation == "remember":
+                    return await manager.remember(fact)
+                return await manager.correct(ANA, older.fact_id or "", fact)
+
+            span = "create_memory" if operation == "remember" else "update_memory"
+            kept_before = ["ana drinks coffee"] if operation == "remember" else []
+            if erased == ("acme", "ana", "s1", CITED):
+                with pytest.raises(ErasureInProgressError, match="was forgotten: it was not kept") as refused:
+                    await write()
+                # A correction taken back forgets the fact it corrected, every revision (forget takes
+                # them all), though the groups erasure took none of the older ones: the caller is told.
+                assert sorted(f.text for f in await manager.list(ANA)) == kept_before
+                said = str(refused.value)
+                if operation == "correct":
+                    assert "nor were its 1 earlier revision" in said, said
+                else:
+                    assert "earlier revision" not in said, said
+                assert "agentium.memory.taken_back" in _events(recorder, span)
+            else:
+                ack = await write()
+                assert ack.fact_id is not None
+                assert sorted(f.text for f in await manager.list(ANA)) == sorted(
+                    [*kept_before, "ana likes tea"]
+                )
+                assert "agentium.memory.taken_back" not in _events(recorder, span)
