@@ -7,7 +7,8 @@ another user), of group 0 of ana's ``s1`` (a retention whose cutoff lies
 below the cited group), or of group 0 of ``s1`` in another tenant — held
 pending at the write's first read, or run to completion between the
 write's two reads. The fact is written and kept every time; the control
-(the erasure of the cited group itself) refuses or takes it back.
+(the erasure of the cited group itself) refuses or takes it back. And a
+cited group's erasure past the chain read cap is found (fails closed).
 """
 
 from __future__ import annotations
@@ -132,3 +133,65 @@ async def test_a_groups_erasure_during_the_write_takes_back_only_a_fact_citing_i
                     [*kept_before, "ana likes tea"]
                 )
                 assert "agentium.memory.taken_back" not in _events(recorder, span)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("write", ["fact", "sources"])
+async def test_a_cited_groups_erasure_past_the_chain_read_cap_is_still_found(
+    monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """More pages joined since the first read than the cap above the cited group's erasure: found, not missed.
+
+    One header a page, a cap of two pages. During the write, retention of
+    group 0 (cited), then four of group 7 above it: the walk newest first
+    stops at the cap before reaching it, and the fence falls back to every
+    covering erasure of the chains (closed), not to "none found" (open).
+    """
+    from agentium_harness import ErasureKind, create_harness_runtime
+    from agentium_harness._engine import erasure_index
+    from agentium_harness._engine.erasure_fence import ErasureFence
+    from agentium_harness._engine.memory.sources_write import SourcesWrite
+    from agentium_harness._engine.memory_fence import _FactWrite
+    from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+    from agentium_harness.adapters.providers import ScriptedProvider
+
+    monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 1)
+    monkeypatch.setattr(erasure_index, "MAX_CHAIN_PAGES_READ", 2)
+    key = SessionKey("acme", "ana", "s1")
+    sessions = InMemorySessionStore()
+    eraser = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+    )
+    capped: list[str] = []
+    walk = erasure_index.newest_first
+
+    async def counted(*args: Any, **kwargs: Any) -> None:
+        try:
+            await walk(*args, **kwargs)
+        except Exception as exc:
+            capped.append(type(exc).__name__)
+            raise
+
+    monkeypatch.setattr(erasure_index, "newest_first", counted)
+
+    async def retention(seq: int) -> None:
+        target = EraseTarget.groups_of(key, [SeqRange(seq, seq + 1)])
+        await run_erasure(eraser, target, "retention", OPERATOR, ErasureKind.RETENTION)
+
+    async with eraser:
+        with anyio.fail_after(GENEROUS):
+            for _ in range(3):
+                await retention(5)
+            cited = (GroupRef("s1", 0, "sha256:" + "d" * 64),)
+            fenced: Any = _FactWrite(ANA, cited) if write == "fact" else SourcesWrite(ANA, cited)
+            fence = ErasureFence(sessions, GENEROUS)
+            seen = await fence.check(fenced)
+            await retention(0)
+            for _ in range(4):
+                await retention(7)
+            found = await fence.covering_since(seen)
+    assert "SessionStoreError" in capped, "the walk did not reach the cap: the test proves nothing"
+    assert found is not None, "past the chain read cap, the erasure of the cited group was missed"
+    assert found.target.covers_group(key, 0)
