@@ -239,7 +239,8 @@ class ErasureInProgressError(AgentiumError):
     are refused until it completes, so no run sees half-erased history; a
     second erasure overlapping it is refused too. ``erasure_id`` names the
     pending erasure: finish it with ``runtime.resume_erasures()`` or
-    ``agentium erase --resume``. Nothing was done.
+    ``agentium erase --resume``. Nothing was done, unless a memory write was taken back ("was
+    forgotten"): written, then forgotten as ``forget`` does (every revision: a correction's fact too).
     """
 
     def __init__(self, message: str, erasure_id: str = "") -> None:
