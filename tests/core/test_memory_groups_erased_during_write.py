@@ -312,7 +312,7 @@ async def test_a_cited_groups_erasure_moved_to_the_pages_since_the_first_read_is
 ) -> None:
     """The second read walks a session's chain past its head when the write may be taken by a groups erasure.
 
-    Four headers a page. Three retention erasures of group 5 before the
+    Four headers a page. Three groups erasures of group 5 before the
     write's first read; during it, one of group 0 (the group the fact
     cites: the head is full) and one of group 7 (the head moves to a page
     and starts again with it). The pages' mark names only erasures of the
@@ -335,8 +335,9 @@ async def test_a_cited_groups_erasure_moved_to_the_pages_since_the_first_read_is
     )
 
     async def retention(seq: int) -> None:
+        # A forget's groups erasure: the kind both writes count (a fact's counts no retention).
         target = EraseTarget.groups_of(KEY, [SeqRange(seq, seq + 1)])
-        await run_erasure(eraser, target, "retention", OPERATOR, ErasureKind.RETENTION)
+        await run_erasure(eraser, target, "forget", OPERATOR, ErasureKind.FORGET)
 
     async with eraser:
         with anyio.fail_after(GENEROUS):

@@ -66,7 +66,7 @@ async def test_a_groups_erasure_under_way_refuses_only_a_fact_citing_its_group(
                 gate.held = True
 
                 async def retention() -> None:
-                    await run_erasure(operator, _target(erased), "retention", OPERATOR, ErasureKind.RETENTION)
+                    await run_erasure(operator, _target(erased), "forget", OPERATOR, ErasureKind.FORGET)
 
                 tg.start_soon(retention)
                 await gate.erasing.wait()
@@ -103,7 +103,7 @@ async def test_a_groups_erasure_during_the_write_takes_back_only_a_fact_citing_i
             fact = MemoryFact(ANA, "ana likes tea", provenance=[GroupRef("s1", CITED, groups[CITED].digest)])
 
             async def retention() -> None:
-                await run_erasure(operator, _target(erased), "retention", OPERATOR, ErasureKind.RETENTION)
+                await run_erasure(operator, _target(erased), "forget", OPERATOR, ErasureKind.FORGET)
 
             store.before_write = retention
 
@@ -178,7 +178,7 @@ async def test_a_cited_groups_erasure_past_the_chain_read_cap_is_still_found(
 
     async def retention(seq: int) -> None:
         target = EraseTarget.groups_of(key, [SeqRange(seq, seq + 1)])
-        await run_erasure(eraser, target, "retention", OPERATOR, ErasureKind.RETENTION)
+        await run_erasure(eraser, target, "forget", OPERATOR, ErasureKind.FORGET)
 
     async with eraser:
         with anyio.fail_after(GENEROUS):
@@ -197,14 +197,6 @@ async def test_a_cited_groups_erasure_past_the_chain_read_cap_is_still_found(
     assert found.target.covers_group(key, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect (review of d7283b99): covers_cited compares a groups erasure's target range, and "
-    "retention names SeqRange(0, cutoff), so a later run counts for a group an earlier run erased long ago; "
-    "the fact (a correction: every revision) is taken back. Fix: count a finished one only if "
-    "its tombstone's ErasedGroups.ranges hold the cited seq (the chain's headers drop them), "
-    "or narrow retention's target",
-)
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 @pytest.mark.parametrize("operation", ["remember", "correct"])
 async def test_a_later_retention_whose_range_reaches_back_over_a_group_erased_long_ago_does_not_count(
@@ -242,3 +234,44 @@ async def test_a_later_retention_whose_range_reaches_back_over_a_group_erased_lo
             assert ack.fact_id is not None
             span = "create_memory" if operation == "remember" else "update_memory"
             assert "agentium.memory.taken_back" not in _events(recorder, span)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("operation", ["remember", "correct"])
+async def test_retention_of_the_cited_group_during_the_write_keeps_the_fact(
+    kind: str, operation: str, tmp_path: Path
+) -> None:
+    """Retention keeps the facts derived from what it erases: one written while it runs is kept as well.
+
+    A fact citing group 0 written a moment before retention stays (retention
+    scrubs no fact); one written while that retention runs is not taken back
+    either. Only a ``forget``'s groups erasure takes such a write back.
+    """
+    recorder = SpanRecorder()
+    async with _world(kind, tmp_path, recorder) as (manager, _writer, operator, store, groups, _gate):
+        with anyio.fail_after(GENEROUS):
+            older = await manager.remember(
+                MemoryFact(ANA, "ana drinks coffee", provenance=[GroupRef("s1", 0, groups[0].digest)])
+            )
+            key = SessionKey("acme", "ana", "s1")
+            erased: list[Any] = []
+
+            async def retention() -> None:
+                target = EraseTarget.groups_of(key, [SeqRange(0, 1)])
+                erased.append(
+                    await run_erasure(operator, target, "retention", OPERATOR, ErasureKind.RETENTION)
+                )
+
+            store.before_write = retention
+            fact = MemoryFact(
+                ANA, "ana drinks black coffee", provenance=[GroupRef("s1", 0, groups[0].digest)]
+            )
+            if operation == "remember":
+                ack = await manager.remember(fact)
+            else:
+                ack = await manager.correct(ANA, older.fact_id or "", fact)
+            assert erased, "the retention did not run during the write: the test proves nothing"
+            assert ack.fact_id is not None
+            span = "create_memory" if operation == "remember" else "update_memory"
+            assert "agentium.memory.taken_back" not in _events(recorder, span)
+            assert "ana drinks black coffee" in [f.text for f in await manager.list(ANA)]

@@ -206,7 +206,7 @@ class ErasureFence:
                 f"the erasure fence's clock must return an aware datetime, got {shown}; nothing was written"
             )
         revision, ledger = await self._pending(self._ticket(), write.tenant)
-        pending = tuple(record for record in ledger.records if write.covers(record.target))
+        pending = tuple(record for record in ledger.records if _counts(write, record))
         return FenceCheck(self, write, revision, at), pending
 
     async def covering_since(self, seen: FenceCheck) -> ErasureRecord | None:
@@ -222,7 +222,7 @@ class ErasureFence:
         write = seen.write
         revision, ledger = await self._pending(ticket, write.tenant)
         for record in ledger.records:
-            if write.covers(record.target):
+            if _counts(write, record):
                 return record
         if revision == seen.revision:
             return None  # no erasure of the tenant began or ended meanwhile
@@ -230,7 +230,9 @@ class ErasureFence:
 
         async def judge(record: ErasureRecord) -> bool | None:
             joined = await joined_since(ticket, self.store, record, seen.revision)
-            if joined is None and write.covers(record.target) and _when(record) >= since:
+            if joined is not False and not _counts(write, record):
+                return None  # an erasure of a kind that does not take this write: the walk goes on
+            if joined is None and _when(record) >= since:
                 return True  # no join record (an earlier version's): the clock counts it
             return joined
 
@@ -245,7 +247,7 @@ class ErasureFence:
             # mark, or a failed read: every covering erasure the scopes had, judged as before, rather
             # than leave the write standing unchecked (a store that keeps failing fails this too).
             pass
-        covering = [r for r in await write.finished(ticket, self.store) if write.covers(r.target)]
+        covering = [r for r in await write.finished(ticket, self.store) if _counts(write, r)]
         # Newest first (by their own clocks: only the order of the reads depends on it).
         for record in sorted(covering, key=_when, reverse=True):
             if await judge(record):
@@ -269,7 +271,7 @@ class ErasureFence:
         ticket = self._ticket()
         _, ledger = await self._pending(ticket, write.tenant)
         for record in ledger.records:
-            if write.covers(record.target):
+            if _counts(write, record):
                 return record
         since = at - timedelta(seconds=CLOCK_MARGIN_S)
         settled = since - timedelta(seconds=CLOCK_MARGIN_S)
@@ -277,7 +279,7 @@ class ErasureFence:
         async def judge(record: ErasureRecord) -> bool | None:
             when = _when(record)
             if when >= since:
-                return True  # counts (taken when it covers the write)
+                return True if _counts(write, record) else None  # counts (taken when it covers the write)
             return False if when < settled else None  # None: not counted, the walk goes on
 
         try:
@@ -286,8 +288,20 @@ class ErasureFence:
             )
         except SessionStoreError:
             pass  # past the read cap, a damaged mark, a failed read: every covering erasure, as before
-        covering = [r for r in await write.finished(ticket, self.store) if write.covers(r.target)]
+        covering = [r for r in await write.finished(ticket, self.store) if _counts(write, r)]
         return next((r for r in sorted(covering, key=_when, reverse=True) if _when(r) >= since), None)
+
+
+def _counts(write: FencedWrite, record: ErasureRecord) -> bool:
+    """Whether erasure ``record`` takes ``write``: by its kind too when the write tells (``covers_record``).
+
+    A memory fact's write (:mod:`.memory_fence`) counts a groups erasure of a group it cites only
+    when it is a ``forget``'s: retention and an operator's groups erasure keep the facts
+    derived from what they erase, and retention names every seq below its cutoff, those erased long
+    before too.
+    """
+    by_record = getattr(write, "covers_record", None)
+    return write.covers(record.target) if by_record is None else bool(by_record(record))
 
 
 @attrs.frozen(slots=True)

@@ -10,9 +10,9 @@ write, whoever makes it: its memory store is one, so an erasure recorded in
 any of those stores scrubs the facts any of them would write. A runtime's
 store fences it while that runtime is open (:func:`unfence_memory`). A fact an erasure covers
 (:meth:`EraseTarget.covers_fact`: its user or tenant, or a session its
-provenance names), or derived from a group a groups erasure takes (retention,
-``forget(..., erase_sources=True)``, of a group its provenance cites:
-:func:`.memory.sources_write.covers_cited`), is refused with
+provenance names), or derived from a group a ``forget(..., erase_sources=True)``
+takes (one its provenance cites: :func:`.memory.sources_write.covers_cited`; retention
+keeps derived facts, so it takes no such write), is refused with
 :class:`~agentium_harness._errors.ErasureInProgressError`:
 
 - **before the write** (:func:`fence_check`), when such an erasure is
@@ -56,7 +56,7 @@ from .._errors import (
 )
 from .._observe import spans as observe
 from .._observe.settings import Resolved
-from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
+from .._ports.erasure import EraseTarget, ErasureKind, ErasureRecord, ErasureState
 from .._ports.memory import AckStatus, GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionStore
 from .bounded import LATE_CLEANUP_S, bounded
@@ -163,6 +163,12 @@ class _FactWrite:
     def covers(self, target: EraseTarget) -> bool:
         # A groups erasure of a group it cites too: the fact would be derived from text erased meanwhile.
         return covers_cited(target, self.scope, self.provenance)
+
+    def covers_record(self, record: ErasureRecord) -> bool:
+        # Only a forget's groups erasure (erasure_fence._counts says why): retention keeps derived facts.
+        if record.kind is ErasureKind.FORGET:
+            return covers_cited(record.target, self.scope, self.provenance)
+        return record.target.covers_fact(self.scope, self.provenance)
 
     async def finished(self, ticket: Ticket, store: SessionStore) -> Sequence[ErasureRecord]:
         return await finished_cited(ticket, store, self.scope, self.provenance)

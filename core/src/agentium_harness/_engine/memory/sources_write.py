@@ -8,7 +8,8 @@ read, would be derived from text erased meanwhile. So every fenced write of
 a fact judges it by both (:func:`covers_cited`, :func:`finished_cited`):
 a ``remember`` or ``correct`` (:mod:`..memory_fence`: refused before the
 write when one is pending, taken back after it, on time or landing late,
-when one began since, :func:`cited_refusal`), and a host's extraction
+when one began since, :func:`cited_refusal`; a ``forget``'s only: retention
+keeps derived facts, ``erasure_fence._counts``), and a host's extraction
 (:mod:`.erasure_reading`, before the extractor call and after its writes),
 fenced as a :class:`SourcesWrite`.
 """
