@@ -513,7 +513,7 @@ def late_take_back(
     ``None`` for a manager without a fence. A covering erasure pending, or
     finished having joined since the first read, makes the manager forget
     the fact (a WARNING on ``agentium.engine.memory``; nobody is left to tell otherwise),
-    and so does one of a group its provenance cites (:func:`.memory.sources_write.covers_cited`),
+    and so does a ``forget``'s erasure of a group it cites (:func:`.memory.sources_write.covers_cited`),
     even if it was closed meanwhile. Only a ``stored`` acknowledgment of the
     write asked for (``operation``; for a correction the fact ``asked``,
     as :func:`.memory.answers.checked_ack` reads it on time) is acted on: any
