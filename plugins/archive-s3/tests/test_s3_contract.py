@@ -63,6 +63,9 @@ class TestS3Archive(ArchiveContract):
         return lambda: every_version(admin, config.prefix + "/")
 
 
+_ONE_WINNER = "test_concurrent_saves_on_one_revision_have_one_winner"
+
+
 class TestS3SessionStore(SessionStoreContract):
     """Runs once per server flavour."""
 
@@ -87,19 +90,20 @@ class TestS3SessionStore(SessionStoreContract):
     def raw_storage(self, config: S3Config, admin: Any) -> RawStorage:
         return lambda: every_version(admin, config.prefix + "/")
 
-    async def test_concurrent_saves_on_one_revision_have_one_winner(
-        self, session_store: S3SessionStore, server: S3Server
+    @pytest.fixture(autouse=True)
+    def _moto_conditional_writes_are_not_atomic(
+        self, request: pytest.FixtureRequest, server: S3Server
     ) -> None:
-        """The contract's test, on Ceph RGW only: moto's conditional write is not atomic.
+        """The contract's one-winner race runs on Ceph RGW only: moto's conditional write is not atomic.
 
         moto checks a PUT's ``IfMatch`` and then writes, with no lock between
         (README's server table): two saves holding one ETag can both succeed
         there (seen in CI: two winners of six). AWS and RGW make the
-        conditional write atomic, and the store relies on exactly that.
+        conditional write atomic, and the store relies on exactly that. A skip,
+        not an override: the suite's guard refuses a replaced standard test.
         """
-        if server.flavour == "moto":
+        if server.flavour == "moto" and request.node.originalname == _ONE_WINNER:
             pytest.skip("moto's conditional PUT is not atomic (README's server table); tested on Ceph RGW")
-        await super().test_concurrent_saves_on_one_revision_have_one_winner(session_store)
 
 
 def test_server_flavours_are_real(server: S3Server) -> None:
