@@ -9,7 +9,8 @@ over ``sqlite`` each has its own, over the same files.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,17 @@ def fence_pair(
     first = create_harness_runtime(provider=provider, **tools, **shared, **mine)
     second = create_harness_runtime(provider=ScriptedProvider(replies=["ok"], cycle=True), **shared, **other)
     return first, second
+
+
+@asynccontextmanager
+async def closing(pair: tuple[Any, Any]) -> AsyncIterator[tuple[Any, Any]]:
+    """``pair`` (:func:`fence_pair`'s two runtimes), each closed at the end, the first one first."""
+    mine, other = pair
+    try:
+        yield mine, other
+    finally:
+        await mine.aclose()
+        await other.aclose()
 
 
 def stopped_and_said(outcome: Any, caplog: pytest.LogCaptureFixture) -> list[Diagnostic]:

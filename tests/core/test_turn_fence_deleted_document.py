@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA, Recording, tool_turn_while
-from _fence_support import fence_pair, two_processes
+from _fence_support import closing, fence_pair, two_processes
 from _telemetry_support import Telemetered
 
 from agentium_harness import (
@@ -49,8 +49,7 @@ async def test_a_document_deleted_between_calls_is_not_sent_again(kind: str, tmp
     provider = Recording(REPLIES)
     held = HeldTool()
     mine_stores, other_stores = two_processes(kind, tmp_path, recall=True)
-    mine, other = fence_pair(provider, held, mine_stores, other_stores)
-    try:
+    async with closing(fence_pair(provider, held, mine_stores, other_stores)) as (mine, other):
         await other.index_document(SourceOwner("acme"), "oncall", SECRET)
 
         async def delete() -> None:
@@ -66,17 +65,13 @@ async def test_a_document_deleted_between_calls_is_not_sent_again(kind: str, tmp
         assert outcome.run_result is not None and not outcome.run_result.committed
         notes = [d for d in outcome.run_result.diagnostics if d.code == "erased_during_run"]
         assert notes and "deleted" in notes[0].message, outcome.run_result.diagnostics
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 async def test_another_document_deleted_does_not_stop_the_run(tmp_path: Path) -> None:
     provider = Recording(REPLIES)
     held = HeldTool()
     mine_stores, other_stores = two_processes("memory", tmp_path, recall=True)
-    mine, other = fence_pair(provider, held, mine_stores, other_stores)
-    try:
+    async with closing(fence_pair(provider, held, mine_stores, other_stores)) as (mine, other):
         await other.index_document(SourceOwner("acme"), "oncall", SECRET)
         await other.index_document(SourceOwner("acme", "bob"), "bobs", "Bob's garden notes: tulips.")
 
@@ -87,9 +82,6 @@ async def test_another_document_deleted_does_not_stop_the_run(tmp_path: Path) ->
         assert not isinstance(outcome, Exception), repr(outcome)
         assert outcome.recall is not None and outcome.recall.status is RecallStatus.COMPLETE
         assert len(provider.sent) == 2 and "qzrotaq" in provider.sent[1]
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 class CountingOpens(InMemoryRecallStore):
@@ -111,8 +103,7 @@ async def test_the_fence_opens_one_session_per_later_call_and_none_without_docum
     provider = Recording(["Monday.", DEPLOY, "Deployed.", "Monday.", DEPLOY, "Deployed."])
     held = HeldTool()
     held.release.set()
-    mine, other = fence_pair(provider, held, stores, dict(stores))
-    try:
+    async with closing(fence_pair(provider, held, stores, dict(stores))) as (mine, other):
         await other.index_document(SourceOwner("acme"), "oncall", SECRET)
         before = recall.opens
         await mine.run(ANA, "s1", "When does the on-call rota change?")  # one call
@@ -129,9 +120,6 @@ async def test_the_fence_opens_one_session_per_later_call_and_none_without_docum
         await mine.run(ANA, "s4", QUESTION, grants=["deploy"])  # two calls, no document: no look
         assert "qzrotaq" not in provider.sent[-1]
         assert recall.opens - before == bare
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 @pytest.mark.parametrize("deletes", [True, False], ids=["deleted", "another-deleted"])
@@ -169,8 +157,10 @@ async def test_a_recall_store_that_cannot_be_checked_stops_the_run_before_the_ca
     stores = {"archive": InMemoryArchive(), "session_store": InMemorySessionStore(), "recall": recall}
     provider = Recording(REPLIES)
     held = HeldTool()
-    mine, other = fence_pair(provider, held, {**stores, "telemetry": t.telemetry()}, dict(stores))
-    try:
+    async with closing(fence_pair(provider, held, {**stores, "telemetry": t.telemetry()}, dict(stores))) as (
+        mine,
+        other,
+    ):
         await other.index_document(SourceOwner("acme"), "oncall", SECRET)
 
         async def break_it() -> None:
@@ -194,9 +184,6 @@ async def test_a_recall_store_that_cannot_be_checked_stops_the_run_before_the_ca
         recall.broken = False
         later = await mine.run(ANA, "s1", "When does the on-call rota change?")
         assert later.committed  # the session is usable again: nothing was left half-done
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 class AnswersNothingMidRun(InMemoryRecallStore):
@@ -221,8 +208,7 @@ async def test_a_document_the_store_cannot_answer_for_stops_the_run_too() -> Non
     stores = {"archive": InMemoryArchive(), "session_store": InMemorySessionStore(), "recall": recall}
     provider = Recording(REPLIES)
     held = HeldTool()
-    mine, other = fence_pair(provider, held, stores, dict(stores))
-    try:
+    async with closing(fence_pair(provider, held, stores, dict(stores))) as (mine, other):
         await other.index_document(SourceOwner("acme"), "oncall", SECRET)
 
         async def silence() -> None:
@@ -232,9 +218,6 @@ async def test_a_document_the_store_cannot_answer_for_stops_the_run_too() -> Non
         assert isinstance(outcome, DocumentUncheckedDuringRunError), repr(outcome)
         assert "unknown" in str(outcome), str(outcome)
         assert len(provider.sent) == 1 and "qzrotaq" in provider.sent[0]  # not sent again unchecked
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 async def test_a_document_deleted_and_indexed_again_reads_as_changed() -> None:
@@ -250,8 +233,7 @@ async def test_a_document_deleted_and_indexed_again_reads_as_changed() -> None:
     }
     provider = Recording(REPLIES)
     held = HeldTool()
-    mine, other = fence_pair(provider, held, stores, dict(stores))
-    try:
+    async with closing(fence_pair(provider, held, stores, dict(stores))) as (mine, other):
         await other.index_document(SourceOwner("acme"), "oncall", SECRET)
 
         async def delete_and_add() -> None:
@@ -265,6 +247,3 @@ async def test_a_document_deleted_and_indexed_again_reads_as_changed() -> None:
         assert len(provider.sent) == 2 and "qzrotaq" in provider.sent[1]
         assert outcome.recall is not None and outcome.recall.status is RecallStatus.PARTIAL, outcome.recall
         assert outcome.status.value == "stopped" and outcome.committed  # what ran, without the answer
-    finally:
-        await mine.aclose()
-        await other.aclose()

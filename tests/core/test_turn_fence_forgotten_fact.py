@@ -22,7 +22,7 @@ import anyio
 import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA, Recording, tool_turn_while
-from _fence_support import fence_pair, two_processes
+from _fence_support import closing, fence_pair, two_processes
 
 from agentium_harness import (
     CommitState,
@@ -96,8 +96,7 @@ def _stopped(provider: Recording, outcome: object) -> None:
 async def test_a_fact_forgotten_by_another_process_is_not_sent_again(kind: str, tmp_path: Path) -> None:
     provider = Recording(REPLIES)
     held = HeldTool()
-    mine, other = _pair(kind, tmp_path, provider, held)
-    try:
+    async with closing(_pair(kind, tmp_path, provider, held)) as (mine, other):
         await mine.run(ANA, "s1", "hello")
         fact_id = await _remember(other, SECRET)
 
@@ -109,17 +108,13 @@ async def test_a_fact_forgotten_by_another_process_is_not_sent_again(kind: str, 
         assert len(provider.sent) == 2
         loaded = await mine.session_store.load(SessionKey("acme", "ana", "s1"), OpContext())
         assert len(loaded.snapshot.resident) == 1  # only "hello": the stopped run committed nothing
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 async def test_a_fact_forgotten_through_the_same_manager_is_not_sent_again(tmp_path: Path) -> None:
     """Another task of the process forgets it through the run's own manager: no store read needed."""
     provider = Recording(REPLIES)
     held = HeldTool()
-    mine, other = _pair("memory", tmp_path, provider, held)
-    try:
+    async with closing(_pair("memory", tmp_path, provider, held)) as (mine, _):
         await mine.run(ANA, "s1", "hello")
         fact_id = await _remember(mine, SECRET)
 
@@ -128,17 +123,13 @@ async def test_a_fact_forgotten_through_the_same_manager_is_not_sent_again(tmp_p
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
         _stopped(provider, outcome)
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 async def test_another_fact_forgotten_does_not_stop_the_run(tmp_path: Path) -> None:
     """A forget of a fact the request does not carry (another user's) changes nothing."""
     provider = Recording(REPLIES)
     held = HeldTool()
-    mine, other = _pair("memory", tmp_path, provider, held)
-    try:
+    async with closing(_pair("memory", tmp_path, provider, held)) as (mine, other):
         await mine.run(ANA, "s1", "hello")
         await _remember(other, SECRET)
         bobs = MemoryScope("acme", "bob")
@@ -151,9 +142,6 @@ async def test_another_fact_forgotten_does_not_stop_the_run(tmp_path: Path) -> N
         assert not isinstance(outcome, Exception), repr(outcome)
         assert outcome.committed
         assert len(provider.sent) == 3 and SECRET in provider.sent[2]
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 async def test_the_fence_reads_each_carried_fact_once_per_later_call_and_nothing_without_facts(
@@ -164,10 +152,9 @@ async def test_the_fence_reads_each_carried_fact_once_per_later_call_and_nothing
     mine_stores, other_stores = two_processes("memory", tmp_path)
     provider = Recording(["noted", DEPLOY, "Deployed.", DEPLOY, "Deployed."])
     held = HeldTool()
-    mine, other = fence_pair(
-        provider, held, {**mine_stores, "memory": counting}, {**other_stores, "memory": counting}
-    )
-    try:
+    async with closing(
+        fence_pair(provider, held, {**mine_stores, "memory": counting}, {**other_stores, "memory": counting})
+    ) as (mine, other):
         await mine.run(ANA, "s1", "hello")  # no fact yet: one call, no read
         held.release.set()
         await mine.run(ANA, "s1", "Deploy it.", grants=["deploy"])  # no fact carried: no read
@@ -177,9 +164,6 @@ async def test_the_fence_reads_each_carried_fact_once_per_later_call_and_nothing
         await mine.run(ANA, "s1", "Deploy it.", grants=["deploy"])  # two calls, two facts carried
         assert SECRET in provider.sent[-1] and "green tea" in provider.sent[-1]
         assert counting.histories == 2  # the second call only: one read for each fact
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 class NoHistory(InMemoryMemoryStore):
@@ -197,8 +181,10 @@ async def test_without_history_a_fact_forgotten_through_the_same_manager_still_s
     provider = Recording(REPLIES)
     held = HeldTool()
     stores, _ = two_processes("memory", tmp_path)
-    mine, other = fence_pair(provider, held, {**stores, "memory": NoHistory()}, dict(stores))
-    try:
+    async with closing(fence_pair(provider, held, {**stores, "memory": NoHistory()}, dict(stores))) as (
+        mine,
+        _,
+    ):
         await mine.run(ANA, "s1", "hello")
         fact_id = await _remember(mine, SECRET)
 
@@ -207,9 +193,6 @@ async def test_without_history_a_fact_forgotten_through_the_same_manager_still_s
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
         _stopped(provider, outcome)
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 @pytest.mark.parametrize("forgets", [True, False], ids=["forgotten", "another-forgotten"])
@@ -244,8 +227,10 @@ async def test_a_failed_read_fails_the_run_before_the_call(tmp_path: Path) -> No
     stores, _ = two_processes("memory", tmp_path)
     provider = Recording(REPLIES)
     held = HeldTool()
-    mine, other = fence_pair(provider, held, {**stores, "memory": failing}, dict(stores))
-    try:
+    async with closing(fence_pair(provider, held, {**stores, "memory": failing}, dict(stores))) as (
+        mine,
+        _,
+    ):
         await mine.run(ANA, "s1", "hello")
         await _remember(mine, SECRET)
 
@@ -258,9 +243,6 @@ async def test_a_failed_read_fails_the_run_before_the_call(tmp_path: Path) -> No
         assert len(provider.sent) == 2 and SECRET in provider.sent[1]  # no call after the failure
         # Nothing says the fact went: what ran is committed without the answer, as after any failure.
         assert outcome.commit_state is CommitState.COMMITTED, outcome.commit_state
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 class SlowHistory(InMemoryMemoryStore):
@@ -291,8 +273,9 @@ async def test_one_look_at_many_carried_facts_is_bounded_by_one_operation_deadli
     provider = Recording(REPLIES)
     held = HeldTool()
     limits = RuntimeLimits(op_timeout_s=1.0)
-    mine, other = fence_pair(provider, held, {**stores, "memory": slow}, dict(stores), limits=limits)
-    try:
+    async with closing(
+        fence_pair(provider, held, {**stores, "memory": slow}, dict(stores), limits=limits)
+    ) as (mine, _):
         await mine.run(ANA, "s1", "hello")
         for i in range(8):
             await _remember(mine, f"{SECRET} part {i}")
@@ -306,17 +289,13 @@ async def test_one_look_at_many_carried_facts_is_bounded_by_one_operation_deadli
         assert isinstance(outcome, OperationTimeoutError), repr(outcome)
         assert len(provider.sent) == 2  # no call after the look that ran out of time
         assert slow.histories < 8  # the look stopped at its deadline, not after every read
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 async def test_a_fact_corrected_between_calls_does_not_stop_the_run(tmp_path: Path) -> None:
     """A correction is no forget (the replaced revision stays in the history): the run goes on."""
     provider = Recording(REPLIES)
     held = HeldTool()
-    mine, other = _pair("memory", tmp_path, provider, held)
-    try:
+    async with closing(_pair("memory", tmp_path, provider, held)) as (mine, other):
         await mine.run(ANA, "s1", "hello")
         fact_id = await _remember(other, SECRET)
 
@@ -327,9 +306,6 @@ async def test_a_fact_corrected_between_calls_does_not_stop_the_run(tmp_path: Pa
         assert not isinstance(outcome, Exception), repr(outcome)
         assert outcome.committed
         assert len(provider.sent) == 3 and SECRET in provider.sent[2] and "qznewq" not in provider.sent[2]
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 class BlocksHistory(InMemoryMemoryStore):
@@ -359,8 +335,10 @@ async def test_a_cancellation_during_the_fence_read_is_a_cancellation(tmp_path: 
     provider = Recording(REPLIES)
     held = HeldTool()
     held.release.set()
-    mine, other = fence_pair(provider, held, {**stores, "memory": store}, dict(stores))
-    try:
+    async with closing(fence_pair(provider, held, {**stores, "memory": store}, dict(stores))) as (
+        mine,
+        _,
+    ):
         await mine.run(ANA, "s1", "hello")
         await _remember(mine, SECRET)
         store.blocking = True
@@ -376,6 +354,3 @@ async def test_a_cancellation_during_the_fence_read_is_a_cancellation(tmp_path: 
         assert kept.retained.interruption is not None
         assert kept.retained.interruption.cause.value == "cancelled", kept.retained.interruption
         assert [m.role.value for m in kept.messages] == ["user", "assistant", "tool"]
-    finally:
-        await mine.aclose()
-        await other.aclose()

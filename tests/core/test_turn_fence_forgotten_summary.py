@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA, OPERATOR, Recording, tool_turn_while
-from _fence_support import fence_pair, two_processes
+from _fence_support import closing, fence_pair, two_processes
 
 from agentium_harness import (
     CommitState,
@@ -106,8 +106,7 @@ def _stopped_before_resending(provider: Recording, outcome: object) -> None:
 async def test_a_summary_forget_emptied_between_calls_is_not_sent_again() -> None:
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
-    mine, other = _pair(provider, held)
-    try:
+    async with closing(_pair(provider, held)) as (mine, other):
         await _primed(mine)
         scope, fact_id = await _fact_of_group_0(mine, other)
 
@@ -119,9 +118,6 @@ async def test_a_summary_forget_emptied_between_calls_is_not_sent_again() -> Non
         outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
         _stopped_before_resending(provider, outcome)
         assert len(provider.sent) == 5, provider.sent[5:]
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 async def test_a_summary_retention_keeps_does_not_stop_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,8 +125,10 @@ async def test_a_summary_retention_keeps_does_not_stop_the_run(monkeypatch: pyte
     walks = _count_index_walks(monkeypatch)
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
-    mine, other = _pair(provider, held, retention=RetentionPolicy(max_archived_groups=1))
-    try:
+    async with closing(_pair(provider, held, retention=RetentionPolicy(max_archived_groups=1))) as (
+        mine,
+        other,
+    ):
         await _primed(mine)
 
         async def trim() -> None:
@@ -142,9 +140,6 @@ async def test_a_summary_retention_keeps_does_not_stop_the_run(monkeypatch: pyte
         assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
         assert len(provider.sent) == 6
         assert walks == []  # the summary's text is unchanged: the snapshot settles it
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -158,8 +153,7 @@ async def test_a_summary_forget_emptied_then_refilled_between_calls_is_not_sent_
     """
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
-    mine, other = _pair(provider, held, two_processes(kind, tmp_path))
-    try:
+    async with closing(_pair(provider, held, two_processes(kind, tmp_path))) as (mine, other):
         await _primed(mine)
         scope, fact_id = await _fact_of_group_0(mine, other)
 
@@ -174,9 +168,6 @@ async def test_a_summary_forget_emptied_then_refilled_between_calls_is_not_sent_
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget_then_refill, "Deploy it.")
         _stopped_before_resending(provider, outcome)
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 async def test_a_summary_written_again_with_no_erasure_of_the_session_does_not_stop_the_run() -> None:
@@ -187,8 +178,7 @@ async def test_a_summary_written_again_with_no_erasure_of_the_session_does_not_s
     """
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
-    mine, other = _pair(provider, held)
-    try:
+    async with closing(_pair(provider, held)) as (mine, other):
         await _primed(mine)
         await other.run(BOB, "b1", "bob's own")
 
@@ -203,9 +193,6 @@ async def test_a_summary_written_again_with_no_erasure_of_the_session_does_not_s
         assert SECRET in provider.sent[4]
         assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
         assert len(provider.sent) == 6
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -223,8 +210,10 @@ async def test_retention_with_a_summary_rewrite_in_one_window_does_not_stop_the_
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
     retention = RetentionPolicy(max_archived_groups=1)
-    mine, other = _pair(provider, held, two_processes(kind, tmp_path), retention=retention)
-    try:
+    async with closing(_pair(provider, held, two_processes(kind, tmp_path), retention=retention)) as (
+        mine,
+        other,
+    ):
         await _primed(mine)
 
         async def trim_then_refill() -> None:
@@ -244,9 +233,6 @@ async def test_retention_with_a_summary_rewrite_in_one_window_does_not_stop_the_
         assert not isinstance(outcome, ErasedDuringRunError), repr(outcome)
         assert len(provider.sent) == 6
         assert walks == [1]  # the one case the snapshot cannot settle: the index said retention
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -267,20 +253,21 @@ async def test_a_forget_then_retention_of_the_same_groups_in_one_window_still_st
     mine_stores, other_stores = two_processes(kind, tmp_path)
     # The fact is the other process's only: Ana's request does not carry it (the fact fence would stop
     # the run for it), only the summary stating the secret.
-    mine, other = fence_pair(
-        provider,
-        held,
-        {**mine_stores, "memory": InMemoryMemoryStore()},
-        {
-            **other_stores,
-            "memory": InMemoryMemoryStore(),
-            "retention": RetentionPolicy(max_archived_groups=1),
-        },
-        summarizer=ExtractiveSummarizer(),
-        summary_limits=SummaryLimits(background=False),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    )
-    try:
+    async with closing(
+        fence_pair(
+            provider,
+            held,
+            {**mine_stores, "memory": InMemoryMemoryStore()},
+            {
+                **other_stores,
+                "memory": InMemoryMemoryStore(),
+                "retention": RetentionPolicy(max_archived_groups=1),
+            },
+            summarizer=ExtractiveSummarizer(),
+            summary_limits=SummaryLimits(background=False),
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+    ) as (mine, other):
         await _primed(mine)
         scope, fact_id = await _fact_of_group_0(mine, other)
 
@@ -296,9 +283,6 @@ async def test_a_forget_then_retention_of_the_same_groups_in_one_window_still_st
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget_refill_trim, "Deploy it.")
         _stopped_before_resending(provider, outcome)
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 class IndexGoesDown(InMemorySessionStore):
@@ -324,10 +308,9 @@ async def test_an_unreadable_erasure_index_in_the_summary_case_fails_the_run_clo
     stores = {"archive": InMemoryArchive(), "session_store": sessions}
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
-    mine, other = _pair(
-        provider, held, (stores, dict(stores)), retention=RetentionPolicy(max_archived_groups=1)
-    )
-    try:
+    async with closing(
+        _pair(provider, held, (stores, dict(stores)), retention=RetentionPolicy(max_archived_groups=1))
+    ) as (mine, other):
         await _primed(mine)
 
         async def trim_refill_then_break() -> None:
@@ -344,9 +327,6 @@ async def test_an_unreadable_erasure_index_in_the_summary_case_fails_the_run_clo
         assert isinstance(outcome, SessionStoreError), repr(outcome)
         assert "erasure index unreadable" in str(outcome)
         assert len(provider.sent) == 5, provider.sent[5:]  # no call after the look that failed
-    finally:
-        await mine.aclose()
-        await other.aclose()
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -365,20 +345,21 @@ async def test_a_forget_of_groups_retention_took_before_the_load_then_a_refill_s
     provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
     held = HeldTool()
     mine_stores, other_stores = two_processes(kind, tmp_path)
-    mine, other = fence_pair(
-        provider,
-        held,
-        {**mine_stores, "memory": InMemoryMemoryStore()},
-        {
-            **other_stores,
-            "memory": InMemoryMemoryStore(),
-            "retention": RetentionPolicy(max_archived_groups=1),
-        },
-        summarizer=ExtractiveSummarizer(),
-        summary_limits=SummaryLimits(background=False),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    )
-    try:
+    async with closing(
+        fence_pair(
+            provider,
+            held,
+            {**mine_stores, "memory": InMemoryMemoryStore()},
+            {
+                **other_stores,
+                "memory": InMemoryMemoryStore(),
+                "retention": RetentionPolicy(max_archived_groups=1),
+            },
+            summarizer=ExtractiveSummarizer(),
+            summary_limits=SummaryLimits(background=False),
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+    ) as (mine, other):
         await _primed(mine)
         scope, fact_id = await _fact_of_group_0(mine, other)
         result = await other.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
@@ -400,6 +381,3 @@ async def test_a_forget_of_groups_retention_took_before_the_load_then_a_refill_s
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget_then_refill, "Deploy it.")
         _stopped_before_resending(provider, outcome)
-    finally:
-        await mine.aclose()
-        await other.aclose()
