@@ -6,7 +6,8 @@ refused when structuring. :func:`canonical_json` gives the bytes digests are
 computed over: sorted keys, UTF-8, no insignificant whitespace, no ``NaN``.
 No pickle is used anywhere.
 
-Converters are made by :func:`make_converter`, never shared and mutated:
+Converters are made by :func:`make_converter`; one in use by several callers
+(:func:`shared_converter`) is never changed:
 
 - ``strict=True`` (what stored data is read with: :func:`structure`,
   :func:`from_json`) never coerces. ``null`` where a string belongs, a number
@@ -89,6 +90,7 @@ __all__ = [
     "make_converter",
     "parse_iso_utc",
     "register_structure_hook",
+    "shared_converter",
     "structure",
     "to_json",
     "TypeWords",
@@ -307,9 +309,10 @@ def _strict_collection_factory(
 # use never changes under its caller.
 _RULES: dict[type, StructureRule] = {}
 _RULES_LOCK = threading.Lock()
-# Cached converters for structure()/unstructure(), keyed by strictness and
-# rebuilt when a rule is added after they were made.
-_CACHE: dict[bool, tuple[int, cattrs.Converter]] = {}
+# Shared converters (structure()/unstructure()'s, the config loader's), keyed by the function that
+# builds each, with the rules' generation they were made at: remade when a rule is added since.
+_SHARED: dict[Callable[[], cattrs.Converter], tuple[int, cattrs.Converter]] = {}
+_SHARED_LOCK = threading.Lock()
 _generation = 0
 
 
@@ -411,15 +414,42 @@ def _omit_none_factory(type_: Any, current: cattrs.Converter) -> Callable[[Any],
     return unstructure_omitting
 
 
-def _cached(strict: bool) -> cattrs.Converter:
-    """The module's private converter of one kind, remade when rules were added."""
-    found = _CACHE.get(strict)
+def shared_converter(build: Callable[[], cattrs.Converter]) -> cattrs.Converter:
+    """The converter ``build`` makes, made once per set of registered rules and shared by every caller.
+
+    A cattrs converter refers to itself through its hook dispatch: one made
+    per call (per config load, per decode) is left to the cycle collector, some
+    600 objects each time. So :func:`structure`, :func:`unstructure` and the
+    config loader each share one, remade by the first call after a rule was
+    added (:func:`register_structure_hook`). ``build`` (a module-level
+    function: it is the key) makes it with :func:`make_converter`; what it
+    returns is only used to structure and unstructure, never changed (a hook
+    registered on it would reach every other caller).
+    """
+    found = _SHARED.get(build)
     if found is not None and found[0] == _generation:
         return found[1]
-    generation = _generation
-    conv = make_converter(strict=strict)
-    _CACHE[strict] = (generation, conv)
-    return conv
+    with _SHARED_LOCK:  # two threads' first calls make one converter, not two (one left to the collector)
+        found = _SHARED.get(build)
+        if found is not None and found[0] == _generation:
+            return found[1]
+        generation = _generation  # read first: a rule added while building remakes it on the next call
+        conv = build()
+        _SHARED[build] = (generation, conv)
+        return conv
+
+
+def _strict_converter() -> cattrs.Converter:
+    return make_converter(strict=True)
+
+
+def _lenient_converter() -> cattrs.Converter:
+    return make_converter(strict=False)
+
+
+def _cached(strict: bool) -> cattrs.Converter:
+    """The module's own converter of one kind (:func:`shared_converter`)."""
+    return shared_converter(_strict_converter if strict else _lenient_converter)
 
 
 # -- encoding and decoding ----------------------------------------------------------------------

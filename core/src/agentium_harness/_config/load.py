@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
-from .._codec import make_converter
+from .._codec import make_converter, shared_converter
 from .._engine.limits import ResidentLimits, RuntimeLimits
 from .._engine.retention import RetentionPolicy
 from .._engine.runtime import DEFAULT_INSTRUCTIONS
@@ -336,9 +336,10 @@ def config_converter() -> cattrs.Converter:
 
     A config file is written by a person, so ``max_groups = "8"`` or
     ``max_groups = true`` must be an error, not a silent conversion; the
-    messages name TOML types ("expected an integer, got string"). A new
-    converter per call picks up every structure rule adapters registered
-    with :func:`agentium_harness._codec.register_structure_hook` up to now.
+    messages name TOML types ("expected an integer, got string"). Loads share
+    the one it makes (:func:`~agentium_harness._codec.shared_converter`: made
+    anew once an adapter registered a structure rule); nothing of a load's is
+    registered on it (a plugin's paths are resolved after structuring).
     """
     strict = register_env_scalars(make_converter(strict=True, words=TOML_WORDS))
 
@@ -361,7 +362,7 @@ def _phase_a(
     """Parse, substitute and structure; also return the paths of failed substitutions."""
     raw = parse_toml(text, source)
     data, issues = substitute_env(raw, environ)
-    config, schema_issues = structure_config(data, HarnessConfig, "$", config_converter())
+    config, schema_issues = structure_config(data, HarnessConfig, "$", shared_converter(config_converter))
     unset = {issue.path for issue in issues}
     return data, config, issues + _without(schema_issues, unset), unset
 
@@ -447,7 +448,7 @@ def _resolve_sections(
     base_dir: Path | None,
     shared: Mapping[str, Any],
 ) -> tuple[dict[str, ResolvedComponent], list[ConfigIssue]]:
-    conv = config_converter()
+    conv = shared_converter(config_converter)
     resolved: dict[str, ResolvedComponent] = {}
     adapters: dict[str, RegisteredAdapter] = {}
     selected: dict[str, list[tuple[str, type | None]]] = {}
