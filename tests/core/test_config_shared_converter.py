@@ -23,7 +23,7 @@ from agentium_harness._config.load import config_converter
 from agentium_harness._plugins.hookspecs import hookimpl
 from agentium_harness._plugins.registry import PluginRegistry
 from agentium_harness._plugins.spec import AdapterSpec
-from agentium_harness.adapters.providers import ScriptedProvider, ScriptedProviderConfig
+from agentium_harness.adapters.providers import ScriptedProvider
 
 TEXT = (
     '[provider]\nplugin = "greeter"\n[provider.options]\ngreeting = "hello"\n'
@@ -66,7 +66,7 @@ def _registry(config_class: type) -> PluginRegistry:
     """A registry whose provider ``greeter`` takes options of ``config_class``."""
 
     def factory(config: Any) -> ScriptedProvider:
-        return ScriptedProvider(ScriptedProviderConfig(responses=["hi"]))
+        return ScriptedProvider(replies=["hi"])
 
     class Plugin:
         @staticmethod
