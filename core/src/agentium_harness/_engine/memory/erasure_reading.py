@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import weakref
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -111,9 +112,16 @@ class ErasureReading:
 
 #: The readings each manager took (identity, never equality: a copy is not one), held weakly both ways,
 #: with what each held when taken: a frozen class is no seal (``object.__setattr__`` rewrites a slot).
+#: One registry for every thread (a BlockingRuntime's loop, hosts' worker threads, several event
+#: loops): only read and written under ``_TAKEN_LOCK``, so no access relies on one dict operation
+#: being atomic (a free-threaded build, or a later iteration over it, would not be safe without it).
+#: A dead reading's entry is removed by the mapping's own weakref callback, which never takes the
+#: lock. Re-entrant: a collection run inside a locked access (an allocation) may run finalizers in
+#: that thread, and one that took or checked a reading must not deadlock on its own thread's lock.
 _TAKEN: weakref.WeakKeyDictionary[ErasureReading, tuple[weakref.ref[MemoryManager], tuple[object, ...]]] = (
     weakref.WeakKeyDictionary()
 )
+_TAKEN_LOCK = threading.RLock()
 
 
 def _held(reading: ErasureReading) -> tuple[object, ...]:
@@ -186,7 +194,9 @@ async def take_reading(manager: MemoryManager, scope: object, sessions: object) 
         pending.update((r.erasure_id, r) for r in under_way)
     at = min((c.at for c in checks), default=None) or utc_now()
     reading = ErasureReading(checked, named, tuple(checks), tuple(pending.values()), at)
-    _TAKEN[reading] = (weakref.ref(manager), _held(reading))
+    taken = (weakref.ref(manager), _held(reading))
+    with _TAKEN_LOCK:
+        _TAKEN[reading] = taken
     return reading
 
 
@@ -204,7 +214,8 @@ def checked_reading(
             f"reading must be an ErasureReading (manager.erasure_reading), got {type(reading).__name__}; "
             "nothing was started"
         )
-    taken = _TAKEN.get(reading)
+    with _TAKEN_LOCK:
+        taken = _TAKEN.get(reading)
     if taken is None or taken[0]() is not manager:
         raise InvalidArgumentError(
             "the erasure reading was not taken by this memory manager (another manager's, or one made or "
