@@ -321,12 +321,14 @@ def register_structure_hook(cls: type, rule: StructureRule) -> None:
 
     ``rule(conv)`` returns the hook ``hook(data, cls) -> instance`` for the
     converter ``conv`` it is installed on (the strict stored-data converter,
-    the lenient one, or a copy the config loader made). Build nested parts
+    the lenient one, or the config loader's). Build nested parts
     with ``conv`` itself, e.g.
     ``cattrs.gen.make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)``,
     so they follow that converter's rules instead of a fixed one. Call it once,
     at import time of the module that defines ``cls``; registering ``cls``
-    again replaces its rule. Converters made earlier are not changed.
+    again replaces its rule. Converters made earlier are not changed; the
+    shared ones (the stored-data converters, the config loader's) are made
+    anew at their next use, with the rule.
     """
     global _generation
     if not isinstance(cls, type):
