@@ -308,11 +308,14 @@ def _strict_collection_factory(
 # changes it; converters copy the rules when they are made, so a converter in
 # use never changes under its caller.
 _RULES: dict[type, StructureRule] = {}
-_RULES_LOCK = threading.Lock()
+# Both locks are re-entrant: what they guard allocates (the rules' copy, a whole converter), so a
+# collection may run in the holding thread, and a finalizer it runs (or a signal handler) that
+# encodes or decodes a record comes back here in that thread; a plain lock would wait for itself.
+_RULES_LOCK = threading.RLock()
 # Shared converters (structure()/unstructure()'s, the config loader's), keyed by the function that
 # builds each, with the rules' generation they were made at: remade when a rule is added since.
 _SHARED: dict[Callable[[], cattrs.Converter], tuple[int, cattrs.Converter]] = {}
-_SHARED_LOCK = threading.Lock()
+_SHARED_LOCK = threading.RLock()
 _generation = 0
 
 
