@@ -42,8 +42,7 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness._engine import commit as commit_module
-from agentium_harness._engine import effects, verification
-from agentium_harness._engine import runtime as runtime_module
+from agentium_harness._engine import effects, last_look, verification
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
@@ -306,7 +305,7 @@ async def test_an_engine_bug_at_the_recall_commit_fence_after_a_tool_ran_commits
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runtime, recall, edits = await _recall_run(tmp_path)
-    monkeypatch.setattr(runtime_module, "recall_before_commit", _boom)
+    monkeypatch.setattr(last_look, "recall_before_commit", _boom)
     try:
         with pytest.raises(AgentiumError) as caught:
             await runtime.run(ANA, "s1", "move the release train", grants=["move_train"])

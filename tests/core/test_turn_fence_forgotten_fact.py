@@ -147,7 +147,8 @@ async def test_another_fact_forgotten_does_not_stop_the_run(tmp_path: Path) -> N
 async def test_the_fence_reads_each_carried_fact_once_per_later_call_and_nothing_without_facts(
     tmp_path: Path,
 ) -> None:
-    """Cost: one bounded ``history`` read per carried fact per later model call; none with no fact."""
+    """Cost: one bounded ``history`` read per carried fact per later model call, and once more after the
+    last call (before the commit); none with no fact."""
     counting = CountingHistory()
     mine_stores, other_stores = two_processes("memory", tmp_path)
     provider = Recording(["noted", DEPLOY, "Deployed.", DEPLOY, "Deployed."])
@@ -163,7 +164,8 @@ async def test_the_fence_reads_each_carried_fact_once_per_later_call_and_nothing
         await _remember(other, "ana likes green tea")
         await mine.run(ANA, "s1", "Deploy it.", grants=["deploy"])  # two calls, two facts carried
         assert SECRET in provider.sent[-1] and "green tea" in provider.sent[-1]
-        assert counting.histories == 2  # the second call only: one read for each fact
+        # Before the second call, and after it (before the commit): one read for each fact each time.
+        assert counting.histories == 4
 
 
 class NoHistory(InMemoryMemoryStore):

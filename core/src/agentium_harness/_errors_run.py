@@ -36,9 +36,13 @@ class ErasedDuringRunError(ErasureInProgressError):
     empty (or, after such a groups erasure, without those groups).
     """
 
+    #: ``True`` when the run stopped after its last model call, before its commit (what it carries went
+    #: during that call: a forgotten fact, a deleted document), not before a model call.
+    before_commit: bool = False
+
 
 class FactForgottenDuringRunError(ErasedDuringRunError):
-    """A memory fact the run's request carries was forgotten while it ran: it stopped before a model call.
+    """A memory fact the run's request carries was forgotten while it ran: it stopped before a call or commit.
 
     A run injects memory facts once and every later model call of it (each
     tool round, a verification revision) sends them again. A plain
@@ -46,7 +50,9 @@ class FactForgottenDuringRunError(ErasedDuringRunError):
     store — is not an erasure, yet the forgotten text must not reach the
     model again: before each later call the engine reads the carried facts
     back (one bounded ``history`` read each; free for a forget through the
-    run's own manager when the store cannot) and stops the run there.
+    run's own manager when the store cannot) and stops the run there; after
+    the last call it reads them back once more, so an answer made while the
+    fact was forgotten is not committed either (``before_commit``).
     As for any :class:`ErasedDuringRunError`, nothing of the run is
     committed (its tool calls and the model's replies were made from the
     fact and may restate it); ``run_result`` lists them, the diagnostic
@@ -67,10 +73,14 @@ class DocumentDeletedDuringRunError(ErasedDuringRunError):
     every later model call sends them again. ``delete_document`` (the
     runtime's, another task's or another process's over the same recall
     store) is not an erasure, yet the deleted text must not reach the model
-    again: before each later call the engine validates the carried
+    again: before each later call (and before the first when a memory search
+    ran after recall's own validation) the engine validates the carried
     documents again (one recall session: open, ``validate_current``, close)
     and a document the store calls ``deleted`` (or no longer visible to the
-    run: ``forbidden``) stops the run there. As for any
+    run: ``forbidden``) stops the run there. After the last call, the commit
+    fence's validation of the recalled sources stops it the same way
+    (``before_commit``), whatever the recall policy says of a changed
+    source: an answer made while the document was deleted is not committed. As for any
     :class:`ErasedDuringRunError`, nothing of the run is committed;
     ``run_result`` lists what ran, the diagnostic ``erased_during_run`` and
     a WARNING (no content, no ids) say why. ``erasure_id`` is empty;
@@ -88,7 +98,8 @@ class DocumentUncheckedDuringRunError(AgentiumError):
     Before each later model call the engine validates the carried documents
     again (:class:`DocumentDeletedDuringRunError`). When that look cannot be
     made — the recall store failed or timed out, broke its contract, called
-    a document ``unknown``, or the run's recall budgets are spent — the run fails closed, as it does when
+    a document ``unknown``, or the run's recall budgets are spent (each
+    look's time counts in the run's ``max_latency_s``) — the run fails closed, as it does when
     a carried memory fact cannot be read back: a document that may have
     been deleted is never sent again unchecked. Nothing says a document
     went, so this is no :class:`ErasedDuringRunError`: as after any typed

@@ -240,7 +240,8 @@ class DocumentOperations:
         with nothing of the owner left (the delete answers ``False`` if the
         erasure took the document first), and a pending erasure does not hold
         back a host removing a document. A run whose request carries
-        excerpts of the document stops before its next model call
+        excerpts of the document stops before its next model call — or,
+        deleted during its last call, before its commit
         (``DocumentDeletedDuringRunError``, nothing committed; docs/erasure.md).
         ``timeout_s`` (default ``op_timeout_s``) bounds the store's call.
 

@@ -9,19 +9,33 @@ looks. This fence does, for the documents the request carries and nothing
 else:
 
 - a run whose request carries no document excerpt makes none (no cost);
-- the first model call follows recall's own validation at once, so only
-  later calls look;
+- the first model call follows recall's own validation, so it is looked
+  before only when a memory search ran in between (``first``: the one
+  await between the two, and a slow one); without memory nothing runs
+  there and only later calls look;
 - a later call validates the carried documents again: one recall session
   (open, ``validate_current`` of those refs, close), as the commit fence
-  does (:func:`~.recall.revalidate`), from what the run's recall had spent
-  (each look within the run's recall budgets; not added to its usage). A
-  document the store calls ``deleted`` — or ``forbidden``: the run may no
-  longer see it — stops the run. A changed one (indexed again, another
-  revision) does not: it was not taken away, and the commit fence judges
-  it by the recall policy as before.
+  does (:func:`~.recall.revalidate`), from what the run's recall has spent
+  so far: each look's time is added to the run's recall latency
+  (``spent``), so the looks of many tool rounds together stay within
+  ``max_latency_s``, and the commit fence and ``RunResult.recall.usage``
+  count them (:meth:`DocumentFence.counted`). Their validations are not
+  added: each look validates the same refs again, and ``max_validations``
+  bounds the sources a round validates (dispatch keeps half for the commit
+  fence). A document the store calls ``deleted`` — or ``forbidden``: the
+  run may no longer see it — stops the run. A changed one (indexed again,
+  another revision) does not: it was not taken away, and the commit fence
+  judges it by the recall policy as before;
+- after the last call no look of its own is made: the commit fence
+  validates every included source anyway, and :meth:`DocumentFence.at_commit`
+  reads its answers for the carried documents: one deleted (or forbidden)
+  during that call stops the run the same way, before the commit and
+  whatever the recall policy would say of a changed source (the answer was
+  made while the document was deleted).
 
 Stopping raises :class:`~agentium_harness._errors_run.DocumentDeletedDuringRunError`
-(an :class:`ErasedDuringRunError`) before the call, with a WARNING (no
+(an :class:`ErasedDuringRunError`; ``before_commit`` at the commit) before
+the call, or the commit, with a WARNING (no
 content, no ids) and the span event ``agentium.run.erased_during_run``: the
 run commits nothing, as for a forgotten memory fact (:mod:`.fact_fence`).
 A look that could not be made (the store failed or timed out, broke its
@@ -36,14 +50,18 @@ as after any typed stop (:class:`~.effects.EffectsKeeper`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+
+import attrs
 
 from .._errors_run import DocumentDeletedDuringRunError, DocumentUncheckedDuringRunError
 from .._observe.spans import current_span_event
-from .._ports.recall import RecallLimits, RecallStore, SourceRef, ValidationStatus
+from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
 from .._scope import Scope
 from .lifecycle import Ticket
 from .recall import revalidate
 from .recall_round import RecallUsage
+from .recall_turn import RecallOutcome
 from .results import CommitState
 
 __all__ = ["DOCUMENT_PREFIX", "DocumentFence"]
@@ -59,7 +77,7 @@ _GONE = frozenset({ValidationStatus.DELETED, ValidationStatus.FORBIDDEN})
 class DocumentFence:
     """One run's look, before each later model call, at the host documents its request carries."""
 
-    __slots__ = ("calls", "limits", "refs", "scope", "spent", "store")
+    __slots__ = ("calls", "first", "limits", "refs", "scope", "spent", "store")
 
     def __init__(
         self,
@@ -68,11 +86,17 @@ class DocumentFence:
         limits: RecallLimits,
         refs: tuple[SourceRef, ...],
         spent: RecallUsage,
+        *,
+        first: bool = False,
     ) -> None:
-        self.store, self.scope, self.limits, self.spent = store, scope, limits, spent
+        self.store, self.scope, self.limits = store, scope, limits
+        #: What the run's recall has spent: recall's, each look's time added (one budget for the run).
+        self.spent = spent
         #: The refs of the documents whose excerpts the request carries, at the revisions read.
         self.refs = refs
-        #: Model calls checked so far: the first is not (recall validated what it read just before).
+        #: Whether the first model call is looked before too: a memory search ran after recall's validation.
+        self.first = first
+        #: Model calls checked so far.
         self.calls = 0
 
     @staticmethod
@@ -83,11 +107,13 @@ class DocumentFence:
     async def check(self, ticket: Ticket, what: str = "run") -> None:
         """Raise :class:`DocumentDeletedDuringRunError` if a carried document was deleted since."""
         self.calls += 1
-        if self.calls == 1 or not self.refs:
+        if (self.calls == 1 and not self.first) or not self.refs:
             return
-        validations, _, failure, _ = await revalidate(
+        validations, _, failure, usage = await revalidate(
             ticket, self.store, self.scope, self.limits, self.refs, self.spent
         )
+        # The look's time is the run's: the next look, the commit fence and the result start from it.
+        self.spent = attrs.evolve(self.spent, latency_s=usage.latency_s)
         if failure is not None:
             raise _unchecked(failure, what)
         gone = tuple(v.ref.source_id for v in validations if v.status in _GONE)
@@ -97,6 +123,24 @@ class DocumentFence:
         if unknown:
             # The store did not say (no answer for the ref, or an id it cannot place): no look was made.
             raise _unchecked(f"the recall store called {unknown} of them unknown", what)
+
+    def counted(self, outcome: RecallOutcome) -> RecallOutcome:
+        """``outcome`` (recall's) with the looks' time in its usage: what the commit fence starts from."""
+        if self.spent.latency_s == outcome.usage.latency_s:
+            return outcome
+        return attrs.evolve(outcome, usage=attrs.evolve(outcome.usage, latency_s=self.spent.latency_s))
+
+    def at_commit(self, validations: Iterable[Validation], what: str = "run") -> None:
+        """Raise :class:`DocumentDeletedDuringRunError` if the commit fence's ``validations`` say one went.
+
+        No read: they are the commit fence's own answers (:func:`~.recall_turn.recall_before_commit`),
+        of every included source; those of the carried documents called ``deleted`` or ``forbidden``
+        stop the run before the commit, as they would before a call.
+        """
+        refs = self.refs
+        gone = tuple(v.ref.source_id for v in validations if v.status in _GONE and v.ref in refs)
+        if gone:
+            raise _deleted(gone, what, before_commit=True)
 
 
 def _unchecked(failure: str, what: str) -> DocumentUncheckedDuringRunError:
@@ -118,21 +162,30 @@ def _unchecked(failure: str, what: str) -> DocumentUncheckedDuringRunError:
     )
 
 
-def _deleted(source_ids: tuple[str, ...], what: str) -> DocumentDeletedDuringRunError:
-    """The stop for carried documents deleted since the run's recall: a WARNING, a span event."""
+def _deleted(
+    source_ids: tuple[str, ...], what: str, *, before_commit: bool = False
+) -> DocumentDeletedDuringRunError:
+    """The stop for carried documents deleted since the run's recall: a WARNING, a span event.
+
+    ``before_commit``: found by the commit fence, after the run's last model call (during which they went).
+    """
+    where = "its commit" if before_commit else "its next model call"
     _log.warning(
-        "%s stopped before a model call: %d host document(s) whose excerpts its request carries were "
+        "%s stopped before %s: %d host document(s) whose excerpts its request carries were "
         "deleted after recall read them; nothing was sent again or committed",
         what,
+        "its commit" if before_commit else "a model call",
         len(source_ids),
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event("agentium.run.erased_during_run", {"agentium.erasure.state": "deleted"})
+    sent = "the answer made from them was not committed" if before_commit else "their text was not sent again"
     error = DocumentDeletedDuringRunError(
         f"host document(s) {list(source_ids)!r}, whose excerpts the {what}'s request carries, were deleted "
-        f"after recall read them; the {what} stopped before its next model call, so their text was not "
-        "sent again; nothing was committed (what ran was made from them)",
+        f"after recall read them; the {what} stopped before {where}, so {sent}; nothing was committed "
+        "(what ran was made from them)",
         source_ids,
     )
+    error.before_commit = before_commit
     error.commit_state = CommitState.NOT_COMMITTED
     return error

@@ -401,7 +401,9 @@ class EffectsKeeper:
         refs = () if outcome is None else DocumentFence.carried(outcome.included)
         if store is None or outcome is None or not refs:
             return None
-        return DocumentFence(store, self.scope, self.runtime.recall_limits, refs, outcome.usage)
+        # A memory search ran between recall's validation and the first call: that call is looked before too.
+        first = self.runtime.memory is not None
+        return DocumentFence(store, self.scope, self.runtime.recall_limits, refs, outcome.usage, first=first)
 
     def _resident(self) -> tuple[int, ...] | Callable[[], tuple[int, ...]]:
         """What works out the seqs of the loaded resident groups whose messages the request sends.

@@ -10,7 +10,10 @@ facts the request carries and nothing else:
 
 - a run whose request carries no memory fact makes none (no read, no cost);
 - the first model call follows the memory selection at once (its read is
-  the check), so only later calls look;
+  the check), so only later calls look — and, once the run's last model
+  call answered, :meth:`FactFence.last` looks once more before the commit
+  (a forget during that call: no call follows it, and the answer made from
+  the fact must not be committed);
 - a later call reads each carried fact's revisions back (one bounded
   ``history`` read per fact, at most
   :data:`~agentium_harness._ports.memory.MAX_FACT_REVISIONS` revisions; the
@@ -24,7 +27,8 @@ facts the request carries and nothing else:
   call with the store's typed error: the fact is never sent unchecked.
 
 Stopping raises :class:`~agentium_harness._errors_run.FactForgottenDuringRunError`
-(an :class:`ErasedDuringRunError`) before the call, with a WARNING (no
+(an :class:`ErasedDuringRunError`; ``before_commit`` after the last call)
+before the call, or the commit, with a WARNING (no
 content, no fact id) and the span event ``agentium.run.erased_during_run``:
 the run commits nothing, as for an erasure (its replies and tool calls were
 made from the fact and may restate it; docs/erasure.md says why the run is
@@ -57,6 +61,8 @@ if TYPE_CHECKING:
 __all__ = ["FactFence", "carried_facts"]
 
 _log = logging.getLogger("agentium.engine")
+#: Where a stop is, by ``before_commit``: before the run's next model call, or after its last one.
+_NEXT = {False: "next model call", True: "commit"}
 
 
 def carried_facts(blocks: Sequence[SourceBlock]) -> tuple[str, ...]:
@@ -88,12 +94,24 @@ class FactFence:
         self.calls += 1
         if self.calls == 1 or not self.fact_ids:
             return
+        await self._look(ticket, what, False)
+
+    async def last(self, ticket: Ticket, what: str = "run") -> None:
+        """After the run's last model call, before its commit: the same look, whatever the calls before.
+
+        A forget during that call is seen by no :meth:`check` (no call follows); the answer made from the
+        fact would be committed.
+        """
+        if self.fact_ids:
+            await self._look(ticket, what, True)
+
+    async def _look(self, ticket: Ticket, what: str, before_commit: bool) -> None:
         manager, scope = self.manager, self.scope
         if not manager.capabilities.history:
             forgotten = manager.forgotten_ids
             for fact_id in self.fact_ids:
                 if fact_id in forgotten:
-                    raise _forgotten(fact_id, what)
+                    raise _forgotten(fact_id, what, before_commit)
             return
         store = manager.store
         # One look is one operation: its reads share one op_timeout_s, not one each (up to
@@ -106,17 +124,17 @@ class FactFence:
                     "memory forget fence", partial(_history, store, scope, fact_id), timeout_s=left
                 )
             except MemoryFactNotFoundError:
-                raise _forgotten(fact_id, what) from None  # erased since: gone as well
+                raise _forgotten(fact_id, what, before_commit) from None  # erased since: gone as well
             except AgentiumError:
                 raise
             except Exception as exc:  # a store's foreign exception reaches the host typed
                 raise MemoryStoreError(
                     f"memory forget fence: the store's history read failed: {error_text(exc)}; the {what} "
-                    "stopped before its next model call"
+                    f"stopped before its {_NEXT[before_commit]}"
                 ) from exc
             revisions = checked_history(raw, scope, fact_id, "memory forget fence")
             if not revisions or revisions[-1].status is FactStatus.FORGOTTEN:
-                raise _forgotten(fact_id, what)
+                raise _forgotten(fact_id, what, before_commit)
 
 
 async def _history(
@@ -125,20 +143,28 @@ async def _history(
     return await store.history(scope, fact_id, ctx)
 
 
-def _forgotten(fact_id: str, what: str) -> FactForgottenDuringRunError:
-    """The stop for carried fact ``fact_id`` forgotten since the run's selection: a WARNING, a span event."""
+def _forgotten(fact_id: str, what: str, before_commit: bool) -> FactForgottenDuringRunError:
+    """The stop for carried fact ``fact_id`` forgotten since the run's selection: a WARNING, a span event.
+
+    ``before_commit``: seen after the run's last model call (it was forgotten during it), not before one.
+    """
     _log.warning(
-        "%s stopped before a model call: a memory fact its request carries was forgotten after the run "
+        "%s stopped before %s: a memory fact its request carries was forgotten after the run "
         "injected it; nothing was sent again or committed",
         what,
+        "its commit" if before_commit else "a model call",
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event("agentium.run.erased_during_run", {"agentium.erasure.state": "forgotten"})
+    sent = (
+        "so the answer made from it was not committed" if before_commit else "so the fact was not sent again"
+    )
     error = FactForgottenDuringRunError(
         f"memory fact {fact_id!r}, which the {what}'s request carries, was forgotten after the {what} "
-        f"injected it; the {what} stopped before its next model call, so the fact was not sent again; "
+        f"injected it; the {what} stopped before its {_NEXT[before_commit]}, {sent}; "
         "nothing was committed (what ran was made from it)",
         fact_id,
     )
+    error.before_commit = before_commit
     error.commit_state = CommitState.NOT_COMMITTED
     return error

@@ -13,8 +13,10 @@ A turn, in order (see docs/runtime.md), each step in its own module:
    then, when the run asks for it, verification (:mod:`.verification`): the
    final answer checked against current host evidence, with revisions as the
    completion policy allows;
-6. the commit fence (:mod:`.recall_turn`, :mod:`.recall_view`): recalled sources
-   validated again, the policy decides, optional conditional publication;
+6. the last look and the commit fence (:mod:`.last_look`, :mod:`.recall_turn`,
+   :mod:`.recall_view`): the carried memory facts read back once more, recalled
+   sources validated again (a carried document deleted stops the run), the
+   policy decides, optional conditional publication;
 7. commit (:mod:`.commit`): append the new group, archive the oldest complete
    groups over the resident bound, check every receipt, and only then save the
    snapshot with compare-and-set on its revision (R3); a recall store that
@@ -39,10 +41,9 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 
 import anyio
-import attrs
 
 from .._errors import AgentiumError, InvalidArgumentError, SessionDivergedError
-from .._history import InterruptionCause, Message, RetainedRecord, TurnInterruption
+from .._history import Message, RetainedRecord, TurnInterruption
 from .._observe.settings import Telemetry
 from .._observe.turn import settings_of, traced_run
 from .._ports.archive import HistoryArchive
@@ -70,6 +71,7 @@ from .erasure_api import ErasureOperations
 from .history_api import HistoryOperations
 from .history_view import recall_hidden
 from .hooks import HookBroadcaster
+from .last_look import commit_run
 from .lifecycle import Admission, LifecycleState, Ticket
 from .limits import RuntimeLimits
 from .load import load_session
@@ -98,7 +100,6 @@ from .recall_turn import (
     RecallEnd,
     RecallStep,
     opening_messages,
-    recall_before_commit,
     recall_before_dispatch,
     uncommitted_result,
 )
@@ -108,8 +109,8 @@ from .results import Diagnostic, RunResult, RunStatus
 from .retention import RetentionPolicy
 from .summary import GroupReader
 from .tools import ToolRegistry
-from .turn import TurnInterrupted, TurnOutcome, executed, run_turn
-from .turn_commit import interruption, retained_record, settle_earlier
+from .turn import TurnInterrupted, TurnOutcome, run_turn
+from .turn_commit import retained_record, settle_earlier
 from .verification import (
     REVISION_REQUEST,
     CompletionPolicy,
@@ -452,28 +453,9 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                     noted=noted,
                 )
                 diagnostics.extend(verify_notes)
-            progress.turn = turn
-            diagnostics.extend(turn.diagnostics)
-            if step is not None and progress.recall is not None and self.recall is not None:
-                progress.recall, stop_run, fence_notes = await recall_before_commit(
-                    ticket,
-                    store=self.recall,
-                    scope=scope,
-                    limits=self.recall_limits,
-                    policy=self.recall_policy,
-                    outcome=progress.recall,
-                )
-                diagnostics.extend(fence_notes)
-                if stop_run:
-                    if executed(turn):
-                        reason = progress.recall.reason or "stopped"
-                        why = interruption(InterruptionCause.RECALL_STOPPED, reason)
-                        return await keeper.commit(turn, RunStatus.STOPPED, why)
-                    step = attrs.evolve(step, outcome=progress.recall)
-                    status = RunStatus.STOPPED
-                    stopped = uncommitted_result(scope, stored, snap, status, "", step, diagnostics)
-                    return attrs.evolve(stopped, tool_outcomes=turn.tool_outcomes, usage=turn.usage)
-            return await keeper.commit(turn, turn.status)
+            # The run fences' last look (a fact forgotten, a document deleted during the last call),
+            # the commit fence, then the commit (.last_look).
+            return await commit_run(self, ticket, scope, keeper, turn, step, stored, snap)
         except TurnInterrupted as stop:
             # A model call failed mid-turn. Tools that already ran are committed, never dropped;
             # the error is raised either way, carrying what ran and whether it was committed.

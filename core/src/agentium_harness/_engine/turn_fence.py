@@ -383,6 +383,5 @@ def erased_during_run(error: ErasedDuringRunError, ran: bool) -> Diagnostic:
         if error.erasure_id
         else "groups (or the task summary) the request carries were erased after the run loaded the session"
     )
-    return Diagnostic(
-        ERASED_DURING_RUN, f"{why}; the run stopped before its next model call{kept}", Severity.WARNING
-    )
+    where = "its commit, after its last model call" if error.before_commit else "its next model call"
+    return Diagnostic(ERASED_DURING_RUN, f"{why}; the run stopped before {where}{kept}", Severity.WARNING)

@@ -1,0 +1,93 @@
+"""After a run's last model call, before its commit: the run fences' last look, and the commit fence.
+
+The run fences (:mod:`.fact_fence`, :mod:`.document_run_fence`) look before
+each later model call; a memory fact forgotten, or a host document deleted,
+while the *last* call was under way meets no call after it, and the answer
+made while it was gone would be committed as usual. So, once the turn (and
+its verification) is done, :func:`commit_run`:
+
+1. reads the carried memory facts back once more (:meth:`.fact_fence.FactFence.last`;
+   a run carrying none reads nothing);
+2. runs the commit fence (:func:`~.recall_turn.recall_before_commit`), from
+   the run's recall usage with the document fence's looks counted
+   (:meth:`.document_run_fence.DocumentFence.counted`); its validation of
+   every included source is the documents' last look: a carried document
+   it calls ``deleted`` or ``forbidden`` stops the run
+   (:meth:`.document_run_fence.DocumentFence.at_commit`, no read of its
+   own), before the recall policy's decision is acted on;
+3. commits: the turn, or only what ran of it when the recall policy stopped it.
+
+A stop here raises the error of a stop before a call
+(:class:`~agentium_harness._errors_run.FactForgottenDuringRunError`,
+:class:`~agentium_harness._errors_run.DocumentDeletedDuringRunError`, with
+``before_commit``): the run's handler commits nothing of it
+(:class:`~.effects.EffectsKeeper`), as for a stop between calls. A run
+carrying neither facts nor documents pays two attribute reads for it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .._history import InterruptionCause
+from .._ports.sessions import SessionSnapshot, StoredSnapshot
+from .._scope import Scope
+from .effects import EffectsKeeper
+from .lifecycle import Ticket
+from .recall_turn import RecallStep, recall_before_commit, uncommitted_result
+from .results import RunResult, RunStatus
+from .turn import TurnOutcome, executed
+from .turn_commit import interruption
+
+if TYPE_CHECKING:
+    from .runtime import HarnessRuntime
+
+__all__ = ["commit_run"]
+
+
+async def commit_run(
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    scope: Scope,
+    keeper: EffectsKeeper,
+    turn: TurnOutcome,
+    step: RecallStep | None,
+    stored: StoredSnapshot | None,
+    snap: SessionSnapshot,
+) -> RunResult:
+    """Look once more at what the run carries, run the commit fence, and commit ``turn`` (or what ran)."""
+    progress = keeper.progress
+    diagnostics = progress.diagnostics
+    progress.turn = turn
+    diagnostics.extend(turn.diagnostics)
+    fence = keeper.trace.fence
+    facts = None if fence is None else fence.facts
+    if facts is not None:
+        await facts.last(ticket, fence.what if fence is not None else "run")
+    if step is not None and progress.recall is not None and runtime.recall is not None:
+        documents = None if fence is None else fence.documents
+        before = progress.recall if documents is None else documents.counted(progress.recall)
+        progress.recall, stop_run, fence_notes = await recall_before_commit(
+            ticket,
+            store=runtime.recall,
+            scope=scope,
+            limits=runtime.recall_limits,
+            policy=runtime.recall_policy,
+            outcome=before,
+        )
+        diagnostics.extend(fence_notes)
+        if documents is not None:
+            # The validations the commit fence added (it appends its own to recall's invalidated).
+            documents.at_commit(progress.recall.invalidated[len(before.invalidated) :])
+        if stop_run:
+            if executed(turn):
+                reason = progress.recall.reason or "stopped"
+                why = interruption(InterruptionCause.RECALL_STOPPED, reason)
+                return await keeper.commit(turn, RunStatus.STOPPED, why)
+            step = attrs.evolve(step, outcome=progress.recall)
+            status = RunStatus.STOPPED
+            stopped = uncommitted_result(scope, stored, snap, status, "", step, diagnostics)
+            return attrs.evolve(stopped, tool_outcomes=turn.tool_outcomes, usage=turn.usage)
+    return await keeper.commit(turn, turn.status)
