@@ -17,7 +17,7 @@ import sniffio
 
 from agentium_harness.plugin_api import OpContext
 
-from .errors import PostgresAsyncioRequiredError
+from .errors import PostgresAsyncioRequiredError, PostgresError
 
 __all__ = [
     "CLIENT_SLACK_S",
@@ -26,6 +26,7 @@ __all__ = [
     "StaleConnection",
     "commit_wait",
     "require_asyncio",
+    "require_idle",
     "running_loop",
     "statement_timeout_ms",
     "stopped_by_close",
@@ -48,6 +49,36 @@ def require_asyncio(operation: str) -> None:
         raise PostgresAsyncioRequiredError(
             f"{operation} refused: agentium-postgres runs under asyncio only (psycopg's async API), "
             f"this call came from {library}; run the host under asyncio"
+        )
+
+
+#: A lent connection's states in which a call of its own cannot begin a transaction of its own.
+_BUSY: Final = frozenset(
+    {
+        psycopg.pq.TransactionStatus.ACTIVE,
+        psycopg.pq.TransactionStatus.INTRANS,
+        psycopg.pq.TransactionStatus.INERROR,
+    }
+)
+
+
+def require_idle(
+    conn: psycopg.AsyncConnection[Any], name: str, operation: str, family: type[PostgresError]
+) -> None:
+    """Refuse ``operation`` on a lent connection the host left inside a transaction (or running a command).
+
+    psycopg nests a transaction begun there as a savepoint: the call's "COMMIT" only released it,
+    the call reported its write committed, and the host's rollback (or closing the connection)
+    then dropped it. On an autocommit connection after the host's own ``BEGIN``, the call's COMMIT
+    committed the host's pending work and its ROLLBACK undid it. Nothing is sent; a closed or
+    broken connection (status unknown) fails as before, on its first statement.
+    """
+    status = conn.info.transaction_status
+    if status in _BUSY:
+        raise family(
+            f"{name}: {operation} refused: the lent connection is inside a transaction of the host's "
+            f"({status.name}), so the call could not commit on its own; nothing was sent or written. "
+            "Commit or roll back the host's transaction first, or lend an idle connection"
         )
 
 

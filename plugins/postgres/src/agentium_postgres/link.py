@@ -10,7 +10,7 @@ row-level security policies compare every row with).
 ``psycopg_pool.AsyncConnectionPool`` on its first call and closes it in
 ``aclose()``. A host may lend an ``AsyncConnectionPool`` (``pool=``) or a
 single ``AsyncConnection`` (``connection=``); those are never closed. A lent
-connection serves one call at a time.
+connection serves one call at a time, and only while idle (``require_idle``).
 
 **Deadlines and cancellation.** The server cancels a statement past
 ``statement_timeout``; the client also runs the call under an anyio cancel
@@ -62,6 +62,7 @@ from .calls import (
     StaleConnection,
     commit_wait,
     require_asyncio,
+    require_idle,
     running_loop,
     statement_timeout_ms,
     stopped_by_close,
@@ -256,9 +257,9 @@ class PgLink:
         outcome: Outcome,
     ) -> T:
         if self._lent_connection is not None:
-            if self._connection_lock is None:
-                self._connection_lock = anyio.Lock()
+            self._connection_lock = self._connection_lock or anyio.Lock()
             async with self._connection_lock:
+                require_idle(self._lent_connection, self._name, operation, self._family)
                 return await self._transaction(
                     self._lent_connection, ctx, operation, tenant_key, work, False, write, outcome
                 )
