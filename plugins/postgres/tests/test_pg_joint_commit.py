@@ -7,10 +7,13 @@ the new snapshot together, and a failure of either writes neither.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import attrs
 import psycopg
 import pytest
+from pg_server import APP_PASSWORD, APP_USER, DATABASE
 
 from agentium_harness import ResidentLimits, RuntimeLimits, VerifiedIdentity, create_harness_runtime
 from agentium_harness.adapters.providers import ExtractiveProvider
@@ -21,7 +24,8 @@ from agentium_harness.plugin_api import (
     SessionKey,
 )
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
-from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
+from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore, migrate
+from agentium_postgres.errors import PostgresRowTooLargeError, PostgresSessionStoreError
 
 pytestmark = pytest.mark.anyio
 
@@ -140,3 +144,71 @@ async def test_shares_transactions_only_with_an_open_archive_on_the_same_schema(
     finally:
         for adapter in (store, same, other_schema, other_database):
             await adapter.aclose()
+
+
+async def test_two_services_naming_two_databases_never_share_a_transaction(
+    pg_server: Any,
+    schema: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    admin: psycopg.Connection[Any],
+) -> None:
+    # Only host, port, database and user were compared: "service=one" and "service=two" were one
+    # database, and the joint commit wrote the archive's groups into the session store's database,
+    # where the archive never read them (read_groups returned [] after the commit).
+    await migrate(PostgresConfig(dsn=pg_server.admin_dsn("postgres"), schema=schema), grant_to=[APP_USER])
+    services = tmp_path / "pg_service.conf"
+    common = f"host=127.0.0.1\nport={pg_server.port}\nuser={APP_USER}\npassword={APP_PASSWORD}\n"
+    services.write_text(f"[one]\n{common}dbname={DATABASE}\n[two]\n{common}dbname=postgres\n")
+    monkeypatch.setenv("PGSERVICEFILE", str(services))
+    store = PostgresSessionStore(PostgresConfig(dsn="service=one", schema=schema))
+    archive = PostgresArchive(PostgresConfig(dsn="service=two", schema=schema))
+    twin = PostgresArchive(PostgresConfig(dsn="service=one", schema=schema))
+    try:
+        assert store.shares_transactions_with(twin)  # the same service is the same database
+        assert not store.shares_transactions_with(archive)
+        groups = [rich_group(0, KEY, "evicted zero")]
+        with pytest.raises(PostgresSessionStoreError, match="same database and schema"):
+            await store.commit_with_archive(archive, KEY, groups, scoped_snapshot(KEY, " next"), None, _ctx())
+        assert archived_seqs(admin, schema, KEY) == []
+        assert await store.load(KEY, _ctx()) is None
+    finally:
+        for adapter in (store, archive, twin):
+            await adapter.aclose()
+    with psycopg.connect(pg_server.admin_dsn("postgres"), autocommit=True) as other:
+        other.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_an_identity_names_every_option_that_chooses_the_server() -> None:
+    one = PostgresConfig(dsn="host=db hostaddr=10.0.0.1 dbname=app user=app")
+    assert one.identity() != PostgresConfig(dsn="host=db hostaddr=10.0.0.2 dbname=app user=app").identity()
+    # The password and the options that cannot move a connection elsewhere do not count.
+    assert (
+        one.identity()
+        == PostgresConfig(
+            dsn="host=db hostaddr=10.0.0.1 dbname=app user=app application_name=x connect_timeout=3",
+            password="secret",
+        ).identity()
+    )
+
+
+async def test_the_joint_commit_refuses_a_group_over_the_archives_own_row_bound(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # The batch was sized against the session store's max_row_bytes: a group the archive's own
+    # append refuses was committed, with the boundary past it, and every archive read of it then
+    # failed with PostgresRowTooLargeError.
+    store = PostgresSessionStore(app_config)
+    archive = PostgresArchive(attrs.evolve(app_config, max_row_bytes=1024))
+    try:
+        groups = [rich_group(0, KEY, "x" * 3000)]
+        with pytest.raises(PostgresRowTooLargeError):
+            await archive.append(KEY, groups, _ctx())
+        with pytest.raises(PostgresRowTooLargeError):
+            await store.commit_with_archive(archive, KEY, groups, scoped_snapshot(KEY, " next"), None, _ctx())
+        assert archived_seqs(admin, schema, KEY) == []
+        assert await store.load(KEY, _ctx()) is None
+        assert list(await archive.read_groups(KEY, 0, 10, _ctx())) == []
+    finally:
+        await archive.aclose()
+        await store.aclose()

@@ -23,6 +23,23 @@ __all__ = ["PostgresConfig", "redact_dsn", "server_label"]
 _IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
+#: Connection options that never change which server, database and role a connection reaches.
+_NOT_WHERE: Final = frozenset(
+    {
+        "password",
+        "passfile",
+        "application_name",
+        "fallback_application_name",
+        "connect_timeout",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+    }
+)
+
+
 def _conninfo(dsn: str) -> dict[str, Any]:
     """The parsed connection options; ``InvalidArgumentError`` (never showing the text) if unparsable."""
     # Imported here, not at module level: listing the plugin (which names this class) must not load
@@ -190,13 +207,17 @@ class PostgresConfig:
         """``postgresql://user@host:port/dbname`` of the server, for messages (no password)."""
         return redact_dsn(self.dsn)
 
-    def identity(self) -> tuple[str, str, str, str, str]:
-        """(host, port, dbname, user, schema): two adapters with equal identities share one database."""
+    def identity(self) -> tuple[str, ...]:
+        """What names the database and schema: two adapters with equal identities share one database.
+
+        Every connection option but the password and those that cannot change where a connection
+        lands (:data:`_NOT_WHERE`), as ``key=value`` in key order, then the schema. Taking only
+        host, port, database and user, ``service=a`` and ``service=b`` (a ``pg_service.conf``
+        naming two servers), or two ``hostaddr``, were one database: the session store then wrote
+        the archive's groups, in its joint commit, into its own database, where the archive never
+        read them. Two strings naming one database in different words are two identities: the
+        adapters then commit separately, which is slower, never wrong.
+        """
         info = _conninfo(self.dsn)
-        return (
-            str(info.get("host") or info.get("hostaddr") or ""),
-            str(info.get("port") or ""),
-            str(info.get("dbname") or ""),
-            str(info.get("user") or ""),
-            self.schema,
-        )
+        where = sorted(f"{k}={v}" for k, v in info.items() if k not in _NOT_WHERE and v is not None)
+        return (*where, f"schema={self.schema}")

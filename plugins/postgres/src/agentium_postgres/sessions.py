@@ -326,7 +326,8 @@ class PostgresSessionStore(SessionStore):
 
         Both commit or neither does. Conflicts raise what the separate calls
         raise (``ArchiveConflictError`` first, then ``SessionConflictError``)
-        and write nothing.
+        and write nothing; so does a group over the archive's ``max_row_bytes``
+        (``PostgresRowTooLargeError``), as its append would.
         """
         checked_ctx(ctx, "session commit with archive").raise_if_expired("session commit with archive")
         if not self.shares_transactions_with(archive):
@@ -335,7 +336,9 @@ class PostgresSessionStore(SessionStore):
                 "database and schema; nothing was written"
             )
         assert isinstance(archive, PostgresArchive)
-        rows = group_rows(key, groups, self._config.max_row_bytes, archive.link.name)
+        # The archive's own bound, as its append applies: a group past it, written here, was
+        # committed behind the boundary and then refused by every archive read.
+        rows = group_rows(key, groups, archive.config.max_row_bytes, archive.link.name)
         data = self._snapshot_data(key, snapshot, "session commit with archive")
         expected_revision = checked_expected_revision(expected_revision, "session commit with archive")
         schema = self._config.schema
