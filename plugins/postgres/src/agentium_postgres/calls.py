@@ -76,9 +76,10 @@ def require_idle(
     status = conn.info.transaction_status
     if status in _BUSY:
         raise family(
-            f"{name}: {operation} refused: the lent connection is inside a transaction of the host's "
-            f"({status.name}), so the call could not commit on its own; nothing was sent or written. "
-            "Commit or roll back the host's transaction first, or lend an idle connection"
+            f"{name}: {operation} refused: the lent connection is not idle ({status.name}: inside a "
+            "transaction, or running a command, that this call did not begin), so the call could not "
+            "commit on its own; nothing was sent or written. Commit or roll back the host's "
+            "transaction first, or lend an idle connection"
         )
 
 
