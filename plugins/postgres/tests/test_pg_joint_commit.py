@@ -182,14 +182,15 @@ async def test_two_services_naming_two_databases_never_share_a_transaction(
 def test_an_identity_names_every_option_that_chooses_the_server() -> None:
     one = PostgresConfig(dsn="host=db hostaddr=10.0.0.1 dbname=app user=app")
     assert one.identity() != PostgresConfig(dsn="host=db hostaddr=10.0.0.2 dbname=app user=app").identity()
-    # The password and the options that cannot move a connection elsewhere do not count.
-    assert (
-        one.identity()
-        == PostgresConfig(
-            dsn="host=db hostaddr=10.0.0.1 dbname=app user=app application_name=x connect_timeout=3",
-            password="secret",
-        ).identity()
+    # The secrets and the options that cannot move a connection elsewhere do not count (and the
+    # identity, a dictionary key, holds no secret).
+    same = PostgresConfig(
+        dsn="host=db hostaddr=10.0.0.1 dbname=app user=app application_name=x connect_timeout=3 "
+        "sslpassword=secret-key password=secret-dsn",
+        password="secret",
     )
+    assert one.identity() == same.identity()
+    assert "secret" not in " ".join(same.identity())
 
 
 async def test_the_joint_commit_refuses_a_group_over_the_archives_own_row_bound(

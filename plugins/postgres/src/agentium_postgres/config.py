@@ -27,6 +27,7 @@ _IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _NOT_WHERE: Final = frozenset(
     {
         "password",
+        "sslpassword",
         "passfile",
         "application_name",
         "fallback_application_name",
