@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from agentium_harness.plugin_api import OpContext, SessionKey
-from agentium_harness.testing import scoped_snapshot
-from agentium_postgres import PostgresConfig, PostgresSessionStore
+from agentium_harness.testing import plain_group, scoped_snapshot
+from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
 from agentium_postgres.errors import PostgresSessionStoreError
 
 pytestmark = pytest.mark.anyio
@@ -45,9 +45,9 @@ async def test_a_lent_connection_inside_the_hosts_transaction_is_refused_and_not
         with anyio.fail_after(30):
             # The host's own statement: psycopg opens a transaction (or the host began one).
             await conn.execute("SELECT 1" if not autocommit else "BEGIN")
-            with pytest.raises(PostgresSessionStoreError, match="not idle .INTRANS: inside a"):
+            with pytest.raises(PostgresSessionStoreError, match=r"not idle \(INTRANS: inside a"):
                 await store.save(KEY, scoped_snapshot(KEY, " lost"), None, _ctx())
-            with pytest.raises(PostgresSessionStoreError, match="not idle .INTRANS: inside a"):
+            with pytest.raises(PostgresSessionStoreError, match=r"not idle \(INTRANS: inside a"):
                 await store.load(KEY, _ctx())
             # The host's transaction is left as it was, and nothing reached the table.
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
@@ -66,3 +66,41 @@ async def test_a_lent_connection_inside_the_hosts_transaction_is_refused_and_not
         await store.aclose()
         await conn.close()
     assert _snapshots(admin, schema) == 1  # closing the lent connection took nothing back
+
+
+async def test_one_connection_lent_to_two_adapters_serves_their_concurrent_calls_one_at_a_time(
+    pg_server: Any, app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # The README lends one connection to all four adapters. Each adapter held a lock of its own,
+    # so the archive's call and the session store's ran at once on the connection: their
+    # transactions interleaved in one pipeline, the connection broke ("the connection is closed")
+    # and both calls, and every later one, failed with PostgresUnavailableError.
+    conn = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    archive = PostgresArchive(app_config, connection=conn)
+    other = SessionKey("globex", "bob", "t1")
+    try:
+        with anyio.fail_after(30):
+            revision = await store.save(KEY, scoped_snapshot(KEY, " a"), None, _ctx())
+            await archive.append(other, [plain_group(0, "b zero")], _ctx())
+            results: list[object] = []
+
+            async def save(n: int) -> None:
+                results.append(await store.save(KEY, scoped_snapshot(KEY, f" a{n}"), revision + n, _ctx()))
+
+            async def append(n: int) -> None:
+                await archive.append(other, [plain_group(n + 1, f"b {n}")], _ctx())
+                results.append([g.seq for g in await archive.read_groups(other, 0, 100, _ctx())])
+
+            for n in range(20):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(save, n)
+                    tg.start_soon(append, n)
+        assert [r for r in results if isinstance(r, int)] == [revision + n + 1 for n in range(20)]
+        assert [r for r in results if isinstance(r, list)] == [list(range(n + 2)) for n in range(20)]
+        row = admin.execute(f'SELECT revision FROM "{schema}".session_snapshots').fetchone()
+        assert row == (revision + 20,)
+    finally:
+        await store.aclose()
+        await archive.aclose()
+        await conn.close()

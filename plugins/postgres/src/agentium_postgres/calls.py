@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 from typing import Any, Final
 
+import anyio
 import attrs
 import psycopg
 import sniffio
@@ -25,6 +27,7 @@ __all__ = [
     "Outcome",
     "StaleConnection",
     "commit_wait",
+    "lent_lock",
     "require_asyncio",
     "require_idle",
     "running_loop",
@@ -50,6 +53,20 @@ def require_asyncio(operation: str) -> None:
             f"{operation} refused: agentium-postgres runs under asyncio only (psycopg's async API), "
             f"this call came from {library}; run the host under asyncio"
         )
+
+
+#: One lock per lent connection, whichever adapters it was lent to (the README lends one to all four).
+#: A lock per adapter let the archive's call and the session store's run at once on it: their
+#: transactions interleaved in one pipeline, and the connection broke ("the connection is closed").
+_LENT_LOCKS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], anyio.Lock] = weakref.WeakKeyDictionary()
+
+
+def lent_lock(conn: psycopg.AsyncConnection[Any]) -> anyio.Lock:
+    """The lock every call on the lent connection ``conn`` holds for its whole transaction."""
+    lock = _LENT_LOCKS.get(conn)
+    if lock is None:
+        lock = _LENT_LOCKS[conn] = anyio.Lock()
+    return lock
 
 
 #: A lent connection's states in which a call of its own cannot begin a transaction of its own.

@@ -10,7 +10,7 @@ row-level security policies compare every row with).
 ``psycopg_pool.AsyncConnectionPool`` on its first call and closes it in
 ``aclose()``. A host may lend an ``AsyncConnectionPool`` (``pool=``) or a
 single ``AsyncConnection`` (``connection=``); those are never closed. A lent
-connection serves one call at a time, and only while idle (``require_idle``).
+connection serves one call at a time, of any adapter (``lent_lock``), when idle.
 
 **Deadlines and cancellation.** The server cancels a statement past
 ``statement_timeout``; the client also runs the call under an anyio cancel
@@ -61,6 +61,7 @@ from .calls import (
     Outcome,
     StaleConnection,
     commit_wait,
+    lent_lock,
     require_asyncio,
     require_idle,
     running_loop,
@@ -125,7 +126,6 @@ class PgLink:
         self._name = name
         self._needs = needs
         self._facts: ServerFacts | None = None
-        self._connection_lock: anyio.Lock | None = None
         # One per loop (an anyio lock belongs to its loop); the first-use check is idempotent.
         self._ready_locks: PerLoop[anyio.Lock] = PerLoop(anyio.Lock)
         self._closed = False
@@ -257,8 +257,7 @@ class PgLink:
         outcome: Outcome,
     ) -> T:
         if self._lent_connection is not None:
-            self._connection_lock = self._connection_lock or anyio.Lock()
-            async with self._connection_lock:
+            async with lent_lock(self._lent_connection):
                 require_idle(self._lent_connection, self._name, operation, self._family)
                 return await self._transaction(
                     self._lent_connection, ctx, operation, tenant_key, work, False, write, outcome
