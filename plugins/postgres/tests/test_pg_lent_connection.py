@@ -14,11 +14,12 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
+from pg_server import new_schema_name
 
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing import plain_group, scoped_snapshot
-from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
-from agentium_postgres.errors import PostgresSessionStoreError
+from agentium_postgres import SCHEMA_VERSION, PostgresArchive, PostgresConfig, PostgresSessionStore, migrate
+from agentium_postgres.errors import PostgresError, PostgresSessionStoreError
 
 pytestmark = pytest.mark.anyio
 
@@ -104,3 +105,28 @@ async def test_one_connection_lent_to_two_adapters_serves_their_concurrent_calls
         await store.aclose()
         await archive.aclose()
         await conn.close()
+
+
+async def test_migrate_on_a_lent_connection_inside_the_hosts_transaction_is_refused(
+    pg_server: Any, admin: psycopg.Connection[Any]
+) -> None:
+    # The migration's transaction was a savepoint of the host's: the report said every step was
+    # applied, and closing the connection took the whole schema back.
+    name = new_schema_name()
+    config = PostgresConfig(dsn=pg_server.admin_dsn(), schema=name)
+    conn = await psycopg.AsyncConnection.connect(pg_server.admin_dsn())
+    try:
+        with anyio.fail_after(30):
+            await conn.execute("SELECT 1")
+            with pytest.raises(PostgresError, match=r"not idle \(INTRANS"):
+                await migrate(config, connection=conn)
+            await conn.rollback()
+            report = await migrate(config, connection=conn)
+            assert report.applied == tuple(range(1, SCHEMA_VERSION + 1))
+    finally:
+        await conn.close()
+    try:
+        row = admin.execute(f'SELECT version FROM "{name}".schema_meta').fetchone()
+        assert row == (SCHEMA_VERSION,)  # committed: closing the lent connection took nothing back
+    finally:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

@@ -79,9 +79,11 @@ async def migrate(
 
     ``grant_to`` names roles to grant what the adapters need (``USAGE`` on
     the schema, the table privileges listed in the README). A lent
-    ``connection`` is used and left open; otherwise one is opened with
-    ``config`` and closed. Running it again at the current version changes
-    nothing (grants are re-applied). ``to_version`` stops at an older version
+    ``connection`` is used and left open (it must be idle: one inside a
+    transaction is refused, :class:`~agentium_postgres.errors.PostgresError`,
+    nothing sent); otherwise one is opened with ``config`` and closed.
+    Running it again at the current version changes nothing (grants are
+    re-applied). ``to_version`` stops at an older version
     (staged upgrades, and tests of an upgrade); a migration never goes back.
 
     Raises :class:`~agentium_postgres.errors.PostgresSchemaError` for a schema
@@ -94,10 +96,15 @@ async def migrate(
     # not load the client library.
     import psycopg
 
+    from .calls import require_idle
     from .link import PgLink, require_asyncio
 
     operation = "migrate"
     require_asyncio(operation)
+    if connection is not None:
+        # Inside the host's transaction, the migration's was a savepoint: the report said every
+        # step applied, and the host's rollback (or closing the connection) took the schema back.
+        require_idle(connection, "postgres migrate", operation, PostgresError)
     link = PgLink(config, family=PostgresError, name="postgres migrate", needs=())
     ctx = OpContext.with_timeout(timeout_s)
     try:
