@@ -14,6 +14,7 @@ import attrs
 import psycopg
 import pytest
 from pg_server import APP_PASSWORD, APP_USER, DATABASE
+from psycopg_pool import AsyncConnectionPool
 
 from agentium_harness import ResidentLimits, RuntimeLimits, VerifiedIdentity, create_harness_runtime
 from agentium_harness.adapters.providers import ExtractiveProvider
@@ -213,3 +214,34 @@ async def test_the_joint_commit_refuses_a_group_over_the_archives_own_row_bound(
     finally:
         await archive.aclose()
         await store.aclose()
+
+
+async def test_two_lent_pools_share_no_transaction_whatever_their_configs_say(
+    app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    # With pools lent, the configs' dsn names nothing the adapters connect to; two different
+    # pools were compared by their configs, so two pools of two databases under one config were
+    # one database to the joint commit, which wrote the archive's groups through the session
+    # store's pool, into its database.
+    ours = AsyncConnectionPool(pg_server.app_dsn(), min_size=0, max_size=1, open=False)
+    theirs = AsyncConnectionPool(pg_server.app_dsn("postgres"), min_size=0, max_size=1, open=False)
+    await ours.open()
+    await theirs.open()
+    store = PostgresSessionStore(app_config, pool=ours)
+    archive = PostgresArchive(app_config, pool=theirs)
+    same_pool = PostgresArchive(app_config, pool=ours)
+    owned = PostgresArchive(app_config)
+    try:
+        assert store.shares_transactions_with(same_pool)
+        assert not store.shares_transactions_with(archive)
+        assert not store.shares_transactions_with(owned)  # its own pool, not the lent one
+        with pytest.raises(PostgresSessionStoreError, match="same database and schema"):
+            await store.commit_with_archive(
+                archive, KEY, [rich_group(0, KEY, "zero")], scoped_snapshot(KEY, " next"), None, _ctx()
+            )
+        assert archived_seqs(admin, schema, KEY) == []
+    finally:
+        for adapter in (store, archive, same_pool, owned):
+            await adapter.aclose()
+        await ours.close()
+        await theirs.close()

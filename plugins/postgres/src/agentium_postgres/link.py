@@ -175,8 +175,8 @@ class PgLink:
                 self._lent_connection is other._lent_connection
                 and self._config.schema == other._config.schema
             )
-        if self._lent_pool is not None and self._lent_pool is other._lent_pool:
-            return self._config.schema == other._config.schema
+        if self._lent_pool is not None or other._lent_pool is not None:  # configs name no lent pool
+            return self._lent_pool is other._lent_pool and self._config.schema == other._config.schema
         return self._config.identity() == other._config.identity()
 
     # -- running a call -------------------------------------------------------------------------
