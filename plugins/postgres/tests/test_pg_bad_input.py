@@ -263,16 +263,33 @@ async def test_a_grantee_that_is_every_role_or_a_predefined_one_is_refused_and_n
     assert found == (0,)
 
 
-@pytest.mark.parametrize("grant_to", [[f"{APP_USER}\x00x"], ["app\ud800"], ["r" * 64], APP_USER])
+@pytest.mark.parametrize(
+    "grant_to",
+    [[f"{APP_USER}\x00x"], ["app\ud800"], ["r" * 64], APP_USER, None, 5, (r for r in [APP_USER])],
+)
 async def test_a_grantee_postgresql_would_read_as_another_role_is_refused_and_nothing_is_created(
     pg_server: PostgresServer, admin: psycopg.Connection[Any], grant_to: Any
 ) -> None:
     # libpq's identifier escaping stops at a NUL: "agentium_app\x00x" was granted as agentium_app.
     # PostgreSQL cuts names past 63 bytes; a lone surrogate escaped as a bare UnicodeEncodeError;
-    # a string was iterated, each character taken for a role.
+    # a string was iterated, each character taken for a role; None or a number raised a bare
+    # TypeError, and a generator was used up by the check, so nothing was granted.
     name = new_schema_name()
     with pytest.raises(InvalidArgumentError):
         await migrate(PostgresConfig(dsn=pg_server.admin_dsn(), schema=name), grant_to=grant_to)
+    found = admin.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (name,)).fetchone()
+    assert found == (0,)
+
+
+async def test_migrate_refuses_a_connection_that_is_not_one_and_nothing_is_created(
+    pg_server: PostgresServer, admin: psycopg.Connection[Any]
+) -> None:
+    # A DSN string (or anything else) where a connection belongs failed with a bare AttributeError.
+    name = new_schema_name()
+    with pytest.raises(InvalidArgumentError, match="connection must be"):
+        await migrate(
+            PostgresConfig(dsn=pg_server.admin_dsn(), schema=name), connection=pg_server.admin_dsn()
+        )  # type: ignore[arg-type]
     found = admin.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (name,)).fetchone()
     assert found == (0,)
 

@@ -45,6 +45,13 @@ def check_grantees(roles: Sequence[str]) -> None:
         raise InvalidArgumentError(
             f"grant_to must be a sequence of role names, got the string {roles!r}; nothing was changed"
         )
+    # None or a number escaped as a bare TypeError; a generator was used up by this check, and the
+    # migration then granted nothing while its report said what it was given.
+    if not isinstance(roles, Sequence):
+        raise InvalidArgumentError(
+            f"grant_to must be a sequence of role names (a list or tuple), got {type(roles).__name__}; "
+            "nothing was changed"
+        )
     for role in roles:
         if not isinstance(role, str) or not role:
             raise InvalidArgumentError(f"a grantee must be a role name, got {role!r}; nothing was changed")
@@ -101,6 +108,11 @@ async def migrate(
 
     operation = "migrate"
     require_asyncio(operation)
+    if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
+        raise InvalidArgumentError(
+            f"connection must be a psycopg.AsyncConnection, got {type(connection).__name__}; nothing "
+            "was changed"
+        )
     if connection is not None:
         # Inside the host's transaction, the migration's was a savepoint: the report said every
         # step applied, and the host's rollback (or closing the connection) took the schema back.
