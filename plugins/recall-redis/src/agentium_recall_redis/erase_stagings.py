@@ -173,9 +173,9 @@ PEND_SCAN = Script(
 local P, okp = ARGV[1], ARGV[2]
 -- The server process's run id: an HSCAN cursor means something only to the process that made it.
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
-if type_of(KEYS[1]) ~= 'hash' then return {'0', run} end
+if type_of(P .. ':bk') ~= 'hash' then return {'0', run} end
 local kb = type_of(P .. ':kb')
-local page = redis.call('HSCAN', KEYS[1], ARGV[3], 'COUNT', tonumber(ARGV[4]))
+local page = redis.call('HSCAN', P .. ':bk', ARGV[3], 'COUNT', tonumber(ARGV[4]))
 local fields, reply = page[2], {page[1], run}
 for i = 1, #fields, 2 do
   local o, b = fields[i], fields[i + 1]
