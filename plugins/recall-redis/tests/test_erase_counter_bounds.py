@@ -102,7 +102,8 @@ async def test_a_damaged_counter_no_row_bounds_fails_the_erase_closed_and_is_log
             await _rows(store)
             assert await admin.hdel(f"{tp}:ids", "doc/acme/ana/~/~/~/c") == 1
             index = await _index_keys(admin, tp)
-            assert await admin.delete(f"{tp}:rows", *index) == len(index) + 1
+            # An older store wrote neither the row set nor the marker of where it began (P:rb).
+            assert await admin.delete(f"{tp}:rows", f"{tp}:rb", *index) == len(index) + 2
             await admin.set(f"{tp}:n", str(DAMAGED))
             with caplog.at_level(logging.WARNING, logger="agentium.plugins.recall_redis"):
                 with pytest.raises(RedisRecallDamagedError, match="row counter"):
@@ -136,30 +137,39 @@ async def test_a_walk_within_the_bound_still_reads_every_number(
         await store.aclose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RedisRecallDamagedError,
-    reason="a tenant whose lowest listed row is past MAX_NUMBER_WALK + 1 is refused as damage (README)",
-)
+@pytest.mark.parametrize("began", ["by this store", "by an earlier version"])
 async def test_a_tenant_whose_first_row_numbers_are_all_gone_is_still_erased(
-    server: ServerProcess, admin: aioredis.Redis
+    server: ServerProcess, admin: aioredis.Redis, began: str
 ) -> None:
     # No damage: ana's row was erased, then the counter stands for 20,000,000 row numbers used since and
     # all gone (each write takes the next; erasures and rewrites free none), and bob's row takes the
-    # next. The walk by number is bounded by bob's row, 20,000,001: past MAX_NUMBER_WALK, so it is
-    # refused, and setting the counter to the highest row (the message's repair) changes nothing.
+    # next. The walk by number is bounded by bob's row, 20,000,001: past MAX_NUMBER_WALK. Rows below it
+    # that the row set does not list could be older than the set, so it was refused as damage. The
+    # tenant's first write now marks where its row set began (P:rb, "0": every row is listed), and the
+    # set alone is read. A tenant an earlier version began has no marker: refused as before (its rows
+    # below the lowest listed one may be unlisted), and setting the counter to the highest row (the
+    # message's repair) does not help it.
     prefix = new_prefix()
     tp = f"{prefix}:{{acme}}"
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     try:
         with anyio.fail_after(30):
             await store.index_document(ANA, "a", "qcounteranax text", _ctx())
+            assert await admin.get(f"{tp}:rb") == b"0"
             assert (await store.erase(EraseTarget.user("acme", "ana"), _ctx())).status is EraseStatus.COMPLETE
             await admin.set(f"{tp}:n", "20000000")
             await store.index_document(SourceOwner("acme", "bob"), "kept", "qbobcounter text", _ctx())
             assert await admin.zrange(f"{tp}:rows", 0, -1) == [b"20000001"]
+            if began == "by an earlier version":
+                assert await admin.delete(f"{tp}:rb") == 1
+                before = repr(await key_space(admin, tp))
+                with pytest.raises(RedisRecallDamagedError, match="row counter"):
+                    await store.erase(EraseTarget.tenant("acme"), _ctx())
+                assert repr(await key_space(admin, tp)) == before  # nothing erased
+                return
             report = await store.erase(EraseTarget.tenant("acme"), _ctx())
-        assert report.status is EraseStatus.COMPLETE
-        assert b"qbobcounter" not in repr(await key_space(admin, tp)).encode()
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+        left = [k for k in await key_space(admin, tp) if b":w:" not in k]  # settlement tokens expire
+        assert left == []  # the marker went with the tenant
     finally:
         await store.aclose()

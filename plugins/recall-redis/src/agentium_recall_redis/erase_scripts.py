@@ -159,7 +159,7 @@ if size(P .. ':ids', 'hash') + size(P .. ':pend', 'zset') + size(P .. ':gc', 'li
 -- The layout, vector model and count keys of later layouts go too when present.
 redis.call('DEL', P .. ':ids', P .. ':rev', P .. ':bk', P .. ':kb', P .. ':bn', P .. ':n', P .. ':nb',
            P .. ':pend', P .. ':gc', P .. ':v', P .. ':vm', P .. ':vc', P .. ':rows', P .. ':ixm',
-           P .. ':ixw')
+           P .. ':ixw', P .. ':rb')
 return 1
 """,
 )

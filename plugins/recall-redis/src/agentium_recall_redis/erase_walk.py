@@ -43,10 +43,17 @@ bound it, or when the lowest listed row is itself past :data:`MAX_NUMBER_WALK` +
 than :data:`MAX_NUMBER_WALK` is refused (:func:`checked_number_walk`, when the erase reads its bounds, before
 its first pass): ``RedisRecallDamagedError``, logged at WARNING and a span event, nothing erased; the
 message names the key. The second case is not always damage: a tenant whose first 2^24 row numbers were
-all used and are all gone looks the same as a counter damaged upward before its next write, and is
-refused too (``tests/test_erase_counter_bounds.py`` keeps it as a strict xfail); lowering the counter
-does not help it, as its highest row is past the bound. The bound is read then, not at each page: the
-first pass erases listed rows, and a set it emptied would bound nothing. The counter is not repaired:
+all used and are all gone looks the same as a counter damaged upward before its next write, and was
+refused too, every tenant erase of it, lowering the counter not helping (its highest row is past the
+bound). Telling them apart needs to know where the row set began: the first write of a tenant with
+nothing stored (``fresh_tenant``, as it marks the tenant indexed) now writes ``P:rb`` ``"0"``, every row
+of the tenant listed in its set from the first. With that marker, a set that lists any row, and a walk by
+number still past :data:`MAX_NUMBER_WALK` after the lowest listed row bounds it, the walk by number stops
+at the marker and the set does the rest (``tests/test_erase_counter_bounds.py``). A tenant an earlier
+version began has no marker and keeps the refusal; so does one whose set lists no row (all gone, or the
+set deleted: the marker alone does not say which). The marker goes with the tenant (``TENANT_DROP``).
+The bound is read when the erase reads its bounds, not at each page: the first pass erases listed rows,
+and a set it emptied would bound nothing. The counter is not repaired:
 the store cannot tell which numbers below it older rows hold without walking them.
 """
 
@@ -68,8 +75,8 @@ logger = logging.getLogger("agentium.plugins.recall_redis")
 MAX_NUMBER_WALK: Final = 1 << 24
 
 #: Lua: ``number_end(P, last)``, the last number a walk by row number reads: ``last`` up to
-#: :data:`MAX_NUMBER_WALK`; past it, one below the lowest row the tenant's row set lists when that is lower
-#: (see the module).
+#: :data:`MAX_NUMBER_WALK`; past it, one below the lowest row the tenant's row set lists when that is lower,
+#: and, still past it, where the row set began (``P:rb``) when the set lists a row (see the module).
 NUMBER_END: Final = f"""
 local function number_end(P, last)
   if last <= {MAX_NUMBER_WALK} then return last end  -- walked whole, as always: a few thousand calls at most
@@ -80,8 +87,17 @@ local function number_end(P, last)
     local n = low[j]
     if #n <= 15 and string.match(n, '^[1-9]%d*$') and tonumber(n) == tonumber(low[j + 1])
         and redis.call('EXISTS', P .. ':m:' .. n) == 1 then
-      return math.min(last, tonumber(n) - 1)
+      last = math.min(last, tonumber(n) - 1)
+      break
     end
+  end
+  if last <= {MAX_NUMBER_WALK} or #low == 0 then return last end
+  -- Where the row set began, when the tenant's first write said (P:rb): no row past it is unlisted.
+  t = redis.call('TYPE', P .. ':rb')
+  if (t['ok'] or t) ~= 'string' then return last end
+  local rb = redis.call('GET', P .. ':rb')
+  if #rb <= 15 and string.match(rb, '^%d+$') and tonumber(rb) <= {MAX_NUMBER_WALK} then
+    return math.min(last, tonumber(rb))
   end
   return last
 end

@@ -24,6 +24,9 @@ Under the tenant prefix (``P``):
 ``P:rows``             zset    every row hash's number (member and score ``n``), written and
                                removed with the row: what an erasure's sweep reads past a
                                damaged ``P:n`` (rows written before it existed are not listed)
+``P:rb``               string  ``0``, written by the first write of a tenant with nothing stored:
+                               every row numbered past it is in ``P:rows`` (absent for a tenant
+                               an earlier version began; :mod:`agentium_recall_redis.erase_walk`)
 ``P:v``                string  the tenant's layout version, ``4`` (words stemmed, groups with
                                neighbouring context, block digests); see below
 ``P:m:<n>``            hash    the row: sid, rev, title, size, owner key, bucket, kind,

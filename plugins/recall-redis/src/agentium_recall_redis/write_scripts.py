@@ -224,7 +224,10 @@ end
 redis.call('SET', P .. ':n', fmt(last))
 if nb ~= nb0 then redis.call('SET', P .. ':nb', fmt(nb)) end
 if new_layout then redis.call('SET', P .. ':v', LAYOUT) end
-if empty_tenant then redis.call('SET', P .. ':ixm', '1') end
+if empty_tenant then
+  redis.call('SET', P .. ':ixm', '1')
+  redis.call('SET', P .. ':rb', '0')  -- every row from the first is listed in P:rows (erase_walk)
+end
 collect(P, c)
 return done(fmt(fresh), backlog(P))
 """,
@@ -305,7 +308,10 @@ if newb then
 end
 redis.call('SET', P .. ':n', n)
 redis.call('SET', P .. ':v', LAYOUT)
-if empty_tenant then redis.call('SET', P .. ':ixm', '1') end
+if empty_tenant then
+  redis.call('SET', P .. ':ixm', '1')
+  redis.call('SET', P .. ':rb', '0')  -- every row from the first is listed in P:rows (erase_walk)
+end
 redis.call('ZADD', P .. ':pend', expires, b .. ' ' .. n)
 redis.call('DEL', P .. ':k:' .. n)
 add_postings(P, b, n, 8, nt)
