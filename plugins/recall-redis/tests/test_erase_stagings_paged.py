@@ -17,6 +17,7 @@ from typing import Any, Final
 import anyio
 import pytest
 import redis.asyncio as aioredis
+from keyspace import key_space
 from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness.plugin_api import EraseStatus, EraseTarget, OpContext, SourceOwner
@@ -87,15 +88,18 @@ async def test_an_erase_reads_many_stagings_in_bounded_pages_and_gives_up_every_
     server: ServerProcess, admin: aioredis.Redis, reverse: bool
 ) -> None:
     # 1,300 stagings of ana (over two pages; 600 of them at one score, so pages go on inside a score)
-    # and 700 of bob. Before: one ZRANGE P:pend 0 -1 read all 2,000 in each walk. Without the reverse map
-    # (an older store's buckets) the bucket map is walked too, and the stagings still read in pages.
+    # and 700 of bob. Before: one ZRANGE P:pend 0 -1 read all 2,000 in each walk, and again in the ERASE
+    # call removing ana's row. Without the reverse map (an older store's buckets) the bucket map is walked
+    # too, and the stagings still read in pages.
     prefix = new_prefix()
     tp = f"{prefix}:{{acme}}"
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
     try:
         with anyio.fail_after(30):
+            await store.index_document(SourceOwner("acme", "ana"), "mine", "qstagedana text", _ctx())
             await store.index_document(SourceOwner("acme", "bob"), "kept", "qstagedbob text", _ctx())
             bob = (await admin.hget(f"{tp}:bk", "bob/~/~/~") or b"").decode()
+            ana_row = (await admin.hget(f"{tp}:bk", "ana/~/~/~") or b"").decode()
             ana = {f"ana/s{i}/~/~": str(2 * 10**6 + i) for i in range(5)}
             await _begun(admin, tp, ana, reverse)
             if not reverse:
@@ -112,7 +116,11 @@ async def test_an_erase_reads_many_stagings_in_bounded_pages_and_gives_up_every_
                 reports.append(await store.erase(EraseTarget.user("acme", "ana"), _ctx()))
 
             commands = await _server_commands(server, erase)
-        assert reports[0].status is EraseStatus.COMPLETE
+        assert reports[0].status is EraseStatus.COMPLETE and reports[0].count("document") == 1
+        # The bucket ana's row left empty went with its owner key (no staging writes into it).
+        assert await admin.hget(f"{tp}:bk", "ana/~/~/~") is None
+        assert await admin.hget(f"{tp}:bn", ana_row) is None and await admin.hget(f"{tp}:kb", ana_row) is None
+        assert b"qstagedana" not in repr(await key_space(admin, tp)).encode()
         reads = _pend_reads(commands, tp)
         assert any(name.startswith("ZRANGE") for name, _ in reads)  # the stagings were read
         unbounded = [(name, most) for name, most in reads if most is None or most > PEND_PAGE]

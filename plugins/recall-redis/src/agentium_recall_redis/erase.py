@@ -267,13 +267,11 @@ for i = 1, nt do
     unlist(sid)
   end
 end
--- A bucket left empty goes with its owner key, unless a staged row still writes into it.
-local staged = {}
-for _, member in ipairs(redis.call('ZRANGE', P .. ':pend', 0, -1)) do
-  staged[string.match(member, '^(%d+) ') or ''] = true
-end
+-- A bucket left empty goes with its owner key. No staged row writes into it: its stagings are its owner's
+-- (no write files a second owner under it), given up before a call's first ERASE, and the call's fence
+-- refuses new ones (erase_stagings). So P:pend is not read here: that read had no bound.
 for b, o in pairs(buckets) do
-  if tonumber(redis.call('HGET', P .. ':bn', b) or '0') <= 0 and not staged[b] then
+  if tonumber(redis.call('HGET', P .. ':bn', b) or '0') <= 0 then
     redis.call('HDEL', P .. ':bn', b)
     if o and redis.call('HGET', P .. ':bk', o) == b then redis.call('HDEL', P .. ':bk', o) end
     if type_of(P .. ':kb') == 'hash' then redis.call('HDEL', P .. ':kb', b) end
