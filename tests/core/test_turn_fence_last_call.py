@@ -29,6 +29,7 @@ from _fence_support import closing, fence_pair, two_processes
 from _telemetry_support import Telemetered
 
 from agentium_harness import (
+    AgentiumError,
     CommitState,
     Diagnostic,
     DocumentDeletedDuringRunError,
@@ -38,6 +39,7 @@ from agentium_harness import (
     MemoryFact,
     MemoryScope,
     RecallLimits,
+    RuntimeLimits,
     SessionKey,
     SourceOwner,
     current_session_recall_policy,
@@ -424,3 +426,84 @@ async def test_looks_past_the_latency_budget_stop_the_run_unchecked() -> None:
         # The look that ran out of the run's recall latency: cut at what was left, or not started.
         assert "did not finish within" in str(outcome) or "latency budget" in str(outcome), str(outcome)
         assert len(provider.sent) < 5  # the last calls were not made unchecked
+
+
+async def test_the_looks_count_in_the_result_of_a_run_stopped_past_the_budget() -> None:
+    """The error's ``run_result`` (what ran, committed) holds the looks' time that spent the budget.
+
+    On the old source only a run reaching its commit fence counted them: this
+    result said a few milliseconds while the error said the budget was spent.
+    """
+    recall = SlowValidation(0.3)
+    provider = HeldCall([DEPLOY, DEPLOY, DEPLOY, DEPLOY, "Done."], hold=0)
+    held = SlowAfterFirstCall(recall)
+    limits = RecallLimits(max_latency_s=0.8)
+    async with closing(_recall_pair(provider, held, recall=recall, recall_limits=limits)) as (mine, _):
+        await mine.index_document(SourceOwner("acme"), "oncall", DOC)
+        with anyio.fail_after(30), pytest.raises(DocumentUncheckedDuringRunError) as caught:
+            await mine.run(ANA, "s1", "When does the rota change? Deploy it.", grants=["deploy"])
+        ran = caught.value.run_result
+        assert ran is not None and ran.committed and ran.recall is not None
+        # Two looks of 0.3 s at least before the one cut short: the usage says so.
+        assert ran.recall.usage.latency_s >= 0.6, ran.recall.usage
+
+
+async def test_the_looks_count_in_what_ran_after_a_provider_failure() -> None:
+    """A model call failing after two looks: the committed tool rounds' result counts the looks."""
+    recall = SlowValidation(0.2)
+    provider = HeldCall([DEPLOY, DEPLOY], hold=0)  # the third call fails: the script ran out
+    held = SlowAfterFirstCall(recall)
+    async with closing(_recall_pair(provider, held, recall=recall)) as (mine, _):
+        await mine.index_document(SourceOwner("acme"), "oncall", DOC)
+        with anyio.fail_after(30), pytest.raises(AgentiumError) as caught:
+            await mine.run(ANA, "s1", "When does the rota change? Deploy it.", grants=["deploy"])
+        assert len(provider.sent) == 3 and recall.validations == 2  # looks before calls 2 and 3
+        ran = caught.value.run_result
+        assert caught.value.commit_state is CommitState.COMMITTED, caught.value
+        assert ran is not None and ran.recall is not None
+        assert ran.recall.usage.latency_s >= 0.4, ran.recall.usage
+
+
+class SlowThenHeld(HeldTool):
+    """Its first call makes the recall store slow and returns; its second says ``entered`` and waits."""
+
+    def __init__(self, store: SlowValidation) -> None:
+        super().__init__()
+        self.store, self.called = store, 0
+
+    async def _call(self, args: Any) -> str:
+        self.called += 1
+        if self.called == 1:
+            self.store.slow = True
+            return self.result
+        return await super()._call(args)
+
+
+async def test_the_looks_count_in_what_ran_when_aclose_cancels_the_run() -> None:
+    """``aclose()`` during the second tool round: the caller's result counts the look before call 2."""
+    recall = SlowValidation(0.3)
+    provider = HeldCall([DEPLOY, DEPLOY, "Done."], hold=0)
+    held = SlowThenHeld(recall)
+    # aclose() gives the run settle_timeout_s before it cancels it.
+    mine, other = _recall_pair(provider, held, recall=recall, limits=RuntimeLimits(settle_timeout_s=0.2))
+    await mine.index_document(SourceOwner("acme"), "oncall", DOC)
+    outcome: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await mine.run(ANA, "s1", "When does the rota change? Deploy it.", grants=["deploy"])
+        except AgentiumError as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await held.entered.wait()
+            await mine.aclose()
+    await other.aclose()
+    (closed,) = outcome
+    assert isinstance(closed, AgentiumError) and closed.commit_state is CommitState.COMMITTED, repr(closed)
+    assert recall.validations == 1  # the look before call 2
+    ran = closed.run_result
+    assert ran is not None and ran.recall is not None
+    assert ran.recall.usage.latency_s >= 0.3, ran.recall.usage

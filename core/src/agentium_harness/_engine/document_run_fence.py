@@ -125,8 +125,13 @@ class DocumentFence:
             raise _unchecked(f"the recall store called {unknown} of them unknown", what)
 
     def counted(self, outcome: RecallOutcome) -> RecallOutcome:
-        """``outcome`` (recall's) with the looks' time in its usage: what the commit fence starts from."""
-        if self.spent.latency_s == outcome.usage.latency_s:
+        """``outcome`` with the looks' time in its usage: what the commit fence starts from.
+
+        Also what a run stopped before its commit reports (:class:`~.effects.EffectsKeeper`). The
+        looks started from recall's usage, so their latency holds it; an ``outcome`` already past it
+        (the commit fence's, which started from this) is left as it is: nothing is counted twice.
+        """
+        if self.spent.latency_s <= outcome.usage.latency_s:
             return outcome
         return attrs.evolve(outcome, usage=attrs.evolve(outcome.usage, latency_s=self.spent.latency_s))
 

@@ -239,6 +239,7 @@ class EffectsKeeper:
         (``tried``), it only says so.
         """
         progress = self.progress
+        self._count_looks()
         if cause is None:
             if isinstance(error, SessionConflictError):
                 cause = InterruptionCause.COMMIT_CONFLICT
@@ -296,6 +297,7 @@ class EffectsKeeper:
 
     async def _keep_cancelled(self) -> None:
         progress, limits = self.progress, self.runtime.limits
+        self._count_looks()
         turn = progress.turn if progress.turn is not None else self.trace.partial()
         if progress.commit_state is CommitState.UNKNOWN:
             # The turn's own save was in flight: it may or may not land, and committing again could
@@ -368,6 +370,17 @@ class EffectsKeeper:
         progress.stored, progress.snap = stored, snap
         progress.group = progress.outcome = None
         progress.commit_state, progress.saved_revision = CommitState.NOT_COMMITTED, None
+
+    def _count_looks(self) -> None:
+        """The document fence's looks in the run's recall usage: what ran is reported (and kept) with them.
+
+        A run reaching its commit fence counts them there (:mod:`.last_look`); one stopped before
+        (a look past ``max_latency_s``, a provider failure, a cancellation) is counted here.
+        """
+        fence, recall = self.trace.fence, self.progress.recall
+        documents = None if fence is None else fence.documents
+        if documents is not None and recall is not None:
+            self.progress.recall = documents.counted(recall)
 
     def _recalled(self) -> tuple[int, ...] | Callable[[], tuple[int, ...]]:
         """What works out the archived groups of the session whose excerpts recall put in the run's request.
