@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import pytest
 from _effects_support import DEPLOY
-from _erasure_harness import ANA
+from _erasure_harness import ANA, OPERATOR
 from _fence_support import closing, fence_pair, two_processes
 from _telemetry_support import Telemetered
 
@@ -35,6 +35,7 @@ from agentium_harness import (
     DocumentDeletedDuringRunError,
     DocumentUncheckedDuringRunError,
     ErasedDuringRunError,
+    EraseTarget,
     FactForgottenDuringRunError,
     MemoryFact,
     MemoryScope,
@@ -170,6 +171,47 @@ async def test_a_fact_forgotten_during_the_last_call_stops_the_commit(
         _stopped_and_said(outcome, caplog, "forgotten")
         _erased_event(t, "forgotten")
         assert await _resident(mine) == 1  # only "hello": neither the answer nor the tool round
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_user_erasure_during_the_last_call_is_named_as_the_cause(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An erasure of the run's user during its last call takes the fact it carries as well.
+
+    The stop names the erasure (the cause), as a stop before a later call does
+    (the ledger is looked at before the facts), not a plain ``forget`` of the
+    fact: found by review of 44e3a1e6, which reported ``FactForgottenDuringRunError``.
+    """
+    provider = HeldCall(["noted", "The code is qzfactq."], hold=2)
+    mine_stores, other_stores = two_processes(kind, tmp_path)
+    memory_mine, memory_other = _memories(kind, tmp_path)
+    mine_opts = {**mine_stores, "memory": memory_mine}
+    async with closing(fence_pair(provider, None, mine_opts, {**other_stores, "memory": memory_other})) as (
+        mine,
+        other,
+    ):
+        await mine.run(ANA, "s1", "hello")
+        await other.memory.remember(MemoryFact(SCOPE, FACT))
+        erased: list[str] = []
+
+        async def erase_ana() -> None:
+            done = await other.erase(EraseTarget.user("acme", "ana"), reason="dsr", attestation=OPERATOR)
+            assert done.tombstone is not None
+            erased.append(done.tombstone.erasure_id)
+
+        with caplog.at_level(logging.WARNING, logger="agentium"):
+            outcome = await _run_while_held(mine, provider, "What is the code?", erase_ana)
+        assert FACT in provider.sent[-1]  # the premise: the last call carried the fact
+        assert isinstance(outcome, ErasedDuringRunError), repr(outcome)
+        assert not isinstance(outcome, FactForgottenDuringRunError), repr(outcome)
+        assert outcome.erasure_id == erased[0] and outcome.before_commit is True
+        assert outcome.commit_state is CommitState.NOT_COMMITTED
+        assert "before its commit" in str(outcome), str(outcome)
+        assert outcome.run_result is not None and not outcome.run_result.committed
+        notes = [d for d in outcome.run_result.diagnostics if d.code == "erased_during_run"]
+        assert notes and erased[0] in notes[0].message and "before its commit" in notes[0].message, notes
+        assert not [r for r in caplog.records if "qz" in r.getMessage()]  # no content in the log
 
 
 async def test_a_fact_kept_through_the_last_call_commits_and_reads_once_more(tmp_path: Path) -> None:

@@ -6,8 +6,10 @@ while the *last* call was under way meets no call after it, and the answer
 made while it was gone would be committed as usual. So, once the turn (and
 its verification) is done, :func:`commit_run`:
 
-1. reads the carried memory facts back once more (:meth:`.fact_fence.FactFence.last`;
-   a run carrying none reads nothing);
+1. for a run carrying memory facts or document excerpts, looks at the
+   erasure ledger as before a call, then reads the carried facts back once
+   more (:meth:`.turn_fence.TurnFence.last`; a run carrying neither reads
+   nothing): an erasure of the run's user or tenant stops it naming the erasure;
 2. runs the commit fence (:func:`~.recall_turn.recall_before_commit`), from
    the run's recall usage with the document fence's looks counted
    (:meth:`.document_run_fence.DocumentFence.counted`); its validation of
@@ -63,9 +65,10 @@ async def commit_run(
     progress.turn = turn
     diagnostics.extend(turn.diagnostics)
     fence = keeper.trace.fence
-    facts = None if fence is None else fence.facts
-    if facts is not None:
-        await facts.last(ticket, fence.what if fence is not None else "run")
+    if fence is not None and (fence.facts is not None or fence.documents is not None):
+        # The ledger first, then the carried facts (an erasure of the user takes them too: the stop
+        # names the erasure, not a forget); the documents' look is the commit fence's validation.
+        await fence.last()
     if step is not None and progress.recall is not None and runtime.recall is not None:
         documents = None if fence is None else fence.documents
         before = progress.recall if documents is None else documents.counted(progress.recall)

@@ -212,7 +212,23 @@ class TurnFence:
         if self.documents is not None:
             await self.documents.check(self.ticket, self.what)
 
-    async def _check_ledger(self) -> None:
+    async def last(self) -> None:
+        """After the run's last model call, before its commit: the ledger, then the carried facts.
+
+        Only for a run whose request carries memory facts or document excerpts
+        (one carrying neither reads nothing here: the commit's own erasure
+        fence covers it). The ledger goes first, as before a call: an erasure
+        of the run's user or tenant takes the facts too, and the stop names
+        the erasure, not a forget. The documents' last look is the commit
+        fence's validation (:mod:`.last_look`).
+        """
+        if self.facts is None and self.documents is None:
+            return
+        await self._check_ledger(last=True)
+        if self.facts is not None:
+            await self.facts.last(self.ticket, self.what)
+
+    async def _check_ledger(self, last: bool = False) -> None:
         ticket, first, seen = self.ticket, self.first, self.seen
         key = ticket.key
         if first is None or seen is None or key is None:
@@ -229,8 +245,8 @@ class TurnFence:
         for record in ledger.records:
             if covers(record.target, key):
                 if record.target.groups:
-                    raise _groups_under_way(key, record, self.what)
-                raise _stopped(key, record, "is under way", self.what)
+                    raise _groups_under_way(key, record, self.what, last)
+                raise _stopped(key, record, "is under way", self.what, last)
         if revision == seen[0]:
             return  # no erasure of the tenant began or ended since the last look
         unchanged, found = False, None
@@ -247,7 +263,7 @@ class TurnFence:
             if not unchanged and self.resident:
                 resident = self.resident if isinstance(self.resident, tuple) else self.resident()
                 if _erased_any(found, resident):
-                    raise _recalled_gone(key, self.what, resident=True)
+                    raise _recalled_gone(key, self.what, resident=True, last=last)
             if not unchanged and self.summary is not None:
                 gone = summary_gone(found, self.summary, self.erased)
                 # Retention with a summary rewrite looks like a forget in the snapshot (so does a forget of
@@ -257,18 +273,24 @@ class TurnFence:
                     isinstance(gone, tuple)
                     and await forgotten_since(ticket, store, key, first[0], gone, self.summary.frontier)
                 ):
-                    raise _recalled_gone(key, self.what, summary=True)
+                    raise _recalled_gone(key, self.what, summary=True, last=last)
         if not unchanged:
             finished = await erased_whole_since(ticket, store, key, first[0])
             if finished is not None:
-                raise _stopped(key, finished, "completed", self.what)
+                raise _stopped(key, finished, "completed", self.what, last)
         # A recalled group an erasure took is marked in the snapshot before the erasure finishes
         # (``SessionSnapshot.erased``): no archive read (one per group, of any size, was made here).
         # No snapshot where the run loaded one: only an erasure removes it (or no answer was had).
         recalled = self.recalled if isinstance(self.recalled, tuple) else self.recalled()
         if recalled and not (isinstance(found, StoredSnapshot) and not _erased_any(found, recalled)):
-            raise _recalled_gone(key, self.what)
+            raise _recalled_gone(key, self.what, last=last)
         self.seen = (revision,)
+
+
+#: Where a stop is, by ``last`` (the look after the run's last model call): in errors, in log lines.
+_WHERE: Final = {False: "its next model call", True: "its commit, after its last model call"}
+_WHERE_LOG: Final = {False: "a model call", True: "its commit"}
+_SENT: Final = {False: "sent", True: "committed"}
 
 
 def _erased_any(found: object, seqs: tuple[int, ...]) -> bool:
@@ -284,12 +306,18 @@ def _erased_any(found: object, seqs: tuple[int, ...]) -> bool:
     return any(seq in span for span in spans for seq in seqs)
 
 
-def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> ErasedDuringRunError:
-    """The refusal of ``what`` (a run, a summary update) naming ``record``: a WARNING, a span event."""
+def _stopped(
+    key: SessionKey, record: ErasureRecord, how: str, what: str, last: bool = False
+) -> ErasedDuringRunError:
+    """The refusal of ``what`` (a run, a summary update) naming ``record``: a WARNING, a span event.
+
+    ``last``: the stop is the look after the run's last model call (before its commit).
+    """
     _log.warning(
-        "%s stopped before a model call: an erasure covering its session began after the run "
+        "%s stopped before %s: an erasure covering its session began after the run "
         "loaded it (erasure %s %s); nothing was sent or committed",
         what,
+        _WHERE_LOG[last],
         record.erasure_id,
         how,
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
@@ -297,20 +325,21 @@ def _stopped(key: SessionKey, record: ErasureRecord, how: str, what: str) -> Era
     current_span_event(f"agentium.run.{ERASED_DURING_RUN}", {"agentium.erasure.state": record.state.value})
     error = ErasedDuringRunError(
         f"session {key.session!r} began to be erased ({record.target.describe()}, erasure "
-        f"{record.erasure_id}, {how}) after the run loaded it; the {what} stopped before its next "
-        "model call, so the erased history was not sent; nothing was committed",
+        f"{record.erasure_id}, {how}) after the run loaded it; the {what} stopped before "
+        f"{_WHERE[last]}, so the erased history was not {_SENT[last]}; nothing was committed",
         record.erasure_id,
     )
     error.commit_state = CommitState.NOT_COMMITTED
+    error.before_commit = last
     return error
 
 
 def _recalled_gone(
-    key: SessionKey, what: str, *, resident: bool = False, summary: bool = False
+    key: SessionKey, what: str, *, resident: bool = False, summary: bool = False, last: bool = False
 ) -> ErasedDuringRunError:
     """The stop for a group the request carries that was erased since (recalled, or ``resident``).
 
-    A WARNING and a span event, no content.
+    A WARNING and a span event, no content. ``last``: as for :func:`_stopped`.
     """
     how = (
         "resident history the request sends (archived since by another writer)"
@@ -320,9 +349,9 @@ def _recalled_gone(
         else "archived groups whose excerpts recall put in the request"
     )
     _log.warning(
-        "%s stopped before a model call: %s %s since the run loaded the session; "
-        "nothing was sent or committed",
+        "%s stopped before %s: %s %s since the run loaded the session; nothing was sent or committed",
         what,
+        _WHERE_LOG[last],
         how,
         "emptied" if summary else "erased",
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
@@ -331,14 +360,17 @@ def _recalled_gone(
     gone = "was emptied by an erasure" if summary else "were erased"
     error = ErasedDuringRunError(
         f"{how} of session {key.session!r} {gone} after the {what} loaded the session (retention or a "
-        f"forgotten fact's sources); the {what} stopped before its next model call, so that text was "
-        "not sent again; nothing was committed"
+        f"forgotten fact's sources); the {what} stopped before {_WHERE[last]}, so that text was not "
+        f"{'committed' if last else 'sent again'}; nothing was committed"
     )
     error.commit_state = CommitState.NOT_COMMITTED
+    error.before_commit = last
     return error
 
 
-def _groups_under_way(key: SessionKey, record: ErasureRecord, what: str) -> ErasureInProgressError:
+def _groups_under_way(
+    key: SessionKey, record: ErasureRecord, what: str, last: bool = False
+) -> ErasureInProgressError:
     """The stop for an erasure of archived groups of the session under way (retention, a fact's sources).
 
     It leaves the resident history alone, so this is not an
@@ -347,15 +379,16 @@ def _groups_under_way(key: SessionKey, record: ErasureRecord, what: str) -> Eras
     is under way, and said so). A WARNING and the same span event (no content).
     """
     _log.warning(
-        "%s stopped before a model call: archived groups of its session are being erased (erasure %s)",
+        "%s stopped before %s: archived groups of its session are being erased (erasure %s)",
         what,
+        _WHERE_LOG[last],
         record.erasure_id,
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event(f"agentium.run.{ERASED_DURING_RUN}", {"agentium.erasure.state": record.state.value})
     error = ErasureInProgressError(
         f"session {key.session!r} has archived groups being erased ({record.target.describe()}, erasure "
-        f"{record.erasure_id}); the {what} stopped before its next model call (what it recalled may be "
+        f"{record.erasure_id}); the {what} stopped before {_WHERE[last]} (what it recalled may be "
         "among them); run again once the erasure completes",
         record.erasure_id,
     )
