@@ -34,6 +34,7 @@ from agentium_harness.plugin_api import (
     OpContext,
     SeqRange,
     SessionKey,
+    SnapshotCorruptError,
 )
 from agentium_harness.testing import plain_group, scoped_snapshot
 
@@ -243,6 +244,36 @@ async def test_listing_refuses_ids_no_key_could_hold_and_a_bad_limit_before_any_
         for limit in ("5", True, None, 1.0):
             with pytest.raises(InvalidArgumentError, match="limit"):
                 await store.list_sessions("acme", "ana", limit, OpContext.with_timeout(20))  # type: ignore[arg-type]
+    finally:
+        await store.aclose()
+
+
+async def test_a_listed_snapshot_name_no_session_id_encodes_to_fails_closed(
+    config: S3Config, admin: Any
+) -> None:
+    # An object put beside the snapshots out of band, named like one: the listing handed out ids no
+    # SessionKey takes ("\x00", 300 characters), which no load could read and no next page's
+    # ``after`` could pass, or skipped a name that decodes to no text, as if the user had no such object.
+    store = S3SessionStore(config)
+    folder = f"{config.prefix}/sessions/v1/acme/ana/"
+    ctx = OpContext.with_timeout(20)
+    try:
+        await store.save(KEY, scoped_snapshot(KEY), None, ctx)
+        for name in ("%00", "X" * 300, "%FF", "%41", "a.b", "%2"):
+            admin.put_object(Bucket=BUCKET, Key=f"{folder}{name}.json", Body=b"agentium-s3-snapshot/2 x")
+            before = versions(admin, config.prefix)
+            with pytest.raises(SnapshotCorruptError, match="names no session id"):
+                await store.list_sessions("acme", "ana", 10, ctx)
+            assert versions(admin, config.prefix) == before  # nothing changed
+            admin.delete_object(Bucket=BUCKET, Key=f"{folder}{name}.json")
+        # Keys of no snapshot's form are not the store's and stay skipped, as before.
+        admin.put_object(Bucket=BUCKET, Key=f"{folder}notes.txt", Body=b"x")
+        admin.put_object(Bucket=BUCKET, Key=f"{folder}sub/s.json", Body=b"x")
+        assert await store.list_sessions("acme", "ana", 10, ctx) == [KEY.session]
+        # The user's erasure removes a damaged name with the rest.
+        admin.put_object(Bucket=BUCKET, Key=f"{folder}%00.json", Body=b"x")
+        await store.erase(EraseTarget.user("acme", "ana"), ctx)
+        assert await store.list_sessions("acme", "ana", 10, ctx) == []
     finally:
         await store.aclose()
 

@@ -22,7 +22,14 @@ import secrets
 from typing import Final
 
 from agentium_harness import InvalidArgumentError
-from agentium_harness.plugin_api import SessionKey, checked_count, checked_key, decode_segment, encode_segment
+from agentium_harness.plugin_api import (
+    SessionKey,
+    SnapshotCorruptError,
+    checked_count,
+    checked_key,
+    decode_segment,
+    encode_segment,
+)
 
 from .errors import S3ArchiveError
 
@@ -55,6 +62,8 @@ MAX_KEY_BYTES: Final = 1024
 
 _SEQ_NAME: Final = re.compile(r"([0-9]{20})\.json")
 _SESSION_NAME: Final = re.compile(r"([A-Za-z0-9_%-]+)\.json")
+#: A snapshot's name as a listing may show it: one folder level, ending in ``.json``.
+_SNAPSHOT_FORM: Final = re.compile(r"([^/]+)\.json")
 
 
 def archive_root(prefix: str) -> str:
@@ -122,16 +131,33 @@ def sessions_prefix(prefix: str, tenant: str, user: str) -> str:
 
 
 def parse_session_key(folder: str, object_key: str) -> str | None:
-    """The session id of a snapshot key listed below ``folder``, or ``None`` for any other key."""
+    """The session id of a snapshot key listed below ``folder``; ``None`` for a key of no snapshot's form.
+
+    A name of a snapshot's form (``<name>.json`` directly in the folder) that no
+    session id encodes to (a bad or non-canonical escape, bytes that are no
+    UTF-8, an id a :class:`SessionKey` refuses: over 256 characters, a control
+    character) is damage: it raises, so a listing never hands out an
+    id that no load, erase or next page's ``after`` could take.
+
+    :raises SnapshotCorruptError: such a name (the key is named, nothing is changed).
+    """
     if not object_key.startswith(folder):
         return None
-    match = _SESSION_NAME.fullmatch(object_key[len(folder) :])
-    if match is None:
+    name = object_key[len(folder) :]
+    if _SNAPSHOT_FORM.fullmatch(name) is None:
         return None
+    match = _SESSION_NAME.fullmatch(name)
     try:
-        return decode_segment(match.group(1))
-    except ValueError:
-        return None
+        if match is None:
+            raise ValueError("a character outside the encoding's")
+        # Checked as a session id (the tenant and user stand in): what a SessionKey takes.
+        return SessionKey("-", "-", decode_segment(match.group(1))).session
+    except ValueError:  # InvalidIdError is one too
+        raise SnapshotCorruptError(
+            f"s3 session store: {object_key[:300]!r} in a user's folder of snapshots names no session id "
+            "the store could have written; it was put or renamed outside the store (erase the user to "
+            "remove it); nothing was changed"
+        ) from None
 
 
 def key_too_long(object_key: str) -> str | None:
