@@ -24,6 +24,7 @@ from agentium_harness._errors import (
     ArchiveConflictError,
     ArchiveError,
     InvalidArgumentError,
+    InvalidIdError,
     OperationCancelledError,
     SessionConflictError,
     SnapshotCorruptError,
@@ -540,7 +541,30 @@ def _bad_calls(archive: SQLiteArchive, store: SQLiteSessionStore) -> list[Any]:
         lambda: store.list_sessions("acme", "ana", None, ctx),
         lambda: store.list_sessions(["acme"], "ana", 5, ctx),
         lambda: store.list_sessions("acme", "ana", 5, ctx, after=5),
+        # Ids no key holds: a lone surrogate escaped from sqlite3's binding as a bare UnicodeEncodeError.
+        lambda: store.list_sessions("\ud800", "ana", 5, ctx),
+        lambda: store.list_sessions("acme", "\udfff", 5, ctx),
+        lambda: store.list_sessions("acme", "ana", 5, ctx, after="s\ud800"),
     ]
+
+
+async def test_listing_refuses_ids_no_key_holds_typed_before_reading(
+    db: Path, store: SQLiteSessionStore
+) -> None:
+    # A NUL or empty id listed nothing (as if the user had no session), a lone surrogate escaped as a
+    # bare UnicodeEncodeError; each is InvalidIdError now, as the S3 store's, and nothing is touched.
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    before = _all_rows(db)
+    for tenant, user, after in (
+        ("", KEY.user, None),
+        (KEY.tenant, "x\x00", None),
+        ("\ud800", KEY.user, None),
+        (KEY.tenant, KEY.user, "\udfff"),
+        (KEY.tenant, KEY.user, ""),
+    ):
+        with pytest.raises(InvalidIdError):
+            await store.list_sessions(tenant, user, 10, OpContext(), after=after)
+    assert _all_rows(db) == before
 
 
 async def test_bad_arguments_are_typed_errors_and_change_nothing(
@@ -561,6 +585,13 @@ async def test_a_damaged_session_id_is_reported_not_made_up(db: Path, store: SQL
         conn.execute("UPDATE sessions SET session_id = CAST(session_id AS BLOB)")
     with pytest.raises(SnapshotCorruptError, match="damaged"):
         await store.list_sessions(KEY.tenant, KEY.user, 10, OpContext())
+    # An id no key holds (a NUL) was listed, for no load and no next page's ``after`` to take.
+    with raw(db) as conn:
+        conn.execute("UPDATE sessions SET session_id = ?", ("s\x001",))
+    before = _all_rows(db)
+    with pytest.raises(SnapshotCorruptError, match="no key holds"):
+        await store.list_sessions(KEY.tenant, KEY.user, 10, OpContext())
+    assert _all_rows(db) == before
 
 
 async def _first_read(db: Path, kind: str) -> object:

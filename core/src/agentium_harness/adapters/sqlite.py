@@ -72,7 +72,8 @@ from .._ports.sessions import (
     snapshot_bytes,
     verify_snapshot,
 )
-from .._scope import SessionKey
+from .._scope import SessionKey, validate_id
+from .._validators import valid_ids
 from ._sqlite_archive import READ_BUDGET, RECENT_BYTES, SQLiteArchive
 from ._sqlite_base import (
     SCHEMA_VERSION,
@@ -481,10 +482,10 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
     ) -> list[str]:
         """Up to ``limit`` session ids of one user (after ``after``, when given), sorted by code point."""
         checked_ctx(ctx, "session list")
-        checked_argument(tenant, str, "tenant", "session list")
-        checked_argument(user, str, "user", "session list")
-        if after is not None:
-            checked_argument(after, str, "after", "session list")
+        # Ids no key could hold are refused (InvalidIdError), not listed as no session: a lone
+        # surrogate escaped from sqlite3's binding as a bare UnicodeEncodeError.
+        tenant, user = validate_id(tenant, "tenant"), validate_id(user, "user")
+        after = None if after is None else validate_id(after, "after")
         # A negative LIMIT would mean "no limit" to SQLite.
         bound = max(0, checked_count(limit, "limit", "session list"))
 
@@ -501,10 +502,12 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 if session is None:
                     what = f"{self.adapter_name}: a session row of tenant {tenant!r}, user {user!r}"
                     raise SnapshotCorruptError(oversize(what, over))
-                if not isinstance(session, str):  # str() would make up an id ("b'...'") for a damaged row
+                # str() would make up an id ("b'...'") for a damaged row; an id no key holds (a NUL)
+                # would be handed out, for no load, and no next page's ``after``, to take.
+                if not isinstance(session, str) or not valid_ids((session,)):
                     raise SnapshotCorruptError(
                         f"{self.adapter_name}: a session of tenant {tenant!r}, user {user!r} in {self._path} "
-                        f"has a session id of type {type(session).__name__}; the row is damaged"
+                        f"has a session id no key holds ({type(session).__name__}); the row is damaged"
                     )
             return [r[0] for r in rows]
 
