@@ -298,6 +298,54 @@ async def test_reads_refuse_a_key_or_counts_of_the_wrong_type_before_any_request
         await store.aclose()
 
 
+async def test_every_call_refuses_arguments_of_the_wrong_type_before_any_request(server: S3Server) -> None:
+    # The bucket does not exist: a request sent would fail S3BucketNotFoundError, not the typed refusal.
+    # Each raised a bare TypeError or AttributeError (a None ctx, groups None or a str, a str revision).
+    config = make_config(server, bucket="no-such-bucket-at-all")
+    archive, store = S3Archive(config), S3SessionStore(config)
+    ctx, snap, user = OpContext.with_timeout(20), scoped_snapshot(KEY), EraseTarget.user("acme", "ana")
+    calls: list[Any] = [
+        lambda: archive.append(KEY, None, ctx),
+        lambda: archive.append(KEY, [None], ctx),
+        lambda: archive.append(KEY, "ab", ctx),
+        lambda: archive.append(KEY, [plain_group(0)], None),
+        lambda: archive.read_groups(KEY, 0, 5, None),
+        lambda: archive.erase(user, None),
+        lambda: archive.health(None),
+        lambda: archive.forget_session("acme/ana/s", ctx),
+        lambda: archive.forget_session(KEY, ctx, max_objects="3"),
+        lambda: store.load(KEY, None),
+        lambda: store.save(KEY, snap, None, None),
+        lambda: store.save(KEY, snap, "1", ctx),
+        lambda: store.list_sessions("acme", "ana", 5, None),
+        lambda: store.erase(user, None),
+        lambda: store.health(None),
+    ]
+    try:
+        for call in calls:
+            with pytest.raises(InvalidArgumentError):
+                await call()
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_a_bool_is_no_expected_revision(config: S3Config, admin: Any) -> None:
+    # True compared equal to revision 1: a save "expecting True" overwrote revision 1.
+    store = S3SessionStore(config)
+    ctx = OpContext.with_timeout(20)
+    try:
+        assert await store.save(KEY, scoped_snapshot(KEY, " one"), None, ctx) == 1
+        before = versions(admin, config.prefix)
+        with pytest.raises(InvalidArgumentError, match="expected_revision"):
+            await store.save(KEY, scoped_snapshot(KEY, " two"), True, ctx)  # type: ignore[arg-type]
+        assert versions(admin, config.prefix) == before
+        loaded = await store.load(KEY, ctx)
+        assert loaded is not None and loaded.revision == 1 and loaded.snapshot == scoped_snapshot(KEY, " one")
+    finally:
+        await store.aclose()
+
+
 async def test_an_object_replaced_out_of_band_fails_closed_and_is_never_overwritten(
     config: S3Config, admin: Any
 ) -> None:

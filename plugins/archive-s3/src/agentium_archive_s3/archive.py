@@ -78,6 +78,10 @@ from agentium_harness.plugin_api import (
     check_max_items,
     check_target,
     checked_argument,
+    checked_count,
+    checked_ctx,
+    checked_key,
+    checked_sequence,
     decode_archived_group,
 )
 
@@ -153,7 +157,12 @@ class S3Archive(HistoryArchive):
         Nothing is ever deleted on failure (see the module docstring): a group
         this call stored may already be another writer's receipt.
         """
-        ctx.raise_if_expired("archive append")
+        # Checked before anything else: a host's None or str reached botocore or encode_batch as a bare
+        # AttributeError or TypeError.
+        checked_ctx(ctx, "archive append").raise_if_expired("archive append")
+        key = checked_key(key, "archive append")
+        for group in checked_sequence(groups, "groups", "archive append"):
+            checked_argument(group, MessageGroup, "each of groups", "archive append")
         uploads = sorted(encode_batch(self._config, key, groups), key=lambda u: u.seq)
         if uploads:
             await self._store(key, uploads, ctx)
@@ -270,7 +279,7 @@ class S3Archive(HistoryArchive):
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
         """Up to ``max_groups`` whole, re-checked groups with ``seq >= start_seq``, ascending."""
-        ctx.raise_if_expired("archive read")
+        checked_ctx(ctx, "archive read").raise_if_expired("archive read")
         key, start_seq, limit = read_arguments(key, start_seq, max_groups)
         if limit == 0 or start_seq > MAX_SEQ:  # no key holds a seq past MAX_SEQ
             return []
@@ -346,6 +355,7 @@ class S3Archive(HistoryArchive):
         and new ones are refused until the call returns (:mod:`.erasure`).
         """
         check_target(target)
+        checked_ctx(ctx, "archive erase")
         # Exactly a bool: a truthy or falsy stand-in (0, "no", None) must not pick real or dry for the caller.
         checked_argument(dry_run, bool, "dry_run", "archive erase")
         bound = check_max_items(max_items)
@@ -368,7 +378,8 @@ class S3Archive(HistoryArchive):
         (``HarnessRuntime.erase``, ``agentium erase``) so the erasure is
         recorded, fenced and verified.
         """
-        bound = max(1, max_objects)
+        key = checked_key(key, "forget session")
+        bound = max(1, checked_count(max_objects, "max_objects", "forget session"))
         report = await self.erase(
             EraseTarget.session(key.tenant, key.user, key.session), ctx, max_items=bound
         )
@@ -378,7 +389,7 @@ class S3Archive(HistoryArchive):
 
     async def health(self, ctx: OpContext) -> str:
         """Bucket reachability, conditional-write support (a create-only probe object) and versioning."""
-        return await run_probe(self._link, ctx, "archive health")
+        return await run_probe(self._link, checked_ctx(ctx, "archive health"), "archive health")
 
     async def aclose(self) -> None:
         """Close the client this archive created; a lent client is left open. Idempotent."""

@@ -79,6 +79,7 @@ from agentium_harness.plugin_api import (
     check_target,
     checked_argument,
     checked_count,
+    checked_ctx,
     decode_snapshot,
     snapshot_bytes,
     verify_snapshot,
@@ -146,7 +147,7 @@ class S3SessionStore(SnapshotWrites, SessionStore):
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; a damaged object raises ``SnapshotCorruptError``."""
-        ctx.raise_if_expired("session load")
+        checked_ctx(ctx, "session load").raise_if_expired("session load")
         await after_saves(self._fence, key, ctx)
         object_key = session_object_key(self._config.prefix, key)
         found = await self._link.call(
@@ -167,8 +168,12 @@ class S3SessionStore(SnapshotWrites, SessionStore):
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
         """Compare-and-set: write only over ``expected_revision`` (``None``: only if absent); new revision."""
-        ctx.raise_if_expired("session save")
+        checked_ctx(ctx, "session save").raise_if_expired("session save")
         verify_snapshot(key, snapshot)
+        # Before any request: a str failed in the worker thread as a bare TypeError, and True
+        # saved over revision 1 as if it were 1.
+        if expected_revision is not None:
+            checked_count(expected_revision, "expected_revision", "session save")
         data = snapshot_bytes(snapshot)
         if len(data) > self._config.max_object_bytes:
             raise S3ObjectTooLargeError(
@@ -274,7 +279,7 @@ class S3SessionStore(SnapshotWrites, SessionStore):
 
         It reads the user's whole folder.
         """
-        ctx.raise_if_expired("session listing")
+        checked_ctx(ctx, "session listing").raise_if_expired("session listing")
         # Ids no key could hold are refused (InvalidIdError) before any request, not listed as empty.
         ids = SessionKey(tenant, user, "-" if after is None else after)
         limit = checked_count(limit, "limit", "session listing")
@@ -333,6 +338,7 @@ class S3SessionStore(SnapshotWrites, SessionStore):
         before listing, and new ones are refused until the call returns.
         """
         check_target(target)
+        checked_ctx(ctx, "session store erase")
         # Exactly a bool: a truthy or falsy stand-in (0, "no", None) must not pick real or dry for the caller.
         checked_argument(dry_run, bool, "dry_run", "session store erase")
         bound = check_max_items(max_items)
@@ -353,7 +359,7 @@ class S3SessionStore(SnapshotWrites, SessionStore):
 
     async def health(self, ctx: OpContext) -> str:
         """Bucket reachability, conditional-write support (a create-only probe object) and versioning."""
-        return await run_probe(self._link, ctx, "session store health")
+        return await run_probe(self._link, checked_ctx(ctx, "session store health"), "session store health")
 
     async def aclose(self) -> None:
         """Close the client this store created; a lent client is left open. Idempotent."""
