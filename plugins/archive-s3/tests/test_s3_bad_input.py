@@ -117,6 +117,13 @@ async def test_an_unreachable_endpoint_is_typed_and_never_shows_the_secret() -> 
 def test_options_are_checked_without_echoing_secrets() -> None:
     with pytest.raises(ValueError, match="bucket"):
         S3Config(bucket="Not_A_Bucket")
+    # A layout folder inside a prefix: "apps/archive/v1/eu"'s keys lay in prefix "apps"'s tenant "eu"
+    # folder, and "apps"'s erasure of tenant "eu" deleted them all (reproduced on moto).
+    for prefix in ("apps/archive/v1/eu", "archive/v1", "a/sessions/v1", "a/sessions/v2/b"):
+        with pytest.raises(InvalidArgumentError, match="layout"):
+            S3Config(bucket="agentium-tests", prefix=prefix)
+    for prefix in ("apps/archive", "archive/v1x", "sessions/x/v1", "apps/archive-v1"):
+        assert S3Config(bucket="agentium-tests", prefix=prefix).prefix == prefix
     for prefix in ("", "/abs", "a//b", "a/../b", "a/./b", "trailing/", "sp ace"):
         with pytest.raises(ValueError, match="prefix"):
             S3Config(bucket="agentium-tests", prefix=prefix)

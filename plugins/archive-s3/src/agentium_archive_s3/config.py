@@ -10,6 +10,7 @@ and the session token.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -34,6 +35,10 @@ _PREFIX_SEGMENT: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 
 _REGION: Final = re.compile(r"[a-z0-9-]{1,32}")
 
+# The layout's folders below a prefix (keys.py): "<kind>/v<n>/<tenant>/...".
+_LAYOUT_KINDS: Final = frozenset({"archive", "sessions"})
+_LAYOUT_VERSION: Final = re.compile(r"v[0-9]+")
+
 
 def redact_endpoint(url: str | None) -> str:
     """``url`` with any user info or query replaced by ``***`` (``redact_url``); ``None`` reads "default"."""
@@ -57,6 +62,15 @@ def _prefix(instance: Any, attribute: attrs.Attribute[Any], value: object) -> No
             "prefix must be '/'-separated segments of letters, digits, '_', '.' and '-' (no empty, '.' or "
             "'..' segment, no leading or trailing '/'), for example 'agentium' or 'apps/agentium'"
         )
+    # A prefix holding a layout folder ("archive/v1", "sessions/v1") puts its keys inside another
+    # prefix's tenant folders (prefix "apps/archive/v1/eu" below "apps"'s tenant "eu"): that prefix's
+    # erasure of tenant "eu" deleted this one's every group and snapshot, and its listings met them.
+    for kind, version in itertools.pairwise(segments):
+        if kind in _LAYOUT_KINDS and _LAYOUT_VERSION.fullmatch(version):
+            raise InvalidArgumentError(
+                f"prefix must not hold the layout's folder {kind}/{version}: its keys would lie inside "
+                "the tenant folders of another prefix, whose erasures and listings would reach them"
+            )
 
 
 def _endpoint(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -131,7 +145,9 @@ class S3Config:
     - ``bucket`` (required): the bucket; it must exist (the adapters never create it).
     - ``prefix``: the first path segments of every key (default ``agentium``);
       the archive writes below ``<prefix>/archive/``, the store below
-      ``<prefix>/sessions/``, the health probe below ``<prefix>/probe/``.
+      ``<prefix>/sessions/``, the health probe below ``<prefix>/probe/``; it may
+      not hold a layout folder (``archive/v1``, ``sessions/v1``), which would put
+      its keys inside another prefix's tenant folders.
     - ``endpoint_url``: an S3-compatible endpoint (Ceph RGW, MinIO, a local
       server); left out, boto3 uses AWS's endpoint for ``region``.
     - ``region``: the signing region; left out, the standard chain decides.
