@@ -268,3 +268,33 @@ def test_database_bytes_reads_the_file_its_log_and_its_journal_inflated_while_a_
         conn.close()
     (tmp_path / "c.db-journal").unlink()
     assert b"JOURNALWORD" not in database_bytes(path)  # a missing companion reads as empty
+
+
+@pytest.mark.parametrize("damage", ["bit", "replaced"])
+async def test_an_equal_append_over_a_damaged_archived_row_fails_closed(tmp_path: Path, damage: str) -> None:
+    # A group appended again with its digest (a retry, a deferred eviction) was acknowledged on the
+    # digest column alone: with the row's bytes damaged, the joint commit moved the boundary past
+    # the group and dropped the snapshot's copy, the only intact one, for a receipt of damage.
+    path = tmp_path / "a.db"
+    groups = tuple(plain_group(seq, f"{seq} {TEXT}") for seq in range(2))
+    archive, store = _adapters(path)
+    ctx = OpContext()
+    try:
+        await archive.append(KEY, groups[:1], ctx)
+        revision = await store.save(KEY, seal_snapshot(SessionSnapshot(SCOPE, 0, 2, groups)), None, ctx)
+        (row,) = [i for i in _rows(path) if i & 1]  # the archive's own row of group 0
+        data = _rows(path)[row][1]
+        other = pack(plain_group(0, f"0 {TEXT} (changed)").canonical_bytes())
+        _set(path, row, data[:40] + bytes([data[40] ^ 0x10]) + data[41:] if damage == "bit" else other)
+        damaged = _rows(path)
+        with pytest.raises(ArchiveCorruptError, match="damaged"):
+            await archive.append(KEY, groups[:1], ctx)
+        evicted = seal_snapshot(SessionSnapshot(SCOPE, 1, 2, groups[1:]))
+        with pytest.raises(ArchiveCorruptError, match="damaged"):
+            await store.commit_with_archive(archive, KEY, groups[:1], evicted, revision, ctx)
+        assert _rows(path) == damaged  # nothing written: the snapshot still holds group 0
+        loaded = await store.load(KEY, ctx)
+        assert loaded is not None and loaded.revision == revision and loaded.snapshot.resident == groups
+    finally:
+        await archive.aclose()
+        await store.aclose()

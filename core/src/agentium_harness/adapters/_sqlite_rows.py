@@ -47,6 +47,7 @@ from .._errors import (
     SessionConflictError,
     SnapshotCorruptError,
 )
+from .._json import digest_bytes
 from .._ports.archive import ArchiveReceipt
 from .._ports.sessions import SessionSnapshot
 from .._ports.snapshot import GroupRow, group_rows, snapshot_parts
@@ -62,7 +63,7 @@ from ._sqlite_bounds import (
     over_check,
     oversize,
 )
-from ._sqlite_pack import pack
+from ._sqlite_pack import PackedRowError, pack, unpack
 from ._sqlite_sql import revision_floor
 
 __all__ = [
@@ -261,20 +262,36 @@ def drop_if_empty(conn: sqlite3.Connection, sid: int) -> None:
 # -- the archive ------------------------------------------------------------------------------------
 
 
-#: A group's digest alone, bounded, then what is over its bound (or NULL).
-_DIGEST: Final = f"SELECT {bounded_select((('digest', DIGEST_CHARS),))} FROM groups WHERE id = ?"  # noqa: S608
+#: A group's digest and data, bounded, then what is over its bound (or NULL).
+_HELD: Final = f"SELECT {_GROUP_COLUMNS} FROM groups WHERE id = ?"  # noqa: S608
 
 
 def _archived_digest(conn: sqlite3.Connection, key: SessionKey, session: SessionRow, seq: int) -> str | None:
-    """The digest the archive holds for ``seq``: its own row's, or that of the store's row it adopted."""
-    row = conn.execute(_DIGEST, (row_id(session.sid, seq, True),)).fetchone()
+    """The digest the archive holds for ``seq``: its own row's, or that of the store's row it adopted.
+
+    The caller acknowledges an equal group on it (a receipt; a joint commit then drops the
+    snapshot's copy), so the row's bytes must be the digest's: a damaged row raises
+    ``ArchiveCorruptError``. Only a group already archived is read and hashed (a retry): a new
+    one finds no row, and costs no more than the digest's lookup did.
+    """
+    row = conn.execute(_HELD, (row_id(session.sid, seq, True),)).fetchone()
     if row is None and seq < session.adopted:
-        row = conn.execute(_DIGEST, (row_id(session.sid, seq, False),)).fetchone()
+        row = conn.execute(_HELD, (row_id(session.sid, seq, False),)).fetchone()
     if row is None:
         return None
-    if row[0] is None:  # the column is NOT NULL: longer than any digest, not read
-        raise ArchiveCorruptError(oversize(f"archived group {seq} of session {key.key()}", row[1]))
-    return str(row[0])
+    digest, data, over = row
+    if over is not None:  # NOT NULL columns: a value over its bound, not read
+        raise ArchiveCorruptError(oversize(f"archived group {seq} of session {key.key()}", over))
+    try:
+        intact = isinstance(data, bytes) and digest_bytes(unpack(data, JSON_BYTES)) == digest
+    except PackedRowError:
+        intact = False
+    if not intact:
+        raise ArchiveCorruptError(
+            f"archived group {seq} of session {key.key()} is damaged: its stored bytes do not match its "
+            "stored digest, so no receipt can stand on it; nothing was written"
+        )
+    return str(digest)
 
 
 def _conflict(key: SessionKey, seq: int, held: str, digest: str) -> ArchiveConflictError:
