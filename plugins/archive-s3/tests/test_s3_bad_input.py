@@ -552,3 +552,30 @@ async def test_erase_refuses_a_dry_run_that_is_not_a_bool_before_any_request(
         await archive.aclose()
         await store.aclose()
         client.close()
+
+
+@pytest.mark.parametrize("damage", ["bytes", "digest dropped"])
+async def test_an_equal_append_over_a_damaged_object_is_refused_as_damage(
+    config: S3Config, admin: Any, damage: str
+) -> None:
+    # The 412 path compared the stored bytes with the group: damage was reported as
+    # ArchiveConflictError ("already holds a different group"), which the engine records as a
+    # divergence from another writer's group, though no writer stored other content there.
+    archive = S3Archive(config)
+    group = plain_group(0, " the original")
+    object_key = archive_key(config.prefix, KEY, 0)
+    try:
+        await archive.append(KEY, [group], OpContext.with_timeout(20))
+        stored = admin.get_object(Bucket=BUCKET, Key=object_key)
+        data, meta = stored["Body"].read(), stored["Metadata"]
+        if damage == "bytes":
+            data = data.replace(b"original", b"originaL")
+        else:
+            meta = {k: v for k, v in meta.items() if k != "agentium-digest"}
+        admin.put_object(Bucket=BUCKET, Key=object_key, Body=data, Metadata=meta)
+        before = versions(admin, config.prefix)
+        with pytest.raises(ArchiveCorruptError, match="does not match its stored digest"):
+            await archive.append(KEY, [group], OpContext.with_timeout(20))
+        assert versions(admin, config.prefix) == before
+    finally:
+        await archive.aclose()

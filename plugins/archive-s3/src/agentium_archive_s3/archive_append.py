@@ -172,8 +172,16 @@ def compare_stored(s3: S3Client, config: S3Config, upload: Upload) -> None:
             f"s3 archive: group {upload.seq} at {upload.key!r} was erased (an erasure left an empty "
             "marker there); an erased group is never archived again"
         )
-    if digest_bytes(data) == upload.digest and stored_digest == upload.digest:
+    actual = digest_bytes(data)
+    if actual == upload.digest and stored_digest == upload.digest:
         return
+    if actual != stored_digest:
+        # Damage (bytes or digest changed, or the digest dropped), not another group: reported as
+        # a conflict, the engine kept the turn as a divergence from a group no writer stored.
+        raise ArchiveCorruptError(
+            f"{where(upload.session, upload.seq, upload.key)} does not match its stored digest; it was "
+            "damaged or changed outside the archive, and the append is refused (the object is left as it is)"
+        )
     raise ArchiveConflictError(
         f"s3 archive: {upload.key!r} already holds a different group {upload.seq} (stored "
         f"{digest_bytes(data)}, appending {upload.digest}); archived groups are never overwritten"
