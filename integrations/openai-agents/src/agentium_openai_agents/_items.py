@@ -142,15 +142,16 @@ def _role_and_text(item: Mapping[str, Any]) -> tuple[Role, str]:
 def item_to_message(item: object) -> Message:
     """The Agentium message for one SDK item: the item whole as its payload, readable text as content.
 
-    The item must be a mapping; whether it is plain JSON (no ``nan``, no
-    tuples, no non-string keys…) is checked by ``HarnessRuntime.append``,
-    which refuses the whole call with ``InvalidPayloadError`` otherwise.
+    The item must be a mapping (a ``dict`` subclass is read, and stored, as what it holds); plain
+    JSON is checked by ``HarnessRuntime.append``, refusing the call with ``InvalidPayloadError``.
     """
     if type(item) is not dict and not isinstance(item, Mapping):  # a dict: no ABC check (Python-level)
         raise ForeignItemError(
             f"an SDK item is a mapping (a Responses API input item), got {type(item).__name__}; "
             "pass the items the SDK gives you, or build dicts"
         )
+    if type(item) is not dict and isinstance(item, dict):  # append stores what it holds (dict's methods):
+        item = dict(dict.items(item))  # its own get may say otherwise; shape, role, text are the stored's
     try:
         role, text = _role_and_text(item)
         # A message's content is handed on as the item holds it: a str subclass runs its own

@@ -1,0 +1,77 @@
+"""Items of the host's own types: what ``add_items`` checks is what it stores.
+
+``append`` stores a ``dict`` subclass as the plain JSON it holds (read with
+the base type's methods), never as its own ``get`` or ``__getitem__`` says.
+``add_items`` checked an item's shape, and took its role and text, through
+the item's own ``get``: a subclass whose ``get`` answers other than what it
+holds (one normalizing its keys, say) passed the check with a stored value
+of no input item's shape, and every later ``get_items`` failed on it as
+damage (the session unreadable until cleared).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sdk_sessions import ANA
+
+from agentium_harness import HarnessRuntime, Role
+from agentium_openai_agents import AgentiumSession, ForeignItemError
+
+pytestmark = pytest.mark.anyio
+
+
+class LowerKeys(dict[str, Any]):
+    """A dict looking keys up case-insensitively: ``get("type")`` finds a stored ``"Type"``."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        for stored, value in dict.items(self):
+            if isinstance(key, str) and stored.lower() == key.lower():
+                return value
+        return default
+
+    def __getitem__(self, key: Any) -> Any:
+        found = self.get(key, KeyError)
+        if found is KeyError:
+            raise KeyError(key)
+        return found
+
+
+class SaysOutput(dict[str, Any]):
+    """A dict whose ``get`` says it is a tool's output, whatever it holds."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        said = {"type": "function_call_output", "call_id": "c1", "output": "page"}
+        return said.get(key, default)
+
+
+async def test_a_dict_subclass_holding_no_items_shape_is_refused_and_nothing_is_written(
+    runtime: HarnessRuntime,
+) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items([{"role": "user", "content": "hello"}])
+    odd = LowerKeys({"Type": "message", "Role": "user", "Content": "hi"})
+    with pytest.raises(ForeignItemError, match="nothing was written"):
+        await session.add_items([odd])
+    # Nothing written, and the session still reads.
+    audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+    assert [m.payload for g in audit.groups for m in g.group.messages] == [
+        {"role": "user", "content": "hello"}
+    ]
+    assert await session.get_items() == [{"role": "user", "content": "hello"}]
+
+
+async def test_a_dict_subclass_is_stored_with_the_role_and_text_of_what_it_holds(
+    runtime: HarnessRuntime,
+) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    item = SaysOutput({"role": "user", "content": "my own words"})
+    await session.add_items([item])
+    (message,) = (await runtime.read_history(ANA, "chat-1", max_groups=1)).messages
+    assert (message.role, message.content, message.payload) == (
+        Role.USER,
+        "my own words",
+        {"role": "user", "content": "my own words"},
+    )
+    assert await session.get_items() == [{"role": "user", "content": "my own words"}]
