@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sdk_sessions import ANA
 
-from agentium_harness import HarnessRuntime, Role
+from agentium_harness import HarnessRuntime, InvalidPayloadError, Role
 from agentium_openai_agents import AgentiumSession, ForeignItemError
 
 pytestmark = pytest.mark.anyio
@@ -75,3 +75,17 @@ async def test_a_dict_subclass_is_stored_with_the_role_and_text_of_what_it_holds
         {"role": "user", "content": "my own words"},
     )
     assert await session.get_items() == [{"role": "user", "content": "my own words"}]
+
+
+class ItemsRaise(dict[str, Any]):
+    """A dict whose own ``items`` raises: ``append``'s own check of it still runs (and refuses it)."""
+
+    def items(self) -> Any:
+        raise RuntimeError("items")
+
+
+async def test_a_dict_subclass_is_still_checked_by_append_itself(runtime: HarnessRuntime) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    with pytest.raises(InvalidPayloadError, match="nothing was written"):
+        await session.add_items([ItemsRaise({"role": "user", "content": "hi"})])
+    assert (await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)).groups == ()

@@ -142,7 +142,7 @@ def _role_and_text(item: Mapping[str, Any]) -> tuple[Role, str]:
 def item_to_message(item: object) -> Message:
     """The Agentium message for one SDK item: the item whole as its payload, readable text as content.
 
-    The item must be a mapping (a ``dict`` subclass is read, and stored, as what it holds); plain
+    The item must be a mapping (a ``dict`` subclass is read as what it holds, as append stores it); plain
     JSON is checked by ``HarnessRuntime.append``, refusing the call with ``InvalidPayloadError``.
     """
     if type(item) is not dict and not isinstance(item, Mapping):  # a dict: no ABC check (Python-level)
@@ -150,15 +150,14 @@ def item_to_message(item: object) -> Message:
             f"an SDK item is a mapping (a Responses API input item), got {type(item).__name__}; "
             "pass the items the SDK gives you, or build dicts"
         )
-    if type(item) is not dict and isinstance(item, dict):  # append stores what it holds (dict's methods):
-        item = dict(dict.items(item))  # its own get may say otherwise; shape, role, text are the stored's
+    # append stores what a dict subclass holds (read with dict's methods), whatever its own get says.
+    held = dict(dict.items(item)) if type(item) is not dict and isinstance(item, dict) else item
     try:
-        role, text = _role_and_text(item)
-        # A message's content is handed on as the item holds it: a str subclass runs its own
-        # code wherever Agentium measures or encodes the text (its encode, its len). The exact
-        # str of its characters (str.__str__ runs none of the subclass's methods) is used.
+        role, text = _role_and_text(held)
+        # A str subclass runs its own code wherever Agentium measures or encodes the text (its
+        # encode, its len): the exact str of its characters (str.__str__ runs none of it) is used.
         text = str.__str__(text)
-        call_id = _call_id(item) if role is Role.TOOL else None
+        call_id = _call_id(held) if role is Role.TOOL else None
     except Exception as exc:
         # Reading a mapping that is no dict runs its own code (its __getitem__, a part's get):
         # whatever that raises, the host gets this integration's typed error, not a bare one.
@@ -182,11 +181,12 @@ def check_item_shape(item: Mapping[str, Any], position: int) -> None:
     role, which is Chat Completions') the SDK never stores; kept, it would be
     sent to the model on every later run of the session and refused there, so
     ``add_items`` refuses it first. Only the shape is checked: a ``type`` this
-    SDK release does not know passes, for items of later releases. The error
-    names no value of the item (it may be a user's words).
+    SDK release does not know passes, for items of later releases. A ``dict`` subclass is checked as
+    what it holds (what ``append`` stores), not by its own ``get``. The error names no value of the item.
     """
     try:
-        kind, role, ref = item.get("type"), item.get("role"), item.get("id")
+        held = dict(dict.items(item)) if type(item) is not dict and isinstance(item, dict) else item
+        kind, role, ref = held.get("type"), held.get("role"), held.get("id")
     except Exception as exc:  # a mapping that is no dict runs its own code when read
         raise ForeignItemError(
             f"item {position} could not be read as a mapping ({type(exc).__name__} raised reading it); "
