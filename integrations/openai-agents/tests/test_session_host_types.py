@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sdk_sessions import ANA
 
-from agentium_harness import HarnessRuntime, InvalidPayloadError, Role
+from agentium_harness import HarnessRuntime, InvalidArgumentError, InvalidPayloadError, Role
 from agentium_openai_agents import AgentiumSession, ForeignItemError
 
 pytestmark = pytest.mark.anyio
@@ -89,3 +89,19 @@ async def test_a_dict_subclass_is_still_checked_by_append_itself(runtime: Harnes
     with pytest.raises(InvalidPayloadError, match="nothing was written"):
         await session.add_items([ItemsRaise({"role": "user", "content": "hi"})])
     assert (await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)).groups == ()
+
+
+class NoLimitSaid(dict[str, Any]):
+    """A dict whose own ``get`` says it holds no ``limit``, whatever it holds."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return default
+
+
+@pytest.mark.parametrize("limit", [True, "3", 2.0])
+async def test_session_settings_of_a_dict_subclass_are_checked_as_what_they_hold(
+    runtime: HarnessRuntime, limit: object
+) -> None:
+    # The SDK's coercion reads what the dict holds: True would be a limit of 1, "3" one of 3.
+    with pytest.raises(InvalidArgumentError, match=r"session_settings\.limit"):
+        AgentiumSession(runtime, ANA, "chat-1", session_settings=NoLimitSaid(limit=limit))

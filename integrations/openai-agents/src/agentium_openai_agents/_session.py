@@ -214,8 +214,9 @@ class AgentiumSession:
                 "build it with RecallScope(project=..., repository=...)"
             )
         if isinstance(session_settings, dict):
-            # The SDK's coercion would make True a limit of 1 and "3" or 2.0 one of 3 or 2.
-            _check_limit(session_settings.get("limit"), "session_settings.limit")
+            # The SDK's coercion would make True a limit of 1 and "3" or 2.0 one of 3 or 2; what the
+            # dict holds is what it coerces (dict.get: a subclass's own get may say otherwise).
+            _check_limit(dict.get(session_settings, "limit"), "session_settings.limit")
         settings = SessionSettings()
         if session_settings is not None:
             try:
