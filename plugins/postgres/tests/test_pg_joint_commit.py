@@ -16,7 +16,13 @@ import pytest
 from pg_server import APP_PASSWORD, APP_USER, DATABASE
 from psycopg_pool import AsyncConnectionPool
 
-from agentium_harness import ResidentLimits, RuntimeLimits, VerifiedIdentity, create_harness_runtime
+from agentium_harness import (
+    InvalidArgumentError,
+    ResidentLimits,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import (
     ArchiveConflictError,
@@ -192,6 +198,22 @@ def test_an_identity_names_every_option_that_chooses_the_server() -> None:
     )
     assert one.identity() == same.identity()
     assert "secret" not in " ".join(same.identity())
+
+
+@pytest.mark.parametrize("option", ["oauth_client_secret", "scram_client_key", "scram_server_key"])
+def test_an_identity_holds_no_secret_of_libpq_18(option: str) -> None:
+    # libpq 18 (the one psycopg[binary] bundles) takes an OAuth client secret and the SCRAM keys,
+    # which authenticate as the password does, as connection options; identity() took them in.
+    dsn = "host=db hostaddr=10.0.0.1 dbname=app user=app"
+    known = {o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults()}
+    if option not in known:  # an older libpq refuses the option: the secret cannot land anywhere
+        with pytest.raises(InvalidArgumentError):
+            PostgresConfig(dsn=f"{dsn} {option}=hunter2-secret")
+        return
+    given = PostgresConfig(dsn=f"{dsn} {option}=hunter2-secret")
+    assert "hunter2" not in " ".join(given.identity())
+    # Only a credential differs: one database, still one joint commit.
+    assert given.identity() == PostgresConfig(dsn=dsn).identity()
 
 
 async def test_the_joint_commit_refuses_a_group_over_the_archives_own_row_bound(

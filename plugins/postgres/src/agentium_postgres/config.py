@@ -8,6 +8,7 @@ by the core's strict loader: unknown keys and wrong types are errors at
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Final
 
@@ -39,6 +40,27 @@ _NOT_WHERE: Final = frozenset(
         "tcp_user_timeout",
     }
 )
+
+
+@functools.cache
+def _secret_options() -> frozenset[str]:
+    """The options libpq hides (``*``: a password field; ``D``: a debug option, the SCRAM keys among them).
+
+    libpq 18 added an OAuth client secret and the SCRAM keys, which authenticate as the password
+    does: a fixed list of secrets went out of date, and identity() kept them. ``replication``, also
+    ``D``, still counts (a replication connection is not an ordinary session of the database).
+    """
+    import psycopg.pq
+
+    try:
+        hidden = {
+            o.keyword.decode()
+            for o in psycopg.pq.Conninfo.get_defaults()
+            if o.dispchar == b"*" or (o.dispchar == b"D" and o.keyword != b"replication")
+        }
+    except psycopg.Error:  # libpq could not list its options (out of memory): the known ones
+        hidden = set()
+    return frozenset(hidden | {"oauth_client_secret", "scram_client_key", "scram_server_key"})
 
 
 def _conninfo(dsn: str) -> dict[str, Any]:
@@ -211,14 +233,16 @@ class PostgresConfig:
     def identity(self) -> tuple[str, ...]:
         """What names the database and schema: two adapters with equal identities share one database.
 
-        Every connection option but the password and those that cannot change where a connection
-        lands (:data:`_NOT_WHERE`), as ``key=value`` in key order, then the schema. Taking only
-        host, port, database and user, ``service=a`` and ``service=b`` (a ``pg_service.conf``
-        naming two servers), or two ``hostaddr``, were one database: the session store then wrote
-        the archive's groups, in its joint commit, into its own database, where the archive never
-        read them. Two strings naming one database in different words are two identities: the
-        adapters then commit separately, which is slower, never wrong.
+        Every connection option but the secrets (the password, and every option libpq hides) and
+        those that cannot change where a connection lands (:data:`_NOT_WHERE`), as ``key=value``
+        in key order, then the schema. Taking only host, port, database and user, ``service=a``
+        and ``service=b`` (a ``pg_service.conf`` naming two servers), or two ``hostaddr``, were one
+        database: the session store then wrote the archive's groups, in its joint commit, into its
+        own database, where the archive never read them. Two strings naming one database in
+        different words are two identities: the adapters then commit separately, which is slower,
+        never wrong.
         """
         info = _conninfo(self.dsn)
-        where = sorted(f"{k}={v}" for k, v in info.items() if k not in _NOT_WHERE and v is not None)
+        hidden = _NOT_WHERE | _secret_options()
+        where = sorted(f"{k}={v}" for k, v in info.items() if k not in hidden and v is not None)
         return (*where, f"schema={self.schema}")
