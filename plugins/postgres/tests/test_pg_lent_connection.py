@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import psycopg
 import pytest
 from pg_server import new_schema_name
@@ -130,3 +131,45 @@ async def test_migrate_on_a_lent_connection_inside_the_hosts_transaction_is_refu
         assert row == (SCHEMA_VERSION,)  # committed: closing the lent connection took nothing back
     finally:
         admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.mark.parametrize("head_start", range(4))
+async def test_migrate_and_an_adapter_on_one_lent_connection_take_turns(
+    pg_server: Any, admin_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str, head_start: int
+) -> None:
+    # migrate(connection=...) did not take the connection's lock the adapters share: a save that
+    # had passed its idle check ran its statements inside the migration's transaction and the
+    # migration inside the save's; both failed ("transaction commit at the wrong nesting level")
+    # and the connection was left INTRANS, so every later call on it was refused. Otherwise the
+    # one that came second was refused as if the host had left a transaction open.
+    conn = await psycopg.AsyncConnection.connect(pg_server.admin_dsn())
+    store = PostgresSessionStore(admin_config, connection=conn)
+    failures: list[BaseException] = []
+
+    async def save() -> None:
+        try:
+            await store.save(KEY, scoped_snapshot(KEY, " a"), None, _ctx())
+        except Exception as exc:
+            failures.append(exc)
+
+    async def migrate_too() -> None:
+        for _ in range(head_start):  # the save's call gets this far before the migration begins
+            await anyio.lowlevel.checkpoint()
+        try:
+            await migrate(admin_config, connection=conn)
+        except Exception as exc:
+            failures.append(exc)
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(save)
+                tg.start_soon(migrate_too)
+            assert failures == []
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert _snapshots(admin, schema) == 1
+            stored = await store.load(KEY, _ctx())
+            assert stored is not None
+    finally:
+        await store.aclose()
+        await conn.close()

@@ -88,7 +88,8 @@ async def migrate(
     the schema, the table privileges listed in the README). A lent
     ``connection`` is used and left open (it must be idle: one inside a
     transaction is refused, :class:`~agentium_postgres.errors.PostgresError`,
-    nothing sent); otherwise one is opened with ``config`` and closed.
+    nothing sent; a call of an adapter lent it finishes first, and waits for
+    the migration); otherwise one is opened with ``config`` and closed.
     Running it again at the current version changes nothing (grants are
     re-applied). ``to_version`` stops at an older version
     (staged upgrades, and tests of an upgrade); a migration never goes back.
@@ -103,7 +104,7 @@ async def migrate(
     # not load the client library.
     import psycopg
 
-    from .calls import require_idle
+    from .calls import lent_lock, require_idle
     from .link import PgLink, require_asyncio
 
     operation = "migrate"
@@ -113,24 +114,27 @@ async def migrate(
             f"connection must be a psycopg.AsyncConnection, got {type(connection).__name__}; nothing "
             "was changed"
         )
-    if connection is not None:
-        # Inside the host's transaction, the migration's was a savepoint: the report said every
-        # step applied, and the host's rollback (or closing the connection) took the schema back.
-        require_idle(connection, "postgres migrate", operation, PostgresError)
     link = PgLink(config, family=PostgresError, name="postgres migrate", needs=())
     ctx = OpContext.with_timeout(timeout_s)
     try:
         with anyio.fail_after(timeout_s):
-            conn = connection
-            if conn is None:
-                conn = await psycopg.AsyncConnection.connect(
-                    config.conninfo(), connect_timeout=max(1, math.ceil(config.connect_timeout_s))
-                )
+            if connection is not None:
+                # The lock the adapters lent this connection share: without it, an adapter's call
+                # that had passed its idle check and this migration ran inside each other's
+                # transactions, both failed, and the connection was left inside one.
+                async with lent_lock(connection):
+                    # Inside the host's transaction, the migration's was a savepoint: the report
+                    # said every step applied, and the host's rollback took the schema back.
+                    require_idle(connection, "postgres migrate", operation, PostgresError)
+                    async with connection.transaction():
+                        return await apply_migrations(connection, config.schema, grant_to, to_version)
+            conn = await psycopg.AsyncConnection.connect(
+                config.conninfo(), connect_timeout=max(1, math.ceil(config.connect_timeout_s))
+            )
             try:
                 async with conn.transaction():
                     return await apply_migrations(conn, config.schema, grant_to, to_version)
             finally:
-                if connection is None:
-                    await conn.close()
+                await conn.close()
     except (psycopg.Error, OSError, TimeoutError) as exc:
         raise link.translate(exc, operation, ctx) from None
