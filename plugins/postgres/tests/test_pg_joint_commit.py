@@ -32,7 +32,11 @@ from agentium_harness.plugin_api import (
 )
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
 from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore, migrate
-from agentium_postgres.errors import PostgresRowTooLargeError, PostgresSessionStoreError
+from agentium_postgres.errors import (
+    PostgresPrivilegeError,
+    PostgresRowTooLargeError,
+    PostgresSessionStoreError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -233,6 +237,32 @@ async def test_the_joint_commit_refuses_a_group_over_the_archives_own_row_bound(
         assert archived_seqs(admin, schema, KEY) == []
         assert await store.load(KEY, _ctx()) is None
         assert list(await archive.read_groups(KEY, 0, 10, _ctx())) == []
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_the_joint_commit_does_not_write_for_an_archive_that_requires_row_security(
+    admin_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # An archive with require_row_security refuses every call of a role that bypasses row-level
+    # security; the session store's joint commit ran on the store's own link, whose config did not
+    # ask, and wrote the archive's groups as that role all the same.
+    store = PostgresSessionStore(admin_config)  # the superuser bypasses row-level security
+    archive = PostgresArchive(attrs.evolve(admin_config, require_row_security=True))
+    try:
+        groups = [rich_group(0, KEY, "kept out")]
+        with pytest.raises(PostgresPrivilegeError):
+            await archive.append(KEY, groups, _ctx())
+        assert not store.shares_transactions_with(archive)
+        with pytest.raises(PostgresSessionStoreError, match="nothing was written"):
+            await store.commit_with_archive(archive, KEY, groups, scoped_snapshot(KEY, " next"), None, _ctx())
+        assert archived_seqs(admin, schema, KEY) == []
+        assert await store.load(KEY, _ctx()) is None
+        # The other way round the store's own check covers the archive's rows: one transaction.
+        strict = PostgresSessionStore(attrs.evolve(admin_config, require_row_security=True))
+        assert strict.shares_transactions_with(PostgresArchive(admin_config))
+        await strict.aclose()
     finally:
         await archive.aclose()
         await store.aclose()

@@ -310,8 +310,17 @@ class PostgresSessionStore(SessionStore):
     # -- joint commit ---------------------------------------------------------------------------
 
     def shares_transactions_with(self, archive: object) -> bool:
-        """True when ``archive`` is an open PostgreSQL archive on this store's database and schema."""
-        return isinstance(archive, PostgresArchive) and self._link.shares_database_with(archive.link)
+        """True when ``archive`` is an open PostgreSQL archive on this store's database and schema.
+
+        Not when the archive requires row-level security and this store does not: the joint
+        commit runs on this store's connections, whose first use checks only this store's options,
+        and wrote the archive's groups as a role the archive itself refuses.
+        """
+        return (
+            isinstance(archive, PostgresArchive)
+            and self._link.shares_database_with(archive.link)
+            and (self._config.require_row_security or not archive.config.require_row_security)
+        )
 
     async def commit_with_archive(
         self,
