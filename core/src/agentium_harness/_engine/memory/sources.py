@@ -22,6 +22,7 @@ import attrs
 from ..._errors import InvalidArgumentError, OperationTimeoutError
 from ..._observe import spans as observe
 from ..._observe.logs import log_diagnostics
+from ..._observe.turn import diagnostic_events
 from ..._ports._base import OpContext
 from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_at, check_limit, iso_utc
 from ..._ports.provider import SourceBlock, SourceKind
@@ -233,7 +234,8 @@ async def agent_memory_blocks(
 
     A ``search_memory`` span under the manager's telemetry, and what was
     left out (a failed selection above all) logged on ``agentium.engine.memory``
-    as WARNINGs, their text only with content capture.
+    as WARNINGs and added to that span as ``agentium.diagnostic`` events,
+    their text only with content capture.
     """
     from .manager import telemetry_of  # the manager imports this module (through the Agent)
 
@@ -249,7 +251,12 @@ async def agent_memory_blocks(
             span.content("gen_ai.memory.query.text", text)
             if omitted.problems:
                 span.fail("memory_selection_failed")
-    log_diagnostics(memory_diagnostics(omitted), {}, capture_content=settings.capture_content)
+            # What was left out is an event on the span as well as a WARNING, as a harness run's
+            # diagnostics are on its turn's span (code and severity; the text only with content capture).
+            notes = memory_diagnostics(omitted)
+            if notes:
+                diagnostic_events(span, observe.current_instruments(), settings, notes)
+    log_diagnostics(notes, {}, capture_content=settings.capture_content)
     return blocks, omitted
 
 

@@ -261,11 +261,17 @@ class WorkTracker:
         started = time.perf_counter()
         with observe.stage("drain") as span:
             result = await self._drain(timeout_s, grace_s, only)
-            span.set("agentium.drain.completed", result.count(DrainStatus.COMPLETED))
-            span.set("agentium.drain.failed", result.count(DrainStatus.FAILED))
-            span.set("agentium.drain.cancelled", result.count(DrainStatus.CANCELLED))
+            counts = {
+                "agentium.drain.completed": result.count(DrainStatus.COMPLETED),
+                "agentium.drain.failed": result.count(DrainStatus.FAILED),
+                "agentium.drain.cancelled": result.count(DrainStatus.CANCELLED),
+            }
+            for key, count in counts.items():
+                span.set(key, count)
             if not result.ok:
                 span.fail("drain_incomplete")
+                # The degraded outcome is an event as well as the WARNING below: counts only, no names.
+                span.event("agentium.drain.incomplete", counts)
         observed_drain(result, time.perf_counter() - started)
         return result
 

@@ -1,0 +1,109 @@
+"""Degraded outcomes outside a run's result are span events too, next to their WARNING, with no content.
+
+An ``Agent`` run's memory selection that left facts out or failed, and a
+drain that did not settle every item, each logged a WARNING but put nothing
+on a span but a status: the standard is a WARNING *and* a span event
+(docs/observability.md), and neither may carry a fact's text or the store's
+error message unless the host opts in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+import anyio
+import pytest
+from _telemetry_support import Telemetered
+
+from agentium_harness import Agent, MemoryDrainError, MemoryFact, MemoryManager, MemoryScope
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import OpContext, StoredFact
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "QVX-private-9931"
+SCOPE = MemoryScope("acme-tenant", "ana-user")
+
+
+class LookupDown(InMemoryMemoryStore):
+    """A memory store whose selection fails, its error quoting the query (content)."""
+
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        raise OSError(f"index unavailable for {query!r}")
+
+
+async def test_an_agent_runs_failed_memory_selection_is_a_span_event_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    t = Telemetered()
+    manager = MemoryManager(LookupDown(), telemetry=t.telemetry())
+    agent = Agent(ScriptedProvider(replies=["ok"]), manager, SCOPE, extraction=False)
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+        reply = await agent.run(f"what about {SECRET}?")
+        await agent.close()
+    assert reply.omitted.problems
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.memory"]
+    assert warning.levelno == logging.WARNING and warning.agentium_code == "memory_failed"
+    span = t.one("search_memory")
+    events = [(e.name, dict(e.attributes or {})) for e in span.events]
+    assert events == [
+        (
+            "agentium.diagnostic",
+            {"agentium.diagnostic.code": "memory_failed", "agentium.diagnostic.severity": "warning"},
+        )
+    ]
+    [counted] = t.metrics()["agentium.diagnostics"]
+    assert dict(counted.attributes)["agentium.diagnostic.code"] == "memory_failed"
+    assert not [x for x in t.carried() if SECRET in x]
+    assert not [r for r in caplog.records if SECRET in r.getMessage()]
+
+
+async def test_an_agent_runs_facts_left_out_are_span_events_with_their_text_only_on_opt_in(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for capture in (False, True):
+        t = Telemetered()
+        store = InMemoryMemoryStore()
+        manager = MemoryManager(store, telemetry=t.telemetry(capture_content=capture))
+        await store.remember(MemoryFact(SCOPE, f"{SECRET} " + "long fact " * 400), OpContext())
+        agent = Agent(ScriptedProvider(replies=["ok"]), manager, SCOPE, extraction=False)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            reply = await agent.run(f"tell me about {SECRET} long fact")
+            await agent.close()
+        assert reply.omitted.over_budget, "the fact should not fit the memory token budget"
+        [warning] = [r for r in caplog.records if r.name == "agentium.engine.memory"]
+        assert warning.agentium_code == "memory_omitted"
+        [event] = [e for e in t.one("search_memory").events if e.name == "agentium.diagnostic"]
+        said = dict(event.attributes or {})
+        assert said["agentium.diagnostic.code"] == "memory_omitted"
+        assert ("agentium.diagnostic.message" in said) is capture
+        if not capture:
+            assert not [x for x in t.carried() if SECRET in x]
+
+
+async def test_an_incomplete_drain_is_a_span_event_and_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    t = Telemetered()
+    manager = MemoryManager(InMemoryMemoryStore(), telemetry=t.telemetry())
+
+    async def stuck() -> None:
+        await anyio.sleep(30)
+
+    manager.start_work("stuck-extraction", "extraction", stuck)
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+        with pytest.raises(MemoryDrainError):
+            await manager.drain(0.05, grace_s=0.5)
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.lifecycle"]
+    assert warning.levelno == logging.WARNING
+    events = [(e.name, dict(e.attributes or {})) for e in t.one("agentium.drain").events]
+    assert events == [
+        (
+            "agentium.drain.incomplete",
+            {"agentium.drain.completed": 0, "agentium.drain.failed": 0, "agentium.drain.cancelled": 1},
+        )
+    ]
