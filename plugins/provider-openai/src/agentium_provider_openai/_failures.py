@@ -12,7 +12,16 @@ import sys
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["STREAMING_ONLY", "Retryable", "forget_hidden_context", "is_transport_error", "retry_after"]
+from agentium_harness.plugin_api import current_span_event
+
+__all__ = [
+    "STREAMING_ONLY",
+    "Retryable",
+    "attempt_event",
+    "forget_hidden_context",
+    "is_transport_error",
+    "retry_after",
+]
 
 #: A 4xx message that says only streamed requests are served ("streaming is required",
 #: "only supports stream=true", "stream must be true", "non-streaming requests are not
@@ -87,3 +96,14 @@ def forget_hidden_context(exc: BaseException) -> BaseException:
     if exc.__suppress_context__ and exc.__cause__ is None:
         exc.__context__ = None
     return exc
+
+
+def attempt_event(name: str, attempt: int, status: int | None) -> None:
+    """A failed attempt as an event on the call's span (the ``chat`` span), next to its WARNING.
+
+    The attempt's number and HTTP status only: the server's error text may echo the request.
+    """
+    said: dict[str, int] = {"agentium.openai.attempt": attempt}
+    if status is not None:
+        said["http.response.status_code"] = status
+    current_span_event(name, said)

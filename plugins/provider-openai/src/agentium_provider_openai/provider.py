@@ -46,7 +46,7 @@ from agentium_harness.plugin_api import (
 )
 
 from ._bodies import ACCEPT_ENCODING, ASKED_CODINGS, BodyBroken, UnsupportedCoding, read_body
-from ._failures import Retryable, forget_hidden_context, is_transport_error, retry_after
+from ._failures import Retryable, attempt_event, forget_hidden_context, is_transport_error, retry_after
 from ._library import is_openai_client, load_openai, openai_loaded
 from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error, unreachable
 from .config import HEADER_TOKEN, REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, read_key, redact_url
@@ -328,11 +328,10 @@ class OpenAIProvider(ModelProvider):
                         ctx.signal.reason or "deadline passed",
                     ) from None
                 wait = self._backoff(attempt, failure.retry_after)
-                left = ctx.time_left()
                 why = ""
                 if attempt >= total:
                     why = f"max_retries={self._config.max_retries}"
-                elif left is not None and wait >= left:
+                elif (left := ctx.time_left()) is not None and wait >= left:
                     why = f"the next attempt, after {wait:g}s, would start past the deadline"
                 if why:
                     logger.warning(
@@ -343,6 +342,7 @@ class OpenAIProvider(ModelProvider):
                         why,
                         extra={"agentium_attempts": attempt, "agentium_http_status": failure.status},
                     )
+                    attempt_event("agentium.openai.retries_exhausted", attempt, failure.status)
                     raise OpenAIRetriesExhaustedError(
                         f"{operation} failed after {attempt} attempt(s) at {self._where()}; "
                         f"last: {failure.detail} ({why})",
@@ -358,6 +358,7 @@ class OpenAIProvider(ModelProvider):
                     wait,
                     extra={"agentium_attempts": attempt, "agentium_http_status": failure.status},
                 )
+                attempt_event("agentium.openai.retry", attempt, failure.status)
                 await anyio.sleep(wait)
 
     # -- the port ----------------------------------------------------------------
