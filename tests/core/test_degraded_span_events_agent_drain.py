@@ -20,7 +20,7 @@ from _telemetry_support import Telemetered
 from agentium_harness import Agent, MemoryDrainError, MemoryFact, MemoryManager, MemoryScope
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import OpContext, StoredFact
+from agentium_harness.plugin_api import GroupRef, Message, OpContext, Role, StoredFact
 
 pytestmark = pytest.mark.anyio
 
@@ -107,3 +107,40 @@ async def test_an_incomplete_drain_is_a_span_event_and_a_warning(caplog: pytest.
             {"agentium.drain.completed": 0, "agentium.drain.failed": 0, "agentium.drain.cancelled": 1},
         )
     ]
+
+
+class Proposes:
+    """An extractor proposing two facts; the manager's accept rule refuses the one naming the secret."""
+
+    async def extract(self, scope: MemoryScope, messages: object, ctx: OpContext) -> list[MemoryFact]:
+        return [MemoryFact(scope, "likes tea"), MemoryFact(scope, f"card {SECRET}")]
+
+
+async def test_facts_an_extraction_had_rejected_are_a_span_event_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    t = Telemetered()
+    manager = MemoryManager(
+        InMemoryMemoryStore(),
+        extractor=Proposes(),
+        accept=lambda fact: "holds a card number" if SECRET in fact.text else None,
+        telemetry=t.telemetry(),
+    )
+    source = GroupRef("s1", 0, "sha256:" + "0" * 64)
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+        manager.extract_in_background(
+            SCOPE, [Message(Role.USER, f"my card is {SECRET}")], "extraction-1", sources=[source]
+        )
+        result = await manager.drain(20)
+    assert result.completed == ("extraction-1",)
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.memory"]
+    assert warning.levelno == logging.WARNING and "1 of the 2 facts" in warning.getMessage()
+    assert t.events("agentium.memory.extraction_rejected") == [
+        (
+            "agentium.memory.extraction",
+            "agentium.memory.extraction_rejected",
+            {"agentium.memory.rejected": 1, "agentium.memory.proposed": 2},
+        )
+    ]
+    assert not [x for x in t.carried() if SECRET in x]
+    assert not [r for r in caplog.records if SECRET in r.getMessage()]

@@ -26,6 +26,8 @@ import attrs
 from ..._errors import ContractViolationError, EncodingError, InvalidArgumentError
 from ..._history import Message, MessageGroup
 from ..._host_items import read_host_items
+from ..._observe import spans as observe
+from ..._observe.settings import Resolved
 from ..._ports.memory import (
     MAX_PROVENANCE,
     PROVENANCE_READ,
@@ -35,7 +37,7 @@ from ..._ports.memory import (
     MemoryFact,
     MemoryScope,
 )
-from ..extraction_fence import TurnReading, before_extractor
+from ..extraction_fence import SKIPPED_SPAN, TurnReading, before_extractor
 from ..history_checks import MAX_APPEND_MESSAGES
 from .answers import check_work, checked_scope, within
 from .erasure_reading import (
@@ -51,9 +53,19 @@ if TYPE_CHECKING:
     from .extractor import MemoryExtractor
     from .manager import MemoryManager
 
-__all__ = ["checked_sources", "note_rejected", "proposed_facts", "start_extraction", "turn_source"]
+__all__ = [
+    "REJECTED_EVENT",
+    "checked_sources",
+    "note_rejected",
+    "proposed_facts",
+    "start_extraction",
+    "turn_source",
+]
 
 _log = logging.getLogger("agentium.engine.memory")
+
+#: The event of an extraction some of whose facts were rejected, on an ``agentium.memory.extraction`` span.
+REJECTED_EVENT = "agentium.memory.extraction_rejected"
 
 
 def checked_sources(sources: object) -> tuple[GroupRef, ...]:
@@ -119,8 +131,8 @@ def proposed_facts(
     return kept
 
 
-def note_rejected(acks: Sequence[MemoryAck]) -> None:
-    """A WARNING when facts an extraction proposed were rejected: nobody else sees those acknowledgments.
+def note_rejected(acks: Sequence[MemoryAck], telemetry: Resolved, owner: object) -> None:
+    """A WARNING and a span event when facts an extraction proposed were rejected: nobody else sees them.
 
     A host's ``remember_with_result`` hands its caller the ``rejected`` ack;
     an extraction is owned work that completes all the same, so without this
@@ -128,7 +140,10 @@ def note_rejected(acks: Sequence[MemoryAck]) -> None:
     for erasure: a duplicate the store refuses at ``MAX_PROVENANCE`` or
     ``MAX_FACT_REVISIONS`` leaves the fact it duplicates citing none of the
     extraction's groups, so erasing their session does not remove it. Counts
-    only: a reason may quote the fact.
+    only: a reason may quote the fact. The event (:data:`REJECTED_EVENT`) is on
+    a short span of its own from the manager's ``telemetry``, as a skipped
+    extraction's is: a fact refused by the manager's own checks had no write
+    span, and the span current in owned work is no span of the manager's.
     """
     rejected = sum(1 for ack in acks if ack.status is AckStatus.REJECTED)
     if rejected:
@@ -140,6 +155,9 @@ def note_rejected(acks: Sequence[MemoryAck]) -> None:
             rejected,
             len(acks),
         )
+        counts = {"agentium.memory.rejected": rejected, "agentium.memory.proposed": len(acks)}
+        with observe.using(telemetry, owner), observe.internal_span(SKIPPED_SPAN) as span:
+            span.event(REJECTED_EVENT, counts)
 
 
 def turn_source(session: str, seq: int, messages: Sequence[Message]) -> GroupRef | None:
@@ -246,4 +264,4 @@ async def _extract(
         if host is not None:  # a drain's deadline cut it short: the facts stored are not left unchecked
             await after_writes_cancelled(manager, host, scope, cited, stored)
         raise
-    note_rejected(acks)
+    note_rejected(acks, telemetry_of(manager), manager)

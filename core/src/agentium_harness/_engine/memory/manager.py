@@ -249,7 +249,8 @@ class MemoryManager(MemoryWrites):
         citation is kept if it names only groups of ``sources``), so erasing
         their session removes it. Each fact is checked and written like a host's
         ``remember``; a rejected one is skipped (it never becomes memory; a
-        WARNING on ``agentium.engine.memory`` says how many); the
+        WARNING on ``agentium.engine.memory`` and the span event
+        ``agentium.memory.extraction_rejected`` say how many); the
         work fails, writing none, if the extractor raises, proposes more than
         ``max_extracted_facts``, a fact outside ``scope`` (another user, or a
         project or repository other than ``scope``'s when it names one), or
