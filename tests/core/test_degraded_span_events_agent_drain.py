@@ -14,18 +14,41 @@ from collections.abc import Sequence
 from datetime import datetime
 
 import anyio
+import attrs
 import pytest
 from _telemetry_support import Telemetered
 
-from agentium_harness import Agent, MemoryDrainError, MemoryFact, MemoryManager, MemoryScope
+from agentium_harness import (
+    Agent,
+    MemoryDrainError,
+    MemoryFact,
+    MemoryManager,
+    MemoryScope,
+    ResidentLimits,
+    RuntimeLimits,
+    SummaryLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import GroupRef, Message, OpContext, Role, StoredFact
+from agentium_harness.adapters.summarizers import Citation, ExtractiveSummarizer
+from agentium_harness.plugin_api import (
+    GroupRef,
+    Message,
+    MessageGroup,
+    OpContext,
+    Role,
+    StoredFact,
+    TaskSummary,
+)
 
 pytestmark = pytest.mark.anyio
 
 SECRET = "QVX-private-9931"
 SCOPE = MemoryScope("acme-tenant", "ana-user")
+ANA = VerifiedIdentity("acme-tenant", "ana-user", "test-auth")
 
 
 class LookupDown(InMemoryMemoryStore):
@@ -144,3 +167,43 @@ async def test_facts_an_extraction_had_rejected_are_a_span_event_and_a_warning(
     ]
     assert not [x for x in t.carried() if SECRET in x]
     assert not [r for r in caplog.records if SECRET in r.getMessage()]
+
+
+class CitesNoGroup(ExtractiveSummarizer):
+    """A summarizer whose answer also cites a group it was not given: the update drops it (a warning)."""
+
+    async def summarize(
+        self, previous: TaskSummary | None, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> TaskSummary:
+        summary = await super().summarize(previous, groups, ctx)
+        return attrs.evolve(summary, citations=(*summary.citations, Citation(999, "sha256:" + "1" * 64)))
+
+
+@pytest.mark.parametrize("capture", [False, True])
+async def test_a_background_summary_updates_warning_is_said_when_it_ends(
+    caplog: pytest.LogCaptureFixture, capture: bool
+) -> None:
+    """No later run of the session carries the update's diagnostics: it says them itself, as it ends."""
+    t = Telemetered()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        summarizer=CitesNoGroup(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        summary_limits=SummaryLimits(background=True),
+        telemetry=t.telemetry(capture_content=capture),
+    )
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+        async with runtime:
+            for i in range(2):
+                await runtime.run(ANA, "s1", f"{SECRET} turn {i}")
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.summary"]
+    assert warning.levelno == logging.WARNING and warning.agentium_code == "summarizer_contract_violation"
+    [summary] = t.named("agentium.summary")
+    [event] = [dict(e.attributes or {}) for e in summary.events if e.name == "agentium.diagnostic"]
+    assert event["agentium.diagnostic.code"] == "summarizer_contract_violation"
+    assert ("agentium.diagnostic.message" in event) is capture
+    if not capture:
+        assert not [x for x in t.carried() if SECRET in x]
+        assert not [r for r in caplog.records if SECRET in r.getMessage()]

@@ -46,6 +46,7 @@ import attrs
 from .._errors import ArchiveCorruptError, CapabilityError
 from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
+from .._observe.turn import background_diagnostics
 from .._ports import OpContext
 from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive
@@ -555,36 +556,41 @@ async def summarize_after_commit(
     frontier = current.summary.frontier if current is not None else 0
     if not stale and not outcome.archived_groups and frontier >= outcome.boundary:
         return outcome.revision, current, []
+    diagnostics: list[Diagnostic] = []
     with observe.stage("summary", {"agentium.summary.frontier": frontier}) as span:
-        update = await update_summary(
-            ticket,
-            summarizer=summarizer,
-            reader=reader,
-            key=key,
-            current=current,
-            boundary=outcome.boundary,
-            receipts=_receipts(outcome),
-            limits=limits,
-            view=view,
-            erased=erased,
-            model_timeout_s=model_timeout_s,
-            before_call=before_call,
-        )
-        diagnostics = list(update.diagnostics)
-        if stale:
-            diagnostics.append(_STALE)
-        span.set("agentium.summary.diagnostics", len(diagnostics))
-        # A stale summary is saved restarted even when nothing new was folded into it.
-        state = update.state if update.state is not None or not stale else current
-        if state is None:
-            span.set("agentium.summary.moved", False)
-            return outcome.revision, current, diagnostics
-        saved, notes = await save_summary(
-            ticket, store, key, outcome.revision, state, revisions, made_for=outcome
-        )
-        diagnostics.extend(notes)
-        span.set("agentium.summary.moved", saved is not None)
-        if saved is None:
-            return outcome.revision, current, diagnostics
-        span.set("agentium.summary.frontier", state.summary.frontier)
-        return saved, state, diagnostics
+        try:
+            update = await update_summary(
+                ticket,
+                summarizer=summarizer,
+                reader=reader,
+                key=key,
+                current=current,
+                boundary=outcome.boundary,
+                receipts=_receipts(outcome),
+                limits=limits,
+                view=view,
+                erased=erased,
+                model_timeout_s=model_timeout_s,
+                before_call=before_call,
+            )
+            diagnostics = list(update.diagnostics)
+            if stale:
+                diagnostics.append(_STALE)
+            span.set("agentium.summary.diagnostics", len(diagnostics))
+            # A stale summary is saved restarted even when nothing new was folded into it.
+            state = update.state if update.state is not None or not stale else current
+            if state is None:
+                span.set("agentium.summary.moved", False)
+                return outcome.revision, current, diagnostics
+            saved, notes = await save_summary(
+                ticket, store, key, outcome.revision, state, revisions, made_for=outcome
+            )
+            diagnostics.extend(notes)
+            span.set("agentium.summary.moved", saved is not None)
+            if saved is None:
+                return outcome.revision, current, diagnostics
+            span.set("agentium.summary.frontier", state.summary.frontier)
+            return saved, state, diagnostics
+        finally:
+            if limits.background:  # no run carries them now: said as the update ends (docs/summaries.md)
+                background_diagnostics(span, diagnostics)

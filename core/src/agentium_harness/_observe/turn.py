@@ -20,10 +20,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from .._errors import AgentiumError
 from .logs import log_diagnostics, would_log
 from .settings import Resolved, Telemetry
-from .spans import INTERNAL_KIND, NULL, Active, NullSpan, Span, begin, enter, error_type, leave
+from .spans import INTERNAL_KIND, NULL, Active, NullSpan, Span, begin, enter, error_type, leave, live
 
 __all__ = [
     "AGENT_NAME",
+    "background_diagnostics",
     "diagnostic_events",
     "observed_drain",
     "settings_of",
@@ -116,6 +117,28 @@ def diagnostic_events(
         if instruments is not None:
             counted = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": severity}
             instruments.record("diagnostics", 1, counted)
+
+
+def background_diagnostics(span: Span | NullSpan, notes: Iterable[Any]) -> None:
+    """Say the diagnostics of work that ends after its run returned (a background summary update) now.
+
+    An ``agentium.diagnostic`` event each on ``span`` and a record each on
+    its stage's logger (a WARNING for a degraded outcome), the text only
+    with content capture, under the settings of the operation it belongs to.
+    Not counted in ``agentium.diagnostics``: the later run whose result
+    carries them counts them. Without this, an update whose session saw no
+    later run said nothing of what it degraded.
+    """
+    notes = tuple(notes)
+    if not notes:
+        return
+    active = live()
+    settings = active.settings if active is not None else settings_of(None)
+    diagnostic_events(span, None, settings, notes)
+    if would_log(notes):
+        log_diagnostics(
+            notes, {"agentium_operation": "summary update"}, capture_content=settings.capture_content
+        )
 
 
 def _finish(
