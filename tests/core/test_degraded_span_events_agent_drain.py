@@ -24,6 +24,7 @@ from agentium_harness import (
     MemoryFact,
     MemoryManager,
     MemoryScope,
+    OperatorAttestation,
     ResidentLimits,
     RuntimeLimits,
     SummaryLimits,
@@ -207,3 +208,38 @@ async def test_a_background_summary_updates_warning_is_said_when_it_ends(
     if not capture:
         assert not [x for x in t.carried() if SECRET in x]
         assert not [r for r in caplog.records if SECRET in r.getMessage()]
+
+
+class NoLookback(InMemoryMemoryStore):
+    """A memory store declaring neither history nor listing: a fact's sources cannot be found."""
+
+    capabilities = attrs.evolve(InMemoryMemoryStore.capabilities, history=False, listing=False)
+
+
+async def test_a_forget_whose_sources_cannot_be_found_is_a_span_event_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Asked to erase the fact's sources, forget could find none of them: nothing of them was erased."""
+    t = Telemetered()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=NoLookback(),
+        telemetry=t.telemetry(),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("acme-tenant", "ops", "sso"), "dsr")
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+        async with runtime:
+            ack = await runtime.memory.remember(MemoryFact(SCOPE, f"card {SECRET}"))
+            result = await runtime.forget(
+                SCOPE, ack.fact_id, erase_sources=True, reason="dsr", attestation=operator
+            )
+    assert result.erasures == () and any("sources are unknown" in n for n in result.notes)
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.memory"]
+    assert warning.levelno == logging.WARNING and "sources" in warning.getMessage()
+    assert t.events("agentium.forget.") == [
+        ("agentium.forget", "agentium.forget.sources_unknown", {"agentium.forget.erase_sources": True})
+    ]
+    assert not [x for x in t.carried() if SECRET in x]
+    assert not [r for r in caplog.records if SECRET in r.getMessage()]

@@ -462,6 +462,16 @@ async def forget_fact(
                 "Call forget again once it stops changing"
             )
     notes = ([note] if note else []) + notes
+    if note:
+        # A degraded outcome the result's notes alone told: no source can be found (nor erased).
+        _log.warning(
+            "runtime.forget: the memory store declares neither history nor listing, so the fact's "
+            "sources are unknown%s",
+            "; none of them was erased" if erase_sources else "",
+        )
+        current_span_event(
+            "agentium.forget.sources_unknown", {"agentium.forget.erase_sources": erase_sources}
+        )
     # Forgotten only once the sources' erasures are done: forgetting empties the provenance, so
     # a fact forgotten first and then refused an erasure (a run holding the session, a pending
     # erasure) could never have its sources found again. Refused now, nothing is forgotten and
