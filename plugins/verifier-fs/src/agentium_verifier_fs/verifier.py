@@ -48,6 +48,7 @@ from agentium_harness.plugin_api import (
     VerifierCapabilities,
     VerifyContext,
     checked_argument,
+    current_span_event,
     fit_evidence,
 )
 
@@ -318,6 +319,14 @@ class FsVerifier(CompletionVerifier):
                 len(outcomes),
                 ", ".join(kinds),
                 extra={"agentium_unknown_checks": len(unknown), "agentium_checks": len(outcomes)},
+            )
+            # And an event on the verifier call's span (the standard for a degraded answer): no paths.
+            counts = {
+                "agentium.verifier_fs.checks": len(outcomes),
+                "agentium.verifier_fs.unknown_checks": len(unknown),
+            }
+            current_span_event(
+                "agentium.verifier_fs.unknown", {**counts, "agentium.verifier_fs.kinds": kinds}
             )
         return result
 
