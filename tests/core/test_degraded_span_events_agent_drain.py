@@ -41,6 +41,7 @@ from agentium_harness.plugin_api import (
     MessageGroup,
     OpContext,
     Role,
+    SessionKey,
     StoredFact,
     TaskSummary,
 )
@@ -240,6 +241,45 @@ async def test_a_forget_whose_sources_cannot_be_found_is_a_span_event_and_a_warn
     assert warning.levelno == logging.WARNING and "sources" in warning.getMessage()
     assert t.events("agentium.forget.") == [
         ("agentium.forget", "agentium.forget.sources_unknown", {"agentium.forget.erase_sources": True})
+    ]
+    assert not [x for x in t.carried() if SECRET in x]
+    assert not [r for r in caplog.records if SECRET in r.getMessage()]
+
+
+async def test_a_source_forget_could_not_erase_is_a_span_event_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Asked to erase the fact's sources, forget left one: it is resident, in every request of its session."""
+    t = Telemetered()
+    sessions = InMemorySessionStore()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        memory=InMemoryMemoryStore(),
+        telemetry=t.telemetry(),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("acme-tenant", "ops", "sso"), "dsr")
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+        async with runtime:
+            await runtime.run(ANA, "s1", f"my card is {SECRET}")
+            stored = await sessions.load(SessionKey("acme-tenant", "ana-user", "s1"), OpContext())
+            assert stored is not None
+            group = stored.snapshot.resident[-1]
+            source = GroupRef("s1", group.seq, group.digest)
+            ack = await runtime.memory.remember(MemoryFact(SCOPE, f"card {SECRET}", provenance=[source]))
+            result = await runtime.forget(
+                SCOPE, ack.fact_id, erase_sources=True, reason="dsr", attestation=operator
+            )
+    assert result.erasures == () and len(result.still_held) == 1
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.memory"]
+    assert warning.levelno == logging.WARNING and "not erased" in warning.getMessage()
+    assert t.events("agentium.forget.") == [
+        (
+            "agentium.forget",
+            "agentium.forget.sources_left",
+            {"agentium.forget.resident": 1, "agentium.forget.not_held": 0},
+        )
     ]
     assert not [x for x in t.carried() if SECRET in x]
     assert not [r for r in caplog.records if SECRET in r.getMessage()]

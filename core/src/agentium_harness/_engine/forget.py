@@ -486,4 +486,21 @@ async def forget_fact(
             "a source group is still resident: it is in every request of its session until it is archived; "
             "erase the session to remove it (the forgotten fact no longer names its sources)"
         )
+    if checked is not None:
+        _sources_left(holders)
     return ForgetResult(ack, tuple(holders), tuple(erasures), tuple(notes))
+
+
+def _sources_left(holders: Sequence[SourceHolder]) -> None:
+    """Sources a forget asked to erase them could not erase: a WARNING and a span event, counts only."""
+    resident = sum(1 for h in holders if h.place is SourcePlace.RESIDENT)
+    not_held = sum(1 for h in holders if h.place is SourcePlace.NOT_HELD)
+    if resident or not_held:
+        _log.warning(
+            "runtime.forget: %d source group(s) not erased: %d still resident, %d never held by Agentium",
+            resident + not_held,
+            resident,
+            not_held,
+        )
+        left = {"agentium.forget.resident": resident, "agentium.forget.not_held": not_held}
+        current_span_event("agentium.forget.sources_left", left)

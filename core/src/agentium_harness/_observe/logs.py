@@ -44,8 +44,8 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.summary": "summary updates: gaps, conflicts, failures, contract violations",
     "agentium.engine.memory": (
         "facts omitted or refused, selection failures, forgets refused, forged sources, forgets whose "
-        "sources are unknown, facts a listing may not hold, memory writes not confirmed against erasures or "
-        "taken back (WARNING)"
+        "sources are unknown or left unerased, facts a listing may not hold, memory writes not confirmed "
+        "against erasures or taken back (WARNING)"
     ),
     "agentium.engine.lifecycle": (
         "abandoned adapter calls, drains (incomplete: WARNING), shutdown, "
