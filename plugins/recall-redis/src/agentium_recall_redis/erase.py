@@ -267,9 +267,9 @@ for i = 1, nt do
     unlist(sid)
   end
 end
--- A bucket left empty goes with its owner key. No staged row writes into it: its stagings are its owner's
--- (no write files a second owner under it), given up before a call's first ERASE, and the call's fence
--- refuses new ones (erase_stagings). So P:pend is not read here: that read had no bound.
+-- A bucket left empty goes with its owner key, P:pend unread (that read had no bound): its stagings are its
+-- owner's, given up before a call's first ERASE, and the fence refuses new ones. One begun in a lapse of the
+-- fence is given up by a later give-up (no owner holds its bucket), and its COMMIT refuses (erase_stagings).
 for b, o in pairs(buckets) do
   if tonumber(redis.call('HGET', P .. ':bn', b) or '0') <= 0 then
     redis.call('HDEL', P .. ':bn', b)

@@ -43,9 +43,13 @@ those buckets are given up (``PEND_DROP``, at most a page of them per call, once
 owner under the bucket): the migration, done once by the first erase that needs it (a bucket made
 meanwhile writes its own). So the walk costs what ``HGETALL`` did, spread over calls, once; later
 erases read the stagings only. A ``P:kb`` of another type (damage) is left alone: every staging then
-takes the walk, which needs only ``P:bk``. A staging whose bucket no owner holds stays, as before (no
-owner of the target is in it), and each erase meeting it walks the map again (damage: such a staging is
-only left by an edit, and its lease's end gives it up). The walk is one erase call's, and an ``HSCAN``
+takes the walk, which needs only ``P:bk``. A staging whose bucket no owner holds (no reverse entry that
+``P:bk`` confirms, once the walk has written every entry's) is given up too (``PEND_ORPHAN``): it can
+never publish, ``COMMIT`` refusing a bucket its owner no longer holds. Before, it stayed, and each erase
+meeting it walked the map again; it is left by an edit, or by an ``ERASE`` that dropped the bucket it
+emptied while the staging, begun in a lapse of the erase's fence, still wrote into it (its ``COMMIT``
+then published the erased owner's words into a bucket no owner holds, which recall never reads:
+``tests/test_erase_fence_lapse.py``). The walk is one erase call's, and an ``HSCAN``
 cursor holds only within one server process (its hash function is seeded at random when it starts):
 resumed in another (a restart, a failover), it steps past entries there throughout. Each page says the
 ``run_id`` of the process that answered it, and a page resumed in another process than the one before
@@ -78,6 +82,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PEND_ABORT",
     "PEND_DROP",
+    "PEND_ORPHAN",
     "PEND_PAGE",
     "PEND_SCAN",
     "STAGING_SCRIPTS",
@@ -211,8 +216,34 @@ return n
 """,
 )
 
+#: Give up the given stagings whose bucket no owner holds (no ``P:kb`` entry that ``P:bk`` confirms), run
+#: once the bucket map has been walked (every entry of it then has its reverse entry). KEYS: P:pend. ARGV:
+#: P, members.... Returns how many were given up. A reverse or bucket map of another type gives up none.
+PEND_ORPHAN = Script(
+    "erase_stagings_orphan",
+    CHECK
+    + """
+local P = ARGV[1]
+local gc, kb, bk = type_of(P .. ':gc'), type_of(P .. ':kb'), type_of(P .. ':bk')
+if type_of(KEYS[1]) ~= 'zset' or (gc ~= 'list' and gc ~= 'none') then return 0 end
+if (kb ~= 'hash' and kb ~= 'none') or (bk ~= 'hash' and bk ~= 'none') then return 0 end
+"""
+    + _GIVE_UP
+    + """
+local n = 0
+for i = 2, #ARGV do
+  local b = string.match(ARGV[i], '^(%d+) ')
+  local o = b and kb == 'hash' and redis.call('HGET', P .. ':kb', b)
+  if b and not (o and bk == 'hash' and redis.call('HGET', P .. ':bk', o) == b) then
+    n = n + give_up(ARGV[i])
+  end
+end
+return n
+""",
+)
+
 #: The stagings' scripts, for the erase's list of scripts.
-STAGING_SCRIPTS: Final = (PEND_ABORT, PEND_SCAN, PEND_DROP)
+STAGING_SCRIPTS: Final = (PEND_ABORT, PEND_SCAN, PEND_DROP, PEND_ORPHAN)
 
 
 def owner_prefix(target: EraseTarget) -> str:
@@ -242,6 +273,26 @@ async def abort_stagings(store: EraseOps, prefix: str, target: EraseTarget, ctx:
     given, unknown = await _walk_stagings(store, prefix, okp, ctx)
     if unknown:
         given += await _walk_bucket_map(store, prefix, okp, unknown, ctx)
+        given += await _give_up_orphans(store, prefix, unknown, ctx)
+    return given
+
+
+async def _give_up_orphans(
+    store: EraseOps, prefix: str, unknown: dict[bytes, list[bytes]], ctx: OpContext
+) -> int:
+    """Give up the stagings left in ``unknown`` whose bucket no owner holds, the map walked; how many.
+
+    Such a staging can never publish (``COMMIT`` refuses a bucket its owner no longer holds): an erase
+    that emptied the bucket dropped it while the staging, begun in a lapse of the erase's fence, still
+    wrote into it. Given up, its postings (the owner's words) are collected with the erase's garbage.
+    """
+    given = 0
+    members = [m for stagings in unknown.values() for m in stagings]
+    for i in range(0, len(members), PEND_PAGE):
+        await store.renew(ctx)
+        args: list[Arg] = [prefix, *members[i : i + PEND_PAGE]]
+        n = await store.script(PEND_ORPHAN, [f"{prefix}:pend"], args, ctx, "recall erase")
+        given += n if isinstance(n, int) else 0
     return given
 
 

@@ -339,8 +339,8 @@ return done('ok')
 #: Publish a staged source. KEYS: P:ids, token. ARGV: P, token ttl, room, member, term count staged in
 #: all, sid, rev, kind, owner key, title, text, canonical bytes, seq, receipt digest, block digests.
 #: Returns {'ok', '1'|'0'|'gone'|'short', backlog}: '0' when the source holds this revision already (the
-#: staging is given up), 'gone' when its lease was lost, 'short' when not every slice has been staged yet
-#: (nothing done).
+#: staging is given up), 'gone' when its lease was lost or its bucket is no longer its owner's (an erase
+#: dropped it; the staging is given up), 'short' when not every slice has been staged yet (nothing done).
 COMMIT = Script(
     "commit",
     _PRELUDE
@@ -355,8 +355,15 @@ local b, n = string.match(member, '^(%d+) (%d+)$')
 need(P .. ':k:' .. n, 'list')
 -- Publish only a whole staging: a slice sent in another round trip may not have run yet.
 if redis.call('LLEN', P .. ':k:' .. n) ~= total then return done('short', backlog(P)) end
-for _, key in ipairs({':ids', ':rev', ':bn'}) do need(P .. key, 'hash') end
+for _, key in ipairs({':ids', ':rev', ':bn', ':bk'}) do need(P .. key, 'hash') end
 need(P .. ':gc', 'list')
+-- Only into a bucket its owner still holds: an erase drops a bucket it empties (bk, kb, bn), and a staging
+-- begun in a lapse of its fence would publish into a bucket no owner holds (recall never reads it).
+if redis.call('HGET', P .. ':bk', src.okey) ~= b then
+  redis.call('ZREM', P .. ':pend', member)
+  redis.call('RPUSH', P .. ':gc', member)
+  return done('gone', backlog(P))
+end
 local cur = current_row(P, src.sid, src.okey, src.kind == 'g' and src.seq or '')
 local d, used = nil, 0
 if cur then
