@@ -49,7 +49,10 @@ never publish, ``COMMIT`` refusing a bucket its owner no longer holds. Before, i
 meeting it walked the map again; it is left by an edit, or by an ``ERASE`` that dropped the bucket it
 emptied while the staging, begun in a lapse of the erase's fence, still wrote into it (its ``COMMIT``
 then published the erased owner's words into a bucket no owner holds, which recall never reads:
-``tests/test_erase_fence_lapse.py``). The walk is one erase call's, and an ``HSCAN``
+``tests/test_erase_fence_lapse.py``). Only in the server process that answered the walk: another (a
+crash that reloaded a snapshot taken before the walk's reverse entries) may lack them, and gave a
+healthy staging of another owner up (``tests/test_commit_bucket_held.py``). The walk is one erase
+call's, and an ``HSCAN``
 cursor holds only within one server process (its hash function is seeded at random when it starts):
 resumed in another (a restart, a failover), it steps past entries there throughout. Each page says the
 ``run_id`` of the process that answered it, and a page resumed in another process than the one before
@@ -218,12 +221,16 @@ return n
 
 #: Give up the given stagings whose bucket no owner holds (no ``P:kb`` entry that ``P:bk`` confirms), run
 #: once the bucket map has been walked (every entry of it then has its reverse entry). KEYS: P:pend. ARGV:
-#: P, members.... Returns how many were given up. A reverse or bucket map of another type gives up none.
+#: P, the ``run_id`` that answered the walk, members.... Returns how many were given up. A reverse or
+#: bucket map of another type gives up none, and so does another server process than the walk's: the
+#: entries the walk wrote may not be in it (a crash that reloaded a snapshot, a failover to a replica
+#: they had not reached), and a healthy staging of another owner would be given up for want of them.
 PEND_ORPHAN = Script(
     "erase_stagings_orphan",
     CHECK
     + """
 local P = ARGV[1]
+if (string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or '') ~= ARGV[2] then return 0 end
 local gc, kb, bk = type_of(P .. ':gc'), type_of(P .. ':kb'), type_of(P .. ':bk')
 if type_of(KEYS[1]) ~= 'zset' or (gc ~= 'list' and gc ~= 'none') then return 0 end
 if (kb ~= 'hash' and kb ~= 'none') or (bk ~= 'hash' and bk ~= 'none') then return 0 end
@@ -231,7 +238,7 @@ if (kb ~= 'hash' and kb ~= 'none') or (bk ~= 'hash' and bk ~= 'none') then retur
     + _GIVE_UP
     + """
 local n = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local b = string.match(ARGV[i], '^(%d+) ')
   local o = b and kb == 'hash' and redis.call('HGET', P .. ':kb', b)
   if b and not (o and bk == 'hash' and redis.call('HGET', P .. ':bk', o) == b) then
@@ -272,25 +279,29 @@ async def abort_stagings(store: EraseOps, prefix: str, target: EraseTarget, ctx:
     okp = owner_prefix(target)
     given, unknown = await _walk_stagings(store, prefix, okp, ctx)
     if unknown:
-        given += await _walk_bucket_map(store, prefix, okp, unknown, ctx)
-        given += await _give_up_orphans(store, prefix, unknown, ctx)
+        walked, run = await _walk_bucket_map(store, prefix, okp, unknown, ctx)
+        given += walked + await _give_up_orphans(store, prefix, unknown, run, ctx)
     return given
 
 
 async def _give_up_orphans(
-    store: EraseOps, prefix: str, unknown: dict[bytes, list[bytes]], ctx: OpContext
+    store: EraseOps, prefix: str, unknown: dict[bytes, list[bytes]], run: str, ctx: OpContext
 ) -> int:
     """Give up the stagings left in ``unknown`` whose bucket no owner holds, the map walked; how many.
 
     Such a staging can never publish (``COMMIT`` refuses a bucket its owner no longer holds): an erase
     that emptied the bucket dropped it while the staging, begun in a lapse of the erase's fence, still
     wrote into it. Given up, its postings (the owner's words) are collected with the erase's garbage.
+    Only in the server process ``run`` that answered the walk: the reverse entries the walk wrote are
+    what tells a healthy staging of another owner from one no owner holds, and another process may
+    lack them (a crash that reloaded a snapshot taken before them); there none is given up, and the
+    next walk, in that process, writes them again.
     """
     given = 0
     members = [m for stagings in unknown.values() for m in stagings]
     for i in range(0, len(members), PEND_PAGE):
         await store.renew(ctx)
-        args: list[Arg] = [prefix, *members[i : i + PEND_PAGE]]
+        args: list[Arg] = [prefix, run, *members[i : i + PEND_PAGE]]
         n = await store.script(PEND_ORPHAN, [f"{prefix}:pend"], args, ctx, "recall erase")
         given += n if isinstance(n, int) else 0
     return given
@@ -325,8 +336,11 @@ async def _walk_stagings(
 
 async def _walk_bucket_map(
     store: EraseOps, prefix: str, okp: str, unknown: dict[bytes, list[bytes]], ctx: OpContext
-) -> int:
-    """Walk ``P:bk`` for the buckets of ``unknown`` (bucket -> stagings); how many were given up."""
+) -> tuple[int, str]:
+    """Walk ``P:bk`` for the buckets of ``unknown`` (bucket -> stagings).
+
+    Returns how many were given up, and the ``run_id`` of the server process that answered the whole walk.
+    """
     given, cursor, run = 0, "0", ""
     for _ in range(_MAX_PAGES):
         await store.renew(ctx)
@@ -349,7 +363,7 @@ async def _walk_bucket_map(
             continue
         cursor, run = as_text(page[0]), page_run
         if cursor == "0":
-            return given
+            return given, run
     # Cut at the bound: some of the target's stagings may be left, so the erase fails rather than go on
     # and say complete (the stagings it gave up stay given up; the next erase walks again).
     raise RedisRecallError(
