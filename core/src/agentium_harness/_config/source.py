@@ -313,20 +313,38 @@ def read_source(source: str | os.PathLike[str]) -> tuple[str, str | None, Path |
         raise ConfigError([ConfigIssue("$", f"config file is not UTF-8: {exc}")], shown) from exc
 
 
+#: Most parts (``a.b.c`` is three) a dotted key or a table header may have before the text is parsed.
+#: tomllib's time grows with the square of a key's parts (16,000 parts took 5 s; the 400,000 a 1 MiB
+#: file holds, about an hour), so such a key is refused before it: a key of more than
+#: :data:`MAX_NESTING` parts nests deeper than the cap anyway. Twice the cap, so a key a little past
+#: it is still refused after the parse, with its path; a 1 MiB file of keys this long parses in
+#: about a second, as any file of that size does.
+MAX_KEY_PARTS: Final = 2 * MAX_NESTING
+
+
 def _bracket_depth(text: str) -> tuple[int, int]:
-    """The deepest ``[``/``{`` nesting in TOML text outside strings and comments, and its line.
+    """The deepest nesting of TOML text outside strings and comments, and its line.
 
     A small scanner, not a parser: it only has to find runaway nesting before
-    :mod:`tomllib`, which recurses once per level, can hit Python's recursion
-    limit. Table headers count one or two levels, which the cap allows.
+    :mod:`tomllib`, which recurses once per ``[``/``{`` level, can hit Python's
+    recursion limit, and takes time in the square of a dotted key's parts. Table
+    headers count one or two levels, which the cap allows. A key (a line's, a
+    header's, an inline table's) of more than :data:`MAX_KEY_PARTS` parts is
+    reported as nesting past :data:`MAX_NESTING`, at its line.
     """
     depth = deepest = 0
     deepest_line = line = 1
+    # What is open: "h" a table header, "[" an array, "{" an inline table. A key is read at the
+    # start of a top-level line, in a header, and after "{" or "," in an inline table, until "=".
+    opened: list[str] = []
+    in_key, dots = True, 0
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
         if ch == "\n":
             line += 1
+            if not opened:
+                in_key, dots = True, 0
         elif ch == "#":
             end = text.find("\n", i)
             i = n if end < 0 else end
@@ -349,11 +367,27 @@ def _bracket_depth(text: str) -> tuple[int, int]:
             i = j + len(quote)
             continue
         elif ch in "[{":
+            header = ch == "[" and in_key and (not opened or opened[-1] == "h")
+            opened.append("h" if header else ch)
+            if not header:
+                in_key, dots = ch == "{", 0
             depth += 1
             if depth > deepest:
                 deepest, deepest_line = depth, line
         elif ch in "]}":
             depth = max(depth - 1, 0)
+            if opened and opened.pop() == "h" and not opened:
+                in_key = False  # the rest of a header's line is no key
+            elif ch == "}":
+                in_key = False
+        elif ch == "=":
+            in_key = False
+        elif ch == "," and opened and opened[-1] == "{":
+            in_key, dots = True, 0
+        elif ch == "." and in_key:
+            dots += 1
+            if dots >= MAX_KEY_PARTS:
+                return max(deepest, MAX_NESTING + 1), line
         i += 1
     return deepest, deepest_line
 

@@ -1,0 +1,95 @@
+"""A dotted key of very many parts is refused before :mod:`tomllib` parses it.
+
+tomllib's time grows with the square of a dotted key's parts (16,000 parts took
+5 s, the 400,000 a 1 MiB file holds about an hour), so the nesting cap checked
+on the parsed data came too late: ``agentium check`` on an 800 KB file never
+returned. The text is scanned for such keys first, as it is for brackets.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentium_harness import parse_config
+from agentium_harness._errors import ConfigError
+
+BASE = """
+[provider]
+plugin = "scripted"
+[archive]
+plugin = "memory"
+[session_store]
+plugin = "memory"
+"""
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "a." * 400_000 + "b = 1",  # a key
+        "[" + "a." * 400_000 + "b]",  # a table header
+        "[[" + "a." * 400_000 + "b]]",  # an array of tables' header
+        "x = { " + "a." * 400_000 + "b = 1 }",  # a key in an inline table
+    ],
+    ids=["key", "table", "array-of-tables", "inline-table"],
+)
+def test_a_key_of_very_many_parts_is_refused_at_once_by_the_command(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "agentium.toml"
+    path.write_text(BASE + line + "\n", encoding="utf-8")
+    assert path.stat().st_size < 1024 * 1024  # within the size bound: only the parse was unbounded
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIUM_")}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentium_harness", "check", str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("agentium check on a key of 400,000 parts did not return within 30 s")
+    assert done.returncode == 2, done.stderr
+    assert "$: tables and arrays nested more than 32 levels deep (line 8)" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_key_of_many_parts_is_refused_before_it_is_parsed() -> None:
+    # Refused by the scan of the text (the line), not after tomllib's parse (the path).
+    text = BASE + "[archive.options]\n" + "k." * 5000 + "v = 1\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, environ={})
+    (issue,) = info.value.issues
+    assert (issue.path, issue.message) == ("$", "tables and arrays nested more than 32 levels deep (line 9)")
+
+
+def test_dots_outside_keys_are_not_counted_as_parts() -> None:
+    many = ".".join(["a"] * 200)
+    text = (
+        BASE
+        + "[runtime]\n"
+        + f'instructions = "{many}"\n'  # in a string value
+        + "[provider.options]\n"
+        + f'"{many}" = 1\n'  # one quoted key: a single part
+        + f"floats = [{', '.join(['1.5'] * 200)}]\n"  # dots in numbers
+        + "when = 1979-05-27T07:32:00.999\n"
+        + f"table = {{ a.b = [2.5, {{ c.d = 3.5 }}], e = '{many}' }}\n"
+        + "multi = [\n"
+        + "  1.5,\n" * 100
+        + "]\n"
+        + f"# {many} = 1\n"
+        + "[archive.options]\n"
+        + ".".join(["p"] * 30)
+        + " = 1\n"  # 32 levels in all, within the cap
+    )
+    config = parse_config(text, environ={})
+    assert config.runtime.instructions == many
+    assert config.provider.options[many] == 1
+    assert config.provider.options["table"]["a"]["b"][1]["c"]["d"] == 3.5
+    assert len(config.provider.options["multi"]) == 100
+    assert config.archive.options["p"]["p"]["p"] is not None
