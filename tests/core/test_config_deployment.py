@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentium_harness import ConfigError, load_config, parse_config
+from agentium_harness._cli import main
 
 BASE = """
 [provider]
@@ -241,3 +242,33 @@ def _issues_of(call: object) -> dict[str, str]:
     with pytest.raises(ConfigError) as info:
         call()  # type: ignore[operator]
     return {issue.path: issue.message for issue in info.value.issues}
+
+
+def test_a_variable_naming_a_path_too_long_for_the_system_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Path.is_file() lets ENAMETOOLONG (and EACCES) through: a traceback instead of the error.
+    named = str(tmp_path / ("x" * 5000))
+    issues = _issues_of(lambda: load_config(environ={"AGENTIUM_CONFIG": named}))
+    assert issues["$"].startswith("AGENTIUM_CONFIG names '")
+    assert "which cannot be read (File name too long); fix or unset it" in issues["$"]
+    monkeypatch.setenv("AGENTIUM_CONFIG", named)
+    assert main(["check"]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err.count("\n")) == ("", 2) and "File name too long" in err and "Traceback" not in err
+
+
+def test_a_working_directory_that_no_longer_exists_is_said_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    issues = _issues_of(lambda: load_config(environ={}))
+    assert issues["$"].startswith("no config file given: pass its path, set AGENTIUM_CONFIG, or create")
+    assert "(the working directory no longer exists)" in issues["$"]
+    monkeypatch.delenv("AGENTIUM_CONFIG", raising=False)
+    assert main(["session", "inspect", "--tenant", "t", "--user", "u", "--session", "s"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "working directory no longer exists" in err and "Traceback" not in err

@@ -66,23 +66,42 @@ def find_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] 
     env = os.environ if environ is None else environ
     named = env.get(CONFIG_ENV, "")
     if named:
-        if not Path(named).is_file():
+        why = _not_a_file(named)
+        if why is not None:
             raise ConfigError(
-                [ConfigIssue("$", f"{CONFIG_ENV} names {named!r}, which is not a file; fix or unset it")],
-                named,
+                [ConfigIssue("$", f"{CONFIG_ENV} names {named!r}, which {why}; fix or unset it")], named
             )
         return Path(named)
-    if Path(DEFAULT_CONFIG_FILE).is_file():
+    if _not_a_file(DEFAULT_CONFIG_FILE) is None:
         return Path(DEFAULT_CONFIG_FILE)
+    try:
+        here = f"({Path.cwd()})"
+    except OSError:  # removed since the command started in it
+        here = "(the working directory no longer exists)"
     raise ConfigError(
         [
             ConfigIssue(
                 "$",
                 f"no config file given: pass its path, set {CONFIG_ENV}, or create {DEFAULT_CONFIG_FILE} "
-                f"in the working directory ({Path.cwd()})",
+                f"in the working directory {here}",
             )
         ]
     )
+
+
+def _not_a_file(path: str) -> str | None:
+    """Why ``path`` names no regular file to read (``None`` when it does).
+
+    Not :meth:`Path.is_file`: it raises for a path too long for the system or a folder on the
+    way that cannot be searched (``ENAMETOOLONG``, ``EACCES``), a traceback instead of the error.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return "is not a file"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None if stat.S_ISREG(mode) else "is not a file"
 
 
 # ------------------------------------------------------------ env substitution
