@@ -139,14 +139,20 @@ def test_search_and_rebuild_print_json_with_the_flag(
     [
         (["search", "{cfg}", *ANA, "   "], "the query is empty"),
         (["add", "{cfg}", "--tenant", "acme", "{missing}"], "no such file or folder"),
+        # Path.exists() raised ENAMETOOLONG: a traceback, exit 1.
+        (["add", "{cfg}", "--tenant", "acme", "{long}"], "cannot be read (File name too long); nothing"),
         (["add", "{cfg}", "--tenant", "", "{docs}"], "tenant"),
     ],
-    ids=["empty-query", "missing-path", "bad-tenant"],
+    ids=["empty-query", "missing-path", "path-too-long", "bad-tenant"],
 )
 def test_bad_input_exits_2_and_writes_nothing(
     config: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
 ) -> None:
-    args = [a.format(cfg=config, missing=config.parent / "nope", docs=config.parent / "docs") for a in argv]
+    long = config.parent / ("x" * 5000)
+    args = [
+        a.format(cfg=config, missing=config.parent / "nope", docs=config.parent / "docs", long=long)
+        for a in argv
+    ]
     assert main(["recall", *args]) == 2
     _, err = capsys.readouterr()
     assert says in err

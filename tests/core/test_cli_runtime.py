@@ -240,7 +240,9 @@ def test_agentium_demo_console_script(tmp_path: Path) -> None:
 # ------------------------------------------------------------ demo --dir and --config
 
 
-@pytest.mark.parametrize("case", ["file", "missing-parent", "parent-is-a-file", "unwritable-parent"])
+@pytest.mark.parametrize(
+    "case", ["file", "missing-parent", "parent-is-a-file", "unwritable-parent", "name-too-long"]
+)
 def test_demo_refuses_a_dir_it_cannot_use_and_creates_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 ) -> None:
@@ -252,6 +254,8 @@ def test_demo_refuses_a_dir_it_cannot_use_and_creates_nothing(
         "parent-is-a-file": a_file / "sub",
         # /proc refuses new folders even for root, who ignores permission bits.
         "unwritable-parent": Path("/proc/agentium-demo-test"),
+        # Path.exists() raised ENAMETOOLONG: a traceback, exit 1.
+        "name-too-long": tmp_path / ("x" * 5000),
     }[case]
     if case == "unwritable-parent" and not Path("/proc").is_dir():
         pytest.skip("needs /proc")
@@ -262,7 +266,7 @@ def test_demo_refuses_a_dir_it_cannot_use_and_creates_nothing(
     assert captured.err.startswith(f"agentium demo: --dir {target}: ")
     assert "Traceback" not in captured.err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
-    assert not target.exists() or target == a_file
+    assert not os.path.exists(target) or target == a_file
 
 
 def test_demo_creates_only_the_last_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

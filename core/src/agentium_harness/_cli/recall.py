@@ -94,12 +94,18 @@ def _files(paths: list[str]) -> tuple[list[tuple[str, Path]], list[Path]]:
     links: list[Path] = []
     for given in paths:
         root = Path(given)
-        if not root.exists():
-            raise InvalidArgumentError(f"{given}: no such file or folder; nothing was indexed")
-        if root.is_file():
+        try:
+            mode = root.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            raise InvalidArgumentError(f"{given}: no such file or folder; nothing was indexed") from None
+        except OSError as exc:  # too long a name, a loop of links: Path.exists() raised these
+            raise InvalidArgumentError(
+                f"{given}: cannot be read ({exc.strerror or exc}); nothing was indexed"
+            ) from None
+        if stat.S_ISREG(mode):
             found.append((root.name, root))
             continue
-        if not root.is_dir():  # a device, a FIFO or a socket: walking it found nothing, silently
+        if not stat.S_ISDIR(mode):  # a device, a FIFO or a socket: walking it found nothing, silently
             raise InvalidArgumentError(f"{given}: not a file or a folder; nothing was indexed")
         for path in sorted(root.rglob("*")):
             if path.is_symlink():  # rglob walks no linked folder; a linked file it yielded

@@ -60,6 +60,14 @@ def prepare_demo_dir(directory: Path) -> Path:
     """
     if not str(directory).strip():
         raise InvalidArgumentError("--dir must name a folder")
+    try:
+        return _usable_dir(directory)
+    except OSError as exc:  # a name too long, a loop of links: Path.exists() raises these
+        raise InvalidArgumentError(f"--dir {directory}: cannot be used: {exc.strerror or exc}") from None
+
+
+def _usable_dir(directory: Path) -> Path:
+    """``directory``, checked and created as :func:`prepare_demo_dir` says; ``OSError`` from a check."""
     if directory.exists():
         if not directory.is_dir():
             raise InvalidArgumentError(f"--dir {directory}: exists and is not a folder")
