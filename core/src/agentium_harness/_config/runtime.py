@@ -24,6 +24,7 @@ from .._plugins.spec import BUILDING, BuildContext
 from .._ports import PORT_KINDS
 from .._text import error_text
 from .load import ResolvedComponent, ResolvedConfig, load_config
+from .source import hide_env_text
 
 __all__ = ["build_component", "build_runtime", "close_built", "load_runtime"]
 
@@ -72,7 +73,8 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
             except Exception as exc:  # a plugin factory's failure is a config problem for the user
                 # error_text: the exception is the plugin's; its __str__ may raise (a traceback
                 # instead of this error) or hold a lone surrogate (a message that cannot be printed).
-                why = error_text(exc, named=False)
+                # Its message may repeat its options: a value from the environment is not shown.
+                why = hide_env_text(error_text(exc, named=False), _raw_options(resolved, section))
                 issues.append(
                     ConfigIssue(f"$.{section}", f"plugin {component.plugin!r} failed to build: {why}")
                 )
@@ -127,6 +129,15 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
         for problem in close_built(list(built.values()), close_s):
             exc.add_note(problem)
         raise
+
+
+def _raw_options(resolved: ResolvedConfig, section: str) -> list[Any]:
+    """The options of ``section`` as the file wrote them: its own table and its plugin's shared one."""
+    config = resolved.config
+    written = config.component(section)
+    if written is None:
+        return []
+    return [written.options, config.plugins.get(written.plugin)]
 
 
 def close_built(adapters: list[Any], timeout_s: float) -> list[str]:

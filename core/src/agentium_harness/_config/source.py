@@ -30,6 +30,7 @@ __all__ = [
     "parse_toml",
     "read_limited",
     "read_source",
+    "hide_env_text",
     "hide_env_values",
     "substitute_env",
 ]
@@ -535,3 +536,17 @@ def hide_env_values(issues: list[ConfigIssue], data: Any) -> list[ConfigIssue]:
             message = _bare_pattern(own).sub(_HIDDEN, message)
         out.append(issue if message == issue.message else ConfigIssue(issue.path, message))
     return out
+
+
+def hide_env_text(text: str, data: Any) -> str:
+    """``text`` with every value a ``${VAR}`` reference put in ``data`` replaced, quoted or bare.
+
+    For a message a plugin wrote about the options in ``data`` (its factory's error): it may
+    repeat any of them, as it likes, and a value from the environment may be a secret.
+    """
+    for value in sorted(_env_values(data), key=len, reverse=True):
+        for quoted in (repr(value), json.dumps(value, ensure_ascii=False)):
+            text = text.replace(quoted, _HIDDEN)
+        if value.strip():
+            text = _bare_pattern(value).sub(_HIDDEN, text)
+    return text
