@@ -477,3 +477,17 @@ def test_plugins_text_shows_a_plugins_text_with_control_characters_escaped(
     assert 'option mode: str = "a\\x9b31m"' in out
     assert "ImportError: \\x1b]0;owned\\x07\\u202e" in out
     assert "blocked\\x1b[8m" in out
+
+
+@pytest.mark.parametrize("valid", [True, False], ids=["valid", "invalid"])
+def test_check_writes_control_characters_in_the_config_name_as_escapes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, valid: bool
+) -> None:
+    # `agentium check *.toml` in a folder someone else filled: the name reached the terminal raw
+    # (an escape sequence), where every other command's message writes it as an escape.
+    path = tmp_path / "a\x1b]0;owned\x07\x1b[2J.toml"
+    path.write_text(EXAMPLE.read_text(encoding="utf-8") if valid else "x = [", encoding="utf-8")
+    code, out, err = _run(capsys, "check", str(path))
+    assert code == (0 if valid else 2)
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    assert "a\\x1b]0;owned\\x07\\x1b[2J.toml: " in (out if valid else err)

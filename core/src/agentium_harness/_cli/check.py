@@ -33,7 +33,8 @@ def _check_failed(
         report = {"config": config, "valid": False, "errors": errors, "components": components}
         print_json(report, sys.stdout)
     else:
-        sys.stderr.write(f"{path}: {len(exc.issues)} error(s)\n")
+        # The file's name is escaped too: `agentium check *.toml` takes names someone else chose.
+        sys.stderr.write(f"{shown(str(path))}: {len(exc.issues)} error(s)\n")
         for issue in exc.issues:
             # A message can quote a plugin's validator or factory error: escaped like other foreign text.
             sys.stderr.write(f"  {issue.path}: {shown(issue.message)}\n")
@@ -94,7 +95,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             report["probe"] = probes
         print_json(report, sys.stdout)
     else:
-        sys.stdout.write(f"{path}: valid\n")
+        sys.stdout.write(f"{shown(str(path))}: valid\n")
         for section in SECTION_KINDS:
             if section in components:
                 c = components[section]
