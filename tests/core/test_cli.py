@@ -491,3 +491,52 @@ def test_check_writes_control_characters_in_the_config_name_as_escapes(
     assert code == (0 if valid else 2)
     assert "\x1b" not in out + err and "\x07" not in out + err
     assert "a\\x1b]0;owned\\x07\\x1b[2J.toml: " in (out if valid else err)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_config_name_that_is_not_utf8_is_printed_not_a_traceback(tmp_path: Path, as_json: bool) -> None:
+    # A file name of bytes that are not UTF-8 reaches Python as lone surrogates; a UTF-8 locale
+    # other than C.UTF-8 (en_US.UTF-8) writes stdout strictly: UnicodeEncodeError, a traceback.
+    path = tmp_path / "\udcff.toml"
+    path.write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIUM_")}
+    env["PYTHONIOENCODING"] = "utf-8:strict"
+    argv = ["check", *(["--json"] if as_json else []), str(path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "agentium_harness", *argv],
+        capture_output=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+    out = done.stdout.decode("utf-8")  # valid UTF-8
+    if as_json:
+        assert json.loads(out)["config"] == str(path)  # the name as it is, in a JSON escape
+    else:
+        assert out.startswith(str(tmp_path / "\\udcff.toml: valid"))
+
+
+def test_a_demo_folder_name_that_is_not_utf8_is_printed_not_a_traceback(tmp_path: Path) -> None:
+    # Every line a command prints with a path in it, not only check's: the demo's first line
+    # names its database, and a strict stdout raised UnicodeEncodeError there (exit 1).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIUM_")}
+    env["PYTHONIOENCODING"] = "utf-8:strict"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentium_harness",
+            "demo",
+            "--dir",
+            str(tmp_path / "\udcffd"),
+            "--turns",
+            "1",
+        ],
+        capture_output=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+    assert "\\udcffd" in done.stdout.decode("utf-8")

@@ -11,6 +11,8 @@ Private: hosts run the command, they do not import it.
 
 from __future__ import annotations
 
+import io
+import sys
 from collections.abc import Sequence
 
 from .interrupt import exiting
@@ -32,4 +34,17 @@ def console(argv: Sequence[str] | None = None) -> int:
     interrupt watchdog (:func:`.interrupt.exiting`); ``main()`` called in-process leaves none.
     """
     exiting()
+    _printable_stdout()
     return main(argv)
+
+
+def _printable_stdout() -> None:
+    r"""Let stdout write what Python holds for a byte that is not UTF-8, as stderr already does.
+
+    A file name (or argument) of such bytes reaches Python as lone surrogates, and a UTF-8
+    locale other than ``C.UTF-8`` makes stdout encode strictly: every line naming one (``agentium
+    demo``'s database, ``agentium eval``'s report paths) raised ``UnicodeEncodeError``, a
+    traceback. Written as ``\udcff`` instead, as stderr's ``backslashreplace`` writes it.
+    """
+    if getattr(sys.stdout, "errors", None) == "strict" and isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")

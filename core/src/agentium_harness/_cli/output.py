@@ -80,9 +80,20 @@ RUN_EXIT_STATUS: Final = MappingProxyType(
 )
 
 
+#: A lone surrogate: how Python holds a byte of a file name (or argument) that is not UTF-8.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
 def print_json(data: Any, out: TextIO | None = None) -> None:
-    """``data`` as indented JSON, keys sorted, to ``out`` (stdout): every command's ``--json`` form."""
-    (out or sys.stdout).write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    r"""``data`` as indented JSON, keys sorted, to ``out`` (stdout): every command's ``--json`` form.
+
+    A lone surrogate (a file name's byte that is not UTF-8) is written as its JSON escape
+    (``\udcff``): written as it is, a stdout that encodes strictly (a UTF-8 locale other than
+    ``C.UTF-8``) raised ``UnicodeEncodeError``. JSON can only hold one inside a string, so the
+    escape reads back as the same text.
+    """
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+    (out or sys.stdout).write(_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 
 def json_error(exc: BaseException) -> dict[str, str]:
@@ -100,12 +111,15 @@ def json_error(exc: BaseException) -> dict[str, str]:
 #: What a terminal acts on instead of showing: C0 and C1 controls (ESC starts a colour, a cursor
 #: move or a screen clear; a newline starts what reads as another entry), line and paragraph
 #: separators, and the bidirectional overrides that reorder what is displayed.
-_UNSHOWABLE: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+#: Lone surrogates too (a file name's byte that is not UTF-8): a strict stdout cannot write one.
+_UNSHOWABLE: Final = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 #: The same, but a newline stays one: for a message that is several lines by design.
 _UNSHOWABLE_IN_LINES: Final = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 
 
