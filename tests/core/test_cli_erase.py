@@ -490,3 +490,36 @@ def test_erase_with_a_store_not_yet_used_is_refused_until_its_file_exists(
     assert code == 0, err
     (record,) = json.loads(out)
     assert record["state"] == "complete" and [s["session"] for s in record["sessions"]]
+
+
+@pytest.mark.parametrize("command", [["erase", "--reason", "r"], ["retention", "apply"]])
+def test_no_login_name_asks_for_operator_and_erases_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    # A container run under a uid with no passwd entry and no USER/LOGNAME (`docker run -u 12345`):
+    # getpass.getuser() raised KeyError (OSError on 3.13), a traceback where --operator was wanted.
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+    import os
+    import pwd
+
+    free = next(uid for uid in range(4_000_000_000, 4_000_001_000) if not _has_entry(pwd, uid))
+    monkeypatch.setattr(os, "getuid", lambda: free)
+    code, out, err = _agentium(capsys, *command, cfg, *who)
+    assert (code, out) == (2, "")
+    assert "no login name to name the operator; give --operator" in err and "Traceback" not in err
+    monkeypatch.undo()
+    code, out, _ = _agentium(capsys, "erase", cfg, *who, "--status")
+    assert code == 0 and out == "no erasure\n"
+    assert _agentium(capsys, "session", "inspect", cfg, *who)[1].startswith("session 's1'\n")
+
+
+def _has_entry(pwd: Any, uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True

@@ -76,11 +76,26 @@ def _attestation(args: argparse.Namespace) -> OperatorAttestation:
     # never silently replaced (the tombstone would name someone the operator did not give). Checked
     # here under its own name: as the identity's user it was refused as "invalid user", pointing at
     # --user, which may well be fine.
-    operator = validate_id(
-        getpass.getuser() if args.operator is None else args.operator, "operator (--operator)"
-    )
+    operator = validate_id(_login_name() if args.operator is None else args.operator, "operator (--operator)")
     identity = VerifiedIdentity(tenant=args.tenant, user=operator, verified_by=CLI_OPERATOR_VERIFIER)
     return OperatorAttestation(identity, args.statement or "")
+
+
+def _login_name() -> str:
+    """The login name, the operator when ``--operator`` is not given.
+
+    A process under a uid with no passwd entry and no ``USER`` or ``LOGNAME`` (a container run
+    with ``-u 12345``) has none: ``getpass.getuser()`` raises ``KeyError`` (``OSError`` from
+    Python 3.13), which was a traceback.
+
+    :raises InvalidArgumentError: there is none; nothing was done.
+    """
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError, ImportError):  # ImportError: no pwd module (not POSIX)
+        raise InvalidArgumentError(
+            "no login name to name the operator; give --operator (who erases). Nothing was done"
+        ) from None
 
 
 def _spans(ranges: tuple[SeqRange, ...]) -> str:
