@@ -105,3 +105,35 @@ async def test_session_settings_of_a_dict_subclass_are_checked_as_what_they_hold
     # The SDK's coercion reads what the dict holds: True would be a limit of 1, "3" one of 3.
     with pytest.raises(InvalidArgumentError, match=r"session_settings\.limit"):
         AgentiumSession(runtime, ANA, "chat-1", session_settings=NoLimitSaid(limit=limit))
+
+
+class LimitSaidByKeys(dict[str, Any]):
+    """A dict holding nothing, whose keys and lookups (what ``**`` reads of it) say it holds ``limit``."""
+
+    said: object = None
+
+    def __iter__(self) -> Any:
+        return iter(["limit"])
+
+    def keys(self) -> Any:
+        return ["limit"]
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.said
+
+
+@pytest.mark.parametrize("limit", [True, "3", 2.0])
+async def test_session_settings_are_checked_as_what_the_sdk_reads_of_them(
+    runtime: HarnessRuntime, limit: object
+) -> None:
+    # The SDK's coercion (SessionSettings(**settings)) reads a dict subclass with its own
+    # __iter__ through keys() and __getitem__: it made a limit said so of 1, 3 or 2, past the
+    # check of what the dict holds. Now the one view (what it holds) is checked and coerced.
+    settings = LimitSaidByKeys()
+    settings.said = limit
+    session = AgentiumSession(runtime, ANA, "chat-1", session_settings=settings)
+    assert session.session_settings.limit is None  # it holds no limit
+    held = LimitSaidByKeys(limit=limit)
+    held.said = 5  # what its keys and lookups say is a good limit; what it holds is not
+    with pytest.raises(InvalidArgumentError, match=r"session_settings\.limit"):
+        AgentiumSession(runtime, ANA, "chat-1", session_settings=held)

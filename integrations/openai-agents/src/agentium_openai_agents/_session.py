@@ -213,10 +213,14 @@ class AgentiumSession:
                 f"recall_scope must be a RecallScope or None, got {type(recall_scope).__name__}; "
                 "build it with RecallScope(project=..., repository=...)"
             )
+        if type(session_settings) is not dict and isinstance(session_settings, dict):
+            # The SDK's coercion reads a subclass with ``**`` (its own keys() and __getitem__ once its
+            # __iter__ is its own), which need not be what its get or dict.get say: one copy of what
+            # it holds is both checked and coerced, so the check reads what the coercion reads.
+            session_settings = dict(dict.items(session_settings))
         if isinstance(session_settings, dict):
-            # The SDK's coercion would make True a limit of 1 and "3" or 2.0 one of 3 or 2; what the
-            # dict holds is what it coerces (dict.get: a subclass's own get may say otherwise).
-            _check_limit(dict.get(session_settings, "limit"), "session_settings.limit")
+            # The SDK's coercion would make True a limit of 1 and "3" or 2.0 one of 3 or 2.
+            _check_limit(session_settings.get("limit"), "session_settings.limit")
         settings = SessionSettings()
         if session_settings is not None:
             try:
