@@ -17,7 +17,7 @@ import pytest
 from sdk_sessions import ANA
 
 from agentium_harness import HarnessRuntime, InvalidArgumentError, InvalidPayloadError, Role
-from agentium_openai_agents import AgentiumSession, ForeignItemError
+from agentium_openai_agents import AgentiumSession, ForeignItemError, item_to_message
 
 pytestmark = pytest.mark.anyio
 
@@ -107,6 +107,125 @@ async def test_session_settings_of_a_dict_subclass_are_checked_as_what_they_hold
         AgentiumSession(runtime, ANA, "chat-1", session_settings=NoLimitSaid(limit=limit))
 
 
+class TextSaid(dict[str, Any]):
+    """A content part whose own reads say other words than it holds (``append`` stores what it holds)."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return "words it does not hold" if key == "text" else dict.get(self, key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+class SaysUser(str):
+    """A str whose ``==`` and hash say ``"user"``, whatever its characters (``append`` stores those)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return other == "user"
+
+    def __hash__(self) -> int:
+        return hash("user")
+
+
+class SaysEverything(str):
+    """A str equal to everything: ``"reasoning"`` held, ``== "function_call"`` says ``True``."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+class ShownOtherwise(str):
+    """A str formatted (an f-string) as other characters than it holds."""
+
+    __slots__ = ()
+
+    def __format__(self, spec: str) -> str:
+        return "characters it does not hold"
+
+
+def _odd_items() -> list[tuple[str, dict[str, Any]]]:
+    part = {"type": "input_text", "text": "my own words"}
+    return [
+        ("a content part of the host's own", {"role": "user", "content": [TextSaid(part)]}),
+        ("in a dict subclass item", LowerKeys({"role": "user", "content": [TextSaid(part)]})),
+        ("a str role of the host's own", {"role": SaysUser("assistant"), "content": "the model's words"}),
+        ("a str type of the host's own", {"type": SaysEverything("reasoning"), "id": "r1", "summary": []}),
+        (
+            "a str name of the host's own",
+            {"type": "function_call", "call_id": "c1", "name": ShownOtherwise("search"), "arguments": "{}"},
+        ),
+        (
+            "a str output of the host's own",
+            {"type": "function_call_output", "call_id": "c1", "output": ShownOtherwise("page")},
+        ),
+        (
+            "a str part type of the host's own",
+            {"role": "user", "content": [{"type": ShownOtherwise("input_image"), "image_url": "u"}]},
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("case", "item"), _odd_items(), ids=[case for case, _ in _odd_items()])
+async def test_an_item_of_host_types_is_read_as_what_is_stored(
+    runtime: HarnessRuntime, case: str, item: dict[str, Any]
+) -> None:
+    # What append stores is what the item holds (read with the base types' own methods): the role,
+    # readable content and tool_call_id add_items gives the message (what recall indexes, what
+    # summaries and run() read) are those of that stored item, never what the host's own
+    # methods say; and the stored item reads back with get_items as it was stored.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items([item])
+    (message,) = (await runtime.read_history(ANA, "chat-1", max_groups=1)).messages
+    stored = message.payload
+    assert isinstance(stored, dict)
+    plain = item_to_message(stored)  # the stored item is plain JSON: no method of the host's runs
+    assert (message.role, message.content, message.tool_call_id) == (
+        plain.role,
+        plain.content,
+        plain.tool_call_id,
+    ), case
+    assert await session.get_items() == [stored]
+
+
+class OnlyItemsTrue(dict[str, Any]):
+    """A dict whose ``items`` is honest; its other reads (keys, lookups, ``get``) say a system message."""
+
+    def __iter__(self) -> Any:
+        return iter(["role"])
+
+    def keys(self) -> Any:
+        return ["role"]
+
+    def __getitem__(self, key: Any) -> Any:
+        return "system"
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return "system" if key == "role" else default
+
+
+async def test_a_dict_subclass_is_stored_exactly_as_checked_whatever_its_keys_say(
+    runtime: HarnessRuntime,
+) -> None:
+    # Core's canonical encoding reads the item's own items() and append refuses it unless that
+    # is what the dict holds (dict.items): so what is stored is what add_items checked.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items([OnlyItemsTrue({"role": "user", "content": "hi", "id": "m1"})])
+    (message,) = (await runtime.read_history(ANA, "chat-1", max_groups=1)).messages
+    assert (message.role, message.content) == (Role.USER, "hi")
+    assert type(message.payload) is dict
+    assert message.payload == {"role": "user", "content": "hi", "id": "m1"}
+    assert await session.get_items() == [{"role": "user", "content": "hi", "id": "m1"}]
+
+
 class LimitSaidByKeys(dict[str, Any]):
     """A dict holding nothing, whose keys and lookups (what ``**`` reads of it) say it holds ``limit``."""
 
@@ -137,3 +256,22 @@ async def test_session_settings_are_checked_as_what_the_sdk_reads_of_them(
     held.said = 5  # what its keys and lookups say is a good limit; what it holds is not
     with pytest.raises(InvalidArgumentError, match=r"session_settings\.limit"):
         AgentiumSession(runtime, ANA, "chat-1", session_settings=held)
+
+
+class ClaimsStr:
+    """An object whose ``__class__`` says it is a str (``isinstance`` believes it; ``type()`` does not)."""
+
+    @property
+    def __class__(self) -> type:  # type: ignore[override]
+        return str
+
+
+async def test_a_role_claiming_to_be_a_str_is_refused_typed_and_nothing_is_written(
+    runtime: HarnessRuntime,
+) -> None:
+    # check_item_shape took it for a str and read its characters with str.__str__, which raised a
+    # bare TypeError out of add_items.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    with pytest.raises(ForeignItemError, match="nothing was written"):
+        await session.add_items([{"role": "user", "content": "hi"}, {"role": ClaimsStr(), "content": "x"}])
+    assert (await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)).groups == ()

@@ -12,7 +12,8 @@ items for its tool calls and results). See this distribution's README and ``docs
 from __future__ import annotations
 
 from ._errors import ForeignItemError, HistoryChangedError, PopRefusedError, SessionClosedError
-from ._items import ITEM_FORMAT, MAX_CONTENT_CHARS, item_to_message, message_to_item, message_to_items
+from ._item_message import ITEM_FORMAT, MAX_CONTENT_CHARS, item_to_message
+from ._items import message_to_item, message_to_items
 from ._session import AgentiumSession
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""OpenAI Agents SDK items to Agentium messages and back.
+"""OpenAI Agents SDK items to Agentium messages and back (an item's role and text: ``_item_message``).
 
 Every item the SDK stores is kept whole in ``Message.payload`` (plain JSON,
 part of the group's canonical bytes and digest) under :data:`ITEM_FORMAT`,
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final, cast
 
@@ -37,14 +37,11 @@ from agentium_harness.plugin_api import copy_plain_json
 
 from ._call_ids import distinct_call_ids
 from ._errors import ForeignItemError, PopRefusedError
+from ._item_message import ITEM_FORMAT, MESSAGE_ROLES
 from ._observe import left_out
 
 __all__ = [
-    "ITEM_FORMAT",
-    "MAX_CONTENT_CHARS",
-    "check_item_shape",
     "item_count",
-    "item_to_message",
     "items_count",
     "message_to_item",
     "message_to_items",
@@ -55,160 +52,6 @@ __all__ = [
     "view_items",
 ]
 
-#: ``Message.payload_format`` of an SDK item: a Responses API input item, as the SDK stores it.
-ITEM_FORMAT: Final = "openai.responses.input_item/v1"
-#: The readable ``content`` is cut to this many characters (the item itself is never cut).
-MAX_CONTENT_CHARS: Final = 16_384
-
-_MESSAGE_ROLES: Final = {
-    "user": Role.USER,
-    "assistant": Role.ASSISTANT,
-    "system": Role.SYSTEM,
-    "developer": Role.SYSTEM,
-}
-
-
-def _text_of_parts(parts: object) -> str:
-    """The text of a message's content: a string, or the text of each part of a list."""
-    if isinstance(parts, str):
-        return parts
-    if not isinstance(parts, list):
-        return ""
-    texts: list[str] = []
-    for part in parts:
-        if isinstance(part, str):
-            texts.append(part)
-        elif type(part) is dict:
-            # What ``part.get("text", part.get("refusal"))`` gives, without a call for each key.
-            text = part["text"] if "text" in part else part.get("refusal")
-            if isinstance(text, str):
-                texts.append(text)
-            elif isinstance(part.get("type"), str):
-                texts.append(f"[{part['type']}]")
-        elif isinstance(part, Mapping):  # a mapping of the host's own: read through its get
-            text = part.get("text", part.get("refusal"))
-            if isinstance(text, str):
-                texts.append(text)
-            elif isinstance(part.get("type"), str):
-                texts.append(f"[{part['type']}]")
-    return "\n".join(texts)
-
-
-def _call_id(item: Mapping[str, Any]) -> str | None:
-    """An output item's ``call_id`` as ``tool_call_id`` if core takes it (1 to 256 printable characters)."""
-    call_id = item.get("call_id")
-    if isinstance(call_id, str):
-        call_id = str.__str__(call_id)  # its characters: a str subclass's own methods are not run
-        if 0 < len(call_id) <= 256 and call_id.isprintable():
-            return call_id
-    return None  # the item keeps its call_id whatever it is (the payload is kept exactly)
-
-
-def _role_and_text(item: Mapping[str, Any]) -> tuple[Role, str]:
-    """The item's role, and a short, readable text for it (its kind and its words), never its raw JSON.
-
-    One function for both (each reads the item's ``type``): every appended item is read so.
-    An output item's role is ``tool``: a tool's output, not the user's words.
-    """
-    kind = item.get("type")
-    role = item.get("role")
-    message = kind in (None, "message")
-    # None and the plain "message" are no output (checked first: the common items, without a call).
-    plain = kind is None or (type(kind) is str and kind == "message")
-    output = not plain and isinstance(kind, str) and kind.endswith("_output")
-    mapped = _MESSAGE_ROLES.get(role) if isinstance(role, str) and message else None
-    if mapped is None:
-        mapped = Role.TOOL if output else Role.ASSISTANT
-    if "role" in item and message:
-        return mapped, _text_of_parts(item.get("content"))
-    if kind == "function_call":
-        return mapped, f"[function_call {item.get('name', '?')}] {item.get('arguments', '')}"
-    if output:
-        produced = item.get("output")
-        text = produced if isinstance(produced, str) else _text_of_parts(produced)
-        if not text and produced is not None:
-            try:
-                text = json.dumps(produced, ensure_ascii=False, allow_nan=False)[:MAX_CONTENT_CHARS]
-            except (TypeError, ValueError, RecursionError):
-                # Not plain JSON (nan, an object, a cycle, too deep): append() refuses the whole
-                # item with InvalidPayloadError, which says what is wrong; no text is needed.
-                text = ""
-        return mapped, f"[{kind} {item.get('call_id', '?')}] {text}"
-    if kind == "reasoning":
-        return mapped, "[reasoning] " + _text_of_parts(item.get("summary"))
-    return mapped, f"[{kind if isinstance(kind, str) else 'item'}]"
-
-
-def item_to_message(item: object) -> Message:
-    """The Agentium message for one SDK item: the item whole as its payload, readable text as content.
-
-    The item must be a mapping (a ``dict`` subclass is read as what it holds, as append stores it); plain
-    JSON is checked by ``HarnessRuntime.append``, refusing the call with ``InvalidPayloadError``.
-    """
-    if type(item) is not dict and not isinstance(item, Mapping):  # a dict: no ABC check (Python-level)
-        raise ForeignItemError(
-            f"an SDK item is a mapping (a Responses API input item), got {type(item).__name__}; "
-            "pass the items the SDK gives you, or build dicts"
-        )
-    # append stores what a dict subclass holds (read with dict's methods), whatever its own get says.
-    held = dict(dict.items(item)) if type(item) is not dict and isinstance(item, dict) else item
-    try:
-        role, text = _role_and_text(held)
-        # A str subclass runs its own code wherever Agentium measures or encodes the text (its
-        # encode, its len): the exact str of its characters (str.__str__ runs none of it) is used.
-        text = str.__str__(text)
-        call_id = _call_id(held) if role is Role.TOOL else None
-    except Exception as exc:
-        # Reading a mapping that is no dict runs its own code (its __getitem__, a part's get):
-        # whatever that raises, the host gets this integration's typed error, not a bare one.
-        raise ForeignItemError(
-            f"an SDK item could not be read as a mapping ({type(exc).__name__} raised reading it); "
-            "nothing was written"
-        ) from exc
-    if len(text) > MAX_CONTENT_CHARS:
-        text = text[: MAX_CONTENT_CHARS - 1] + "…"
-    # The payload is passed as given: append() checks and copies it (and refuses it whole).
-    return Message(role, text, tool_call_id=call_id, payload=item, payload_format=ITEM_FORMAT)
-
-
-def check_item_shape(item: Mapping[str, Any], position: int) -> None:
-    """Refuse a mapping that has the shape of no Responses API input item (:class:`ForeignItemError`).
-
-    Every input item has a non-empty str ``type``, or is a message (``type``
-    absent or ``"message"``) whose ``role`` is ``user``, ``assistant``,
-    ``system`` or ``developer``, or an item reference (an ``id``, with
-    ``type`` optional). Anything else (``{}``, a ``type`` of 5, a ``tool``
-    role, which is Chat Completions') the SDK never stores; kept, it would be
-    sent to the model on every later run of the session and refused there, so
-    ``add_items`` refuses it first. Only the shape is checked: a ``type`` this
-    SDK release does not know passes, for items of later releases. A ``dict`` subclass is checked as
-    what it holds (what ``append`` stores), not by its own ``get``. The error names no value of the item.
-    """
-    try:
-        held = dict(dict.items(item)) if type(item) is not dict and isinstance(item, dict) else item
-        kind, role, ref = held.get("type"), held.get("role"), held.get("id")
-    except Exception as exc:  # a mapping that is no dict runs its own code when read
-        raise ForeignItemError(
-            f"item {position} could not be read as a mapping ({type(exc).__name__} raised reading it); "
-            "nothing was written"
-        ) from exc
-    if kind is None or (isinstance(kind, str) and str.__str__(kind) == "message"):
-        # A str subclass (a StrEnum) is compared by its characters: none of its own methods run.
-        if isinstance(role, str) and str.__str__(role) in _MESSAGE_ROLES:
-            return
-        if kind is None and role is None and isinstance(ref, str):
-            return  # an item reference, whose type may be left out
-        raise ForeignItemError(
-            f"item {position} is a message (no type, or type 'message') whose role is not user, assistant, "
-            f"system or developer (got a {type(role).__name__}), and no item reference: no SDK item has "
-            "that shape; nothing was written"
-        )
-    if not isinstance(kind, str) or not str.__str__(kind):
-        raise ForeignItemError(
-            f"item {position} has a type that is not a non-empty str (got a {type(kind).__name__}): no SDK "
-            "item has that shape; nothing was written"
-        )
-
 
 def _stored_shape(item: dict[str, Any]) -> bool:
     """Whether a stored item (decoded JSON: exact types) has the shape :func:`check_item_shape` holds to.
@@ -218,7 +61,7 @@ def _stored_shape(item: dict[str, Any]) -> bool:
     """
     kind, role = item.get("type"), item.get("role")
     if kind is None or kind == "message":
-        if isinstance(role, str) and role in _MESSAGE_ROLES:
+        if isinstance(role, str) and role in MESSAGE_ROLES:
             return True
         return kind is None and role is None and isinstance(item.get("id"), str)
     return isinstance(kind, str) and kind != ""

@@ -34,9 +34,8 @@ from agentium_harness import (
 from agentium_harness.plugin_api import SessionKey, read_host_items
 
 from ._errors import HistoryChangedError, SessionClosedError
+from ._item_message import check_item_shape, item_to_message
 from ._items import (
-    check_item_shape,
-    item_to_message,
     items_count,
     pop_item_of,
     pop_span,
