@@ -78,13 +78,13 @@ async def test_a_dict_subclass_is_stored_with_the_role_and_text_of_what_it_holds
 
 
 class ItemsRaise(dict[str, Any]):
-    """A dict whose own ``items`` raises: ``append``'s own check of it still runs (and refuses it)."""
+    """A dict whose own ``items`` raises: read whole, as ``append`` reads it, it is refused."""
 
     def items(self) -> Any:
         raise RuntimeError("items")
 
 
-async def test_a_dict_subclass_is_still_checked_by_append_itself(runtime: HarnessRuntime) -> None:
+async def test_a_dict_subclass_whose_own_items_raise_is_refused(runtime: HarnessRuntime) -> None:
     session = AgentiumSession(runtime, ANA, "chat-1")
     with pytest.raises(InvalidPayloadError, match="nothing was written"):
         await session.add_items([ItemsRaise({"role": "user", "content": "hi"})])
@@ -275,3 +275,28 @@ async def test_a_role_claiming_to_be_a_str_is_refused_typed_and_nothing_is_writt
     with pytest.raises(ForeignItemError, match="nothing was written"):
         await session.add_items([{"role": "user", "content": "hi"}, {"role": ClaimsStr(), "content": "x"}])
     assert (await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)).groups == ()
+
+
+class SettlesWhenRead(dict[str, Any]):
+    """A dict that fills in what it holds when read whole (its own ``items``): a ``tool`` role here."""
+
+    def items(self) -> Any:
+        dict.__setitem__(self, "role", "tool")
+        return dict.items(self)
+
+
+async def test_a_dict_subclass_changing_when_read_whole_is_refused_and_nothing_is_written(
+    runtime: HarnessRuntime,
+) -> None:
+    # add_items checked what it held (a user message); append's encoding then ran its own items(),
+    # which changed it to a tool role: stored with no input item's shape, every later get_items
+    # failed on it as damage (the session unreadable until cleared).
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items([{"role": "user", "content": "hello"}])
+    with pytest.raises(InvalidPayloadError, match="nothing was written"):
+        await session.add_items([SettlesWhenRead({"role": "user", "content": "hi"})])
+    audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+    assert [m.payload for g in audit.groups for m in g.group.messages] == [
+        {"role": "user", "content": "hello"}
+    ]
+    assert await session.get_items() == [{"role": "user", "content": "hello"}]

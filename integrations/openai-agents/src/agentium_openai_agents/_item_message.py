@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from agentium_harness import Message, Role
+from agentium_harness import InvalidPayloadError, Message, Role
 
 from ._errors import ForeignItemError
 
@@ -43,6 +43,8 @@ MESSAGE_ROLES: Final = {
     "developer": Role.SYSTEM,
 }
 
+#: How ``append``'s canonical encoding reads a value (its C encoder: a ``dict`` subclass's own ``items``).
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 #: How deep :func:`_held` copies: past core's nesting bound (64), where ``append`` refuses the item.
 _HELD_DEPTH: Final = 70
 
@@ -174,18 +176,18 @@ def _role_and_text(item: Mapping[str, Any]) -> tuple[Role, str]:
 def item_to_message(item: object) -> Message:
     """The Agentium message for one SDK item: the item whole as its payload, readable text as content.
 
-    The item must be a mapping (one of the host's own types is read as what it holds, as append
-    stores it); plain JSON is checked by ``HarnessRuntime.append``, refusing the call with
-    ``InvalidPayloadError``.
+    The item must be a mapping; plain JSON is checked by ``HarnessRuntime.append``, refusing the
+    call with ``InvalidPayloadError``. Values of the host's own types are read as what they hold,
+    as append stores them; a ``dict`` subclass is checked here to give that when read whole (its
+    own ``items``), else ``InvalidPayloadError``, and the payload is that checked copy.
     """
     if type(item) is not dict and not isinstance(item, Mapping):  # a dict: no ABC check (Python-level)
         raise ForeignItemError(
             f"an SDK item is a mapping (a Responses API input item), got {type(item).__name__}; "
             "pass the items the SDK gives you, or build dicts"
         )
+    held = item if type(item) is dict or not isinstance(item, dict) else _checked_copy(item)
     try:
-        # append stores what a dict subclass holds (read with dict's methods), whatever its own get says.
-        held = item if type(item) is dict or not isinstance(item, dict) else _held(item)
         role, text = _role_and_text(held)
         # A str subclass runs its own code wherever Agentium measures or encodes the text (its
         # encode, its len): the exact str of its characters (str.__str__ runs none of it) is used.
@@ -200,8 +202,34 @@ def item_to_message(item: object) -> Message:
         ) from exc
     if len(text) > MAX_CONTENT_CHARS:
         text = text[: MAX_CONTENT_CHARS - 1] + "…"
-    # The payload is passed as given: append() checks and copies it (and refuses it whole).
-    return Message(role, text, tool_call_id=call_id, payload=item, payload_format=ITEM_FORMAT)
+    # The payload is the item (an exact dict: append checks and copies it, and refuses it whole)
+    # or the checked copy of a dict subclass: append then runs none of its code, so what it stores
+    # is what was read here.
+    return Message(role, text, tool_call_id=call_id, payload=held, payload_format=ITEM_FORMAT)
+
+
+def _checked_copy(item: dict[str, Any]) -> dict[str, Any]:
+    """What a ``dict`` subclass holds (:func:`_held`) if it gives that read whole; else refused.
+
+    ``append`` refuses a subclass whose canonical encoding (its own ``items``) is not what it
+    holds, and it stored one whose ``items`` changed it when read (a ``tool`` role after the
+    shape was checked: every later ``get_items`` failed on it). Encoded here as ``append`` would,
+    and compared with the copy (exact types: ``==`` runs none of the host's code); ``append`` is
+    given the copy, on which no code of the host's runs.
+    """
+    held = _held(item)
+    try:
+        given = json.loads(_ENCODER.encode(item))
+    except Exception as exc:  # its own items() ran: whatever it raised, the typed error
+        raise InvalidPayloadError(
+            f"an SDK item is not plain JSON: reading it raised {type(exc).__name__}; nothing was written"
+        ) from exc
+    if type(held) is not dict or given != held:
+        raise InvalidPayloadError(
+            "an SDK item is not plain JSON: read whole (its own items()) it is not what it holds, or "
+            "it holds a tuple or a non-string key; nothing was written"
+        )
+    return cast("dict[str, Any]", held)
 
 
 def check_item_shape(item: Mapping[str, Any], position: int) -> None:

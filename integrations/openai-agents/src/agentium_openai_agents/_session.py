@@ -324,8 +324,8 @@ class AgentiumSession:
         if not given:
             return
         messages = [item_to_message(item) for item in given]
-        for position, item in enumerate(given):  # each is a mapping now (item_to_message checked it)
-            check_item_shape(item, position)
+        for position, message in enumerate(messages):  # the item as append is given it (a checked copy)
+            check_item_shape(message.payload, position)
         fence = self._read_fence
         try:
             await self._retrying(
