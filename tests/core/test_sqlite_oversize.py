@@ -514,3 +514,43 @@ async def test_a_user_erasure_removes_a_session_whose_snapshot_columns_are_huge_
     assert _sql(path, "SELECT count(*) FROM groups") == [(0,)]
     # s1 was at revision 5, s2 at 1: a damaged revision is left out of the floor, no load returning it.
     assert _sql(path, "SELECT floor FROM revision_floor") == [(1 if column == "revision" else 5,)]
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("session_id", "'s' || char(0) || '1'"),
+        ("session_id", "CAST('s1' AS BLOB)"),
+        ("session_id", "''"),
+        ("user_id", "'a' || char(127)"),
+    ],
+)
+async def test_an_id_no_key_holds_within_its_bound_is_refused_by_listings_and_erased_as_damaged(
+    tmp_path: Path, column: str, value: str
+) -> None:
+    # A stored id no SessionKey takes, within the column's bound (a NUL, a BLOB, empty, a DEL) makes
+    # the user's listing fail closed (SnapshotCorruptError), whose only remedy is the user's (or the
+    # tenant's) erasure. Both erasures raised InvalidIdError on that row instead, for good: one
+    # damaged row stopped the listing and every erasure of its user. It is erased unread, counted
+    # as damaged, as an id over its bound is.
+    path = tmp_path / "a.db"
+    await _seeded(path)
+    _sql(path, f"UPDATE sessions SET {column} = {value} WHERE session_id = 's1'")
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    target = EraseTarget.user("acme", "ana") if column == "session_id" else EraseTarget.tenant("acme")
+    try:
+        if column == "session_id" and value != "''":  # an empty id is below every listing's cursor
+            with pytest.raises(SnapshotCorruptError, match="no key holds"):
+                await store.list_sessions("acme", "ana", 10, _ctx())
+        done = [await store.erase(target, _ctx()), await archive.erase(target, _ctx())]
+        stored, archived = done
+        assert (stored.count("snapshot"), stored.count("damaged")) == (1, 1)
+        assert [s.session.session for s in stored.sessions] == ["s2"]
+        assert (archived.count("group"), archived.count("damaged")) == (0, 3)
+        assert _sql(path, "SELECT count(*) FROM sessions") == [(0,)]
+        assert _sql(path, "SELECT count(*) FROM groups") == [(0,)]
+        assert await store.list_sessions("acme", "ana", 10, _ctx()) == []
+    finally:
+        await store.aclose()
+        await archive.aclose()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 import sqlite3
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
-from .._errors import AgentiumError, ArchiveCorruptError, SnapshotCorruptError
+from .._errors import AgentiumError, ArchiveCorruptError, InvalidIdError, SnapshotCorruptError
 from .._ports.erasure import MAX_ERASE_RANGES, ErasedSession, EraseTarget
 from .._ports.snapshot import snapshot_erasure
 from .._scope import SessionKey
@@ -47,16 +47,29 @@ def _keyed_sessions(
     A row holding a value over its bound raises ``damaged`` (that value was
     not read), except an id (the key is then ``None``: no key can name the
     session, which the target covers by the ids its filter matched) and the
-    snapshot (``None`` in the row), which the erasure removes unread.
+    snapshot (``None`` in the row), which the erasure removes unread. An id
+    within its bound that no key holds (a NUL, empty) gives ``None`` too.
     """
     rows = conn.execute(sql, params).fetchall()
     found: list[tuple[SessionKey | None, SessionRow]] = []
     for row in rows:
         if row[10] is not None:
             raise damaged(oversize(f"a session row of tenant {target.tenant_id!r}", row[10]))
-        key = None if row[11] else SessionKey(*row[:3])
+        key = None if row[11] else _key_or_none(row[:3])
         found.append((key, checked_session(key, SessionRow(*row[3:10]), damaged)))
     return found
+
+
+def _key_or_none(ids: tuple[Any, ...]) -> SessionKey | None:
+    """The key of a session row's ids, or ``None`` for ids no key holds (damage).
+
+    Raising there (InvalidIdError) stopped every erasure of the user and the tenant for good, and
+    the listing fails closed on such an id, naming the erasure as its remedy.
+    """
+    try:
+        return SessionKey(*ids)
+    except InvalidIdError:
+        return None
 
 
 def _erasure_watermark(session: SessionRow, snapshotless: bool = False) -> int:
