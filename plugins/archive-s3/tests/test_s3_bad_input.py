@@ -25,7 +25,7 @@ from agentium_archive_s3 import (
     S3SessionStoreError,
     S3UnavailableError,
 )
-from agentium_archive_s3.keys import archive_key
+from agentium_archive_s3.keys import archive_key, archive_root, sessions_root
 from agentium_harness import InvalidArgumentError, InvalidIdError
 from agentium_harness.plugin_api import (
     ArchiveConflictError,
@@ -119,10 +119,17 @@ def test_options_are_checked_without_echoing_secrets() -> None:
         S3Config(bucket="Not_A_Bucket")
     # A layout folder inside a prefix: "apps/archive/v1/eu"'s keys lay in prefix "apps"'s tenant "eu"
     # folder, and "apps"'s erasure of tenant "eu" deleted them all (reproduced on moto).
-    for prefix in ("apps/archive/v1/eu", "archive/v1", "a/sessions/v1", "a/sessions/v2/b"):
+    # The folders refused are those the layout writes (keys.py), whatever its version.
+    refused = [archive_root("apps") + "eu", sessions_root("a").rstrip("/"), archive_root("archive")[:-1]]
+    for prefix in ("apps/archive/v1/eu", "archive/v1", "a/sessions/v1", *refused):
         with pytest.raises(InvalidArgumentError, match="layout"):
             S3Config(bucket="agentium-tests", prefix=prefix)
-    for prefix in ("apps/archive", "archive/v1x", "sessions/x/v1", "apps/archive-v1"):
+    # A version the layout does not write nests in no prefix's folders: "a/sessions/v2/b"'s keys are
+    # all below "a/sessions/v2/", where no prefix's tenant folder is. Refusing it stopped such a
+    # deployment at start-up after an upgrade, for no nesting at all.
+    for prefix in ("apps/archive", "archive/v1x", "sessions/x/v1", "apps/archive-v1", "a/sessions/v2/b"):
+        assert S3Config(bucket="agentium-tests", prefix=prefix).prefix == prefix
+    for prefix in ("archive/v01", "x/sessions/v0", "x/archive/v2", "Archive/v1", "x/sessions/V1"):
         assert S3Config(bucket="agentium-tests", prefix=prefix).prefix == prefix
     for prefix in ("", "/abs", "a//b", "a/../b", "a/./b", "trailing/", "sp ace"):
         with pytest.raises(ValueError, match="prefix"):

@@ -20,6 +20,8 @@ import attrs
 from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import bounded_count, bounded_duration, redact_url
 
+from .keys import archive_root, sessions_root
+
 __all__ = ["ADDRESSING_STYLES", "S3Config", "redact_endpoint"]
 
 #: botocore's ``s3.addressing_style`` values.
@@ -35,9 +37,12 @@ _PREFIX_SEGMENT: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 
 _REGION: Final = re.compile(r"[a-z0-9-]{1,32}")
 
-# The layout's folders below a prefix (keys.py): "<kind>/v<n>/<tenant>/...".
-_LAYOUT_KINDS: Final = frozenset({"archive", "sessions"})
-_LAYOUT_VERSION: Final = re.compile(r"v[0-9]+")
+# The layout's folders below a prefix, as keys.py writes them ("archive/v1/<tenant>/...",
+# "sessions/v1/<tenant>/..."): exactly those, so a layout version it does not write ("v2", "v01")
+# stays a prefix an existing deployment may use.
+_LAYOUT_FOLDERS: Final = frozenset(
+    tuple(root("").strip("/").split("/")) for root in (archive_root, sessions_root)
+)
 
 
 def redact_endpoint(url: str | None) -> str:
@@ -66,7 +71,7 @@ def _prefix(instance: Any, attribute: attrs.Attribute[Any], value: object) -> No
     # prefix's tenant folders (prefix "apps/archive/v1/eu" below "apps"'s tenant "eu"): that prefix's
     # erasure of tenant "eu" deleted this one's every group and snapshot, and its listings met them.
     for kind, version in itertools.pairwise(segments):
-        if kind in _LAYOUT_KINDS and _LAYOUT_VERSION.fullmatch(version):
+        if (kind, version) in _LAYOUT_FOLDERS:
             raise InvalidArgumentError(
                 f"prefix must not hold the layout's folder {kind}/{version}: its keys would lie inside "
                 "the tenant folders of another prefix, whose erasures and listings would reach them"
@@ -146,8 +151,9 @@ class S3Config:
     - ``prefix``: the first path segments of every key (default ``agentium``);
       the archive writes below ``<prefix>/archive/``, the store below
       ``<prefix>/sessions/``, the health probe below ``<prefix>/probe/``; it may
-      not hold a layout folder (``archive/v1``, ``sessions/v1``), which would put
-      its keys inside another prefix's tenant folders.
+      not hold a layout folder, ``archive/v1`` or ``sessions/v1``, which would put
+      its keys inside another prefix's tenant folders (another version, such as
+      ``sessions/v2``, is taken: the layout writes none).
     - ``endpoint_url``: an S3-compatible endpoint (Ceph RGW, MinIO, a local
       server); left out, boto3 uses AWS's endpoint for ``region``.
     - ``region``: the signing region; left out, the standard chain decides.
