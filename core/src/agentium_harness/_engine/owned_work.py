@@ -60,6 +60,8 @@ class SummaryReport:
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
+#: A job's work: its state and diagnostics, which it has already said (logged, an event, counted) as it
+#: ended (``summary.summarize_after_commit`` in background mode), so the run that carries them does not.
 Work = Callable[[Ticket], Awaitable[tuple[SummaryState | None, list[Diagnostic]]]]
 
 
@@ -69,7 +71,7 @@ def _cancelled(message: str) -> SummaryReport:
 
 
 class _Job:
-    __slots__ = ("done", "loop", "report", "scope", "task", "ticket")
+    __slots__ = ("done", "loop", "report", "said", "scope", "task", "ticket")
 
     def __init__(self, ticket: Ticket) -> None:
         self.ticket = ticket
@@ -77,6 +79,8 @@ class _Job:
         self.done = ThreadSafeEvent()
         self.scope = anyio.CancelScope()
         self.report: SummaryReport | None = None
+        #: How many of the report's first diagnostics the work itself said as it ended.
+        self.said = 0
         self.task: Any = None  # the asyncio task, kept referenced so it is not collected
 
     def cancel(self, reason: str) -> None:
@@ -96,7 +100,8 @@ class OwnedWork:
         # and every look at them that iterates happens under this lock.
         self._lock = threading.Lock()
         self._jobs: dict[SessionKey, _Job] = {}
-        self._last: dict[SessionKey, SummaryReport] = {}
+        # The last report of each session, and how many of its first diagnostics the update said itself.
+        self._last: dict[SessionKey, tuple[SummaryReport, int]] = {}
         # Updates that failed or were cancelled since the last drain (the latest per session),
         # so a drain reports them even when they ended before it began.
         self._unreported: dict[SessionKey, _Job] = {}
@@ -107,7 +112,7 @@ class OwnedWork:
         """Keep ``report`` as the last of ``key`` (under the lock); past the bound the oldest are dropped."""
         bound = max(1, MAX_KEPT_REPORTS)
         self._last.pop(key, None)  # re-inserted last: the dicts are kept in order of ending
-        self._last[key] = report
+        self._last[key] = (report, job.said if job.report is report else 0)
         while len(self._last) > bound:
             del self._last[next(iter(self._last))]
         if report.status is not WorkStatus.COMPLETED:
@@ -130,12 +135,14 @@ class OwnedWork:
                 with job.scope as scope:
                     try:
                         state, notes = await work(job.ticket)
+                        said = len(notes)
                         notes = [*notes, *job.ticket.abandonment_diagnostics()]
                         # The summarizer's failure is reported, not raised: it still failed the update.
                         # A saved update's own degradations (a dropped citation, a gap) are warnings.
                         failed = any(n.severity is Severity.ERROR for n in notes)
                         status = WorkStatus.FAILED if failed else WorkStatus.COMPLETED
                         job.report = SummaryReport(status, state, tuple(notes))
+                        job.said = said
                     except Exception as exc:
                         job.report = SummaryReport(
                             WorkStatus.FAILED,
@@ -144,6 +151,7 @@ class OwnedWork:
                         )
                 if scope.cancelled_caught or job.report is None:
                     job.report = _cancelled("the summary update was cancelled")
+                    job.said = 0  # this report's note was said by nobody yet
             finally:
                 if job.report is None:
                     # Cancelled from outside its own scope: the event loop it ran on ended (asyncio.run
@@ -219,16 +227,20 @@ class OwnedWork:
         (``aclose``) does not report it again.
         """
         with self._lock:
-            report = self._last.get(key)
+            report, _said = self._last.get(key, (None, 0))
             self._handed_over(key, report)
             return report
 
-    def take_report(self, key: SessionKey) -> SummaryReport | None:
-        """The last report of ``key``, removed (a run surfaces it once in its diagnostics, to the host)."""
+    def take_report(self, key: SessionKey) -> tuple[SummaryReport | None, int]:
+        """The last report of ``key``, removed (a run surfaces it once in its diagnostics, to the host).
+
+        And how many of its first diagnostics the update already said as it
+        ended: the run carries them in its result but does not say them again.
+        """
         with self._lock:
-            report = self._last.pop(key, None)
+            report, said = self._last.pop(key, (None, 0))
             self._handed_over(key, report)
-            return report
+            return report, said
 
     def drop_reports(self, covers: Callable[[SessionKey], bool]) -> None:
         """Drop the kept reports of the sessions ``covers`` names: an erasure removed what they hold.

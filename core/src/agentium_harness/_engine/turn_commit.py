@@ -38,6 +38,7 @@ from .._history import (
     new_write_id,
 )
 from .._observe import spans as observe
+from .._observe.turn import already_said
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .._text import clean_text, cut_text
@@ -129,8 +130,12 @@ async def settle_earlier(runtime: HarnessRuntime, key: SessionKey) -> list[Diagn
         limits = runtime.summary_limits
         summarize = summarize_timeout(limits, runtime.limits.model_timeout_s)
         await runtime.parts.work.settle(key, limits.timeout_s + summarize + runtime.limits.op_timeout_s)
-    earlier = runtime.parts.work.take_report(key)
-    return list(earlier.diagnostics) if earlier is not None else []
+    earlier, said = runtime.parts.work.take_report(key)
+    if earlier is None:
+        return []
+    # The update said these as it ended: the run carries them to the host but says them not again.
+    already_said(earlier.diagnostics[:said])
+    return list(earlier.diagnostics)
 
 
 @attrs.frozen(slots=True)

@@ -10,6 +10,7 @@ recording, only the logging remains (one ``isEnabledFor`` per record).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -24,6 +25,7 @@ from .spans import INTERNAL_KIND, NULL, Active, NullSpan, Span, begin, enter, er
 
 __all__ = [
     "AGENT_NAME",
+    "already_said",
     "background_diagnostics",
     "diagnostic_events",
     "observed_drain",
@@ -37,6 +39,10 @@ AGENT_NAME = "agentium"
 
 _log = logging.getLogger("agentium.engine")
 _lifecycle = logging.getLogger("agentium.engine.lifecycle")
+
+#: Diagnostics the operation under way in this context carries in its result that a background summary
+#: update already said as it ended (logged, an event, counted): the operation does not say them again.
+_SAID: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar("agentium_said", default=())
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -122,23 +128,44 @@ def diagnostic_events(
 def background_diagnostics(span: Span | NullSpan, notes: Iterable[Any]) -> None:
     """Say the diagnostics of work that ends after its run returned (a background summary update) now.
 
-    An ``agentium.diagnostic`` event each on ``span`` and a record each on
-    its stage's logger (a WARNING for a degraded outcome), the text only
-    with content capture, under the settings of the operation it belongs to.
-    Not counted in ``agentium.diagnostics``: the later run whose result
-    carries them counts them. Without this, an update whose session saw no
-    later run said nothing of what it degraded.
+    An ``agentium.diagnostic`` event each on ``span``, counted in
+    ``agentium.diagnostics``, and a record each on its stage's logger (a
+    WARNING for a degraded outcome), the text only with content capture,
+    under the settings of the operation it belongs to. Without this, an
+    update whose session saw no later run said nothing of what it degraded.
+    The later run that carries them in its result does not say them again
+    (:func:`already_said`): one degraded outcome is one record and one count.
     """
     notes = tuple(notes)
     if not notes:
         return
     active = live()
     settings = active.settings if active is not None else settings_of(None)
-    diagnostic_events(span, None, settings, notes)
+    diagnostic_events(span, active.instruments if active is not None else None, settings, notes)
     if would_log(notes):
         log_diagnostics(
             notes, {"agentium_operation": "summary update"}, capture_content=settings.capture_content
         )
+
+
+def already_said(notes: Iterable[Any]) -> None:
+    """Mark ``notes``, carried into the result of the operation under way, as said already.
+
+    A background summary update said them as it ended
+    (:func:`background_diagnostics`); the run or history write whose result
+    carries them neither logs, adds an event for nor counts them again.
+    """
+    notes = tuple(notes)
+    if notes:
+        _SAID.set(_SAID.get() + notes)
+
+
+def _unsaid(notes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``notes`` less those :func:`already_said` marked (by identity: an equal one of its own stays)."""
+    said = _SAID.get()
+    if not said:
+        return notes
+    return tuple(n for n in notes if not any(n is s for s in said))
 
 
 def _finish(
@@ -151,7 +178,7 @@ def _finish(
     elapsed: float,
 ) -> None:
     """Everything said about a run once it ended: span attributes and events, metrics, log records."""
-    notes = tuple(diagnostics)
+    notes = _unsaid(tuple(diagnostics))
     for key, value in outcome.items():
         span.set(key, value)
     instruments = active.instruments if active is not None else None
@@ -192,6 +219,7 @@ def traced_run(
         settings = settings_of(self)
         active = begin(settings, self)
         token = enter(active)
+        said = _SAID.set(())  # this run's own (a run nested in a tool's call has its own)
         started = perf_counter()
         scope: dict[str, Any] = {}
         span: Span | NullSpan = NULL
@@ -222,6 +250,7 @@ def traced_run(
                     _finish(span, active, settings, scope, notes, outcome, perf_counter() - started)
                 return result
         finally:
+            _SAID.reset(said)
             leave(token)
 
     return cast(Callable[Concatenate[Any, Any, Any, P], Coroutine[Any, Any, R]], observed)
@@ -236,7 +265,18 @@ class traced_operation:
     generator machinery was a measurable part of a short operation.
     """
 
-    __slots__ = ("_active", "_kind", "_name", "_owner", "_session", "_span", "_tenant", "_token", "_user")
+    __slots__ = (
+        "_active",
+        "_kind",
+        "_name",
+        "_owner",
+        "_said",
+        "_session",
+        "_span",
+        "_tenant",
+        "_token",
+        "_user",
+    )
 
     def __init__(
         self, owner: object, kind: str, tenant: str, user: str, session: str, name: str | None = None
@@ -247,12 +287,14 @@ class traced_operation:
         self._tenant, self._user, self._session = tenant, user, session
         self._span: Span | None = None
         self._token: Any = None
+        self._said: Any = None
         self._active: Active | None = None
 
     def __enter__(self) -> Span | NullSpan:
         settings = settings_of(self._owner)
         self._active = active = begin(settings, self._owner)
         self._token = token = enter(active)
+        self._said = said = _SAID.set(())
         if not active.on:
             return NULL
         try:
@@ -262,6 +304,7 @@ class traced_operation:
             span = Span(active, name, INTERNAL_KIND, attributes)
             self._span = span.__enter__()
         except BaseException:
+            _SAID.reset(said)
             leave(token)
             raise
         return span
@@ -278,7 +321,7 @@ class traced_operation:
         at its severity (a degraded outcome is a WARNING or an ERROR), its
         text only with content capture. ``log=False``: the caller logs them itself.
         """
-        notes = tuple(diagnostics)
+        notes = _unsaid(tuple(diagnostics))
         if not notes:
             return
         settings = settings_of(self._owner)
@@ -309,6 +352,7 @@ class traced_operation:
             if span is not None:
                 span.__exit__(typ, exc, tb)
         finally:
+            _SAID.reset(self._said)
             leave(self._token)
 
 
