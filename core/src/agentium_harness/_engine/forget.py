@@ -361,8 +361,12 @@ async def _sources(
     scope: MemoryScope,
     refs: Sequence[GroupRef],
     checked: tuple[str, OperatorAttestation] | None,
-) -> tuple[list[SourceHolder], list[ErasureResult], list[str]]:
-    """Where each cited group's text is, erasing the archived ones when ``checked`` (one pass)."""
+) -> tuple[list[SourceHolder], list[ErasureResult], list[str], int]:
+    """Where each cited group's text is, erasing the archived ones when ``checked`` (one pass).
+
+    And how many of the ``NOT_HELD`` holders are groups cited by another digest (already a
+    WARNING and an event of their own: :func:`_places`).
+    """
     from .erasure_api import run_erasure  # the API module imports this one
 
     # Where the sources are is read before anything is erased or forgotten: a read that fails (an
@@ -376,7 +380,9 @@ async def _sources(
     notes: list[str] = []
     holders: list[SourceHolder] = []
     erasures: list[ErasureResult] = []
+    mismatched = 0
     for session, place in found.items():
+        mismatched += len(place.mismatched)
         key = SessionKey(scope.tenant, scope.user, session)
         places, archived = place.holders, place.archived
         if place.mismatched:
@@ -410,7 +416,7 @@ async def _sources(
                 for h in places
             ]
         holders.extend(places)
-    return holders, erasures, notes
+    return holders, erasures, notes, mismatched
 
 
 async def forget_fact(
@@ -443,11 +449,12 @@ async def forget_fact(
     holders: list[SourceHolder] = []
     erasures: list[ErasureResult] = []
     notes: list[str] = []
+    mismatched = 0
     refs, note, seen = await _provenance(runtime, scope, checked_id)
     if progress is not None and erase_sources:
         progress.saving()  # the sources' erasures may begin
     for attempt in range(_ATTEMPTS):
-        holders, done, notes = await _sources(runtime, scope, refs, checked)
+        holders, done, notes, mismatched = await _sources(runtime, scope, refs, checked)
         erasures.extend(done)
         # A correction meanwhile (the lookups and erasures await) wrote a revision whose sources
         # this pass did not see, and forgetting would empty its provenance for good: look again.
@@ -487,14 +494,18 @@ async def forget_fact(
             "erase the session to remove it (the forgotten fact no longer names its sources)"
         )
     if checked is not None:
-        _sources_left(holders)
+        _sources_left(holders, mismatched)
     return ForgetResult(ack, tuple(holders), tuple(erasures), tuple(notes))
 
 
-def _sources_left(holders: Sequence[SourceHolder]) -> None:
-    """Sources a forget asked to erase them could not erase: a WARNING and a span event, counts only."""
+def _sources_left(holders: Sequence[SourceHolder], mismatched: int) -> None:
+    """Sources a forget asked to erase them could not erase: a WARNING and a span event, counts only.
+
+    The ``mismatched`` groups cited by another digest (``NOT_HELD`` too) are left out: they were
+    held, and are a WARNING and an event of their own (one degraded outcome, one WARNING).
+    """
     resident = sum(1 for h in holders if h.place is SourcePlace.RESIDENT)
-    not_held = sum(1 for h in holders if h.place is SourcePlace.NOT_HELD)
+    not_held = sum(1 for h in holders if h.place is SourcePlace.NOT_HELD) - mismatched
     if resident or not_held:
         _log.warning(
             "runtime.forget: %d source group(s) not erased: %d still resident, %d never held by Agentium",
