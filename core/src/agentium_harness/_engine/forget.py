@@ -142,6 +142,11 @@ def _refs_by_session(refs: Sequence[GroupRef]) -> dict[str, list[tuple[int, str]
     return by_session
 
 
+def _named(runtime: HarnessRuntime, fact_id: str) -> str:
+    """``fact <id>`` with content capture on, else ``a fact``: an id is content (as in ``memory_refused``)."""
+    return f"fact {one_line(fact_id)}" if settings_of(runtime).capture_content else "a fact"
+
+
 #: How many times runtime.forget looks for a fact's sources again when a correction raced it.
 _ATTEMPTS = 3
 
@@ -163,7 +168,8 @@ async def _provenance(
             # A fact within MAX_FACT_REVISIONS reads whole, tombstone included; this one was
             # written before the cap (or by a store ignoring it): later revisions may cite
             # sources this read cannot see, and forgetting would clear them for good.
-            _log.warning("runtime.forget refused: the history of fact %s may be truncated", one_line(fact_id))
+            named = _named(runtime, fact_id)
+            _log.warning("runtime.forget refused: the history of %s may be truncated", named)
             raise MemoryRejectedError(
                 f"the history of fact {fact_id!r} holds at least {len(revisions)} revisions, more than one "
                 "read returns, so its sources cannot all be found; nothing was changed. Forget it with "
@@ -181,7 +187,7 @@ async def _provenance(
             # sources cannot be seen, and forgetting would remove the provenance for good (as for
             # a truncated history above). A shorter listing without it: the fact is not current,
             # and the store's forget answers for it (not found, or already forgotten).
-            _log.warning("runtime.forget refused: fact %s is past the store's listing", one_line(fact_id))
+            _log.warning("runtime.forget refused: %s is past the store's listing", _named(runtime, fact_id))
             raise MemoryRejectedError(
                 f"fact {fact_id!r} is not among the {len(listed)} newest facts the memory store lists, and "
                 "the store declares no history, so its sources cannot be found; nothing was changed. Forget "
