@@ -490,10 +490,13 @@ class _TwoFactsForgettingMeanwhile(_ForgettingMeanwhile):
 async def test_groups_erased_during_the_extractor_call_take_back_its_facts_when_a_drain_cuts_its_writes_short(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The first fact stored, the drain's deadline cancels the second write: the first is still taken back."""
-    db = tmp_path / "agentium.db"
+    """The first fact stored, the drain's deadline cancels the second write: the first is still taken back.
+
+    Said in a WARNING and the span event of a taken-back extraction (no ids, no content).
+    """
+    db, recorder = tmp_path / "agentium.db", SpanRecorder()
     store = _SecondWriteHeld(SQLiteConfig(path=str(db)))
-    manager = MemoryManager(store, owns_store=True)
+    manager = MemoryManager(store, owns_store=True, telemetry=Telemetry(tracer_provider=recorder.provider))
     runtime = _runtime(db, manager, limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)))
     with anyio.fail_after(30):
         fact_id, (erased, _) = await _archived_fact(db, runtime, manager)
@@ -510,9 +513,23 @@ async def test_groups_erased_during_the_extractor_call_take_back_its_facts_when_
         assert item.status == "cancelled"
         assert store.writes == 2  # the first fact was stored, the second write cut short
         assert await manager.list(ANA) == ()  # the first did not stay, citing the erased group
-        assert any("taken back" in r.getMessage() for r in caplog.records)
+        assert any("taken back after its writes were cancelled" in r.getMessage() for r in caplog.records)
         await runtime.aclose()
         await manager.aclose()
+    events = [(s.name, e.name, dict(e.attributes or {})) for s in recorder.finished for e in s.events]
+    assert (
+        events.count(
+            (
+                "agentium.memory.extraction",
+                "agentium.memory.extraction_skipped",
+                {"agentium.memory.reason": "erasure"},
+            )
+        )
+        == 1
+    )
+    assert not [text for text in recorder.carried() if "4471" in text]
+    extraction = [s for s in recorder.finished if s.name == "agentium.memory.extraction"]
+    assert not [e for s in extraction for e in s.events if fact_id in str(dict(e.attributes or {}))]
 
 
 async def _drained_within(manager: MemoryManager, timeout_s: float) -> Any:

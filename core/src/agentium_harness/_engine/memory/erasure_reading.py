@@ -32,7 +32,10 @@ way through a reading it takes as its turn starts
   its groups that began during the extractor call takes none of its facts
   through the write fence, so the extraction forgets those it stored and
   fails the same way (also when a drain's cancel cut the writes short:
-  :func:`after_writes_cancelled`, shielded and bounded).
+  :func:`after_writes_cancelled`, shielded and bounded). A read again that
+  fails (or runs past that bound) leaves its facts standing, unconfirmed: a
+  WARNING and the span event ``agentium.memory.extraction_unchecked``
+  (``error.type`` only) on the same short span as a skipped extraction's.
 
 A reading is opaque and bound to the manager that took it and to its
 tenant, user and sessions: one of another manager, one made or copied by
@@ -56,6 +59,7 @@ import anyio
 import attrs
 
 from ..._errors import AgentiumError, ErasureInProgressError, InvalidArgumentError, MemoryFactNotFoundError
+from ..._observe import spans as observe
 from ..._observe.settings import Resolved
 from ..._ports.erasure import EraseTarget, ErasureRecord
 from ..._ports.memory import MAX_PROVENANCE, GroupRef, MemoryScope
@@ -63,7 +67,7 @@ from ..._ports.sessions import SessionStore
 from ..._scope import validate_id
 from ..bounded import LATE_CLEANUP_S, bounded
 from ..erasure_fence import FenceCheck, utc_now
-from ..extraction_fence import refused
+from ..extraction_fence import SKIPPED_SPAN, refused, skipped
 from ..lifecycle import Ticket
 from ..memory_fence import covering, current_fences
 from .answers import checked_scope
@@ -85,6 +89,15 @@ __all__ = [
 ]
 
 _log = logging.getLogger("agentium.engine.memory")
+
+#: The event of a host's extraction whose facts were written but not checked again (they stand unconfirmed).
+UNCHECKED_EVENT = "agentium.memory.extraction_unchecked"
+
+
+def _unchecked(telemetry: Resolved, owner: object, exc: BaseException) -> None:
+    """:data:`UNCHECKED_EVENT` on a span of its own, as a skipped extraction's: the error's type only."""
+    with observe.using(telemetry, owner), observe.internal_span(SKIPPED_SPAN) as span:
+        span.event(UNCHECKED_EVENT, {"error.type": observe.error_type(exc)})
 
 
 @attrs.frozen(slots=True, eq=False, repr=False)
@@ -324,12 +337,12 @@ async def after_writes(
     fails with :class:`ErasureInProgressError`; WARNING, span event). An
     erasure that begins after this read finds the facts in place, as it finds
     any fact written before it. A read that fails leaves them standing, said
-    in a WARNING (as a write the fence could not read again: unconfirmed).
+    in a WARNING and :data:`UNCHECKED_EVENT` (as a write the fence could not read again: unconfirmed).
     """
     if not written:
         return  # nothing of it to take back (a duplicate's fact is an older one: left as it is)
     write = SourcesWrite(scope, tuple(sources))
-    found, failed = await _take_back(manager, reading, write, written)
+    found, failed = await _take_back(manager, telemetry, reading, write, written)
     if found is None:
         return
     if failed:
@@ -344,6 +357,7 @@ async def after_writes(
 
 async def after_writes_cancelled(
     manager: MemoryManager,
+    telemetry: Resolved,
     reading: ErasureReading,
     scope: MemoryScope,
     sources: Sequence[GroupRef],
@@ -354,7 +368,8 @@ async def after_writes_cancelled(
     Facts were stored; whether the check after them got anywhere is not
     known, so it runs again (a forget is idempotent), within
     :data:`..bounded.LATE_CLEANUP_S`, shielded from the cancellation, which
-    then goes on. Nobody is left to tell but the log: a WARNING.
+    then goes on. Nobody is left to tell but the log and the spans: a WARNING and a span event
+    (:data:`UNCHECKED_EVENT` when it could not check, a taken-back extraction's otherwise).
     """
     if not written:
         return
@@ -362,7 +377,7 @@ async def after_writes_cancelled(
     with anyio.CancelScope(shield=True):
         try:
             found, failed = await bounded(
-                lambda: _take_back(manager, reading, write, written), LATE_CLEANUP_S
+                lambda: _take_back(manager, telemetry, reading, write, written), LATE_CLEANUP_S
             )
         except Exception as exc:
             _log.warning(
@@ -371,6 +386,7 @@ async def after_writes_cancelled(
                 type(exc).__name__,
                 extra={"agentium_operation": "memory extract"},
             )
+            _unchecked(telemetry, manager, exc)
             return
     if found is not None:
         _log.warning(
@@ -381,10 +397,12 @@ async def after_writes_cancelled(
             len(written),
             extra={"agentium_operation": "memory extract"},
         )
+        skipped(telemetry, manager, "erasure")  # as after_writes' refusal: no ids, no content
 
 
 async def _take_back(
     manager: MemoryManager,
+    telemetry: Resolved,
     reading: ErasureReading,
     write: SourcesWrite,
     written: Sequence[tuple[MemoryScope, str]],
@@ -401,6 +419,7 @@ async def _take_back(
             type(exc).__name__,
             extra={"agentium_operation": "memory extract"},
         )
+        _unchecked(telemetry, manager, exc)
         return None, []
     failed: list[str] = []
     if found is None:

@@ -262,6 +262,6 @@ async def _extract(
             await after_writes(manager, telemetry_of(manager), host, scope, cited, stored)
     except anyio.get_cancelled_exc_class():
         if host is not None:  # a drain's deadline cut it short: the facts stored are not left unchecked
-            await after_writes_cancelled(manager, host, scope, cited, stored)
+            await after_writes_cancelled(manager, telemetry_of(manager), host, scope, cited, stored)
         raise
     note_rejected(acks, telemetry_of(manager), manager)
