@@ -117,6 +117,7 @@ from .server import (
     recheck,
     require_asyncio,
 )
+from .server_events import note_server_change
 from .session import MAX_UNINDEXED, RedisRecallSession, StoreReads, check_count, seek_rows
 from .sources import check_size, group_sources, make_source, utf8, vector_calls
 from .terms import index_terms
@@ -259,18 +260,7 @@ class RedisRecallStore(RecallStore):
             return
         after = recheck(before, replies)
         self._report = after
-        if after.restarts > before.restarts:
-            logger.warning(
-                "redis recall store at %s: the server restarted (its run_id changed): %s",
-                self._where,
-                after.describe(),
-            )
-        elif (after.appendonly, after.appendfsync) != (before.appendonly, before.appendfsync):
-            logger.warning(
-                "redis recall store at %s: the server's persistence changed: %s",
-                self._where,
-                after.describe(),
-            )
+        note_server_change(self._where, before, after)
 
     # -- the port ----------------------------------------------------------------------------------
 
