@@ -10,31 +10,50 @@ passed on this process's monotonic clock since the last raise, long before
 the server's end. Before, a call raised it twice (at its start and before
 its sweep): one spending over 10 minutes after either left the owners'
 writes unfenced for the rest of the call.
+
+The holders hash (``<tenant>:efh``, one field per erase call of the tenant
+running now or crashed within :data:`FENCE_MS`) is read whole by ``FENCE``
+only up to :data:`HOLDERS_CAP` holders. Past it a new holder is refused
+(``RedisRecallError``, nothing changed), and a call lowering its fence drops
+its own holder and leaves the fence to end by itself (a WARNING and the span
+event :data:`FENCE_LEFT_UP`): never shorter than it should hold, only longer.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import OpContext, current_span_event
 
-from .erase_scripts import FENCE
+from .erase_scripts import FENCE, FENCE_HOLDERS_CAPPED, FENCE_REFUSED
+from .errors import RedisRecallError
 from .link import Reply
 from .lua import Script
 
 if TYPE_CHECKING:
     from .server import Arg
 
-__all__ = ["FENCE_MS", "RENEW_S", "FenceHold"]
+__all__ = ["FENCE_LEFT_UP", "FENCE_MS", "HOLDERS_CAP", "RENEW_S", "FenceHold"]
+
+logger = logging.getLogger("agentium.plugins.recall_redis")
 
 #: How long an erasure fence holds (ms, server time) after its last raise unless lowered.
 FENCE_MS: Final = 600_000
 #: Seconds (this process's monotonic clock) after which a running call raises its fence again: a quarter
 #: of its life, so a round trip up to three quarters of it long still finds the fence up.
 RENEW_S: Final = FENCE_MS / 1000 / 4
+#: The most holders ``FENCE`` reads (``HGETALL`` of ``<tenant>:efh``, in the script). A holder is one erase
+#: call of the tenant running now, or one that crashed less than :data:`FENCE_MS` ago (dropped by the next
+#: raise or lower): 1,000 is far more erase calls of one tenant at once than a host runs; a hash past it was
+#: written outside the store.
+HOLDERS_CAP: Final = 1000
+#: The span event of a lower that found the holders hash past :data:`HOLDERS_CAP` (attribute
+#: ``agentium.holders``): the fence was left to end by itself.
+FENCE_LEFT_UP: Final = "agentium.recall.erase_fence_left_up"
 #: The clock :meth:`FenceHold.renew` reads (a module global, so tests can stand in for elapsed time).
 _clock: Callable[[], float] = time.monotonic
 
@@ -71,5 +90,40 @@ class FenceHold:
         await self._send(0, ctx)
 
     async def _send(self, hold_ms: int, ctx: OpContext) -> None:
-        args: list[Arg] = [self._owner_prefix, hold_ms, self._call]
-        await self._script(FENCE, self._keys, args, ctx, "recall erase")
+        args: list[Arg] = [self._owner_prefix, hold_ms, self._call, HOLDERS_CAP]
+        reply = await self._script(FENCE, self._keys, args, ctx, "recall erase")
+        if reply == 1:
+            return
+        outcome, holders = _capped(reply)
+        if outcome == FENCE_REFUSED:
+            raise RedisRecallError(
+                "recall erase: the tenant's erasure-fence holders hash (<tenant>:efh) "
+                f"holds {holders} holders, the store's cap is {HOLDERS_CAP}: it holds one per erase call "
+                "of the tenant running or crashed in the last 10 minutes, so it was written outside the "
+                "store (or that many erasures run at once); nothing was erased. Erase again once they end, "
+                "or remove holders whose end (ms since the epoch) has passed"
+            )
+        logger.warning(
+            "redis recall store: an erase call's fence was left to end by itself (within %d s): the "
+            "tenant's erasure-fence holders hash holds %d holders, past the store's cap of %d, and "
+            "is not read; writes of the erased owners stay refused until then",
+            FENCE_MS // 1000,
+            holders,
+            HOLDERS_CAP,
+        )
+        current_span_event(FENCE_LEFT_UP, {"agentium.holders": holders})
+
+
+def _capped(reply: Reply) -> tuple[int, int]:
+    """``FENCE``'s {outcome, holders} reply past the cap, or ``RedisRecallError`` for anything else."""
+    if (
+        isinstance(reply, list)
+        and len(reply) == 2
+        and reply[0] in (FENCE_REFUSED, FENCE_HOLDERS_CAPPED)
+        and isinstance(reply[1], int)
+    ):
+        return int(reply[0]), reply[1]
+    raise RedisRecallError(
+        "recall erase: the erasure fence's script answered in a form it never sends (the server or its "
+        "scripts were changed)"
+    )

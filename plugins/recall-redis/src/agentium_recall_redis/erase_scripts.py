@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FENCE",
+    "FENCE_HOLDERS_CAPPED",
+    "FENCE_REFUSED",
     "GROUP_SIDS",
     "REV_SCAN",
     "ROW_INFO",
@@ -167,8 +169,8 @@ return 1
 
 #: Raise or lower one erase call's erasure fence of an owner-key prefix. KEYS: P:ef, P:efh. ARGV: owner-key
 #: prefix ("" for the tenant, "u/", "u/s/", or a session's own key for a groups target), how long it holds
-#: in ms ("0" to lower it), then the call's id (32 hex digits, fresh per erase call). While a fence holds,
-#: the writing scripts refuse a write of an owner it covers (``erasing`` in
+#: in ms ("0" to lower it), the call's id (32 hex digits, fresh per erase call), then the holders' cap.
+#: While a fence holds, the writing scripts refuse a write of an owner it covers (``erasing`` in
 #: :data:`~agentium_recall_redis.lua.CHECK`) before their first write: a write in flight when an erasure
 #: began can then not land after the erasure read what to erase. ``P:ef`` keeps, per prefix, when its
 #: latest holder ends (server time, ms; the one field the writers read); ``P:efh`` keeps each holder
@@ -177,16 +179,38 @@ return 1
 #: once none is left. Before, two erase calls of one target shared the field, and the first to end
 #: lowered it while the other still ran. A holder left behind (its call crashed) ends by itself and is
 #: dropped by the next raise or lower. Safe to repeat. Returns 1.
+#: ``P:efh`` is read whole (``HGETALL``) only while it holds at most ARGV[4] holders (the cap,
+#: :data:`~agentium_recall_redis.erase_fence.HOLDERS_CAP`), so one call's work is bounded: a raise
+#: never needs it (``P:ef``'s field is already at least every running holder's end: each raise sets it
+#: so, each lower keeps the others' latest), only the purge of ended holders and a lower do. Past the
+#: cap, a new holder is refused before any write ({0, holders}: the erase fails, nothing changed); a
+#: call's own holder is still raised again; a lower drops its own holder and leaves the field to end by
+#: itself ({2, holders}: the fence stays up until its latest raise's end, never shorter than it should).
 FENCE = Script(
     "erase_fence",
     CHECK
     + """
-local okp, hold, call = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local okp, hold, call, cap = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 for _, key in ipairs(KEYS) do
   local t = type_of(key)
   if t ~= 'none' and t ~= 'hash' then refuse('a key') end
 end
 local now, mine, latest = now_ms(), call .. ' ' .. okp, 0
+local holders = redis.call('HLEN', KEYS[2])
+if hold > 0 and holders >= cap and redis.call('HEXISTS', KEYS[2], mine) == 0 then
+  return {0, holders}
+end
+if holders > cap then
+  if hold > 0 then
+    local ends = now + hold
+    redis.call('HSET', KEYS[2], mine, fmt(ends))
+    local cur = tonumber(redis.call('HGET', KEYS[1], okp) or '')
+    redis.call('HSET', KEYS[1], okp, fmt(math.max(ends, cur or 0)))
+    return 1
+  end
+  redis.call('HDEL', KEYS[2], mine)
+  return {2, holders}
+end
 local held = redis.call('HGETALL', KEYS[2])
 for i = 1, #held, 2 do
   local ends = tonumber(held[i + 1])
@@ -214,6 +238,12 @@ end
 return 1
 """,
 )
+
+
+#: ``FENCE``'s first element when it refused a new holder past the cap (nothing written).
+FENCE_REFUSED: Final = 0
+#: ``FENCE``'s first element when a lower past the cap dropped its own holder only (the fence ends by itself).
+FENCE_HOLDERS_CAPPED: Final = 2
 
 
 def checked_page(reply: Reply) -> list[bytes]:

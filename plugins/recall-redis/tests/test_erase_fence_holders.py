@@ -1,0 +1,131 @@
+"""The erasure fence's holders hash (``<tenant>:efh``) is read whole only up to its cap.
+
+``FENCE`` read the whole hash (``HGETALL``) on every raise and lower, however
+many fields it held: an erase's work grew with a hash anyone could grow.
+Now it is read only up to :data:`~agentium_recall_redis.erase_fence.HOLDERS_CAP`
+holders (one per erase call of the tenant running, or crashed in the last
+10 minutes). Past it, a new erase call is refused with nothing changed, and
+a call that finds it past the cap as it ends drops its own holder and leaves
+its fence to end by itself (a WARNING and a span event): longer, never shorter.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+from test_erase_races import _raw
+
+import agentium_recall_redis.erase as erase_module
+from agentium_harness import Telemetry, create_harness_runtime
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import EraseStatus, EraseTarget, OpContext, SourceOwner, runtime_span
+from agentium_harness.testing import SpanRecorder
+from agentium_recall_redis import RedisRecallError, RedisRecallStore
+from agentium_recall_redis.erase_fence import FENCE_LEFT_UP, HOLDERS_CAP
+from agentium_recall_redis.keys import tenant_prefix
+
+pytestmark = pytest.mark.anyio
+
+ANA = SourceOwner("acme", "ana", "s1")
+#: An end far in the future (ms since the epoch): a holder still running.
+LATER = "99999999999999"
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30)
+
+
+def _holders(count: int, okp: str, ends: str) -> dict[str, str]:
+    return {f"{secrets.token_hex(16)} {okp}": ends for _ in range(count)}
+
+
+async def test_many_holders_under_the_cap_are_all_handled(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    """Ended holders are all dropped, and another running holder of the target keeps its fence up."""
+    tp = tenant_prefix(store.config.key_prefix, "acme")
+    await store.index_document(ANA, "d", "kiwi text", _ctx())
+    await admin.hset(f"{tp}:efh", mapping=_holders(HOLDERS_CAP - 10, "zz/", "1"))  # ended in 1970
+    seen: dict[str, Any] = {}
+    original = erase_module.abort_stagings
+
+    async def another_erase_of_ana_holds(*args: Any, **kwargs: Any) -> int:
+        if not seen:
+            [okp] = await admin.hkeys(f"{tp}:ef")
+            seen["okp"] = okp.decode()
+            other = f"{secrets.token_hex(16)} {seen['okp']}"
+            await admin.hset(f"{tp}:efh", other, LATER)
+            seen["other"] = other
+        return await original(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(erase_module, "abort_stagings", another_erase_of_ana_holds)
+        with anyio.fail_after(30):
+            report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+    assert report.status is EraseStatus.COMPLETE
+    # Every ended holder went; the other call's stayed, and so did its fence.
+    assert await admin.hgetall(f"{tp}:efh") == {seen["other"].encode(): LATER.encode()}
+    assert await admin.hgetall(f"{tp}:ef") == {seen["okp"].encode(): LATER.encode()}
+
+
+async def test_a_new_erase_past_the_cap_is_refused_with_nothing_changed(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    tp = tenant_prefix(store.config.key_prefix, "acme")
+    await store.index_document(ANA, "d", "kiwi text", _ctx())
+    await admin.hset(f"{tp}:efh", mapping=_holders(HOLDERS_CAP, "zz/", LATER))
+    before = await _raw(admin, store.config.key_prefix)
+    assert b":efh=" in before and b":rev=" in before
+    with anyio.fail_after(30), pytest.raises(RedisRecallError, match="holders") as caught:
+        await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+    assert f"cap is {HOLDERS_CAP}" in str(caught.value) and "nothing was erased" in str(caught.value)
+    assert await _raw(admin, store.config.key_prefix) == before
+
+
+async def test_a_call_ending_past_the_cap_leaves_its_fence_up_and_says_so(
+    store: RedisRecallStore, admin: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Holders added during the call pass the cap: its lower reads none, drops its own, keeps the fence."""
+    tp = tenant_prefix(store.config.key_prefix, "acme")
+    await store.index_document(ANA, "d", "kiwi text", _ctx())
+    added = _holders(HOLDERS_CAP + 1, "zz/", LATER)
+    seen: dict[str, bytes] = {}
+    original = erase_module.abort_stagings
+
+    async def holders_pass_the_cap(*args: Any, **kwargs: Any) -> int:
+        if not seen:
+            [(okp, ends)] = (await admin.hgetall(f"{tp}:ef")).items()
+            seen[okp.decode()] = ends
+            await admin.hset(f"{tp}:efh", mapping=added)
+        return await original(*args, **kwargs)
+
+    recorder = SpanRecorder()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["x"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=Telemetry(tracer_provider=recorder.provider),
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(erase_module, "abort_stagings", holders_pass_the_cap)
+        with anyio.fail_after(30), caplog.at_level(logging.WARNING, logger="agentium.plugins.recall_redis"):
+            async with runtime:
+                with runtime_span(runtime, "test.erase"):
+                    report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+    assert report.status is EraseStatus.COMPLETE
+    # Its own holder went, the others stayed, and its fence was not lowered: it ends by itself.
+    assert await admin.hgetall(f"{tp}:efh") == {k.encode(): v.encode() for k, v in added.items()}
+    [(okp, ends)] = (await admin.hgetall(f"{tp}:ef")).items()
+    assert okp.decode() in seen and int(ends) >= int(seen[okp.decode()])
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("left to end by itself" in m and f"{HOLDERS_CAP + 2} holders" in m for m in warnings)
+    events = [
+        dict(e.attributes or {}) for s in recorder.finished for e in s.events if e.name == FENCE_LEFT_UP
+    ]
+    assert events == [{"agentium.holders": HOLDERS_CAP + 2}], events
