@@ -9,13 +9,16 @@ returned. The text is scanned for such keys first, as it is for brackets.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from agentium_harness import parse_config
+from agentium_harness._config.source import parse_toml
 from agentium_harness._errors import ConfigError
 
 BASE = """
@@ -93,3 +96,55 @@ def test_dots_outside_keys_are_not_counted_as_parts() -> None:
     assert config.provider.options["table"]["a"]["b"][1]["c"]["d"] == 3.5
     assert len(config.provider.options["multi"]) == 100
     assert config.archive.options["p"]["p"]["p"] is not None
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['"""say "hi""""', '"""say ""hi"""""', "'''it's''''", "'''x'''''"],
+    ids=["basic+1", "basic+2", "literal+1", "literal+2"],
+)
+def test_a_multi_line_string_closed_after_its_own_quotes_hides_no_key_from_the_scan(value: str) -> None:
+    # TOML lets one or two quotes end a multi-line string's text right before the closing three.
+    # The scanner closed it at the first three; the quote left over read as an opening one and
+    # took the newline with it, so the next line's key (400,000 parts: an hour in tomllib) was
+    # never counted, and only the after-parse check (its path) saw a short one.
+    text = BASE + "[archive.options]\n" + f"s = {value}\n" + "k." * 100 + "v = 1\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, environ={})
+    (issue,) = info.value.issues
+    assert (issue.path, issue.message) == ("$", "tables and arrays nested more than 32 levels deep (line 10)")
+    # Valid TOML, read as tomllib reads it, with a key of a few parts after it.
+    config = parse_config(BASE + "[archive.options]\n" + f"s = {value}\n" + "k.v = 1\n", environ={})
+    assert config.archive.options["k"]["v"] == 1
+
+
+def test_the_line_of_a_refused_key_counts_escaped_newlines() -> None:
+    # A multi-line basic string's line-ending backslash escapes a newline the file still has.
+    text = BASE + "[archive.options]\n" + 's = """a \\\n  b"""\n' + "k." * 100 + "v = 1\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, environ={})
+    assert info.value.issues[0].message == "tables and arrays nested more than 32 levels deep (line 11)"
+
+
+def _toml_in_the_docs() -> list[tuple[str, str]]:
+    root = Path(__file__).resolve().parents[2]
+    examples = sorted(root.glob("examples/**/*.toml"))
+    found = [(str(p.relative_to(root)), p.read_text(encoding="utf-8")) for p in examples]
+    for doc in sorted([*root.glob("docs/*.md"), *root.glob("*.md")]):
+        blocks = re.findall(r"```toml\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
+        for number, block in enumerate(blocks):
+            found.append((f"{doc.relative_to(root)}#{number}", block))
+    return found
+
+
+def test_no_toml_in_the_docs_or_examples_is_refused_by_the_scan() -> None:
+    # Every snippet tomllib reads is read by parse_toml too: the scan refuses no valid config.
+    read = 0
+    for name, text in _toml_in_the_docs():
+        try:
+            expected = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            continue  # a fragment, not a whole file
+        assert parse_toml(text, name) == expected, name
+        read += 1
+    assert read >= 10

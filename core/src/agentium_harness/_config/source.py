@@ -372,19 +372,31 @@ def _bracket_depth(text: str) -> tuple[int, int]:
         elif ch in "\"'":
             triple = text.startswith(ch * 3, i)
             quote = ch * 3 if triple else ch
-            j = i + len(quote)
+            j, closer = i + len(quote), len(quote)
             while j < n:
                 if ch == '"' and text[j] == "\\":
-                    j += 2  # basic strings have escapes; literal strings do not
+                    # Basic strings have escapes; literal strings do not. A multi-line one's line-
+                    # ending backslash escapes the newline, which is still a line of the file.
+                    if text.startswith("\n", j + 1):
+                        line += 1
+                    j += 2
                     continue
                 if text.startswith(quote, j):
+                    # One or two quotes may end a multi-line string's text right before the three
+                    # that close it ('"""say "hi""""'): it ends after the last. Left over, one would
+                    # read as an opening quote, and hide the next line's key from the count.
+                    while triple and closer < 5 and text.startswith(ch, j + closer):
+                        closer += 1
                     break
                 if text[j] == "\n":
                     if not triple:
-                        break  # an unterminated one-line string: tomllib reports it
+                        # An unterminated one-line string (tomllib reports it): the newline is left
+                        # to the loop, so it is counted and the next line's key is read.
+                        closer = 0
+                        break
                     line += 1
                 j += 1
-            i = j + len(quote)
+            i = j + closer
             continue
         elif ch in "[{":
             header = ch == "[" and in_key and (not opened or opened[-1] == "h")
