@@ -8,8 +8,10 @@ client library's URL error does) printed the secret in ``agentium run``'s error.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import attrs
 import pytest
@@ -30,11 +32,13 @@ class _Options:
     retries: int = 3
 
 
-def _registry() -> PluginRegistry:
+def _connect_message(config: _Options) -> str:
+    return f"cannot connect to {config.host!r} with token {config.token} ({config.retries} tries)"
+
+
+def _registry(message: Callable[[_Options], str] = _connect_message) -> PluginRegistry:
     def factory(config: _Options) -> Any:
-        raise ValueError(
-            f"cannot connect to {config.host!r} with token {config.token} ({config.retries} tries)"
-        )
+        raise ValueError(message(config))
 
     memory_spec = PluginRegistry.load(autoload=False).get("archive", "memory")
 
@@ -81,3 +85,42 @@ def test_a_factory_failure_without_values_from_the_environment_is_reported_as_it
     assert (
         issue.message == "plugin 'leaky' failed to build: cannot connect to 'h' with token written (3 tries)"
     )
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        # A value that ends the sentence: the full stop kept it from being hidden.
+        (
+            lambda o: f"unknown host: {o.host}. Check the token {o.token}.",
+            f"unknown host: {HIDDEN}. Check the token {HIDDEN}.",
+        ),
+        # A password in a URL, percent-encoded as a client library writes it.
+        (
+            lambda o: f"cannot parse redis://:{quote(o.token, safe='')}@{o.host}/0",
+            f"cannot parse redis://:{HIDDEN}@{HIDDEN}/0",
+        ),
+        # Only the whole value: 7 in 17, 7.5 and 3.7 is not it, 7 before a full stop is.
+        (
+            lambda o: f"tried {o.retries}.5 then 3.{o.retries}, 1{o.retries} then {o.retries}.",
+            f"tried 7.5 then 3.7, 17 then {HIDDEN}.",
+        ),
+    ],
+    ids=["ends-a-sentence", "percent-encoded", "whole-tokens-only"],
+)
+def test_a_factory_failure_hides_a_value_wherever_it_ends_and_however_it_is_encoded(
+    tmp_path: Path, message: Callable[[_Options], str], shown: str
+) -> None:
+    path = tmp_path / "agentium.toml"
+    path.write_text(
+        '[provider]\nplugin = "scripted"\n[session_store]\nplugin = "memory"\n'
+        '[archive]\nplugin = "leaky"\n[archive.options]\n'
+        'token = "${TOKEN}"\nhost = "${HOST}"\nretries = "${RETRIES}"\n',
+        encoding="utf-8",
+    )
+    environ = {"TOKEN": "p@ss/w0rd+tail", "HOST": "db.internal.example", "RETRIES": "7"}
+    with pytest.raises(ConfigError) as info:
+        load_runtime(path, registry=_registry(message), environ=environ)
+    (issue,) = info.value.issues
+    assert issue.message == f"plugin 'leaky' failed to build: {shown}"
+    assert "w0rd" not in str(info.value) and "db.internal" not in str(info.value)

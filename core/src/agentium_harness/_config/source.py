@@ -16,6 +16,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote, quote_plus
 
 from .._errors import ConfigError, ConfigIssue
 
@@ -521,7 +522,20 @@ def _bare_pattern(value: str) -> re.Pattern[str]:
         except (ValueError, OverflowError):  # past the digit limit: only the text as written
             pass
     alternatives = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True) if f)
-    return re.compile(rf"(?<![\w.])(?:{alternatives})(?![\w.])")
+    # Not inside a longer word or number (7 in 17, 7.5 or 3.7); a full stop that ends the sentence
+    # after it ("invalid key: <value>.") is no part of it, or the value was shown there.
+    return re.compile(rf"(?<![\w.])(?:{alternatives})(?![\w]|\.\w)")
+
+
+def _written_forms(value: str) -> set[str]:
+    """How a message may quote ``value``: its repr, as JSON, and percent-encoded (a URL's part)."""
+    forms = {repr(value), json.dumps(value, ensure_ascii=False)}
+    try:
+        # A password with '@' or '/' is written %40, %2F in the URL a client library names.
+        forms |= {quote(value, safe=""), quote(value), quote_plus(value)}
+    except UnicodeEncodeError:  # a lone surrogate: no URL can be made of it (quote raises for it too)
+        pass
+    return forms - {value}
 
 
 def hide_env_values(issues: list[ConfigIssue], data: Any) -> list[ConfigIssue]:
@@ -541,7 +555,7 @@ def hide_env_values(issues: list[ConfigIssue], data: Any) -> list[ConfigIssue]:
     for issue in issues:
         message = issue.message
         for value in values:
-            for quoted in (repr(value), json.dumps(value, ensure_ascii=False)):
+            for quoted in sorted(_written_forms(value), key=len, reverse=True):
                 message = message.replace(quoted, _HIDDEN)
         own = at.get(issue.path)
         if own is not None and own.strip():
@@ -557,7 +571,7 @@ def hide_env_text(text: str, data: Any) -> str:
     repeat any of them, as it likes, and a value from the environment may be a secret.
     """
     for value in sorted(_env_values(data), key=len, reverse=True):
-        for quoted in (repr(value), json.dumps(value, ensure_ascii=False)):
+        for quoted in sorted(_written_forms(value), key=len, reverse=True):
             text = text.replace(quoted, _HIDDEN)
         if value.strip():
             text = _bare_pattern(value).sub(_HIDDEN, text)
