@@ -517,6 +517,30 @@ def test_a_config_name_that_is_not_utf8_is_printed_not_a_traceback(tmp_path: Pat
         assert out.startswith(str(tmp_path / "\\udcff.toml: valid"))
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1", "utf-8:strict"])
+def test_json_output_stays_valid_json_on_a_stdout_that_cannot_encode_the_name(
+    tmp_path: Path, encoding: str
+) -> None:
+    # stdout's backslashreplace writes \xe9 for a character its encoding lacks: valid in a line of
+    # text, but an invalid escape in JSON (exit 0 with a document no reader takes). The JSON form
+    # escapes such a character itself, and a name the stream can write (UTF-8's) stays as it is.
+    path = tmp_path / "caf\u00e9-\u03a9-\U0001f600.toml"
+    path.write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIUM_")}
+    env["PYTHONIOENCODING"] = encoding
+    done = subprocess.run(
+        [sys.executable, "-m", "agentium_harness", "check", "--json", str(path)],
+        capture_output=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+    out = done.stdout.decode(encoding.split(":")[0])
+    assert json.loads(out)["config"] == str(path)
+    assert (str(path) in out) == encoding.startswith("utf-8")  # unchanged where it can be written
+
+
 def test_a_demo_folder_name_that_is_not_utf8_is_printed_not_a_traceback(tmp_path: Path) -> None:
     # Every line a command prints with a path in it, not only check's: the demo's first line
     # names its database, and a strict stdout raised UnicodeEncodeError there (exit 1).

@@ -90,10 +90,20 @@ def print_json(data: Any, out: TextIO | None = None) -> None:
     A lone surrogate (a file name's byte that is not UTF-8) is written as its JSON escape
     (``\udcff``): written as it is, a stdout that encodes strictly (a UTF-8 locale other than
     ``C.UTF-8``) raised ``UnicodeEncodeError``. JSON can only hold one inside a string, so the
-    escape reads back as the same text.
+    escape reads back as the same text. On a stream whose encoding lacks a character of the text
+    (ASCII, Latin-1) every character past ASCII is written as its JSON escape.
     """
-    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
-    (out or sys.stdout).write(_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
+    stream = out or sys.stdout
+    text = _SURROGATE.sub(
+        lambda m: f"\\u{ord(m.group()):04x}", json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+    )
+    try:
+        text.encode(getattr(stream, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        # A stream that cannot write a character (an ASCII or Latin-1 stdout) would write it as
+        # its backslashreplace, '\xe9': no JSON escape. Every one is written as JSON's instead.
+        text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=True)
+    stream.write(text + "\n")
 
 
 def json_error(exc: BaseException) -> dict[str, str]:
