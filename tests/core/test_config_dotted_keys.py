@@ -148,3 +148,49 @@ def test_no_toml_in_the_docs_or_examples_is_refused_by_the_scan() -> None:
         assert parse_toml(text, name) == expected, name
         read += 1
     assert read >= 10
+
+
+_TRICKY = (
+    's = """say "hi""""\n'
+    "t = '''x'''''\n"
+    'u = """a \\\n b"""\n'
+    'v = "a\\"b.c"\n'
+    "w = 'C:\\\\x'\n"
+    '"a.b" . c = 1\n'
+    'x = [ "a]", { y."z" = "}" } ]\r\n'
+    'y = { a = [ [ 1.5 ], ], b = "x,y=z" }\n'
+    "[t1]\n"
+    "[[t2.'p.q']]\n"
+    "ip = '1.2.3.4' # a.b.c [d\n"
+)
+
+
+def _keys(data: object) -> set[str]:
+    if isinstance(data, dict):
+        return set(data).union(*(_keys(v) for v in data.values()))
+    if isinstance(data, list):
+        return set().union(*(_keys(v) for v in data))
+    return set()
+
+
+def test_a_long_key_on_any_line_of_valid_toml_is_refused_at_that_line() -> None:
+    # Whatever valid TOML comes before it (strings with quotes, escapes, brackets or dots, comments,
+    # inline tables, CRLF), the scan stays in step with it: a key of 100 parts put on a line where
+    # a key can stand is refused from the text, at that line, never left to the parse.
+    tried = 0
+    for name, text in [*_toml_in_the_docs(), ("tricky", _TRICKY)]:
+        lines = text.split("\n")
+        for at in range(len(lines) + 1):
+            try:
+                short = tomllib.loads("\n".join([*lines[:at], f"zz{at}.q.r = 1", *lines[at:]]))
+            except tomllib.TOMLDecodeError:
+                continue  # no key can stand there (inside a table it would redefine, say)
+            if f"zz{at}" not in _keys(short):
+                continue  # inside a multi-line string
+            long_key = ".".join([f"zz{at}"] * 100) + " = 1"
+            with pytest.raises(ConfigError) as info:
+                parse_toml("\n".join([*lines[:at], long_key, *lines[at:]]), name)
+            expected = f"tables and arrays nested more than 32 levels deep (line {at + 1})"
+            assert info.value.issues[0].message == expected, (name, at)
+            tried += 1
+    assert tried >= 100
