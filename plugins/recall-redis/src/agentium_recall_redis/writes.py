@@ -17,7 +17,8 @@ reports the outcome unknown and goes on in the background for up to
 ``settle_timeout_s``, so a copy still in flight is fenced as soon as the
 server can be reached. A cancelled write returns at once: its settlement
 runs in the background. :meth:`Settlements.drain` (called by the store's
-``aclose()``) waits for those, at most ``settle_timeout_s``.
+``aclose()``) waits for those, at most ``settle_timeout_s``. A lost reply,
+settled or not, is logged at WARNING and is a :data:`REPLY_LOST` span event.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import anyio
 import attrs
 
 from agentium_harness import OperationCancelledError
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import OpContext, current_span_event
 
 from .errors import RedisRecallError, RedisRecallTimeoutError
 from .link import Attempt, Command, Link, Reply, as_text
@@ -43,7 +44,16 @@ from .scripts import ABORT, BEGIN, COLLECT, COMMIT, INDEX, LEASE_MS, SETTLE, STA
 from .server import Arg, ServerErrors
 from .sources import Source, chunk_calls, flat_terms
 
-__all__ = ["CALLS_PER_TRIP", "MAX_COLLECT_CALLS", "SETTLE_SHARE", "Call", "Settlements", "Writer", "Written"]
+__all__ = [
+    "CALLS_PER_TRIP",
+    "MAX_COLLECT_CALLS",
+    "REPLY_LOST",
+    "SETTLE_SHARE",
+    "Call",
+    "Settlements",
+    "Writer",
+    "Written",
+]
 
 #: Writes whose outcome had to be settled (WARNING); the same logger as the store's.
 logger = logging.getLogger("agentium.plugins.recall_redis")
@@ -54,6 +64,11 @@ CALLS_PER_TRIP: Final = 16
 
 #: The share of a write's remaining time kept to settle it if its reply is lost (at most settle_timeout_s).
 SETTLE_SHARE: Final = 0.25
+
+#: Span event of a write that lost its reply (next to its WARNING), on the span current in the call
+#: (the engine's adapter-call span): ``agentium.settled``, ``agentium.calls`` and, once settled,
+#: ``agentium.applied`` (how many of the calls had run; the rest are fenced). No content.
+REPLY_LOST: Final = "agentium.recall.redis_write_reply_lost"
 
 
 class Settlements:
@@ -415,6 +430,7 @@ class Writer:
                     operation,
                     extra={"agentium_operation": operation},
                 )
+                current_span_event(REPLY_LOST, {"agentium.settled": False, "agentium.calls": len(tokens)})
                 raise RedisRecallTimeoutError(
                     f"{operation}: the write lost its reply ({why}) and the server at {self.errors.where} "
                     "could not be reached to settle it by its deadline; its outcome is unknown (settling "
@@ -430,6 +446,8 @@ class Writer:
                 len(outcome),
                 extra={"agentium_operation": operation, "agentium_applied": applied},
             )
+            settled = {"agentium.settled": True, "agentium.applied": applied, "agentium.calls": len(outcome)}
+            current_span_event(REPLY_LOST, settled)
             earlier = f"; {done} earlier chunk(s) of this call were written" if done else ""
             raise RedisRecallTimeoutError(
                 f"{operation}: the write lost its reply ({why}); settled by re-reading: {applied} of "

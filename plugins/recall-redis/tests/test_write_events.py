@@ -1,0 +1,97 @@
+"""A write that lost its reply: a WARNING and a span event, under the adapter call, with no content.
+
+Found by the observability audit: ``writes.py`` logged both outcomes (settled
+by re-reading; not settled by the deadline, so unknown) at WARNING but put
+nothing on a span. The server sits behind a real TCP proxy (``net_proxy``):
+freezing the write's connection (a new one, the settlement's, works) gives
+the settled outcome; a black hole (no connection works) the unknown one. A
+runtime with telemetry recording indexes a document through the store and
+the test checks the WARNING, the event (name and attributes) on the
+``agentium.recall.*`` adapter-call span, and that the text reaches no span.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+from net_proxy import BlackHoleProxy
+from redis_servers import new_prefix
+
+from agentium_harness import AgentiumError, OpContext, SourceOwner, Telemetry, create_harness_runtime
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.testing import SpanRecorder
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "qzvwrite5521"
+LOGGER = "agentium.plugins.recall_redis"
+EVENT = "agentium.recall.redis_write_reply_lost"
+
+
+async def _lost_write(
+    proxy: BlackHoleProxy, cut: str, caplog: pytest.LogCaptureFixture
+) -> tuple[SpanRecorder, AgentiumError, list[str]]:
+    """Index a document through a traced runtime while ``cut`` ("freeze" or "black_hole") loses its reply."""
+    recorder = SpanRecorder()
+    # A short settle bound: an unsettled write's background settlement ends soon after the heal.
+    store = RedisRecallStore(RedisRecallConfig(url=proxy.url, key_prefix=new_prefix(), settle_timeout_s=2.0))
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["unused"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        telemetry=Telemetry(tracer_provider=recorder.provider),
+    )
+    with anyio.fail_after(30):
+        async with runtime:
+            await store.health(OpContext.with_timeout(10))  # the connection the write will use
+            proxy.freeze_existing() if cut == "freeze" else proxy.black_hole()
+            try:
+                with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(AgentiumError) as caught:
+                    await runtime.index_document(SourceOwner("acme"), "d", f"kiwi {SECRET}", timeout_s=1.0)
+            finally:
+                proxy.heal()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == LOGGER]
+    return recorder, caught.value, warnings
+
+
+def _events(recorder: SpanRecorder) -> list[dict[str, object]]:
+    """Attributes of each lost-reply event, checking it is on an ``agentium.recall.*`` adapter-call span."""
+    spans = recorder.finished
+    by_id = {s.context.span_id: s for s in spans}
+    found: list[dict[str, object]] = []
+    for span in spans:
+        for event in span.events:
+            if event.name != EVENT:
+                continue
+            chain, parent = [span.name], span.parent
+            while parent is not None and parent.span_id in by_id:
+                chain.append(by_id[parent.span_id].name)
+                parent = by_id[parent.span_id].parent
+            assert chain[0].startswith("agentium.recall."), chain  # on the adapter-call span itself
+            found.append(dict(event.attributes or {}))
+    return found
+
+
+async def test_a_write_settled_by_re_reading_is_a_warning_and_a_span_event(
+    proxy: BlackHoleProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder, error, warnings = await _lost_write(proxy, "freeze", caplog)
+    assert "settled by re-reading" in str(error), error
+    assert any("lost its reply; settled" in m for m in warnings), warnings
+    assert _events(recorder) == [{"agentium.settled": True, "agentium.applied": 0, "agentium.calls": 1}]
+    assert all(SECRET not in text for text in recorder.carried())
+
+
+async def test_a_write_whose_outcome_is_unknown_is_a_warning_and_a_span_event(
+    proxy: BlackHoleProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder, error, warnings = await _lost_write(proxy, "black_hole", caplog)
+    assert "unknown" in str(error), error
+    assert any("lost its reply and could not be settled" in m for m in warnings), warnings
+    assert _events(recorder) == [{"agentium.settled": False, "agentium.calls": 1}]
+    assert all(SECRET not in text for text in recorder.carried())
