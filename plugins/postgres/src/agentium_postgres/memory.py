@@ -24,9 +24,11 @@ transaction:
   forgets of one fact serialize on an advisory lock, so each applies to the
   revision the previous one left;
 - ``forget`` removes the text, validity and provenance of every revision (one
-  ``UPDATE``, however many revisions an older fact holds) and adds a
-  tombstone revision that keeps only the ids of the sessions the provenance
-  named, so a session erasure still removes it.
+  bounded read, one ``UPDATE``) and adds a tombstone revision that keeps only
+  the ids of the sessions the provenance named, so a session erasure still
+  removes it. A fact holding more than ``MAX_FACT_REVISIONS`` revisions
+  (damage, or written before the cap) is refused with ``PostgresMemoryError``
+  and nothing changes: erase its user or sessions instead.
 
 A fact of another tenant or user reads exactly like a missing one. Lookups
 filter scope, status and validity in SQL before their ``LIMIT``, so a
@@ -60,6 +62,7 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
+    MAX_FACT_REVISIONS,
     MAX_LOOKUP_LIMIT,
     AckStatus,
     EraseReport,
@@ -372,11 +375,20 @@ class PostgresMemoryStore(MemoryStore):
             cursor = await conn.execute(
                 self._q(
                     "SELECT " + COLUMNS + " FROM {s}.memory_facts "  # noqa: S608
-                    "WHERE tenant_key = %s AND fact_id = %s ORDER BY revision"
+                    "WHERE tenant_key = %s AND fact_id = %s ORDER BY revision LIMIT %s"
                 ),
-                (tenant, fact_id),
+                (tenant, fact_id, MAX_FACT_REVISIONS + 1),
             )
             rows = await cursor.fetchall()
+            if len(rows) > MAX_FACT_REVISIONS:
+                # Bounded read: a fact within the cap has at most MAX_FACT_REVISIONS rows before its
+                # tombstone. More (damage, or written before the cap) cannot all be seen, and
+                # forgetting only those read would leave the text of the rest: refused, unchanged.
+                raise PostgresMemoryError(
+                    f"fact {fact_id!r} cannot be forgotten: it holds more than {MAX_FACT_REVISIONS} "
+                    "revisions, the most one fact may hold; nothing was forgotten (erase its user or "
+                    "its sessions instead)"
+                )
             # Every revision is checked against its digests before its provenance is trusted: one
             # edited to name another session would leave the tombstone without the session it cited.
             for row in rows:
