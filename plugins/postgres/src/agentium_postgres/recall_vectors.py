@@ -9,7 +9,7 @@ row-level security as the sources. It references its source row with
 goes with the old revision and a vector computed from old text can never
 find the new one. ``recall_vector_model`` records the one embedding model of
 the schema (model id and dimension); ``check_vector_model`` records it on
-the first write and raises SQLSTATE ``AG003`` for another, which aborts the
+the first write that stores a vector and raises SQLSTATE ``AG003`` for another, which aborts the
 writing transaction: :class:`~agentium_harness.plugin_api.EmbeddingModelMismatchError`,
 nothing written.
 
@@ -149,6 +149,18 @@ _WRITE_BOTH: Final[LiteralString] = (
     "RETURNING id"
 )
 
+#: Checks the model against the one recorded, if any (then it records nothing).
+_CHECK_RECORDED: Final[LiteralString] = (
+    "SELECT {s}.check_vector_model(%s, %s) WHERE EXISTS (SELECT 1 FROM {s}.recall_vector_model)"
+)
+#: Records (or checks) the model if one of the tenant's given sources now has a vector (called
+#: at most once: LIMIT 1); a batch that stored none records nothing.
+_RECORD_IF_STORED: Final[LiteralString] = (
+    "SELECT {s}.check_vector_model(%s, %s) FROM {s}.recall_vectors AS v "
+    "JOIN {s}.recall_sources AS s ON s.id = v.id "
+    "WHERE s.tenant_key = %s AND s.source_id = ANY(%s::text[]) LIMIT 1"
+)
+
 
 async def write_vectors(
     conn: Any,
@@ -157,7 +169,10 @@ async def write_vectors(
     by_tenant: dict[str, dict[str, tuple[str, Vector]]],
     facts: VectorFacts,
 ) -> list[Any]:
-    """Queue the model check and one insert per tenant in the caller's transaction; their cursors.
+    """Check the model, insert each tenant's vectors in the caller's transaction; their cursors.
+
+    The schema records ``model`` only if at least one vector is stored; one
+    already recorded is checked before anything is written.
 
     Each insert stores a vector only where its source row is at the given
     revision (a stale vector is skipped) and replaces the row's previous
@@ -170,7 +185,9 @@ async def write_vectors(
     # Imported here, not at module level: listing the plugin must not load the client library.
     from psycopg import sql
 
-    await conn.execute(q("SELECT {s}.check_vector_model(%s, %s)", schema), (model.model, model.dimension))
+    # In SQL, not decided here: the link pipelines a write's statements. A model already recorded
+    # is checked before anything is written (the call records nothing then).
+    await conn.execute(q(_CHECK_RECORDED, schema), (model.model, model.dimension))
     pgv = facts.scored_in_database and facts.extension_schema is not None
     statement = sql.SQL(_WRITE_BOTH if pgv else _WRITE_BYTES).format(
         s=sql.Identifier(schema), vector=sql.Identifier(facts.extension_schema or "", "vector")
@@ -183,6 +200,10 @@ async def write_vectors(
             params.append([pgvector_literal(rows[i][1].values) for i in ids])
         await conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
         cursors.append(await conn.execute(statement, (*params, tenant)))
+        # Recorded only once a vector is stored: a batch whose every vector was skipped (stale, or
+        # of no indexed source) must not lock the schema to its model. A concurrent first write of
+        # another model makes it raise, and the transaction rolls back.
+        await conn.execute(q(_RECORD_IF_STORED, schema), (model.model, model.dimension, tenant, ids))
     return cursors
 
 
