@@ -173,7 +173,8 @@ async def _provenance(
             raise MemoryRejectedError(
                 f"the history of fact {fact_id!r} holds at least {len(revisions)} revisions, more than one "
                 "read returns, so its sources cannot all be found; nothing was changed. Forget it with "
-                "runtime.memory.forget and erase the sessions it came from"
+                "runtime.memory.forget and erase the sessions it came from (where the store refuses "
+                "that too, erase the fact's user)"
             )
         seen: object = (revisions[-1].revision, revisions[-1].status) if revisions else None
         return [ref for revision in revisions for ref in revision.fact.provenance], "", seen
@@ -191,7 +192,8 @@ async def _provenance(
             raise MemoryRejectedError(
                 f"fact {fact_id!r} is not among the {len(listed)} newest facts the memory store lists, and "
                 "the store declares no history, so its sources cannot be found; nothing was changed. Forget "
-                "it with runtime.memory.forget and erase the sessions it came from"
+                "it with runtime.memory.forget and erase the sessions it came from (where the store refuses "
+                "that too, erase the fact's user)"
             )
         seen = tuple((f.revision, f.fact.provenance) for f in current)
         return [ref for fact in current for ref in fact.fact.provenance], "", seen
