@@ -6,6 +6,8 @@ hosts import it from ``agentium_harness``.
 
 from __future__ import annotations
 
+from typing import Final
+
 from ._errors import AgentiumError, ErasureInProgressError
 
 __all__ = [
@@ -14,6 +16,12 @@ __all__ = [
     "ErasedDuringRunError",
     "FactForgottenDuringRunError",
 ]
+
+
+#: Where a run fence's stop is, by the error's ``before_commit``: as its text and the run's diagnostic
+#: say it ("the run stopped before ..."), and as a log line says it. One wording for every fence.
+STOPPED_BEFORE: Final = {False: "its next model call", True: "its commit, after its last model call"}
+STOPPED_BEFORE_LOG: Final = {False: "a model call", True: "its commit"}
 
 
 class ErasedDuringRunError(ErasureInProgressError):

@@ -54,7 +54,12 @@ from collections.abc import Iterable
 
 import attrs
 
-from .._errors_run import DocumentDeletedDuringRunError, DocumentUncheckedDuringRunError
+from .._errors_run import (
+    STOPPED_BEFORE,
+    STOPPED_BEFORE_LOG,
+    DocumentDeletedDuringRunError,
+    DocumentUncheckedDuringRunError,
+)
 from .._observe.spans import current_span_event
 from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
 from .._scope import Scope
@@ -174,12 +179,12 @@ def _deleted(
 
     ``before_commit``: found by the commit fence, after the run's last model call (during which they went).
     """
-    where = "its commit" if before_commit else "its next model call"
+    where = STOPPED_BEFORE[before_commit]
     _log.warning(
         "%s stopped before %s: %d host document(s) whose excerpts its request carries were "
         "deleted after recall read them; nothing was sent again or committed",
         what,
-        "its commit" if before_commit else "a model call",
+        STOPPED_BEFORE_LOG[before_commit],
         len(source_ids),
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )

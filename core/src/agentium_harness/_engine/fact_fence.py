@@ -44,7 +44,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .._errors import AgentiumError, MemoryFactNotFoundError, MemoryStoreError
-from .._errors_run import FactForgottenDuringRunError
+from .._errors_run import STOPPED_BEFORE, STOPPED_BEFORE_LOG, FactForgottenDuringRunError
 from .._observe.spans import current_span_event
 from .._ports._base import OpContext
 from .._ports.memory import FactStatus, MemoryScope, MemoryStore, StoredFact
@@ -61,8 +61,6 @@ if TYPE_CHECKING:
 __all__ = ["FactFence", "carried_facts"]
 
 _log = logging.getLogger("agentium.engine")
-#: Where a stop is, by ``before_commit``: before the run's next model call, or after its last one.
-_NEXT = {False: "next model call", True: "commit"}
 
 
 def carried_facts(blocks: Sequence[SourceBlock]) -> tuple[str, ...]:
@@ -130,7 +128,7 @@ class FactFence:
             except Exception as exc:  # a store's foreign exception reaches the host typed
                 raise MemoryStoreError(
                     f"memory forget fence: the store's history read failed: {error_text(exc)}; the {what} "
-                    f"stopped before its {_NEXT[before_commit]}"
+                    f"stopped before {STOPPED_BEFORE[before_commit]}"
                 ) from exc
             revisions = checked_history(raw, scope, fact_id, "memory forget fence")
             if not revisions or revisions[-1].status is FactStatus.FORGOTTEN:
@@ -152,7 +150,7 @@ def _forgotten(fact_id: str, what: str, before_commit: bool) -> FactForgottenDur
         "%s stopped before %s: a memory fact its request carries was forgotten after the run "
         "injected it; nothing was sent again or committed",
         what,
-        "its commit" if before_commit else "a model call",
+        STOPPED_BEFORE_LOG[before_commit],
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event("agentium.run.erased_during_run", {"agentium.erasure.state": "forgotten"})
@@ -161,7 +159,7 @@ def _forgotten(fact_id: str, what: str, before_commit: bool) -> FactForgottenDur
     )
     error = FactForgottenDuringRunError(
         f"memory fact {fact_id!r}, which the {what}'s request carries, was forgotten after the {what} "
-        f"injected it; the {what} stopped before its {_NEXT[before_commit]}, {sent}; "
+        f"injected it; the {what} stopped before {STOPPED_BEFORE[before_commit]}, {sent}; "
         "nothing was committed (what ran was made from it)",
         fact_id,
     )

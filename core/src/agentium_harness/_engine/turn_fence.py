@@ -84,7 +84,13 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from .._errors import ErasureInProgressError
-from .._errors_run import DocumentDeletedDuringRunError, ErasedDuringRunError, FactForgottenDuringRunError
+from .._errors_run import (
+    STOPPED_BEFORE,
+    STOPPED_BEFORE_LOG,
+    DocumentDeletedDuringRunError,
+    ErasedDuringRunError,
+    FactForgottenDuringRunError,
+)
 from .._observe.spans import current_span_event
 from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import SourceRef
@@ -287,9 +293,7 @@ class TurnFence:
         self.seen = (revision,)
 
 
-#: Where a stop is, by ``last`` (the look after the run's last model call): in errors, in log lines.
-_WHERE: Final = {False: "its next model call", True: "its commit, after its last model call"}
-_WHERE_LOG: Final = {False: "a model call", True: "its commit"}
+#: What a stop kept from the erased history, by ``last`` (the look after the run's last model call).
 _SENT: Final = {False: "sent", True: "committed"}
 
 
@@ -317,7 +321,7 @@ def _stopped(
         "%s stopped before %s: an erasure covering its session began after the run "
         "loaded it (erasure %s %s); nothing was sent or committed",
         what,
-        _WHERE_LOG[last],
+        STOPPED_BEFORE_LOG[last],
         record.erasure_id,
         how,
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
@@ -326,7 +330,7 @@ def _stopped(
     error = ErasedDuringRunError(
         f"session {key.session!r} began to be erased ({record.target.describe()}, erasure "
         f"{record.erasure_id}, {how}) after the run loaded it; the {what} stopped before "
-        f"{_WHERE[last]}, so the erased history was not {_SENT[last]}; nothing was committed",
+        f"{STOPPED_BEFORE[last]}, so the erased history was not {_SENT[last]}; nothing was committed",
         record.erasure_id,
     )
     error.commit_state = CommitState.NOT_COMMITTED
@@ -351,7 +355,7 @@ def _recalled_gone(
     _log.warning(
         "%s stopped before %s: %s %s since the run loaded the session; nothing was sent or committed",
         what,
-        _WHERE_LOG[last],
+        STOPPED_BEFORE_LOG[last],
         how,
         "emptied" if summary else "erased",
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
@@ -360,7 +364,7 @@ def _recalled_gone(
     gone = "was emptied by an erasure" if summary else "were erased"
     error = ErasedDuringRunError(
         f"{how} of session {key.session!r} {gone} after the {what} loaded the session (retention or a "
-        f"forgotten fact's sources); the {what} stopped before {_WHERE[last]}, so that text was not "
+        f"forgotten fact's sources); the {what} stopped before {STOPPED_BEFORE[last]}, so that text was not "
         f"{'committed' if last else 'sent again'}; nothing was committed"
     )
     error.commit_state = CommitState.NOT_COMMITTED
@@ -381,14 +385,14 @@ def _groups_under_way(
     _log.warning(
         "%s stopped before %s: archived groups of its session are being erased (erasure %s)",
         what,
-        _WHERE_LOG[last],
+        STOPPED_BEFORE_LOG[last],
         record.erasure_id,
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event(f"agentium.run.{ERASED_DURING_RUN}", {"agentium.erasure.state": record.state.value})
     error = ErasureInProgressError(
         f"session {key.session!r} has archived groups being erased ({record.target.describe()}, erasure "
-        f"{record.erasure_id}); the {what} stopped before {_WHERE[last]} (what it recalled may be "
+        f"{record.erasure_id}); the {what} stopped before {STOPPED_BEFORE[last]} (what it recalled may be "
         "among them); run again once the erasure completes",
         record.erasure_id,
     )
@@ -416,5 +420,5 @@ def erased_during_run(error: ErasedDuringRunError, ran: bool) -> Diagnostic:
         if error.erasure_id
         else "groups (or the task summary) the request carries were erased after the run loaded the session"
     )
-    where = "its commit, after its last model call" if error.before_commit else "its next model call"
+    where = STOPPED_BEFORE[error.before_commit]
     return Diagnostic(ERASED_DURING_RUN, f"{why}; the run stopped before {where}{kept}", Severity.WARNING)
