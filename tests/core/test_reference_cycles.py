@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import _cycles_support
 import pytest
 from _effects_support import DEPLOY, AlwaysFails
 
@@ -44,6 +45,9 @@ from agentium_harness.plugin_api import (
     OpContext,
 )
 
+#: The reference-cycle tests' fixture (collections only when the test says), shared.
+collector = _cycles_support.collector
+
 pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
@@ -52,28 +56,6 @@ ANA = VerifiedIdentity("acme", "ana", "test-auth")
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    # The test decides when collections run; automatic ones would free cycles before they are counted.
-    gc.collect()
-    # Everything alive now (the test process's heap: in a long test worker, every module and object
-    # earlier tests left) goes to the permanent generation, which collections skip: each of the
-    # test's collections walks only what the test made, not the whole heap again (a full-suite
-    # worker spent minutes here). The objects the runtime makes are all made after this, so a cycle
-    # among them is found as before.
-    gc.freeze()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.unfreeze()
-        if enabled:
-            gc.enable()
 
 
 def _runtime(path: Path, replies: list[str], *, cycle: bool = True) -> HarnessRuntime:

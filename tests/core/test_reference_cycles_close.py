@@ -28,9 +28,10 @@ import io
 import threading
 import types
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
+import _cycles_support
 import anyio
 import pytest
 
@@ -52,26 +53,12 @@ from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import PluginRegistry
 
+#: The reference-cycle tests' fixture (collections only when the test says), shared.
+collector = _cycles_support.collector
+
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 GUARD_S = 30.0
 BACKENDS = ["asyncio", "trio"]
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    # As in test_reference_cycles: only the test's own collections run, over what the test made.
-    gc.collect()
-    gc.freeze()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.unfreeze()
-        if enabled:
-            gc.enable()
 
 
 def _ours(o: object) -> str | None:

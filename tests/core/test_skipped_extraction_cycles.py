@@ -13,9 +13,10 @@ from __future__ import annotations
 import gc
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+import _cycles_support
 import anyio
 import pytest
 
@@ -40,6 +41,9 @@ from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLite
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.plugin_api import Message, OpContext
 
+#: The reference-cycle tests' fixture (collections only when the test says), shared.
+collector = _cycles_support.collector
+
 pytestmark = pytest.mark.anyio
 
 ANA = MemoryScope("acme", "ana")
@@ -51,23 +55,6 @@ SOURCE = GroupRef("s1", 0, "sha256:" + "a" * 64)
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    # As test_reference_cycles.py: collections run when the test says, over what the test made.
-    gc.collect()
-    gc.freeze()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.unfreeze()
-        if enabled:
-            gc.enable()
 
 
 class Recording:

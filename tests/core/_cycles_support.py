@@ -1,0 +1,31 @@
+"""The ``collector`` fixture of the reference-cycle tests: collections run only when the test says.
+
+Everything alive when the test starts (the worker's heap: every module and object earlier tests
+left) goes to the permanent generation, which collections skip, so each of the test's
+collections walks only what the test made, not the whole heap again (a full-suite worker spent
+minutes there). Automatic collections are off: they would free cycles before they are counted.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """Automatic collections off and the heap frozen for the test; both restored after it."""
+    gc.collect()
+    gc.freeze()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
