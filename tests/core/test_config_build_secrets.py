@@ -11,7 +11,7 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import attrs
 import pytest
@@ -59,7 +59,7 @@ def test_a_factory_failure_does_not_repeat_a_value_from_the_environment(tmp_path
         '[archive]\nplugin = "leaky"\n' + where + options,
         encoding="utf-8",
     )
-    environ = {"TOKEN": "s3cr3t-token-value", "HOST": "db.internal.example", "RETRIES": "7"}
+    environ = {"TOKEN": "s3cr3t-token-value", "HOST": "db.internal.example", "RETRIES": "1207"}
     with pytest.raises(ConfigError) as info:
         load_runtime(path, registry=_registry(), environ=environ)
     (issue,) = info.value.issues
@@ -100,10 +100,10 @@ def test_a_factory_failure_without_values_from_the_environment_is_reported_as_it
             lambda o: f"cannot parse redis://:{quote(o.token, safe='')}@{o.host}/0",
             f"cannot parse redis://:{HIDDEN}@{HIDDEN}/0",
         ),
-        # Only the whole value: 7 in 17, 7.5 and 3.7 is not it, 7 before a full stop is.
+        # Only the whole value: 1207 in 11207, 1207.5 and 3.1207 is not it, 1207 before a full stop is.
         (
             lambda o: f"tried {o.retries}.5 then 3.{o.retries}, 1{o.retries} then {o.retries}.",
-            f"tried 7.5 then 3.7, 17 then {HIDDEN}.",
+            f"tried 1207.5 then 3.1207, 11207 then {HIDDEN}.",
         ),
     ],
     ids=["ends-a-sentence", "percent-encoded", "whole-tokens-only"],
@@ -118,9 +118,71 @@ def test_a_factory_failure_hides_a_value_wherever_it_ends_and_however_it_is_enco
         'token = "${TOKEN}"\nhost = "${HOST}"\nretries = "${RETRIES}"\n',
         encoding="utf-8",
     )
-    environ = {"TOKEN": "p@ss/w0rd+tail", "HOST": "db.internal.example", "RETRIES": "7"}
+    environ = {"TOKEN": "p@ss/w0rd+tail", "HOST": "db.internal.example", "RETRIES": "1207"}
     with pytest.raises(ConfigError) as info:
         load_runtime(path, registry=_registry(message), environ=environ)
     (issue,) = info.value.issues
     assert issue.message == f"plugin 'leaky' failed to build: {shown}"
     assert "w0rd" not in str(info.value) and "db.internal" not in str(info.value)
+
+
+def _archive_config(tmp_path: Path, options: str) -> Path:
+    path = tmp_path / "agentium.toml"
+    path.write_text(
+        '[provider]\nplugin = "scripted"\n[session_store]\nplugin = "memory"\n'
+        '[archive]\nplugin = "leaky"\n[archive.options]\n' + options,
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_value_inside_a_longer_string_is_hidden_exactly_wherever_it_is_repeated(tmp_path: Path) -> None:
+    # Only the whole substituted string was hidden: a factory naming the password it parsed out of
+    # the DSN printed it, and the DSN itself was hidden whole, the host and user with it.
+    path = _archive_config(tmp_path, 'host = "postgresql://app:${PGPASS}@db.example/app"\n')
+
+    def message(o: _Options) -> str:
+        url = quote(o.host, safe="")
+        return f"cannot connect to {o.host!r}: password {urlsplit(o.host).password} refused; url {url}"
+
+    with pytest.raises(ConfigError) as info:
+        load_runtime(path, registry=_registry(message), environ={"PGPASS": "s3cr3t-pw"})
+    (issue,) = info.value.issues
+    assert issue.message == (
+        f"plugin 'leaky' failed to build: cannot connect to 'postgresql://app:{HIDDEN}@db.example/app': "
+        f"password {HIDDEN} refused; url postgresql%3A%2F%2Fapp%3A{HIDDEN}%40db.example%2Fapp"
+    )
+    assert "s3cr3t" not in str(info.value)
+
+
+def test_a_short_value_alone_is_shown_and_inside_its_string_hidden(tmp_path: Path) -> None:
+    # A value as short as "7" or "on" was hidden wherever it stood alone: "refused <hidden> attempt
+    # <hidden> of <hidden>" called ordinary words and numbers secrets. Inside the string it was
+    # substituted into it is still hidden, exactly there.
+    path = _archive_config(tmp_path, 'token = "tok-${SUFFIX}"\nhost = "${HOST}"\nretries = "${RETRIES}"\n')
+
+    def message(o: _Options) -> str:
+        return f"token {o.token} refused on attempt {o.retries} of 7 at {o.host}"
+
+    environ = {"SUFFIX": "on", "HOST": "db.internal.example", "RETRIES": "7"}
+    with pytest.raises(ConfigError) as info:
+        load_runtime(path, registry=_registry(message), environ=environ)
+    (issue,) = info.value.issues
+    assert issue.message == (
+        f"plugin 'leaky' failed to build: token tok-{HIDDEN} refused on attempt 7 of 7 at {HIDDEN}"
+    )
+
+
+def test_a_checks_message_hides_only_the_part_the_environment_supplied(tmp_path: Path) -> None:
+    # A validator's "got '<value>'" lost the whole string, what the file wrote around the value too.
+    path = tmp_path / "agentium.toml"
+    path.write_text(
+        '[provider]\nplugin = "scripted"\n[archive]\nplugin = "memory"\n'
+        '[session_store]\nplugin = "sqlite"\n[plugins.sqlite]\nsynchronous = "FULL-${SYNC}"\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_runtime(path, registry=PluginRegistry.load(autoload=False), environ={"SYNC": "s3cr3t-VALUE"})
+    (issue,) = info.value.issues
+    assert issue.path == "$.plugins.sqlite.synchronous" and f"'FULL-{HIDDEN}'" in issue.message, issue
+    assert "s3cr3t" not in str(info.value)

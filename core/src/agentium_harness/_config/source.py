@@ -16,9 +16,9 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import quote, quote_plus
 
 from .._errors import ConfigError, ConfigIssue
+from .env_text import EnvText, hide_env_text, hide_env_values
 
 __all__ = [
     "CONFIG_ENV",
@@ -113,18 +113,6 @@ def _not_a_file(path: str) -> str | None:
 _REFERENCE = re.compile(r"\$\$\{|\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
 
 
-class EnvText(str):
-    """A string value that held a ``${...}`` reference, after substitution.
-
-    Where the schema takes a number or a boolean, such a value is read as one
-    (``op_timeout_s = "${TIMEOUT_S:-30}"``), parsed strictly as that type's
-    TOML spelling; a string written without a reference stays a string, and
-    is refused there as before. Substitution never makes a table or an array.
-    """
-
-    __slots__ = ()
-
-
 #: What :func:`join_path` writes as a ``\\u`` escape besides what JSON escapes (see there).
 _UNSHOWN_IN_KEYS: Final = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
@@ -156,12 +144,16 @@ def _substitute_text(
     if "$" not in text:
         return text
     failed = substituted = False
+    out: list[str] = []
+    spans: list[tuple[int, int]] = []
+    length = 0
 
-    def replace(match: re.Match[str]) -> str:
+    def replace(match: re.Match[str]) -> tuple[str, bool]:
+        """The text for ``match``, and whether it is a value from the environment."""
         nonlocal failed, substituted
         whole = match.group(0)
         if whole == "$${":
-            return "${"
+            return "${", False
         substituted = True
         name, default = match.group(1), match.group(2)
         if default is not None and "${" in default:
@@ -170,7 +162,7 @@ def _substitute_text(
             issues.append(
                 ConfigIssue(path, "a ${NAME:-default} default cannot hold another ${...} reference")
             )
-            return whole
+            return whole, False
         if name is None:
             failed = True
             issues.append(
@@ -180,15 +172,16 @@ def _substitute_text(
                     "${env:NAME:-default}), or $${ for a literal ${",
                 )
             )
-            return whole
+            return whole, False
         value = env.get(name)
+        from_env = True
         if value is None or (value == "" and default is not None):
             if default is None:
                 failed = True
                 hint = f"write ${{{name}:-default}} to give a default"
                 issues.append(ConfigIssue(path, f"environment variable {name} is not set ({hint})"))
-                return whole
-            value = default
+                return whole, False
+            value, from_env = default, False  # written in the file: it shows it already
         budget.left -= len(value)
         if budget.left < 0:
             # A small file repeating a reference to a large variable expanded without bound (8 KB
@@ -203,15 +196,27 @@ def _substitute_text(
                         "characters in all; nothing more was substituted",
                     )
                 )
-            return whole
-        return value
+            return whole, False
+        return value, from_env
 
-    result = _REFERENCE.sub(replace, text)
+    at = 0
+    for match in _REFERENCE.finditer(text):
+        out.append(text[at : match.start()])
+        length += match.start() - at
+        value, from_env = replace(match)
+        if from_env:
+            # Where each value stands in the result, so an error hides exactly it (env_text).
+            spans.append((length, length + len(value)))
+        out.append(value)
+        length += len(value)
+        at = match.end()
+    out.append(text[at:])
     # On failure keep the original text, so later checks see what was written
     # rather than half-substituted text.
     if failed:
         return text
-    return EnvText(result) if substituted else result
+    result = "".join(out)
+    return EnvText(result, spans) if substituted else result
 
 
 def substitute_env(
@@ -480,99 +485,3 @@ def parse_toml(text: str, source: str | None) -> dict[str, Any]:
             source,
         )
     return data
-
-
-_HIDDEN: Final = "<a value from the environment, not shown>"
-
-
-def _env_values(data: Any) -> set[str]:
-    """Every value a ``${VAR}`` reference put in ``data`` (:class:`EnvText`)."""
-    if isinstance(data, EnvText):
-        return {str(data)} if data else set()
-    if isinstance(data, dict):
-        return set().union(*(_env_values(v) for v in data.values()))
-    if isinstance(data, list):
-        return set().union(*(_env_values(v) for v in data))
-    return set()
-
-
-def _env_paths(data: Any, path: str = "$") -> dict[str, str]:
-    """The ``$``-path of every value a ``${VAR}`` reference put in ``data`` (depth bounded by the cap)."""
-    if isinstance(data, EnvText):
-        return {path: str(data)} if data else {}
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
-    found: dict[str, str] = {}
-    for key, value in items:
-        found.update(_env_paths(value, join_path(path, key)))
-    return found
-
-
-_NUMBER: Final = re.compile(r"[+-]?[0-9][0-9_]*(?:\.[0-9_]+)?(?:[eE][+-]?[0-9_]+)?")
-
-
-def _bare_pattern(value: str) -> re.Pattern[str]:
-    """How a check may print ``value`` unquoted: as written, or as the number it was read as."""
-    text = value.strip()
-    forms = {text}
-    if _NUMBER.fullmatch(text):
-        plain = text.replace("_", "")
-        try:
-            number = float(plain)
-            forms |= {repr(number), str(int(plain))} if plain.lstrip("+-").isdigit() else {repr(number)}
-        except (ValueError, OverflowError):  # past the digit limit: only the text as written
-            pass
-    alternatives = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True) if f)
-    # Not inside a longer word or number (7 in 17, 7.5 or 3.7); a full stop that ends the sentence
-    # after it ("invalid key: <value>.") is no part of it, or the value was shown there.
-    return re.compile(rf"(?<![\w.])(?:{alternatives})(?![\w]|\.\w)")
-
-
-def _written_forms(value: str) -> set[str]:
-    """How a message may quote ``value``: its repr, as JSON, and percent-encoded (a URL's part)."""
-    forms = {repr(value), json.dumps(value, ensure_ascii=False)}
-    try:
-        # A password with '@' or '/' is written %40, %2F in the URL a client library names.
-        forms |= {quote(value, safe=""), quote(value), quote_plus(value)}
-    except UnicodeEncodeError:  # a lone surrogate: no URL can be made of it (quote raises for it too)
-        pass
-    return forms - {value}
-
-
-def hide_env_values(issues: list[ConfigIssue], data: Any) -> list[ConfigIssue]:
-    """``issues`` with every value that came from the environment replaced (it may be a secret).
-
-    A validator's message names the value it refused (``got 'x'``); a value a
-    variable supplied is not repeated, wherever the check that refused it ran.
-    Quoted, it is hidden in every message; in the message about its own key it
-    is hidden unquoted too: a resolved path option (``'/etc/app/<value>'``) or
-    the number it was read as (``got 99999``).
-    """
-    values = sorted(_env_values(data), key=len, reverse=True)
-    if not values:
-        return issues
-    at = _env_paths(data)
-    out: list[ConfigIssue] = []
-    for issue in issues:
-        message = issue.message
-        for value in values:
-            for quoted in sorted(_written_forms(value), key=len, reverse=True):
-                message = message.replace(quoted, _HIDDEN)
-        own = at.get(issue.path)
-        if own is not None and own.strip():
-            message = _bare_pattern(own).sub(_HIDDEN, message)
-        out.append(issue if message == issue.message else ConfigIssue(issue.path, message))
-    return out
-
-
-def hide_env_text(text: str, data: Any) -> str:
-    """``text`` with every value a ``${VAR}`` reference put in ``data`` replaced, quoted or bare.
-
-    For a message a plugin wrote about the options in ``data`` (its factory's error): it may
-    repeat any of them, as it likes, and a value from the environment may be a secret.
-    """
-    for value in sorted(_env_values(data), key=len, reverse=True):
-        for quoted in sorted(_written_forms(value), key=len, reverse=True):
-            text = text.replace(quoted, _HIDDEN)
-        if value.strip():
-            text = _bare_pattern(value).sub(_HIDDEN, text)
-    return text
