@@ -230,3 +230,59 @@ def test_a_command_with_nothing_to_change_in_a_missing_database_creates_none(
     out, err = capsys.readouterr()
     assert says in out + err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]
+
+
+HIDDEN = "<a value from the environment, not shown>"
+
+
+def _env_config(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A config whose SQLite path comes from the environment: a folder that does not exist."""
+    monkeypatch.setenv("AGT_TEST_DB", "s3cret-folder/state.db")
+    return _config(folder, db="${AGT_TEST_DB}")
+
+
+def test_a_probes_error_does_not_repeat_a_value_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The adapter's health error named the folder and the path the variable gave, as they were.
+    config = _env_config(tmp_path, monkeypatch)
+    status, probes = _probe(capsys, config)
+    assert status == 2 and probes["archive"].startswith("failed:") and HIDDEN in probes["archive"], probes
+    assert "s3cret" not in json.dumps(probes)
+    assert main(["check", "--probe", str(config)]) == 2
+    out, err = capsys.readouterr()
+    assert "probe archive        failed:" in out and "s3cret" not in out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]
+
+
+def test_a_probes_refused_build_does_not_repeat_a_value_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A runtime refused over the built adapters: its error was reported as it was.
+    from agentium_harness._cli import check
+    from agentium_harness._errors import CapabilityError
+
+    def refused(resolved: object) -> object:
+        raise CapabilityError("the store at s3cret-folder/state.db declares no recall")
+
+    monkeypatch.setattr(check, "build_runtime", refused)
+    assert main(["check", "--probe", "--json", str(_env_config(tmp_path, monkeypatch))]) == 2
+    (error,) = json.loads(capsys.readouterr().out)["errors"]
+    assert error["message"] == f"the store at {HIDDEN} declares no recall"
+
+
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_a_runs_error_does_not_repeat_a_value_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, json_form: bool
+) -> None:
+    # The session store's error named the database path the variable gave ("load failed on ...").
+    config = _env_config(tmp_path, monkeypatch)
+    flags = ["--json"] if json_form else []
+    assert main(["run", *flags, str(config), *ANA, "hello"]) == 2
+    out, err = capsys.readouterr()
+    assert f"agentium run: sqlite session store: session load failed on {tmp_path}/{HIDDEN}" in err, err
+    assert "s3cret" not in out + err
+    if json_form:
+        error = json.loads(out)["error"]
+        assert error.endswith(f"failed on {tmp_path}/{HIDDEN}: unable to open database file"), error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]

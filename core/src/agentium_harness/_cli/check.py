@@ -14,7 +14,7 @@ from typing import Any
 
 from .._config import SECTION_KINDS, load_config
 from .._config.load import ResolvedConfig
-from .._config.runtime import build_runtime
+from .._config.runtime import build_runtime, hide_config_env
 from .._config.source import find_config
 from .._errors import AgentiumError, ConfigError, ConfigIssue
 from .interrupt import run_async
@@ -80,14 +80,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     probes: dict[str, str] = {}
     if args.probe:
         try:
-            probes = _probe(resolved)
+            # A health check's answer or error is the adapter's text: it may repeat its options.
+            probes = {role: hide_config_env(text, resolved) for role, text in _probe(resolved).items()}
         except AgentiumError as exc:
             # A factory refused its options, the runtime was refused over the built adapters, or
             # closing them failed: reported as the check's errors, on stdout as JSON with --json
-            # (it printed only a message on stderr, and nothing a script could parse).
-            if not isinstance(exc, ConfigError):
-                exc = ConfigError([ConfigIssue("$", str(exc))], str(path))
-            return _check_failed(args, path, exc, components)
+            # (it printed only a message on stderr, and nothing a script could parse). The values
+            # ${VAR} references supplied are hidden from it, as from every check's message.
+            issues = exc.issues if isinstance(exc, ConfigError) else [ConfigIssue("$", str(exc))]
+            hidden = [ConfigIssue(i.path, hide_config_env(i.message, resolved)) for i in issues]
+            return _check_failed(args, path, ConfigError(hidden, str(path)), components)
     failed = any(v.startswith("failed") for v in probes.values())
     if args.json:
         report = {"config": str(path), "valid": True, "errors": [], "components": components}

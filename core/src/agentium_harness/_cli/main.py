@@ -26,23 +26,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from .. import __version__
 from .._codec import unstructure
 from .._config import load_config
-from .._config.runtime import build_runtime, load_runtime
+from .._config.runtime import build_runtime
 from .._demo import run_demo, run_demo_config
-from .._engine.results import RunResult, RunStatus
 from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
-from .._engine.tools import ToolRegistry
 from .._errors import AgentiumError, InvalidArgumentError
-from .._observe import tree
 from .._observe.spans import unattributed
 from .._plugins.commands import CORE_COMMANDS, CliCommand
 from .._plugins.deadline import call_with_deadline, process_hook_timeout
 from .._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
-from .._scope import RecallScope, VerifiedIdentity
 from .._text import error_text, shorten
 from .check import add_check_command
 from .erase import add_erase_commands, erasure_lines
@@ -52,9 +46,7 @@ from .memory import add_memory_commands
 from .output import (
     EXIT_OK,
     EXIT_USAGE,
-    RUN_EXIT_STATUS,
     CommandParser,
-    add_config_argument,
     complete,
     discover_config,
     json_error,
@@ -63,13 +55,12 @@ from .output import (
     reading_only,
     shown,
     shown_lines,
-    text_argument,
     unless_missing,
 )
 from .plugins import add_plugins_command, options_report, plugins_report
 from .recall import add_recall_commands
-from .run_outcome import print_run_outcome
-from .verify import add_verify_commands, print_verification
+from .run import add_identity_args, add_run_command, identity, recall_scope
+from .verify import add_verify_commands
 
 __all__ = [
     "DEFAULT_DEMO_DIR",
@@ -93,32 +84,6 @@ def _version() -> str:
 
 
 # ---------------------------------------------------------------- runtime
-
-
-#: How the CLI attests identity: whoever runs the command on the host is the
-#: operator the host trusts, so identity given on the command line is verified
-#: by that operator (the library itself still takes only VerifiedIdentity).
-CLI_VERIFIER = "cli-operator"
-
-
-def _identity(args: argparse.Namespace) -> VerifiedIdentity:
-    return VerifiedIdentity(tenant=args.tenant, user=args.user, verified_by=CLI_VERIFIER)
-
-
-def _recall_scope(args: argparse.Namespace) -> RecallScope | None:
-    if args.project is None and args.repository is None:
-        return None
-    return RecallScope(project=args.project, repository=args.repository)
-
-
-def _add_identity_args(parser: argparse.ArgumentParser) -> None:
-    add_config_argument(parser)
-    parser.add_argument("--tenant", required=True, help="tenant id")
-    parser.add_argument("--user", required=True, help="user id")
-    parser.add_argument("--session", required=True, help="session id")
-    parser.add_argument("--project", default=None, help="optional recall scope: project id")
-    parser.add_argument("--repository", default=None, help="optional recall scope: repository id")
-    parser.add_argument("--json", action="store_true", help="print the JSON form (see docs/cli.md)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -163,149 +128,13 @@ def _add_demo(subparsers: Any) -> None:
     parser.set_defaults(func=cmd_demo)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run one turn of a session on the runtime a config file describes."""
-    if not args.trace:
-        return _run_turn(args)
-    try:
-        exporter = tree.capture()
-    except tree.SdkMissingError as exc:  # reported by main(), as JSON on stdout with --json too
-        raise InvalidArgumentError(f"{error_text(exc, named=False)}; nothing was run") from None
-    try:
-        return _run_turn(args)
-    finally:
-        # The tree is printed whatever happened: a failed run's spans say where it failed.
-        spans = exporter.get_finished_spans()
-        sys.stderr.write("trace:\n" + (tree.render(spans) or "(no spans)") + "\n")
-
-
-def _run_turn(args: argparse.Namespace) -> int:
-    text = text_argument(args.text, "the TEXT argument", "nothing was run")
-    if not text.strip():  # as recall search refuses an empty query: a turn with no input is a mistake
-        raise InvalidArgumentError("the TEXT argument is empty; give the user input. Nothing was run")
-    # A config file names no code, so the command's runtime has no tools: a granted name that is
-    # not a tool was accepted and silently did nothing, as if the tool had been offered.
-    tools = ToolRegistry()
-    unknown = [name for name in args.grant if name not in tools]
-    if unknown:
-        raise InvalidArgumentError(
-            f"--grant {unknown[0]!r} names no tool: the command's runtime has no tools to grant "
-            "(a config file names no code; tools come from a host program). Nothing was run"
-        )
-    runtime = load_runtime(args.config, tools=tools)
-    ran: list[RunResult] = []  # what runtime.run returned, kept if Ctrl-C cuts the summary settle short
-
-    async def go() -> RunResult:
-        async with runtime:
-            result = await runtime.run(
-                _identity(args),
-                args.session,
-                text,
-                recall_scope=_recall_scope(args),
-                attest_legacy_memory_scope=args.attest_legacy_memory_scope,
-                grants=args.grant,
-                completion=args.task or None,
-            )
-            ran.append(result)
-            # One turn per process: let a background summary update land, and show the summary after it.
-            report = await runtime.resources.settle_summary(_identity(args), args.session)
-            if report is not None:
-                result = attrs.evolve(
-                    result,
-                    summary=report.state or result.summary,
-                    diagnostics=result.diagnostics + report.diagnostics,
-                )
-            return result
-
-    try:
-        result = run_async(go)
-    except KeyboardInterrupt:
-        if not ran:  # cut short inside runtime.run, perhaps after its commit (archived groups indexed)
-            sys.stderr.write(
-                "agentium run: whether the turn was committed is not known: "
-                "agentium session inspect shows it\n"
-            )
-            raise
-        # The turn ended (committed, as it says) before Ctrl-C cut the summary settle short: it is
-        # reported as any run is, then main() says "interrupted" (it said only that, as if nothing ran).
-        _report_run(args, ran[0])
-        raise
-    except AgentiumError as exc:
-        # With --json a failed run still prints its RunResult (status interrupted: what ran, and
-        # whether the turn was committed); stdout used to stay empty. main() reports the error.
-        if args.json and exc.run_result is not None:
-            failed = exc.run_result
-            print_json({**unstructure(failed), "committed": failed.committed, **json_error(exc)}, sys.stdout)
-            args.printed_json = True  # main() prints no second document
-        raise
-    return _report_run(args, result)
-
-
-def _report_run(args: argparse.Namespace, result: RunResult) -> int:
-    """Print ``result`` as ``agentium run`` does (stdout: the reply or JSON; stderr: the rest); its status."""
-    status = RUN_EXIT_STATUS[result.status]
-    if args.json:
-        # ``committed`` is derived (init=False), so the converter leaves it out: add it for scripts.
-        print_json({**unstructure(result), "committed": result.committed}, sys.stdout)
-    elif result.committed and result.status is not RunStatus.STOPPED:
-        # Only a committed turn has a reply: a stopped run has none (even one whose tool calls were
-        # committed), and a clarification question is not an answer (it is in the line below).
-        sys.stdout.write(result.output + "\n")
-    if status != EXIT_OK:
-        print_run_outcome(result, status, sys.stderr)
-    if not args.json:
-        sys.stderr.write(
-            f"[group {result.group_seq}, boundary {result.boundary}, resident {result.resident_groups}, "
-            f"revision {result.snapshot_revision}, run {result.status.value}, "
-            f"eviction {result.eviction.value}, sources {result.sources.value}]\n"
-        )
-        if result.recall is not None:
-            r = result.recall
-            sys.stderr.write(
-                f"[recall {r.status.value}, decision {r.decision.value}, "
-                f"{len(r.included)} source(s) included, "
-                f"{r.usage.evidence_tokens} evidence tokens, {r.usage.candidates} candidate(s), "
-                f"{r.usage.latency_s * 1000:.1f} ms]\n"
-            )
-        if result.summary is not None:
-            sys.stderr.write(f"[summary: {result.summary.coverage()}]\n")
-        if result.verification is not None:
-            print_verification(result.verification, sys.stderr)
-        for d in result.diagnostics:
-            sys.stderr.write(f"  {d.severity.value}: {d.code}: {shown(d.message)}\n")
-    return status
-
-
-def _add_run(subparsers: Any) -> None:
-    parser = subparsers.add_parser("run", help="run one turn", description=cmd_run.__doc__)
-    _add_identity_args(parser)
-    parser.add_argument("text", metavar="TEXT", help="the user input; - reads it from standard input (UTF-8)")
-    parser.add_argument("--grant", action="append", default=[], help="grant a tool for this run (repeatable)")
-    parser.add_argument(
-        "--attest-legacy-memory-scope",
-        action="store_true",
-        help="load a legacy snapshot after you verified its exact scope",
-    )
-    parser.add_argument(
-        "--task",
-        action="store_true",
-        help="verify the answer as a completion with the configured [verifier] and its policy",
-    )
-    parser.add_argument(
-        "--trace",
-        action="store_true",
-        help="print the turn's span tree on stderr (needs agentium-harness[otel]; docs/observability.md)",
-    )
-    parser.set_defaults(func=cmd_run)
-
-
 def cmd_session_inspect(args: argparse.Namespace) -> int:
     """Show a stored session: boundary, resident groups, archived count, snapshot revision."""
     runtime = build_runtime(reading_only(load_config(args.config)))  # an inspection creates no database
 
     async def go() -> SessionView:
         async with runtime:
-            return await runtime.inspect_session(_identity(args), args.session)
+            return await runtime.inspect_session(identity(args), args.session)
 
     view = run_async(go)
     if args.json:
@@ -366,7 +195,7 @@ def cmd_session_reconcile(args: argparse.Namespace) -> int:
 
     async def go() -> ReconcileReport:
         async with runtime:
-            return await runtime.reconcile_session(_identity(args), args.session)
+            return await runtime.reconcile_session(identity(args), args.session)
 
     report = run_async(go)
     if args.json:
@@ -396,9 +225,9 @@ def cmd_session_migrate(args: argparse.Namespace) -> int:
     async def go() -> MigrationReport:
         async with runtime:
             return await runtime.migrate_legacy_session(
-                _identity(args),
+                identity(args),
                 args.session,
-                recall_scope=_recall_scope(args),
+                recall_scope=recall_scope(args),
                 attest_legacy_memory_scope=True,
             )
 
@@ -419,12 +248,12 @@ def _add_session(subparsers: Any) -> None:
     inspect = inner.add_parser(
         "inspect", help="show a stored session", description=cmd_session_inspect.__doc__
     )
-    _add_identity_args(inspect)
+    add_identity_args(inspect)
     inspect.set_defaults(func=cmd_session_inspect)
     migrate = inner.add_parser(
         "migrate", help="stamp a legacy snapshot with its scope", description=cmd_session_migrate.__doc__
     )
-    _add_identity_args(migrate)
+    add_identity_args(migrate)
     migrate.add_argument(
         "--attest-legacy-memory-scope",
         action="store_true",
@@ -436,7 +265,7 @@ def _add_session(subparsers: Any) -> None:
         help="resolve a diverged session, keeping both copies",
         description=cmd_session_reconcile.__doc__,
     )
-    _add_identity_args(reconcile)
+    add_identity_args(reconcile)
     reconcile.set_defaults(func=cmd_session_reconcile)
 
 
@@ -454,11 +283,11 @@ def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser
     add_plugins_command(subparsers)
     add_check_command(subparsers)
     _add_demo(subparsers)
-    _add_run(subparsers)
+    add_run_command(subparsers)
     _add_session(subparsers)
-    add_recall_commands(subparsers, _add_identity_args)
-    add_memory_commands(subparsers, _add_identity_args)
-    add_verify_commands(subparsers, _add_identity_args, _identity)
+    add_recall_commands(subparsers, add_identity_args)
+    add_memory_commands(subparsers, add_identity_args)
+    add_verify_commands(subparsers, add_identity_args, identity)
     add_eval_commands(subparsers)
     add_erase_commands(subparsers)
     timeout_s = process_hook_timeout() if commands else 0.0
@@ -575,6 +404,8 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         sys.stderr.write(f"agentium {args.command}: interrupted\n")
         return EXIT_INTERRUPTED
     except AgentiumError as exc:
+        # A command that read a config hides what ${VAR} references supplied from its error (run.py).
+        hide: Callable[[str], str] = getattr(args, "hide_env", None) or str
         # With --json a core command's failure is a JSON document on stdout too (docs/cli.md), unless
         # the command printed its own (run's interrupted RunResult); a plugin's --json is its own.
         if (
@@ -582,9 +413,9 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
             and args.command in CORE_COMMANDS
             and not getattr(args, "printed_json", False)
         ):
-            print_json(json_error(exc), sys.stdout)
+            print_json(json_error(exc, hide), sys.stdout)
         # shown_lines: the message may quote an adapter's error, and a server's text in it.
-        sys.stderr.write(f"agentium {args.command}: {shown_lines(error_text(exc, named=False))}\n")
+        sys.stderr.write(f"agentium {args.command}: {shown_lines(hide(error_text(exc, named=False)))}\n")
         if interrupted():  # it failed because Ctrl-C cancelled it: the error says what it left
             sys.stderr.write(f"agentium {args.command}: interrupted\n")
             return EXIT_INTERRUPTED

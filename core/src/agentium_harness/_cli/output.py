@@ -8,7 +8,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import Any, Final, TextIO
 
@@ -106,14 +106,15 @@ def print_json(data: Any, out: TextIO | None = None) -> None:
     stream.write(text + "\n")
 
 
-def json_error(exc: BaseException) -> dict[str, str]:
+def json_error(exc: BaseException, hide: Callable[[str], str] = str) -> dict[str, str]:
     """The JSON error form of ``--json``: ``error`` (the message stderr shows) and ``error_type``.
 
     A command that fails after its arguments were parsed prints this on stdout with ``--json``,
     so a script always has a JSON document to read; ``agentium run`` adds the fields to the
-    interrupted ``RunResult`` it prints. The message is as the error gives it (stderr escapes it).
+    interrupted ``RunResult`` it prints. The message is as the error gives it (stderr escapes it),
+    passed through ``hide`` (the values ``${VAR}`` references supplied, for a command that read a config).
     """
-    return {"error": error_text(exc, named=False), "error_type": type(exc).__name__}
+    return {"error": hide(error_text(exc, named=False)), "error_type": type(exc).__name__}
 
 
 # ------------------------------------------------------------------ stored text

@@ -23,10 +23,10 @@ from .._plugins.registry import PluginRegistry
 from .._plugins.spec import BUILDING, BuildContext
 from .._ports import PORT_KINDS
 from .._text import error_text
-from .load import ResolvedComponent, ResolvedConfig, load_config
+from .load import SECTION_KINDS, ResolvedComponent, ResolvedConfig, load_config
 from .source import hide_env_text
 
-__all__ = ["build_component", "build_runtime", "close_built", "load_runtime"]
+__all__ = ["build_component", "build_runtime", "close_built", "hide_config_env", "load_runtime"]
 
 
 def build_component(component: ResolvedComponent, resolved: ResolvedConfig) -> Any:
@@ -138,6 +138,18 @@ def _raw_options(resolved: ResolvedConfig, section: str) -> list[Any]:
     if written is None:
         return []
     return [written.options, config.plugins.get(written.plugin)]
+
+
+def hide_config_env(text: str, resolved: ResolvedConfig) -> str:
+    """``text`` with every value a ``${VAR}`` reference put in an adapter's options hidden.
+
+    For an adapter's own error text (a health check's, an operation's) that a command shows: it
+    may repeat any of the options the adapter was given (a SQLite path, a DSN), in any section
+    or ``[plugins.<name>]`` table, and a value from the environment may be a secret.
+    """
+    config = resolved.config
+    written = [config.component(section) for section in SECTION_KINDS]
+    return hide_env_text(text, [[c.options for c in written if c is not None], config.plugins])
 
 
 def close_built(adapters: list[Any], timeout_s: float) -> list[str]:
