@@ -9,18 +9,22 @@ released; the host's rollback, or closing the connection, then dropped it.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import psycopg
 import pytest
-from pg_server import new_schema_name
+from pg_server import APP_USER, new_schema_name
 
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing import plain_group, scoped_snapshot
 from agentium_postgres import SCHEMA_VERSION, PostgresArchive, PostgresConfig, PostgresSessionStore, migrate
-from agentium_postgres.errors import PostgresError, PostgresSessionStoreError
+from agentium_postgres.errors import PostgresError, PostgresSessionStoreError, PostgresUnavailableError
 
 pytestmark = pytest.mark.anyio
 
@@ -172,4 +176,111 @@ async def test_migrate_and_an_adapter_on_one_lent_connection_take_turns(
             assert stored is not None
     finally:
         await store.aclose()
+        await conn.close()
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+async def test_a_lent_connection_whose_commit_was_cut_off_serves_the_next_call(
+    pg_server: Any, app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str, autocommit: bool
+) -> None:
+    # A save's COMMIT outlived its deadline (the backend stalled in it): the call said "outcome
+    # unknown", as it must, but left the host's connection with the COMMIT's answer unread (or
+    # psycopg closed it), and every later call on it was refused, or failed, for good.
+    conn = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=autocommit)
+    store = PostgresSessionStore(app_config, connection=conn)
+    admin.execute(
+        f'CREATE FUNCTION "{schema}".slow() RETURNS trigger LANGUAGE plpgsql '
+        "AS $$ BEGIN PERFORM pg_sleep(1.0); RETURN NULL; END $$"
+    )
+    admin.execute(
+        f'CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON "{schema}".session_snapshots '
+        f'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{schema}".slow()'
+    )
+    halted: list[int] = []
+
+    async def stop_in_commit() -> None:
+        while not halted:
+            row = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE usename = %s AND query = 'COMMIT' "
+                "AND wait_event = 'PgSleep'",
+                (APP_USER,),
+            ).fetchone()
+            if row is not None:
+                os.kill(int(row[0]), signal.SIGSTOP)
+                halted.append(int(row[0]))
+            await anyio.sleep(0.01)
+
+    try:
+        with anyio.fail_after(30):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(stop_in_commit)
+                    with pytest.raises(PostgresUnavailableError, match="outcome is unknown"):
+                        await store.save(
+                            KEY, scoped_snapshot(KEY, " late"), base, OpContext.with_timeout(0.5)
+                        )
+                    tg.cancel_scope.cancel()
+                # While the server still owes the answer, a call waits for it until its own deadline,
+                # then is refused with nothing sent (it may not run inside that transaction).
+                with pytest.raises(PostgresSessionStoreError, match="still waiting for the answer"):
+                    await store.load(KEY, OpContext.with_timeout(0.2))
+            finally:
+                for pid in halted:
+                    os.kill(pid, signal.SIGCONT)
+            assert halted, "the COMMIT was never seen stalling"
+            # The next call on the same connection finishes what was left, then runs and answers.
+            stored = await store.load(KEY, _ctx())
+            assert stored is not None and stored.revision in (base, base + 1)
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            admin.execute(f'DROP TRIGGER slow ON "{schema}".session_snapshots')
+            revision = await store.save(KEY, scoped_snapshot(KEY, " next"), stored.revision, _ctx())
+            assert revision == stored.revision + 1
+            row = admin.execute(f'SELECT revision FROM "{schema}".session_snapshots').fetchone()
+            assert row == (revision,)
+    finally:
+        await store.aclose()
+        await conn.close()
+
+
+async def test_a_lent_connection_refuses_a_call_from_a_second_event_loop_and_nothing_is_written(
+    pg_server: Any, app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # Documented only: one lent connection used from a thread's own loop while its first loop still
+    # ran. The lock of the first loop did not order the second's calls, whose statements then
+    # interleaved with the first's on one socket.
+    conn = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    archive = PostgresArchive(app_config, connection=conn)
+    try:
+        with anyio.fail_after(30):
+            revision = await store.save(KEY, scoped_snapshot(KEY, " a"), None, _ctx())
+
+            def other_loop() -> list[str]:
+                async def calls() -> list[str]:
+                    refused = []
+                    for call in (
+                        lambda: store.save(KEY, scoped_snapshot(KEY, " b"), revision, _ctx()),
+                        lambda: archive.append(KEY, [plain_group(0, "b")], _ctx()),
+                        lambda: migrate(app_config, connection=conn),
+                    ):
+                        with pytest.raises(PostgresError, match="used by another event loop") as caught:
+                            await call()
+                        refused.append(type(caught.value).__name__)
+                    return refused
+
+                return asyncio.run(calls())
+
+            refused = await anyio.to_thread.run_sync(other_loop)
+            assert refused == ["PostgresSessionStoreError", "PostgresArchiveError", "PostgresError"]
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            row = admin.execute(f'SELECT revision FROM "{schema}".session_snapshots').fetchone()
+            assert row == (revision,)
+            groups = admin.execute(f'SELECT count(*) FROM "{schema}".archive_groups').fetchone()
+            assert groups == (0,)
+            # Its own loop goes on using it.
+            assert await store.save(KEY, scoped_snapshot(KEY, " c"), revision, _ctx()) == revision + 1
+    finally:
+        await store.aclose()
+        await archive.aclose()
         await conn.close()

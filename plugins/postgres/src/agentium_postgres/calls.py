@@ -1,15 +1,16 @@
 """What one call through :class:`~agentium_postgres.link.PgLink` carries besides its work.
 
 How far its transaction got (:class:`Outcome`), how long its COMMIT is waited
-for, the asyncio check every call makes first, and the wording of a call that
+for, how a failed transaction is rolled back and its connection discarded, the
+asyncio check every call makes first, and the wording of a call that
 ``aclose()`` stopped. Split from :mod:`.link` to keep each module readable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-import weakref
 from typing import Any, Final
 
 import anyio
@@ -26,11 +27,14 @@ __all__ = [
     "SETTLE_S",
     "Outcome",
     "StaleConnection",
+    "abandon_pipeline",
     "commit_wait",
-    "lent_lock",
+    "discard",
     "require_asyncio",
     "require_idle",
     "running_loop",
+    "settle_transaction",
+    "settle_manual",
     "statement_timeout_ms",
     "stopped_by_close",
 ]
@@ -53,20 +57,6 @@ def require_asyncio(operation: str) -> None:
             f"{operation} refused: agentium-postgres runs under asyncio only (psycopg's async API), "
             f"this call came from {library}; run the host under asyncio"
         )
-
-
-#: One lock per lent connection, whichever adapters it was lent to (the README lends one to all four).
-#: A lock per adapter let the archive's call and the session store's run at once on it: their
-#: transactions interleaved in one pipeline, and the connection broke ("the connection is closed").
-_LENT_LOCKS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], anyio.Lock] = weakref.WeakKeyDictionary()
-
-
-def lent_lock(conn: psycopg.AsyncConnection[Any]) -> anyio.Lock:
-    """The lock every call on the lent connection ``conn`` holds for its whole transaction."""
-    lock = _LENT_LOCKS.get(conn)
-    if lock is None:
-        lock = _LENT_LOCKS[conn] = anyio.Lock()
-    return lock
 
 
 #: A lent connection's states in which a call of its own cannot begin a transaction of its own.
@@ -149,3 +139,47 @@ class StaleConnection(Exception):
     def __init__(self, error: psycopg.OperationalError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+async def abandon_pipeline(pipeline: Any, exc: BaseException) -> None:
+    """Leave pipeline mode after a failure (shielded); its own errors add nothing to ``exc``."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
+        with contextlib.suppress(Exception):
+            await pipeline.__aexit__(type(exc), exc, exc.__traceback__)
+
+
+async def settle_manual(conn: psycopg.AsyncConnection[Any], exc: BaseException, pooled: bool) -> None:
+    """ROLLBACK after a failure (shielded); discard a pooled connection a statement was cut off on."""
+    interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
+    with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
+        try:
+            if not conn.broken:
+                await conn.execute("ROLLBACK")
+        except Exception:  # a broken connection cannot roll back; the server does
+            interrupted = True
+    if interrupted or conn.broken:
+        await discard(conn, pooled)
+
+
+async def settle_transaction(
+    conn: psycopg.AsyncConnection[Any], tx: Any, exc: BaseException, pooled: bool
+) -> None:
+    """Roll back after a failure (shielded); discard a pooled connection a statement was cut off on."""
+    interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
+    with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
+        try:
+            await tx.__aexit__(type(exc), exc, exc.__traceback__)
+        except Exception:  # a broken connection cannot roll back; the server does
+            interrupted = True
+    if interrupted:
+        await discard(conn, pooled)
+
+
+async def discard(conn: psycopg.AsyncConnection[Any], pooled: bool) -> None:
+    """Close a pooled connection so the pool replaces it (a lent single connection is never closed)."""
+    if not pooled:
+        return
+    with anyio.CancelScope(shield=True):
+        # Closing a broken connection may fail; it is gone either way.
+        with contextlib.suppress(Exception):
+            await conn.close()

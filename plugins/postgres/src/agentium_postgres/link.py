@@ -10,7 +10,8 @@ row-level security policies compare every row with).
 ``psycopg_pool.AsyncConnectionPool`` on its first call and closes it in
 ``aclose()``. A host may lend an ``AsyncConnectionPool`` (``pool=``) or a
 single ``AsyncConnection`` (``connection=``); those are never closed. A lent
-connection serves one call at a time, of any adapter (``lent_lock``), when idle.
+connection serves one call at a time, of any adapter, on one event loop, when
+idle; a COMMIT cut off on it is finished before its next call (:mod:`.lent`).
 
 **Deadlines and cancellation.** The server cancels a statement past
 ``statement_timeout``; the client also runs the call under an anyio cancel
@@ -60,17 +61,20 @@ from .calls import (
     SETTLE_S,
     Outcome,
     StaleConnection,
+    abandon_pipeline,
     commit_wait,
-    lent_lock,
+    discard,
     require_asyncio,
-    require_idle,
     running_loop,
+    settle_manual,
+    settle_transaction,
     statement_timeout_ms,
     stopped_by_close,
 )
 from .config import PostgresConfig
 from .errors import PostgresError, PostgresUnavailableError
 from .first_use import ServerFacts, check_schema
+from .lent import LentCommitUnconfirmed, commit_lent, lent_turn
 from .loop_pools import LoopPool, discard_pool
 from .schema import TENANT_SETTING
 from .translate import translate_error
@@ -257,8 +261,7 @@ class PgLink:
         outcome: Outcome,
     ) -> T:
         if self._lent_connection is not None:
-            async with lent_lock(self._lent_connection):
-                require_idle(self._lent_connection, self._name, operation, self._family)
+            async with lent_turn(self._lent_connection, self._name, operation, self._family, ctx.time_left()):
                 return await self._transaction(
                     self._lent_connection, ctx, operation, tenant_key, work, False, write, outcome
                 )
@@ -392,14 +395,28 @@ class PgLink:
                 await pipeline.__aexit__(None, None, None)
                 return result
         except BaseException as exc:
-            await self._abandon_pipeline(pipeline, exc)
-            await self._settle_manual(conn, exc, pooled)
+            await abandon_pipeline(pipeline, exc)
+            await settle_manual(conn, exc, pooled)
             raise
         # The work is done: commit it whole, even if the caller is cancelled meanwhile; but wait
         # for the server's answer no longer than the deadline allows (a stalled server must not
         # hold the call): past it the outcome is unknown, and said so.
         failure: BaseException | None = None
         outcome.commit_sent = True
+        if not pooled:  # the host's connection: a COMMIT cut off here left it closed (see .lent)
+
+            async def finish() -> None:
+                try:
+                    await conn.execute("COMMIT")
+                    await pipeline.__aexit__(None, None, None)
+                except BaseException as exc:
+                    await abandon_pipeline(pipeline, exc)
+                    await settle_manual(conn, exc, pooled)
+                    raise
+
+            await self._commit_lent(conn, finish, ctx, operation, write)
+            outcome.committed, outcome.result = True, result
+            return result
         with anyio.CancelScope(shield=True), anyio.move_on_after(commit_wait(ctx)) as settle:
             try:
                 await conn.execute("COMMIT")
@@ -407,14 +424,32 @@ class PgLink:
             except BaseException as exc:  # a statement the work queued failed, or the COMMIT did
                 failure = exc
         if settle.cancelled_caught:
-            await self._discard(conn, pooled)
+            await discard(conn, pooled)
             raise self._unknown_commit(operation, "the server did not confirm it in time")
         if failure is not None:
-            await self._abandon_pipeline(pipeline, failure)
-            await self._settle_manual(conn, failure, pooled)
+            await abandon_pipeline(pipeline, failure)
+            await settle_manual(conn, failure, pooled)
             raise failure
         outcome.committed, outcome.result = True, result
         return result
+
+    async def _commit_lent(
+        self, conn: Conn, finish: Callable[[], Awaitable[Any]], ctx: OpContext, operation: str, write: bool
+    ) -> None:
+        """Commit on the lent connection, waiting until the deadline (and slack) at most."""
+        try:
+            await commit_lent(conn, finish, commit_wait(ctx), operation)
+        except LentCommitUnconfirmed:
+            if not write:
+                raise OperationCancelledError(
+                    f"{self._name}: {operation} did not finish by its deadline; it only read",
+                    "deadline passed",
+                ) from None
+            raise self._unknown_commit(
+                operation,
+                "the server did not confirm it in time (the next call on this connection waits for "
+                "its answer first)",
+            ) from None
 
     def _unknown_commit(self, operation: str, why: str) -> PostgresUnavailableError:
         """The error of a write whose COMMIT was sent but not confirmed (logged: its outcome is unknown)."""
@@ -428,12 +463,6 @@ class PgLink:
             f"{self._name}: {operation}: COMMIT was sent but {why}; the outcome is unknown to this call "
             "(the server commits it whole or not at all) and nothing is acknowledged"
         )
-
-    async def _abandon_pipeline(self, pipeline: Any, exc: BaseException) -> None:
-        """Leave pipeline mode after a failure (shielded); its own errors add nothing to ``exc``."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
-            with contextlib.suppress(Exception):
-                await pipeline.__aexit__(type(exc), exc, exc.__traceback__)
 
     async def _check_if_idle(self, conn: Conn) -> None:
         """Check a pooled connection that sat idle (one round trip); a broken one is replaced.
@@ -449,7 +478,7 @@ class PgLink:
         try:
             await conn.execute("")
         except psycopg.OperationalError as exc:
-            await self._discard(conn, True)
+            await discard(conn, True)
             raise StaleConnection(exc) from exc
 
     async def _managed_transaction(
@@ -474,13 +503,17 @@ class PgLink:
             result = await work(conn)
             ctx.raise_if_expired(operation)
         except BaseException as exc:
-            await self._settle(conn, tx, exc, pooled)
+            await settle_transaction(conn, tx, exc, pooled)
             raise
         outcome.commit_sent = write
+        if not pooled:
+            await self._commit_lent(conn, lambda: tx.__aexit__(None, None, None), ctx, operation, write)
+            outcome.committed, outcome.result = write, result
+            return result
         with anyio.CancelScope(shield=True), anyio.move_on_after(commit_wait(ctx)) as settle:
             await tx.__aexit__(None, None, None)
         if settle.cancelled_caught:
-            await self._discard(conn, pooled)
+            await discard(conn, pooled)
             if not write:
                 raise OperationCancelledError(
                     f"{self._name}: {operation} did not finish by its deadline; it only read",
@@ -489,38 +522,6 @@ class PgLink:
             raise self._unknown_commit(operation, "the server did not confirm it in time")
         outcome.committed, outcome.result = write, result
         return result
-
-    async def _settle_manual(self, conn: Conn, exc: BaseException, pooled: bool) -> None:
-        """ROLLBACK after a failure (shielded); discard a pooled connection a statement was cut off on."""
-        interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
-            try:
-                if not conn.broken:
-                    await conn.execute("ROLLBACK")
-            except Exception:  # a broken connection cannot roll back; the server does
-                interrupted = True
-        if interrupted or conn.broken:
-            await self._discard(conn, pooled)
-
-    async def _settle(self, conn: Conn, tx: Any, exc: BaseException, pooled: bool) -> None:
-        """Roll back after a failure (shielded); discard a pooled connection a statement was cut off on."""
-        interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
-            try:
-                await tx.__aexit__(type(exc), exc, exc.__traceback__)
-            except Exception:  # a broken connection cannot roll back; the server does
-                interrupted = True
-        if interrupted:
-            await self._discard(conn, pooled)
-
-    async def _discard(self, conn: Conn, pooled: bool) -> None:
-        """Close a pooled connection so the pool replaces it (a lent single connection is never closed)."""
-        if not pooled:
-            return
-        with anyio.CancelScope(shield=True):
-            # Closing a broken connection may fail; it is gone either way.
-            with contextlib.suppress(Exception):
-                await conn.close()
 
     # -- first use ------------------------------------------------------------------------------
 

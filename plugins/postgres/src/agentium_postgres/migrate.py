@@ -104,7 +104,7 @@ async def migrate(
     # not load the client library.
     import psycopg
 
-    from .calls import lent_lock, require_idle
+    from .lent import lent_turn
     from .link import PgLink, require_asyncio
 
     operation = "migrate"
@@ -122,10 +122,9 @@ async def migrate(
                 # The lock the adapters lent this connection share: without it, an adapter's call
                 # that had passed its idle check and this migration ran inside each other's
                 # transactions, both failed, and the connection was left inside one.
-                async with lent_lock(connection):
-                    # Inside the host's transaction, the migration's was a savepoint: the report
-                    # said every step applied, and the host's rollback took the schema back.
-                    require_idle(connection, "postgres migrate", operation, PostgresError)
+                # Inside the host's transaction (refused), the migration's was a savepoint: the
+                # report said every step applied, and the host's rollback took the schema back.
+                async with lent_turn(connection, "postgres migrate", operation, PostgresError, timeout_s):
                     async with connection.transaction():
                         return await apply_migrations(connection, config.schema, grant_to, to_version)
             conn = await psycopg.AsyncConnection.connect(
