@@ -297,3 +297,54 @@ async def test_two_lent_pools_share_no_transaction_whatever_their_configs_say(
             await adapter.aclose()
         await ours.close()
         await theirs.close()
+
+
+async def test_an_address_given_as_host_or_as_hostaddr_is_one_database_for_the_joint_commit(
+    app_config: PostgresConfig, pg_server: Any, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # host=127.0.0.1 and hostaddr=127.0.0.1 reach one server (libpq looks no numeric host up), but
+    # were two identities: the archive and the store committed separately, in two transactions.
+    spelled = app_config.dsn.replace("host=127.0.0.1", "hostaddr=127.0.0.1")
+    assert spelled != app_config.dsn
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=spelled))
+    archive = PostgresArchive(app_config)
+    try:
+        assert store.shares_transactions_with(archive)
+        groups = [rich_group(0, KEY, "evicted zero")]
+        revision, _ = await store.commit_with_archive(
+            archive, KEY, groups, scoped_snapshot(KEY, " next"), None, _ctx()
+        )
+        assert [g.seq for g in await archive.read_groups(KEY, 0, 10, _ctx())] == [0]
+        stored = await store.load(KEY, _ctx())
+        assert stored is not None and stored.revision == revision
+        assert archived_seqs(admin, schema, KEY) == [0]
+    finally:
+        await store.aclose()
+        await archive.aclose()
+
+
+def test_only_an_address_no_other_option_can_supply_is_one_spelling(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGHOSTADDR", raising=False)
+    monkeypatch.delenv("PGSERVICE", raising=False)
+
+    def same(a: str, b: str) -> bool:
+        return (
+            PostgresConfig(dsn=f"{a} dbname=app").identity()
+            == PostgresConfig(dsn=f"{b} dbname=app").identity()
+        )
+
+    assert same("host=10.0.0.1", "hostaddr=10.0.0.1")
+    assert same("host=::1", "hostaddr=0:0:0:0:0:0:0:1")
+    assert same("host=10.0.0.1,10.0.0.2", "hostaddr=10.0.0.1,10.0.0.2")
+    assert not same("host=10.0.0.1", "hostaddr=10.0.0.2")
+    assert not same("host=localhost", "hostaddr=127.0.0.1")  # a name is looked up: maybe elsewhere
+    assert not same("host=127.1", "hostaddr=127.0.0.1")  # read strictly, or not at all
+    assert not same("host=10.0.0.1,db", "hostaddr=10.0.0.1,10.0.0.2")
+    assert not same("host=db hostaddr=10.0.0.1", "hostaddr=10.0.0.1")  # both given: as written
+    assert not same("service=s host=10.0.0.1", "service=s hostaddr=10.0.0.1")  # the file may add one
+    # libpq takes hostaddr from the environment for host= alone: the spellings may then differ.
+    monkeypatch.setenv("PGHOSTADDR", "10.0.0.9")
+    assert not same("host=10.0.0.1", "hostaddr=10.0.0.1")
+    monkeypatch.delenv("PGHOSTADDR")
+    monkeypatch.setenv("PGSERVICE", "s")
+    assert not same("host=10.0.0.1", "hostaddr=10.0.0.1")

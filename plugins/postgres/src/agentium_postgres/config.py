@@ -9,6 +9,8 @@ by the core's strict loader: unknown keys and wrong types are errors at
 from __future__ import annotations
 
 import functools
+import ipaddress
+import os
 import re
 from typing import Any, Final
 
@@ -61,6 +63,30 @@ def _secret_options() -> frozenset[str]:
     except psycopg.Error:  # libpq could not list its options (out of memory): the known ones
         hidden = set()
     return frozenset(hidden | {"oauth_client_secret", "scram_client_key", "scram_server_key"})
+
+
+def _one_address_spelling(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with ``host=<IP addresses>`` or ``hostaddr=`` (either alone) as canonical ``hostaddr=``.
+
+    libpq connects to a ``host`` that is a numeric IP address without a name lookup, exactly as to
+    that ``hostaddr``; so ``host=127.0.0.1`` and ``hostaddr=127.0.0.1`` (or ``::1`` and
+    ``0:0:0:0:0:0:0:1``) reach one server. Only when nothing else can supply the address the
+    other spelling leaves out: no ``service`` (a service file may name a ``hostaddr``), no
+    ``PGSERVICE`` or ``PGHOSTADDR`` in the environment (libpq would take the address from there
+    for ``host=`` alone), not both options given, every comma-separated entry an address Python's
+    strict parser reads (``127.1`` is not taken). Anything else is kept as written.
+    """
+    host, hostaddr = info.get("host"), info.get("hostaddr")
+    if (host is None) == (hostaddr is None) or info.get("service") is not None:
+        return info
+    if os.environ.get("PGSERVICE") or os.environ.get("PGHOSTADDR"):
+        return info
+    try:
+        given = str(hostaddr if hostaddr is not None else host)
+        canonical = ",".join(str(ipaddress.ip_address(a)) for a in given.split(","))
+    except ValueError:  # a host name, a socket folder, an empty entry: as written
+        return info
+    return {**{k: v for k, v in info.items() if k not in ("host", "hostaddr")}, "hostaddr": canonical}
 
 
 def _conninfo(dsn: str) -> dict[str, Any]:
@@ -240,9 +266,10 @@ class PostgresConfig:
         database: the session store then wrote the archive's groups, in its joint commit, into its
         own database, where the archive never read them. Two strings naming one database in
         different words are two identities: the adapters then commit separately, which is slower,
-        never wrong.
+        never wrong. One other spelling is recognised: an IP address given as ``host=`` or as
+        ``hostaddr=`` (see :func:`_one_address_spelling`).
         """
-        info = _conninfo(self.dsn)
+        info = _one_address_spelling(_conninfo(self.dsn))
         hidden = _NOT_WHERE | _secret_options()
         where = sorted(f"{k}={v}" for k, v in info.items() if k not in hidden and v is not None)
         return (*where, f"schema={self.schema}")
