@@ -88,8 +88,9 @@ async def migrate(
     the schema, the table privileges listed in the README). A lent
     ``connection`` is used and left open (it must be idle: one inside a
     transaction is refused, :class:`~agentium_postgres.errors.PostgresError`,
-    nothing sent; a call of an adapter lent it finishes first, and waits for
-    the migration); otherwise one is opened with ``config`` and closed.
+    nothing sent, and so is one whose adapters' calls run on another event
+    loop still open; a call of an adapter lent it finishes first, and waits
+    for the migration); otherwise one is opened with ``config`` and closed.
     Running it again at the current version changes nothing (grants are
     re-applied). ``to_version`` stops at an older version
     (staged upgrades, and tests of an upgrade); a migration never goes back.
