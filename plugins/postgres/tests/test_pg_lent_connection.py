@@ -181,7 +181,12 @@ async def test_migrate_and_an_adapter_on_one_lent_connection_take_turns(
 
 @pytest.mark.parametrize("autocommit", [True, False])
 async def test_a_lent_connection_whose_commit_was_cut_off_serves_the_next_call(
-    pg_server: Any, app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str, autocommit: bool
+    pg_server: Any,
+    app_config: PostgresConfig,
+    admin: psycopg.Connection[Any],
+    schema: str,
+    autocommit: bool,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # A save's COMMIT outlived its deadline (the backend stalled in it): the call said "outcome
     # unknown", as it must, but left the host's connection with the COMMIT's answer unread (or
@@ -218,7 +223,7 @@ async def test_a_lent_connection_whose_commit_was_cut_off_serves_the_next_call(
                     tg.start_soon(stop_in_commit)
                     with pytest.raises(PostgresUnavailableError, match="outcome is unknown"):
                         await store.save(
-                            KEY, scoped_snapshot(KEY, " late"), base, OpContext.with_timeout(0.5)
+                            KEY, scoped_snapshot(KEY, " late"), base, OpContext.with_timeout(0.6)
                         )
                     tg.cancel_scope.cancel()
                 # While the server still owes the answer, a call waits for it until its own deadline,
@@ -233,6 +238,12 @@ async def test_a_lent_connection_whose_commit_was_cut_off_serves_the_next_call(
             stored = await store.load(KEY, _ctx())
             assert stored is not None and stored.revision in (base, base + 1)
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            # What the server decided is logged once known (a WARNING naming the operation only).
+            late = [
+                r.getMessage() for r in caplog.records if "reported as of unknown outcome" in r.getMessage()
+            ]
+            decided = "it committed" if stored.revision == base + 1 else "it failed and was rolled back"
+            assert len(late) == 1 and late[0].startswith("session save: ") and decided in late[0], late
             admin.execute(f'DROP TRIGGER slow ON "{schema}".session_snapshots')
             revision = await store.save(KEY, scoped_snapshot(KEY, " next"), stored.revision, _ctx())
             assert revision == stored.revision + 1
