@@ -20,6 +20,7 @@ from .errors import (
     S3ObjectTooLargeError,
     S3RevisionFloorCorruptError,
     S3SaveOutcomeUnknownError,
+    S3ScopeMismatchError,
     S3SessionStoreError,
     S3UnavailableError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "S3ObjectTooLargeError",
     "S3RevisionFloorCorruptError",
     "S3SaveOutcomeUnknownError",
+    "S3ScopeMismatchError",
     "S3SessionStore",
     "S3SessionStoreError",
     "S3UnavailableError",

@@ -10,7 +10,7 @@ name the bucket and the key's operation, never a credential.
 
 from __future__ import annotations
 
-from agentium_harness import AgentiumError
+from agentium_harness import AgentiumError, ScopeMismatchError
 from agentium_harness.plugin_api import (
     ArchiveConflictError,
     ArchiveCorruptError,
@@ -29,6 +29,7 @@ __all__ = [
     "S3ObjectTooLargeError",
     "S3RevisionFloorCorruptError",
     "S3SaveOutcomeUnknownError",
+    "S3ScopeMismatchError",
     "S3SessionStoreError",
     "S3UnavailableError",
 ]
@@ -85,6 +86,17 @@ class S3SaveOutcomeUnknownError(S3SessionStoreError):
     say whether the save landed. Deliberately not an
     :class:`S3UnavailableError`: retrying the same turn blindly could commit
     it twice.
+    """
+
+
+class S3ScopeMismatchError(S3SessionStoreError, ScopeMismatchError):
+    """A save's snapshot belongs to another session than its key: refused before any request.
+
+    Its memory scope, or a resident group's retained scope, names another
+    tenant, user or session than the key it would be saved under. Such an
+    object would be stored, and only refused by the engine's load afterwards;
+    it is refused here instead, and nothing is written. Both a
+    ``SessionStoreError`` and the core's ``ScopeMismatchError``.
     """
 
 

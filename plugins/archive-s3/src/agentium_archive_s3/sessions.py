@@ -49,6 +49,10 @@ The write and its read-backs are :mod:`.sessions_write`.
   Anything else, or a read-back that fails too:
   :class:`~agentium_archive_s3.errors.S3SaveOutcomeUnknownError`.
 
+A save whose snapshot is another session's (its memory scope, or a resident
+group's retained scope, names other ids than the key) raises
+:class:`~agentium_archive_s3.errors.S3ScopeMismatchError` before any request.
+
 Loads are bounded by ``max_object_bytes``, decode strictly and verify the
 snapshot's digest and the header's checksum; a damaged object raises
 ``SnapshotCorruptError`` and is left as it is. A load first waits (within
@@ -90,6 +94,7 @@ from .erasure import WriteFence, after_saves, drain_fenced_writes, request_bound
 from .errors import (
     S3CreateUnsettledError,
     S3ObjectTooLargeError,
+    S3ScopeMismatchError,
     S3SessionStoreError,
 )
 from .keys import key_too_long, parse_session_key, session_object_key, sessions_prefix
@@ -102,6 +107,7 @@ from .sessions_write import SnapshotWrites
 from .snapshot_format import (
     MAX_REVISION,
     TOMBSTONE,
+    foreign_scope,
     parse_snapshot,
     read_limit,
     snapshot_body,
@@ -170,6 +176,12 @@ class S3SessionStore(SnapshotWrites, SessionStore):
         """Compare-and-set: write only over ``expected_revision`` (``None``: only if absent); new revision."""
         checked_ctx(ctx, "session save").raise_if_expired("session save")
         verify_snapshot(key, snapshot)
+        # Stored, another session's snapshot would only be refused by the engine's next load of the key.
+        if (foreign := foreign_scope(key, snapshot)) is not None:
+            raise S3ScopeMismatchError(
+                f"s3 session store: the snapshot saved as session {key.key()} is not that session's "
+                f"({foreign}); nothing was written"
+            )
         # Before any request: a str failed in the worker thread as a bare TypeError, and True
         # saved over revision 1 as if it were 1.
         if expected_revision is not None:

@@ -1,0 +1,79 @@
+"""The session store's own bounds: a save of another session's snapshot, a folder of stray objects, close.
+
+- A save whose snapshot's memory scope (or a resident group's retained scope)
+  names another session than its key is refused with
+  :class:`~agentium_archive_s3.S3ScopeMismatchError` before any request:
+  nothing is written (the engine's load would refuse it later, after it was stored).
+
+Behaviour here is the adapter's own, the same on every server: moto only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+from s3_helpers import live_keys, make_config, raw_client
+from s3_servers import S3Server
+
+from agentium_archive_s3 import S3Config, S3ScopeMismatchError, S3SessionStore
+from agentium_harness import ScopeMismatchError
+from agentium_harness.plugin_api import OpContext, SessionKey, SessionStoreError, seal_snapshot
+from agentium_harness.testing import scoped_snapshot
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("acme", "ana", "bounds")
+OTHER = SessionKey("acme", "bob", "bounds")
+
+
+@pytest.fixture
+def config(moto_server: S3Server) -> S3Config:
+    """A config on the shared moto server under a prefix of its own."""
+    return make_config(moto_server)
+
+
+@pytest.fixture
+def admin(moto_server: S3Server) -> Iterator[Any]:
+    """A plain boto3 client on the shared moto server."""
+    client = raw_client(moto_server)
+    yield client
+    client.close()
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(20)
+
+
+# -- a snapshot of another session ------------------------------------------------------------------
+
+
+async def test_a_save_of_another_sessions_snapshot_is_refused_and_writes_nothing(
+    config: S3Config, admin: Any
+) -> None:
+    store = S3SessionStore(config)
+    # Another user's, another session's (same user), and one whose resident group was retained
+    # under another session's scope (its memory scope is the key's own).
+    sibling = SessionKey(KEY.tenant, KEY.user, "other-session")
+    own = scoped_snapshot(KEY, " mine", groups=1)
+    foreign_group = scoped_snapshot(sibling, " theirs", groups=1).resident[0]
+    mixed = seal_snapshot(attrs.evolve(own, resident=(foreign_group,), digest=None))
+    try:
+        with anyio.fail_after(30):
+            for snapshot in (scoped_snapshot(OTHER, " theirs"), scoped_snapshot(sibling), mixed):
+                for expected in (None, 1):
+                    with pytest.raises(S3ScopeMismatchError, match="nothing was written") as caught:
+                        await store.save(KEY, snapshot, expected, _ctx())
+                    # In the store's family and the core's: a host catching either catches it.
+                    assert isinstance(caught.value, SessionStoreError)
+                    assert isinstance(caught.value, ScopeMismatchError)
+            assert live_keys(admin, config.prefix) == []
+            # The key's own snapshot is saved as ever, and loads.
+            assert await store.save(KEY, own, None, _ctx()) == 1
+            loaded = await store.load(KEY, _ctx())
+    finally:
+        await store.aclose()
+    assert loaded is not None and loaded.snapshot == own
