@@ -1,9 +1,12 @@
-"""The session store's own bounds: a save of another session's snapshot, a folder of stray objects, close.
+"""The session store's own bounds: a save of another session's snapshot, a folder of stray objects.
 
 - A save whose snapshot's memory scope (or a resident group's retained scope)
   names another session than its key is refused with
   :class:`~agentium_archive_s3.S3ScopeMismatchError` before any request:
   nothing is written (the engine's load would refuse it later, after it was stored).
+- ``list_sessions`` examines at most ``max_listed_sessions`` objects of the
+  user's folder, whatever they are: a folder filled with objects not named like
+  snapshots is refused with a typed error, not paged through without end.
 
 Behaviour here is the adapter's own, the same on every server: moto only.
 """
@@ -16,10 +19,10 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from s3_helpers import live_keys, make_config, raw_client
+from s3_helpers import BUCKET, live_keys, make_config, raw_client
 from s3_servers import S3Server
 
-from agentium_archive_s3 import S3Config, S3ScopeMismatchError, S3SessionStore
+from agentium_archive_s3 import S3Config, S3ScopeMismatchError, S3SessionStore, S3SessionStoreError
 from agentium_harness import ScopeMismatchError
 from agentium_harness.plugin_api import OpContext, SessionKey, SessionStoreError, seal_snapshot
 from agentium_harness.testing import scoped_snapshot
@@ -77,3 +80,31 @@ async def test_a_save_of_another_sessions_snapshot_is_refused_and_writes_nothing
     finally:
         await store.aclose()
     assert loaded is not None and loaded.snapshot == own
+
+
+# -- stray objects in a user's folder ---------------------------------------------------------------
+
+
+async def test_a_listing_examines_at_most_max_listed_sessions_objects_of_any_name(
+    config: S3Config, admin: Any
+) -> None:
+    bounded = attrs.evolve(config, max_listed_sessions=3)
+    store = S3SessionStore(bounded)
+    folder = f"{config.prefix}/sessions/v1/acme/ana/"
+    try:
+        with anyio.fail_after(30):
+            await store.save(KEY, scoped_snapshot(KEY), None, _ctx())
+            # Within the bound, strays are skipped as ever.
+            admin.put_object(Bucket=BUCKET, Key=f"{folder}notes.txt", Body=b"x")
+            admin.put_object(Bucket=BUCKET, Key=f"{folder}a/deep/tree.bin", Body=b"x")
+            assert await store.list_sessions("acme", "ana", 10, _ctx()) == [KEY.session]
+            # Past it: a folder holding more objects than the bound is refused, not paged through.
+            for n in range(3):
+                admin.put_object(Bucket=BUCKET, Key=f"{folder}junk-{n}.txt", Body=b"x")
+            before = sorted(live_keys(admin, config.prefix))
+            with pytest.raises(S3SessionStoreError, match="max_listed_sessions=3") as caught:
+                await store.list_sessions("acme", "ana", 10, _ctx())
+            assert caught.value.code == "TooMany"
+            assert sorted(live_keys(admin, config.prefix)) == before  # nothing changed
+    finally:
+        await store.aclose()

@@ -173,9 +173,12 @@ class S3Config:
       mode: 5xx, throttling, dropped connections), including the first.
     - ``conflict_retries``: extra attempts after a 409 (a conflicting
       concurrent request on the same key), with backoff.
-    - ``max_listed_sessions``: the most session objects one ``list_sessions``
-      reads before it refuses (ids are sorted by code point, which S3's key
-      order is not, so the whole listing is read).
+    - ``max_listed_sessions``: the most entries of a user's folder one
+      ``list_sessions`` examines before it refuses (ids are sorted by code
+      point, which S3's key order is not, so the whole folder is read):
+      snapshots, tombstones and objects put there outside the store alike,
+      a subfolder counting as one, so stray objects cannot make a listing
+      unbounded.
     - ``etag_is_md5``: the server returns a single-part object's MD5 as its
       ETag (true for AWS without SSE-KMS, Ceph RGW, MinIO, moto); then every
       upload's ETag is checked against the bytes sent. Set false for SSE-KMS

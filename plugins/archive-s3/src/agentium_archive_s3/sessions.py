@@ -289,7 +289,9 @@ class S3SessionStore(SnapshotWrites, SessionStore):
     ) -> list[str]:
         """Up to ``limit`` session ids of one user after ``after`` (when given), sorted by code point.
 
-        It reads the user's whole folder.
+        It reads the user's whole folder: at most ``max_listed_sessions``
+        entries of it, snapshots or not (a subfolder is one entry), or it
+        raises ``S3SessionStoreError`` (code ``TooMany``) and changes nothing.
         """
         checked_ctx(ctx, "session listing").raise_if_expired("session listing")
         # Ids no key could hold are refused (InvalidIdError) before any request, not listed as empty.
@@ -302,11 +304,25 @@ class S3SessionStore(SnapshotWrites, SessionStore):
 
         def work(s3: S3Client) -> list[str]:
             found: list[str] = []
-            args: dict[str, Any] = {"Bucket": self._config.bucket, "Prefix": folder, "MaxKeys": 1000}
+            # Every entry counts, not only snapshots: objects put in the folder out of band (not named
+            # like a snapshot) were paged through without end. A subfolder is one entry (Delimiter).
+            examined = 0
+            args: dict[str, Any] = {"Bucket": self._config.bucket, "Prefix": folder, "Delimiter": "/"}
             while True:
                 ctx.raise_if_expired("session listing")
-                page = s3.list_objects_v2(**args)
-                for item in page.get("Contents", []):
+                # One past the bound at most: enough to tell the folder is over it.
+                page = s3.list_objects_v2(**args, MaxKeys=min(1000, most + 1 - examined))
+                items = page.get("Contents", [])
+                examined += len(items) + len(page.get("CommonPrefixes", []))
+                if examined > most:
+                    raise S3SessionStoreError(
+                        f"s3 session store: the folder of user {user!r} of tenant {tenant!r} holds more "
+                        f"than max_listed_sessions={most} entries (snapshots, or objects put there outside "
+                        "the store); nothing was listed or changed: raise the option, or remove what is "
+                        "not a snapshot",
+                        code="TooMany",
+                    )
+                for item in items:
                     session = parse_session_key(folder, item["Key"])
                     # An erasure's tombstone is skipped. Told by its size first; that size is read (rare:
                     # only a tombstone, or a damaged object, has it), so damage is listed, as load shows it.
@@ -314,12 +330,6 @@ class S3SessionStore(SnapshotWrites, SessionStore):
                         item.get("Size") == len(TOMBSTONE) and self._tombstone_at(s3, item["Key"])
                     ):
                         found.append(session)
-                if len(found) > most:
-                    raise S3SessionStoreError(
-                        f"s3 session store: user {user!r} of tenant {tenant!r} has more than "
-                        f"max_listed_sessions={most} sessions; raise the option to list them",
-                        code="TooMany",
-                    )
                 token = page.get("NextContinuationToken")
                 if not page.get("IsTruncated") or not token:
                     return found
