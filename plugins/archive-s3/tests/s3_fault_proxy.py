@@ -9,7 +9,8 @@ substring of the path):
   without sending a byte of it (a lost acknowledgment).
 - ``delay``: the response is held for ``seconds`` before it is sent.
 - ``hold``: the request is held for ``seconds`` before it is forwarded (it
-  lands late, after the client may have given up).
+  lands late, after the client may have given up); with ``release`` set, only
+  until that event is set (``seconds`` at most), so a test forwards it when it wants.
 - ``corrupt_request``: one byte of the request body is flipped on the way to
   the server (its checksum headers are left as they were).
 - ``corrupt_response``: one byte of the response body is flipped on the way back.
@@ -51,6 +52,10 @@ class Fault:
     in_hold: int = 0
     #: Applies only once this other fault has applied (a read held only after a write was held).
     after: Fault | None = None
+    #: Ends a ``hold`` early when set (the test's own moment, not a guess at how long anything takes).
+    release: threading.Event | None = None
+    #: Set as a held request starts waiting (``hold`` only): the request is at the proxy, not yet forwarded.
+    arrived: threading.Event = field(default_factory=threading.Event)
 
     def matches(self, method: str, path: str) -> bool:
         """True if this fault applies to a request (and has uses left)."""
@@ -247,9 +252,13 @@ class FaultProxy:
                 if held is not None:
                     with self._lock:
                         held.in_hold += 1
+                    held.arrived.set()
                 try:
                     if held is not None:
-                        time.sleep(held.seconds)
+                        if held.release is not None:
+                            held.release.wait(held.seconds)
+                        else:
+                            time.sleep(held.seconds)
                         held.forwarded_at = time.monotonic()
                     if upstream is None:
                         upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30)

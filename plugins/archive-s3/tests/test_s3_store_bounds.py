@@ -1,4 +1,4 @@
-"""The session store's own bounds: a save of another session's snapshot, a folder of stray objects.
+"""The session store's own bounds: a save of another session's snapshot, a folder of stray objects, close.
 
 - A save whose snapshot's memory scope (or a resident group's retained scope)
   names another session than its key is refused with
@@ -7,18 +7,23 @@
 - ``list_sessions`` examines at most ``max_listed_sessions`` objects of the
   user's folder, whatever they are: a folder filled with objects not named like
   snapshots is refused with a typed error, not paged through without end.
+- ``aclose`` waits at most ``close_timeout_s`` for requests still running,
+  whatever ``read_timeout_s`` is; a write in flight meanwhile still completes,
+  and its caller hears truthfully that it landed.
 
 Behaviour here is the adapter's own, the same on every server: moto only.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import attrs
 import pytest
+from s3_fault_proxy import Fault, FaultProxy
 from s3_helpers import BUCKET, live_keys, make_config, raw_client
 from s3_servers import S3Server
 
@@ -108,3 +113,48 @@ async def test_a_listing_examines_at_most_max_listed_sessions_objects_of_any_nam
             assert sorted(live_keys(admin, config.prefix)) == before  # nothing changed
     finally:
         await store.aclose()
+
+
+# -- close ------------------------------------------------------------------------------------------
+
+
+async def test_aclose_returns_within_close_timeout_and_a_write_in_flight_still_lands_truthfully(
+    moto_server: S3Server, config: S3Config
+) -> None:
+    # read_timeout_s (10 s here, 30 s by default, up to an hour) no longer bounds close: close_timeout_s does.
+    proxy = FaultProxy(moto_server.port)
+    release = threading.Event()
+    held = proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=8.0, release=release))
+    store = S3SessionStore(attrs.evolve(config, endpoint_url=proxy.endpoint, close_timeout_s=0.1))
+    revisions: list[int] = []
+
+    async def save() -> None:
+        revisions.append(await store.save(KEY, scoped_snapshot(KEY, " late"), None, _ctx()))
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(save)
+                # The save's write has reached the proxy, and waits there.
+                assert await anyio.to_thread.run_sync(held.arrived.wait, 20)
+                await store.aclose()
+                # Returned while the write was still held, before the server had even seen it: the
+                # old close waited for it (up to read_timeout_s), whatever the caller's own bound.
+                assert held.forwarded_at is None
+                assert store.link.closed
+                release.set()
+            # The write on the wire was not cut by the close: it landed, and its caller was told so.
+            assert revisions == [1]
+            # ... and, the last request the close left running, it closed the client as it finished.
+            assert store.link._client is None
+            with pytest.raises(S3SessionStoreError, match="closed"):
+                await store.load(KEY, _ctx())
+            fresh = S3SessionStore(config)
+            try:
+                loaded = await fresh.load(KEY, _ctx())
+            finally:
+                await fresh.aclose()
+    finally:
+        release.set()
+        proxy.close()
+    assert loaded is not None and loaded.revision == 1 and loaded.snapshot == scoped_snapshot(KEY, " late")

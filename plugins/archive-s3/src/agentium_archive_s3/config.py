@@ -169,6 +169,10 @@ class S3Config:
     - ``max_concurrency``: S3 requests one adapter runs at once, in worker
       threads (uploads of an eviction, downloads of a read).
     - ``connect_timeout_s`` / ``read_timeout_s``: bounds on one HTTP request.
+    - ``close_timeout_s``: how long ``aclose`` waits for requests still
+      running (default 5 s) before it returns; one still running then keeps
+      the client, and the last to finish closes it, so a write on the wire
+      completes and its caller hears whether it landed.
     - ``max_attempts``: botocore's attempts per request (``standard`` retry
       mode: 5xx, throttling, dropped connections), including the first.
     - ``conflict_retries``: extra attempts after a 409 (a conflicting
@@ -202,6 +206,7 @@ class S3Config:
     conflict_retries: int = attrs.field(default=4, validator=_bounded_int(0, 20))
     max_listed_sessions: int = attrs.field(default=10_000, validator=_bounded_int(1, 1_000_000))
     etag_is_md5: bool = attrs.field(default=True, validator=_flag)
+    close_timeout_s: float = attrs.field(default=5.0, validator=_seconds)
 
     def __attrs_post_init__(self) -> None:
         """Credentials come as a pair, or not at all."""

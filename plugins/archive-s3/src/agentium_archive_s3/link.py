@@ -15,7 +15,9 @@ to ``max_concurrency`` requests run at once and keeps the rest of that base's ca
   the client (from :class:`~agentium_archive_s3.config.S3Config`: endpoint,
   region, credentials from the config or boto3's standard chain).
 - **Owned or lent.** A client the link created is closed by :meth:`S3Link.aclose`;
-  a client the host lent is never closed (its event handler is removed).
+  a client the host lent is never closed (its event handlers are removed).
+  ``aclose`` waits at most ``close_timeout_s`` for requests still running;
+  past it they keep the client, and the last of them closes it as it ends.
 - **Cancellation.** The context is checked before a call, again in its worker
   thread, and before every HTTP attempt (a ``before-send`` event handler), so a
   cancelled or expired operation sends no further request — botocore's own
@@ -345,6 +347,9 @@ class S3Link:
             with self._lock:
                 self._busy -= 1
                 self._idle.notify_all()
+                if self._closed and self._busy == 0:
+                    # The last request running past aclose's wait lets go of the client it kept.
+                    self._release()
 
     def translate(self, operation: str, exc: BaseException) -> S3Error:
         """The plugin error for a botocore exception; the message never holds a credential.
@@ -395,10 +400,14 @@ class S3Link:
     # -- closing --------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close an owned client once no request uses it; a lent client only loses the event handler.
+        """Close an owned client once no request uses it; a lent client only loses the event handlers.
 
-        Idempotent and shielded from the caller's cancellation. Requests still
-        running in abandoned threads are waited for up to ``read_timeout_s``.
+        Idempotent and shielded from the caller's cancellation, for at most
+        ``close_timeout_s`` (whatever ``read_timeout_s`` is): requests still
+        running then (in threads their callers abandoned, or whose callers
+        still wait) keep the client, events and all, and the last of them
+        closes it as it finishes. Nothing is cut: a write on the wire
+        completes, and its caller hears whether it landed.
         """
         if self._closed:
             return
@@ -408,17 +417,22 @@ class S3Link:
 
     def _close_in_thread(self) -> None:
         with self._lock:
-            self._idle.wait_for(lambda: self._busy == 0, timeout=self.config.read_timeout_s)
-            client, hooked = self._client, self._hooked
-            self._hooked = False
-            if client is None:
-                return
-            if hooked:
-                client.meta.events.unregister("before-send.s3", unique_id=self._hook_id)
-                client.meta.events.unregister("needs-retry.s3", unique_id=f"{self._hook_id}-attempt")
-            if self._owned:
-                self._client = None
-                client.close()
+            # Bounded on its own: read_timeout_s (up to an hour, times max_attempts) held every close.
+            if self._idle.wait_for(lambda: self._busy == 0, timeout=self.config.close_timeout_s):
+                self._release()
+
+    def _release(self) -> None:
+        """Unhook and (when owned) close the client; the caller holds ``_lock``. Idempotent."""
+        client, hooked = self._client, self._hooked
+        self._hooked = False
+        if client is None:
+            return
+        if hooked:
+            client.meta.events.unregister("before-send.s3", unique_id=self._hook_id)
+            client.meta.events.unregister("needs-retry.s3", unique_id=f"{self._hook_id}-attempt")
+        if self._owned:
+            self._client = None
+            client.close()
 
 
 def unquote_etag(etag: str) -> str:
