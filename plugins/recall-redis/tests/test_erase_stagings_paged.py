@@ -203,3 +203,40 @@ async def test_stagings_added_and_removed_between_pages_never_hide_one_present_t
         assert left == (set(bob_stagings) | added) - removed
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["exactly the cap", "one past the cap"])
+async def test_a_walk_of_exactly_its_page_cap_completes_and_one_more_staging_fails_typed(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, extra: int
+) -> None:
+    # The cap (20,000 pages of 512) made 2 pages of 2 here. Before: a walk of exactly the cap's full pages
+    # failed, its last page full and so followed by one more read, which the cap had no room for. Now a
+    # page says whether a member follows it: exactly the cap completes, one staging more fails typed,
+    # nothing of the row erased.
+    from agentium_recall_redis import RedisRecallError, erase_stagings
+
+    monkeypatch.setattr(erase_stagings, "PEND_PAGE", 2)
+    monkeypatch.setattr(erase_stagings, "_MAX_PEND_PAGES", 2)
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        with anyio.fail_after(30):
+            await store.index_document(SourceOwner("acme", "ana"), "mine", "qstagedana text", _ctx())
+            await store.index_document(SourceOwner("acme", "bob"), "kept", "qstagedbob text", _ctx())
+            bob = (await admin.hget(f"{tp}:bk", "bob/~/~/~") or b"").decode()
+            # Bob's stagings (not the target's): every walk reads them all, none given up.
+            bob_stagings = {f"{bob} {3 * 10**6 + i}": LEASE - i for i in range(4 + extra)}
+            assert await admin.zadd(f"{tp}:pend", bob_stagings) == 4 + extra
+            if extra:
+                with pytest.raises(RedisRecallError, match="did not end within 2 pages"):
+                    await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+                assert b"qstagedana" in repr(await key_space(admin, tp)).encode()  # nothing erased
+            else:
+                report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+                assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+                assert b"qstagedana" not in repr(await key_space(admin, tp)).encode()
+        left = {m.decode() for m in await admin.zrange(f"{tp}:pend", 0, -1)}
+        assert left == set(bob_stagings)
+    finally:
+        await store.aclose()

@@ -28,8 +28,10 @@ once by ``BEGIN`` and never moved, so a staging present for the whole walk sorts
 whatever is added or removed meanwhile (its own walk's give-ups, other owners' ``BEGIN``, ``COMMIT``,
 ``ABORT`` and reaped leases) and is read (``tests/test_erase_stagings_paged.py``). A staging added
 during the walk may be read or not: none of the target's owners can be added then, their writes being
-fenced. A walk of more than :data:`_MAX_PEND_PAGES` pages (about 10^7 stagings) fails the erase call
-(``RedisRecallError``) rather than go on with the target's stagings not all given up, and so does a
+fenced. A page says whether a member follows it (one more ``ZRANGE`` of one rank), so a walk of exactly
+:data:`_MAX_PEND_PAGES` full pages ends (before, its last full page took one more read, past the cap, and
+the erase failed). A walk of more than :data:`_MAX_PEND_PAGES` pages (about 10^7 stagings) fails the
+erase call (``RedisRecallError``) rather than go on with the target's stagings not all given up, and so does a
 page that would go on from where it began (more than a page of members sharing a score and their first
 64 bytes: only an edit makes those).
 
@@ -121,9 +123,10 @@ local function starts(s, p) return string.sub(s, 1, #p) == p end
 #: never hold "/", so "<user>/" or "<user>/<session>/" names exactly that user's or session's owners), the
 #: place to go on from ("" for the first page; else "<score> <member>", :mod:`.erase_walk`), page size.
 #: Safe to repeat. Returns {how many were given up, the place the next page goes on from ("" once the
-#: stagings are read to their end), then the members of the page whose bucket has no reverse entry that
-#: agrees with P:bk (then walk the map: ``PEND_SCAN``)}. Reads at most a page of stagings and two fields
-#: per staging, never another tenant's key nor the whole bucket map.
+#: stagings are read to their end: no member follows the page), then the members of the page whose
+#: bucket has no reverse entry that agrees with P:bk (then walk the map: ``PEND_SCAN``)}. Reads at most a
+#: page of stagings (and one rank past it) and two fields per staging, never another tenant's key nor the
+#: whole bucket map.
 PEND_ABORT = Script(
     "erase_stagings",
     CHECK
@@ -139,6 +142,9 @@ if gc ~= 'list' and gc ~= 'none' then return {0, ''} end
 local rank = 0
 if from ~= '' then rank = set_rank(KEYS[1], from) end
 local listed = redis.call('ZRANGE', KEYS[1], rank, rank + count - 1, 'WITHSCORES')
+-- Whether a member follows the page, asked before its give-ups shift the ranks: a full page that ends
+-- the set ends the walk (before, it took one more read, and a walk of exactly its cap of pages failed).
+local more = #listed == 2 * count and #redis.call('ZRANGE', KEYS[1], rank + count, rank + count) > 0
 local kb = type_of(P .. ':kb') == 'hash' and type_of(P .. ':bk') == 'hash'
 local n, unknown = 0, {{}}
 for j = 1, #listed, 2 do
@@ -156,7 +162,7 @@ for j = 1, #listed, 2 do
   if ours then n = n + give_up(member) end
 end
 local place = ''
-if #listed == 2 * count then
+if more then
   -- Where the next page goes on: after the last member read, wherever members come or go meanwhile.
   place = listed[#listed] .. ' ' .. string.sub(listed[#listed - 1], 1, 64)
   if place == from then
