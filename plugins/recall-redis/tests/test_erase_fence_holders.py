@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
 import redis.asyncio as aioredis
+from redis_servers import ServerProcess, new_prefix
 from test_erase_races import _raw
 
 import agentium_recall_redis.erase as erase_module
@@ -26,7 +28,7 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import EraseStatus, EraseTarget, OpContext, SourceOwner, runtime_span
 from agentium_harness.testing import SpanRecorder
-from agentium_recall_redis import RedisRecallError, RedisRecallStore
+from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
 from agentium_recall_redis.erase_fence import FENCE_LEFT_UP, HOLDERS_CAP
 from agentium_recall_redis.keys import tenant_prefix
 
@@ -129,3 +131,82 @@ async def test_a_call_ending_past_the_cap_leaves_its_fence_up_and_says_so(
         dict(e.attributes or {}) for s in recorder.finished for e in s.events if e.name == FENCE_LEFT_UP
     ]
     assert events == [{"agentium.holders": HOLDERS_CAP + 2}], events
+
+
+async def test_a_cap_reached_only_by_ended_holders_frees_itself(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    """Before: the cap's worth of crashed calls' holders, all ended, refused every erase of the tenant
+    until an operator removed them. Now the raise that finds the hash at its cap drops ended holders
+    first (a bounded walk), and the erase completes with none of them left."""
+    tp = tenant_prefix(store.config.key_prefix, "acme")
+    await store.index_document(ANA, "d", "kiwi text", _ctx())
+    await admin.hset(f"{tp}:efh", mapping=_holders(HOLDERS_CAP, "zz/", "1"))  # all ended in 1970
+    with anyio.fail_after(30):
+        report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+    assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+    assert await admin.hlen(f"{tp}:efh") == 0 and await admin.exists(f"{tp}:ef") == 0
+
+
+async def test_running_holders_at_the_cap_still_refuse_and_only_ended_ones_go(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    """Ended holders past the cap go; the cap's worth of running ones still refuse a new call, typed."""
+    tp = tenant_prefix(store.config.key_prefix, "acme")
+    await store.index_document(ANA, "d", "kiwi text", _ctx())
+    running = _holders(HOLDERS_CAP, "zz/", LATER)
+    await admin.hset(f"{tp}:efh", mapping=running | _holders(300, "zz/", "1"))
+    before = await _raw(admin, store.config.key_prefix)
+    with anyio.fail_after(30), pytest.raises(RedisRecallError, match="running holders") as caught:
+        await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+    assert f"cap is {HOLDERS_CAP}" in str(caught.value) and "nothing was erased" in str(caught.value)
+    assert "300 ended" in str(caught.value)
+    assert await admin.hgetall(f"{tp}:efh") == {k.encode(): v.encode() for k, v in running.items()}
+    # Nothing else changed: the row and its words are there, and no fence was raised.
+    after = await _raw(admin, store.config.key_prefix)
+    assert [line for line in after.split(b"\n") if b":efh=" not in line] == [
+        line for line in before.split(b"\n") if b":efh=" not in line
+    ]
+    assert b"kiwi" in after and await admin.exists(f"{tp}:ef") == 0
+
+
+async def test_ended_holders_are_dropped_in_bounded_calls(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    """Four caps' worth of ended holders (written outside the store): one call reads at most about
+    two caps of them, refuses typed and says to erase again; the next frees the cap and completes."""
+    tp = tenant_prefix(store.config.key_prefix, "acme")
+    await store.index_document(ANA, "d", "kiwi text", _ctx())
+    await admin.hset(f"{tp}:efh", mapping=_holders(4 * HOLDERS_CAP, "zz/", "1"))
+    with anyio.fail_after(30), pytest.raises(RedisRecallError, match="erase again") as caught:
+        await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+    assert "nothing was erased" in str(caught.value)
+    left = await admin.hlen(f"{tp}:efh")
+    assert HOLDERS_CAP <= left < 4 * HOLDERS_CAP, left  # some dropped, not all read in one call
+    with anyio.fail_after(30):
+        report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+    assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+    assert await admin.hlen(f"{tp}:efh") == 0
+
+
+async def test_a_small_encoded_hash_past_the_cap_is_dropped_whole_in_its_one_page(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    """``COUNT`` is a hint: a small-encoded hash (listpack) comes back whole in one ``HSCAN`` page.
+    Every holder of that page is handled (none cut off at ``COUNT``) and counted as read: three caps of
+    ended holders go in one call, which then completes."""
+    big = make_server("--hash-max-ziplist-entries", "100000")
+    admin = aioredis.Redis.from_url(big.url)
+    store = RedisRecallStore(RedisRecallConfig(url=big.url, key_prefix=new_prefix()))
+    try:
+        tp = tenant_prefix(store.config.key_prefix, "acme")
+        await store.index_document(ANA, "d", "kiwi text", _ctx())
+        await admin.hset(f"{tp}:efh", mapping=_holders(3 * HOLDERS_CAP, "zz/", "1"))
+        assert await admin.object("encoding", f"{tp}:efh") in (b"listpack", b"ziplist")
+        with anyio.fail_after(30):
+            report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+        assert await admin.hlen(f"{tp}:efh") == 0
+    finally:
+        await store.aclose()
+        await admin.aclose()

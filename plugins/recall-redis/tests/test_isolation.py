@@ -14,6 +14,7 @@ from agentium_harness.plugin_api import decode_segment
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
 from agentium_recall_redis.erase import ERASE_SCRIPTS, REV_SCAN
 from agentium_recall_redis.erase_build import BUILD_IDS
+from agentium_recall_redis.erase_scripts import FENCE
 from agentium_recall_redis.erase_stagings import PEND_SCAN
 from agentium_recall_redis.scripts import SCRIPTS
 
@@ -118,6 +119,10 @@ def test_no_script_uses_keys_or_scan_but_erasures_walk_of_one_hash() -> None:
             if command == "HSCAN" and script is BUILD_IDS:
                 # So does the walk indexing a tenant written before the erasure index (erase_build).
                 assert found == ["redis.call('HSCAN', KEYS[1], c, 'COUNT', count"], found
+                continue
+            if command == "HSCAN" and script is FENCE:
+                # And the drop of ended erasure-fence holders, only when they reach their cap (erase_fence).
+                assert found == ["redis.call('HSCAN', KEYS[2], cursor, 'COUNT', 100"], found
                 continue
             if command == "HSCAN" and script is PEND_SCAN:
                 # And the one walk of the tenant's bucket map for buckets made before their reverse entries.

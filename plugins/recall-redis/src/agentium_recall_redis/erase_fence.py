@@ -13,10 +13,15 @@ writes unfenced for the rest of the call.
 
 The holders hash (``<tenant>:efh``, one field per erase call of the tenant
 running now or crashed within :data:`FENCE_MS`) is read whole by ``FENCE``
-only up to :data:`HOLDERS_CAP` holders. Past it a new holder is refused
-(``RedisRecallError``, nothing changed), and a call lowering its fence drops
-its own holder and leaves the fence to end by itself (a WARNING and the span
-event :data:`FENCE_LEFT_UP`): never shorter than it should hold, only longer.
+only up to :data:`HOLDERS_CAP` holders. A call that finds it at the cap (a
+new holder) or past it first drops ended holders, reading at most about
+twice the cap of them per call: a cap reached by crashed calls' holders frees
+itself (before, an operator had to remove them). Still at the cap, a new
+holder is refused (``RedisRecallError`` saying whether every holder was read:
+all running, or erase again to drop more; nothing erased), and a call
+lowering its fence drops its own holder and leaves the fence to end by itself
+(a WARNING and the span event :data:`FENCE_LEFT_UP`): never shorter than it
+should hold, only longer.
 """
 
 from __future__ import annotations
@@ -94,14 +99,21 @@ class FenceHold:
         reply = await self._script(FENCE, self._keys, args, ctx, "recall erase")
         if reply == 1:
             return
-        outcome, holders = _capped(reply)
+        outcome, holders, dropped, whole = _capped(reply)
         if outcome == FENCE_REFUSED:
+            if whole:
+                raise RedisRecallError(
+                    "recall erase: the tenant's erasure-fence holders hash (<tenant>:efh) holds "
+                    f"{holders} running holders, the store's cap is {HOLDERS_CAP} ({dropped} ended ones "
+                    "were dropped): it holds one per erase call of the tenant running now, so that many "
+                    "erasures run at once or it was written outside the store; nothing was erased. Erase "
+                    "again once some end (each ends at most 10 minutes after its last raise)"
+                )
             raise RedisRecallError(
-                "recall erase: the tenant's erasure-fence holders hash (<tenant>:efh) "
-                f"holds {holders} holders, the store's cap is {HOLDERS_CAP}: it holds one per erase call "
-                "of the tenant running or crashed in the last 10 minutes, so it was written outside the "
-                "store (or that many erasures run at once); nothing was erased. Erase again once they end, "
-                "or remove holders whose end (ms since the epoch) has passed"
+                "recall erase: the tenant's erasure-fence holders hash (<tenant>:efh) holds "
+                f"{holders} holders, the store's cap is {HOLDERS_CAP}: this call dropped {dropped} ended "
+                f"ones and reads at most about {2 * HOLDERS_CAP} per call, so it was written outside the "
+                "store; nothing was erased: erase again to drop more"
             )
         logger.warning(
             "redis recall store: an erase call's fence was left to end by itself (within %d s): the "
@@ -114,15 +126,19 @@ class FenceHold:
         current_span_event(FENCE_LEFT_UP, {"agentium.holders": holders})
 
 
-def _capped(reply: Reply) -> tuple[int, int]:
-    """``FENCE``'s {outcome, holders} reply past the cap, or ``RedisRecallError`` for anything else."""
+def _capped(reply: Reply) -> tuple[int, int, int, bool]:
+    """``FENCE``'s {outcome, holders, ended ones dropped, 1 when all were read} reply at the cap.
+
+    ``RedisRecallError`` for anything else.
+    """
     if (
         isinstance(reply, list)
-        and len(reply) == 2
+        and len(reply) == 4
         and reply[0] in (FENCE_REFUSED, FENCE_HOLDERS_CAPPED)
-        and isinstance(reply[1], int)
+        and all(isinstance(part, int) for part in reply[1:])
+        and reply[3] in (0, 1)
     ):
-        return int(reply[0]), reply[1]
+        return int(reply[0]), int(reply[1]), int(reply[2]), reply[3] == 1
     raise RedisRecallError(
         "recall erase: the erasure fence's script answered in a form it never sends (the server or its "
         "scripts were changed)"

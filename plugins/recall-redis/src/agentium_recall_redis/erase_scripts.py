@@ -182,10 +182,15 @@ return 1
 #: ``P:efh`` is read whole (``HGETALL``) only while it holds at most ARGV[4] holders (the cap,
 #: :data:`~agentium_recall_redis.erase_fence.HOLDERS_CAP`), so one call's work is bounded: a raise
 #: never needs it (``P:ef``'s field is already at least every running holder's end: each raise sets it
-#: so, each lower keeps the others' latest), only the purge of ended holders and a lower do. Past the
-#: cap, a new holder is refused before any write ({0, holders}: the erase fails, nothing changed); a
-#: call's own holder is still raised again; a lower drops its own holder and leaves the field to end by
-#: itself ({2, holders}: the fence stays up until its latest raise's end, never shorter than it should).
+#: so, each lower keeps the others' latest), only the purge of ended holders and a lower do. A call that
+#: finds the hash at the cap (a new holder) or past it first drops ended holders in ``HSCAN`` pages,
+#: reading at most about twice the cap of them (``COUNT`` is a hint: a small-encoded hash comes back
+#: whole in one page, each of its holders counted as read, none left unread in a page): a cap reached by
+#: crashed calls' holders frees itself; before, it refused every erase of the tenant until an operator
+#: removed them. Still at the cap, a new holder is refused before any other write ({0, holders, ended
+#: holders dropped, 1 when every holder was read}: the erase fails, nothing else changed); a call's own
+#: holder is still raised again; a lower drops its own holder and leaves the field to end by itself ({2,
+#: holders, dropped, read all}: the fence stays up until its latest raise's end, never shorter).
 FENCE = Script(
     "erase_fence",
     CHECK
@@ -197,8 +202,28 @@ for _, key in ipairs(KEYS) do
 end
 local now, mine, latest = now_ms(), call .. ' ' .. okp, 0
 local holders = redis.call('HLEN', KEYS[2])
-if hold > 0 and holders >= cap and redis.call('HEXISTS', KEYS[2], mine) == 0 then
-  return {0, holders}
+local function refused()
+  return hold > 0 and holders >= cap and redis.call('HEXISTS', KEYS[2], mine) == 0
+end
+local dropped, whole = 0, 1
+if holders > cap or refused() then
+  -- Drop ended holders, counting every holder a page brings back (however many past COUNT) as read.
+  local cursor, read = '0', 0
+  repeat
+    local page = redis.call('HSCAN', KEYS[2], cursor, 'COUNT', 100)
+    cursor = page[1]
+    local held = page[2]
+    for i = 1, #held, 2 do
+      local ends = tonumber(held[i + 1])
+      if not ends or ends <= now then dropped = dropped + redis.call('HDEL', KEYS[2], held[i]) end
+    end
+    read = read + #held / 2
+  until cursor == '0' or read >= 2 * cap
+  if cursor ~= '0' then whole = 0 end
+  holders = redis.call('HLEN', KEYS[2])
+end
+if refused() then
+  return {0, holders, dropped, whole}
 end
 if holders > cap then
   if hold > 0 then
@@ -209,7 +234,7 @@ if holders > cap then
     return 1
   end
   redis.call('HDEL', KEYS[2], mine)
-  return {2, holders}
+  return {2, holders, dropped, whole}
 end
 local held = redis.call('HGETALL', KEYS[2])
 for i = 1, #held, 2 do
