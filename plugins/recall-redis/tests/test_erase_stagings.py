@@ -272,3 +272,35 @@ async def test_a_write_is_refused_a_bucket_the_reverse_map_gives_another_owner(
         assert repr(await key_space(admin, tp)) == before  # nothing written
     finally:
         await store.aclose()
+
+
+async def test_a_small_encoded_bucket_map_comes_back_whole_and_its_one_page_is_all_handled(
+    server: ServerProcess, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # COUNT is a hint: a small-encoded map (listpack, at most the server's hash-max-listpack-entries
+    # owners, 128 by default) comes back whole in one HSCAN page however small COUNT is. Made COUNT 1 and a
+    # bound of 1 page here: the walk still ends in its one page, every staging of ana's 40 buckets given
+    # up and every reverse entry written, none of the page's entries cut off at COUNT.
+    from agentium_recall_redis import erase_stagings
+
+    prefix = new_prefix()
+    tp = f"{prefix}:{{acme}}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        with anyio.fail_after(30):
+            await _tenant(store, 0)
+            ana = {f"ana/b{i}/~/~": str(2 * 10**6 + i) for i in range(40)}
+            assert await admin.hset(f"{tp}:bk", mapping=ana) == len(ana)
+            await admin.delete(f"{tp}:kb")  # as an older store left the tenant: no reverse map
+            assert await admin.object("encoding", f"{tp}:bk") in (b"listpack", b"ziplist")
+            bob = (await admin.hget(f"{tp}:bk", "bob/~/~/~") or b"").decode()
+            stagings = {f"{b} {900000 + i}": LEASE for i, b in enumerate(ana.values())}
+            assert await admin.zadd(f"{tp}:pend", stagings | {f"{bob} 999999": LEASE}) == len(ana) + 1
+            monkeypatch.setattr(erase_stagings, "_SCAN_COUNT", 1)
+            monkeypatch.setattr(erase_stagings, "_MAX_PAGES", 1)
+            report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+        assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
+        assert await admin.zrange(f"{tp}:pend", 0, -1) == [f"{bob} 999999".encode()]
+        assert await admin.hlen(f"{tp}:kb") == await admin.hlen(f"{tp}:bk")  # every reverse entry
+    finally:
+        await store.aclose()

@@ -56,6 +56,7 @@ from agentium_harness.plugin_api import OpContext
 
 from . import erase_sweep
 from .erase_index import indexed
+from .erase_scripts import WHOLE_PAGE
 from .erase_walk import NUMBER_END, SET_PAGE
 from .errors import RedisRecallError
 from .link import as_text
@@ -252,8 +253,8 @@ async def build_index(store: EraseOps, prefix: str, ctx: OpContext) -> bool:
     call or damage, or ``P:ixw`` holds another type: the caller then walks the tenant itself. Each page
     keeps the call's fence up first, and the deadline or a cancellation ends the call between pages
     (``OperationCancelledError``), its pages kept. Raises ``RedisRecallError`` when one ``HSCAN`` page
-    holds more fields than :data:`ID_PAGE` times four even at ``COUNT`` 1 (a small-encoded hash grown past
-    any the store writes): nothing of that page is written.
+    holds more fields than :data:`ID_PAGE` times four even at ``COUNT`` 1 (a small-encoded hash, which
+    comes back whole: :data:`~.erase_scripts.WHOLE_PAGE`): nothing of that page is written.
     """
     ids = [f"{prefix}:rev", f"{prefix}:ixw", f"{prefix}:ixm"]
     rows = [f"{prefix}:n", f"{prefix}:ixw", f"{prefix}:ixm"]
@@ -272,10 +273,11 @@ async def build_index(store: EraseOps, prefix: str, ctx: OpContext) -> bool:
         head = parts[0] if parts else ""
         if head == "!":
             if count == 1:
+                fields = parts[1] if len(parts) > 1 else "?"
                 raise RedisRecallError(
-                    "recall erase: one HSCAN page of the tenant's revision hash holds more fields than the "
-                    "store ever asks for even at COUNT 1 (its encoding returns it whole, grown past any the "
-                    "store writes): it is damaged, and was not read; nothing was erased"
+                    f"recall erase: one HSCAN page of the tenant's revision hash holds {fields} fields, "
+                    f"more than {4 * ID_PAGE}, even at COUNT 1, and was not read; nothing was erased. "
+                    + WHOLE_PAGE
                 )
             count = max(1, count // 8)
             continue

@@ -33,6 +33,7 @@ __all__ = [
     "ROW_INFO",
     "SCAN_REPLY_CAP",
     "TENANT_DROP",
+    "WHOLE_PAGE",
     "checked_page",
     "scan_page",
 ]
@@ -44,6 +45,21 @@ _SCAN_MOST: Final = 4 * _SCAN_PAGE
 #: The most bytes one ``REV_SCAN`` reply takes (each element counted with 16 bytes of framing), as the
 #: sweep's: a page of 1,000 ids of up to 32 KiB each was about 32 MiB in one reply before.
 SCAN_REPLY_CAP: Final = 1024 * 1024
+
+#: Why an ``HSCAN`` page of the revision hash stays too large at ``COUNT`` 1, and the remedy, for the
+#: refusals' messages. A hash stays small-encoded (listpack; ziplist before Redis 7) while it holds at most
+#: the server's ``hash-max-listpack-entries`` fields, each value at most ``hash-max-listpack-value`` bytes
+#: (128 and 64 by default: a revision's 71 bytes pass the second, so the store's own hashes are hash tables
+#: there), and such a hash comes back whole in one page at any ``COUNT``. Before, the refusal called the
+#: hash damaged, which a server configured past the store's bound is not. Lowering the setting converts
+#: the hash at its next write (``HSET`` converts a listpack longer than the limit), not before.
+WHOLE_PAGE: Final = (
+    "A hash stays small-encoded, and comes back whole in one HSCAN page at any COUNT, while its fields "
+    "are at most the server's hash-max-listpack-entries (hash-max-ziplist-entries before Redis 7) and its "
+    "values at most hash-max-listpack-value bytes: a server set above the store's bound keeps this hash so "
+    "(lower them, e.g. CONFIG SET hash-max-listpack-entries 128; the tenant's next write converts it, "
+    "then erase again), or the hash was written outside the store"
+)
 
 #: One page of ``HSCAN`` over ``P:rev``. KEYS: P:rev. ARGV: cursor, page size (``COUNT``), longest id,
 #: reply cap (bytes), most fields, then the tenant prefix to backfill the erasure index from the page's
@@ -304,8 +320,8 @@ async def scan_page(
 
     ``COUNT`` is only a hint to ``HSCAN``: a page the script finds past its bounds (:data:`_SCAN_MOST`
     fields, :data:`SCAN_REPLY_CAP` bytes) is asked again from the same cursor with a smaller ``COUNT``;
-    one still too large at ``COUNT`` 1 (a small-encoded hash, which comes back whole, grown past any the
-    store writes) fails the erase closed: ``RedisRecallError``, nothing erased. With ``backfill`` the
+    one still too large at ``COUNT`` 1 (a small-encoded hash, which comes back whole: see
+    :data:`WHOLE_PAGE`) fails the erase closed: ``RedisRecallError``, nothing erased. With ``backfill`` the
     page's ids go into the erasure index's id sets in the same call (:mod:`.erase_index`), and it records
     whether the page left one out (an index key of another type).
     """
@@ -332,7 +348,7 @@ async def scan_page(
             fields = as_text(reply[1]) if len(reply) > 1 else "?"
             raise RedisRecallError(
                 f"recall erase: one HSCAN page of the tenant's revision hash holds {fields} fields or more "
-                f"than {SCAN_REPLY_CAP} bytes even at COUNT 1 (its encoding returns it whole, grown past "
-                "any the store writes): it is damaged, and was not read; nothing was erased"
+                f"than {SCAN_REPLY_CAP} bytes even at COUNT 1, and was not read; nothing was erased. "
+                + WHOLE_PAGE
             )
         count = max(1, count // 8)
