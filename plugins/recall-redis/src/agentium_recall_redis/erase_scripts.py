@@ -222,6 +222,13 @@ local function refused()
   return hold > 0 and holders >= cap and redis.call('HEXISTS', KEYS[2], mine) == 0
 end
 local dropped, whole = 0, 1
+-- A raise marks a layout-4 tenant as erased by this version (lua.py's ERASED_LAYOUT): older writers, whose
+-- checks this erase relies on, then refuse it before their first write. One GET once marked (pcall: a key
+-- of another type answers an error, not LAYOUT, and is left alone).
+local function mark()
+  local P = string.sub(KEYS[1], 1, -4)
+  if redis.pcall('GET', P .. ':v') == LAYOUT then redis.call('SET', P .. ':v', ERASED_LAYOUT) end
+end
 if holders > cap or refused() then
   -- Drop ended holders, counting every holder a page brings back (however many past COUNT) as read.
   local cursor, read = '0', 0
@@ -247,6 +254,7 @@ if holders > cap then
     redis.call('HSET', KEYS[2], mine, fmt(ends))
     local cur = tonumber(redis.call('HGET', KEYS[1], okp) or '')
     redis.call('HSET', KEYS[1], okp, fmt(math.max(ends, cur or 0)))
+    mark()
     return 1
   end
   redis.call('HDEL', KEYS[2], mine)
@@ -268,6 +276,7 @@ if hold > 0 then
   local cur = tonumber(redis.call('HGET', KEYS[1], okp) or '')
   latest = math.max(latest, ends, cur or 0)
   redis.call('HSET', KEYS[1], okp, fmt(latest))
+  mark()
 else
   redis.call('HDEL', KEYS[2], mine)
   if latest > now then

@@ -81,7 +81,9 @@ class RedisRecallLayoutError(RedisRecallError):
     tenant are refused (nothing is written), and so is a read of a source
     without block digests; validations and ``seek_groups`` still work.
     Rebuild the index under a new ``key_prefix`` (the README's "Upgrading
-    the key layout" says how).
+    the key layout" says how). An older version of the store raises it too
+    for a tenant an erase of a newer one marked (``P:v`` ``5``): there,
+    upgrade that process instead (the README's "Rolling upgrades").
     """
 
 

@@ -28,7 +28,9 @@ Under the tenant prefix (``P``):
                                every row numbered past it is in ``P:rows`` (absent for a tenant
                                an earlier version began; :mod:`agentium_recall_redis.erase_walk`)
 ``P:v``                string  the tenant's layout version, ``4`` (words stemmed, groups with
-                               neighbouring context, block digests); see below
+                               neighbouring context, block digests), ``5`` once an erase of
+                               this version ran (the same data; older versions refuse it:
+                               ``ERASED_LAYOUT`` in :mod:`agentium_recall_redis.lua`); see below
 ``P:m:<n>``            hash    the row: sid, rev, title, size, owner key, bucket, kind,
                                for groups seq and receipt digest, ``td``: the text's
                                block digests (:mod:`agentium_recall_redis.text_blocks`)
@@ -75,8 +77,8 @@ Terms are index terms (:mod:`agentium_recall_redis.terms`: folded and
 Porter-stemmed) through :func:`encode_term`. Layout 2 (``P:v``) was the first
 with stemmed terms, layout 3 the first with neighbouring context (``P:x``),
 layout 4 the first with block digests (``td``): a tenant whose rows were
-written by an earlier version (``P:n`` present, ``P:v`` absent or not
-``4``) holds unstemmed terms, groups without context or texts reads cannot
+written by an earlier version (``P:n`` present, ``P:v`` absent or neither
+``4`` nor ``5``) holds unstemmed terms, groups without context or texts reads cannot
 check, and the store refuses to rank or extend it
 (:class:`~agentium_recall_redis.errors.RedisRecallLayoutError`; the README
 says how to rebuild it).

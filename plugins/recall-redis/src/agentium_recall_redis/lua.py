@@ -35,7 +35,18 @@ from typing import Final
 
 import attrs
 
-__all__ = ["CHECK", "IX", "LAYOUT", "LAYOUT_CHECK", "LEASE_MS", "MODEL_KEY", "ROWS", "TOKEN_TTL_MS", "Script"]
+__all__ = [
+    "CHECK",
+    "ERASED_LAYOUT",
+    "IX",
+    "LAYOUT",
+    "LAYOUT_CHECK",
+    "LEASE_MS",
+    "MODEL_KEY",
+    "ROWS",
+    "TOKEN_TTL_MS",
+    "Script",
+]
 
 #: The key layout this version writes (``P:v``): 4, terms stemmed, archived groups indexed with their
 #: neighbouring context (``P:x:<b>:<term>``) and every row with its text's block digests (``td``, what
@@ -43,6 +54,12 @@ __all__ = ["CHECK", "IX", "LAYOUT", "LAYOUT_CHECK", "LEASE_MS", "MODEL_KEY", "RO
 #: terms unstemmed) and layout 2 (no
 #: context) are refused.
 LAYOUT: Final = 4
+#: ``P:v`` of a layout-4 tenant once an erase of this version raised its fence on it (rows present): the
+#: same data, read and written by this version as layout 4 and never set back, but refused by every older
+#: version's layout check (which accepts ``4`` only) before its first write. Those versions' writers lack
+#: checks this version's erase relies on (``COMMIT`` gives up a staging whose bucket its owner no longer
+#: holds), so in a rolling upgrade an older writer is refused, typed, from an erase of this version on.
+ERASED_LAYOUT: Final = 5
 
 #: How long a write's settlement token lives: far longer than any write can stay in flight.
 TOKEN_TTL_MS: Final = 600_000
@@ -72,10 +89,12 @@ class Script:
 #: ``RedisRecallLayoutError``), never mixed with this layout's postings. ``LAYOUT`` is the Lua string
 #: the writing scripts store in ``P:v``.
 LAYOUT_CHECK: Final = (
-    f"local LAYOUT = '{LAYOUT}'\n"
+    f"local LAYOUT, ERASED_LAYOUT = '{LAYOUT}', '{ERASED_LAYOUT}'\n"
     + """
+-- Layout 4, or layout 4 marked by an erase of this version (lua.py's ERASED_LAYOUT): the same data.
+local function layout_ok(v) return v == LAYOUT or v == ERASED_LAYOUT end
 local function old_layout(P)
-  return redis.call('EXISTS', P .. ':n') == 1 and redis.call('GET', P .. ':v') ~= LAYOUT
+  return redis.call('EXISTS', P .. ':n') == 1 and not layout_ok(redis.call('GET', P .. ':v'))
 end
 local function layout_error()
   return redis.error_reply('AGENTIUM_LAYOUT the tenant index was written by an earlier version of the store')

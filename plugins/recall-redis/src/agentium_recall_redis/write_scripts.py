@@ -167,7 +167,7 @@ if old_layout(P) then return layout_error() end
 for s = 1, count do
   if erasing(P, plan[s].okey) then return erasing_error() end
 end
-local new_layout = redis.call('GET', P .. ':v') ~= LAYOUT
+local new_layout = not layout_ok(redis.call('GET', P .. ':v'))  -- an erase's mark stays
 need(P .. ':ixm', 'string')
 local empty_tenant = fresh_tenant(P)  -- nothing stored yet: every row of the tenant is in the erasure index
 local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
@@ -307,7 +307,7 @@ if newb then
   redis.call('HSET', P .. ':kb', b, okey)  -- the reverse entry (erase_stagings)
 end
 redis.call('SET', P .. ':n', n)
-redis.call('SET', P .. ':v', LAYOUT)
+if not layout_ok(redis.call('GET', P .. ':v')) then redis.call('SET', P .. ':v', LAYOUT) end  -- mark stays
 if empty_tenant then
   redis.call('SET', P .. ':ixm', '1')
   redis.call('SET', P .. ':rb', '0')  -- every row from the first is listed in P:rows (erase_walk)
