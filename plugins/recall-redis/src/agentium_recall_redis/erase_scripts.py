@@ -49,7 +49,7 @@ SCAN_REPLY_CAP: Final = 1024 * 1024
 #: Why an ``HSCAN`` page of the revision hash stays too large at ``COUNT`` 1, and the remedy, for the
 #: refusals' messages. A hash stays small-encoded (listpack; ziplist before Redis 7) while it holds at most
 #: the server's ``hash-max-listpack-entries`` fields, each value at most ``hash-max-listpack-value`` bytes
-#: (128 and 64 by default: a revision's 71 bytes pass the second, so the store's own hashes are hash tables
+#: (128 and 64 by default: a revision's 71 bytes exceed the second, so the store's own hashes are hash tables
 #: there), and such a hash comes back whole in one page at any ``COUNT``. Before, the refusal called the
 #: hash damaged, which a server configured past the store's bound is not. Lowering the setting converts
 #: the hash at its next write (``HSET`` converts a listpack longer than the limit), not before.
