@@ -136,7 +136,7 @@ def _unchecked(recorder: SpanRecorder) -> list[tuple[str, dict[str, Any]]]:
 def _no_content(recorder: SpanRecorder, caplog: pytest.LogCaptureFixture, fact_ids: Sequence[str]) -> None:
     """No text in a log or span; no fact id in a log or the extraction's span.
 
-    (A ``create_memory`` span's ``gen_ai.memory.record.id`` names the fact it wrote: not this fix's.)
+    (A ``create_memory`` span names the fact it wrote only with content capture: test_observability's.)
     """
     logged = [r.getMessage() for r in caplog.records]
     extraction = [

@@ -463,9 +463,10 @@ async def test_a_client_span_in_a_worker_thread_nests_under_the_adapter_call() -
     assert parent is not None and parent.name == "agentium.archive.append"
 
 
-async def test_memory_lifecycle_calls_are_genai_memory_spans() -> None:
+@pytest.mark.parametrize("capture", [False, True])
+async def test_memory_lifecycle_calls_are_genai_memory_spans(capture: bool) -> None:
     t = Telemetered()
-    manager = MemoryManager(InMemoryMemoryStore(), telemetry=t.telemetry())
+    manager = MemoryManager(InMemoryMemoryStore(), telemetry=t.telemetry(capture_content=capture))
     scope = MemoryScope("acme-tenant", "ana-user")
     ack = await manager.remember(MemoryFact(scope, SECRET_FACT))
     assert ack.fact_id is not None
@@ -483,10 +484,17 @@ async def test_memory_lifecycle_calls_are_genai_memory_spans() -> None:
         attributes = span.attributes or {}
         assert attributes["gen_ai.operation.name"] == span.name
         assert span.parent is None
-    assert (t.one("create_memory").attributes or {})["gen_ai.memory.record.id"] == ack.fact_id
-    assert (t.one("delete_memory").attributes or {})["gen_ai.memory.record.id"] == ack.fact_id
+    # A fact id is content, as in the engine's diagnostics: named on a write's span only with capture.
+    for name in ("create_memory", "update_memory", "delete_memory"):
+        attributes = t.one(name).attributes or {}
+        assert attributes["gen_ai.memory.record.count"] == 1
+        if capture:
+            assert attributes["gen_ai.memory.record.id"] == ack.fact_id
+        else:
+            assert "gen_ai.memory.record.id" not in attributes
     assert (t.one("search_memory").attributes or {})["gen_ai.memory.record.count"] == 1
-    assert not any(SECRET_FACT in x for x in texts(t.spans))
+    if not capture:
+        assert not any(SECRET_FACT in x or ack.fact_id in x for x in texts(t.spans))
 
 
 async def test_a_summary_update_is_a_span_under_its_turn() -> None:

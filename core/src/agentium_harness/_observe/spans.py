@@ -278,7 +278,8 @@ class Span:
             return
         fact_id = getattr(value, "fact_id", None)
         if isinstance(fact_id, str):
-            self.set("gen_ai.memory.record.id", fact_id)
+            # An id is content, as in the engine's diagnostics (``memory_refused``): only with capture.
+            self.content("gen_ai.memory.record.id", fact_id)
             self.set("gen_ai.memory.record.count", 1)
             status = getattr(value, "status", None)
             self.set("agentium.memory.ack", str(getattr(status, "value", status)))
