@@ -235,16 +235,16 @@ class ArchiveConflictError(ArchiveError):
 class ErasureInProgressError(AgentiumError):
     """An erasure of this scope is under way (or stopped part way), so the operation was refused.
 
-    Runs, appends and maintenance on a session the pending erasure covers
-    are refused until it completes, so no run sees half-erased history; a
-    second erasure overlapping it is refused too. ``erasure_id`` names the
-    pending erasure: finish it with ``runtime.resume_erasures()`` or
-    ``agentium erase --resume``. Nothing was done, unless a memory write was taken back ("was
-    forgotten"): written, then forgotten as ``forget`` does (every revision: a correction's fact too).
+    Runs, appends and maintenance on a session the pending erasure covers are refused until it completes,
+    so no run sees half-erased history; a second erasure overlapping it is refused too. ``erasure_id``
+    names the pending erasure: finish it with ``runtime.resume_erasures()`` or ``agentium erase --resume``.
+    Nothing was done, unless a memory write was taken back ("was forgotten"): written, then forgotten as
+    ``forget`` does (every revision: a correction's fact too). ``fact_ids``: the facts it wrote whose
+    take-back failed, left to forget (named in the message only with content capture: an id is content).
     """
 
-    def __init__(self, message: str, erasure_id: str = "") -> None:
-        self.erasure_id = erasure_id
+    def __init__(self, message: str, erasure_id: str = "", fact_ids: tuple[str, ...] = ()) -> None:
+        self.erasure_id, self.fact_ids = erasure_id, fact_ids
         super().__init__(message)
 
 

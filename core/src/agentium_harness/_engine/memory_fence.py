@@ -63,7 +63,7 @@ from .bounded import LATE_CLEANUP_S, bounded
 from .erasure_fence import ErasureFence, FenceCheck, utc_now
 from .lifecycle import Ticket
 from .memory.answers import checked_ack
-from .memory.sources_write import cited_refusal, covers_cited, finished_cited
+from .memory.sources_write import cited_refusal, covers_cited, fact_named, finished_cited, left_to_forget
 from .memory.work import outside_owned_work
 
 if TYPE_CHECKING:
@@ -440,15 +440,14 @@ async def _confirm(
         return attrs.evolve(ack, notes=(*ack.notes, note))
     if found is None:
         return ack
-    write, record = found[0].write, found[1]
+    write, record, named = found[0].write, found[1], fact_named(fact_id)
     from .memory.manager import forget_fact  # here: the manager module imports this one
 
     if ack.status is not AckStatus.STORED:
         # ``duplicate``: this write stored nothing. The fact it names is an older one, whose
         # provenance may well be outside the erasure (duplicates are told by text, not sources).
         raise write.refusal(
-            record,
-            f"the store answered {ack.status.value} (fact {fact_id}, left as it was): nothing was written",
+            record, f"the store answered {ack.status.value} ({named}, left as it was): nothing was written"
         )
     try:
         # The manager's own forget (also once closed): the content goes and the fact is never injected again.
@@ -461,16 +460,13 @@ async def _confirm(
     except AgentiumError as exc:
         _log.warning("a fact written during an erasure could not be taken back: %s", type(exc).__name__)
         _event("agentium.memory.take_back_failed", "answered", exc)
-        raise write.refusal(
-            record,
-            f"fact {fact_id} was written meanwhile and taking it back failed ({type(exc).__name__}): "
-            "forget it (agentium memory forget)",
-        ) from exc
+        failed = f"{named} was written meanwhile and taking it back failed ({type(exc).__name__})"
+        outcome = f"{failed}: forget it (agentium memory forget; its id is the error's fact_ids)"
+        raise left_to_forget(write.refusal(record, outcome), [fact_id]) from exc
     _event("agentium.memory.taken_back", "answered")  # the caller is told too: the refusal below
     # forget takes every revision: a correction's (or a duplicate's next revision) takes the older ones too.
-    earlier = (ack.revision or 1) - 1
-    older = f", nor were its {earlier} earlier revision(s)" if earlier else ""
-    raise write.refusal(record, f"fact {fact_id}, written meanwhile, was forgotten: it was not kept{older}")
+    older = f", nor were its {n} earlier revision(s)" if (n := (ack.revision or 1) - 1) else ""
+    raise write.refusal(record, f"{named}, written meanwhile, was forgotten: it was not kept{older}")
 
 
 async def _take_back_cancelled(

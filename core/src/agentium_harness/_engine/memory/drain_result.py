@@ -28,7 +28,10 @@ class DrainItem:
     """One item of owned work: its name, kind (``extraction``, ``final-write``, ``summary``…), how it ended.
 
     ``stopped`` is False only for a cancelled item that had not stopped when
-    the drain returned (it is still tracked).
+    the drain returned (it is still tracked). ``fact_ids``: for an extraction
+    an erasure overtook whose take-back failed, the facts it left stored, to
+    forget (its error's ``ErasureInProgressError.fact_ids``; ``detail`` names
+    them only with content capture, an id being content).
     """
 
     name: str
@@ -36,6 +39,7 @@ class DrainItem:
     status: DrainStatus = attrs.field(converter=DrainStatus)
     detail: str = ""
     stopped: bool = True
+    fact_ids: tuple[str, ...] = ()
 
 
 @attrs.frozen(slots=True)

@@ -71,7 +71,7 @@ from ..extraction_fence import SKIPPED_SPAN, refused, skipped
 from ..lifecycle import Ticket
 from ..memory_fence import covering, current_fences
 from .answers import checked_scope
-from .sources_write import SourcesWrite, sources_refusal
+from .sources_write import SourcesWrite, left_to_forget, sources_refusal
 from .work import outside_owned_work
 from .writes import forget_fact
 
@@ -346,13 +346,17 @@ async def after_writes(
     if found is None:
         return
     if failed:
+        # Fact ids are content (hosts log this text): named only with capture, always in ``fact_ids``.
+        named = ", ".join(f"{i} ({kind})" for i, kind in failed) if telemetry.capture_content else ""
+        errors = ", ".join(dict.fromkeys(kind for _, kind in failed))
         outcome = (
             f"its facts were written meanwhile and forgetting {len(failed)} of them failed: "
-            f"{', '.join(failed)}; forget them (agentium memory forget)"
+            f"{named or errors}; forget them (agentium memory forget; their ids are the error's fact_ids)"
         )
     else:
         outcome = f"the {len(written)} fact(s) it wrote meanwhile were forgotten: none was kept"
-    refused(telemetry, manager, write.refusal(found, outcome), taken_back=True)
+    left = [i for i, _ in failed]
+    refused(telemetry, manager, left_to_forget(write.refusal(found, outcome), left), taken_back=True)
 
 
 async def after_writes_cancelled(
@@ -406,10 +410,10 @@ async def _take_back(
     reading: ErasureReading,
     write: SourcesWrite,
     written: Sequence[tuple[MemoryScope, str]],
-) -> tuple[ErasureRecord | None, list[str]]:
+) -> tuple[ErasureRecord | None, list[tuple[str, str]]]:
     """The covering erasure found since ``reading`` (``None``: none, or not read), ``written`` forgotten.
 
-    Also the facts it could not forget (id and error type).
+    Also the facts it could not forget (id, error type).
     """
     try:
         found = await _found_since(manager, reading, write)
@@ -421,7 +425,7 @@ async def _take_back(
         )
         _unchecked(telemetry, manager, exc)
         return None, []
-    failed: list[str] = []
+    failed: list[tuple[str, str]] = []
     if found is None:
         return None, failed
     for owner, fact_id in written:
@@ -431,5 +435,5 @@ async def _take_back(
         except MemoryFactNotFoundError:
             pass  # the erasure removed it already
         except AgentiumError as exc:
-            failed.append(f"{fact_id} ({type(exc).__name__})")
+            failed.append((fact_id, type(exc).__name__))
     return found, failed

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import attrs
 
 from ..._errors import ErasureInProgressError
+from ..._observe import spans as observe
+from ..._observe.turn import settings_of
 from ..._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from ..._ports.memory import GroupRef, MemoryScope
 from ..._ports.sessions import SessionStore
@@ -28,7 +30,15 @@ from ..._scope import SessionKey
 from ..erasure_index import finished_covering, finished_covering_fact
 from ..lifecycle import Ticket
 
-__all__ = ["SourcesWrite", "cited_refusal", "covers_cited", "finished_cited", "sources_refusal"]
+__all__ = [
+    "SourcesWrite",
+    "cited_refusal",
+    "covers_cited",
+    "fact_named",
+    "finished_cited",
+    "left_to_forget",
+    "sources_refusal",
+]
 
 
 @attrs.frozen(slots=True)
@@ -106,3 +116,23 @@ def cited_refusal(record: ErasureRecord, outcome: str) -> ErasureInProgressError
             "erasure completes (agentium erase --resume)"
         )
     return ErasureInProgressError(f"{said}; {outcome}", record.erasure_id)
+
+
+def fact_named(fact_id: str) -> str:
+    """``fact <id>`` with content capture on (the operation's, else the defaults), else ``the fact``.
+
+    For the text of a take-back's refusal, which hosts log: an id is content, as in ``memory_refused``;
+    the error's ``fact_ids`` hold the ids a caller must act on either way.
+    """
+    active = observe.live()
+    settings = active.settings if active is not None else settings_of(None)
+    return f"fact {fact_id}" if settings.capture_content else "the fact"
+
+
+def left_to_forget(refusal: ErasureInProgressError, fact_ids: Sequence[str]) -> ErasureInProgressError:
+    """``refusal`` with ``fact_ids`` (facts a failed take-back left stored) as its ``fact_ids``.
+
+    Returned, not held in a local: a raised error's traceback holds the raising frame (a reference cycle).
+    """
+    refusal.fact_ids = tuple(fact_ids)
+    return refusal

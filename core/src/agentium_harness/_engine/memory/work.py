@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from ..._errors import InvalidArgumentError
+from ..._errors import ErasureInProgressError, InvalidArgumentError
 from ..._observe import spans as observe
 from ..._observe.turn import observed_drain
 from ..._ports import CancelSignal
@@ -70,6 +70,7 @@ class _Item:
     __slots__ = (
         "detail",
         "done",
+        "fact_ids",
         "kind",
         "loop",
         "name",
@@ -92,6 +93,7 @@ class _Item:
         self.signal = CancelSignal()
         self.status: DrainStatus | None = None
         self.detail = ""
+        self.fact_ids: tuple[str, ...] = ()  # a failed take-back's facts, left to forget
         self.task: Any = None  # the asyncio task, kept referenced so it is not collected
         self.seq = 0  # order of ending, so kept items are reported in the order they ended
 
@@ -104,7 +106,7 @@ class _Item:
 
     def item(self, stopped: bool = True) -> DrainItem:
         status = self.status or DrainStatus.CANCELLED
-        return DrainItem(self.name, self.kind, status, self.detail, stopped)
+        return DrainItem(self.name, self.kind, status, self.detail, stopped, self.fact_ids)
 
 
 class WorkTracker:
@@ -230,6 +232,8 @@ class WorkTracker:
                     except Exception as exc:
                         item.status = DrainStatus.FAILED
                         item.detail = error_text(exc)
+                        if isinstance(exc, ErasureInProgressError):  # ids named in detail only with capture
+                            item.fact_ids = exc.fact_ids
                 if item.status is None:
                     item.status = DrainStatus.CANCELLED
                     item.detail = item.detail or "cancelled"
