@@ -31,7 +31,9 @@ else:
   reads its answers for the carried documents: one deleted (or forbidden)
   during that call stops the run the same way, before the commit and
   whatever the recall policy would say of a changed source (the answer was
-  made while the document was deleted).
+  made while the document was deleted). After a last call that failed no
+  commit fence follows: :meth:`DocumentFence.after_failed_call` looks once
+  more before the tool rounds that ran are kept.
 
 Stopping raises :class:`~agentium_harness._errors_run.DocumentDeletedDuringRunError`
 (an :class:`ErasedDuringRunError`; ``before_commit`` at the commit) before
@@ -114,20 +116,35 @@ class DocumentFence:
         self.calls += 1
         if (self.calls == 1 and not self.first) or not self.refs:
             return
+        failure = await self._look(ticket, what, before_commit=False)
+        if failure is not None:
+            raise _unchecked(failure, what)
+
+    async def after_failed_call(self, ticket: Ticket, what: str = "run") -> str | None:
+        """After a model call that failed, before what ran is kept: the same stop if a carried document went.
+
+        The answer's commit has the commit fence's validation (:meth:`at_commit`); the tool rounds kept
+        after a failed call have none, and were made from the documents as the answer would have been:
+        one look, as before a call (counted in ``spent``), raising :class:`DocumentDeletedDuringRunError`
+        with ``before_commit``. Returns why the look could not be made (``None``: made, nothing gone): the
+        caller says so and keeps what ran, as after a look at the commit that could not be made.
+        """
+        return await self._look(ticket, what, before_commit=True) if self.refs else None
+
+    async def _look(self, ticket: Ticket, what: str, *, before_commit: bool) -> str | None:
         validations, _, failure, usage = await revalidate(
             ticket, self.store, self.scope, self.limits, self.refs, self.spent
         )
         # The look's time is the run's: the next look, the commit fence and the result start from it.
         self.spent = attrs.evolve(self.spent, latency_s=usage.latency_s)
         if failure is not None:
-            raise _unchecked(failure, what)
+            return failure
         gone = tuple(v.ref.source_id for v in validations if v.status in _GONE)
         if gone:
-            raise _deleted(gone, what)
+            raise _deleted(gone, what, before_commit=before_commit)
         unknown = sum(v.status is ValidationStatus.UNKNOWN for v in validations)
-        if unknown:
-            # The store did not say (no answer for the ref, or an id it cannot place): no look was made.
-            raise _unchecked(f"the recall store called {unknown} of them unknown", what)
+        # The store did not say (no answer for the ref, or an id it cannot place): no look was made.
+        return f"the recall store called {unknown} of them unknown" if unknown else None
 
     def counted(self, outcome: RecallOutcome) -> RecallOutcome:
         """``outcome`` with the looks' time in its usage: what the commit fence starts from.
@@ -189,7 +206,7 @@ def _deleted(
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event("agentium.run.erased_during_run", {"agentium.erasure.state": "deleted"})
-    sent = "the answer made from them was not committed" if before_commit else "their text was not sent again"
+    sent = "what was made from them was not committed" if before_commit else "their text was not sent again"
     error = DocumentDeletedDuringRunError(
         f"host document(s) {list(source_ids)!r}, whose excerpts the {what}'s request carries, were deleted "
         f"after recall read them; the {what} stopped before {where}, so {sent}; nothing was committed "

@@ -6,7 +6,9 @@ reason in the retained record's ``interruption``, even when the turn's own
 commit cannot be:
 
 - the provider fails on a later step (``provider_failed``): committed on the
-  session as loaded;
+  session as loaded — unless the run fences' last look, made first, finds a
+  carried fact forgotten or document deleted during that call (then nothing
+  is, as for the answer: :mod:`.last_look`);
 - another writer committed the session first (``commit_conflict``): the
   session is loaded again and the answered part committed on its new head;
 - the host's publication hook refused the answer (``publication_refused``):
@@ -190,11 +192,43 @@ class EffectsKeeper:
         error, ran = stop.take()
         self.progress.turn = ran
         self.progress.diagnostics.extend(ran.diagnostics)
+        try:
+            await self._look_after_failed_call(ran)
+        except ErasedDuringRunError as gone:
+            # A fact forgotten, a document deleted during the failed call: the tool rounds made from
+            # it are not kept either, as the answer would not be (.last_look); the call's error is its cause.
+            failure = await self.after(gone, ran)
+            try:
+                raise failure from error
+            finally:
+                del error, failure  # their tracebacks hold this frame
         failure = await self.after(error, ran, InterruptionCause.PROVIDER_FAILED)
         try:
             raise failure from error.__cause__
         finally:
             del error, failure  # their tracebacks hold this frame
+
+    async def _look_after_failed_call(self, ran: TurnOutcome) -> None:
+        """Before what ran of a turn whose model call failed is kept: the run fences' last look.
+
+        Raises the :class:`ErasedDuringRunError` of a stop before the commit. A look that could not be
+        made keeps what ran, as a look at the commit that fails does (a WARNING says it, no content).
+        """
+        fence = self.trace.fence
+        if fence is None or not executed(ran):
+            return  # nothing ran to keep (or nothing carried to look at): the call's error as it is
+        try:
+            unchecked = await fence.after_failed_call()
+        except ErasedDuringRunError:
+            raise
+        except AgentiumError as exc:
+            unchecked = type(exc).__name__
+        if unchecked is not None:
+            _log.warning(
+                "run: what ran before its failed model call could not be checked again against the memory "
+                "facts or host documents its request carries; it is kept as usual",
+                extra={"agentium_operation": "run"},
+            )
 
     async def failed(self, exc: Exception) -> NoReturn:
         """In the handler of ``exc``, which left the turn or its commit: raise it, once what ran was kept.

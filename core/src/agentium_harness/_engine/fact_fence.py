@@ -154,9 +154,7 @@ def _forgotten(fact_id: str, what: str, before_commit: bool) -> FactForgottenDur
         extra={"agentium_operation": what, "agentium_commit_state": "not_committed"},
     )
     current_span_event("agentium.run.erased_during_run", {"agentium.erasure.state": "forgotten"})
-    sent = (
-        "so the answer made from it was not committed" if before_commit else "so the fact was not sent again"
-    )
+    sent = "so what was made from it was not committed" if before_commit else "so the fact was not sent again"
     error = FactForgottenDuringRunError(
         f"memory fact {fact_id!r}, which the {what}'s request carries, was forgotten after the {what} "
         f"injected it; the {what} stopped before {STOPPED_BEFORE[before_commit]}, {sent}; "

@@ -234,6 +234,22 @@ class TurnFence:
         if self.facts is not None:
             await self.facts.last(self.ticket, self.what)
 
+    async def after_failed_call(self) -> str | None:
+        """After a model call that failed, before the tool rounds that ran are kept: :meth:`last`, and more.
+
+        Those rounds were made from what the request carries, as the answer would have been: a fact
+        forgotten, or a document deleted, during the failed call stops their commit the same way
+        (``before_commit``). The ledger and the facts as :meth:`last`; the documents read once more,
+        since no commit fence follows to validate them. Returns why the documents' look could not be
+        made (``None``: made, or none carried); a failed read of the ledger or a fact raises its typed error.
+        """
+        if self.facts is None and self.documents is None:
+            return None
+        await self.last()
+        if self.documents is not None:
+            return await self.documents.after_failed_call(self.ticket, self.what)
+        return None
+
     async def _check_ledger(self, last: bool = False) -> None:
         ticket, first, seen = self.ticket, self.first, self.seen
         key = ticket.key

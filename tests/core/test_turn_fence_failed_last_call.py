@@ -1,0 +1,165 @@
+"""A fact forgotten (or a document deleted) during a model call that then fails: no tool round is kept.
+
+A run whose model call fails mid-turn commits the tool rounds that ran
+before it, without the answer (``provider_failed``). The run fences' last
+look (tests/core/test_turn_fence_last_call.py) ran only on the answer's
+path: a memory fact its request carries forgotten during that failing call
+(or a host document deleted during it) was seen by nothing, and the tool
+rounds made from it were committed. Now the failure path looks once more
+too, before it commits what ran: the same stop as before the answer's
+commit (``before_commit``, nothing committed, ``erased_during_run``, a
+WARNING without content), the provider's failure its cause. Without a
+forget, what ran is committed as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _effects_support import DEPLOY
+from _erasure_harness import ANA
+from _fence_support import closing, fence_pair, two_processes
+from test_turn_fence_last_call import (
+    DOC,
+    FACT,
+    KEY,
+    SCOPE,
+    HeldCall,
+    _memories,
+    _recall_pair,
+    _resident,
+    _run_while_held,
+    _stopped_and_said,
+)
+
+from agentium_harness import (
+    CommitState,
+    DocumentDeletedDuringRunError,
+    FactForgottenDuringRunError,
+    MemoryFact,
+    ProviderError,
+    SourceOwner,
+)
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
+from agentium_harness.testing.erasure_races import HeldTool
+
+pytestmark = pytest.mark.anyio
+
+
+class FailsHeldCall(HeldCall):
+    """:class:`HeldCall` whose held call, once released, fails (the provider went away)."""
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        response = await super().complete(request, ctx)
+        if len(self.sent) == self.hold:
+            raise ProviderError("the model service is unavailable")
+        return response
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("forgotten", [True, False], ids=["forgotten", "kept"])
+async def test_a_fact_forgotten_during_a_call_that_fails_keeps_no_tool_round(
+    kind: str, forgotten: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = FailsHeldCall(["noted", DEPLOY, "Done."], hold=3)  # the tool round's next call fails
+    held = HeldTool()
+    held.release.set()
+    mine_stores, other_stores = two_processes(kind, tmp_path)
+    memory_mine, memory_other = _memories(kind, tmp_path)
+    mine_opts = {**mine_stores, "memory": memory_mine}
+    async with closing(fence_pair(provider, held, mine_opts, {**other_stores, "memory": memory_other})) as (
+        mine,
+        other,
+    ):
+        await mine.run(ANA, "s1", "hello")
+        ack = await other.memory.remember(MemoryFact(SCOPE, FACT))
+
+        async def forget() -> None:
+            if forgotten:
+                await other.memory.forget(SCOPE, ack.fact_id)
+
+        with caplog.at_level(logging.WARNING, logger="agentium"):
+            outcome = await _run_while_held(mine, provider, "What is the code?", forget, grants=["deploy"])
+        assert len(provider.sent) == 3 and FACT in provider.sent[-1]  # the premise: it carried the fact
+        if not forgotten:  # as before: the tool round is kept, the provider's error says so
+            assert isinstance(outcome, ProviderError) and outcome.commit_state is CommitState.COMMITTED
+            assert await _resident(mine) == 2
+            return
+        assert isinstance(outcome, FactForgottenDuringRunError), repr(outcome)
+        assert outcome.fact_id == ack.fact_id
+        assert isinstance(outcome.__cause__, ProviderError)  # the call's failure is not lost
+        _stopped_and_said(outcome, caplog, "forgotten")
+        assert outcome.run_result is not None and outcome.run_result.tool_outcomes  # listed, not kept
+        assert await _resident(mine) == 1  # only "hello": the tool round made from the fact is not kept
+
+
+async def test_a_document_deleted_during_a_call_that_fails_keeps_no_tool_round(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    provider = FailsHeldCall([DEPLOY, "Deployed."], hold=2)
+    held = HeldTool()
+    held.release.set()
+    async with closing(_recall_pair(provider, held)) as (mine, other):
+        await other.index_document(SourceOwner("acme"), "oncall", DOC)
+
+        async def delete() -> None:
+            assert await other.delete_document(SourceOwner("acme"), "oncall") is True
+
+        with caplog.at_level(logging.WARNING, logger="agentium"):
+            outcome = await _run_while_held(
+                mine, provider, "When does the rota change? Deploy it.", delete, grants=["deploy"]
+            )
+        assert len(provider.sent) == 2 and "qzrotaq" in provider.sent[1]
+        assert isinstance(outcome, DocumentDeletedDuringRunError), repr(outcome)
+        assert isinstance(outcome.__cause__, ProviderError)
+        _stopped_and_said(outcome, caplog, "deleted")
+        assert outcome.run_result is not None and outcome.run_result.tool_outcomes  # listed, not kept
+        loaded = await mine.session_store.load(KEY, OpContext())
+        assert loaded is None or not loaded.snapshot.resident
+
+
+class HistoryFails(InMemoryMemoryStore):
+    """A memory store whose ``history`` reads fail once ``failing`` is set."""
+
+    failing = False
+
+    async def history(self, scope: Any, fact_id: str, ctx: OpContext) -> Any:
+        if self.failing:
+            raise OSError("the memory store went away")
+        return await super().history(scope, fact_id, ctx)
+
+
+async def test_a_look_after_a_failed_call_that_cannot_be_made_keeps_what_ran_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a failed look at the commit does: what ran is kept, the provider's error raised, a WARNING."""
+    provider = FailsHeldCall(["noted", DEPLOY, "Done."], hold=3)
+    held = HeldTool()
+    held.release.set()
+    stores, other_stores = two_processes("memory", tmp_path)
+    memory = HistoryFails()
+    async with closing(fence_pair(provider, held, {**stores, "memory": memory}, dict(other_stores))) as (
+        mine,
+        _,
+    ):
+        await mine.run(ANA, "s1", "hello")
+        await mine.memory.remember(MemoryFact(SCOPE, FACT))
+
+        async def break_reads() -> None:
+            memory.failing = True
+
+        with caplog.at_level(logging.WARNING, logger="agentium"):
+            outcome = await _run_while_held(
+                mine, provider, "What is the code?", break_reads, grants=["deploy"]
+            )
+        assert len(provider.sent) == 3 and FACT in provider.sent[-1]
+        assert isinstance(outcome, ProviderError) and outcome.commit_state is CommitState.COMMITTED
+        memory.failing = False
+        assert await _resident(mine) == 2  # "hello" and the tool round
+    warned = [r for r in caplog.records if "could not be checked again" in r.getMessage()]
+    assert warned and warned[0].levelno == logging.WARNING
+    assert not [r for r in caplog.records if "qz" in r.getMessage()]
