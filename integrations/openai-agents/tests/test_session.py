@@ -12,6 +12,7 @@ from sdk_sessions import ANA, BOB
 
 from agentium_harness import (
     ArchiveCorruptError,
+    CommitState,
     HarnessRuntime,
     IdentityError,
     InvalidArgumentError,
@@ -248,8 +249,9 @@ async def test_clear_on_a_view_that_changes_after_every_read_gives_up_with_nothi
         return page
 
     monkeypatch.setattr(runtime, "read_history", read_then_append)
-    with pytest.raises(HistoryChangedError, match="nothing was changed"):
+    with pytest.raises(HistoryChangedError, match="nothing was changed") as gave_up:
         await session.clear_session()
+    assert gave_up.value.commit_state is CommitState.NOT_COMMITTED
     monkeypatch.undo()
     assert reads == 3
     audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
@@ -324,6 +326,27 @@ async def test_damaged_history_fails_closed_never_skipped(tmp_path: Path) -> Non
                 await call()
 
 
+async def test_a_pop_or_clear_whose_read_fails_says_nothing_was_committed(tmp_path: Path) -> None:
+    """The read before the retraction (or reset) fails: the error says so (``not_committed``), as others do.
+
+    It carried no ``commit_state`` (an append's, a retraction's and a reset's errors do).
+    """
+    path = tmp_path / "agentium.db"
+    async with small_runtime(path) as runtime:
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        await session.add_items(turn(0))
+        key = SessionKey.of(ANA, "chat-1")
+        stored = snapshot_row(path, key)
+        assert stored is not None
+        set_snapshot_row(path, key, stored[1].replace(b"answer 0", b"answer X"))
+        for call in (session.pop_item, session.clear_session):
+            with pytest.raises(SnapshotCorruptError) as caught:
+                await call()
+            assert caught.value.commit_state is CommitState.NOT_COMMITTED, call
+        set_snapshot_row(path, key, stored[1])  # repaired: nothing was retracted or reset meanwhile
+        assert [i["content"] for i in await session.get_items()] == ["question 0", "answer 0"]
+
+
 async def test_another_frameworks_items_fail_closed(runtime: HarnessRuntime) -> None:
     await runtime.append(
         ANA,
@@ -346,8 +369,9 @@ async def test_popping_another_frameworks_item_is_refused_and_changes_nothing(
         [Message(Role.USER, "hi", payload={"type": "message"}, payload_format="other.framework/v1")],
     )
     before = await runtime.inspect_session(ANA, "chat-1")
-    with pytest.raises(ForeignItemError, match=r"other\.framework/v1"):
+    with pytest.raises(ForeignItemError, match=r"other\.framework/v1") as refused:
         await session.pop_item()
+    assert refused.value.commit_state is CommitState.NOT_COMMITTED
     after = await runtime.inspect_session(ANA, "chat-1")
     assert (after.next_seq, after.retracted) == (before.next_seq, before.retracted)
     page = await runtime.read_history(ANA, "chat-1", max_groups=10)

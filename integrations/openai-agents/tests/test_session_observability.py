@@ -153,21 +153,33 @@ CASES: dict[str, Case] = {
         ForeignItemError,
         "pop_item failed: ForeignItemError",
         "agentium.openai_agents.failed",
-        {"agentium.operation": "pop_item", "error.type": "ForeignItemError"},
+        {
+            "agentium.operation": "pop_item",
+            "error.type": "ForeignItemError",
+            "agentium.commit_state": "not_committed",
+        },
     ),
     "pop_item of run()'s tool result": Case(
         _pop_tool_result,
         PopRefusedError,
         "pop_item failed: PopRefusedError",
         "agentium.openai_agents.failed",
-        {"agentium.operation": "pop_item", "error.type": "PopRefusedError"},
+        {
+            "agentium.operation": "pop_item",
+            "error.type": "PopRefusedError",
+            "agentium.commit_state": "not_committed",
+        },
     ),
     "clear_session of a view changing at every read": Case(
         _clear_changing,
         HistoryChangedError,
         "clear_session failed: HistoryChangedError",
         "agentium.openai_agents.failed",
-        {"agentium.operation": "clear_session", "error.type": "HistoryChangedError"},
+        {
+            "agentium.operation": "clear_session",
+            "error.type": "HistoryChangedError",
+            "agentium.commit_state": "not_committed",
+        },
     ),
     "get_items leaving out a call without its output": Case(
         _get_call_without_output,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import operator
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
@@ -15,6 +14,7 @@ from agents.memory.session_settings import SessionSettings, coerce_session_setti
 from agentium_harness import (
     MAX_APPEND_MESSAGES,
     MAX_PAGE_GROUPS,
+    AgentiumError,
     CommitState,
     ErasedSinceReadError,
     HarnessRuntime,
@@ -31,7 +31,7 @@ from agentium_harness import (
     SessionConflictError,
     VerifiedIdentity,
 )
-from agentium_harness.plugin_api import SessionKey, read_host_items
+from agentium_harness.plugin_api import SessionKey
 
 from ._errors import HistoryChangedError, SessionClosedError
 from ._item_message import check_item_shape, item_to_message
@@ -44,6 +44,7 @@ from ._items import (
     view_items,
 )
 from ._observe import reported
+from ._session_steps import Restarts, check_limit, listed, not_committed
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -51,75 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["AgentiumSession"]
 
 T = TypeVar("T")
-
-#: How many reads ``get_items`` makes at least when the view changed (or was erased) between two of its
-#: pages (and ``pop_item``/``clear_session`` when it changed between their read and their write); past
-#: that, it reads again until ``busy_timeout_s`` is spent (see :class:`_Restarts`).
-_READ_RESTARTS: Final = 3
-
-
-class _Restarts:
-    """The attempts of a read that another writer can make stale before the call is done with it.
-
-    ``async for _ in _Restarts(timeout_s)``: one pass per attempt. A lost race
-    means another writer committed meanwhile, so the session is live, not
-    stuck: a fixed count of attempts made a caller popping beside another
-    thread fail while that thread's pops went through. At least
-    ``_READ_RESTARTS`` attempts are made, then more until ``timeout_s`` (the
-    session's ``busy_timeout_s``) is spent, each after a jittered back-off
-    (the second at once) so that writers colliding in step stop colliding.
-    ``made`` counts the attempts begun.
-    """
-
-    def __init__(self, timeout_s: float) -> None:
-        self._deadline = time.monotonic() + timeout_s
-        self._delay = 0.0
-        self.made = 0
-
-    def __aiter__(self) -> _Restarts:
-        return self
-
-    async def __anext__(self) -> int:
-        if self.made:
-            if self.made >= _READ_RESTARTS and time.monotonic() + self._delay > self._deadline:
-                raise StopAsyncIteration
-            if self._delay:
-                await anyio.sleep(self._delay * (0.5 + random.random()))
-            self._delay = min(max(self._delay * 2, 0.002), 0.1)
-        self.made += 1
-        return self.made
-
-
-def _check_limit(limit: object, what: str) -> int | None:
-    """A ``get_items`` limit as a plain int (or ``None``); one that is not an int is refused.
-
-    A float reached ``read_history`` as a page size it refuses in its own words, a str raised a
-    bare ``TypeError`` comparing it with 0, and ``True`` read one item. An int subclass is taken
-    as its value (``operator.index`` runs none of its methods): its own comparisons never run.
-    """
-    if limit is None:
-        return None
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise InvalidArgumentError(
-            f"{what} must be an int or None, got {type(limit).__name__}; nothing was read"
-        )
-    return operator.index(limit)
-
-
-def _listed(items: Sequence[Any]) -> list[Any]:
-    """The items of an ``add_items`` call, read once; what iterating them raises is a typed error.
-
-    A sequence of the host's own type runs its own code when iterated
-    (:func:`~agentium_harness.plugin_api.read_host_items`): whatever that raises
-    reaches the host as ``InvalidArgumentError``, and a sequence that never ends
-    is cut off past ``MAX_APPEND_MESSAGES`` (``append`` takes no more).
-    """
-    return read_host_items(
-        items,
-        MAX_APPEND_MESSAGES,
-        too_many=f"add_items takes at most {MAX_APPEND_MESSAGES} items in one call; nothing was written",
-        unreadable="add_items could not iterate its items",
-    )
 
 
 class AgentiumSession:
@@ -219,7 +151,7 @@ class AgentiumSession:
             session_settings = dict(dict.items(session_settings))
         if isinstance(session_settings, dict):
             # The SDK's coercion would make True a limit of 1 and "3" or 2.0 one of 3 or 2.
-            _check_limit(session_settings.get("limit"), "session_settings.limit")
+            check_limit(session_settings.get("limit"), "session_settings.limit")
         settings = SessionSettings()
         if session_settings is not None:
             try:
@@ -230,7 +162,7 @@ class AgentiumSession:
                 raise InvalidArgumentError(
                     f"session_settings is not valid SDK session settings: {type(exc).__name__}: {said}"
                 ) from exc
-        _check_limit(settings.limit, "session_settings.limit")
+        check_limit(settings.limit, "session_settings.limit")
         self.runtime = runtime
         self.identity = identity
         self.session_id = session_id
@@ -268,13 +200,13 @@ class AgentiumSession:
         ``limit``): the SDK pairs its own items when it runs.
         """
         self._check_open()
-        limit = _check_limit(limit, "limit")
-        wanted = _check_limit(resolve_session_limit(limit, self.session_settings), "session_settings.limit")
+        limit = check_limit(limit, "limit")
+        wanted = check_limit(resolve_session_limit(limit, self.session_settings), "session_settings.limit")
         if wanted is not None and wanted < 0:
             wanted = None
         if wanted == 0:
             return []
-        restarts = _Restarts(self.busy_timeout_s)
+        restarts = Restarts(self.busy_timeout_s)
         async for _ in restarts:
             read = await self._read_view_at(wanted)
             if read is not None:
@@ -308,7 +240,7 @@ class AgentiumSession:
         self._check_open()
         if type(items) is list:
             # What the SDK passes: a plain list runs none of the host's code when read, so it is
-            # taken whole (a slice, at C speed) with the bound _listed applies item by item.
+            # taken whole (a slice, at C speed) with the bound listed() applies item by item.
             if len(items) > MAX_APPEND_MESSAGES:
                 raise InvalidArgumentError(
                     f"add_items takes at most {MAX_APPEND_MESSAGES} items in one call; nothing was written"
@@ -320,7 +252,7 @@ class AgentiumSession:
                 f"add_items takes a list of items, got {type(items).__name__}; nothing was written"
             )
         else:
-            given = _listed(items)
+            given = listed(items)
         if not given:
             return
         messages = [item_to_message(item) for item in given]
@@ -374,19 +306,26 @@ class AgentiumSession:
         The item returned is always the one retracted: if an operator
         erased the session and its id was used again between the read and the
         retraction, that is the new session's last item, never the erased one.
+        An error raised before the retraction (the read's, a refusal, a
+        :class:`HistoryChangedError`) has ``commit_state`` ``not_committed``.
         """
         self._check_open()
-        restarts = _Restarts(self.busy_timeout_s)
+        restarts = Restarts(self.busy_timeout_s)
         async for _ in restarts:
-            read = await self._read_view_at(1)
-            if read is None:
-                continue
-            messages, revision = read[0], read[2].snapshot_revision
-            count = pop_span(messages)  # the last item's message, and the calls no read shows after it
-            if not count:
-                return None
-            tail = messages[-count:]
-            item = pop_item_of(tail[0], f"the last item's message in the view of session {self.session_id!r}")
+            try:
+                read = await self._read_view_at(1)
+                if read is None:
+                    continue
+                messages, revision = read[0], read[2].snapshot_revision
+                count = pop_span(messages)  # the last item's message, and the calls no read shows after it
+                if not count:
+                    return None
+                tail = messages[-count:]
+                where = f"the last item's message in the view of session {self.session_id!r}"
+                item = pop_item_of(tail[0], where)
+            except AgentiumError as exc:
+                not_committed(exc)  # before the retraction: nothing was
+                raise
 
             async def take(revision: int = revision, count: int = count) -> RetractResult | None:
                 try:
@@ -409,9 +348,11 @@ class AgentiumSession:
                 # again in between, on a store that hands out a revision twice (see popped_item).
                 where = f"the messages pop_item retracted from session {self.session_id!r}"
                 return cast("TResponseInputItem", popped_item(taken.messages, tail, item, where))
-        raise HistoryChangedError(
-            f"the view of session {self.session_id!r} changed between every read of its last item and "
-            f"its retraction ({restarts.made} attempts); nothing was changed: call pop_item again"
+        raise not_committed(
+            HistoryChangedError(
+                f"the view of session {self.session_id!r} changed between every read of its last item and "
+                f"its retraction ({restarts.made} attempts); nothing was changed: call pop_item again"
+            )
         )
 
     @reported("clear_session")
@@ -426,12 +367,19 @@ class AgentiumSession:
         record); the view is read again and, if it is empty now, the clear is
         done. A view that changed at every read (at least 3, and until
         ``busy_timeout_s`` is spent) raises :class:`HistoryChangedError`,
-        with nothing changed.
+        with nothing changed. That error, and one of the read before the
+        reset, has ``commit_state`` ``not_committed``.
         """
         self._check_open()
-        restarts = _Restarts(self.busy_timeout_s)
+        restarts = Restarts(self.busy_timeout_s)
         async for _ in restarts:
-            page = await self.runtime.read_history(self.identity, self.session_id, max_groups=1, copy=False)
+            try:
+                page = await self.runtime.read_history(
+                    self.identity, self.session_id, max_groups=1, copy=False
+                )
+            except AgentiumError as exc:
+                not_committed(exc)  # before the reset: nothing was
+                raise
             if not page.groups:
                 return
 
@@ -451,9 +399,11 @@ class AgentiumSession:
 
             if await self._retrying(reset) is not None:
                 return
-        raise HistoryChangedError(
-            f"the session {self.session_id!r} changed between every read of its view and its reset "
-            f"({restarts.made} attempts); nothing was changed: call clear_session again"
+        raise not_committed(
+            HistoryChangedError(
+                f"the session {self.session_id!r} changed between every read of its view and its reset "
+                f"({restarts.made} attempts); nothing was changed: call clear_session again"
+            )
         )
 
     # -- closing ----------------------------------------------------------------------------------
