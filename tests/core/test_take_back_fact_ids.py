@@ -16,6 +16,7 @@ extraction whose groups a forget erased during its extractor call).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import anyio
@@ -107,9 +108,12 @@ class _ForgetFails(SQLiteMemoryStore):
 
 @pytest.mark.parametrize("capture", [False, True])
 async def test_facts_an_extraction_could_not_take_back_are_named_only_with_capture(
-    capture: bool, tmp_path: Path
+    capture: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A forget (``erase_sources=True``) in another process finishes during the extractor call."""
+    """A forget (``erase_sources=True``) in another process finishes during the extractor call.
+
+    Its WARNING said "the facts it wrote were forgotten" when one could not be: it says how many were not.
+    """
     db = tmp_path / "agentium.db"
     manager = MemoryManager(
         _ForgetFails(SQLiteConfig(path=str(db))),
@@ -124,7 +128,8 @@ async def test_facts_an_extraction_could_not_take_back_are_named_only_with_captu
         manager.extract_in_background(
             ANA, erased.messages, "group 0", sources=[GroupRef("s1", 0, erased.digest)]
         )
-        [item] = (await _drained(manager)).items
+        with caplog.at_level(logging.WARNING, "agentium.engine.memory"):
+            [item] = (await _drained(manager)).items
         left = tuple(f.fact_id for f in await manager.list(ANA))
         await runtime.aclose()
         await manager.aclose()
@@ -132,3 +137,6 @@ async def test_facts_an_extraction_could_not_take_back_are_named_only_with_captu
     assert len(left) == 1 and left[0] != fact_id  # the re-derived fact, left standing
     assert item.fact_ids == left
     assert (left[0] in item.detail) is capture
+    [warning] = [r.getMessage() for r in caplog.records if "memory extraction taken back" in r.getMessage()]
+    assert "1 of the 1 fact(s) it wrote could not be forgotten" in warning, warning
+    assert left[0] not in warning  # a log names no fact

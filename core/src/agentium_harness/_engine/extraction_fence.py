@@ -143,18 +143,27 @@ async def before_extractor(
 
 
 def refused(
-    telemetry: Resolved, owner: object, refusal: ErasureInProgressError, *, taken_back: bool = False
+    telemetry: Resolved,
+    owner: object,
+    refusal: ErasureInProgressError,
+    *,
+    taken_back: bool = False,
+    written: int = 0,
 ) -> NoReturn:
     """Report an extraction skipped for ``refusal`` (WARNING, span event: no content) and raise it.
 
-    ``taken_back``: it was not skipped but undone, its facts forgotten after its writes (a host's
-    extraction whose groups were erased during its extractor call: :mod:`.memory.erasure_reading`).
+    ``taken_back``: it was not skipped but undone, its ``written`` facts forgotten after its writes (a
+    host's extraction whose groups were erased during its extractor call: :mod:`.memory.erasure_reading`),
+    but those in ``refusal.fact_ids``, which could not be (counted in the WARNING, never named).
     """
     if taken_back:
+        left = len(refusal.fact_ids)
         _log.warning(
-            "memory extraction taken back: an erasure of the groups it read began during it (erasure %s); "
-            "the facts it wrote were forgotten",
+            "memory extraction taken back: an erasure of the groups it read began during it (erasure %s); %s",
             refusal.erasure_id,
+            f"{left} of the {written} fact(s) it wrote could not be forgotten (its error's fact_ids)"
+            if left
+            else "the facts it wrote were forgotten",
             extra={"agentium_operation": "memory extract"},
         )
     else:

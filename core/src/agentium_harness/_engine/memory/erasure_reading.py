@@ -356,7 +356,14 @@ async def after_writes(
     else:
         outcome = f"the {len(written)} fact(s) it wrote meanwhile were forgotten: none was kept"
     left = [i for i, _ in failed]
-    refused(telemetry, manager, left_to_forget(write.refusal(found, outcome), left), taken_back=True)
+    # Built in the call, not held here: a raised error's traceback holds this frame (a reference cycle).
+    refused(
+        telemetry,
+        manager,
+        left_to_forget(write.refusal(found, outcome), left),
+        taken_back=True,
+        written=len(written),
+    )
 
 
 async def after_writes_cancelled(
