@@ -27,12 +27,14 @@ from _fence_support import closing, fence_pair, two_processes
 from agentium_harness import (
     CommitState,
     ErasedDuringRunError,
+    FactForgottenDuringRunError,
     MemoryFact,
     MemoryScope,
     MemoryStoreError,
     OperationTimeoutError,
     RuntimeLimits,
     SessionKey,
+    Telemetry,
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
@@ -106,6 +108,9 @@ async def test_a_fact_forgotten_by_another_process_is_not_sent_again(kind: str, 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
         _stopped(provider, outcome)
         assert len(provider.sent) == 2
+        # Hosts log error texts and an id is content: its fact_id names it, the text only with capture.
+        assert isinstance(outcome, FactForgottenDuringRunError) and outcome.fact_id == fact_id
+        assert fact_id not in str(outcome)
         loaded = await mine.session_store.load(SessionKey("acme", "ana", "s1"), OpContext())
         assert len(loaded.snapshot.resident) == 1  # only "hello": the stopped run committed nothing
 
@@ -123,6 +128,27 @@ async def test_a_fact_forgotten_through_the_same_manager_is_not_sent_again(tmp_p
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
         _stopped(provider, outcome)
+
+
+async def test_the_stop_names_the_fact_with_content_capture(tmp_path: Path) -> None:
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine_stores, other_stores = two_processes("memory", tmp_path)
+    shared = InMemoryMemoryStore()
+    capture = {"memory": shared, "telemetry": Telemetry(capture_content=True)}
+    async with closing(fence_pair(provider, held, {**mine_stores, **capture}, dict(other_stores))) as (
+        mine,
+        _,
+    ):
+        await mine.run(ANA, "s1", "hello")
+        fact_id = await _remember(mine, SECRET)
+
+        async def forget() -> None:
+            await mine.memory.forget(SCOPE, fact_id)
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget, "Deploy it.")
+        _stopped(provider, outcome)
+        assert isinstance(outcome, FactForgottenDuringRunError) and fact_id in str(outcome)
 
 
 async def test_another_fact_forgotten_does_not_stop_the_run(tmp_path: Path) -> None:

@@ -60,13 +60,15 @@ class FactForgottenDuringRunError(ErasedDuringRunError):
     back (one bounded ``history`` read each; free for a forget through the
     run's own manager when the store cannot) and stops the run there; after
     the last call it reads them back once more, so an answer made while the
-    fact was forgotten is not committed either (``before_commit``).
+    fact was forgotten is not committed either (``before_commit``), nor the
+    tool rounds kept after a last call that failed.
     As for any :class:`ErasedDuringRunError`, nothing of the run is
     committed (its tool calls and the model's replies were made from the
     fact and may restate it); ``run_result`` lists them, the diagnostic
     ``erased_during_run`` and a WARNING (no content, no fact id) say why.
-    ``erasure_id`` is empty; ``fact_id`` names the fact. Run again: the
-    forgotten fact is no longer injected.
+    ``erasure_id`` is empty; ``fact_id`` names the fact (the message only
+    with content capture: an id is content). Run again: the forgotten fact
+    is no longer injected.
     """
 
     def __init__(self, message: str, fact_id: str) -> None:

@@ -53,6 +53,7 @@ from .._text import error_text
 from .lifecycle import Ticket
 from .memory.answers import checked_history
 from .memory.sources import MEMORY_SOURCE_PREFIX
+from .memory.sources_write import names_facts
 from .results import CommitState
 
 if TYPE_CHECKING:
@@ -155,8 +156,9 @@ def _forgotten(fact_id: str, what: str, before_commit: bool) -> FactForgottenDur
     )
     current_span_event("agentium.run.erased_during_run", {"agentium.erasure.state": "forgotten"})
     sent = "so what was made from it was not committed" if before_commit else "so the fact was not sent again"
+    named = f"memory fact {fact_id!r}" if names_facts() else "a memory fact"  # its fact_id names it
     error = FactForgottenDuringRunError(
-        f"memory fact {fact_id!r}, which the {what}'s request carries, was forgotten after the {what} "
+        f"{named}, which the {what}'s request carries, was forgotten after the {what} "
         f"injected it; the {what} stopped before {STOPPED_BEFORE[before_commit]}, {sent}; "
         "nothing was committed (what ran was made from it)",
         fact_id,

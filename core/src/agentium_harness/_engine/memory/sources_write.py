@@ -37,6 +37,7 @@ __all__ = [
     "fact_named",
     "finished_cited",
     "left_to_forget",
+    "names_facts",
     "sources_refusal",
 ]
 
@@ -118,15 +119,19 @@ def cited_refusal(record: ErasureRecord, outcome: str) -> ErasureInProgressError
     return ErasureInProgressError(f"{said}; {outcome}", record.erasure_id)
 
 
-def fact_named(fact_id: str) -> str:
-    """``fact <id>`` with content capture on (the operation's, else the defaults), else ``the fact``.
+def names_facts() -> bool:
+    """Whether an error's text may name a fact id: content capture on (the operation's, else the defaults).
 
-    For the text of a take-back's refusal, which hosts log: an id is content, as in ``memory_refused``;
-    the error's ``fact_ids`` hold the ids a caller must act on either way.
+    Hosts log error texts, and an id is content, as in ``memory_refused``; the error's own attribute
+    (``fact_ids``, ``fact_id``) holds the ids either way, for a caller to act on.
     """
     active = observe.live()
-    settings = active.settings if active is not None else settings_of(None)
-    return f"fact {fact_id}" if settings.capture_content else "the fact"
+    return (active.settings if active is not None else settings_of(None)).capture_content
+
+
+def fact_named(fact_id: str) -> str:
+    """``fact <id>`` for the text of a take-back's refusal when :func:`names_facts`, else ``the fact``."""
+    return f"fact {fact_id}" if names_facts() else "the fact"
 
 
 def left_to_forget(refusal: ErasureInProgressError, fact_ids: Sequence[str]) -> ErasureInProgressError:
