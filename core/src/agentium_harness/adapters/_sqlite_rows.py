@@ -175,6 +175,17 @@ KEYED_COLUMNS: Final = (
 )
 #: A group's digest and data, bounded, then the column naming one over its bound.
 _GROUP_COLUMNS: Final = bounded_select((("digest", DIGEST_CHARS), ("data", JSON_BYTES)))
+# The statements every save runs, as constants: building their text per call (the bounds' SQL, an
+# f-string) cost a save six Python calls, and a new str hashed afresh for sqlite3's statement cache.
+#: A session's row by its ids (:func:`find_session`).
+_FIND_SESSION: Final = (
+    f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = ? AND user_id = ? AND session_id = ?"  # noqa: S608
+)
+#: The session store's own rows in an id range: seq and digest, bounded (:func:`store_rows`).
+_STORE_ROWS: Final = (
+    f"SELECT {SEQ_OF_ID_SQL}, {bounded('digest', DIGEST_CHARS)} FROM groups "  # noqa: S608
+    "WHERE id >= ? AND id < ? AND (id & 1) = 0"
+)
 
 
 def split_range(session: SessionRow) -> range | None:
@@ -223,10 +234,7 @@ def find_session(
 
     A row whose watermark is damaged raises ``damaged`` (see :func:`checked_session`).
     """
-    row = conn.execute(
-        f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = ? AND user_id = ? AND session_id = ?",  # noqa: S608
-        (key.tenant, key.user, key.session),
-    ).fetchone()
+    row = conn.execute(_FIND_SESSION, (key.tenant, key.user, key.session)).fetchone()
     if row is None:
         return None
     if row[7] is not None:
@@ -402,9 +410,7 @@ def store_rows(conn: sqlite3.Connection, key: SessionKey, session: SessionRow) -
     any digest is not read: it raises ``SnapshotCorruptError`` (nothing changed).
     """
     rows = conn.execute(
-        f"SELECT {SEQ_OF_ID_SQL}, {bounded('digest', DIGEST_CHARS)} FROM groups "  # noqa: S608
-        "WHERE id >= ? AND id < ? AND (id & 1) = 0",
-        (row_id(session.sid, session.adopted, False), _base(session.sid + 1)),
+        _STORE_ROWS, (row_id(session.sid, session.adopted, False), _base(session.sid + 1))
     ).fetchall()
     held = dict(rows)
     if None in held.values():  # the column is NOT NULL: a digest over its bound (at C speed)
