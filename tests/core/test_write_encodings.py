@@ -171,14 +171,14 @@ def snapshots(draw: st.DrawFn) -> SessionSnapshot:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(snapshots())
 def test_snapshot_bytes_equal_the_plain_encoding_whatever_the_parts(snapshot: SessionSnapshot) -> None:
     assert snapshot_bytes(snapshot) == _plain(snapshot)
     assert snapshot_digest(snapshot) == digest_bytes(_plain(attrs.evolve(snapshot, digest=None)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(snapshots())
 def test_a_sealed_snapshot_has_the_plain_bytes_digest_and_header(snapshot: SessionSnapshot) -> None:
     sealed = seal_snapshot(snapshot)
@@ -193,7 +193,7 @@ def test_a_sealed_snapshot_has_the_plain_bytes_digest_and_header(snapshot: Sessi
     assert again.digest == sealed.digest and snapshot_bytes(again) == snapshot_bytes(sealed)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=70, deadline=None)
 @given(snapshots())
 def test_a_new_snapshot_sealed_as_built_equals_the_sealed_copy(snapshot: SessionSnapshot) -> None:
     # What a commit does: build the snapshot and seal it itself, not a copy (the digest and the
@@ -212,7 +212,7 @@ def test_a_snapshot_not_made_by_the_seal_has_no_header() -> None:
     assert snapshot_header(SessionSnapshot(Scope("t", "u", "s"))) is None
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(TIMES, min_size=1, max_size=40), st.sampled_from([UTC, None]))
 def test_archive_marks_carried_over_keep_their_text_and_equal_the_plain_encoding(
     times: list[datetime], zone: Any
@@ -264,7 +264,7 @@ def _reference_marks(
     return tuple(kept)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 60), st.integers(0, 5)), min_size=1, max_size=80))
 def test_adding_archive_marks_keeps_the_rule(steps: list[tuple[int, int]]) -> None:
     # Equal gaps are frequent here (seconds 0-5): the first of equal gaps must go, as before.
@@ -278,7 +278,7 @@ def test_adding_archive_marks_keeps_the_rule(steps: list[tuple[int, int]]) -> No
         assert [(m.below, m.at) for m in marks] == [(m.below, m.at) for m in expected]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -415,7 +415,7 @@ def _assert_encoded_as_plain(group: MessageGroup) -> bytes | None:
     return expected
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(groups())
 def test_a_group_is_encoded_exactly_as_the_converter_would(group: MessageGroup) -> None:
     expected = _assert_encoded_as_plain(group)
@@ -453,7 +453,7 @@ def _plain_message(message: Message) -> bytes | type[EncodingError]:
         return EncodingError
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(groups())
 def test_a_message_is_encoded_exactly_as_the_converter_would(group: MessageGroup) -> None:
     # message_json is what the provider reply check encodes; it must refuse exactly what the
@@ -476,7 +476,7 @@ def _plain_message_tokens(message: Message) -> int:
     return _plain_tokens(message.content) + extra + 4
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.text(), groups())
 def test_token_estimates_count_utf8_bytes_whatever_the_text(text: str, group: MessageGroup) -> None:
     # The estimate skips encoding an ASCII string (its length is its byte count): non-ASCII
@@ -562,7 +562,7 @@ def _one_by_one(messages: list[Message]) -> tuple[Message, ...] | tuple[type, st
         return type(exc), str(exc)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(appended(), st.integers(0, 10**6), SCOPES)
 def test_the_append_check_at_once_equals_the_check_one_by_one(
     messages: list[Message], seq: int, scope: Scope
@@ -587,7 +587,7 @@ def test_the_append_check_at_once_equals_the_check_one_by_one(
     assert group.digest == digest_bytes(canonical_json(unstructure(group)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=70, deadline=None)
 @given(appended())
 def test_check_messages_refuses_what_the_one_by_one_check_refuses(messages: list[Message]) -> None:
     expected = _one_by_one(messages)
@@ -685,7 +685,7 @@ def text_groups(draw: st.DrawFn) -> MessageGroup:
     return MessageGroup(draw(st.integers(0, MAX_SEQ)), messages, retained)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(text_groups())
 def test_a_text_group_is_written_out_exactly_as_the_converter_would_encode_it(group: MessageGroup) -> None:
     # A turn's group is written out key by key: byte for byte the plain encoding, and refused

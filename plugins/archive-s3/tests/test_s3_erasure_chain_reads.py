@@ -5,8 +5,8 @@ during it, asks the tenant's finished erasures whether one of the whole
 session joined after its load. The index chains of the session's scopes
 are read newest first and stop at the session's last erasure (whose join
 record, against S3's revisions, says it joined before the load): the
-heads alone, after 4 erasures of the session or 16 (eight pages at two
-headers a page). An erasure of the session during the turn (after 8
+heads alone, after 2 erasures of the session or 10 (five pages at two
+headers a page). An erasure of the session during the turn (after 4
 before it) is the newest entry of its chain, and still refuses the turn.
 Two runtimes over the same bucket and prefix stand for two processes;
 chain loads are counted, never timed.
@@ -64,13 +64,13 @@ async def _first_turn(config: S3Config, session: str, during: EraseTarget) -> tu
     return await first_turn_during_erasure(partial(_runtime, config=config), ANA, session, during, OPERATOR)
 
 
-async def test_an_s3_first_turn_reads_the_same_chain_pages_after_4_or_16_erasures_of_its_session(
+async def test_an_s3_first_turn_reads_the_same_chain_pages_after_2_or_10_erasures_of_its_session(
     monkeypatch: pytest.MonkeyPatch, config: S3Config
 ) -> None:
     monkeypatch.setattr(erasure_index, "INDEX_PAGE_RECORDS", 2)
     eraser, _ = _runtime(ScriptedProvider(replies=["ok"], cycle=True), config)
     try:
-        for session, count in (("s4", 4), ("s16", 16), ("r8", 8)):
+        for session, count in (("s2", 2), ("s10", 10), ("r4", 4)):
             with anyio.fail_after(30):
                 for _ in range(count):
                     target = EraseTarget.session("acme", "ana", session)
@@ -79,7 +79,7 @@ async def test_an_s3_first_turn_reads_the_same_chain_pages_after_4_or_16_erasure
         await eraser.aclose()
     bob = EraseTarget.session("acme", "bob", "b1")
     reads = []
-    for session in ("s4", "s16"):
+    for session in ("s2", "s10"):
         with anyio.fail_after(30):
             loads, error = await _first_turn(config, session, bob)
         assert error is None, error  # every erasure of the session joined before the turn's load
@@ -87,7 +87,7 @@ async def test_an_s3_first_turn_reads_the_same_chain_pages_after_4_or_16_erasure
     # The tenant's head and the heads of the tenant's, the user's and the session's chains.
     assert reads == [4, 4], reads
     with anyio.fail_after(30):
-        loads, error = await _first_turn(config, "r8", EraseTarget.session("acme", "ana", "r8"))
+        loads, error = await _first_turn(config, "r4", EraseTarget.session("acme", "ana", "r4"))
     assert isinstance(error, SessionConflictError), error  # the erasure during the turn: newest
     assert loads == 4, loads
 
