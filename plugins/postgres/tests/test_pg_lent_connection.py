@@ -179,6 +179,32 @@ async def test_migrate_and_an_adapter_on_one_lent_connection_take_turns(
         await conn.close()
 
 
+def _slow_commits(admin: psycopg.Connection[Any], schema: str) -> None:
+    """Make a save's COMMIT run a deferred trigger sleeping 1 s (then stopped by _stop_in_commit)."""
+    admin.execute(
+        f'CREATE FUNCTION "{schema}".slow() RETURNS trigger LANGUAGE plpgsql '
+        "AS $$ BEGIN PERFORM pg_sleep(1.0); RETURN NULL; END $$"
+    )
+    admin.execute(
+        f'CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON "{schema}".session_snapshots '
+        f'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{schema}".slow()'
+    )
+
+
+async def _stop_in_commit(admin: psycopg.Connection[Any], halted: list[int]) -> None:
+    """SIGSTOP the application's backend once it sleeps in a COMMIT (its pid is added to ``halted``)."""
+    while not halted:
+        row = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE usename = %s AND query = 'COMMIT' "
+            "AND wait_event = 'PgSleep'",
+            (APP_USER,),
+        ).fetchone()
+        if row is not None:
+            os.kill(int(row[0]), signal.SIGSTOP)
+            halted.append(int(row[0]))
+        await anyio.sleep(0.01)
+
+
 @pytest.mark.parametrize("autocommit", [True, False])
 async def test_a_lent_connection_whose_commit_was_cut_off_serves_the_next_call(
     pg_server: Any,
@@ -193,34 +219,15 @@ async def test_a_lent_connection_whose_commit_was_cut_off_serves_the_next_call(
     # psycopg closed it), and every later call on it was refused, or failed, for good.
     conn = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=autocommit)
     store = PostgresSessionStore(app_config, connection=conn)
-    admin.execute(
-        f'CREATE FUNCTION "{schema}".slow() RETURNS trigger LANGUAGE plpgsql '
-        "AS $$ BEGIN PERFORM pg_sleep(1.0); RETURN NULL; END $$"
-    )
-    admin.execute(
-        f'CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON "{schema}".session_snapshots '
-        f'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{schema}".slow()'
-    )
+    _slow_commits(admin, schema)
     halted: list[int] = []
-
-    async def stop_in_commit() -> None:
-        while not halted:
-            row = admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE usename = %s AND query = 'COMMIT' "
-                "AND wait_event = 'PgSleep'",
-                (APP_USER,),
-            ).fetchone()
-            if row is not None:
-                os.kill(int(row[0]), signal.SIGSTOP)
-                halted.append(int(row[0]))
-            await anyio.sleep(0.01)
 
     try:
         with anyio.fail_after(30):
             base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
             try:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(stop_in_commit)
+                    tg.start_soon(_stop_in_commit, admin, halted)
                     with pytest.raises(PostgresUnavailableError, match="outcome is unknown"):
                         await store.save(
                             KEY, scoped_snapshot(KEY, " late"), base, OpContext.with_timeout(0.6)
@@ -294,4 +301,56 @@ async def test_a_lent_connection_refuses_a_call_from_a_second_event_loop_and_not
     finally:
         await store.aclose()
         await archive.aclose()
+        await conn.close()
+
+
+@pytest.mark.parametrize("closing_loop", ["the connection's", "another thread's"])
+async def test_aclose_waits_for_a_cut_off_commit_so_the_host_may_close_its_connection(
+    pg_server: Any,
+    app_config: PostgresConfig,
+    admin: psycopg.Connection[Any],
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+    closing_loop: str,
+) -> None:
+    # After "outcome unknown" the task finishing the COMMIT still waited on the connection's socket
+    # when aclose() returned. The host then closed its connection (as the README says to, after
+    # aclose) and the task's reader stayed registered on the closed socket's descriptor: the next
+    # connection given that descriptor failed to connect ("connection socket closed").
+    conn = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    _slow_commits(admin, schema)
+    halted: list[int] = []
+    try:
+        with anyio.fail_after(30):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_stop_in_commit, admin, halted)
+                    with pytest.raises(PostgresUnavailableError, match="outcome is unknown"):
+                        await store.save(
+                            KEY, scoped_snapshot(KEY, " late"), base, OpContext.with_timeout(0.6)
+                        )
+                    tg.cancel_scope.cancel()
+            finally:
+                for pid in halted:
+                    os.kill(pid, signal.SIGCONT)
+            assert halted, "the COMMIT was never seen stalling"
+            if closing_loop == "another thread's":  # the COMMIT's task runs on this loop meanwhile
+                await anyio.to_thread.run_sync(lambda: asyncio.run(store.aclose()))
+            else:
+                await store.aclose()
+            # aclose() returned once the server's answer was read: the connection is the host's again.
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert any("reported as of unknown outcome" in r.getMessage() for r in caplog.records)
+            await conn.close()
+            fresh = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=True)
+            try:
+                assert await (await fresh.execute("SELECT 1")).fetchone() == (1,)
+            finally:
+                await fresh.close()
+            row = admin.execute(f'SELECT revision FROM "{schema}".session_snapshots').fetchone()
+            assert row in ((base,), (base + 1,))
+    finally:
+        await store.aclose()
         await conn.close()

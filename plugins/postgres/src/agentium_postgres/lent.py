@@ -35,7 +35,7 @@ import psycopg
 from .calls import SETTLE_S, require_idle
 from .errors import PostgresError
 
-__all__ = ["LentCommitUnconfirmed", "commit_lent", "lent_turn"]
+__all__ = ["LentCommitUnconfirmed", "commit_lent", "lent_settled", "lent_turn"]
 
 logger = logging.getLogger("agentium.plugins.postgres")
 
@@ -133,16 +133,49 @@ async def commit_lent(
 
     record = _LENT[conn]
     task = asyncio.get_running_loop().create_task(bounded())
+    # Held from the start (asyncio keeps only a weak reference to a task), so that aclose() also
+    # waits for a COMMIT whose call is still waiting for it.
+    record.pending = task
     try:
         with anyio.CancelScope(shield=True), anyio.move_on_after(wait_s):
             await asyncio.wait({task})
     finally:
         if not task.done():
-            record.pending = task  # also held here: asyncio keeps only a weak reference to a task
             task.add_done_callback(lambda t: _report_late(t, record, operation))
     if not task.done():
         raise LentCommitUnconfirmed
+    if record.pending is task:
+        record.pending = None
     task.result()
+
+
+async def lent_settled(conn: psycopg.AsyncConnection[Any], wait_s: float) -> bool:
+    """Wait (shielded, ``wait_s`` at most) for a COMMIT still being finished on ``conn``; False if unfinished.
+
+    Called by ``aclose()``: the task finishing it waits on the connection's socket, and a host
+    that closed the connection under it (as after ``aclose()`` it may) left that wait registered
+    with the event loop, so the next connection given the same descriptor failed to connect.
+    The task may run on another loop (that of the connection's calls), which is then asked to
+    report its end.
+    """
+    with _GUARD:
+        record = _LENT.get(conn)
+    if record is None or record.loop.is_closed():  # a closed loop's tasks are gone
+        return True
+    task = record.pending
+    if task is None or task.done():
+        return True
+    with anyio.CancelScope(shield=True), anyio.move_on_after(wait_s):
+        if record.loop is asyncio.get_running_loop():
+            await asyncio.wait({task})
+        else:
+            with contextlib.suppress(RuntimeError):  # that loop was closed meanwhile: the task is gone
+                ended = asyncio.run_coroutine_threadsafe(asyncio.wait({task}), record.loop)
+                try:
+                    await asyncio.wrap_future(ended)
+                finally:
+                    ended.cancel()
+    return task.done()
 
 
 def _report_late(task: asyncio.Task[None], record: _Lent, operation: str) -> None:

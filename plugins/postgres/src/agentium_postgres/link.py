@@ -74,8 +74,8 @@ from .calls import (
 from .config import PostgresConfig
 from .errors import PostgresError, PostgresUnavailableError
 from .first_use import ServerFacts, check_schema
-from .lent import LentCommitUnconfirmed, commit_lent, lent_turn
-from .loop_pools import LoopPool, discard_pool
+from .lent import LentCommitUnconfirmed, commit_lent, lent_settled, lent_turn
+from .loop_pools import LoopPool, discard_pool, recording_connection_class
 from .schema import TENANT_SETTING
 from .translate import translate_error
 
@@ -313,6 +313,10 @@ class PgLink:
             with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
                 await pool.close(timeout=1.0)
 
+    def _connected(self, error: BaseException | None) -> None:
+        """Record whether the owned pool's last connection attempt failed (for pool timeouts)."""
+        self._last_connect_error = error
+
     async def _check_directly(self, ctx: OpContext, operation: str) -> None:
         left = ctx.time_left()
         budget = self._config.connect_timeout_s if left is None else min(self._config.connect_timeout_s, left)
@@ -346,7 +350,7 @@ class PgLink:
                 # No check query when a connection is taken (it would cost a round trip per call):
                 # a connection found broken by a call's first statement is replaced and the call
                 # retried once on another (see _run), since nothing of it reached the server.
-                connection_class=_recording_connection_class(self),
+                connection_class=recording_connection_class(self._connected),
             )
             await pool.open(wait=False)
             slot.pool = pool
@@ -553,7 +557,10 @@ class PgLink:
         (outcome unknown). Without this, a call with no deadline on a stalled
         server kept waiting after ``aclose`` returned. A pool of a loop that
         has finished is dropped (its connections and workers went with the
-        loop). Raises the adapter's error class when a pool did not close in time.
+        loop). A COMMIT still being finished on a lent connection (see
+        :mod:`.lent`) is waited for, so the host may then close the connection.
+        Raises the adapter's error class when a pool did not close in time, or
+        that COMMIT is still unanswered after 10 s.
         """
         self._closed = True
         self._stop_running()
@@ -568,6 +575,10 @@ class PgLink:
                 await pool.close(timeout=_CLOSE_WAIT_S)
 
         problems = await self._owned.aclose(close, SETTLE_S)
+        # A COMMIT still being finished on the lent connection: waited for, so that the host may
+        # close the connection once aclose() returned (see lent_settled).
+        if self._lent_connection is not None and not await lent_settled(self._lent_connection, SETTLE_S):
+            problems.append("the lent connection still waits for a COMMIT's answer; do not close it yet")
         if problems:
             raise self._family(f"{self._name}: closing: " + "; ".join(problems))
 
@@ -581,20 +592,3 @@ class PgLink:
             else:
                 with contextlib.suppress(RuntimeError):  # that loop is closed: its call is gone
                     loop.call_soon_threadsafe(scope.cancel)
-
-
-def _recording_connection_class(link: PgLink) -> type[Conn]:
-    """A connection class whose ``connect`` records the outcome on ``link`` (for pool timeouts)."""
-
-    class RecordingConnection(psycopg.AsyncConnection[Any]):
-        @classmethod
-        async def connect(cls, *args: Any, **kwargs: Any) -> Any:
-            try:
-                conn = await super().connect(*args, **kwargs)
-            except Exception as exc:
-                link._last_connect_error = exc
-                raise
-            link._last_connect_error = None
-            return conn
-
-    return RecordingConnection

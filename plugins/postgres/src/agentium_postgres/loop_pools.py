@@ -1,4 +1,4 @@
-"""Each event loop's owned pool, and how the pool of a loop that finished without closing it is released.
+"""Each event loop's owned pool, the release of a loop's pool left unclosed, and the pools' connection class.
 
 A pool's connections and worker tasks belong to the event loop that opened
 it; :class:`~agentium_postgres.link.PgLink` keeps one :class:`LoopPool` per
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import attrs
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["LoopPool", "discard_pool"]
+__all__ = ["LoopPool", "discard_pool", "recording_connection_class"]
 
 
 @attrs.define(slots=True, eq=False)
@@ -47,3 +49,26 @@ def discard_pool(slot: LoopPool) -> None:
     for conn in list(getattr(pool, "_pool", ())):
         with contextlib.suppress(Exception):
             conn.pgconn.finish()
+
+
+def recording_connection_class(
+    record: Callable[[BaseException | None], None],
+) -> type[psycopg.AsyncConnection[Any]]:
+    """A connection class whose ``connect`` reports its outcome to ``record`` (``None``: connected).
+
+    An owned pool's connections are of this class, so that a pool timeout can say why the pool
+    could not connect.
+    """
+
+    class RecordingConnection(psycopg.AsyncConnection[Any]):
+        @classmethod
+        async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = await super().connect(*args, **kwargs)
+            except Exception as exc:
+                record(exc)
+                raise
+            record(None)
+            return conn
+
+    return RecordingConnection
