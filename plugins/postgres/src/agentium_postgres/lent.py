@@ -21,6 +21,7 @@ takes its turn on it through :func:`lent_turn`:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -29,10 +30,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 import anyio
+import anyio.to_thread
 import attrs
 import psycopg
 
-from .calls import SETTLE_S, require_idle
+from .calls import SETTLE_S, require_idle, running_loop
 from .errors import PostgresError
 
 __all__ = ["LentCommitUnconfirmed", "commit_lent", "lent_settled", "lent_turn"]
@@ -165,17 +167,19 @@ async def lent_settled(conn: psycopg.AsyncConnection[Any], wait_s: float) -> boo
     task = record.pending
     if task is None or task.done():
         return True
-    with anyio.CancelScope(shield=True), anyio.move_on_after(wait_s):
-        if record.loop is asyncio.get_running_loop():
+    if record.loop is running_loop():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(wait_s):
             await asyncio.wait({task})
-        else:
-            with contextlib.suppress(RuntimeError):  # that loop was closed meanwhile: the task is gone
-                ended = asyncio.run_coroutine_threadsafe(asyncio.wait({task}), record.loop)
-                try:
-                    await asyncio.wrap_future(ended)
-                finally:
-                    ended.cancel()
-    return task.done()
+        return task.done()
+    # Another loop's task (aclose may run on any loop, or under trio): its loop reports the end.
+    try:
+        ended = asyncio.run_coroutine_threadsafe(asyncio.wait({task}), record.loop)
+    except RuntimeError:  # that loop was closed meanwhile: its tasks are gone
+        return True
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(concurrent.futures.wait, [ended], wait_s)
+    ended.cancel()
+    return task.done() or record.loop.is_closed()
 
 
 def _report_late(task: asyncio.Task[None], record: _Lent, operation: str) -> None:
