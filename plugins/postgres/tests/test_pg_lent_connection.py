@@ -354,3 +354,62 @@ async def test_aclose_waits_for_a_cut_off_commit_so_the_host_may_close_its_conne
     finally:
         await store.aclose()
         await conn.close()
+
+
+@pytest.mark.parametrize("lent", [True, False])
+async def test_migrate_whose_commit_was_cut_off_says_the_outcome_is_unknown(
+    pg_server: Any, admin: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture, lent: bool
+) -> None:
+    # migrate() cut off by timeout_s in its COMMIT said "the server did not answer in time; nothing
+    # was written" while the server, once it went on, committed the migration; and psycopg closed
+    # the host's lent connection.
+    name = new_schema_name()
+    config = PostgresConfig(dsn=pg_server.admin_dsn(), schema=name)
+    await migrate(config, to_version=SCHEMA_VERSION - 1)
+    admin.execute(
+        f'CREATE FUNCTION "{name}".slow() RETURNS trigger LANGUAGE plpgsql '
+        "AS $$ BEGIN PERFORM pg_sleep(1.2); RETURN NULL; END $$"
+    )
+    admin.execute(
+        f'CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON "{name}".schema_meta '
+        f'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{name}".slow()'
+    )
+    conn = await psycopg.AsyncConnection.connect(pg_server.admin_dsn(), autocommit=True)
+    halted: list[int] = []
+
+    async def stop_in_commit() -> None:
+        while not halted:
+            row = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query = 'COMMIT' "
+                "AND wait_event = 'PgSleep'"
+            ).fetchone()
+            if row is not None:
+                os.kill(int(row[0]), signal.SIGSTOP)
+                halted.append(int(row[0]))
+            await anyio.sleep(0.01)
+
+    try:
+        with anyio.fail_after(30):
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(stop_in_commit)
+                    with pytest.raises(PostgresUnavailableError, match="the outcome is unknown"):
+                        await migrate(config, connection=conn if lent else None, timeout_s=1.0)
+                    tg.cancel_scope.cancel()
+            finally:
+                for stopped in halted:
+                    os.kill(stopped, signal.SIGCONT)
+            assert halted, "the COMMIT was never seen stalling"
+            assert any("outcome unknown" in r.getMessage() for r in caplog.records)
+            # The next migration (on the lent connection: after the answer) runs; what it found says
+            # what the server decided, and on the lent connection so does the WARNING logged then.
+            admin.execute(f'DROP TRIGGER slow ON "{name}".schema_meta')
+            report = await migrate(config, connection=conn if lent else None)
+            assert report.to_version == SCHEMA_VERSION and not conn.closed
+            if lent:
+                late = [m for r in caplog.records if "reported as of unknown" in (m := r.getMessage())]
+                assert len(late) == 1 and late[0].startswith("migrate: "), late
+                assert ("it committed" in late[0]) == (report.applied == ())
+    finally:
+        await conn.close()
+        admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

@@ -8,6 +8,7 @@ exactly what the adapters need with ``grant_to``.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -18,13 +19,17 @@ from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import OpContext
 
 from .config import PostgresConfig
-from .errors import PostgresError
+from .errors import PostgresError, PostgresUnavailableError
 from .schema import SCHEMA_VERSION, MigrationReport, apply_migrations
 
 if TYPE_CHECKING:
     import psycopg
 
+    from .calls import Outcome
+
 __all__ = ["migrate"]
+
+logger = logging.getLogger("agentium.plugins.postgres")
 
 
 #: Role names PostgreSQL reads as every role or as whoever is connected: never a grantee.
@@ -95,6 +100,11 @@ async def migrate(
     re-applied). ``to_version`` stops at an older version
     (staged upgrades, and tests of an upgrade); a migration never goes back.
 
+    A ``COMMIT`` not confirmed within ``timeout_s`` raises
+    :class:`~agentium_postgres.errors.PostgresUnavailableError` saying the
+    outcome is unknown (run it again); on a lent connection it is finished in a
+    task of its own and the next call there waits for its answer.
+
     Raises :class:`~agentium_postgres.errors.PostgresSchemaError` for a schema
     newer than this release understands (nothing changed),
     :class:`~agentium_postgres.errors.PostgresPrivilegeError` when the role may
@@ -105,6 +115,7 @@ async def migrate(
     # not load the client library.
     import psycopg
 
+    from .calls import Outcome
     from .lent import lent_turn
     from .link import PgLink, require_asyncio
 
@@ -117,6 +128,7 @@ async def migrate(
         )
     link = PgLink(config, family=PostgresError, name="postgres migrate", needs=())
     ctx = OpContext.with_timeout(timeout_s)
+    outcome = Outcome()
     try:
         with anyio.fail_after(timeout_s):
             if connection is not None:
@@ -126,15 +138,70 @@ async def migrate(
                 # Inside the host's transaction (refused), the migration's was a savepoint: the
                 # report said every step applied, and the host's rollback took the schema back.
                 async with lent_turn(connection, "postgres migrate", operation, PostgresError, timeout_s):
-                    async with connection.transaction():
-                        return await apply_migrations(connection, config.schema, grant_to, to_version)
+                    return await _applied(connection, config, grant_to, to_version, ctx, outcome, lent=True)
             conn = await psycopg.AsyncConnection.connect(
                 config.conninfo(), connect_timeout=max(1, math.ceil(config.connect_timeout_s))
             )
             try:
-                async with conn.transaction():
-                    return await apply_migrations(conn, config.schema, grant_to, to_version)
+                return await _applied(conn, config, grant_to, to_version, ctx, outcome, lent=False)
             finally:
                 await conn.close()
     except (psycopg.Error, OSError, TimeoutError) as exc:
+        if isinstance(exc, TimeoutError) and outcome.commit_sent:
+            raise _unknown(config) from None
         raise link.translate(exc, operation, ctx) from None
+
+
+async def _applied(
+    conn: psycopg.AsyncConnection[Any],
+    config: PostgresConfig,
+    grant_to: Sequence[str],
+    to_version: int,
+    ctx: OpContext,
+    outcome: Outcome,
+    *,
+    lent: bool,
+) -> MigrationReport:
+    """Apply the migrations in one transaction on ``conn``; ``outcome.commit_sent`` once its COMMIT is.
+
+    A COMMIT cut off by ``timeout_s`` may still land: it was reported as "nothing was written"
+    while the server, once it went on, applied the migration. On a lent connection it runs in a
+    task of its own (:func:`~agentium_postgres.lent.commit_lent`): cut off, psycopg closed the
+    host's connection.
+    """
+    from .calls import commit_wait, settle_transaction
+    from .lent import LentCommitUnconfirmed, commit_lent
+
+    tx = conn.transaction()
+    await tx.__aenter__()
+    try:
+        report = await apply_migrations(conn, config.schema, grant_to, to_version)
+    except BaseException as exc:
+        await settle_transaction(conn, tx, exc, False)
+        raise
+    outcome.commit_sent = True
+    if not lent:
+        await tx.__aexit__(None, None, None)
+        return report
+
+    async def finish() -> None:
+        await tx.__aexit__(None, None, None)
+
+    try:
+        await commit_lent(conn, finish, commit_wait(ctx), "migrate")
+    except LentCommitUnconfirmed:
+        raise _unknown(config) from None
+    return report
+
+
+def _unknown(config: PostgresConfig) -> PostgresUnavailableError:
+    """The error of a migration whose COMMIT was sent but not confirmed by ``timeout_s`` (logged)."""
+    logger.warning(
+        "migrate: COMMIT sent but not confirmed within timeout_s; outcome unknown",
+        extra={"agentium_operation": "migrate"},
+    )
+    return PostgresUnavailableError(
+        f"postgres migrate: migrate on {config.server()}: its COMMIT was sent but not confirmed within "
+        "timeout_s; the outcome is unknown (the server applies the migration whole or not at all). "
+        "Run migrate again: at the version reached it changes nothing"
+    )
