@@ -169,20 +169,22 @@ async def _applied(
     task of its own (:func:`~agentium_postgres.lent.commit_lent`): cut off, psycopg closed the
     host's connection.
     """
-    from .calls import commit_wait, settle_transaction
+    from .calls import commit_wait
     from .lent import LentCommitUnconfirmed, commit_lent
 
+    if not lent:
+        async with conn.transaction():
+            report = await apply_migrations(conn, config.schema, grant_to, to_version)
+            outcome.commit_sent = True  # the block's end sends it
+        return report
     tx = conn.transaction()
     await tx.__aenter__()
     try:
         report = await apply_migrations(conn, config.schema, grant_to, to_version)
     except BaseException as exc:
-        await settle_transaction(conn, tx, exc, False)
+        await tx.__aexit__(type(exc), exc, exc.__traceback__)  # rolls back, as `async with` does
         raise
     outcome.commit_sent = True
-    if not lent:
-        await tx.__aexit__(None, None, None)
-        return report
 
     async def finish() -> None:
         await tx.__aexit__(None, None, None)
