@@ -23,7 +23,14 @@ from pg_server import APP_USER, new_schema_name
 
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing import plain_group, scoped_snapshot
-from agentium_postgres import SCHEMA_VERSION, PostgresArchive, PostgresConfig, PostgresSessionStore, migrate
+from agentium_postgres import (
+    SCHEMA_VERSION,
+    PostgresArchive,
+    PostgresConfig,
+    PostgresSessionStore,
+    lent,
+    migrate,
+)
 from agentium_postgres.errors import PostgresError, PostgresSessionStoreError, PostgresUnavailableError
 
 pytestmark = pytest.mark.anyio
@@ -413,3 +420,28 @@ async def test_migrate_whose_commit_was_cut_off_says_the_outcome_is_unknown(
     finally:
         await conn.close()
         admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+async def test_a_commit_task_that_gave_up_before_its_call_is_of_unknown_outcome(
+    pg_server: Any,
+    app_config: PostgresConfig,
+    admin: psycopg.Connection[Any],
+    schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The task finishing a lent connection's COMMIT gives up after its own bound (10 s), the call
+    # waits at most as long: only the order in which the two started kept the task's TimeoutError
+    # from reaching the call, which then said "the server did not answer in time; nothing was
+    # written" of a COMMIT the server could still apply. The task's bound is shortened here.
+    monkeypatch.setattr(lent, "_LATE_COMMIT_S", 0.3)
+    conn = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    _slow_commits(admin, schema)
+    try:
+        with anyio.fail_after(30):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
+            with pytest.raises(PostgresUnavailableError, match="outcome is unknown"):
+                await store.save(KEY, scoped_snapshot(KEY, " late"), base, _ctx())
+    finally:
+        await store.aclose()
+        await conn.close()

@@ -124,14 +124,19 @@ async def commit_lent(
     """Run ``finish()`` (the COMMIT and its clean-up) in a task of its own; wait ``wait_s`` at most.
 
     Shielded from the caller's cancellation. Raises what ``finish`` raised, or
-    :class:`LentCommitUnconfirmed` when it is still running: the task then goes on reading the
+    :class:`LentCommitUnconfirmed` when it is still running (or gave up on the server after
+    ``_LATE_COMMIT_S``): a running task goes on reading the
     answer (the connection stays usable), logs what the server decided, and the next
     :func:`lent_turn` waits for it. Called inside :func:`lent_turn` only.
     """
 
     async def bounded() -> None:
-        with anyio.fail_after(_LATE_COMMIT_S):  # TimeoutError: still unknown, never "committed"
+        with anyio.move_on_after(_LATE_COMMIT_S) as bound:
             await finish()
+        if bound.cancelled_caught:
+            # Still unknown, never "committed", and never a TimeoutError: the call that saw it
+            # (the task may give up before its call stops waiting) said "nothing was written".
+            raise LentCommitUnconfirmed
 
     record = _LENT[conn]
     task = asyncio.get_running_loop().create_task(bounded())
