@@ -57,7 +57,7 @@ RENEW_S: Final = FENCE_MS / 1000 / 4
 #: written outside the store.
 HOLDERS_CAP: Final = 1000
 #: The span event of a lower that found the holders hash past :data:`HOLDERS_CAP` (attribute
-#: ``agentium.holders``): the fence was left to end by itself.
+#: ``agentium.holders``: the holders left once its own went): the fence was left to end by itself.
 FENCE_LEFT_UP: Final = "agentium.recall.erase_fence_left_up"
 #: The clock :meth:`FenceHold.renew` reads (a module global, so tests can stand in for elapsed time).
 _clock: Callable[[], float] = time.monotonic
@@ -115,13 +115,19 @@ class FenceHold:
                 f"ones and reads at most about {2 * HOLDERS_CAP} per call, so it was written outside the "
                 "store; nothing was erased: erase again to drop more"
             )
+        # The holders left (this call's own dropped) and what the call's drop of ended ones read: before,
+        # the count included the holder the call had just dropped, and the text said the hash was not
+        # read, though the drop had read it (all of it, when ``whole``).
+        read = "every one read, each still running" if whole else f"about {2 * HOLDERS_CAP} of them read"
         logger.warning(
             "redis recall store: an erase call's fence was left to end by itself (within %d s): the "
-            "tenant's erasure-fence holders hash holds %d holders, past the store's cap of %d, and "
-            "is not read; writes of the erased owners stay refused until then",
+            "tenant's erasure-fence holders hash holds %d other holders, past the store's cap of %d "
+            "(%s; %d ended ones dropped); writes of the erased owners stay refused until then",
             FENCE_MS // 1000,
             holders,
             HOLDERS_CAP,
+            read,
+            dropped,
         )
         current_span_event(FENCE_LEFT_UP, {"agentium.holders": holders})
 

@@ -206,7 +206,8 @@ return 1
 #: removed them. Still at the cap, a new holder is refused before any other write ({0, holders, ended
 #: holders dropped, 1 when every holder was read}: the erase fails, nothing else changed); a call's own
 #: holder is still raised again; a lower drops its own holder and leaves the field to end by itself ({2,
-#: holders, dropped, read all}: the fence stays up until its latest raise's end, never shorter).
+#: holders left once its own went, dropped, read all}: the fence stays up until its latest raise's end,
+#: never shorter).
 FENCE = Script(
     "erase_fence",
     CHECK
@@ -257,7 +258,7 @@ if holders > cap then
     mark()
     return 1
   end
-  redis.call('HDEL', KEYS[2], mine)
+  holders = holders - redis.call('HDEL', KEYS[2], mine)  -- what is left, as the reply says
   return {2, holders, dropped, whole}
 end
 local held = redis.call('HGETALL', KEYS[2])
