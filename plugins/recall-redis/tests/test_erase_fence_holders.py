@@ -198,7 +198,9 @@ async def test_a_small_encoded_hash_past_the_cap_is_dropped_whole_in_its_one_pag
 ) -> None:
     """``COUNT`` is a hint: a small-encoded hash (listpack) comes back whole in one ``HSCAN`` page.
     Every holder of that page is handled (none cut off at ``COUNT``) and counted as read: three caps of
-    ended holders go in one call, which then completes."""
+    ended holders go in one call, which then completes. A page of more than four caps is not handled (each
+    ``HDEL`` walks the listpack: one by one, tens of thousands held the server for seconds): the erase
+    is refused, typed, saying why, with nothing changed."""
     big = make_server("--hash-max-ziplist-entries", "100000")
     admin = aioredis.Redis.from_url(big.url)
     store = RedisRecallStore(RedisRecallConfig(url=big.url, key_prefix=new_prefix()))
@@ -211,6 +213,20 @@ async def test_a_small_encoded_hash_past_the_cap_is_dropped_whole_in_its_one_pag
             report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
         assert report.status is EraseStatus.COMPLETE and report.count("document") == 1
         assert await admin.hlen(f"{tp}:efh") == 0
+        # Past four caps in its one page: before, every holder was dropped, one HDEL each, in one script.
+        await store.index_document(ANA, "e", "plum text", _ctx())
+        await admin.hset(f"{tp}:efh", mapping=_holders(4 * HOLDERS_CAP + 1, "zz/", "1"))
+        assert await admin.object("encoding", f"{tp}:efh") in (b"listpack", b"ziplist")
+        before = await _raw(admin, store.config.key_prefix)
+        with (
+            anyio.fail_after(30),
+            pytest.raises(RedisRecallError, match="hash-max-listpack-entries") as caught,
+        ):
+            await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+        assert f"more than {4 * HOLDERS_CAP}" in str(caught.value) and "nothing was erased" in str(
+            caught.value
+        )
+        assert await _raw(admin, store.config.key_prefix) == before  # no holder dropped, nothing erased
     finally:
         await store.aclose()
         await admin.aclose()

@@ -15,8 +15,10 @@ The holders hash (``<tenant>:efh``, one field per erase call of the tenant
 running now or crashed within :data:`FENCE_MS`) is read whole by ``FENCE``
 only up to :data:`HOLDERS_CAP` holders. A call that finds it at the cap (a
 new holder) or past it first drops ended holders, reading at most about
-twice the cap of them per call: a cap reached by crashed calls' holders frees
-itself (before, an operator had to remove them). Still at the cap, a new
+twice the cap of them per call (none from a page of more than four times the
+cap, which only a small-encoded hash written outside the store makes: each
+``HDEL`` walks it): a cap reached by crashed calls' holders frees itself
+(before, an operator had to remove them). Still at the cap, a new
 holder is refused (``RedisRecallError`` saying whether every holder was read:
 all running, or erase again to drop more; nothing erased), and a call
 lowering its fence drops its own holder and leaves the fence to end by itself
@@ -56,6 +58,14 @@ RENEW_S: Final = FENCE_MS / 1000 / 4
 #: raise or lower): 1,000 is far more erase calls of one tenant at once than a host runs; a hash past it was
 #: written outside the store.
 HOLDERS_CAP: Final = 1000
+#: How ``FENCE``'s drop of ended holders read the hash (its reply's last element): every holder, about
+#: twice the cap of them (it stopped), or none, a page of more than :data:`_PAGE_MOST` holders coming back
+#: (a small-encoded hash, whole in one page, written outside the store): each ``HDEL`` walks such a
+#: hash, so dropping its holders one by one would hold the server for seconds.
+_READ_SOME: Final = 0
+_READ_ALL: Final = 1
+_PAGE_TOO_LARGE: Final = 2
+_PAGE_MOST: Final = 4 * HOLDERS_CAP
 #: The span event of a lower that found the holders hash past :data:`HOLDERS_CAP` (attribute
 #: ``agentium.holders``: the holders left once its own went): the fence was left to end by itself.
 FENCE_LEFT_UP: Final = "agentium.recall.erase_fence_left_up"
@@ -99,15 +109,25 @@ class FenceHold:
         reply = await self._script(FENCE, self._keys, args, ctx, "recall erase")
         if reply == 1:
             return
-        outcome, holders, dropped, whole = _capped(reply)
+        outcome, holders, dropped, read = _capped(reply)
         if outcome == FENCE_REFUSED:
-            if whole:
+            if read == _READ_ALL:
                 raise RedisRecallError(
                     "recall erase: the tenant's erasure-fence holders hash (<tenant>:efh) holds "
                     f"{holders} running holders, the store's cap is {HOLDERS_CAP} ({dropped} ended ones "
                     "were dropped): it holds one per erase call of the tenant running now, so that many "
                     "erasures run at once or it was written outside the store; nothing was erased. Erase "
                     "again once some end (each ends at most 10 minutes after its last raise)"
+                )
+            if read == _PAGE_TOO_LARGE:
+                raise RedisRecallError(
+                    "recall erase: the tenant's erasure-fence holders hash (<tenant>:efh) holds "
+                    f"{holders} holders, the store's cap is {HOLDERS_CAP}, and comes back whole in one "
+                    f"HSCAN page of more than {_PAGE_MOST} (a small-encoded hash: the server's "
+                    "hash-max-listpack-entries is set above that), which the store never writes, so it was "
+                    "written outside the store; its ended holders were not dropped (one by one, that would "
+                    "hold the server for seconds); nothing was erased. Remove the holders whose value (a "
+                    "server time in ms) has passed, then erase again"
                 )
             raise RedisRecallError(
                 "recall erase: the tenant's erasure-fence holders hash (<tenant>:efh) holds "
@@ -117,8 +137,11 @@ class FenceHold:
             )
         # The holders left (this call's own dropped) and what the call's drop of ended ones read: before,
         # the count included the holder the call had just dropped, and the text said the hash was not
-        # read, though the drop had read it (all of it, when ``whole``).
-        read = "every one read, each still running" if whole else f"about {2 * HOLDERS_CAP} of them read"
+        # read, though the drop had read it (all of it, when every one was read).
+        seen = {
+            _READ_ALL: "every one read, each still running",
+            _PAGE_TOO_LARGE: f"none read: it comes back whole in one HSCAN page of more than {_PAGE_MOST}",
+        }.get(read, f"about {2 * HOLDERS_CAP} of them read")
         logger.warning(
             "redis recall store: an erase call's fence was left to end by itself (within %d s): the "
             "tenant's erasure-fence holders hash holds %d other holders, past the store's cap of %d "
@@ -126,14 +149,16 @@ class FenceHold:
             FENCE_MS // 1000,
             holders,
             HOLDERS_CAP,
-            read,
+            seen,
             dropped,
         )
         current_span_event(FENCE_LEFT_UP, {"agentium.holders": holders})
 
 
-def _capped(reply: Reply) -> tuple[int, int, int, bool]:
-    """``FENCE``'s {outcome, holders, ended ones dropped, 1 when all were read} reply at the cap.
+def _capped(reply: Reply) -> tuple[int, int, int, int]:
+    """``FENCE``'s {outcome, holders, ended ones dropped, how they were read} reply at the cap.
+
+    How: :data:`_READ_ALL`, :data:`_READ_SOME` (stopped at about twice the cap) or :data:`_PAGE_TOO_LARGE`.
 
     ``RedisRecallError`` for anything else.
     """
@@ -142,9 +167,9 @@ def _capped(reply: Reply) -> tuple[int, int, int, bool]:
         and len(reply) == 4
         and reply[0] in (FENCE_REFUSED, FENCE_HOLDERS_CAPPED)
         and all(isinstance(part, int) for part in reply[1:])
-        and reply[3] in (0, 1)
+        and reply[3] in (_READ_SOME, _READ_ALL, _PAGE_TOO_LARGE)
     ):
-        return int(reply[0]), int(reply[1]), int(reply[2]), reply[3] == 1
+        return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3])
     raise RedisRecallError(
         "recall erase: the erasure fence's script answered in a form it never sends (the server or its "
         "scripts were changed)"

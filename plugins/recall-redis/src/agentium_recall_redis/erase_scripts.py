@@ -201,10 +201,12 @@ return 1
 #: so, each lower keeps the others' latest), only the purge of ended holders and a lower do. A call that
 #: finds the hash at the cap (a new holder) or past it first drops ended holders in ``HSCAN`` pages,
 #: reading at most about twice the cap of them (``COUNT`` is a hint: a small-encoded hash comes back
-#: whole in one page, each of its holders counted as read, none left unread in a page): a cap reached by
-#: crashed calls' holders frees itself; before, it refused every erase of the tenant until an operator
-#: removed them. Still at the cap, a new holder is refused before any other write ({0, holders, ended
-#: holders dropped, 1 when every holder was read}: the erase fails, nothing else changed); a call's own
+#: whole in one page, each of its holders counted as read, none left unread in a page; a page of more
+#: than four times the cap, which only a small-encoded hash written outside the store makes, is not
+#: handled at all): a cap reached by crashed calls' holders frees itself; before, it refused every erase
+#: of the tenant until an operator removed them. Still at the cap, a new holder is refused before any
+#: other write ({0, holders, ended holders dropped, 1 when every holder was read, 0 when the call stopped
+#: reading, 2 when a page was too large to handle}: the erase fails, nothing else changed); a call's own
 #: holder is still raised again; a lower drops its own holder and leaves the field to end by itself ({2,
 #: holders left once its own went, dropped, read all}: the fence stays up until its latest raise's end,
 #: never shorter).
@@ -231,19 +233,26 @@ local function mark()
   if redis.pcall('GET', P .. ':v') == LAYOUT then redis.call('SET', P .. ':v', ERASED_LAYOUT) end
 end
 if holders > cap or refused() then
-  -- Drop ended holders, counting every holder a page brings back (however many past COUNT) as read.
+  -- Drop ended holders, counting every holder a page brings back (however many past COUNT) as read. A
+  -- page of more than 4 x cap holders (a small-encoded hash, whole in one page, past any the store
+  -- writes) is left as it is (whole = 2): each HDEL walks such a hash, so dropping its holders one by one
+  -- held the server for seconds (tens of thousands of holders), in one script.
   local cursor, read = '0', 0
   repeat
     local page = redis.call('HSCAN', KEYS[2], cursor, 'COUNT', 100)
-    cursor = page[1]
     local held = page[2]
+    if #held > 8 * cap then  -- erase_fence's _PAGE_MOST
+      whole = 2
+      break
+    end
+    cursor = page[1]
     for i = 1, #held, 2 do
       local ends = tonumber(held[i + 1])
       if not ends or ends <= now then dropped = dropped + redis.call('HDEL', KEYS[2], held[i]) end
     end
     read = read + #held / 2
   until cursor == '0' or read >= 2 * cap
-  if cursor ~= '0' then whole = 0 end
+  if whole == 1 and cursor ~= '0' then whole = 0 end
   holders = redis.call('HLEN', KEYS[2])
 end
 if refused() then
