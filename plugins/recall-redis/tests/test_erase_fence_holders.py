@@ -230,3 +230,30 @@ async def test_a_small_encoded_hash_past_the_cap_is_dropped_whole_in_its_one_pag
     finally:
         await store.aclose()
         await admin.aclose()
+
+
+async def test_a_raise_again_refused_at_the_cap_says_what_the_call_erased_stays_erased(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    """A running call whose own holder ended (the server's clock passed it: a call that outlasted its fence,
+    or a clock moved) is a new holder when it raises again: at the cap, refused. That comes after its first
+    pass erased rows; before, the refusal said nothing was erased."""
+    tp = tenant_prefix(store.config.key_prefix, "acme")
+    await store.index_document(ANA, "d", "kiwi text", _ctx())
+    original = erase_module._erase_entries
+    running = _holders(HOLDERS_CAP, "zz/", LATER)
+
+    async def own_holder_ends_and_the_cap_fills(*args: Any, **kwargs: Any) -> Any:
+        erased = await original(*args, **kwargs)
+        # Its own holder gone as ended (a clock moved past it), the cap filled by other calls' holders.
+        await admin.delete(f"{tp}:efh")
+        await admin.hset(f"{tp}:efh", mapping=running)
+        return erased
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(erase_module, "_erase_entries", own_holder_ends_and_the_cap_fills)
+        with anyio.fail_after(30), pytest.raises(RedisRecallError, match="running holders") as caught:
+            await store.erase(EraseTarget.user("acme", "ana"), _ctx())
+    assert b"kiwi" not in await _raw(admin, store.config.key_prefix)  # the first pass erased the row
+    assert "nothing was erased" not in str(caught.value)
+    assert "the sources it erased before stay erased" in str(caught.value)

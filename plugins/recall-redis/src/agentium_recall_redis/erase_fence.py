@@ -110,14 +110,23 @@ class FenceHold:
         if reply == 1:
             return
         outcome, holders, dropped, read = _capped(reply)
+        # A refused raise again (its own holder gone) comes after the call erased what it did: before, the
+        # refusal said nothing was erased then too.
+        done = "nothing was erased"
+        if self._raised_at is not None:
+            done = (
+                "this call's own holder had ended by the server's clock (the call outlasted its fence, or "
+                "the clock moved), so raising it again was refused: the call stopped, and the sources it "
+                "erased before stay erased, the rest not"
+            )
         if outcome == FENCE_REFUSED:
             if read == _READ_ALL:
                 raise RedisRecallError(
                     "recall erase: the tenant's erasure-fence holders hash (<tenant>:efh) holds "
                     f"{holders} running holders, the store's cap is {HOLDERS_CAP} ({dropped} ended ones "
                     "were dropped): it holds one per erase call of the tenant running now, so that many "
-                    "erasures run at once or it was written outside the store; nothing was erased. Erase "
-                    "again once some end (each ends at most 10 minutes after its last raise)"
+                    f"erasures run at once or it was written outside the store; {done}. Erase again once "
+                    "some end (each ends at most 10 minutes after its last raise)"
                 )
             if read == _PAGE_TOO_LARGE:
                 raise RedisRecallError(
@@ -126,14 +135,14 @@ class FenceHold:
                     f"HSCAN page of more than {_PAGE_MOST} (a small-encoded hash: the server's "
                     "hash-max-listpack-entries is set above that), which the store never writes, so it was "
                     "written outside the store; its ended holders were not dropped (one by one, that would "
-                    "hold the server for seconds); nothing was erased. Remove the holders whose value (a "
-                    "server time in ms) has passed, then erase again"
+                    f"hold the server for seconds); {done}. Remove the holders whose value (a server time "
+                    "in ms) has passed, then erase again"
                 )
             raise RedisRecallError(
                 "recall erase: the tenant's erasure-fence holders hash (<tenant>:efh) holds "
                 f"{holders} holders, the store's cap is {HOLDERS_CAP}: this call dropped {dropped} ended "
                 f"ones and reads at most about {2 * HOLDERS_CAP} per call, so it was written outside the "
-                "store; nothing was erased: erase again to drop more"
+                f"store; {done}: erase again to drop more"
             )
         # The holders left (this call's own dropped) and what the call's drop of ended ones read: before,
         # the count included the holder the call had just dropped, and the text said the hash was not
