@@ -100,13 +100,18 @@ def test_a_factory_failure_without_values_from_the_environment_is_reported_as_it
             lambda o: f"cannot parse redis://:{quote(o.token, safe='')}@{o.host}/0",
             f"cannot parse redis://:{HIDDEN}@{HIDDEN}/0",
         ),
+        # Percent-encoded with lower-case hex digits, as some client libraries write it.
+        (
+            lambda o: f"cannot parse redis://:{quote(o.token, safe='').lower()}@{o.host}/0",
+            f"cannot parse redis://:{HIDDEN}@{HIDDEN}/0",
+        ),
         # Only the whole value: 1207 in 11207, 1207.5 and 3.1207 is not it, 1207 before a full stop is.
         (
             lambda o: f"tried {o.retries}.5 then 3.{o.retries}, 1{o.retries} then {o.retries}.",
             f"tried 1207.5 then 3.1207, 11207 then {HIDDEN}.",
         ),
     ],
-    ids=["ends-a-sentence", "percent-encoded", "whole-tokens-only"],
+    ids=["ends-a-sentence", "percent-encoded", "percent-encoded-lower-case", "whole-tokens-only"],
 )
 def test_a_factory_failure_hides_a_value_wherever_it_ends_and_however_it_is_encoded(
     tmp_path: Path, message: Callable[[_Options], str], shown: str
@@ -185,4 +190,44 @@ def test_a_checks_message_hides_only_the_part_the_environment_supplied(tmp_path:
         load_runtime(path, registry=PluginRegistry.load(autoload=False), environ={"SYNC": "s3cr3t-VALUE"})
     (issue,) = info.value.issues
     assert issue.path == "$.plugins.sqlite.synchronous" and f"'FULL-{HIDDEN}'" in issue.message, issue
+    assert "s3cr3t" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message", "shown"),
+    [
+        # A path option is joined to the config's folder as pathlib writes it: "./" and "//" gone, so
+        # neither the value nor its folder stood in the adapter's message as the variable gave them.
+        (
+            "./s3cr3t-dir/state.db",
+            lambda o: f"cannot open {Path('/srv') / o.host}: the folder {Path('/srv') / o.host} is missing",
+            f"cannot open /srv/{HIDDEN}: the folder /srv/{HIDDEN} is missing",
+        ),
+        (
+            "s3cr3t-dir//state.db",
+            lambda o: f"the folder {(Path('/srv') / o.host).parent} does not exist",
+            f"the folder /srv/{HIDDEN} does not exist",
+        ),
+        (
+            "../s3cr3t-dir/state.db",
+            lambda o: f"cannot open {Path('/srv/app/', o.host).resolve()}",
+            f"cannot open /srv/{HIDDEN}",
+        ),
+        # A word is a whole word before or after a full stop: only a number's is part of it (1207.5).
+        (
+            "s3cr3t-name",
+            lambda o: f"no key {o.host}.pem in {o.host}.d, nor db.{o.host}",
+            f"no key {HIDDEN}.pem in {HIDDEN}.d, nor db.{HIDDEN}",
+        ),
+    ],
+    ids=["dot-folder", "double-slash", "parent-folder", "word-before-a-dot"],
+)
+def test_a_value_is_hidden_as_a_path_is_written_and_around_full_stops(
+    tmp_path: Path, value: str, message: Callable[[_Options], str], shown: str
+) -> None:
+    path = _archive_config(tmp_path, 'host = "${HOST}"\n')
+    with pytest.raises(ConfigError) as info:
+        load_runtime(path, registry=_registry(message), environ={"HOST": value})
+    (issue,) = info.value.issues
+    assert issue.message == f"plugin 'leaky' failed to build: {shown}"
     assert "s3cr3t" not in str(info.value)

@@ -123,8 +123,18 @@ def _encodings(text: str) -> list[tuple[Callable[[str], str], str, str]]:
         (lambda part: quote(part, safe=""), "", ""),
         (quote, "", ""),
         (quote_plus, "", ""),
+        # Some client libraries write the hex digits in lower case (%2f): the same bytes.
+        (lambda part: _lower_hex(quote(part, safe="")), "", ""),
+        (lambda part: _lower_hex(quote_plus(part)), "", ""),
     ]
     return escapes
+
+
+_HEX_ESCAPE: Final = re.compile(r"%[0-9A-F]{2}")
+
+
+def _lower_hex(text: str) -> str:
+    return _HEX_ESCAPE.sub(lambda m: m.group(0).lower(), text)
 
 
 _NUMBER: Final = re.compile(r"[+-]?[0-9][0-9_]*(?:\.[0-9_]+)?(?:[eE][+-]?[0-9_]+)?")
@@ -143,10 +153,15 @@ def _number_forms(text: str) -> set[str]:
 
 
 def _bare(forms: Iterable[str]) -> re.Pattern[str]:
-    alternatives = "|".join(re.escape(f) for f in sorted(set(forms), key=len, reverse=True) if f)
-    # Not inside a longer word or number (7 in 17, 7.5 or 3.7); a full stop that ends the sentence
-    # after it ("invalid key: <value>.") is no part of it, or the value was shown there.
-    return re.compile(rf"(?<![\w.])(?:{alternatives})(?![\w]|\.\w)")
+    ordered = sorted({f for f in forms if f}, key=len, reverse=True)
+    numbers = "|".join(re.escape(f) for f in ordered if _NUMBER.fullmatch(f))
+    words = "|".join(re.escape(f) for f in ordered if not _NUMBER.fullmatch(f))
+    # Not inside a longer word or number (1207 in 11207). A number's full stop joins it to digits
+    # (1207.5, 3.1207), unless it ends the sentence ("invalid key: <value>."); a word's is a
+    # boundary like any other: a secret name in "<value>.pem" or "db.<value>" stands there whole.
+    alternatives = [rf"(?<![\w.])(?:{numbers})(?![\w]|\.\w)"] if numbers else []
+    alternatives += [rf"(?<!\w)(?:{words})(?!\w)"] if words else []
+    return re.compile("|".join(alternatives) or "(?!)")
 
 
 def _spans_of(text: str, value: EnvText, *, bare: bool) -> list[tuple[int, int]]:
@@ -158,9 +173,7 @@ def _spans_of(text: str, value: EnvText, *, bare: bool) -> list[tuple[int, int]]
     """
     found: list[tuple[int, int]] = []
     pieces = value.pieces()
-    alone = [v for v in value.values() if not _too_short(v)]
-    # A path's folder: an adapter names it alone ("the folder /srv/<value> of ... does not exist").
-    alone += [f for f in map(_folder, alone) if f is not None and not _too_short(f) and f not in alone]
+    alone = _alone_forms(value.values())
     seen: set[str] = set()
     for escape, opening, closing in _encodings(value):
         try:
@@ -193,10 +206,34 @@ def _spans_of(text: str, value: EnvText, *, bare: bool) -> list[tuple[int, int]]
     return found
 
 
-def _folder(value: str) -> str | None:
-    """The folder part of a path-like ``value`` (``a/b`` of ``a/b/c.db``), if it has one."""
-    folder = value.rstrip("/").rpartition("/")[0]
-    return folder if folder.strip("/") else None
+def _alone_forms(values: Iterable[str]) -> list[str]:
+    """What to look for of each value alone: itself, and as a path is written; none too short."""
+    forms: list[str] = []
+    for value in values:
+        if _too_short(value):
+            continue
+        for form in (value, *_path_forms(value)):
+            if form not in forms and not _too_short(form):
+                forms.append(form)
+    return forms
+
+
+def _path_forms(value: str) -> list[str]:
+    """How an adapter may write a path-like ``value``, and its folder (``a/b`` of ``a/b/c.db``).
+
+    It names the folder alone ("the folder /srv/<value> of ... does not exist"); and the path it
+    names is joined to the config's folder, or resolved, as pathlib writes it: no ``.`` or empty
+    parts (``./a//b`` is ``a/b``), and nothing left of a leading ``..`` or ``~``.
+    """
+    if "/" not in value.strip("/"):
+        return []
+    forms = [value.rstrip("/").rpartition("/")[0]]
+    parts = [part for part in value.split("/") if part not in ("", ".")]
+    while parts and parts[0] in ("..", "~"):
+        parts.pop(0)
+    if parts:
+        forms += ["/".join(parts), "/".join(parts[:-1])]
+    return [form for form in forms if form.strip("/")]
 
 
 def _written(text: str, form: str, *, as_is: bool, bare: bool) -> Iterable[re.Match[str]]:
