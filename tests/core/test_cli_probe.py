@@ -286,3 +286,139 @@ def test_a_runs_error_does_not_repeat_a_value_from_the_environment(
         error = json.loads(out)["error"]
         assert error.endswith(f"failed on {tmp_path}/{HIDDEN}: unable to open database file"), error
     assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]
+
+
+def _not_a_database(folder: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A config whose SQLite path (every store's, memory's too) comes from the environment: no database."""
+    config = _env_config(folder, monkeypatch)
+    config.write_text(config.read_text(encoding="utf-8") + '[memory]\nplugin = "sqlite"\n', encoding="utf-8")
+    db = folder / "s3cret-folder" / "state.db"
+    db.parent.mkdir()
+    db.write_bytes(b"not a database " * 20)
+    return config, db
+
+
+SCOPE = ["--tenant", "acme", "--user", "ana"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["session", "inspect", "{config}", *ANA],
+        ["session", "reconcile", "{config}", *ANA],
+        ["session", "migrate", "--attest-legacy-memory-scope", "{config}", *ANA],
+        ["memory", "list", "{config}", *SCOPE],
+        ["memory", "remember", "{config}", *SCOPE, "a fact"],
+        ["recall", "search", "{config}", *ANA, "hello"],
+        ["recall", "rebuild", "{config}", *ANA],
+        ["erase", "{config}", *SCOPE, "--reason", "asked"],
+        ["retention", "apply", "{config}", *SCOPE],
+    ],
+    ids=lambda c: " ".join(w for w in c[:2] if not w.startswith("{")),
+)
+def test_a_commands_error_does_not_repeat_a_value_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    # The store's error named the database path the variable gave ("... failed on <path>: file is
+    # not a database", "<path> ([session_store]) is not a SQLite database"), on stderr and in --json.
+    config, db = _not_a_database(tmp_path, monkeypatch)
+    argv = [str(config) if word == "{config}" else word for word in command]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert f"{tmp_path}/{HIDDEN}" in err and "s3cret" not in out + err, err
+    assert main([*argv, "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out)["error"] == err.split(": ", 1)[1].rstrip("\n") and "s3cret" not in out + err
+    assert db.read_bytes() == b"not a database " * 20 and os.listdir(db.parent) == ["state.db"]
+
+
+def test_an_erasure_stopped_part_way_does_not_repeat_a_value_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # erase reports an ErasureIncompleteError itself (exit 7): it printed the store's error as it was.
+    from agentium_harness._cli import erase
+    from agentium_harness._errors import ErasureIncompleteError
+
+    (tmp_path / "s3cret-folder").mkdir()
+    config = _env_config(tmp_path, monkeypatch)
+    assert main(["run", str(config), *ANA, "hello"]) == 0
+    real = erase._run
+
+    async def failing(rt: object) -> object:
+        raise ErasureIncompleteError(f"the archive at {tmp_path}/s3cret-folder/state.db failed", None)
+
+    monkeypatch.setattr(erase, "_run", lambda given, work, **kw: real(given, failing, **kw))
+    capsys.readouterr()
+    assert main(["erase", str(config), *SCOPE, "--reason", "asked", "--json"]) == 7
+    out, err = capsys.readouterr()
+    assert json.loads(out)["error"] == f"the archive at {tmp_path}/{HIDDEN} failed"
+    assert "s3cret" not in out + err
+
+
+def test_a_memory_stores_reason_does_not_repeat_a_value_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rejected write's reason and notes are the store's text: printed as they were.
+    from agentium_harness._engine.memory.manager import MemoryManager
+    from agentium_harness._ports.memory import MemoryAck
+
+    (tmp_path / "s3cret-folder").mkdir()
+    config = _env_config(tmp_path, monkeypatch)
+    config.write_text(config.read_text(encoding="utf-8") + '[memory]\nplugin = "sqlite"\n', encoding="utf-8")
+    assert main(["run", str(config), *ANA, "hello"]) == 0
+    named = f"{tmp_path}/s3cret-folder/state.db"
+
+    async def rejecting(self: MemoryManager, fact: object) -> MemoryAck:
+        return MemoryAck("rejected", reason=f"{named} is read-only", notes=(f"see {named}",))
+
+    monkeypatch.setattr(MemoryManager, "remember_with_result", rejecting)
+    capsys.readouterr()
+    assert main(["memory", "remember", str(config), *SCOPE, "a fact"]) == 1
+    out, err = capsys.readouterr()
+    assert out == f"rejected: {tmp_path}/{HIDDEN} is read-only\n" and "s3cret" not in err, err
+    assert main(["memory", "remember", str(config), *SCOPE, "a fact", "--json"]) == 1
+    ack = json.loads(capsys.readouterr().out)
+    assert ack["reason"] == f"{tmp_path}/{HIDDEN} is read-only"
+    assert ack["notes"] == [f"see {tmp_path}/{HIDDEN}"]
+
+
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_a_runs_recall_and_verifier_reasons_do_not_repeat_a_value_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, json_form: bool
+) -> None:
+    # The recall outcome's reason (a store's error the policy stopped on) and a verification's reason
+    # (the verifier's, or its error) were printed as they were, on stderr and in --json.
+    import attrs
+
+    from agentium_harness._engine.results import RunStatus
+    from agentium_harness._engine.runtime import HarnessRuntime
+    from agentium_harness._verdicts import Verdict, VerificationAttempt, VerificationRecord
+
+    (tmp_path / "s3cret-folder").mkdir()
+    config = _env_config(tmp_path, monkeypatch)
+    named = f"{tmp_path}/s3cret-folder/state.db"
+    real = HarnessRuntime.run
+
+    async def stopped(self: HarnessRuntime, *args: object, **kwargs: object) -> object:
+        result = await real(self, *args, **kwargs)  # type: ignore[arg-type]
+        assert result.recall is not None
+        attempt = VerificationAttempt(revision=0, verdict=Verdict.UNKNOWN, reason=f"cannot read {named}")
+        return attrs.evolve(
+            result,
+            status=RunStatus.STOPPED,
+            recall=attrs.evolve(result.recall, reason=f"recall store {named} is locked"),
+            verification=VerificationRecord(Verdict.UNKNOWN, 0, "stop", (attempt,)),
+        )
+
+    monkeypatch.setattr(HarnessRuntime, "run", stopped)
+    flags = ["--json"] if json_form else []
+    assert main(["run", *flags, str(config), *ANA, "hello"]) == 4  # stopped
+    out, err = capsys.readouterr()
+    assert f"the recall policy stopped the run: recall store {tmp_path}/{HIDDEN} is locked" in err, err
+    assert "s3cret" not in out + err
+    if json_form:
+        result = json.loads(out)
+        assert result["recall"]["reason"] == f"recall store {tmp_path}/{HIDDEN} is locked"
+        assert result["verification"]["attempts"][0]["reason"] == f"cannot read {tmp_path}/{HIDDEN}"
+    else:
+        assert f"[verification (revision 0): unknown: cannot read {tmp_path}/{HIDDEN}]" in err, err

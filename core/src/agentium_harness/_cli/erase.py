@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from .._codec import unstructure
-from .._config import load_config
 from .._config.runtime import build_runtime
 from .._engine.erasure import ErasureResult, OperatorAttestation
 from .._engine.erasure_resume import is_save_note
@@ -35,7 +34,9 @@ from .interrupt import run_async
 from .output import (
     EXIT_OK,
     NEVER_WRITTEN,
+    hide_env,
     json_error,
+    load_hiding,
     print_json,
     reading_only,
     refuse_missing,
@@ -157,7 +158,7 @@ def erasure_lines(view: SessionView) -> list[str]:
 
 
 def _run(
-    config: str,
+    args: argparse.Namespace,
     work: Callable[[Any], Awaitable[T]],
     *,
     reading: bool = False,
@@ -178,7 +179,7 @@ def _run(
     (retention even marked groups erased in the session store that the real archive kept).
     ``needs`` names those stores (default: every configured one, the session store first).
     """
-    resolved = load_config(config)
+    resolved = load_hiding(args)  # a store's error may repeat its options: main() hides them
     if reading:
         resolved = reading_only(resolved)
     else:
@@ -248,7 +249,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
     attestation = _attestation(args)
     target = _target(args)
     if args.status:
-        records = _run(args.config, lambda rt: _all_status(rt, attestation, target), reading=True)
+        records = _run(args, lambda rt: _all_status(rt, attestation, target), reading=True)
         if args.json:
             print_json([unstructure(r) for r in records], sys.stdout)
         else:
@@ -257,13 +258,13 @@ def cmd_erase(args: argparse.Namespace) -> int:
         return EXIT_OK
     try:
         if args.resume:
-            results = list(_run(args.config, lambda rt: rt.resume_erasures(attestation)))
+            results = list(_run(args, lambda rt: rt.resume_erasures(attestation)))
         else:
             if args.reason is None:
                 raise InvalidArgumentError("--reason is required (say why the data is erased)")
             results = [
                 _run(
-                    args.config,
+                    args,
                     lambda rt: rt.erase(
                         target, reason=args.reason, attestation=attestation, dry_run=args.dry_run
                     ),
@@ -271,16 +272,17 @@ def cmd_erase(args: argparse.Namespace) -> int:
                 )
             ]
     except ErasureIncompleteError as exc:
-        sys.stderr.write(f"agentium erase: {shown_lines(str(exc))}\n")
+        hide = hide_env(args)  # the error may quote a store's, and that the options it was given
+        sys.stderr.write(f"agentium erase: {shown_lines(hide(str(exc)))}\n")
         if exc.record is None and args.json:  # no progress to print: the JSON error form says why
-            print_json(json_error(exc), sys.stdout)
+            print_json(json_error(exc, hide), sys.stdout)
         if exc.record is not None:
             # Its progress is printed either way: with --json it was printed nowhere.
             if args.json and exc.record.state is ErasureState.COMPLETE:
                 # A completed erasure's tombstone, yet the target may still hold data (overtaken) or the
                 # fence may still be up (its removal from pending not known): printed with the error's
                 # fields, so no script reads it as the erasure's success.
-                said = dict(unstructure(exc.record), resumed=bool(args.resume), **json_error(exc))
+                said = dict(unstructure(exc.record), resumed=bool(args.resume), **json_error(exc, hide))
                 if isinstance(exc, ErasureOvertakenError):
                     said.update(still_held=list(exc.still_held), pending_id=exc.pending_id)
                 print_json([said], sys.stdout)
@@ -317,7 +319,7 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
     # Retention reads the sessions' snapshots and erases archived groups and their index entries: those
     # stores must exist (a mistyped archive path let it mark groups erased that the real archive kept).
     needs = ("session_store", "archive", "recall")
-    result, stopped = _run(args.config, apply, reading=args.dry_run, needs=needs, command="retention")
+    result, stopped = _run(args, apply, reading=args.dry_run, needs=needs, command="retention")
     if stopped:
         sys.stderr.write(
             f"agentium retention: {len(stopped)} erasure(s) stopped part way and stay pending (their "

@@ -28,7 +28,6 @@ from typing import Any
 
 from .. import __version__
 from .._codec import unstructure
-from .._config import load_config
 from .._config.runtime import build_runtime
 from .._demo import run_demo, run_demo_config
 from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
@@ -49,7 +48,9 @@ from .output import (
     CommandParser,
     complete,
     discover_config,
+    hide_env,
     json_error,
+    load_hiding,
     plain_help,
     print_json,
     reading_only,
@@ -130,7 +131,7 @@ def _add_demo(subparsers: Any) -> None:
 
 def cmd_session_inspect(args: argparse.Namespace) -> int:
     """Show a stored session: boundary, resident groups, archived count, snapshot revision."""
-    runtime = build_runtime(reading_only(load_config(args.config)))  # an inspection creates no database
+    runtime = build_runtime(reading_only(load_hiding(args)))  # an inspection creates no database
 
     async def go() -> SessionView:
         async with runtime:
@@ -191,7 +192,7 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
 def cmd_session_reconcile(args: argparse.Namespace) -> int:
     """Resolve a diverged session: keep the archive's groups and renumber the session's own after them."""
     # No session in a missing database: "unchanged"; a missing archive is refused. None is created.
-    runtime = build_runtime(unless_missing(load_config(args.config), "session_store", refuse=("archive",)))
+    runtime = build_runtime(unless_missing(load_hiding(args), "session_store", refuse=("archive",)))
 
     async def go() -> ReconcileReport:
         async with runtime:
@@ -220,7 +221,7 @@ def cmd_session_migrate(args: argparse.Namespace) -> int:
             "verify the session's exact scope first, then pass --attest-legacy-memory-scope; "
             "nothing was changed"
         )
-    runtime = build_runtime(unless_missing(load_config(args.config), "session_store"))
+    runtime = build_runtime(unless_missing(load_hiding(args), "session_store"))
 
     async def go() -> MigrationReport:
         async with runtime:
@@ -404,8 +405,8 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         sys.stderr.write(f"agentium {args.command}: interrupted\n")
         return EXIT_INTERRUPTED
     except AgentiumError as exc:
-        # A command that read a config hides what ${VAR} references supplied from its error (run.py).
-        hide: Callable[[str], str] = getattr(args, "hide_env", None) or str
+        # A command that read a config hides what ${VAR} references supplied from its error (load_hiding).
+        hide = hide_env(args)
         # With --json a core command's failure is a JSON document on stdout too (docs/cli.md), unless
         # the command printed its own (run's interrupted RunResult); a plugin's --json is its own.
         if (

@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .._config import load_config
 from .._config.runtime import build_component
 from .._engine.lifecycle import close_owned
 from .._engine.memory.manager import MemoryManager
@@ -31,6 +30,8 @@ from .interrupt import run_async
 from .output import (
     NEVER_WRITTEN,
     add_config_argument,
+    hide_env,
+    load_hiding,
     print_json,
     reading_only,
     refuse_missing,
@@ -96,7 +97,7 @@ def _with_manager(
     unless it is the memory store's own database. The memory database ``remember`` writes is
     created if it does not exist yet (a first fact); a folder or other file at its path is refused.
     """
-    resolved = load_config(args.config)
+    resolved = load_hiding(args)  # a store's error may repeat its options: main() hides them
     if fenced:
         # The fence only reads the session store, so it must exist: one at a mistyped path was
         # created empty, and its "no erasure under way" let a fact of a user being erased in.
@@ -152,14 +153,14 @@ def _fact_json(fact: StoredFact) -> dict[str, Any]:
     }
 
 
-def _ack_json(ack: MemoryAck) -> dict[str, Any]:
+def _ack_json(ack: MemoryAck, hide: Callable[[str], str]) -> dict[str, Any]:
     return {
         "status": ack.status.value,
         "fact_id": ack.fact_id,
         "revision": ack.revision,
-        "reason": ack.reason,
+        "reason": hide(ack.reason),
         "durable": ack.durable,
-        "notes": list(ack.notes),
+        "notes": [hide(note) for note in ack.notes],
     }
 
 
@@ -184,17 +185,18 @@ def _show_facts(args: argparse.Namespace, facts: tuple[StoredFact, ...]) -> None
 
 
 def _show_ack(args: argparse.Namespace, ack: MemoryAck) -> int:
+    hide = hide_env(args)  # the reason and notes are the store's text: it may repeat its options
     if args.json:
-        print_json(_ack_json(ack))
+        print_json(_ack_json(ack, hide))
     else:
         line = f"{ack.status.value}"
         if ack.fact_id is not None:
             line += f" {ack.fact_id} revision {ack.revision}"
         if ack.reason:
-            line += f": {shown(ack.reason)}"  # the store's text, escaped as a fact's is
+            line += f": {shown(hide(ack.reason))}"  # escaped as a fact's text is
         sys.stdout.write(line + "\n")
         for note in ack.notes:
-            sys.stderr.write(f"  note: {shown(note)}\n")
+            sys.stderr.write(f"  note: {shown(hide(note))}\n")
     return EXIT_REJECTED if not ack.ok else 0
 
 

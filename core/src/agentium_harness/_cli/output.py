@@ -9,12 +9,15 @@ import re
 import stat
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, TextIO
 
 import attrs
 
+from .._config import load_config
 from .._config.load import ResolvedConfig
+from .._config.runtime import hide_config_env
 from .._config.source import find_config
 from .._engine.results import RunStatus
 from .._errors import InvalidArgumentError
@@ -38,6 +41,8 @@ __all__ = [
     "MAX_STDIN_BYTES",
     "CommandParser",
     "add_config_argument",
+    "hide_env",
+    "load_hiding",
     "complete",
     "discover_config",
     "json_error",
@@ -115,6 +120,24 @@ def json_error(exc: BaseException, hide: Callable[[str], str] = str) -> dict[str
     passed through ``hide`` (the values ``${VAR}`` references supplied, for a command that read a config).
     """
     return {"error": hide(error_text(exc, named=False)), "error_type": type(exc).__name__}
+
+
+def load_hiding(args: argparse.Namespace) -> ResolvedConfig:
+    """The config ``args.config`` names; ``args.hide_env`` hides what its ``${VAR}`` references supplied.
+
+    For every command that builds adapters from a config: the error it ends with (which main()
+    reports through ``args.hide_env``, on stderr and with ``--json``) may quote an adapter's
+    error, and that any option the adapter was given (a SQLite path, a DSN's password).
+    """
+    resolved = load_config(args.config)
+    args.hide_env = partial(hide_config_env, resolved=resolved)
+    return resolved
+
+
+def hide_env(args: argparse.Namespace) -> Callable[[str], str]:
+    """What hides a command's values from the environment (:func:`load_hiding`); ``str`` before it ran."""
+    hide: Callable[[str], str] | None = getattr(args, "hide_env", None)
+    return hide or str
 
 
 # ------------------------------------------------------------------ stored text

@@ -22,7 +22,6 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from .._config import load_config
 from .._config.runtime import build_runtime
 from .._engine.adapter_lists import adapter_method, bounded_list
 from .._engine.document_api import MAX_DOCUMENT_BYTES
@@ -54,6 +53,7 @@ from .._scope import RecallScope, Scope, SessionKey, validate_id
 from .interrupt import run_async
 from .output import (
     NEVER_WRITTEN,
+    load_hiding,
     print_json,
     reading_only,
     refuse_missing,
@@ -314,7 +314,7 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
     owner = SourceOwner(args.tenant, args.user, None, args.project, args.repository)
     files, links = _files(args.paths)  # every id is checked before anything is written
     named = {Path(given) for given in args.paths}  # a PATH that is a link is read: the operator named it
-    resolved = load_config(args.config)
+    resolved = load_hiding(args)
     # The erasure fence reads the session store: one at a mistyped path was created empty, and its
     # "no erasure under way" let a user being erased get the document anyway. Refused instead; and
     # a recall path holding a folder or other file failed only at the first document, as "not known".
@@ -421,7 +421,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
     if not query.strip():
         raise InvalidArgumentError("the query is empty; give the words to search for")
     scope = _search_scope(args)
-    runtime = build_runtime(reading_only(load_config(args.config)))  # a search creates no database
+    runtime = build_runtime(reading_only(load_hiding(args)))  # a search creates no database
 
     async def go() -> Evidence:
         async with runtime:
@@ -507,7 +507,7 @@ def cmd_recall_rebuild(args: argparse.Namespace) -> int:
     """Re-index a session's archived groups from the archive into the recall store (idempotent)."""
     key = SessionKey(args.tenant, args.user, args.session)
     # No archived group in an archive database that does not exist: 0 indexed, and none is created.
-    runtime = build_runtime(unless_missing(load_config(args.config), "archive"))
+    runtime = build_runtime(unless_missing(load_hiding(args), "archive"))
     total = 0
     refused: list[int] = []
 

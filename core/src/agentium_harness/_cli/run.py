@@ -2,22 +2,22 @@
 
 Also the identity arguments every session command takes (:func:`add_identity_args`).
 An error the run ends with can quote an adapter's error, and that the options it was
-given: values a ``${VAR}`` reference supplied are hidden from it (``args.hide_env``,
-which :func:`~agentium_harness._cli.main.main` applies as it reports the error).
+given: values a ``${VAR}`` reference supplied are hidden from it (``args.hide_env``, set by
+:func:`~agentium_harness._cli.output.load_hiding`, which :func:`~agentium_harness._cli.main.main`
+applies as it reports the error).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from functools import partial
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from .._codec import unstructure
-from .._config import load_config
-from .._config.runtime import build_runtime, hide_config_env
+from .._config.runtime import build_runtime
 from .._engine.results import RunResult, RunStatus
 from .._engine.tools import ToolRegistry
 from .._errors import AgentiumError, InvalidArgumentError
@@ -29,7 +29,9 @@ from .output import (
     EXIT_OK,
     RUN_EXIT_STATUS,
     add_config_argument,
+    hide_env,
     json_error,
+    load_hiding,
     print_json,
     shown,
     text_argument,
@@ -37,7 +39,14 @@ from .output import (
 from .run_outcome import print_run_outcome
 from .verify import print_verification
 
-__all__ = ["CLI_VERIFIER", "add_identity_args", "add_run_command", "cmd_run", "identity", "recall_scope"]
+__all__ = [
+    "CLI_VERIFIER",
+    "add_identity_args",
+    "add_run_command",
+    "cmd_run",
+    "identity",
+    "recall_scope",
+]
 
 
 #: How the CLI attests identity: whoever runs the command on the host is the
@@ -98,10 +107,10 @@ def _run_turn(args: argparse.Namespace) -> int:
             f"--grant {unknown[0]!r} names no tool: the command's runtime has no tools to grant "
             "(a config file names no code; tools come from a host program). Nothing was run"
         )
-    resolved = load_config(args.config)
     # What the run ends with may quote an adapter's error, which may repeat its options: main()
-    # hides the values ${VAR} references supplied as it reports it, as this does the diagnostics.
-    args.hide_env = hide = partial(hide_config_env, resolved=resolved)
+    # hides the values ${VAR} references supplied as it reports it, as this does the result's.
+    resolved = load_hiding(args)
+    hide = hide_env(args)
     runtime = build_runtime(resolved, tools=tools)
     ran: list[RunResult] = []  # what runtime.run returned, kept if Ctrl-C cuts the summary settle short
 
@@ -154,12 +163,24 @@ def _run_turn(args: argparse.Namespace) -> int:
     return _report_run(args, _hidden(result, hide))
 
 
-def _hidden(result: RunResult, hide: Any) -> RunResult:
-    """``result`` with the values from the environment hidden from its diagnostics (adapters' errors)."""
-    diagnostics = tuple(attrs.evolve(d, message=hide(d.message)) for d in result.diagnostics)
-    if diagnostics == result.diagnostics:
+def _hidden(result: RunResult, hide: Callable[[str], str]) -> RunResult:
+    """``result`` with the values from the environment hidden where adapters' text stands.
+
+    The diagnostics, the recall outcome's reason (a recall store's error the policy stopped on)
+    and each verification's reason (the verifier's, or its error): the lines stderr starts with
+    and ``--json`` both show them.
+    """
+    changes: dict[str, Any] = {
+        "diagnostics": tuple(attrs.evolve(d, message=hide(d.message)) for d in result.diagnostics)
+    }
+    if result.recall is not None:
+        changes["recall"] = attrs.evolve(result.recall, reason=hide(result.recall.reason))
+    if result.verification is not None:
+        attempts = tuple(attrs.evolve(a, reason=hide(a.reason)) for a in result.verification.attempts)
+        changes["verification"] = attrs.evolve(result.verification, attempts=attempts)
+    if all(getattr(result, name) == value for name, value in changes.items()):
         return result
-    return attrs.evolve(result, diagnostics=diagnostics)
+    return attrs.evolve(result, **changes)
 
 
 def _report_run(args: argparse.Namespace, result: RunResult) -> int:

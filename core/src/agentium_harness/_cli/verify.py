@@ -15,12 +15,12 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from .._codec import unstructure
-from .._config.runtime import load_runtime
+from .._config.runtime import build_runtime
 from .._engine.results import Diagnostic
 from .._scope import VerifiedIdentity
 from .._verdicts import Verdict, VerificationRecord
 from .interrupt import run_async
-from .output import EXIT_NOT_ACCEPTED, print_json, shown, text_argument
+from .output import EXIT_NOT_ACCEPTED, load_hiding, print_json, shown, text_argument
 
 __all__ = ["EXIT_NOT_ACCEPTED", "add_verify_commands", "print_verification"]
 
@@ -44,7 +44,7 @@ def _cmd_verify(
     def cmd_verify(args: argparse.Namespace) -> int:
         """Run the configured verifier now and print the verdict with its evidence."""
         claim = text_argument(args.claim, "the --claim text", "nothing was verified")
-        runtime = load_runtime(args.config)
+        runtime = build_runtime(load_hiding(args))  # main() hides the options' values from its error
 
         async def go() -> tuple[VerificationRecord, tuple[Diagnostic, ...]]:
             async with runtime:
