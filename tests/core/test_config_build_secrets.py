@@ -21,6 +21,7 @@ from agentium_harness._errors import ConfigError
 from agentium_harness._plugins.hookspecs import hookimpl
 from agentium_harness._plugins.registry import PluginRegistry
 from agentium_harness._plugins.spec import AdapterSpec
+from agentium_harness._text import cut_text, shorten
 
 HIDDEN = "<a value from the environment, not shown>"
 
@@ -231,3 +232,38 @@ def test_a_value_is_hidden_as_a_path_is_written_and_around_full_stops(
     (issue,) = info.value.issues
     assert issue.message == f"plugin 'leaky' failed to build: {shown}"
     assert "s3cr3t" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "message", "shown"),
+    [
+        # shorten() cut the message inside the value: the part before the "…" was shown.
+        (
+            'token = "${TOKEN}"\n',
+            lambda o: shorten(f"token {o.token} refused", 17),
+            f"token {HIDDEN}…",
+        ),
+        # cut_text()'s marker: " … [n bytes, cut]".
+        (
+            'token = "${TOKEN}"\n',
+            lambda o: cut_text(f"token {o.token} refused " + "x" * 40, 40)[0],
+            f"token {HIDDEN} … [83 bytes, cut]",
+        ),
+        # Inside the string it was substituted into, cut after the value's first characters.
+        (
+            'host = "postgresql://app:${TOKEN}@db.example/app"\n',
+            lambda o: shorten(f"cannot connect to {o.host}", 39),
+            f"cannot connect to postgresql://app:{HIDDEN}…",
+        ),
+    ],
+    ids=["shorten", "cut-text", "inside-its-string"],
+)
+def test_a_value_cut_short_in_a_message_is_hidden_up_to_the_cut(
+    tmp_path: Path, options: str, message: Callable[[_Options], str], shown: str
+) -> None:
+    path = _archive_config(tmp_path, options)
+    with pytest.raises(ConfigError) as info:
+        load_runtime(path, registry=_registry(message), environ={"TOKEN": "s3cr3t-very-long-token-value"})
+    (issue,) = info.value.issues
+    assert issue.message == f"plugin 'leaky' failed to build: {shown}"
+    assert "s3c" not in str(info.value)

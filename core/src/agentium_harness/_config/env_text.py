@@ -198,11 +198,41 @@ def _spans_of(text: str, value: EnvText, *, bare: bool) -> list[tuple[int, int]]
         for single, plain in zip(singles, alone, strict=True):
             quoted = opening + single + closing
             found.extend(m.span() for m in _written(text, quoted, as_is=quoted == plain, bare=bare))
+    if bare and "…" in text:
+        found += _cut_spans(text, value, alone)
     if bare and len(pieces) == 1 and pieces[0][1] and not _too_short(value):
         # The value is the whole string: a check may print the number it was read as.
         numbers = _number_forms(value.strip())
         if numbers:
             found.extend(m.span() for m in _bare(numbers).finditer(text))
+    return found
+
+
+#: What a message cut short ends with where it was cut: shorten()'s "…", cut_text()'s " … [n bytes, cut]".
+_CUT: Final = re.compile(" ?…")
+
+
+def _cut_spans(text: str, value: EnvText, alone: list[str]) -> list[tuple[int, int]]:
+    """Where a message cut short in the middle of ``value`` (or of a value ``alone``) shows its start.
+
+    The whole string's start before the cut has its parts from the environment hidden, as the whole
+    is; a value alone's start all of it. A start shorter than :data:`SHORTEST_HIDDEN` is not looked
+    for (a word before any "…" would be taken for one).
+    """
+    found: list[tuple[int, int]] = []
+    candidates = [(str(value), value.spans)] if not _too_short(value) else []
+    candidates += [(form, ((0, len(form)),)) for form in alone]
+    for cut in _CUT.finditer(text):
+        end = cut.start()
+        for written, spans in candidates:
+            # The longest start of it that ends at the cut and starts a word (not cut out of one).
+            for length in range(min(len(written) - 1, end), SHORTEST_HIDDEN - 1, -1):
+                start = end - length
+                if text[end - 1] != written[length - 1] or (start and text[start - 1].isalnum()):
+                    continue
+                if text.startswith(written[:length], start):
+                    found += [(start + a, start + min(b, length)) for a, b in spans if a < length]
+                    break
     return found
 
 
