@@ -253,11 +253,12 @@ def _path_forms(value: str) -> list[str]:
 
     It names the folder alone ("the folder /srv/<value> of ... does not exist"); and the path it
     names is joined to the config's folder, or resolved, as pathlib writes it: no ``.`` or empty
-    parts (``./a//b`` is ``a/b``), and nothing left of a leading ``..`` or ``~``.
+    parts (``./a//b`` is ``a/b``; ``a/`` is ``a``), and nothing left of a leading ``..`` or ``~``.
     """
-    if "/" not in value.strip("/"):
+    if "/" not in value:
         return []
-    forms = [value.rstrip("/").rpartition("/")[0]]
+    # A folder given with its final slash: a file name joined to it stands after that slash.
+    forms = [value.rstrip("/"), value.rstrip("/").rpartition("/")[0]]
     parts = [part for part in value.split("/") if part not in ("", ".")]
     while parts and parts[0] in ("..", "~"):
         parts.pop(0)
