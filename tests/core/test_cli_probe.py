@@ -422,3 +422,72 @@ def test_a_runs_recall_and_verifier_reasons_do_not_repeat_a_value_from_the_envir
         assert result["verification"]["attempts"][0]["reason"] == f"cannot read {tmp_path}/{HIDDEN}"
     else:
         assert f"[verification (revision 0): unknown: cannot read {tmp_path}/{HIDDEN}]" in err, err
+
+
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_an_inspected_sessions_adapter_details_do_not_repeat_a_value_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, json_form: bool
+) -> None:
+    # The divergence's detail is the archive's error and a coverage gap's a reader's: shown as they were.
+    import attrs
+
+    from agentium_harness._engine.runtime import HarnessRuntime
+    from agentium_harness._ports.snapshot import ArchiveDivergence
+    from agentium_harness._ports.summary import CoverageGap, GapReason, SummaryState, TaskSummary
+
+    (tmp_path / "s3cret-folder").mkdir()
+    config = _env_config(tmp_path, monkeypatch)
+    assert main(["run", str(config), *ANA, "hello"]) == 0
+    named = f"{tmp_path}/s3cret-folder/state.db"
+    real = HarnessRuntime.inspect_session
+
+    async def detailed(self: HarnessRuntime, identity: object, session_id: str) -> object:
+        view = await real(self, identity, session_id)  # type: ignore[arg-type]
+        gap = CoverageGap(0, GapReason.UNAVAILABLE, f"read failed on {named}")
+        summary = SummaryState(TaskSummary("s", 0, policy="p", version="1"), gaps=(gap,))
+        return attrs.evolve(view, divergence=ArchiveDivergence((3,), f"conflict in {named}"), summary=summary)
+
+    monkeypatch.setattr(HarnessRuntime, "inspect_session", detailed)
+    capsys.readouterr()
+    assert main(["session", "inspect", str(config), *ANA, *(["--json"] if json_form else [])]) == 0
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out
+    if json_form:
+        view = json.loads(out)
+        assert view["divergence"]["detail"] == f"conflict in {tmp_path}/{HIDDEN}"
+        assert view["summary"]["gaps"][0]["detail"] == f"read failed on {tmp_path}/{HIDDEN}"
+    else:
+        assert f"diverged at     [3]: conflict in {tmp_path}/{HIDDEN}\n" in out
+        assert f"coverage gap    group 0 unavailable: read failed on {tmp_path}/{HIDDEN}\n" in out
+
+
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_a_verifiers_reason_does_not_repeat_a_value_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, json_form: bool
+) -> None:
+    # agentium verify printed the verifier's reason (or its error) and the notes as they were.
+    from agentium_harness._engine.results import Diagnostic, Severity
+    from agentium_harness._engine.runtime import HarnessRuntime
+    from agentium_harness._verdicts import Verdict, VerificationAttempt, VerificationRecord
+
+    (tmp_path / "s3cret-folder").mkdir()
+    config = _env_config(tmp_path, monkeypatch)
+    named = f"{tmp_path}/s3cret-folder/state.db"
+
+    async def verify(self: HarnessRuntime, *args: object, **kwargs: object) -> object:
+        attempt = VerificationAttempt(revision=0, verdict=Verdict.UNKNOWN, reason=f"cannot read {named}")
+        note = Diagnostic("verify_failed", f"the verifier failed on {named}", Severity.WARNING)
+        return VerificationRecord(Verdict.UNKNOWN, 0, "on-demand", (attempt,)), (note,)
+
+    monkeypatch.setattr(HarnessRuntime, "verify", verify)
+    flags = ["--json"] if json_form else []
+    assert main(["verify", *flags, str(config), *ANA, "--claim", "done"]) == 3  # not accepted
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out + err
+    if json_form:
+        data = json.loads(out)
+        assert data["record"]["attempts"][0]["reason"] == f"cannot read {tmp_path}/{HIDDEN}"
+        assert data["diagnostics"][0]["message"] == f"the verifier failed on {tmp_path}/{HIDDEN}"
+    else:
+        assert f"[verification: unknown: cannot read {tmp_path}/{HIDDEN}]" in out, out
+        assert f"verify_failed: the verifier failed on {tmp_path}/{HIDDEN}" in err, err

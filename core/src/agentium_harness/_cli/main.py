@@ -138,8 +138,15 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
             return await runtime.inspect_session(identity(args), args.session)
 
     view = run_async(go)
+    # The divergence's detail is the archive's error, a gap's a reader's: either may repeat the
+    # options the adapter was given. Hidden as printed: the records bound their detail's length.
+    hide = hide_env(args)
     if args.json:
-        print_json(unstructure(view), sys.stdout)
+        data = unstructure(view)
+        for item in [data["divergence"] or {}, *(data["summary"] or {}).get("gaps", ())]:
+            if "detail" in item:
+                item["detail"] = hide(item["detail"])
+        print_json(data, sys.stdout)
     elif not view.exists:
         sys.stdout.write(f"session {args.session!r}: not stored\n")
         sys.stdout.write("".join(line + "\n" for line in erasure_lines(view)))
@@ -168,7 +175,7 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
         if view.divergence is not None:
             sys.stdout.write(
                 # The detail is the archive's error message: escaped like every adapter's text.
-                f"  diverged at     {list(view.divergence.seqs)}: {shown(view.divergence.detail)}\n"
+                f"  diverged at     {list(view.divergence.seqs)}: {shown(hide(view.divergence.detail))}\n"
                 "  the archive holds other groups at these seqs; run "
                 "'agentium session reconcile' to keep both copies\n"
             )
@@ -183,7 +190,7 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
             )
             for gap in view.summary.gaps:
                 sys.stdout.write(
-                    f"  coverage gap    group {gap.seq} {gap.reason.value}: {shown(gap.detail)}\n"
+                    f"  coverage gap    group {gap.seq} {gap.reason.value}: {shown(hide(gap.detail))}\n"
                 )
         sys.stdout.write("".join(line + "\n" for line in erasure_lines(view)))
     return EXIT_OK

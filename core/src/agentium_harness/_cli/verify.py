@@ -14,13 +14,15 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+import attrs
+
 from .._codec import unstructure
 from .._config.runtime import build_runtime
 from .._engine.results import Diagnostic
 from .._scope import VerifiedIdentity
 from .._verdicts import Verdict, VerificationRecord
 from .interrupt import run_async
-from .output import EXIT_NOT_ACCEPTED, load_hiding, print_json, shown, text_argument
+from .output import EXIT_NOT_ACCEPTED, hide_env, load_hiding, print_json, shown, text_argument
 
 __all__ = ["EXIT_NOT_ACCEPTED", "add_verify_commands", "print_verification"]
 
@@ -51,6 +53,11 @@ def _cmd_verify(
                 return await runtime.verify(identity(args), args.session, claim, since=args.since)
 
         record, notes = run_async(go)
+        # The verifier's reasons (or its error) and the notes may repeat the options it was given.
+        hide = hide_env(args)
+        attempts = tuple(attrs.evolve(a, reason=hide(a.reason)) for a in record.attempts)
+        record = attrs.evolve(record, attempts=attempts)
+        notes = tuple(attrs.evolve(d, message=hide(d.message)) for d in notes)
         if args.json:
             data: dict[str, Any] = {
                 "verdict": record.verdict.value,
