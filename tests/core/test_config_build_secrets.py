@@ -220,6 +220,12 @@ def test_a_checks_message_hides_only_the_part_the_environment_supplied(tmp_path:
             lambda o: f"cannot open {Path('/srv') / o.host / 'state.db'}",
             f"cannot open /srv/{HIDDEN}/state.db",
         ),
+        # A path that needs no rewriting: its parts are not looked for alone ("home" is a word).
+        (
+            "/home/s3cr3t-user",
+            lambda o: f"no home folder at {o.host}/x.db",
+            f"no home folder at {HIDDEN}/x.db",
+        ),
         # A word is a whole word before or after a full stop: only a number's is part of it (1207.5).
         (
             "s3cr3t-name",
@@ -227,7 +233,7 @@ def test_a_checks_message_hides_only_the_part_the_environment_supplied(tmp_path:
             f"no key {HIDDEN}.pem in {HIDDEN}.d, nor db.{HIDDEN}",
         ),
     ],
-    ids=["dot-folder", "double-slash", "parent-folder", "final-slash", "word-before-a-dot"],
+    ids=["dot-folder", "double-slash", "parent-folder", "final-slash", "plain-path", "word-before-a-dot"],
 )
 def test_a_value_is_hidden_as_a_path_is_written_and_around_full_stops(
     tmp_path: Path, value: str, message: Callable[[_Options], str], shown: str

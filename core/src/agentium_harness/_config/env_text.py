@@ -262,7 +262,8 @@ def _path_forms(value: str) -> list[str]:
     parts = [part for part in value.split("/") if part not in ("", ".")]
     while parts and parts[0] in ("..", "~"):
         parts.pop(0)
-    if parts:
+    # Only when that changed more than a leading slash: /home/ana's "home" is no word to hide.
+    if parts and "/".join(parts) != value.strip("/"):
         forms += ["/".join(parts), "/".join(parts[:-1])]
     return [form for form in forms if form.strip("/")]
 
