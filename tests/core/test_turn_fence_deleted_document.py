@@ -29,6 +29,7 @@ from agentium_harness import (
     ErasedDuringRunError,
     RecallStatus,
     SourceOwner,
+    Telemetry,
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -62,9 +63,27 @@ async def test_a_document_deleted_between_calls_is_not_sent_again(kind: str, tmp
         assert isinstance(outcome, ErasedDuringRunError)  # what hosts catch for the fence already
         assert outcome.commit_state is CommitState.NOT_COMMITTED
         assert outcome.source_ids == ("doc/acme/~/~/~/~/oncall",)
+        # Hosts log error texts, and an id is content: the text names the document only with capture.
+        assert "oncall" not in str(outcome) and "1 host document(s)" in str(outcome), str(outcome)
         assert outcome.run_result is not None and not outcome.run_result.committed
         notes = [d for d in outcome.run_result.diagnostics if d.code == "erased_during_run"]
         assert notes and "deleted" in notes[0].message, outcome.run_result.diagnostics
+
+
+async def test_the_stop_names_the_document_with_content_capture(tmp_path: Path) -> None:
+    provider = Recording(REPLIES)
+    held = HeldTool()
+    mine_stores, other_stores = two_processes("memory", tmp_path, recall=True)
+    capture = {**mine_stores, "telemetry": Telemetry(capture_content=True)}
+    async with closing(fence_pair(provider, held, capture, other_stores)) as (mine, other):
+        await other.index_document(SourceOwner("acme"), "oncall", SECRET)
+
+        async def delete() -> None:
+            assert await other.delete_document(SourceOwner("acme"), "oncall") is True
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, delete, QUESTION)
+        assert isinstance(outcome, DocumentDeletedDuringRunError), repr(outcome)
+        assert "doc/acme/~/~/~/~/oncall" in str(outcome), str(outcome)
 
 
 async def test_another_document_deleted_does_not_stop_the_run(tmp_path: Path) -> None:

@@ -94,7 +94,8 @@ class DocumentDeletedDuringRunError(ErasedDuringRunError):
     :class:`ErasedDuringRunError`, nothing of the run is committed;
     ``run_result`` lists what ran, the diagnostic ``erased_during_run`` and
     a WARNING (no content, no ids) say why. ``erasure_id`` is empty;
-    ``source_ids`` names the documents. Run again: recall no longer finds them.
+    ``source_ids`` names the documents (the message only with content
+    capture: an id is content). Run again: recall no longer finds them.
     """
 
     def __init__(self, message: str, source_ids: tuple[str, ...]) -> None:

@@ -66,6 +66,7 @@ from .._observe.spans import current_span_event
 from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
 from .._scope import Scope
 from .lifecycle import Ticket
+from .memory.sources_write import names_facts
 from .recall import revalidate
 from .recall_round import RecallUsage
 from .recall_turn import RecallOutcome
@@ -207,8 +208,12 @@ def _deleted(
     )
     current_span_event("agentium.run.erased_during_run", {"agentium.erasure.state": "deleted"})
     sent = "what was made from them was not committed" if before_commit else "their text was not sent again"
+    # Hosts log error texts, and a document's id (the host's own name for it) is content: named
+    # only with content capture, as a forgotten fact's is (:mod:`.fact_fence`); ``source_ids`` holds them.
+    count = f"{len(source_ids)} host document(s)"
+    named = f"host document(s) {list(source_ids)!r}" if names_facts() else count
     error = DocumentDeletedDuringRunError(
-        f"host document(s) {list(source_ids)!r}, whose excerpts the {what}'s request carries, were deleted "
+        f"{named}, whose excerpts the {what}'s request carries, were deleted "
         f"after recall read them; the {what} stopped before {where}, so {sent}; nothing was committed "
         "(what ran was made from them)",
         source_ids,

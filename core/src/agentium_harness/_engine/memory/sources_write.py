@@ -120,10 +120,11 @@ def cited_refusal(record: ErasureRecord, outcome: str) -> ErasureInProgressError
 
 
 def names_facts() -> bool:
-    """Whether an error's text may name a fact id: content capture on (the operation's, else the defaults).
+    """Whether an error's text may name a fact (or host document) id: content capture on.
 
-    Hosts log error texts, and an id is content, as in ``memory_refused``; the error's own attribute
-    (``fact_ids``, ``fact_id``) holds the ids either way, for a caller to act on.
+    (The operation's setting, else the defaults'.) Hosts log error texts, and an id is content,
+    as in ``memory_refused``; the error's own attribute (``fact_ids``, ``fact_id``,
+    ``source_ids``) holds the ids either way, for a caller to act on.
     """
     active = observe.live()
     return (active.settings if active is not None else settings_of(None)).capture_content
