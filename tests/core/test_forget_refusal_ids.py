@@ -1,4 +1,4 @@
-"""``runtime.forget``'s refusal WARNINGs name the fact only with content capture on.
+"""``runtime.forget``'s refusal WARNINGs (and its errors' texts) name the fact only with content capture on.
 
 A fact id is treated as content (as the ``memory_refused`` diagnostic's
 message, logged only with capture): with capture off, the WARNING of a
@@ -92,8 +92,9 @@ async def test_the_refusal_warning_names_the_fact_only_with_capture(
     rt = _runtime(memory, capture)
     fact_id = await prepare(rt, memory)  # type: ignore[operator]
     caplog.set_level(logging.WARNING, logger="agentium")
-    with anyio.fail_after(30), pytest.raises(MemoryRejectedError, match="nothing was changed"):
+    with anyio.fail_after(30), pytest.raises(MemoryRejectedError, match="nothing was changed") as refused:
         await rt.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)  # type: ignore[attr-defined]
+    assert (fact_id in str(refused.value)) is capture, str(refused.value)  # hosts log error texts too
     [record] = [r for r in caplog.records if "runtime.forget refused" in r.getMessage()]
     assert record.levelno == logging.WARNING and said in record.getMessage()
     assert (fact_id in record.getMessage()) is capture

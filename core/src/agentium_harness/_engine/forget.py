@@ -142,9 +142,12 @@ def _refs_by_session(refs: Sequence[GroupRef]) -> dict[str, list[tuple[int, str]
     return by_session
 
 
-def _named(runtime: HarnessRuntime, fact_id: str) -> str:
-    """``fact <id>`` with content capture on, else ``a fact``: an id is content (as in ``memory_refused``)."""
-    return f"fact {one_line(fact_id)}" if settings_of(runtime).capture_content else "a fact"
+def _named(runtime: HarnessRuntime, fact_id: str, unnamed: str = "a fact") -> str:
+    """``fact <id>`` with content capture on, else ``unnamed``: an id is content (as in ``memory_refused``).
+
+    For a WARNING and for an error's text alike: hosts log error texts.
+    """
+    return f"fact {one_line(fact_id)}" if settings_of(runtime).capture_content else unnamed
 
 
 #: How many times runtime.forget looks for a fact's sources again when a correction raced it.
@@ -171,10 +174,10 @@ async def _provenance(
             named = _named(runtime, fact_id)
             _log.warning("runtime.forget refused: the history of %s may be truncated", named)
             raise MemoryRejectedError(
-                f"the history of fact {fact_id!r} holds at least {len(revisions)} revisions, more than one "
-                "read returns, so its sources cannot all be found; nothing was changed. Forget it with "
-                "runtime.memory.forget and erase the sessions it came from (where the store refuses "
-                "that too, erase the fact's user)"
+                f"the history of {_named(runtime, fact_id, 'the fact')} holds at least {len(revisions)} "
+                "revisions, more than one read returns, so its sources cannot all be found; nothing was "
+                "changed. Forget it with runtime.memory.forget and erase the sessions it came from (where "
+                "the store refuses that too, erase the fact's user)"
             )
         seen: object = (revisions[-1].revision, revisions[-1].status) if revisions else None
         return [ref for revision in revisions for ref in revision.fact.provenance], "", seen
@@ -190,10 +193,10 @@ async def _provenance(
             # and the store's forget answers for it (not found, or already forgotten).
             _log.warning("runtime.forget refused: %s is past the store's listing", _named(runtime, fact_id))
             raise MemoryRejectedError(
-                f"fact {fact_id!r} is not among the {len(listed)} newest facts the memory store lists, and "
-                "the store declares no history, so its sources cannot be found; nothing was changed. Forget "
-                "it with runtime.memory.forget and erase the sessions it came from (where the store refuses "
-                "that too, erase the fact's user)"
+                f"{_named(runtime, fact_id, 'the fact')} is not among the {len(listed)} newest facts the "
+                "memory store lists, and the store declares no history, so its sources cannot be found; "
+                "nothing was changed. Forget it with runtime.memory.forget and erase the sessions it came "
+                "from (where the store refuses that too, erase the fact's user)"
             )
         seen = tuple((f.revision, f.fact.provenance) for f in current)
         return [ref for fact in current for ref in fact.fact.provenance], "", seen
