@@ -32,6 +32,7 @@ from ..._validators import exact_int
 from ..adapter_lists import listed
 from ..results import CommitState
 from ..unexpected import Outcomes
+from .sources_write import names_facts
 
 __all__ = [
     "MEMORY_WRITE",
@@ -171,8 +172,10 @@ def checked_history(raw: object, scope: MemoryScope, fact_id: str, operation: st
     """
     revisions = checked_facts(raw, scope, MAX_LOOKUP_LIMIT, operation)
     if any(r.fact_id != fact_id for r in revisions):
+        # Hosts log error texts, and an id is content: named only with content capture (sources_write).
+        named = repr(fact_id) if names_facts() else "a fact"
         raise ContractViolationError(
-            f"{operation}: the store's history of {fact_id!r} holds another fact; nothing was changed"
+            f"{operation}: the store's history of {named} holds another fact; nothing was changed"
         )
     return revisions
 
