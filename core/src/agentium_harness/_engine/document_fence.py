@@ -68,6 +68,7 @@ from .bounded import LATE_CLEANUP_S, bounded
 from .erasure_fence import ErasureFence, FenceCheck
 from .erasure_index import finished_covering_owner
 from .lifecycle import Ticket
+from .memory.sources_write import names_facts
 from .results import CommitState
 
 __all__ = ["checked_ref", "index_document_fenced", "marked"]
@@ -108,11 +109,14 @@ class _DocumentWrite:
     def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
         where = f"({record.target.describe()}, erasure {record.erasure_id})"
         whose = _whose(self.owner)
+        # Hosts log error texts, and a document's id is content: named only with content capture,
+        # as a memory write's refusal names its fact (memory/sources_write.py).
+        named = f"document {self.doc_id!r}" if names_facts() else "the document"
         if record.state is ErasureState.COMPLETE:
-            said = f"the documents of {whose} were erased while document {self.doc_id!r} was indexed {where}"
+            said = f"the documents of {whose} were erased while {named} was indexed {where}"
         else:
             said = (
-                f"the documents of {whose} are being erased {where}; document {self.doc_id!r} is refused "
+                f"the documents of {whose} are being erased {where}; {named} is refused "
                 "until the erasure completes (agentium erase --resume)"
             )
         return ErasureInProgressError(f"{said}; {outcome}", record.erasure_id)
