@@ -43,6 +43,7 @@ from agentium_harness import (
     ProviderError,
     SourceOwner,
 )
+from agentium_harness._engine.fact_fence import FactFence
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 from agentium_harness.testing.erasure_races import HeldTool
@@ -163,3 +164,44 @@ async def test_a_look_after_a_failed_call_that_cannot_be_made_keeps_what_ran_and
     warned = [r for r in caplog.records if "could not be checked again" in r.getMessage()]
     assert warned and warned[0].levelno == logging.WARNING
     assert not [r for r in caplog.records if "qz" in r.getMessage()]
+
+
+async def test_a_bug_in_the_look_after_a_failed_call_keeps_what_ran_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception the look did not type (an engine bug) keeps what ran, as one at the commit does.
+
+    The answer's path hands such a bug to the keeper, which commits what ran; here it left the
+    failed call's handler, and the tool round that ran was not committed at all.
+    """
+    provider = FailsHeldCall(["noted", DEPLOY, "Done."], hold=3)
+    held = HeldTool()
+    held.release.set()
+    stores, other_stores = two_processes("memory", tmp_path)
+    async with closing(
+        fence_pair(provider, held, {**stores, "memory": InMemoryMemoryStore()}, other_stores)
+    ) as (
+        mine,
+        _,
+    ):
+        await mine.run(ANA, "s1", "hello")
+        await mine.memory.remember(MemoryFact(SCOPE, FACT))
+
+        async def bug(self: FactFence, ticket: Any, what: str = "run") -> None:
+            raise RuntimeError("an engine bug")
+
+        async def break_the_look() -> None:
+            monkeypatch.setattr(FactFence, "last", bug)
+
+        with caplog.at_level(logging.WARNING, logger="agentium"):
+            outcome = await _run_while_held(
+                mine, provider, "What is the code?", break_the_look, grants=["deploy"]
+            )
+        assert len(provider.sent) == 3 and FACT in provider.sent[-1]
+        assert isinstance(outcome, ProviderError), repr(outcome)
+        assert outcome.commit_state is CommitState.COMMITTED
+        assert await _resident(mine) == 2  # "hello" and the tool round
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m for m in messages if "could not be checked again" in m], messages
+    assert [m for m in messages if "unexpected RuntimeError" in m], messages  # the bug is not lost
+    assert not [m for m in messages if "an engine bug" in m]  # its class, never its text

@@ -61,7 +61,7 @@ from .._history import InterruptionCause, MessageGroup, RetainedRecord, TurnInte
 from .._ports.memory import MemoryScope
 from .._ports.summary import TaskSummary
 from .._scope import Scope
-from .._text import error_text
+from .._text import clean_text, error_text
 from .commit_fence import refuse_if_erased_since
 from .document_run_fence import DocumentFence
 from .fact_fence import FactFence, carried_facts
@@ -223,6 +223,17 @@ class EffectsKeeper:
             raise
         except AgentiumError as exc:
             unchecked = type(exc).__name__
+        except Exception as exc:
+            # An engine bug: what ran is kept all the same, as after one in the commit's look (failed());
+            # the call's error goes on, the bug is logged (its class, never its text: it may quote content).
+            kind = clean_text(type(exc).__name__)
+            _log.warning(
+                "run: its look after its failed model call failed with an unexpected %s (a bug in the engine "
+                "or in code it called unguarded)",
+                kind,
+                extra={"agentium_operation": "run", "agentium_error_type": kind},
+            )
+            unchecked = kind
         if unchecked is not None:
             _log.warning(
                 "run: what ran before its failed model call could not be checked again against the memory "
