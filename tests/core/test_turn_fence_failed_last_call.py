@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA
@@ -205,3 +206,43 @@ async def test_a_bug_in_the_look_after_a_failed_call_keeps_what_ran_and_says_so(
     assert [m for m in messages if "could not be checked again" in m], messages
     assert [m for m in messages if "unexpected RuntimeError" in m], messages  # the bug is not lost
     assert not [m for m in messages if "an engine bug" in m]  # its class, never its text
+
+
+@pytest.mark.parametrize("forgotten", [True, False], ids=["forgotten", "kept"])
+async def test_a_fact_forgotten_during_a_call_the_host_cancels_keeps_no_tool_round(
+    forgotten: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancelled last call is a failed one too: what ran is committed only after the same look."""
+    provider = HeldCall(["noted", DEPLOY, "Done."], hold=3)  # the tool round's next call: cancelled
+    held = HeldTool()
+    held.release.set()
+    mine_stores, other_stores = two_processes("memory", tmp_path)
+    memory = InMemoryMemoryStore()
+    async with closing(
+        fence_pair(provider, held, {**mine_stores, "memory": memory}, {**other_stores, "memory": memory})
+    ) as (mine, other):
+        await mine.run(ANA, "s1", "hello")
+        ack = await other.memory.remember(MemoryFact(SCOPE, FACT))
+        cancel = anyio.CancelScope()
+
+        async def run() -> None:
+            with cancel:
+                await mine.run(ANA, "s1", "What is the code?", grants=["deploy"])
+
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                await provider.started.wait()
+                if forgotten:
+                    await other.memory.forget(SCOPE, ack.fact_id)
+                cancel.cancel()
+        assert cancel.cancelled_caught
+        assert len(provider.sent) == 3 and FACT in provider.sent[-1]  # the premise: it carried the fact
+        if not forgotten:  # as before: the tool round is kept
+            assert await _resident(mine) == 2
+            return
+        assert await _resident(mine) == 1  # only "hello": the tool round made from the fact is not kept
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m for m in messages if "forgotten" in m and "before its commit" in m], messages
+    assert [m for m in messages if "cancelled" in m and "not committed" in m], messages
+    assert not [m for m in messages if "qz" in m or ack.fact_id in m]  # no content, no id

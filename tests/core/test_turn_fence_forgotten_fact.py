@@ -337,33 +337,42 @@ async def test_a_fact_corrected_between_calls_does_not_stop_the_run(tmp_path: Pa
 
 
 class BlocksHistory(InMemoryMemoryStore):
-    """An in-memory memory store whose ``history`` waits (20 s at most) once ``blocking``."""
+    """An in-memory memory store whose ``history`` waits (20 s at most) once ``blocking``.
 
-    def __init__(self) -> None:
+    Only the first read then waits, unless ``hangs``: every read does.
+    """
+
+    def __init__(self, hangs: bool = False) -> None:
         super().__init__()
         self.blocking = False
+        self.hangs = hangs
         self.entered = anyio.Event()
 
     async def history(self, scope: Any, fact_id: str, ctx: Any) -> Any:
         if self.blocking:
+            self.blocking = self.hangs
             self.entered.set()
             await anyio.sleep(20)
         return await super().history(scope, fact_id, ctx)
 
 
-async def test_a_cancellation_during_the_fence_read_is_a_cancellation(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hangs", [False, True], ids=["once", "hangs"])
+async def test_a_cancellation_during_the_fence_read_is_a_cancellation(tmp_path: Path, hangs: bool) -> None:
     """The host cancels the run while the fence reads a carried fact: it stops at once, what ran is kept.
 
     The cancellation is not turned into a store failure: the tool round that
     ran is committed with the interruption ``cancelled``, as after any
-    cancellation once a tool started (docs/runtime.md).
+    cancellation once a tool started (docs/runtime.md). The facts are read
+    once more first (a cancelled call is a failed one); a store that hangs
+    there too leaves the commit its share of ``close_timeout_s`` (``hangs``).
     """
-    store = BlocksHistory()
+    store = BlocksHistory(hangs)
     stores, _ = two_processes("memory", tmp_path)
     provider = Recording(REPLIES)
     held = HeldTool()
     held.release.set()
-    async with closing(fence_pair(provider, held, {**stores, "memory": store}, dict(stores))) as (
+    mine = {**stores, "memory": store, "limits": RuntimeLimits(close_timeout_s=0.4)}
+    async with closing(fence_pair(provider, held, mine, dict(stores))) as (
         mine,
         _,
     ):

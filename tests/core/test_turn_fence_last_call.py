@@ -526,7 +526,10 @@ class SlowThenHeld(HeldTool):
 
 
 async def test_the_looks_count_in_what_ran_when_aclose_cancels_the_run() -> None:
-    """``aclose()`` during the second tool round: the caller's result counts the look before call 2."""
+    """``aclose()`` during the second tool round: the caller's result counts the looks.
+
+    The one before call 2, and the one made before what ran is kept (a cancelled call is a failed one).
+    """
     recall = SlowValidation(0.3)
     provider = HeldCall([DEPLOY, DEPLOY, "Done."], hold=0)
     held = SlowThenHeld(recall)
@@ -549,7 +552,7 @@ async def test_the_looks_count_in_what_ran_when_aclose_cancels_the_run() -> None
     await other.aclose()
     (closed,) = outcome
     assert isinstance(closed, AgentiumError) and closed.commit_state is CommitState.COMMITTED, repr(closed)
-    assert recall.validations == 1  # the look before call 2
+    assert recall.validations == 2  # the look before call 2, and the one after the cancellation
     ran = closed.run_result
     assert ran is not None and ran.recall is not None
     assert ran.recall.usage.latency_s >= 0.3, ran.recall.usage

@@ -17,7 +17,9 @@ commit cannot be:
 - the run is cancelled — ``aclose()``, or the host cancelling ``run()`` —
   after a tool started (``cancelled``): committed shielded from the
   cancellation, within :data:`CLOSE_SHARE` of ``close_timeout_s``, with no
-  summary update, before the cancellation goes on;
+  summary update, before the cancellation goes on — after the same look as
+  for a provider's failure (a cancelled call is a failed one), within
+  :data:`LOOK_SHARE` of that time;
 - any other error leaves the turn before its commit landed (``step_failed``,
   :meth:`EffectsKeeper.failed`): an exception the engine did not type (an
   engine bug; raised as the :class:`AgentiumError` that says so, caused by
@@ -81,13 +83,16 @@ if TYPE_CHECKING:
     from .request import RequestSources
     from .runtime import HarnessRuntime
 
-__all__ = ["ATTEMPTS", "CLOSE_SHARE", "EffectsKeeper"]
+__all__ = ["ATTEMPTS", "CLOSE_SHARE", "LOOK_SHARE", "EffectsKeeper"]
 
 #: Commits of a turn's answered part before a run gives up on conflicts with other writers.
 ATTEMPTS = 3
 #: The share of ``close_timeout_s`` the commit after a cancellation may take: ``aclose()`` gives
 #: a cancelled operation ``close_timeout_s`` to stop before it closes the adapters under it.
 CLOSE_SHARE = 0.8
+#: The share of that the look after a cancelled model call may take (:meth:`EffectsKeeper.cancelled`):
+#: the rest is the commit's.
+LOOK_SHARE = 0.5
 
 _log = logging.getLogger("agentium.engine")
 #: The operation an unexpected exception in the commit of what ran is logged under.
@@ -235,11 +240,7 @@ class EffectsKeeper:
             )
             unchecked = kind
         if unchecked is not None:
-            _log.warning(
-                "run: what ran before its failed model call could not be checked again against the memory "
-                "facts or host documents its request carries; it is kept as usual",
-                extra={"agentium_operation": "run"},
-            )
+            _warn_unchecked()
 
     async def failed(self, exc: Exception) -> NoReturn:
         """In the handler of ``exc``, which left the turn or its commit: raise it, once what ran was kept.
@@ -363,8 +364,12 @@ class EffectsKeeper:
         with anyio.CancelScope(shield=True) as shield:
             shield.deadline = anyio.current_time() + budget
             try:
-                status = RunStatus.INTERRUPTED
-                done = await self.commit(turn, status, why, ticket=ticket, reload=True, update_summary=False)
+                done = None
+                if not await self._gone_during_cancelled_call(ticket, turn, budget):  # gone: nothing is kept
+                    status = RunStatus.INTERRUPTED
+                    done = await self.commit(
+                        turn, status, why, ticket=ticket, reload=True, update_summary=False
+                    )
             except Exception as exc:
                 # Even an engine bug must not replace the cancellation, which goes on.
                 failed = self._typed(exc)
@@ -374,10 +379,11 @@ class EffectsKeeper:
                 why_not = error_text(failed, named=False)
                 progress.note = f"its tool calls and results could not be committed either ({why_not})"
             else:
-                progress.note = (
-                    f"its tool calls and results were committed as group {done.group_seq}, without the "
-                    "answer (interruption cancelled)"
-                )
+                if done is not None:
+                    progress.note = (
+                        f"its tool calls and results were committed as group {done.group_seq}, without the "
+                        "answer (interruption cancelled)"
+                    )
         if shield.cancelled_caught and progress.commit_state is not CommitState.COMMITTED:
             progress.diagnostics.append(
                 Diagnostic(
@@ -396,6 +402,34 @@ class EffectsKeeper:
             _warn_cancelled(
                 "run cancelled after a tool started; its tool calls and results were not committed", progress
             )
+
+    async def _gone_during_cancelled_call(self, ticket: Ticket, turn: TurnOutcome, budget: float) -> bool:
+        """True when a carried fact was forgotten (a document deleted) during the cancelled call.
+
+        A cancelled model call is a failed one: the tool rounds that ran were made from what the
+        request carries, as after a provider's failure (:meth:`interrupted`), so the same look is
+        made first, under ``ticket`` (the run's own is cancelled), within :data:`LOOK_SHARE` of
+        ``budget`` so that a store that hangs leaves the commit its time. A stop keeps nothing (the
+        fence logged it); a look that could not be made, or in time, keeps what ran.
+        """
+        fence = self.trace.fence
+        if fence is None or (fence.facts is None and fence.documents is None):
+            return False
+        fence.ticket = ticket
+        with anyio.move_on_after(budget * LOOK_SHARE) as cut:
+            try:
+                await self._look_after_failed_call(turn)
+            except ErasedDuringRunError as gone:
+                self.progress.diagnostics.append(erased_during_run(gone, True))
+                self.progress.note = "its tool calls and results were not committed: " + (
+                    "what its request carries went during the cancelled model call"
+                )
+                return True
+            finally:
+                self._count_looks()  # the look's time is the run's, as every look's
+        if cut.cancelled_caught:
+            _warn_unchecked()
+        return False
 
     async def _reload(self, ticket: Ticket) -> None:
         """Load the session's current head into ``progress``, for a commit on top of it.
@@ -496,6 +530,15 @@ class EffectsKeeper:
         marked = mark_commit_state(error, state, f"{how}; they are in the error's run_result")
         marked.run_result = None  # rebuilt from the run so far, with the diagnostic
         return marked
+
+
+def _warn_unchecked() -> None:
+    """The WARNING for a look after a failed (or cancelled) model call that could not be made: no content."""
+    _log.warning(
+        "run: what ran before its failed model call could not be checked again against the memory "
+        "facts or host documents its request carries; it is kept as usual",
+        extra={"agentium_operation": "run"},
+    )
 
 
 def _warn_cancelled(what: str, progress: RunProgress) -> None:
