@@ -42,6 +42,8 @@ from agentium_harness import (
     FactForgottenDuringRunError,
     MemoryFact,
     ProviderError,
+    RuntimeClosedError,
+    RuntimeLimits,
     SourceOwner,
 )
 from agentium_harness._engine.fact_fence import FactFence
@@ -246,3 +248,39 @@ async def test_a_fact_forgotten_during_a_call_the_host_cancels_keeps_no_tool_rou
     assert [m for m in messages if "forgotten" in m and "before its commit" in m], messages
     assert [m for m in messages if "cancelled" in m and "not committed" in m], messages
     assert not [m for m in messages if "qz" in m or ack.fact_id in m]  # no content, no id
+
+
+async def test_aclose_during_a_call_after_a_forget_says_nothing_was_committed(tmp_path: Path) -> None:
+    """``aclose()`` cancels the run: its caller's ``RuntimeClosedError`` says truthfully nothing was kept."""
+    provider = HeldCall(["noted", DEPLOY, "Done."], hold=3)
+    held = HeldTool()
+    held.release.set()
+    mine_stores, other_stores = two_processes("memory", tmp_path)
+    memory = InMemoryMemoryStore()
+    mine_opts = {**mine_stores, "memory": memory, "limits": RuntimeLimits(settle_timeout_s=0.2)}
+    mine, other = fence_pair(provider, held, mine_opts, {**other_stores, "memory": memory})
+    await mine.run(ANA, "s1", "hello")
+    ack = await other.memory.remember(MemoryFact(SCOPE, FACT))
+    outcome: list[Exception] = []
+
+    async def run() -> None:
+        try:
+            await mine.run(ANA, "s1", "What is the code?", grants=["deploy"])
+        except Exception as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await provider.started.wait()
+            await other.memory.forget(SCOPE, ack.fact_id)
+            await mine.aclose()
+    await other.aclose()
+    (closed,) = outcome
+    assert isinstance(closed, RuntimeClosedError), repr(closed)
+    assert closed.commit_state is CommitState.NOT_COMMITTED, repr(closed)
+    assert "not committed" in str(closed) and ack.fact_id not in str(closed), str(closed)
+    assert closed.run_result is not None and closed.run_result.tool_outcomes  # listed, not kept
+    assert [d.code for d in closed.run_result.diagnostics if d.code == "erased_during_run"]
+    loaded = await mine.session_store.load(KEY, OpContext())
+    assert loaded is not None and len(loaded.snapshot.resident) == 1  # only "hello"
