@@ -42,6 +42,7 @@ from agentium_harness import (
     FactForgottenDuringRunError,
     MemoryFact,
     ProviderError,
+    ProviderTimeoutError,
     RuntimeClosedError,
     RuntimeLimits,
     SourceOwner,
@@ -284,3 +285,40 @@ async def test_aclose_during_a_call_after_a_forget_says_nothing_was_committed(tm
     assert [d.code for d in closed.run_result.diagnostics if d.code == "erased_during_run"]
     loaded = await mine.session_store.load(KEY, OpContext())
     assert loaded is not None and len(loaded.snapshot.resident) == 1  # only "hello"
+
+
+class HangsHeldCall(HeldCall):
+    """:class:`HeldCall` whose held call never answers: the run's ``model_timeout_s`` ends it."""
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        if len(self.sent) + 1 == self.hold:
+            self.sent.append("\n".join(b.render() for b in request.sources))
+            self.started.set()
+            await anyio.sleep(30)
+        return await super().complete(request, ctx)
+
+
+async def test_a_fact_forgotten_during_a_call_that_times_out_keeps_no_tool_round(tmp_path: Path) -> None:
+    """A model call past ``model_timeout_s`` (``ProviderTimeoutError``) is a failed call: the same look."""
+    provider = HangsHeldCall(["noted", DEPLOY, "Done."], hold=3)
+    held = HeldTool()
+    held.release.set()
+    mine_stores, other_stores = two_processes("memory", tmp_path)
+    memory = InMemoryMemoryStore()
+    mine_opts = {**mine_stores, "memory": memory, "limits": RuntimeLimits(model_timeout_s=0.3)}
+    async with closing(fence_pair(provider, held, mine_opts, {**other_stores, "memory": memory})) as (
+        mine,
+        other,
+    ):
+        await mine.run(ANA, "s1", "hello")
+        ack = await other.memory.remember(MemoryFact(SCOPE, FACT))
+
+        async def forget() -> None:
+            await other.memory.forget(SCOPE, ack.fact_id)
+
+        outcome = await _run_while_held(mine, provider, "What is the code?", forget, grants=["deploy"])
+        assert len(provider.sent) == 3 and FACT in provider.sent[-1]
+        assert isinstance(outcome, FactForgottenDuringRunError), repr(outcome)
+        assert isinstance(outcome.__cause__, ProviderTimeoutError), repr(outcome.__cause__)
+        assert outcome.commit_state is CommitState.NOT_COMMITTED
+        assert await _resident(mine) == 1  # only "hello"
