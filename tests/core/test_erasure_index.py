@@ -98,14 +98,14 @@ class MeteredStore(InMemorySessionStore):
         return stored
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # 300 erasures: one event loop is enough
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # 200 erasures: one event loop is enough
 async def test_the_index_stays_bounded_over_many_erasures_and_every_tombstone_stays_listed() -> None:
     store = MeteredStore()
     rt = _runtime(store)
     await rt.run(ALICE, "s7", "hello")
     ids: list[str] = []
     sizes: list[int] = []
-    for i in range(300):
+    for i in range(200):  # three full index pages of 64 moved out, and a fourth begun
         ids.append(await _erase(rt, f"s{i}"))
         index, size = await _ledger(store, "index")
         assert len(index.records) <= 64, i
