@@ -9,7 +9,9 @@
   snapshots is refused with a typed error, not paged through without end.
 - ``aclose`` waits at most ``close_timeout_s`` for requests still running,
   whatever ``read_timeout_s`` is; a write in flight meanwhile still completes,
-  and its caller hears truthfully that it landed.
+  and its caller hears truthfully that it landed. A call after ``aclose`` is
+  refused at once (code ``closed``), even a load or an erase of that write's
+  session, which the write fence would otherwise hold up.
 
 Behaviour here is the adapter's own, the same on every server: moto only.
 """
@@ -27,10 +29,17 @@ from s3_fault_proxy import Fault, FaultProxy
 from s3_helpers import BUCKET, live_keys, make_config, raw_client
 from s3_servers import S3Server
 
-from agentium_archive_s3 import S3Config, S3ScopeMismatchError, S3SessionStore, S3SessionStoreError
+from agentium_archive_s3 import (
+    S3Archive,
+    S3ArchiveError,
+    S3Config,
+    S3ScopeMismatchError,
+    S3SessionStore,
+    S3SessionStoreError,
+)
 from agentium_harness import ScopeMismatchError
-from agentium_harness.plugin_api import OpContext, SessionKey, SessionStoreError, seal_snapshot
-from agentium_harness.testing import scoped_snapshot
+from agentium_harness.plugin_api import EraseTarget, OpContext, SessionKey, SessionStoreError, seal_snapshot
+from agentium_harness.testing import plain_group, scoped_snapshot
 
 pytestmark = pytest.mark.anyio
 
@@ -158,3 +167,55 @@ async def test_aclose_returns_within_close_timeout_and_a_write_in_flight_still_l
         release.set()
         proxy.close()
     assert loaded is not None and loaded.revision == 1 and loaded.snapshot == scoped_snapshot(KEY, " late")
+
+
+async def test_a_call_after_aclose_is_refused_at_once_even_with_a_write_of_its_session_still_running(
+    moto_server: S3Server, config: S3Config, admin: Any
+) -> None:
+    # A write running past close_timeout_s is still counted by the write fence: a load of its session
+    # waited for it (its whole deadline, then "its caller had given up", which it had not) and an
+    # erase covering it failed "WritesInFlight", on an adapter that was closed and took no calls.
+    proxy = FaultProxy(moto_server.port)
+    release = threading.Event()
+    held_save = proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=8.0, release=release))
+    held_append = proxy.add(Fault("hold", "PUT", "/archive/", count=1, seconds=8.0, release=release))
+    through_proxy = attrs.evolve(config, endpoint_url=proxy.endpoint, close_timeout_s=0.05)
+    store, archive = S3SessionStore(through_proxy), S3Archive(through_proxy)
+    landed: list[object] = []
+
+    async def save() -> None:
+        landed.append(await store.save(KEY, scoped_snapshot(KEY, " held"), None, _ctx()))
+
+    async def append() -> None:
+        landed.append(len(await archive.append(KEY, [plain_group(0, " held")], _ctx())))
+
+    target = EraseTarget.session(KEY.tenant, KEY.user, KEY.session)
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(save)
+                tasks.start_soon(append)
+                for held in (held_save, held_append):
+                    assert await anyio.to_thread.run_sync(held.arrived.wait, 20)
+                await store.aclose()
+                await archive.aclose()
+                # A short deadline: the old source spent it (or half of it) waiting for the held write.
+                for call, family in (
+                    (lambda ctx: store.load(KEY, ctx), S3SessionStoreError),
+                    (lambda ctx: store.erase(target, ctx), S3SessionStoreError),
+                    (lambda ctx: archive.erase(target, ctx), S3ArchiveError),
+                ):
+                    with pytest.raises(family, match="closed") as caught:
+                        await call(OpContext.with_timeout(1.0))
+                    assert caught.value.code == "closed"
+                # Refused with both writes still held: nothing was waited for, nothing erased.
+                assert held_save.forwarded_at is None and held_append.forwarded_at is None
+                release.set()
+            assert sorted(map(str, landed)) == ["1", "1"]  # revision 1; one group archived
+            assert sorted(k.rsplit("/", 1)[-1] for k in live_keys(admin, config.prefix)) == [
+                "00000000000000000000.json",
+                "bounds.json",
+            ]
+    finally:
+        release.set()
+        proxy.close()

@@ -360,6 +360,8 @@ class S3Archive(HistoryArchive):
         checked_argument(dry_run, bool, "dry_run", "archive erase")
         bound = check_max_items(max_items)
         ctx.raise_if_expired("archive erase")
+        # Closed, refused at once: an append left running past aclose would hold the drain's wait up.
+        self._link.refuse_if_closed("archive erase")
         if dry_run:
             return await erase_archived(self._config, self._link, target, bound, ctx, dry_run=True)
         with self._fence.erasing(target) as drain:

@@ -284,6 +284,16 @@ class S3Link:
 
     # -- running requests -----------------------------------------------------------------------
 
+    def refuse_if_closed(self, operation: str) -> None:
+        """Raise the adapter's error (code ``closed``) once :meth:`aclose` ran.
+
+        :meth:`call` checks it; an operation that waits before its first call
+        (a load or an erase waiting on the write fence) checks it first too:
+        a write left running past ``aclose`` would otherwise hold it up.
+        """
+        if self._closed:
+            raise self.family(f"{self.name}: {operation} refused: the adapter is closed", code="closed")
+
     async def call(self, ctx: OpContext, operation: str, work: Callable[[S3Client], T]) -> T:
         """Run ``work(client)`` in a worker thread within the limiter, honouring ``ctx``.
 
@@ -292,8 +302,7 @@ class S3Link:
         :raises S3Error: the request failed (see :meth:`translate`).
         """
         ctx.raise_if_expired(operation)
-        if self._closed:
-            raise self.family(f"{self.name}: {operation} refused: the adapter is closed", code="closed")
+        self.refuse_if_closed(operation)
         left = ctx.time_left()
         # The thread checks a signal of its own, cancelled as soon as this caller stops waiting for
         # any reason (its deadline, or a cancel scope of its caller with the context still live):
@@ -329,8 +338,7 @@ class S3Link:
     def _in_slot(self, ctx: OpContext, operation: str, work: Callable[[S3Client], T]) -> T:
         ctx.raise_if_expired(operation)
         with self._lock:
-            if self._closed:
-                raise self.family(f"{self.name}: {operation} refused: the adapter is closed", code="closed")
+            self.refuse_if_closed(operation)
             self._busy += 1
         self._state.ctx, self._state.operation = ctx, operation
         try:

@@ -154,6 +154,8 @@ class S3SessionStore(SnapshotWrites, SessionStore):
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; a damaged object raises ``SnapshotCorruptError``."""
         checked_ctx(ctx, "session load").raise_if_expired("session load")
+        # Closed, refused at once: a save left running past aclose would hold the fence's wait up.
+        self._link.refuse_if_closed("session load")
         await after_saves(self._fence, key, ctx)
         object_key = session_object_key(self._config.prefix, key)
         found = await self._link.call(
@@ -365,6 +367,8 @@ class S3SessionStore(SnapshotWrites, SessionStore):
         checked_argument(dry_run, bool, "dry_run", "session store erase")
         bound = check_max_items(max_items)
         ctx.raise_if_expired("session store erase")
+        # Closed, refused at once: a save left running past aclose would hold the drain's wait up.
+        self._link.refuse_if_closed("session store erase")
         if target.groups:
             return EraseReport()
         if dry_run:
