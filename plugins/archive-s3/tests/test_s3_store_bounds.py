@@ -11,7 +11,8 @@
   whatever ``read_timeout_s`` is; a write in flight meanwhile still completes,
   and its caller hears truthfully that it landed. A call after ``aclose`` is
   refused at once (code ``closed``), even a load or an erase of that write's
-  session, which the write fence would otherwise hold up.
+  session, which the write fence would otherwise hold up; and ``aclose``
+  needs no worker thread of anyio's default pool (all may be taken).
 
 Behaviour here is the adapter's own, the same on every server: moto only.
 """
@@ -219,3 +220,42 @@ async def test_a_call_after_aclose_is_refused_at_once_even_with_a_write_of_its_s
     finally:
         release.set()
         proxy.close()
+
+
+async def test_aclose_is_bounded_when_the_default_worker_threads_are_all_taken(config: S3Config) -> None:
+    # aclose waited for its requests in a worker thread of anyio's default pool, shielded: with every
+    # token of that pool held (a host's blocking calls, threads their callers abandoned), it waited,
+    # uncancellable, for one to come free, whatever close_timeout_s said.
+    store = S3SessionStore(attrs.evolve(config, close_timeout_s=0.05))
+    pool = anyio.to_thread.current_default_thread_limiter()
+    tokens = pool.total_tokens
+    blocker, holding = threading.Event(), threading.Event()
+    closed = anyio.Event()
+
+    def hold() -> None:
+        holding.set()
+        blocker.wait(25.0)
+
+    async def close() -> None:
+        await store.aclose()
+        closed.set()
+
+    try:
+        with anyio.fail_after(30):
+            assert await store.load(KEY, _ctx()) is None  # the client exists: aclose has one to close
+            pool.total_tokens = 1
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(anyio.to_thread.run_sync, hold)
+                # Waited for outside the pool, whose one token that thread holds from now on.
+                assert await anyio.to_thread.run_sync(holding.wait, 20, limiter=anyio.CapacityLimiter(1))
+                tasks.start_soon(close)
+                # A hang detector, not a timing claim: the close needs no token of the pool.
+                with anyio.move_on_after(10):
+                    await closed.wait()
+                returned = closed.is_set()
+                blocker.set()
+            assert returned, "aclose waited for a worker thread of the default pool"
+            assert store.link._client is None
+    finally:
+        blocker.set()
+        pool.total_tokens = tokens

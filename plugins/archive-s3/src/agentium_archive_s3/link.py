@@ -415,13 +415,18 @@ class S3Link:
         running then (in threads their callers abandoned, or whose callers
         still wait) keep the client, events and all, and the last of them
         closes it as it finishes. Nothing is cut: a write on the wire
-        completes, and its caller hears whether it landed.
+        completes, and its caller hears whether it landed. The wait runs in
+        a thread outside anyio's default pool, so a full pool cannot hold it.
         """
         if self._closed:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._close_in_thread, abandon_on_cancel=True)
+            # A limiter of its own: shielded, a wait for a token of anyio's default pool (all of them
+            # held by a host's blocking calls, or by threads abandoned) was bounded by nothing.
+            await anyio.to_thread.run_sync(
+                self._close_in_thread, abandon_on_cancel=True, limiter=anyio.CapacityLimiter(1)
+            )
 
     def _close_in_thread(self) -> None:
         with self._lock:
