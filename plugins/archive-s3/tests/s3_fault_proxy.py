@@ -14,6 +14,8 @@ substring of the path):
 - ``corrupt_request``: one byte of the request body is flipped on the way to
   the server (its checksum headers are left as they were).
 - ``corrupt_response``: one byte of the response body is flipped on the way back.
+- ``edit_response``: the response body is replaced by ``edit(body)`` on the way
+  back (its length header follows): a server answering what S3 never would.
 - ``refuse``: the client's connection is closed before anything is forwarded.
 
 botocore sends ``Expect: 100-continue`` on uploads: the proxy answers
@@ -27,11 +29,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-MODES = ("drop", "delay", "hold", "corrupt_request", "corrupt_response", "refuse")
+MODES = ("drop", "delay", "hold", "corrupt_request", "corrupt_response", "edit_response", "refuse")
 
 
 @dataclass
@@ -56,6 +58,8 @@ class Fault:
     release: threading.Event | None = None
     #: Set as a held request starts waiting (``hold`` only): the request is at the proxy, not yet forwarded.
     arrived: threading.Event = field(default_factory=threading.Event)
+    #: The new body of an ``edit_response`` fault, from the server's.
+    edit: Callable[[bytes], bytes] | None = None
 
     def matches(self, method: str, path: str) -> bool:
         """True if this fault applies to a request (and has uses left)."""
@@ -141,7 +145,7 @@ def _rebuild(head: bytes, body: bytes, drop: tuple[str, ...] = ()) -> bytes:
         if name in drop:
             continue
         kept.append(ln)
-    if chunked:
+    if chunked or "content-length" in drop:
         kept.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(kept) + "\r\n\r\n").encode("latin-1") + body
 
@@ -278,10 +282,13 @@ class FaultProxy:
                 out_body = response.body
                 if fault is not None and fault.mode == "corrupt_response":
                     out_body = _flip(out_body)
+                length: tuple[str, ...] = ()
+                if fault is not None and fault.mode == "edit_response" and fault.edit is not None:
+                    out_body, length = fault.edit(out_body), ("content-length",)  # a length of its own
                 if method == "HEAD":
                     client.sendall(response.head)
                 else:
-                    client.sendall(_rebuild(response.head, out_body))
+                    client.sendall(_rebuild(response.head, out_body, drop=length))
                 if response.headers.get("connection", "").lower() == "close":
                     return
         except (OSError, ConnectionError, ValueError):

@@ -6,7 +6,9 @@
   nothing is written (the engine's load would refuse it later, after it was stored).
 - ``list_sessions`` examines at most ``max_listed_sessions`` objects of the
   user's folder, whatever they are: a folder filled with objects not named like
-  snapshots is refused with a typed error, not paged through without end.
+  snapshots is refused with a typed error, not paged through without end; a
+  page the server says is not the last, without a continuation token, is
+  refused too (code ``ListingIncomplete``), not taken for the end.
 - ``aclose`` waits at most ``close_timeout_s`` for requests still running,
   whatever ``read_timeout_s`` is; a write in flight meanwhile still completes,
   and its caller hears truthfully that it landed. A call after ``aclose`` is
@@ -259,3 +261,34 @@ async def test_aclose_is_bounded_when_the_default_worker_threads_are_all_taken(c
     finally:
         blocker.set()
         pool.total_tokens = tokens
+
+
+async def test_a_listing_the_server_says_goes_on_without_a_continuation_token_is_refused(
+    moto_server: S3Server, config: S3Config
+) -> None:
+    # "IsTruncated" with no "NextContinuationToken" (S3-compatible servers have answered so, with a
+    # Delimiter as the listing now sends) was read as the end: a partial listing returned as whole.
+    proxy = FaultProxy(moto_server.port)
+    store = S3SessionStore(attrs.evolve(config, endpoint_url=proxy.endpoint))
+    try:
+        with anyio.fail_after(30):
+            for session in ("a", "b"):
+                key = SessionKey(KEY.tenant, KEY.user, session)
+                await store.save(key, scoped_snapshot(key), None, _ctx())
+            assert await store.list_sessions(KEY.tenant, KEY.user, 10, _ctx()) == ["a", "b"]
+            truncated = proxy.add(
+                Fault(
+                    "edit_response",
+                    "GET",
+                    "list-type=2",
+                    edit=lambda body: body.replace(
+                        b"<IsTruncated>false</IsTruncated>", b"<IsTruncated>true</IsTruncated>"
+                    ),
+                )
+            )
+            with pytest.raises(S3SessionStoreError, match="continuation") as caught:
+                await store.list_sessions(KEY.tenant, KEY.user, 10, _ctx())
+            assert truncated.applied == 1 and caught.value.code == "ListingIncomplete"
+    finally:
+        await store.aclose()
+        proxy.close()

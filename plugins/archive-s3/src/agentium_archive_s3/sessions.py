@@ -293,7 +293,9 @@ class S3SessionStore(SnapshotWrites, SessionStore):
 
         It reads the user's whole folder: at most ``max_listed_sessions``
         entries of it, snapshots or not (a subfolder is one entry), or it
-        raises ``S3SessionStoreError`` (code ``TooMany``) and changes nothing.
+        raises ``S3SessionStoreError`` (code ``TooMany``) and changes nothing;
+        a page the server says is not the last, without a continuation
+        token, is ``S3SessionStoreError`` (code ``ListingIncomplete``).
         """
         checked_ctx(ctx, "session listing").raise_if_expired("session listing")
         # Ids no key could hold are refused (InvalidIdError) before any request, not listed as empty.
@@ -332,9 +334,17 @@ class S3SessionStore(SnapshotWrites, SessionStore):
                         item.get("Size") == len(TOMBSTONE) and self._tombstone_at(s3, item["Key"])
                     ):
                         found.append(session)
-                token = page.get("NextContinuationToken")
-                if not page.get("IsTruncated") or not token:
+                if not page.get("IsTruncated"):
                     return found
+                token = page.get("NextContinuationToken")
+                if not token:
+                    # Read as the end, a listing the server says goes on was returned as whole.
+                    raise S3SessionStoreError(
+                        f"s3 session store: the listing of the folder of user {user!r} of tenant "
+                        f"{tenant!r} goes on by the server's answer, which gave no continuation token "
+                        "to read on with; nothing was listed or changed",
+                        code="ListingIncomplete",
+                    )
                 args["ContinuationToken"] = token
 
         listed = sorted(await self._link.call(ctx, "session listing", work))
