@@ -8,7 +8,8 @@
   user's folder, whatever they are: a folder filled with objects not named like
   snapshots is refused with a typed error, not paged through without end; a
   page the server says is not the last, without a continuation token, is
-  refused too (code ``ListingIncomplete``), not taken for the end.
+  refused too (code ``ListingIncomplete``), not taken for the end; so is such
+  a page in the erasures' scope listings and the archive's read listing.
 - ``aclose`` waits at most ``close_timeout_s`` for requests still running,
   whatever ``read_timeout_s`` is; a write in flight meanwhile still completes,
   and its caller hears truthfully that it landed. A call after ``aclose`` is
@@ -22,7 +23,7 @@ Behaviour here is the adapter's own, the same on every server: moto only.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -39,7 +40,10 @@ from agentium_archive_s3 import (
     S3ScopeMismatchError,
     S3SessionStore,
     S3SessionStoreError,
+    S3UnavailableError,
 )
+from agentium_archive_s3.erasure import list_scope
+from agentium_archive_s3.link import make_client
 from agentium_harness import ScopeMismatchError
 from agentium_harness.plugin_api import EraseTarget, OpContext, SessionKey, SessionStoreError, seal_snapshot
 from agentium_harness.testing import plain_group, scoped_snapshot
@@ -291,4 +295,49 @@ async def test_a_listing_the_server_says_goes_on_without_a_continuation_token_is
             assert truncated.applied == 1 and caught.value.code == "ListingIncomplete"
     finally:
         await store.aclose()
+        proxy.close()
+
+
+def _more_follows(body: bytes) -> bytes:
+    """A listing answer saying it is not the last page, with no marker to read on from."""
+    return body.replace(b"<IsTruncated>false</IsTruncated>", b"<IsTruncated>true</IsTruncated>")
+
+
+async def test_erasures_and_archive_reads_refuse_a_listing_that_goes_on_without_a_marker(
+    moto_server: S3Server, config: S3Config, admin: Any
+) -> None:
+    # The same end as list_sessions' in the erasures' scope listings (versions and current objects)
+    # and the archive's read: an erase would report complete with objects left, a read stop short.
+    proxy = FaultProxy(moto_server.port)
+    through_proxy = attrs.evolve(config, endpoint_url=proxy.endpoint)
+    store, archive = S3SessionStore(through_proxy), S3Archive(through_proxy)
+    plain = make_client(through_proxy)
+    try:
+        with anyio.fail_after(30):
+            await store.save(KEY, scoped_snapshot(KEY), None, _ctx())
+            await archive.append(KEY, [plain_group(0, " kept")], _ctx())
+            before = sorted(live_keys(admin, config.prefix))
+            target = EraseTarget.user(KEY.tenant, KEY.user)
+            cases: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+                ("versions", lambda: store.erase(target, _ctx())),
+                ("versions", lambda: archive.erase(target, _ctx())),
+                ("list-type=2", lambda: archive.read_groups(KEY, 0, 10, _ctx())),
+                # A bucket without versions: its erasures list current objects alone.
+                (
+                    "list-type=2",
+                    lambda: anyio.to_thread.run_sync(
+                        lambda: list_scope(plain, BUCKET, f"{config.prefix}/", 10, versions=False)
+                    ),
+                ),
+            ]
+            for path, call in cases:
+                edited = proxy.add(Fault("edit_response", "GET", path, edit=_more_follows))
+                with pytest.raises(S3UnavailableError, match="gave no Next") as caught:
+                    await call()
+                assert edited.applied == 1 and caught.value.code == "ListingIncomplete"
+            assert sorted(live_keys(admin, config.prefix)) == before  # nothing erased
+    finally:
+        plain.close()
+        await store.aclose()
+        await archive.aclose()
         proxy.close()

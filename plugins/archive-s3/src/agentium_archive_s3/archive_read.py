@@ -20,7 +20,7 @@ from agentium_harness.plugin_api import ArchiveCorruptError, SessionKey
 from .config import S3Config
 from .errors import S3ObjectTooLargeError
 from .keys import DIGEST_META, LINK_META, archive_key, archive_prefix, parse_archive_key
-from .link import S3Client, error_code, error_status
+from .link import S3Client, continuation, error_code, error_status
 
 __all__ = ["ListedGroup", "get_group", "list_groups", "parse_link", "where"]
 
@@ -107,8 +107,8 @@ def list_groups(
             markers += erased
             modified = item.get("LastModified")
             found.append(ListedGroup(seq, item["Key"], erased, str(item.get("ETag", "")), modified))
-        token = page.get("NextContinuationToken")
-        if not page.get("IsTruncated") or not token:
+        token = continuation(page, "NextContinuationToken", f"s3 archive: the listing of session {key.key()}")
+        if token is None:
             break
         args["ContinuationToken"] = token
     return found

@@ -56,7 +56,7 @@ from agentium_harness.plugin_api import (
     encode_segment,
 )
 
-from .link import S3Client, error_code, error_status
+from .link import S3Client, continuation, error_code, error_status
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
@@ -330,8 +330,8 @@ def _current_only(
             if len(found) == limit:
                 return ScopeObjects(tuple(found), True, False, note)
             found.append(listed)
-        token = page.get("NextContinuationToken")
-        if not page.get("IsTruncated") or not token:
+        token = continuation(page, "NextContinuationToken", f"s3 listing of {prefix!r}")
+        if token is None:
             return ScopeObjects(tuple(found), False, False, note)
         args["ContinuationToken"] = token
 
@@ -397,8 +397,9 @@ def _every_version(
                 pending.current, pending.size = version, int(item.get("Size", 0))  # type: ignore[call-overload]
             else:
                 pending.older.append(version)
-        key_marker, version_marker = page.get("NextKeyMarker"), page.get("NextVersionIdMarker")
-        if not page.get("IsTruncated") or not key_marker:
+        key_marker = continuation(page, "NextKeyMarker", f"s3 listing of the versions below {prefix!r}")
+        version_marker = page.get("NextVersionIdMarker")
+        if key_marker is None:
             finish()
             return _versioned(found, limit)
         args["KeyMarker"] = key_marker

@@ -76,6 +76,7 @@ __all__ = [
     "S3Client",
     "S3Link",
     "conflict_backoff",
+    "continuation",
     "error_code",
     "error_status",
     "make_client",
@@ -446,6 +447,26 @@ class S3Link:
         if self._owned:
             self._client = None
             client.close()
+
+
+def continuation(page: Any, marker: str, what: str) -> str | None:
+    """The ``marker`` field of a listing page to read on from; ``None`` on the last page.
+
+    A page saying it is not the last without one was read as the end, and a
+    partial listing taken for the whole (an erase reporting complete with
+    objects left): :class:`~agentium_archive_s3.errors.S3UnavailableError`
+    (code ``ListingIncomplete``) instead. ``what`` names the listing.
+    """
+    if not page.get("IsTruncated"):
+        return None
+    token = page.get(marker)
+    if not token:
+        raise S3UnavailableError(
+            f"{what}: the server says the listing goes on but gave no {marker} to read on with; "
+            "nothing was taken from a partial listing",
+            code="ListingIncomplete",
+        )
+    return str(token)
 
 
 def unquote_etag(etag: str) -> str:
