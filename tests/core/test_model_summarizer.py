@@ -9,7 +9,7 @@ import pytest
 from agentium_harness import VerifiedIdentity, create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
 from agentium_harness._errors import InvalidArgumentError
-from agentium_harness._history import Message, Role
+from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.provider import (
     ModelProvider,
@@ -18,9 +18,14 @@ from agentium_harness._ports.provider import (
     ProviderCapabilities,
     SourceKind,
 )
-from agentium_harness._ports.summary import SummaryLimits
+from agentium_harness._ports.summary import SummaryLimits, TaskSummary
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.summarizers import MODEL_INSTRUCTIONS, ModelSummarizer, ModelSummarizerConfig
+from agentium_harness.adapters.summarizers import (
+    MODEL_INSTRUCTIONS,
+    ExtractiveSummarizer,
+    ModelSummarizer,
+    ModelSummarizerConfig,
+)
 from agentium_harness.testing import SummarizerContract
 
 pytestmark = pytest.mark.anyio
@@ -219,3 +224,31 @@ async def test_a_group_cut_to_fit_keeps_one_line_per_message() -> None:
     for content in offered:
         assert len(content) <= 64
         assert content.splitlines() == ["user: Hi there. assistant: Refund approved.", "assistant: Noted."]
+
+
+@pytest.mark.parametrize("seq", ["1000000000001", "9" * 5000], ids=["past_max_count", "5000_digits"])
+async def test_a_reply_line_tagged_with_an_impossible_seq_is_dropped_not_fatal(seq: str) -> None:
+    # The model may copy a tag out of the group text (a user can type "[g999...]"): a line tagged
+    # with a seq no group can have (past MAX_COUNT, or too long for int()) is not a tag: dropped like
+    # an untagged line. It failed the whole update (summary_failed), losing the lines tagged rightly.
+    provider = Tagging(extra=f"[g{seq}] A statement under an impossible tag.")
+    runtime = _runtime(provider, ModelSummarizer())
+    for i in range(4):
+        result = await runtime.run(ANA, "s1", f"Valve {i} is shut.")
+    assert not result.has("summary_failed")
+    assert result.summary is not None
+    summary = result.summary.summary
+    assert summary.frontier == result.boundary == 2
+    assert [c.seq for c in summary.citations] == [0, 1]
+    assert "impossible tag" not in summary.text
+
+
+async def test_extractive_folds_on_from_a_previous_text_holding_an_impossible_tag() -> None:
+    # A stored summary's text (a model summarizer's, before a switch to extractive) is read back
+    # for its tags: one past int()'s limit raised ValueError on every fold, so the frontier stuck.
+    previous = TaskSummary(text=f"[g{'9' * 5000}] an old line", frontier=0)
+    group = MessageGroup(0, (Message(Role.USER, "The boiler holds forty litres."),))
+    folded = await ExtractiveSummarizer().summarize(previous, (group,), OpContext.with_timeout(30))
+    assert folded.frontier == 1
+    assert [c.seq for c in folded.citations] == [0]
+    assert folded.text.endswith("[g0] The boiler holds forty litres.")

@@ -40,7 +40,7 @@ from .._ports.summary import (
     is_policy_token,
 )
 from .._text import one_line
-from .._validators import bounded_count
+from .._validators import MAX_COUNT, bounded_count
 
 __all__ = [
     "ExtractiveSummarizer",
@@ -53,6 +53,24 @@ __all__ = [
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w{3,}")
 _LINE = re.compile(r"^\[g(\d+)\] ")
+#: Digits of the largest seq a tag can name (``MAX_COUNT``): ``int()`` of a longer run is never read.
+_TAG_DIGITS = len(str(MAX_COUNT))
+
+
+def _tag(line: str) -> int | None:
+    """The seq a summary line's ``[g<seq>] `` tag names; ``None`` for no tag, or one no group can have.
+
+    The text is a model's reply, or a stored summary's text (which may be one): a tag copied from
+    group text can name a seq past ``MAX_COUNT`` (no :class:`Citation` holds it) or run to
+    thousands of digits (``int()`` refuses past 4300). Either raised out of the fold and failed
+    the whole update, the lines tagged rightly with it; such a line is untagged, and not kept.
+    """
+    match = _LINE.match(line)
+    if match is None or len(digits := match.group(1)) > _TAG_DIGITS:
+        return None
+    seq = int(digits)
+    return seq if seq <= MAX_COUNT else None
+
 
 #: What a summary's uncertainty says once older content was dropped to keep it bounded.
 _CONDENSED = "older groups were condensed away to keep the summary bounded"
@@ -164,12 +182,12 @@ class ExtractiveSummarizer(Summarizer):
             frontier = group.seq + 1
         dropped_upto: int | None = None
         while lines and len("\n".join(lines)) > config.max_chars:
-            match = _LINE.match(lines.pop(0))
-            if match is not None:
-                dropped_upto = int(match.group(1))
+            tagged = _tag(lines.pop(0))
+            if tagged is not None:
+                dropped_upto = tagged
         if dropped_upto is not None and _CONDENSED not in uncertainty:
             uncertainty.append(_CONDENSED)
-        present = {int(m.group(1)) for line in lines if (m := _LINE.match(line)) is not None}
+        present = {seq for line in lines if (seq := _tag(line)) is not None}
         return TaskSummary(
             text="\n".join(lines),
             frontier=frontier,
@@ -327,10 +345,9 @@ class ModelSummarizer(Summarizer):
         unknown: list[int] = []
         for line in response.message.content.splitlines():
             line = line.strip()
-            match = _LINE.match(line)
-            if match is None:
-                continue  # untagged text cites nothing: it is not kept
-            seq = int(match.group(1))
+            seq = _tag(line)
+            if seq is None:
+                continue  # untagged text (or a tag no group can have) cites nothing: it is not kept
             if seq in known:
                 lines.append(line)
                 cited[seq] = known[seq]
@@ -353,7 +370,7 @@ class ModelSummarizer(Summarizer):
             condensed = True
         if condensed and _CONDENSED not in uncertainty:
             uncertainty.append(_CONDENSED)
-        present = {int(m.group(1)) for line in lines if (m := _LINE.match(line)) is not None}
+        present = {seq for line in lines if (seq := _tag(line)) is not None}
         citations = [cited[s] for s in sorted(cited) if s in present]
         # Passed on so the engine drops and reports them; their lines are already gone from the text.
         citations.extend(Citation(s, "unknown") for s in sorted(set(unknown)))
