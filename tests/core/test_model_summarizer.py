@@ -23,6 +23,7 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.summarizers import (
     MODEL_INSTRUCTIONS,
     ExtractiveSummarizer,
+    ExtractiveSummarizerConfig,
     ModelSummarizer,
     ModelSummarizerConfig,
 )
@@ -252,3 +253,14 @@ async def test_extractive_folds_on_from_a_previous_text_holding_an_impossible_ta
     assert folded.frontier == 1
     assert [c.seq for c in folded.citations] == [0]
     assert folded.text.endswith("[g0] The boiler holds forty litres.")
+
+
+async def test_extractive_says_so_when_it_drops_an_untagged_line_to_stay_bounded() -> None:
+    # A previous text written by another summarizer may hold untagged lines; dropping one to keep
+    # max_chars loses what it stated just as dropping a tagged one does, so the summary says so.
+    previous = TaskSummary(text="The pressure limit is seven bar, set by the site engineer.", frontier=0)
+    group = MessageGroup(0, (Message(Role.USER, "The boiler holds forty litres of water today."),))
+    summarizer = ExtractiveSummarizer(ExtractiveSummarizerConfig(max_chars=64))
+    folded = await summarizer.summarize(previous, (group,), OpContext.with_timeout(30))
+    assert "seven bar" not in folded.text and folded.text.startswith("[g0] ")
+    assert any("condensed" in note for note in folded.uncertainty)

@@ -180,12 +180,13 @@ class ExtractiveSummarizer(Summarizer):
             if picked:
                 citations[group.seq] = Citation(group.seq, group.digest)
             frontier = group.seq + 1
-        dropped_upto: int | None = None
+        # Any line dropped counts, tagged or not: an untagged one (a previous text another summarizer
+        # wrote) stated something too, and the summary must not claim to hold it still.
+        condensed = False
         while lines and len("\n".join(lines)) > config.max_chars:
-            tagged = _tag(lines.pop(0))
-            if tagged is not None:
-                dropped_upto = tagged
-        if dropped_upto is not None and _CONDENSED not in uncertainty:
+            lines.pop(0)
+            condensed = True
+        if condensed and _CONDENSED not in uncertainty:
             uncertainty.append(_CONDENSED)
         present = {seq for line in lines if (seq := _tag(line)) is not None}
         return TaskSummary(
