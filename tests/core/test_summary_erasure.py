@@ -29,6 +29,9 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine.erased_groups import _summary_after
+from agentium_harness._ports.erasure import SeqRange
+from agentium_harness._ports.summary import Citation, SummaryState
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
@@ -211,3 +214,19 @@ async def test_the_emptied_summarys_text_leaves_the_sqlite_file(tmp_path: Path) 
         after = (await rt.inspect_session(ANA, "s1")).summary
         assert after is not None and f"{SECRET}0" not in after.summary.text
     assert f"{SECRET}0".encode() not in database_bytes(db)
+
+
+def test_a_forget_of_groups_past_the_frontier_leaves_a_summary_citing_a_retention_erased_group() -> None:
+    # Group 0 was erased by retention (the summary keeps its text, its citation says erased); a
+    # later forget erases group 6, past the frontier: the summary states nothing of it. It was
+    # emptied anyway, because its citation of group 0 lies in *an* erased range, and its note
+    # then claimed it covered a forgotten fact's sources.
+    digest = "sha256:" + "1" * 64
+    text = "[g0] The pump is red.\n[g3] The valve is shut."
+    summary = TaskSummary(text, frontier=4, citations=(Citation(0, digest), Citation(3, digest)))
+    state = SummaryState(summary, (), (0,))
+    after = _summary_after(state, (SeqRange(0, 1), SeqRange(6, 7)), False, (SeqRange(6, 7),))
+    assert after == state
+    # A forget of the retention-erased group itself still empties it (it may state the fact).
+    again = _summary_after(state, (SeqRange(0, 1),), False, (SeqRange(0, 1),))
+    assert again is not None and again.summary.text == "" and again.summary.citations == ()

@@ -89,6 +89,9 @@ def _summary_after(
     # The text was written from every group below the frontier: one erased now may be stated in it
     # whether or not a citation names it (a summarizer need not cite).
     covered = may_state(state.summary) and any(r.start < state.summary.frontier for r in fresh)
+    # Only citations of the groups erased now: one of a group retention erased before is the text
+    # that erasure chose to keep, and a forget of other groups (past the frontier) must not take it.
+    cited = [seq for seq in cited if _inside(seq, fresh)]
     if not cited and not covered:
         return attrs.evolve(state, gaps=gaps)
     old = state.summary
