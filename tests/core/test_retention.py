@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from agentium_harness import (
+    ContractViolationError,
     EraseTarget,
     ErasureKind,
     ErasureRefusedError,
@@ -44,7 +45,7 @@ from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import ErasedSession, EraseReport, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -230,4 +231,56 @@ async def test_a_count_policy_keeps_that_many_stored_groups_when_some_were_erase
     (erasure,) = (await rt.apply_retention(OPERATOR)).erasures
     assert erasure.record.target.groups == (SeqRange(0, 4),)
     assert await _archived(archive) == [4, 7, 8]  # the newest three stored groups
+    await rt.aclose()
+
+
+class _ListingStore(InMemorySessionStore):
+    """A session store whose dry-run erase (retention's listing of a tenant) lists what ``listed`` says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed: list[SessionKey] | None = None
+
+    async def erase(self, target: Any, ctx: Any, **kw: Any) -> Any:
+        report = await super().erase(target, ctx, **kw)
+        if self.listed is None or not kw.get("dry_run"):
+            return report
+        return EraseReport(sessions=[ErasedSession(k) for k in self.listed])
+
+
+async def _listed_runtime() -> tuple[Any, InMemoryArchive, _ListingStore]:
+    store = _ListingStore()
+    rt, archive, _ = _runtime(RetentionPolicy(max_archived_groups=1), session_store=store)
+    for i in range(3):
+        await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    return rt, archive, store
+
+
+async def test_a_tenant_listing_past_its_bound_is_refused_and_nothing_is_erased() -> None:
+    # The dry-run erase that lists a tenant's sessions was taken unchecked: a store listing more
+    # sessions than the call's max_items had every one of them loaded and trimmed (unbounded work).
+    rt, archive, store = await _listed_runtime()
+    extra = [SessionKey("acme", "ana", f"x{i}") for i in range(retention_module.MAX_RETENTION_SESSIONS)]
+    store.listed = [KEY, *extra]
+    with anyio.fail_after(30), pytest.raises(ContractViolationError, match="bounded to 10000"):
+        await rt.apply_retention(OPERATOR)
+    assert await _archived(archive) == [0, 1]
+    await rt.aclose()
+
+
+async def test_a_tenant_listing_naming_a_session_twice_plans_one_erasure() -> None:
+    rt, archive, store = await _listed_runtime()
+    store.listed = [KEY, KEY]
+    plan = await rt.apply_retention(OPERATOR, dry_run=True)
+    assert plan.checked == 1 and [e.state for e in plan.erasures] == [ErasureState.PLANNED]
+    assert await _archived(archive) == [0, 1]
+    await rt.aclose()
+
+
+async def test_a_tenant_listing_naming_another_tenants_session_is_refused() -> None:
+    rt, archive, store = await _listed_runtime()
+    store.listed = [KEY, SessionKey("other", "ana", "s1")]
+    with pytest.raises(ContractViolationError, match="outside"):
+        await rt.apply_retention(OPERATOR, dry_run=True)
+    assert await _archived(archive) == [0, 1]
     await rt.aclose()

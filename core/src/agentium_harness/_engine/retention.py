@@ -37,13 +37,14 @@ from .._observe.spans import current_span_event, error_type
 from .._observe.turn import settings_of
 from .._ports import OpContext
 from .._ports._base import capabilities_of
-from .._ports.erasure import EraseReport, EraseStatus, EraseTarget, ErasureKind, SeqRange
+from .._ports.erasure import EraseStatus, EraseTarget, ErasureKind, SeqRange
 from .._ports.sessions import SessionSnapshot, SessionStore
 from .._scope import SessionKey
 from .._text import error_text
 from .._validators import bounded_count, exact_number, keep_exact, shown_number
 from .adapter_lists import adapter_method, bounded_list
 from .erasure import ErasureResult, OperatorAttestation
+from .erasure_reports import check_report
 from .lifecycle import Ticket
 from .load import load_session
 from .unexpected import WriteProgress
@@ -226,10 +227,12 @@ async def sessions_of(
         "session store erase (listing)",
         lambda ctx: store.erase(target, ctx, dry_run=True, max_items=MAX_RETENTION_SESSIONS),
     )
-    if not isinstance(report, EraseReport):
-        raise ContractViolationError(f"session store erase returned {type(report).__name__}")
-    keys = [entry.session for entry in report.sessions if target.covers_session(entry.session)]
-    return keys, report.status is EraseStatus.PARTIAL
+    # Held to the erase port's contract like any erase report: at most one session per item of the
+    # bound (never more sessions loaded than the call asked for), each an entry in the target. A
+    # session named twice (once per kind of item) is looked at once.
+    checked = check_report(report, target, "session_store", MAX_RETENTION_SESSIONS, dry_run=True)
+    keys = list(dict.fromkeys(entry.session for entry in checked.sessions))
+    return keys, checked.status is EraseStatus.PARTIAL
 
 
 async def apply_policy(
