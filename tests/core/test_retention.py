@@ -284,3 +284,24 @@ async def test_a_tenant_listing_naming_another_tenants_session_is_refused() -> N
         await rt.apply_retention(OPERATOR, dry_run=True)
     assert await _archived(archive) == [0, 1]
     await rt.aclose()
+
+
+class _DoublingStore(InMemorySessionStore):
+    """A session store whose user listing names each session twice (not the ascending ids it owes)."""
+
+    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: Any, after: Any = None) -> Any:
+        ids = await super().list_sessions(tenant, user, limit, ctx, after=after)
+        return [sid for sid in ids for _ in range(2)]
+
+
+async def test_a_user_listing_not_in_ascending_order_is_refused_and_nothing_is_erased() -> None:
+    # Only the page's first id was checked against the cursor: a page naming a session twice had it
+    # trimmed twice over (checked counted 2) and a page out of order could be read again and again.
+    store = _DoublingStore()
+    rt, archive, _ = _runtime(RetentionPolicy(max_archived_groups=1), session_store=store)
+    for i in range(3):
+        await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    with pytest.raises(ContractViolationError, match="ascending"):
+        await rt.apply_retention(OPERATOR, EraseTarget.user("acme", "ana"))
+    assert await _archived(archive) == [0, 1]
+    await rt.aclose()

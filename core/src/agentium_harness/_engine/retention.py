@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -206,11 +207,12 @@ async def sessions_of(
                 raw, _LIST_PAGE, adapter_method("session store", store, "list_sessions"), "ids", str
             )
             page = [str.__str__(sid) for sid in given]  # a subclass's own comparisons are never used
-            if after is not None and page and page[0] <= after:
-                # A listing that does not move past its cursor would be read again without end.
+            if (after is not None and page and page[0] <= after) or any(a >= b for a, b in pairwise(page)):
+                # A listing that does not move past its cursor would be read again without end, and
+                # one naming a session twice would have it trimmed twice: the port owes ascending ids.
                 raise ContractViolationError(
-                    f"session store {type(store).__name__}.list_sessions returned ids not after the cursor; "
-                    "nothing was erased"
+                    f"session store {type(store).__name__}.list_sessions returned ids not strictly "
+                    "ascending after the cursor; nothing was erased"
                 )
             found.extend(SessionKey(tenant, user, sid) for sid in page)
             if len(page) < _LIST_PAGE:
