@@ -21,7 +21,7 @@ from agentium_harness.plugin_api import (
     ToolSpec,
     Usage,
 )
-from agentium_provider_openai import SOURCE_PREAMBLE, OpenAIProvider
+from agentium_provider_openai import SOURCE_PREAMBLE, OpenAIMalformedReplyError, OpenAIProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -184,6 +184,18 @@ async def test_a_refusal_with_null_content_is_the_answer(stub: StubServer, provi
     stub.add(Reply(body=body))
     response = await provider.complete(_request(), OpContext.with_timeout(30))
     assert response.message.content == "I can't help with that."
+
+
+@pytest.mark.parametrize("refusal", [{"text": "no"}, ["no"], 7, True])
+async def test_a_refusal_that_is_not_text_is_malformed(
+    stub: StubServer, provider: OpenAIProvider, refusal: object
+) -> None:
+    """A refusal field it cannot read was dropped: null content beside it committed an empty answer."""
+    body = Reply.recorded("plain_answer").body
+    body["choices"][0]["message"] = {"role": "assistant", "content": None, "refusal": refusal}
+    stub.add(Reply(body=body))
+    with pytest.raises(OpenAIMalformedReplyError, match="refusal is a JSON"):
+        await provider.complete(_request(), OpContext.with_timeout(30))
 
 
 async def test_options_reach_the_request_body(stub: StubServer) -> None:

@@ -370,8 +370,8 @@ def parse_completion(
     Raises :class:`OpenAIMalformedReplyError` for any body it cannot use: not
     an object, an ``error`` object, no ``choices``, a choice without a message,
     a message whose ``role`` is given and is not ``"assistant"``, a
-    ``finish_reason`` that is neither text nor null, content that is not
-    text, a malformed tool call, or an answer that says it calls a tool
+    ``finish_reason`` that is neither text nor null, content or a ``refusal``
+    that is not text, a malformed tool call, or an answer that says it calls a tool
     (a legacy ``function_call``, ``finish_reason`` ``tool_calls`` or
     ``function_call``) yet holds no tool call; its subclass
     :class:`OpenAIReplyLimitError` for a tool call whose arguments are larger
@@ -408,6 +408,9 @@ def parse_completion(
     _refuse_incomplete(choice, message)
     content = message.get("content")
     refusal = message.get("refusal")
+    if refusal is not None and not isinstance(refusal, str):
+        # A refusal it cannot read is never dropped: beside null content it was an empty answer.
+        raise _malformed(f"its message's refusal is {shown(refusal, secret)}, not text")
     if not content and isinstance(refusal, str) and refusal.strip():
         # OpenAI puts a model's refusal here with null content: it is the answer, not nothing.
         content = refusal
