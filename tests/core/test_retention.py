@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from agentium_harness import (
+    CommitState,
     ContractViolationError,
     EraseTarget,
     ErasureKind,
@@ -34,6 +35,7 @@ from agentium_harness import (
     RuntimeLimits,
     SeqRange,
     SessionKey,
+    SessionStoreError,
     SnapshotCorruptError,
     SummaryLimits,
     VerifiedIdentity,
@@ -304,4 +306,40 @@ async def test_a_user_listing_not_in_ascending_order_is_refused_and_nothing_is_e
     with pytest.raises(ContractViolationError, match="ascending"):
         await rt.apply_retention(OPERATOR, EraseTarget.user("acme", "ana"))
     assert await _archived(archive) == [0, 1]
+    await rt.aclose()
+
+
+class _FailingStore(InMemorySessionStore):
+    """A session store whose backend fails to load one session (``failing``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing: str | None = None
+
+    async def load(self, key: SessionKey, ctx: Any) -> Any:
+        if key.session == self.failing:
+            raise SessionStoreError("backend down")
+        return await super().load(key, ctx)
+
+
+@pytest.mark.parametrize(
+    ("failing", "state"), [("s1", CommitState.NOT_COMMITTED), ("s2", CommitState.UNKNOWN)]
+)
+async def test_a_typed_failure_part_way_says_sessions_were_trimmed_before_it(
+    failing: str, state: CommitState
+) -> None:
+    # A store's typed error on the second session's load went out as it stood ("backend down",
+    # commit_state None) once the first session was trimmed: nothing said anything was erased.
+    store = _FailingStore()
+    rt, archive, _ = _runtime(RetentionPolicy(max_archived_groups=1), session_store=store)
+    for sid in ("s1", "s2"):
+        for i in range(3):
+            await rt.append(ANA, sid, [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    store.failing = failing
+    with pytest.raises(SessionStoreError, match="backend down") as caught:
+        await rt.apply_retention(OPERATOR)
+    assert caught.value.commit_state is state
+    trimmed = state is CommitState.UNKNOWN
+    assert ("the sessions trimmed before stay trimmed" in str(caught.value)) is trimmed
+    assert await _archived(archive) == ([1] if trimmed else [0, 1])
     await rt.aclose()

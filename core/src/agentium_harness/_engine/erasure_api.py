@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 import attrs
 
-from .._errors import ErasureRefusedError, InvalidArgumentError
+from .._errors import AgentiumError, ErasureRefusedError, InvalidArgumentError
 from .._observe.spans import using
 from .._observe.turn import settings_of, traced_operation
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, ErasureState
@@ -34,6 +34,7 @@ from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_statu
 from .forget import ForgetResult, forget_fact
 from .results import CommitState
 from .retention import RetentionResult, apply_policy
+from .settle import mark_commit_state
 from .unexpected import Outcomes, WriteProgress, typed_unexpected
 
 if TYPE_CHECKING:
@@ -320,6 +321,9 @@ class ErasureOperations:
         marks the citations of erased groups. Never runs by itself, never
         during a turn. ``dry_run=True`` reports what would go and writes
         nothing. Raises :class:`InvalidArgumentError` when no policy is configured.
+        Any other error carries ``commit_state``: ``not_committed`` when it came
+        before anything was erased, ``unknown`` once erasing began (the sessions
+        trimmed before it stay trimmed; the erasure under way may be pending).
         """
         runtime = self._runtime()
         policy = runtime.retention
@@ -338,7 +342,16 @@ class ErasureOperations:
             runtime, "retention", scope.tenant_id, scope.user_id or "", "", name="agentium.retention"
         )
         with span, typed_unexpected("apply_retention", progress, _RETENTION):
-            return await apply_policy(runtime, policy, scope, why, who, dry_run=dry_run, progress=progress)
+            try:
+                return await apply_policy(
+                    runtime, policy, scope, why, who, dry_run=dry_run, progress=progress
+                )
+            except AgentiumError as exc:
+                # A typed error (a store's, on a later session) went out as it stood: once sessions
+                # were trimmed, nothing in it said so. It now carries the call's state and says it.
+                # (An AgentiumError is marked in place: re-raised as it is, its cause and traceback kept.)
+                mark_commit_state(exc, progress.commit_state, told=_RETENTION)
+                raise
 
     async def forget(
         self,
