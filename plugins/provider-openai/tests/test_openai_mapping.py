@@ -186,6 +186,29 @@ async def test_a_refusal_with_null_content_is_the_answer(stub: StubServer, provi
     assert response.message.content == "I can't help with that."
 
 
+async def test_a_refusal_beside_blank_content_is_the_answer(
+    stub: StubServer, provider: OpenAIProvider
+) -> None:
+    """Content of whitespace only hid the refusal beside it: the answer was a blank line."""
+    body = Reply.recorded("plain_answer").body
+    body["choices"][0]["message"] = {"role": "assistant", "content": " \n", "refusal": "I can't help."}
+    stub.add(Reply(body=body))
+    response = await provider.complete(_request(), OpContext.with_timeout(30))
+    assert response.message.content == "I can't help."
+
+
+@pytest.mark.parametrize("content", [[], False, 0, {}])
+async def test_content_that_is_not_text_is_malformed_even_beside_a_refusal(
+    stub: StubServer, provider: OpenAIProvider, content: object
+) -> None:
+    """Empty non-text content (an empty list, false, 0) was replaced by the refusal, never refused."""
+    body = Reply.recorded("plain_answer").body
+    body["choices"][0]["message"] = {"role": "assistant", "content": content, "refusal": "I can't help."}
+    stub.add(Reply(body=body))
+    with pytest.raises(OpenAIMalformedReplyError, match="content is JSON"):
+        await provider.complete(_request(), OpContext.with_timeout(30))
+
+
 @pytest.mark.parametrize("refusal", [{"text": "no"}, ["no"], 7, True])
 async def test_a_refusal_that_is_not_text_is_malformed(
     stub: StubServer, provider: OpenAIProvider, refusal: object

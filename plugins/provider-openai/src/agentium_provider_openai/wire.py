@@ -411,8 +411,10 @@ def parse_completion(
     if refusal is not None and not isinstance(refusal, str):
         # A refusal it cannot read is never dropped: beside null content it was an empty answer.
         raise _malformed(f"its message's refusal is {shown(refusal, secret)}, not text")
-    if not content and isinstance(refusal, str) and refusal.strip():
+    blank = content is None or (isinstance(content, str) and not content.strip())
+    if blank and isinstance(refusal, str) and refusal.strip():
         # OpenAI puts a model's refusal here with null content: it is the answer, not nothing.
+        # Only text (or null) gives way to it: [] or false is a shape this cannot read, refused below.
         content = refusal
     if content is None:
         content = ""
