@@ -662,3 +662,84 @@ def test_the_history_memory_and_erasure_twins_are_refused_on_the_runtime_loop() 
         assert not blocking.inspect_session(ANA, "other").exists
         assert blocking.memory is not None and blocking.memory.list(MemoryScope("acme", "ana")) == ()
         assert blocking.erasure_status(OPERATOR) == ()
+
+
+def quick_closing_runtime() -> HarnessRuntime:
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(settle_timeout_s=0.01, close_timeout_s=0.01),
+    )
+
+
+def call_in_thread(blocking: BlockingRuntime, func: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    caught: list[BaseException] = []
+
+    def calling() -> None:
+        try:
+            blocking.call(func)
+        except BaseException as exc:  # checked by the test, in its thread
+            caught.append(exc)
+
+    caller = threading.Thread(target=calling, daemon=True)
+    caller.start()
+    return caller, caught
+
+
+@pytest.mark.parametrize("owned", [True, False])
+def test_close_ends_a_host_coroutine_still_running_and_its_caller_gets_runtime_closed_error(
+    owned: bool,
+) -> None:
+    """A ``call()`` of the host's own that would never end is cut by ``close()``: the loop stops, clean.
+
+    Before, the loop's stop waited for it: ``close()`` gave up after its bound with
+    RuntimeCloseError and the calling thread stayed blocked for ever.
+    """
+    runtime = quick_closing_runtime()
+    blocking = BlockingRuntime(runtime, owned=owned).start()
+    entered = threading.Event()
+
+    async def forever() -> None:
+        entered.set()
+        await anyio.sleep_forever()
+
+    caller, caught = call_in_thread(blocking, forever)
+    assert entered.wait(30)
+    blocking.close()  # no RuntimeCloseError: the runtime closed and the loop stopped
+    caller.join(30)
+    assert not caller.is_alive()
+    [error] = caught
+    assert isinstance(error, RuntimeClosedError), repr(error)
+    assert error.commit_state is CommitState.UNKNOWN  # it was part way through
+    if not owned:
+        anyio.run(runtime.aclose)
+
+
+def test_a_call_blocked_in_a_worker_thread_past_close_releases_its_caller() -> None:
+    """A call waiting on a worker thread that ignores cancellation: ``close()`` gives up, bounded.
+
+    It says so, and the calling thread gets RuntimeClosedError (``unknown``) instead of waiting for ever.
+    """
+    blocking = BlockingRuntime(quick_closing_runtime()).start()
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck() -> None:
+        entered.set()
+        release.wait(30)
+
+    async def in_worker() -> None:
+        await anyio.to_thread.run_sync(stuck)  # not abandoned on cancel: the loop cannot stop meanwhile
+
+    caller, caught = call_in_thread(blocking, in_worker)
+    try:
+        assert entered.wait(30)
+        with pytest.raises(RuntimeCloseError, match="did not stop"):
+            blocking.close()
+        caller.join(5)
+        assert not caller.is_alive(), "the caller was left blocked after close() gave up"
+        [error] = caught
+        assert isinstance(error, RuntimeClosedError), repr(error)
+        assert error.commit_state is CommitState.UNKNOWN
+    finally:
+        release.set()

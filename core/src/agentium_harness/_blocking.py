@@ -136,6 +136,9 @@ class BlockingRuntime(BlockingHistoryOperations):
         self._closed = False
         # Set once the first close() has finished: a close() meanwhile returns only then.
         self._close_done = threading.Event()
+        # Done once close() gave up on the loop stopping (a call blocked in a worker thread): the
+        # callers still waiting are released then, with RuntimeClosedError, never left blocked.
+        self._abandoned: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     @classmethod
     def from_config(
@@ -257,6 +260,16 @@ class BlockingRuntime(BlockingHistoryOperations):
                     "the BlockingRuntime closed while the call was being handed to its loop; it did not run"
                 )
             ) from exc
+        waited: tuple[concurrent.futures.Future[Any], ...] = (future, self._abandoned)
+        done, _ = concurrent.futures.wait(waited, return_when="FIRST_COMPLETED")
+        if future not in done:
+            error = RuntimeClosedError(
+                "the BlockingRuntime's loop did not stop within its close bound while the call was "
+                "running (blocked in a worker thread?); the call was left behind, and whether it "
+                "committed anything is unknown (read the session back)"
+            )
+            error.commit_state = CommitState.UNKNOWN
+            raise error
         try:
             return future.result()
         except concurrent.futures.CancelledError as exc:
@@ -375,7 +388,11 @@ class BlockingRuntime(BlockingHistoryOperations):
 
         Returns within :meth:`close_bound_s` (plus the same again for the loop
         to stop). Calls still running when the runtime closes get
-        :class:`RuntimeClosedError`; later calls raise it too. Idempotent: a
+        :class:`RuntimeClosedError`; later calls raise it too. Calls still
+        running when the loop stops (a host coroutine of :meth:`call`) are
+        cancelled, and calls the loop could not stop within the bound (blocked
+        in a worker thread) are left behind: their callers get
+        :class:`RuntimeClosedError` with ``commit_state`` ``unknown``. Idempotent: a
         call while another thread's close is under way returns once that one
         has finished (within the same bound), and does nothing more. It
         may be called from any thread, async code included, except the
@@ -427,8 +444,9 @@ class BlockingRuntime(BlockingHistoryOperations):
                         )
             except Exception as exc:  # reported, not raised bare: the loop below must still stop
                 failures.append(f"the runtime's close failed: {type(exc).__name__}: {exc}")
-        if cm is not None and not self._stop_loop(cm, bound):
+        if portal is not None and cm is not None and not self._stop_loop(portal, cm, bound):
             failures.append(f"the runtime's event loop did not stop within {bound}s of its close")
+            self._abandoned.set_result(None)
         if failures:
             raise RuntimeCloseError(failures)
 
@@ -457,12 +475,21 @@ class BlockingRuntime(BlockingHistoryOperations):
         return failures
 
     @staticmethod
-    def _stop_loop(cm: AbstractContextManager[Any], bound: float) -> bool:
-        # Leaving the portal's context joins its thread without a bound; do it in a helper thread
-        # joined for at most ``bound``, so close() always returns.
-        stopper = threading.Thread(
-            target=cm.__exit__, args=(None, None, None), name="agentium-blocking-stop", daemon=True
-        )
+    def _stop_loop(
+        portal: anyio.from_thread.BlockingPortal, cm: AbstractContextManager[Any], bound: float
+    ) -> bool:
+        # Leaving the portal's context waits for the calls still running (a host coroutine of
+        # call() need never end) and joins its thread, both without a bound. The calls left are
+        # cancelled first (their callers get RuntimeClosedError, "unknown"), and the rest is done
+        # in a helper thread joined for at most ``bound``, so close() always returns.
+        def stop() -> None:
+            try:
+                portal.call(portal.stop, True)
+            except RuntimeError:  # the loop has stopped already (it failed, say)
+                pass
+            cm.__exit__(None, None, None)
+
+        stopper = threading.Thread(target=stop, name="agentium-blocking-stop", daemon=True)
         stopper.start()
         stopper.join(bound)
         return not stopper.is_alive()
