@@ -743,3 +743,44 @@ def test_a_call_blocked_in_a_worker_thread_past_close_releases_its_caller() -> N
         assert error.commit_state is CommitState.UNKNOWN
     finally:
         release.set()
+
+
+def test_close_of_a_borrowed_runtime_lets_a_run_in_flight_end_with_its_own_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No ``aclose()`` settles a borrowed runtime's runs: ``close()`` gives them its bound before it cancels.
+
+    The run's model answers as ``close()`` begins; the run commits and says so (cancelled at
+    once, it would say ``unknown``).
+    """
+    provider = GateProvider()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(settle_timeout_s=5.0, close_timeout_s=5.0),
+    )
+    blocking = BlockingRuntime(runtime, owned=False).start()
+    bound = blocking.close_bound_s
+
+    def releasing_bound() -> float:
+        provider.release.set()  # the model answers as close() begins
+        return bound()
+
+    monkeypatch.setattr(blocking, "close_bound_s", releasing_bound)
+    outcomes: list[Any] = []
+
+    def request() -> None:
+        try:
+            outcomes.append(blocking.run(ANA, "s", "hello").commit_state)
+        except BaseException as exc:  # checked below, in the test's thread
+            outcomes.append(exc)
+
+    caller = threading.Thread(target=request)
+    caller.start()
+    assert provider.entered.wait(30)
+    blocking.close()
+    caller.join(30)
+    assert outcomes == [CommitState.COMMITTED]
+    assert anyio.run(runtime.inspect_session, ANA, "s").next_seq == 1
+    anyio.run(runtime.aclose)

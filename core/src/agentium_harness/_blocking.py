@@ -139,6 +139,9 @@ class BlockingRuntime(BlockingHistoryOperations):
         # Done once close() gave up on the loop stopping (a call blocked in a worker thread): the
         # callers still waiting are released then, with RuntimeClosedError, never left blocked.
         self._abandoned: concurrent.futures.Future[None] = concurrent.futures.Future()
+        # The calls handed to the loop and not yet answered: a close() of a borrowed runtime lets
+        # them end (within its bound) before it cancels the rest.
+        self._running: set[concurrent.futures.Future[Any]] = set()
 
     @classmethod
     def from_config(
@@ -261,7 +264,11 @@ class BlockingRuntime(BlockingHistoryOperations):
                 )
             ) from exc
         waited: tuple[concurrent.futures.Future[Any], ...] = (future, self._abandoned)
-        done, _ = concurrent.futures.wait(waited, return_when="FIRST_COMPLETED")
+        self._running.add(future)
+        try:
+            done, _ = concurrent.futures.wait(waited, return_when="FIRST_COMPLETED")
+        finally:
+            self._running.discard(future)
         if future not in done:
             error = RuntimeClosedError(
                 "the BlockingRuntime's loop did not stop within its close bound while the call was "
@@ -388,7 +395,8 @@ class BlockingRuntime(BlockingHistoryOperations):
 
         Returns within :meth:`close_bound_s` (plus the same again for the loop
         to stop). Calls still running when the runtime closes get
-        :class:`RuntimeClosedError`; later calls raise it too. Calls still
+        :class:`RuntimeClosedError`; later calls raise it too. A borrowed
+        runtime's calls in flight get that bound to end. Calls still
         running when the loop stops (a host coroutine of :meth:`call`) are
         cancelled, and calls the loop could not stop within the bound (blocked
         in a worker thread) are left behind: their callers get
@@ -444,6 +452,10 @@ class BlockingRuntime(BlockingHistoryOperations):
                         )
             except Exception as exc:  # reported, not raised bare: the loop below must still stop
                 failures.append(f"the runtime's close failed: {type(exc).__name__}: {exc}")
+        elif portal is not None:
+            # Borrowed: no aclose() settled the calls in flight. They get the bound an owned
+            # runtime's close would have taken to end with their own outcome; the rest are cancelled.
+            concurrent.futures.wait(self._running.copy(), timeout=bound)
         if portal is not None and cm is not None and not self._stop_loop(portal, cm, bound):
             failures.append(f"the runtime's event loop did not stop within {bound}s of its close")
             self._abandoned.set_result(None)
