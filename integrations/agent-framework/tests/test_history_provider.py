@@ -497,3 +497,25 @@ async def test_a_save_over_damaged_history_fails_closed_as_a_load_does(runtime: 
     await runtime.append(ANA, "chat-2", [Message(Role.USER, "x", payload={}, payload_format="other/v1")])
     await provider.save_messages("chat-2", [AFMessage("user", ["x"])])
     assert (await runtime.inspect_session(ANA, "chat-2")).next_seq == 2
+
+
+async def test_a_save_whose_replay_check_meets_damage_says_it_committed_nothing(tmp_path: Path) -> None:
+    """The save's own read of the tail fails closed; the error says ``not_committed``, as its other refusals.
+
+    Core's read errors carry no ``commit_state`` (a read commits nothing); ``save_messages``
+    writes, so a host branching on ``commit_state`` must find what it committed: nothing.
+    """
+    path = tmp_path / "agentium.db"
+    async with build(path, resident=1) as runtime:
+        provider = AgentiumHistoryProvider(runtime, ANA)
+        for n in range(3):
+            await provider.save_messages("chat-1", [AFMessage("user", [f"q{n}"])])
+        key = SessionKey.of(ANA, "chat-1")
+        _, data = group_row(path, key, 1)
+        set_group_row(path, key, 1, data.replace(b"q1", b"qX"))
+        # A replay of q1, q2: the check reads back past the newest group, into the damaged one.
+        replay = [AFMessage("user", ["q1"]), AFMessage("user", ["q2"]), AFMessage("user", ["q3"])]
+        with pytest.raises(ArchiveCorruptError) as caught:
+            await provider.save_messages("chat-1", replay)
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+        assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 3  # nothing written

@@ -15,6 +15,7 @@ from agentium_harness import (
     MAX_APPEND_BYTES,
     MAX_PAGE_BYTES,
     MAX_PAGE_GROUPS,
+    AgentiumError,
     CommitState,
     ErasedSinceReadError,
     HarnessRuntime,
@@ -37,7 +38,7 @@ from ._messages import MESSAGE_FORMAT, ForeignMessageError, from_agentium, liste
 from ._observe import failed, group_cut, reported, traced
 from ._read_fences import ReadFences, RunLoads
 from ._replay import Identity, Tail, message_identity
-from ._restarts import SAVE_RESTARTS, Restarts
+from ._restarts import SAVE_RESTARTS, Restarts, not_committed
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -390,28 +391,24 @@ class AgentiumHistoryProvider(HistoryProvider):
     ) -> None:
         """Commit the new ones of ``messages`` as one group (nothing if none); refused input writes nothing.
 
-        As the framework's own providers do, messages repeating the view's
-        last messages in order (a host replaying the whole transcript as
-        input) are not stored again (see :mod:`._replay`). The view's tail is
-        read first, newest first and only until it decides which messages
-        repeat it, within ``max(max_bytes, MAX_APPEND_BYTES)`` bytes (past
-        that, :class:`ReplayCheckLimitError` and nothing is written), and the
-        group appended only at the revision it was read at: a write landing
-        in between makes it read again (at least 5 attempts, then with
-        jittered back-off until ``busy_timeout_s``; then
-        ``SessionConflictError``, ``not_committed``). A message of this
-        framework in that tail that does not decode fails the save as it
-        fails a load (:class:`ForeignMessageError`, nothing written).
+        As the framework's own providers do, messages repeating the view's last messages in
+        order (a host replaying the whole transcript as input) are not stored again (see
+        :mod:`._replay`). The view's tail is read first, newest first and only until it decides
+        which messages repeat it, within ``max(max_bytes, MAX_APPEND_BYTES)`` bytes (past that,
+        :class:`ReplayCheckLimitError` and nothing is written), and the group appended only at
+        the revision it was read at: a write landing in between makes it read again (at least 5
+        attempts, then with jittered back-off until ``busy_timeout_s``; then
+        ``SessionConflictError``, ``not_committed``). A message of this framework in that tail
+        that does not decode fails the save as it fails a load (:class:`ForeignMessageError`,
+        nothing written); every error of that read says ``commit_state`` ``not_committed``.
 
-        In an agent run, the save follows the run's own load
-        (``before_run``). Called directly, after a ``get_messages`` of the
-        session id by this provider, the
-        save follows the oldest load whose save is still to come (with two
-        runs at once, the earlier run's; ``append(after_read=...)``): if an
-        erasure of the session (its own, its user's or its tenant's) began or
-        finished since, it raises ``ErasedSinceReadError`` (``not_committed``;
-        nothing written, not retried), and once no run's save is left to come,
-        the load is forgotten: load again.
+        In an agent run, the save follows the run's own load (``before_run``). Called directly,
+        after a ``get_messages`` of the session id by this provider, the save follows the oldest
+        load whose save is still to come (with two runs at once, the earlier run's;
+        ``append(after_read=...)``): if an erasure of the session (its own, its user's or its
+        tenant's) began or finished since, it raises ``ErasedSinceReadError`` (``not_committed``;
+        nothing written, not retried), and once no run's save is left to come, the load is
+        forgotten: load again.
         """
         sid = self._session(session_id)
         # A str or a mapping would be iterated as characters or keys, and None is no list of messages.
@@ -459,7 +456,11 @@ class AgentiumHistoryProvider(HistoryProvider):
         # Each race lost is another writer committing: go on, paced, as a load does (._restarts).
         restarts = Restarts(self.busy_timeout_s, SAVE_RESTARTS)
         async for _ in restarts:
-            repeated = await self._repeated(sid, incoming)
+            try:
+                repeated = await self._repeated(sid, incoming)
+            except AgentiumError as exc:  # a read's errors carry no commit_state: this save wrote nothing
+                not_committed(exc)
+                raise
             if repeated is None:
                 continue  # the session changed between two pages of its tail: read it again
             skip, revision = repeated

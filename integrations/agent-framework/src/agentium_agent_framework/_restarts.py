@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Final
+from typing import Final, TypeVar
 
 import anyio
 
-__all__ = ["READ_RESTARTS", "SAVE_RESTARTS", "Restarts"]
+from agentium_harness import AgentiumError, CommitState
+
+__all__ = ["READ_RESTARTS", "SAVE_RESTARTS", "Restarts", "not_committed"]
+
+E = TypeVar("E", bound=AgentiumError)
 
 #: Attempts a read makes at least, whatever its time allows; past that, until ``busy_timeout_s``.
 READ_RESTARTS: Final = 3
@@ -70,3 +74,15 @@ class Restarts:
         ``timeout_s``), so it spends none of the ``at_least`` attempts.
         """
         self.made -= 1
+
+
+def not_committed(error: E) -> E:
+    """``error``, raised by a save's read of the tail (before any write), saying it committed nothing.
+
+    A read's errors carry no ``commit_state`` (a read commits nothing); ``save_messages`` writes,
+    and a host branching on ``commit_state`` must find what it wrote: nothing. One already
+    saying so is left as it is.
+    """
+    if error.commit_state is None:
+        error.commit_state = CommitState.NOT_COMMITTED
+    return error
