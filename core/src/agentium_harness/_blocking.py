@@ -139,9 +139,10 @@ class BlockingRuntime(BlockingHistoryOperations):
         # Done once close() gave up on the loop stopping (a call blocked in a worker thread): the
         # callers still waiting are released then, with RuntimeClosedError, never left blocked.
         self._abandoned: concurrent.futures.Future[None] = concurrent.futures.Future()
-        # The calls handed to the loop and not yet answered: a close() of a borrowed runtime lets
-        # them end (within its bound) before it cancels the rest.
-        self._running: set[concurrent.futures.Future[Any]] = set()
+        # The calls taken to the loop and not yet answered: a close() of a borrowed runtime lets
+        # them end (within its bound, notified by _idle) before it cancels the rest.
+        self._in_flight = 0
+        self._idle = threading.Condition(self._lock)
 
     @classmethod
     def from_config(
@@ -251,6 +252,26 @@ class BlockingRuntime(BlockingHistoryOperations):
         """
         self._refuse_loop_thread(operation)
         portal = self._portal_or_start()
+        # Counted before it is handed over (it may start and run before this thread goes on).
+        with self._lock:
+            self._in_flight += 1
+        try:
+            return self._answer(portal, func, *args, **kwargs)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._idle.notify_all()
+
+    def _answer(
+        self,
+        portal: anyio.from_thread.BlockingPortal,
+        func: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> T:
+        """Hand ``func`` to the loop and wait for its answer, or for :meth:`close` to give up on it."""
         try:
             future = portal.start_task_soon(lambda: func(*args, **kwargs))
         except RuntimeError as exc:
@@ -264,11 +285,7 @@ class BlockingRuntime(BlockingHistoryOperations):
                 )
             ) from exc
         waited: tuple[concurrent.futures.Future[Any], ...] = (future, self._abandoned)
-        self._running.add(future)
-        try:
-            done, _ = concurrent.futures.wait(waited, return_when="FIRST_COMPLETED")
-        finally:
-            self._running.discard(future)
+        done, _ = concurrent.futures.wait(waited, return_when="FIRST_COMPLETED")
         if future not in done:
             error = RuntimeClosedError(
                 "the BlockingRuntime's loop did not stop within its close bound while the call was "
@@ -455,7 +472,8 @@ class BlockingRuntime(BlockingHistoryOperations):
         elif portal is not None:
             # Borrowed: no aclose() settled the calls in flight. They get the bound an owned
             # runtime's close would have taken to end with their own outcome; the rest are cancelled.
-            concurrent.futures.wait(self._running.copy(), timeout=bound)
+            with self._idle:
+                self._idle.wait_for(lambda: not self._in_flight, timeout=bound)
         if portal is not None and cm is not None and not self._stop_loop(portal, cm, bound):
             failures.append(f"the runtime's event loop did not stop within {bound}s of its close")
             self._abandoned.set_result(None)
