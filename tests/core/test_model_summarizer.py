@@ -264,3 +264,31 @@ async def test_extractive_says_so_when_it_drops_an_untagged_line_to_stay_bounded
     folded = await summarizer.summarize(previous, (group,), OpContext.with_timeout(30))
     assert "seven bar" not in folded.text and folded.text.startswith("[g0] ")
     assert any("condensed" in note for note in folded.uncertainty)
+
+
+class _Replying(ModelProvider):
+    """Answers every summary request with one fixed reply."""
+
+    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(deterministic=True)
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        return ModelResponse(Message(Role.ASSISTANT, self.reply))
+
+
+async def test_a_tag_of_a_given_group_with_leading_zeros_past_13_digits_still_cites_it() -> None:
+    # "[g00000000000001]" names group 1 (given) in 14 digits: a tag some group has. The 13-digit
+    # cap is for seqs no group can have; counted with its zeros, this line was dropped unreported.
+    zeros = "0" * 13
+    reply = f"[g0] The pump is red.\n[g{zeros}1] The valve is shut."
+    groups = [MessageGroup(i, (Message(Role.USER, f"Group {i} speaks."),)) for i in range(2)]
+    folded = await ModelSummarizer(provider=_Replying(reply)).summarize(
+        None, groups, OpContext.with_timeout(30)
+    )
+    assert [c.seq for c in folded.citations] == [0, 1]
+    assert "The valve is shut." in folded.text
+    # Extractive reads a stored text's tags the same way: the line keeps its citation.
+    again = await ExtractiveSummarizer().summarize(folded, (), OpContext.with_timeout(30))
+    assert [c.seq for c in again.citations] == [0, 1]

@@ -64,9 +64,10 @@ def _tag(line: str) -> int | None:
     group text can name a seq past ``MAX_COUNT`` (no :class:`Citation` holds it) or run to
     thousands of digits (``int()`` refuses past 4300). Either raised out of the fold and failed
     the whole update, the lines tagged rightly with it; such a line is untagged, and not kept.
+    Leading zeros are not counted: ``[g00000000000001]`` names group 1, a tag a group has.
     """
     match = _LINE.match(line)
-    if match is None or len(digits := match.group(1)) > _TAG_DIGITS:
+    if match is None or len(digits := match.group(1).lstrip("0") or "0") > _TAG_DIGITS:
         return None
     seq = int(digits)
     return seq if seq <= MAX_COUNT else None
