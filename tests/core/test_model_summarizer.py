@@ -292,3 +292,34 @@ async def test_a_tag_of_a_given_group_with_leading_zeros_past_13_digits_still_ci
     # Extractive reads a stored text's tags the same way: the line keeps its citation.
     again = await ExtractiveSummarizer().summarize(folded, (), OpContext.with_timeout(30))
     assert [c.seq for c in again.citations] == [0, 1]
+
+
+async def test_a_reply_line_citing_several_groups_is_kept_and_cites_each() -> None:
+    # A statement drawn from two groups is tagged with both ("[g0][g1] ..."). It read as untagged
+    # and was dropped unreported, the frontier passing what it stated. A tag of a group not given
+    # still drops the line and is reported (an unknown citation, which the engine drops as a
+    # contract violation). Past the space, a tag-like word is the statement's (group 1's words).
+    reply = "\n".join(
+        [
+            "[g0][g1] The pump and the valve share one line.",
+            "[g1][g0] Both are red.",
+            "[g1] [g5] is the label.",
+            "[g1][g7] Made up.",
+        ]
+    )
+    groups = [MessageGroup(i, (Message(Role.USER, f"Group {i} speaks."),)) for i in range(2)]
+    folded = await ModelSummarizer(provider=_Replying(reply)).summarize(
+        None, groups, OpContext.with_timeout(30)
+    )
+    assert folded.text.splitlines() == [
+        "[g0][g1] The pump and the valve share one line.",
+        "[g1][g0] Both are red.",
+        "[g1] [g5] is the label.",
+    ]
+    assert [(c.seq, c.digest == "unknown") for c in folded.citations] == [(0, False), (1, False), (7, True)]
+    # Extractive reads a stored text's tags the same way: a line citing two groups keeps both.
+    only = TaskSummary(
+        text="[g0][g1] The pump and the valve share one line.", frontier=2, citations=folded.citations[:2]
+    )
+    again = await ExtractiveSummarizer().summarize(only, (), OpContext.with_timeout(30))
+    assert [c.seq for c in again.citations] == [0, 1]

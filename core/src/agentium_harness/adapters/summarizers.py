@@ -52,25 +52,44 @@ __all__ = [
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w{3,}")
-_LINE = re.compile(r"^\[g(\d+)\] ")
+#: One ``[g<seq>]`` tag: a line starts with one, or several side by side (``[g3][g4] ``).
+_TAG = re.compile(r"\[g(\d+)\]")
 #: Digits of the largest seq a tag can name (``MAX_COUNT``): ``int()`` of a longer run is never read.
 _TAG_DIGITS = len(str(MAX_COUNT))
 
 
-def _tag(line: str) -> int | None:
-    """The seq a summary line's ``[g<seq>] `` tag names; ``None`` for no tag, or one no group can have.
+def _seq(digits: str) -> int | None:
+    """The seq ``digits`` name; ``None`` for one no group can have.
 
-    The text is a model's reply, or a stored summary's text (which may be one): a tag copied from
-    group text can name a seq past ``MAX_COUNT`` (no :class:`Citation` holds it) or run to
-    thousands of digits (``int()`` refuses past 4300). Either raised out of the fold and failed
-    the whole update, the lines tagged rightly with it; such a line is untagged, and not kept.
-    Leading zeros are not counted: ``[g00000000000001]`` names group 1, a tag a group has.
+    A tag copied from group text can name a seq past ``MAX_COUNT`` (no :class:`Citation` holds
+    it) or run to thousands of digits (``int()`` refuses past 4300); leading zeros are not
+    counted: ``[g00000000000001]`` names group 1, a tag a group has.
     """
-    match = _LINE.match(line)
-    if match is None or len(digits := match.group(1).lstrip("0") or "0") > _TAG_DIGITS:
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > _TAG_DIGITS:
         return None
     seq = int(digits)
     return seq if seq <= MAX_COUNT else None
+
+
+def _tags(line: str) -> tuple[int, ...]:
+    """The seqs a summary line's leading tags name (``[g3] ``, or ``[g3][g4] `` side by side), in order.
+
+    Empty for a line with no tag (the tags must be followed by a space), or with a tag no group
+    can have (:func:`_seq`): such a tag raised out of the fold and failed the whole update, the
+    lines tagged rightly with it; the line is untagged, and not kept. A line drawn from several
+    groups cites each: read as untagged, it was dropped unreported. What follows the space is
+    the statement, a tag-like word in it too (``[g3] [g7] is the label``: group 3's words).
+    """
+    found: list[str] = []
+    pos = 0
+    while (match := _TAG.match(line, pos)) is not None:
+        found.append(match.group(1))
+        pos = match.end()
+    if not found or not line.startswith(" ", pos):
+        return ()
+    seqs = [_seq(digits) for digits in found]
+    return () if None in seqs else tuple(s for s in seqs if s is not None)
 
 
 #: What a summary's uncertainty says once older content was dropped to keep it bounded.
@@ -189,7 +208,7 @@ class ExtractiveSummarizer(Summarizer):
             condensed = True
         if condensed and _CONDENSED not in uncertainty:
             uncertainty.append(_CONDENSED)
-        present = {seq for line in lines if (seq := _tag(line)) is not None}
+        present = {seq for line in lines for seq in _tags(line)}
         return TaskSummary(
             text="\n".join(lines),
             frontier=frontier,
@@ -347,14 +366,16 @@ class ModelSummarizer(Summarizer):
         unknown: list[int] = []
         for line in response.message.content.splitlines():
             line = line.strip()
-            seq = _tag(line)
-            if seq is None:
+            seqs = _tags(line)
+            if not seqs:
                 continue  # untagged text (or a tag no group can have) cites nothing: it is not kept
-            if seq in known:
-                lines.append(line)
-                cited[seq] = known[seq]
-            else:
-                unknown.append(seq)
+            # A line citing a group it was not given may state what no group said: it goes, reported.
+            missing = [seq for seq in seqs if seq not in known]
+            if missing:
+                unknown.extend(missing)
+                continue
+            lines.append(line)
+            cited.update((seq, known[seq]) for seq in seqs)
         if not lines:
             # A refusal or a formatting slip ("I'm sorry, ...") is no summary: kept, it would wipe the
             # previous one and move the frontier over groups nothing states. The update fails instead
@@ -372,7 +393,7 @@ class ModelSummarizer(Summarizer):
             condensed = True
         if condensed and _CONDENSED not in uncertainty:
             uncertainty.append(_CONDENSED)
-        present = {seq for line in lines if (seq := _tag(line)) is not None}
+        present = {seq for line in lines for seq in _tags(line)}
         citations = [cited[s] for s in sorted(cited) if s in present]
         # Passed on so the engine drops and reports them; their lines are already gone from the text.
         citations.extend(Citation(s, "unknown") for s in sorted(set(unknown)))
