@@ -16,17 +16,6 @@ import argparse
 import sys
 from typing import Any
 
-from ..eval import (
-    Progress,
-    build_report,
-    check_out_dir,
-    installed_graders,
-    load_cases,
-    render_summary,
-    run_eval,
-    write_reports,
-)
-from ..testing.eval_target import create_harness_eval_target
 from .interrupt import run_async
 from .output import add_config_argument, print_json
 
@@ -38,6 +27,19 @@ DEFAULT_OUT = "agentium-eval-report"
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Validate everything first (exit 2 on bad input, nothing run), then run, report and exit 0."""
+    # Imported here: the eval package and its harness target are heavy, and only this command needs them.
+    from ..eval import (
+        Progress,
+        build_report,
+        check_out_dir,
+        installed_graders,
+        load_cases,
+        render_summary,
+        run_eval,
+        write_reports,
+    )
+    from ..testing.eval_target import create_harness_eval_target
+
     graders = installed_graders()
     cases = load_cases(args.cases, graders=list(graders))
     targets = [create_harness_eval_target(args.config)]

@@ -24,13 +24,11 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from .._codec import unstructure
 from .._config.runtime import build_runtime
-from .._demo import run_demo, run_demo_config
-from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
 from .._errors import AgentiumError, InvalidArgumentError
 from .._observe.spans import unattributed
 from .._plugins.commands import CORE_COMMANDS, CliCommand
@@ -62,6 +60,9 @@ from .plugins import add_plugins_command, options_report, plugins_report
 from .recall import add_recall_commands
 from .run import add_identity_args, add_run_command, identity, recall_scope
 from .verify import add_verify_commands
+
+if TYPE_CHECKING:  # annotations only: the engine loads when a command builds a runtime
+    from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
 
 __all__ = [
     "DEFAULT_DEMO_DIR",
@@ -96,6 +97,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not 1 <= args.turns <= 10_000:
         sys.stderr.write("agentium demo: --turns must be between 1 and 10000\n")
         return EXIT_USAGE
+    from .._demo import run_demo, run_demo_config  # only this command runs the demo
+
     if args.config is not None:
         if args.dir is not None:
             sys.stderr.write(
@@ -365,6 +368,16 @@ def plugin_commands(argv: Sequence[str], registry: PluginRegistry | None = None)
     return [command for command, _ in loaded.commands()]
 
 
+def _version_only(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` only asks for the version: ``--version`` first, no shell completion.
+
+    argparse prints the version and exits as soon as it reads a leading ``--version``, before
+    any subcommand, so loading every installed plugin to offer its commands (about half a
+    second of imports) would be wasted. A completing shell still gets the plugins' commands.
+    """
+    return argv[:1] == ["--version"] and "_ARGCOMPLETE" not in os.environ
+
+
 def _exit_status(command: str, returned: object) -> int:
     """What a command's ``run`` returned, as the process's exit status.
 
@@ -389,7 +402,7 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser(plugin_commands(args_list, registry))
+        parser = build_parser([] if _version_only(args_list) else plugin_commands(args_list, registry))
     except AgentiumError as exc:  # AGENTIUM_HOOK_TIMEOUT is not a number of seconds
         sys.stderr.write(f"agentium: {shown_lines(error_text(exc, named=False))}\n")
         return EXIT_USAGE
