@@ -458,3 +458,40 @@ async def test_a_cancellation_while_the_turns_save_is_in_flight_is_logged(
     assert not any(r.getMessage().startswith("run cancelled after a tool started") for r in caplog.records)
     assert all(SECRET not in r.getMessage() + repr(vars(r)) for r in caplog.records)
     await runtime.aclose()
+
+
+class SavesHang(InMemorySessionStore):
+    """An in-memory store whose saves of the session wait until they are cancelled."""
+
+    async def save(self, key: Any, snapshot: Any, expected_revision: Any, ctx: OpContext) -> int:
+        if key == KEY:
+            await anyio.sleep_forever()
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+async def test_a_keeping_cut_off_mid_save_is_not_said_to_be_uncommitted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The host cancels after a tool ran; the shielded commit of what ran is cut off mid-save.
+
+    Whether it landed is unknown: the WARNING (a host's cancellation carries no result) said the
+    tool calls and results "were not committed", beside ``commit_state unknown``.
+    """
+    log: list[str] = []
+    provider = BlocksOnSecondCall([DEPLOY, "Deployed."])
+    limits = RuntimeLimits(close_timeout_s=0.2)
+    runtime = _runtime(log, provider=provider, store=SavesHang(), limits=limits)
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.move_on_after(30) as outer:
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                await runtime.run(ANA, "s1", "deploy v2", grants=["deploy"])
+
+            tg.start_soon(run)
+            await provider.waiting.wait()  # the tool ran; the next model call is under way
+            tg.cancel_scope.cancel()  # the host gives up on the run
+    assert not outer.cancelled_caught and log == ["deployed to prod"]
+    [warned] = [r for r in caplog.records if r.getMessage().startswith("run cancelled after a tool started")]
+    assert warned.agentium_commit_state == "unknown"  # type: ignore[attr-defined]
+    assert "not committed" not in warned.getMessage() and "may or may not" in warned.getMessage()
+    await runtime.aclose()

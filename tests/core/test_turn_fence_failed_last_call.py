@@ -14,6 +14,7 @@ forget, what ran is committed as before.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 from _effects_support import DEPLOY
 from _erasure_harness import ANA
 from _fence_support import closing, fence_pair, two_processes
+from test_turn_fence_forgotten_fact import BlocksHistory
 from test_turn_fence_last_call import (
     DOC,
     FACT,
@@ -322,3 +324,38 @@ async def test_a_fact_forgotten_during_a_call_that_times_out_keeps_no_tool_round
         assert isinstance(outcome.__cause__, ProviderTimeoutError), repr(outcome.__cause__)
         assert outcome.commit_state is CommitState.NOT_COMMITTED
         assert await _resident(mine) == 1  # only "hello"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_second_cancellation_during_the_look_is_said(
+    anyio_backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """asyncio: a second ``Task.cancel()`` while what ran is kept cuts that short; a WARNING says so.
+
+    A native cancellation is not held off by the keep's shield (trio's is): the one that lands during
+    the look after the cancelled call leaves the tool round uncommitted, and a host's cancellation
+    carries no result: only the WARNING tells the operator. There was none.
+    """
+    provider = HeldCall(["noted", DEPLOY, "Done."], hold=3)
+    held = HeldTool()
+    held.release.set()
+    stores, _ = two_processes("memory", tmp_path)
+    memory = BlocksHistory(hangs=True)
+    async with closing(fence_pair(provider, held, {**stores, "memory": memory}, dict(stores))) as (mine, _):
+        await mine.run(ANA, "s1", "hello")
+        await mine.memory.remember(MemoryFact(SCOPE, FACT))
+        task = asyncio.ensure_future(mine.run(ANA, "s1", "What is the code?", grants=["deploy"]))
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            await provider.started.wait()
+            memory.blocking = True
+            task.cancel()
+            await memory.entered.wait()  # the look after the cancelled call reads the carried fact
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        memory.blocking = False
+        assert await _resident(mine) == 1  # the premise: the keep was cut short, nothing committed
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [m for m in messages if "cancelled" in m and "not committed" in m]
+    assert said and "again" in said[0] and "commit_state not_committed" in said[0], messages
+    assert not [m for m in messages if "qz" in m]

@@ -361,6 +361,36 @@ class EffectsKeeper:
         ticket = Ticket(self.scope.session_key, "run", each, limits.close_timeout_s)
         ticket.late = self.ticket.late
         why = interruption(InterruptionCause.CANCELLED, "the run was cancelled after a tool started")
+        try:
+            shield = await self._keep_shielded(ticket, turn, why, budget)
+        except BaseException:
+            # asyncio: a native Task.cancel() is not held off by the shield (trio's is); one landing
+            # during the look or the commit goes on, and this record is still what tells the operator.
+            if progress.commit_state is not CommitState.COMMITTED:
+                _warn_not_kept(progress, " (cancelled again while they were being kept)")
+            raise
+        if shield.cancelled_caught and progress.commit_state is not CommitState.COMMITTED:
+            progress.diagnostics.append(
+                Diagnostic(
+                    "effects_commit_failed",
+                    f"what ran could not be committed within {budget:.3g}s of the cancellation",
+                    Severity.ERROR,
+                )
+            )
+            progress.note = (
+                f"its tool calls and results could not be committed within {budget:.3g}s either"
+                if progress.commit_state is CommitState.NOT_COMMITTED
+                else f"the commit of its tool calls and results was cut off at {budget:.3g}s mid-save"
+            )
+        if progress.commit_state is not CommitState.COMMITTED:
+            # A host's cancellation carries no result: this record is what tells the operator.
+            _warn_not_kept(progress)
+
+    async def _keep_shielded(
+        self, ticket: Ticket, turn: TurnOutcome, why: TurnInterruption, budget: float
+    ) -> anyio.CancelScope:
+        """The look after the cancelled call, then the commit of what ran: shielded, within ``budget``."""
+        progress = self.progress
         with anyio.CancelScope(shield=True) as shield:
             shield.deadline = anyio.current_time() + budget
             try:
@@ -384,24 +414,7 @@ class EffectsKeeper:
                         f"its tool calls and results were committed as group {done.group_seq}, without the "
                         "answer (interruption cancelled)"
                     )
-        if shield.cancelled_caught and progress.commit_state is not CommitState.COMMITTED:
-            progress.diagnostics.append(
-                Diagnostic(
-                    "effects_commit_failed",
-                    f"what ran could not be committed within {budget:.3g}s of the cancellation",
-                    Severity.ERROR,
-                )
-            )
-            progress.note = (
-                f"its tool calls and results could not be committed within {budget:.3g}s either"
-                if progress.commit_state is CommitState.NOT_COMMITTED
-                else f"the commit of its tool calls and results was cut off at {budget:.3g}s mid-save"
-            )
-        if progress.commit_state is not CommitState.COMMITTED:
-            # A host's cancellation carries no result: this record is what tells the operator.
-            _warn_cancelled(
-                "run cancelled after a tool started; its tool calls and results were not committed", progress
-            )
+        return shield
 
     async def _gone_during_cancelled_call(self, ticket: Ticket, turn: TurnOutcome, budget: float) -> bool:
         """True when a carried fact was forgotten (a document deleted) during the cancelled call.
@@ -539,6 +552,16 @@ def _warn_unchecked() -> None:
         "facts or host documents its request carries; it is kept as usual",
         extra={"agentium_operation": "run"},
     )
+
+
+def _warn_not_kept(progress: RunProgress, how: str = "") -> None:
+    """The WARNING for what ran after a cancellation, not committed (or cut off mid-save: ``unknown``)."""
+    said = (
+        "were not committed"
+        if progress.commit_state is CommitState.NOT_COMMITTED
+        else "may or may not have been committed"
+    )
+    _warn_cancelled(f"run cancelled after a tool started; its tool calls and results {said}{how}", progress)
 
 
 def _warn_cancelled(what: str, progress: RunProgress) -> None:
