@@ -39,6 +39,7 @@ from test_turn_fence_last_call import (
 )
 
 from agentium_harness import (
+    AgentiumError,
     CommitState,
     DocumentDeletedDuringRunError,
     FactForgottenDuringRunError,
@@ -359,3 +360,55 @@ async def test_a_second_cancellation_during_the_look_is_said(
     said = [m for m in messages if "cancelled" in m and "not committed" in m]
     assert said and "again" in said[0] and "commit_state not_committed" in said[0], messages
     assert not [m for m in messages if "qz" in m]
+
+
+@pytest.mark.parametrize("forgotten", [True, False], ids=["forgotten", "kept"])
+async def test_a_fact_forgotten_during_the_last_call_then_an_engine_bug_keeps_no_tool_round(
+    forgotten: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last call answers, then a bug (here in verification) stops the run before its last look.
+
+    What ran is kept after a bug (``failed()``), but it was made from the fact forgotten during that
+    call, as after a failed or cancelled call: the same look first. It was committed without one.
+    """
+    from _effects_support import AlwaysFails
+
+    from agentium_harness._engine import verification
+
+    provider = HeldCall(["noted", DEPLOY, "Done."], hold=3)
+    held = HeldTool()
+    held.release.set()
+    stores, _ = two_processes("memory", tmp_path)
+    memory = InMemoryMemoryStore()
+    opts = {**stores, "memory": memory, "verifier": AlwaysFails()}
+    async with closing(fence_pair(provider, held, opts, dict(stores))) as (mine, _):
+        await mine.run(ANA, "s1", "hello")
+        ack = await mine.memory.remember(MemoryFact(SCOPE, FACT))
+
+        async def bug(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("an engine bug")
+
+        monkeypatch.setattr(verification, "verify_turn", bug)
+
+        async def forget() -> None:
+            if forgotten:
+                await mine.memory.forget(SCOPE, ack.fact_id)
+
+        with caplog.at_level(logging.WARNING, logger="agentium"):
+            outcome = await _run_while_held(
+                mine, provider, "What is the code?", forget, grants=["deploy"], completion=True
+            )
+        assert len(provider.sent) == 3 and FACT in provider.sent[-1]  # the premise: it carried the fact
+        monkeypatch.undo()
+        if not forgotten:  # as before: the tool round is kept, the bug's error says so
+            assert outcome.commit_state is CommitState.COMMITTED, repr(outcome)
+            assert await _resident(mine) == 2
+            return
+        assert isinstance(outcome, FactForgottenDuringRunError), repr(outcome)
+        bug = outcome.__cause__  # the bug's error, caused by it: not lost
+        assert type(bug) is AgentiumError and isinstance(bug.__cause__, RuntimeError), repr(bug)
+        _stopped_and_said(outcome, caplog, "forgotten")
+        assert await _resident(mine) == 1  # only "hello"
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m for m in messages if "unexpected RuntimeError" in m], messages  # the bug is not lost
+    assert not [m for m in messages if "an engine bug" in m]

@@ -23,8 +23,10 @@ commit cannot be:
 - any other error leaves the turn before its commit landed (``step_failed``,
   :meth:`EffectsKeeper.failed`): an exception the engine did not type (an
   engine bug; raised as the :class:`AgentiumError` that says so, caused by
-  it, its WARNING logged once the outcome is known), or a typed one outside
-  the causes above (the turn's own commit refused before or by its save).
+  it, its WARNING logged once the outcome is known; one before the run
+  fences' last look makes that look first, as after a failed call), or a
+  typed one outside the causes above (the turn's own commit refused before
+  or by its save).
 
 A conflict while committing the answered part loads the session again and
 retries, at most :data:`ATTEMPTS` commits in all, each adapter call under
@@ -250,11 +252,21 @@ class EffectsKeeper:
         it, and its WARNING is logged with the commit state it ends with.
         """
         progress = self.progress
+        # An engine bug before the commit (commit_run sets the turn): the run fences' last look was not
+        # made. (A typed error there is a look that failed, or a stop: not made again.)
+        unlooked = progress.turn is None and not isinstance(exc, AgentiumError)
         typed = exc if isinstance(exc, AgentiumError) else unexpected_error(exc, progress, "run", warn=False)
         if progress.turn is None:
             progress.turn = self.trace.partial("failed")  # the tool calls so far, each answered
+        gone: ErasedDuringRunError | None = None
         try:
-            failure = await self.after(typed, progress.turn)
+            try:
+                if unlooked and typed.commit_state is CommitState.NOT_COMMITTED:
+                    # What ran was made from what the request carries, as after a failed call: the same look.
+                    await self._look_after_failed_call(progress.turn)
+            except ErasedDuringRunError as erased:
+                gone = erased
+            failure = await self.after(typed if gone is None else gone, progress.turn)
         except BaseException as stop:
             # The commit of what ran was cut short: the bug is still logged, never lost with it.
             if typed is not exc:
@@ -266,9 +278,11 @@ class EffectsKeeper:
         if typed is not exc:
             warn_unexpected("run", exc, failure.commit_state or progress.commit_state)
         try:
+            if gone is not None:
+                raise failure from typed  # the stop; what stopped the run before it is not lost
             raise failure  # its cause and context as they were: an unexpected one's cause is ``exc``
         finally:
-            del exc, typed, failure  # their tracebacks hold this frame
+            del exc, typed, failure, gone  # their tracebacks hold this frame
 
     async def after(
         self,
@@ -556,12 +570,10 @@ def _warn_unchecked() -> None:
 
 def _warn_not_kept(progress: RunProgress, how: str = "") -> None:
     """The WARNING for what ran after a cancellation, not committed (or cut off mid-save: ``unknown``)."""
-    said = (
-        "were not committed"
-        if progress.commit_state is CommitState.NOT_COMMITTED
-        else "may or may not have been committed"
+    said = "were not" if progress.commit_state is CommitState.NOT_COMMITTED else "may or may not have been"
+    _warn_cancelled(
+        f"run cancelled after a tool started; its tool calls and results {said} committed{how}", progress
     )
-    _warn_cancelled(f"run cancelled after a tool started; its tool calls and results {said}{how}", progress)
 
 
 def _warn_cancelled(what: str, progress: RunProgress) -> None:
