@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from agentium_harness import (
+    AgentiumError,
     CommitState,
     ContractViolationError,
     EraseTarget,
@@ -341,5 +342,47 @@ async def test_a_typed_failure_part_way_says_sessions_were_trimmed_before_it(
     assert caught.value.commit_state is state
     trimmed = state is CommitState.UNKNOWN
     assert ("the sessions trimmed before stay trimmed" in str(caught.value)) is trimmed
+    assert await _archived(archive) == ([1] if trimmed else [0, 1])
+    await rt.aclose()
+
+
+class _RecordFailingStore(InMemorySessionStore):
+    """A session store whose loads of erasure records fail (a bare RuntimeError) once ``failing`` loads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing: str | None = None
+        self.armed = False
+
+    async def load(self, key: SessionKey, ctx: Any) -> Any:
+        if key.tenant == "acme" and key.session == self.failing:
+            self.armed = True
+        elif self.armed and key.tenant != "acme":  # the erasure's look for a pending record, before any write
+            raise RuntimeError("records backend down")
+        return await super().load(key, ctx)
+
+
+@pytest.mark.parametrize(("failing", "trimmed"), [("s1", False), ("s2", True)])
+async def test_an_erasure_failing_before_it_wrote_says_what_the_call_erased(
+    failing: str, trimmed: bool
+) -> None:
+    # The erasure's own wording ("this call erased nothing (commit_state not_committed)") went out
+    # beside retention's once s1 was trimmed; and a first erasure that wrote nothing was "unknown".
+    store = _RecordFailingStore()
+    rt, archive, _ = _runtime(RetentionPolicy(max_archived_groups=1), session_store=store)
+    for sid in ("s1", "s2"):
+        for i in range(3):
+            await rt.append(ANA, sid, [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    store.failing = failing
+    with anyio.fail_after(30), pytest.raises(AgentiumError, match="records backend down") as caught:
+        await rt.apply_retention(OPERATOR)
+    said = str(caught.value)
+    if trimmed:
+        assert caught.value.commit_state is CommitState.UNKNOWN
+        assert "the sessions trimmed before stay trimmed" in said and "not_committed" not in said
+        assert "erased nothing" not in said
+    else:
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+        assert "unknown" not in said and "trimmed before" not in said
     assert await _archived(archive) == ([1] if trimmed else [0, 1])
     await rt.aclose()

@@ -350,7 +350,16 @@ class ErasureOperations:
                 # A typed error (a store's, on a later session) went out as it stood: once sessions
                 # were trimmed, nothing in it said so. It now carries the call's state and says it.
                 # (An AgentiumError is marked in place: re-raised as it is, its cause and traceback kept.)
-                mark_commit_state(exc, progress.commit_state, told=_RETENTION)
+                state = progress.commit_state
+                inner = exc.commit_state
+                if inner is not None and state is not CommitState.NOT_COMMITTED:
+                    # One session's erasure said what it wrote ("this call erased nothing ... not_committed")
+                    # while sessions before it stood trimmed: the call's state replaces its words.
+                    words = f"; {_ERASURE[inner]}"
+                    if len(exc.args) == 1 and isinstance(exc.args[0], str) and words in exc.args[0]:
+                        exc.args = (exc.args[0].replace(words, ""),)
+                        exc.commit_state = None
+                mark_commit_state(exc, state, told=_RETENTION)
                 raise
 
     async def forget(

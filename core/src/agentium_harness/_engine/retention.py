@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from .._errors import (
+    AgentiumError,
     CapabilityError,
     ContractViolationError,
     ErasureIncompleteError,
@@ -48,6 +49,7 @@ from .erasure import ErasureResult, OperatorAttestation
 from .erasure_reports import check_report
 from .lifecycle import Ticket
 from .load import load_session
+from .results import CommitState
 from .unexpected import WriteProgress
 
 if TYPE_CHECKING:
@@ -284,6 +286,7 @@ async def apply_policy(
         if stored is None or cutoff <= 0 or already_erased(snap, cutoff):
             continue
         groups = EraseTarget.groups_of(key, retention_ranges(cutoff))
+        began = progress is not None and progress.commit_state is not CommitState.NOT_COMMITTED
         if progress is not None and not dry_run:
             progress.saving()
         try:
@@ -296,6 +299,11 @@ async def apply_policy(
             notes.append(f"session {key.key()}: {error_text(exc)}")
             if not isinstance(exc, ErasureIncompleteError):  # that one run_erasure has logged
                 _passed_over(runtime, key, exc)
+        except AgentiumError as exc:
+            # The first erasure says it wrote nothing (its own commit_state): nor did the call.
+            if progress is not None and not began and exc.commit_state is CommitState.NOT_COMMITTED:
+                progress.settled(CommitState.NOT_COMMITTED)
+            raise
     return RetentionResult(policy, len(keys), tuple(results), tuple(notes))
 
 
