@@ -209,6 +209,21 @@ async def test_content_that_is_not_text_is_malformed_even_beside_a_refusal(
         await provider.complete(_request(), OpContext.with_timeout(30))
 
 
+@pytest.mark.parametrize(
+    ("content", "with_calls"), [(None, True), ("Sure, here it is.", False), ("On it.", True)]
+)
+async def test_a_refusal_beside_tool_calls_or_an_answer_is_malformed(
+    stub: StubServer, provider: OpenAIProvider, content: object, with_calls: bool
+) -> None:
+    """A refusal beside tool calls became the answer and its calls ran; beside text it was dropped."""
+    body = Reply.recorded("tool_call" if with_calls else "plain_answer").body
+    body["choices"][0]["message"]["content"] = content
+    body["choices"][0]["message"]["refusal"] = "I can't help with that."
+    stub.add(Reply(body=body))
+    with pytest.raises(OpenAIMalformedReplyError, match="refusal beside"):
+        await provider.complete(_request(), OpContext.with_timeout(30))
+
+
 @pytest.mark.parametrize("refusal", [{"text": "no"}, ["no"], 7, True])
 async def test_a_refusal_that_is_not_text_is_malformed(
     stub: StubServer, provider: OpenAIProvider, refusal: object

@@ -371,7 +371,8 @@ def parse_completion(
     an object, an ``error`` object, no ``choices``, a choice without a message,
     a message whose ``role`` is given and is not ``"assistant"``, a
     ``finish_reason`` that is neither text nor null, content or a ``refusal``
-    that is not text, a malformed tool call, or an answer that says it calls a tool
+    that is not text, a refusal beside answer text or tool calls, a malformed
+    tool call, or an answer that says it calls a tool
     (a legacy ``function_call``, ``finish_reason`` ``tool_calls`` or
     ``function_call``) yet holds no tool call; its subclass
     :class:`OpenAIReplyLimitError` for a tool call whose arguments are larger
@@ -412,7 +413,13 @@ def parse_completion(
         # A refusal it cannot read is never dropped: beside null content it was an empty answer.
         raise _malformed(f"its message's refusal is {shown(refusal, secret)}, not text")
     blank = content is None or (isinstance(content, str) and not content.strip())
-    if blank and isinstance(refusal, str) and refusal.strip():
+    refused = isinstance(refusal, str) and bool(refusal.strip())
+    if refused and ((not blank and isinstance(content, str)) or message.get("tool_calls")):
+        # A refusal is the whole answer (OpenAI sends it with null content and no call): beside text
+        # one of the two was dropped, beside tool calls the calls of a model that declined would run.
+        beside = "tool calls" if message.get("tool_calls") else "answer text"
+        raise _malformed(f"its message holds a refusal beside {beside}; neither was used and no tool ran")
+    if blank and refused:
         # OpenAI puts a model's refusal here with null content: it is the answer, not nothing.
         # Only text (or null) gives way to it: [] or false is a shape this cannot read, refused below.
         content = refusal
