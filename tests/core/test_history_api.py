@@ -27,6 +27,7 @@ from agentium_harness import (
     ArchiveCorruptError,
     CapabilityError,
     CommitState,
+    ContractViolationError,
     ControlKind,
     EraseTarget,
     EvictionStatus,
@@ -724,6 +725,27 @@ class NoListing(InMemorySessionStore):
 async def test_list_sessions_without_the_listing_capability_is_a_capability_error() -> None:
     rt, _, _, _ = runtime(store=NoListing())
     with pytest.raises(CapabilityError, match="listing"):
+        await rt.list_sessions(ANA, limit=10)
+
+
+class ListsBadIds(InMemorySessionStore):
+    """A store whose listing adds an id no session key holds (a NUL, a lone surrogate, ""), sorted last."""
+
+    bad = "z\x00"
+
+    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: Any, after: Any = None) -> Any:
+        return [*await super().list_sessions(tenant, user, limit, ctx, after=after), self.bad][:limit]
+
+
+@pytest.mark.parametrize("bad", ["z\x00", "z\ud800", "z" * 257])
+async def test_a_listing_naming_an_id_no_session_has_is_a_contract_violation(bad: str) -> None:
+    # It was handed to the host as a session id (and as next_after): the host's read of it, or the
+    # next page, was then refused as the host's own bad id (InvalidIdError).
+    store = ListsBadIds()
+    store.bad = bad
+    rt, _, _, _ = runtime(store=store)
+    await rt.append(ANA, "a", pair(0))
+    with pytest.raises(ContractViolationError, match="no session key holds"):
         await rt.list_sessions(ANA, limit=10)
 
 

@@ -386,3 +386,22 @@ async def test_an_erasure_failing_before_it_wrote_says_what_the_call_erased(
         assert "unknown" not in said and "trimmed before" not in said
     assert await _archived(archive) == ([1] if trimmed else [0, 1])
     await rt.aclose()
+
+
+class _BadIdStore(InMemorySessionStore):
+    """A session store whose user listing ends with an id no session key holds."""
+
+    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: Any, after: Any = None) -> Any:
+        return [*await super().list_sessions(tenant, user, limit, ctx, after=after), "z\x00"]
+
+
+async def test_a_user_listing_naming_an_id_no_session_has_is_refused_and_nothing_is_erased() -> None:
+    # It went out as InvalidIdError ("invalid session"): the host's fault by its type, the store's in fact.
+    store = _BadIdStore()
+    rt, archive, _ = _runtime(RetentionPolicy(max_archived_groups=1), session_store=store)
+    for i in range(3):
+        await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    with pytest.raises(ContractViolationError, match="no session key holds"):
+        await rt.apply_retention(OPERATOR, EraseTarget.user("acme", "ana"))
+    assert await _archived(archive) == [0, 1]
+    await rt.aclose()

@@ -32,6 +32,7 @@ from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
 from .._scope import SessionKey
+from .._validators import valid_ids
 from .adapter_lists import adapter_method, bounded_list, read_on
 from .history_checks import MAX_APPEND_BYTES, check_before_seq
 from .history_records import HistoryGroup, HistoryPage, ReadFence, SessionPage
@@ -306,6 +307,9 @@ async def list_page(
         raise ContractViolationError(
             "session store returned a listing that is not sorted, unique strings after the cursor"
         )
+    if not valid_ids(ids):
+        # Handed out, it was the host's bad id on its next read (or next page): the store's fault.
+        raise ContractViolationError("session store listed a session id no session key holds")
     more = len(ids) > limit
     page = tuple(ids[:limit])
     return SessionPage(page, page[-1] if more and page else None)

@@ -43,7 +43,7 @@ from .._ports.erasure import EraseStatus, EraseTarget, ErasureKind, SeqRange
 from .._ports.sessions import SessionSnapshot, SessionStore
 from .._scope import SessionKey
 from .._text import error_text
-from .._validators import bounded_count, exact_number, keep_exact, shown_number
+from .._validators import bounded_count, exact_number, keep_exact, shown_number, valid_ids
 from .adapter_lists import adapter_method, bounded_list
 from .erasure import ErasureResult, OperatorAttestation
 from .erasure_reports import check_report
@@ -215,6 +215,12 @@ async def sessions_of(
                 raise ContractViolationError(
                     f"session store {type(store).__name__}.list_sessions returned ids not strictly "
                     "ascending after the cursor; nothing was erased"
+                )
+            if not valid_ids(page):
+                # A SessionKey refused it as the host's bad id (InvalidIdError): the store's fault.
+                raise ContractViolationError(
+                    f"session store {type(store).__name__}.list_sessions listed a session id no session "
+                    "key holds; nothing was erased"
                 )
             found.extend(SessionKey(tenant, user, sid) for sid in page)
             if len(page) < _LIST_PAGE:
