@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from agentium_harness import (
@@ -48,7 +49,7 @@ from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
-from agentium_harness.plugin_api import ErasedSession, EraseReport, OpContext
+from agentium_harness.plugin_api import ErasedSession, EraseReport, EraseStatus, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -404,4 +405,25 @@ async def test_a_user_listing_naming_an_id_no_session_has_is_refused_and_nothing
     with pytest.raises(ContractViolationError, match="no session key holds"):
         await rt.apply_retention(OPERATOR, EraseTarget.user("acme", "ana"))
     assert await _archived(archive) == [0, 1]
+    await rt.aclose()
+
+
+class _PartialListingStore(_ListingStore):
+    """A store whose tenant listing stops part way (partial), as SQLite's does at its read budget."""
+
+    async def erase(self, target: Any, ctx: Any, **kw: Any) -> Any:
+        report = await super().erase(target, ctx, **kw)
+        return attrs.evolve(report, status=EraseStatus.PARTIAL) if kw.get("dry_run") else report
+
+
+async def test_a_tenant_listing_that_stops_part_way_is_not_said_to_be_over_the_bound() -> None:
+    # The note said "more than 10000 sessions" for a store that listed one session and said partial.
+    store = _PartialListingStore()
+    rt, _, _ = _runtime(RetentionPolicy(max_archived_groups=1), session_store=store)
+    for i in range(3):
+        await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    store.listed = [KEY]
+    plan = await rt.apply_retention(OPERATOR, dry_run=True)
+    assert plan.checked == 1 and len(plan.notes) == 1
+    assert "more than" not in plan.notes[0] and "apply retention again" in plan.notes[0]
     await rt.aclose()

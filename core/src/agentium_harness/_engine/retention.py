@@ -266,8 +266,12 @@ async def apply_policy(
         keys, more = await sessions_of(ticket, store, target)
     notes: list[str] = []
     if more:
+        # A store's listing may stop short of the bound (partial: SQLite's read budget, say).
         notes.append(
             f"more than {MAX_RETENTION_SESSIONS} sessions: apply retention again, or per user, for the rest"
+            if len(keys) >= MAX_RETENTION_SESSIONS
+            else f"the session store listed {len(keys)} session(s) and said there are more (partial): "
+            "apply retention again, or per user, for the rest"
         )
     now = now_utc()
     results: list[ErasureResult] = []
