@@ -224,9 +224,75 @@ def test_a_forget_of_groups_past_the_frontier_leaves_a_summary_citing_a_retentio
     digest = "sha256:" + "1" * 64
     text = "[g0] The pump is red.\n[g3] The valve is shut."
     summary = TaskSummary(text, frontier=4, citations=(Citation(0, digest), Citation(3, digest)))
-    state = SummaryState(summary, (), (0,))
-    after = _summary_after(state, (SeqRange(0, 1), SeqRange(6, 7)), False, (SeqRange(6, 7),))
+    state = SummaryState(summary, (), (0,), given_until=4)  # its summarizer was given groups 0-3
+    after = _summary_after(state, (SeqRange(0, 1), SeqRange(6, 7)), False, (SeqRange(6, 7),), 8)
     assert after == state
     # A forget of the retention-erased group itself still empties it (it may state the fact).
-    again = _summary_after(state, (SeqRange(0, 1),), False, (SeqRange(0, 1),))
+    again = _summary_after(state, (SeqRange(0, 1),), False, (SeqRange(0, 1),), 8)
     assert again is not None and again.summary.text == "" and again.summary.citations == ()
+
+
+def test_a_forget_empties_a_summary_whose_summarizer_was_given_the_group_past_its_frontier() -> None:
+    summary = TaskSummary("The pump is red. The valve is shut.", frontier=4)
+    # Given groups 4-6 too, it folded none of them (frontier 4), yet its text may state them.
+    given = SummaryState(summary, given_until=7)
+    after = _summary_after(given, (SeqRange(6, 7),), False, (SeqRange(6, 7),), 8)
+    assert after is not None and after.summary.text == "" and after.summary.frontier == 4
+    assert after.given_until == 7  # how far the emptied text reached, for a resumed erasure
+    # Not given group 7: nothing of it is in the text.
+    assert _summary_after(given, (SeqRange(7, 8),), False, (SeqRange(7, 8),), 8) == given
+    # A state saved before given_until existed may state any archived group: emptied too.
+    legacy = SummaryState(summary)
+    emptied = _summary_after(legacy, (SeqRange(7, 8),), False, (SeqRange(7, 8),), 8)
+    assert emptied is not None and emptied.summary.text == ""
+
+
+class HoldsBackTheNewest(ExtractiveSummarizer):
+    """Folds all but the newest group it is given (a frontier below them), writing every group it read."""
+
+    async def summarize(self, previous: TaskSummary | None, groups: Any, ctx: OpContext) -> TaskSummary:
+        lines = previous.text.splitlines() if previous is not None and previous.text else []
+        lines += [
+            m.content for g in groups for m in g.messages if m.role.value == "user" and m.content not in lines
+        ]
+        start = previous.frontier if previous is not None else groups[0].seq
+        return TaskSummary("\n".join(lines), frontier=max(start, groups[-1].seq))
+
+
+async def test_forget_erase_sources_empties_a_summary_stating_a_group_past_its_frontier() -> None:
+    archive = InMemoryArchive()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        summarizer=HoldsBackTheNewest(),
+        summary_limits=SummaryLimits(background=False),
+        memory=InMemoryMemoryStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    async with rt:
+        await _talk(rt, ANA, "s1")
+        shown = (await rt.inspect_session(ANA, "s1")).summary
+        # Groups 0 and 1 given, 0 folded: the text states group 1, past the frontier.
+        assert shown is not None and shown.summary.frontier == 1 and f"{SECRET}1" in shown.summary.text
+        assert shown.given_until == 2
+        (group,) = await archive.read_groups(SessionKey("acme", "ana", "s1"), 1, 1, OpContext())
+        scope = MemoryScope("acme", "ana")
+        fact = MemoryFact(scope, f"code 1 is {SECRET}1", provenance=[GroupRef("s1", 1, group.digest)])
+        ack = await rt.memory.remember(fact)
+        assert ack.fact_id is not None
+        # Without erasure, the summary is reported as still holding it.
+        held = await rt.forget(scope, ack.fact_id)
+        assert {(h.seq, h.place) for h in held.still_held} == {
+            (1, SourcePlace.ARCHIVED),
+            (1, SourcePlace.SUMMARY),
+        }
+        ack = await rt.memory.remember(fact)
+        assert ack.fact_id is not None
+        result = await rt.forget(scope, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+        assert (1, SourcePlace.SUMMARY, SourceState.ERASED) in {
+            (h.seq, h.place, h.state) for h in result.sources
+        }
+        assert result.still_held == ()
+        after = (await rt.inspect_session(ANA, "s1")).summary
+        assert after is not None and after.summary.text == "" and f"{SECRET}1" not in str(after)

@@ -209,6 +209,10 @@ IMPOSSIBLE = {
     "gap-away-from-the-frontier": _snapshot(
         3, SummaryState(TaskSummary("text", frontier=1), (CoverageGap(2, GapReason.CHANGED),))
     ),
+    # A summarizer is only given archived groups.
+    "given-past-boundary": _snapshot(
+        2, SummaryState(TaskSummary("group 3 said yes", frontier=1), given_until=4)
+    ),
     "receipt-for-an-unarchived-seq": _snapshot(2, None, (ArchivedDigest(4, DIGEST),)),
     "receipt-twice": _snapshot(2, None, (ArchivedDigest(1, DIGEST), ArchivedDigest(1, DIGEST))),
 }
@@ -247,6 +251,7 @@ async def test_a_possible_summary_state_loads() -> None:
     state = SummaryState(
         TaskSummary("group 0 said yes", frontier=1, citations=(Citation(0, DIGEST),)),
         (CoverageGap(1, GapReason.UNAVAILABLE),),
+        given_until=2,  # given groups 0 and 1, folded 0: possible
     )
     store = InMemorySessionStore()
     await store.save(KEY, _snapshot(2, state, (ArchivedDigest(1, DIGEST),)), None, OpContext.with_timeout(30))

@@ -38,7 +38,7 @@ from agentium_harness._scope import ERASURE_RECORDS_TENANT
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import OpContext, TaskSummary
 from agentium_harness.testing.erasure_races import HeldTool
 
 pytestmark = pytest.mark.anyio
@@ -378,6 +378,64 @@ async def test_a_forget_of_groups_retention_took_before_the_load_then_a_refill_s
             summary = after.snapshot.summary.summary
             assert summary.text and SECRET not in summary.text  # refilled, no longer emptied
             assert after.snapshot.erased == before.snapshot.erased  # nothing newly marked erased
+
+        outcome = await tool_turn_while(mine, held.entered, held.release, forget_then_refill, "Deploy it.")
+        _stopped_before_resending(provider, outcome)
+
+
+class _HoldsBackTheNewest(ExtractiveSummarizer):
+    """Folds all but the newest group it is given (a frontier below it), writing every group it read."""
+
+    async def summarize(self, previous: Any, groups: Any, ctx: OpContext) -> Any:
+        lines = previous.text.splitlines() if previous is not None and previous.text else []
+        lines += [m.content for g in groups for m in g.messages if m.role.value == "user"]
+        start = previous.frontier if previous is not None else groups[0].seq
+        return TaskSummary("\n".join(dict.fromkeys(lines)), frontier=max(start, groups[-1].seq))
+
+
+async def test_a_summary_stating_a_group_given_past_its_frontier_forgotten_then_refilled_stops_the_run() -> (
+    None
+):
+    """The summary sent states group 2, given to its summarizer but past its frontier (2).
+
+    A ``forget`` of group 2 empties it; another process's update refills it
+    before the next call. The fence looked for erased groups below the sent
+    summary's frontier only, found none, and the run sent the old text again.
+    """
+    provider = Recording(["noted", "ok", "ok", "ok", DEPLOY, "Deployed."])
+    held = HeldTool()
+    mine_stores, other_stores = two_processes("memory", Path())
+    async with closing(
+        fence_pair(
+            provider,
+            held,
+            # A memory each: the fact is not in the run's request (its own fence would stop the run).
+            {**mine_stores, "memory": InMemoryMemoryStore()},
+            {**other_stores, "memory": InMemoryMemoryStore()},
+            summarizer=_HoldsBackTheNewest(),
+            summary_limits=SummaryLimits(background=False),
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+    ) as (mine, other):
+        for text in ("Chatter 0.", "Chatter 1.", f"The vault code is {SECRET}.", "Chatter 2."):
+            await mine.run(ANA, "s1", text)
+        loaded = await mine.session_store.load(KEY, OpContext())
+        state = loaded.snapshot.summary
+        assert state.summary.frontier == 2 and SECRET in state.summary.text and state.given_until == 3
+        (group,) = await mine.archive.read_groups(KEY, 2, 1, OpContext())
+        scope = MemoryScope("acme", "ana")
+        fact = MemoryFact(scope, "ana keeps a vault code", provenance=[GroupRef("s1", 2, group.digest)])
+        ack = await other.memory.remember(fact)
+        assert ack.fact_id is not None
+
+        async def forget_then_refill() -> None:
+            await other.forget(scope, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+            before = await other.session_store.load(KEY, OpContext())
+            assert SECRET not in before.snapshot.summary.summary.text  # emptied
+            await other.run(ANA, "s1", "More chatter.")  # archives a group: its summary update folds it
+            after = await other.session_store.load(KEY, OpContext())
+            summary = after.snapshot.summary.summary
+            assert summary.text and SECRET not in summary.text  # refilled, no longer emptied
 
         outcome = await tool_turn_while(mine, held.entered, held.release, forget_then_refill, "Deploy it.")
         _stopped_before_resending(provider, outcome)

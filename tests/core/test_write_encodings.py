@@ -67,6 +67,7 @@ from agentium_harness._ports.snapshot import (
     ArchiveMark,
     SessionSnapshot,
     add_archive_mark,
+    decode_snapshot,
     seal_new_snapshot,
     seal_snapshot,
     snapshot_bytes,
@@ -124,6 +125,7 @@ def snapshots(draw: st.DrawFn) -> SessionSnapshot:
                     st.builds(CoverageGap, st.integers(0, 9), st.sampled_from(GapReason), TEXT), max_size=1
                 ),
                 st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=3)),
+                st.one_of(st.none(), st.integers(0, boundary)),
             ),
         )
     )
@@ -239,6 +241,29 @@ def test_a_mark_with_a_time_in_another_zone_is_written_in_utc() -> None:
     snapshot = SessionSnapshot(Scope("t", "u", "s"), 1, 1, archived=(ArchiveMark(1, when),))
     assert snapshot_bytes(snapshot) == _plain(snapshot)
     assert b'"at":"2026-05-01T06:30:00.000123Z"' in snapshot_bytes(snapshot)
+
+
+#: A summary state saved before ``given_until`` existed, as that version wrote it.
+_LEGACY_SUMMARY = (
+    b'{"boundary":2,"digest":null,"divergence":null,"format_version":3,"memory_scope":{"project":null,'
+    b'"repository":null,"session":"s","tenant":"t","user":"u"},"next_seq":2,"resident":[],"summary":'
+    b'{"erased_citations":[0],"gaps":[],"summary":{"citations":[],"frontier":1,"policy":"default",'
+    b'"text":"said","uncertainty":[],"version":"1"}}}'
+)
+
+
+def test_a_summary_state_without_given_until_keeps_the_bytes_it_had_before_the_field() -> None:
+    key = SessionKey("t", "u", "s")
+    legacy = SessionSnapshot(
+        Scope("t", "u", "s"), 2, 2, summary=SummaryState(TaskSummary("said", 1), (), (0,))
+    )
+    assert snapshot_bytes(legacy) == _plain(legacy) == _LEGACY_SUMMARY  # so its digest is the one it had
+    sealed = seal_snapshot(legacy)
+    decoded = decode_snapshot(key, snapshot_bytes(sealed), "test")
+    assert decoded == sealed and decoded.summary is not None and decoded.summary.given_until is None
+    given = seal_snapshot(attrs.evolve(legacy, summary=attrs.evolve(legacy.summary, given_until=2)))
+    assert b'"given_until":2' in snapshot_bytes(given) == _plain(given)
+    assert decode_snapshot(key, snapshot_bytes(given), "test") == given
 
 
 def test_the_part_caches_forget_dead_parts() -> None:

@@ -63,7 +63,7 @@ from .._errors import (
 from .._errors_run import ErasedDuringRunError
 from .._history import InterruptionCause, MessageGroup, RetainedRecord, TurnInterruption, ViewState
 from .._ports.memory import MemoryScope
-from .._ports.summary import TaskSummary
+from .._ports.summary import SummaryState
 from .._scope import Scope
 from .._text import clean_text, error_text
 from .commit_fence import refuse_if_erased_since
@@ -499,10 +499,9 @@ class EffectsKeeper:
             return ()
         return partial(recalled_groups, self.scope.session_key, snap.boundary, outcome.included)
 
-    def _summary_sent(self) -> TaskSummary | None:
-        """The task summary the run's request carries (``None``: none)."""
-        sent = None if self.request is None else self.request.in_request
-        return None if sent is None else sent.summary
+    def _summary_sent(self) -> SummaryState | None:
+        """The task summary (state) the run's request carries (``None``: none)."""
+        return None if self.request is None else self.request.in_request
 
     def _facts(self) -> FactFence | None:
         """The fence of the memory facts the run's request carries (``None``: it carries none: no cost)."""

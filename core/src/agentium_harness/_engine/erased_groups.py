@@ -8,13 +8,18 @@ The task summary is handled as the erasure asks:
 - **keep its text** (retention): citations of erased groups stay and say
   ``erased`` (``SummaryState.erased_citations``); the text was written from
   the groups while they existed and is the host's record of them;
-- **drop its text** (the sources of a forgotten fact): a summary covering an
-  erased group (its frontier is past it, cited or not) may state the
+- **drop its text** (the sources of a forgotten fact): a summary whose text
+  may state an erased group (below its frontier, cited or not, or below
+  the groups a summarizer was given for it: ``SummaryState.given_until``,
+  :func:`~agentium_harness._ports.summary.text_reach`) may state the
   forgotten fact, so its text, citations and uncertainty notes go; the
   frontier stays and one uncertainty note says why the summary is empty.
   Covering, not only citing: a summarizer need not cite
   (``SummarizerCapabilities.citations``), and a model folding its previous
-  summary may restate a line under a newer group's tag.
+  summary may restate a line under a newer group's tag. Given, not only
+  covered: a summarizer may answer a frontier below the groups it was
+  given (it folded fewer) while its text states them. A state saved
+  before ``given_until`` existed may state any archived group.
 
 Receipts of erased groups are dropped (nothing will be read back to match
 them), and so are coverage gaps at them. Saved with compare-and-set, retried
@@ -31,7 +36,7 @@ import attrs
 from .._errors import SessionConflictError
 from .._ports.erasure import SeqRange
 from .._ports.sessions import SessionSnapshot, SessionStore, seal_snapshot
-from .._ports.summary import SummaryState, TaskSummary
+from .._ports.summary import SummaryState, TaskSummary, text_reach
 from .._scope import SessionKey
 from .lifecycle import Ticket
 from .load import load_session
@@ -75,9 +80,16 @@ def _inside(seq: int, ranges: Sequence[SeqRange]) -> bool:
 
 
 def _summary_after(
-    state: SummaryState | None, erased: Sequence[SeqRange], keep_text: bool, fresh: Sequence[SeqRange]
+    state: SummaryState | None,
+    erased: Sequence[SeqRange],
+    keep_text: bool,
+    fresh: Sequence[SeqRange],
+    boundary: int,
 ) -> SummaryState | None:
-    """``state`` once ``erased`` (every erased range, ``fresh`` the ones erased now) are gone."""
+    """``state`` once ``erased`` (every erased range, ``fresh`` the ones erased now) are gone.
+
+    ``boundary``: the session's (what a state saved without ``given_until`` may state below).
+    """
     if state is None:
         return None
     gaps = tuple(g for g in state.gaps if not _inside(g.seq, erased))
@@ -85,10 +97,12 @@ def _summary_after(
     if keep_text:
         if not cited:
             return attrs.evolve(state, gaps=gaps)
-        return SummaryState(state.summary, gaps, (*(state.erased_citations or ()), *cited))
-    # The text was written from every group below the frontier: one erased now may be stated in it
-    # whether or not a citation names it (a summarizer need not cite).
-    covered = may_state(state.summary) and any(r.start < state.summary.frontier for r in fresh)
+        return attrs.evolve(state, gaps=gaps, erased_citations=(*(state.erased_citations or ()), *cited))
+    # The text was written from every group it was given, below its frontier or past it (it folded
+    # fewer than given): one erased now may be stated in it whether or not a citation names it (a
+    # summarizer need not cite).
+    reach = text_reach(state, boundary)
+    covered = may_state(state.summary) and any(r.start < reach for r in fresh)
     # Only citations of the groups erased now: one of a group retention erased before is the text
     # that erasure chose to keep, and a forget of other groups (past the frontier) must not take it.
     cited = [seq for seq in cited if _inside(seq, fresh)]
@@ -105,7 +119,8 @@ def _summary_after(
         version=old.version,
         uncertainty=(_DROPPED_TEXT,),
     )
-    return SummaryState(emptied, gaps)
+    # ``given_until`` stays: how far the emptied text reached, for a resumed erasure (:func:`emptied_before`).
+    return SummaryState(emptied, gaps, given_until=state.given_until)
 
 
 async def _save(
@@ -133,7 +148,7 @@ async def mark_erased(
             return False
         below = [SeqRange(r.start, min(r.stop, snap.boundary)) for r in ranges if r.start < snap.boundary]
         erased = merge_ranges(snap.erased or (), below)
-        summary = _summary_after(snap.summary, erased, keep_summary_text, below)
+        summary = _summary_after(snap.summary, erased, keep_summary_text, below, snap.boundary)
         receipts = tuple(r for r in snap.receipts if not _inside(r.seq, erased))
         changed = attrs.evolve(snap, erased=erased, summary=summary, receipts=receipts)
         if changed == snap:
@@ -152,7 +167,7 @@ async def mark_erased(
 async def emptied_before(
     ticket: Ticket, store: SessionStore, key: SessionKey, ranges: Sequence[SeqRange]
 ) -> bool:
-    """True if ``key``'s summary is one a forget erasure emptied, its frontier past one of ``ranges``.
+    """True if ``key``'s summary is one a forget erasure emptied, whose text reached past one of ``ranges``.
 
     Read when a forget erasure's marking writes nothing: a call of the same
     erasure that stopped after its marking (a resume finds it marked) may
@@ -162,5 +177,5 @@ async def emptied_before(
     stored, snap = await load_session(ticket, store, key, None, attest_legacy=False, fence=False)
     if stored is None or snap.summary is None:
         return False
-    summary = snap.summary.summary
-    return emptied(summary) and any(r.start < summary.frontier for r in ranges)
+    reach = text_reach(snap.summary, snap.boundary)
+    return emptied(snap.summary.summary) and any(r.start < reach for r in ranges)

@@ -23,12 +23,16 @@ in a task summary covering them. ``runtime.forget`` therefore:
    only), and never erased. A
    group erased earlier (retention keeps the summary's text) is gone, but a
    summary still covering it holds text written from it: that is reported
-   (and emptied below) unless the summary cites the seq with another digest;
+   (and emptied below) unless the summary cites the seq with another digest.
+   Covering is what the text may state: every group below the frontier,
+   and every group a summarizer was given for it (it may answer a frontier
+   below them: ``SummaryState.given_until``; a state saved without it, any
+   archived group);
 3. with ``erase_sources=True`` (an operator erasure: reason and attestation
    required), erases the archived ones from the archive and the recall
    index as a groups erasure (a tombstone per session), and empties a task
-   summary that covered them (its frontier is past them, cited or not: its
-   text may state the fact). A resident group
+   summary that covered them (its frontier is past them, cited or not, or
+   a summarizer was given them for it: its text may state the fact). A resident group
    cannot be erased without erasing its session: it is reported as still
    holding the text.
 """
@@ -50,6 +54,7 @@ from .._observe.turn import settings_of
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, SeqRange
 from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
+from .._ports.summary import text_reach
 from .._scope import SessionKey, validate_id
 from .erased_groups import may_state, merge_ranges
 from .erasure import ErasureResult, OperatorAttestation, check_request, load_record
@@ -76,7 +81,8 @@ class SourcePlace(enum.StrEnum):
     ARCHIVED = "archived"
     #: In the session's resident history: in every request of that session until it is archived.
     RESIDENT = "resident"
-    #: Covered by the session's task summary (cited, or below its frontier), whose text may state the fact.
+    #: Covered by the session's task summary (cited, below its frontier, or given to its summarizer),
+    #: whose text may state the fact.
     SUMMARY = "summary"
     #: Not stored any more, erased earlier: one of its session's erased groups, or a group no stored
     #: group matches that an erasure on record removed (its target's groups, or the seqs its
@@ -309,11 +315,12 @@ async def _places(
     for seq, digest in cited:
         digests.setdefault(seq, set()).add(digest)
     places = _Places([], [], [])
-    # The summary's text was written from every group below its frontier: it may state one it
-    # does not cite (a summarizer need not cite), so covering is what counts.
+    # The summary's text was written from every group it was given, below its frontier or past it
+    # (it folded fewer than given): it may state one it does not cite (a summarizer need not cite),
+    # so what it may state is what counts.
     citations = snap.summary.summary.citations if snap.summary is not None else ()
     cited_by_summary = {c.seq for c in citations}
-    frontier = snap.summary.summary.frontier if snap.summary is not None else 0
+    reach = text_reach(snap.summary, snap.boundary) if snap.summary is not None else 0
     summary_text = snap.summary is not None and may_state(snap.summary.summary)
     erased = snap.erased or ()
     for seq in dict.fromkeys(seq for seq, _ in cited):
@@ -335,7 +342,7 @@ async def _places(
             # with, so the summary's own citation decides: one of that seq with another digest says
             # the summary was made from another group; none (a summarizer need not cite) does not.
             confirmed = all(c.digest in digests[seq] for c in citations if c.seq == seq)
-            if summary_text and seq < frontier and confirmed and any(seq in r for r in erased):
+            if summary_text and seq < reach and confirmed and any(seq in r for r in erased):
                 places.holders.append(SourceHolder(key, seq, SourcePlace.SUMMARY, SourceState.HOLDS_TEXT))
                 places.summarized.append(seq)
             continue
@@ -348,7 +355,7 @@ async def _places(
         else:
             places.holders.append(SourceHolder(key, seq, SourcePlace.ARCHIVED, SourceState.HOLDS_TEXT))
             places.archived.append(seq)
-        if (seq in cited_by_summary or seq < frontier) and summary_text:
+        if (seq in cited_by_summary or seq < reach) and summary_text:
             places.holders.append(SourceHolder(key, seq, SourcePlace.SUMMARY, SourceState.HOLDS_TEXT))
     if places.mismatched:
         # Seqs and the hashed session only: the fact's text, the groups' content and raw ids stay out.

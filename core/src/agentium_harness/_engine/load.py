@@ -419,7 +419,8 @@ def _impossible_summary_state(snap: SessionSnapshot) -> str | None:
 
     The frontier only passes archived groups (``frontier <= boundary``), a
     summary cites only groups below its frontier, a gap is the group the
-    frontier stopped at, and a receipt names an archived group, once.
+    frontier stopped at, and a receipt names an archived group, once. A
+    summarizer is given archived groups only (``given_until <= boundary``).
     """
     seen: set[int] = set()
     for receipt in snap.receipts:
@@ -434,6 +435,9 @@ def _impossible_summary_state(snap: SessionSnapshot) -> str | None:
     for citation in snap.summary.summary.citations:
         if not 0 <= citation.seq < frontier:
             return f"a citation of group {citation.seq}, not below the frontier {frontier}"
+    given = snap.summary.given_until
+    if given is not None and given > snap.boundary:
+        return f"groups up to {given} given to its summarizer, past the archived groups 0..{snap.boundary}"
     gaps = snap.summary.gaps
     if len(gaps) > 1 or any(gap.seq != frontier for gap in gaps):
         return f"coverage gaps at {[gap.seq for gap in gaps]}, not the one group at the frontier {frontier}"

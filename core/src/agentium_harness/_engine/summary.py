@@ -72,7 +72,7 @@ from .group_identity import foreign_group
 from .history_view import ViewIndex, paired_messages
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
-from .summary_answer import checked_answer, failed
+from .summary_answer import checked_answer, failed, given_until
 from .summary_save import save_summary
 
 if TYPE_CHECKING:
@@ -381,7 +381,7 @@ async def update_summary(
     view: ViewState | None = None,
     erased: Sequence[SeqRange] = (),
     model_timeout_s: float | None = None,
-    before_call: Callable[[tuple[int, ...], TaskSummary | None], Awaitable[None]] | None = None,
+    before_call: Callable[[tuple[int, ...], SummaryState | None], Awaitable[None]] | None = None,
 ) -> SummaryUpdate:
     """Fold the groups between the frontier and ``boundary`` into the summary, under ``limits``.
 
@@ -416,7 +416,9 @@ async def update_summary(
         base = previous or TaskSummary(text="", frontier=start, policy="none", version="0")
         note = f"groups {start}\u2013{past - 1} were erased before they were summarized"
         previous = attrs.evolve(base, frontier=past, uncertainty=fit_notes((*base.uncertainty, note)))
-        current = SummaryState(previous, (), current.erased_citations if current is not None else None)
+        current = (
+            SummaryState(previous) if current is None else attrs.evolve(current, summary=previous, gaps=())
+        )
         start = past
     if start >= boundary:
         return SummaryUpdate(current if current != original else None, start - first, ())
@@ -448,7 +450,7 @@ async def update_summary(
                 # The groups offered (and the previous text) are history: no erasure may take them.
                 await before_call(
                     tuple(g.seq for g in offered),
-                    previous if previous is not None and previous.text else None,
+                    current if previous is not None and previous.text and current is not None else None,
                 )
             except Exception as exc:
                 return SummaryUpdate(None, 0, (failed(exc, "the update stopped before its summarizer call"),))
@@ -490,7 +492,7 @@ async def update_summary(
     # Citations of erased groups the summary still carries keep saying so.
     cited_seqs = {c.seq for c in summary.citations}
     still = [s for s in (current.erased_citations or ()) if s in cited_seqs] if current is not None else []
-    state = SummaryState(summary, gaps, still)
+    state = SummaryState(summary, gaps, still, given_until(current, offered, boundary))
     if state == original:
         return SummaryUpdate(None, 0, tuple(diagnostics))
     return SummaryUpdate(state, summary.frontier - first, tuple(diagnostics))
@@ -542,7 +544,7 @@ async def summarize_after_commit(
     erased: Sequence[SeqRange] = (),
     revisions: SummaryRevisions | None = None,
     model_timeout_s: float | None = None,
-    before_call: Callable[[tuple[int, ...], TaskSummary | None], Awaitable[None]] | None = None,
+    before_call: Callable[[tuple[int, ...], SummaryState | None], Awaitable[None]] | None = None,
 ) -> tuple[int, SummaryState | None, list[Diagnostic]]:
     """Run one update when the commit archived groups or the frontier lags; save it if it moved.
 

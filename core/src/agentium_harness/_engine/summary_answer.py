@@ -22,6 +22,7 @@ from .._ports.summary import (
     MAX_SUMMARY_CITATIONS,
     Citation,
     SummaryLimits,
+    SummaryState,
     TaskSummary,
     check_notes,
     check_seq,
@@ -29,11 +30,13 @@ from .._ports.summary import (
     fit_notes,
     is_policy_token,
     newest_notes,
+    text_reach,
 )
 from .._text import error_text, shorten
+from .erased_groups import may_state
 from .results import Diagnostic, Severity
 
-__all__ = ["checked_answer", "failed", "violation", "well_formed"]
+__all__ = ["checked_answer", "failed", "given_until", "violation", "well_formed"]
 
 #: Longest quote of an adapter's error in a diagnostic: the message is the adapter's, of any size.
 _MAX_QUOTE = 300
@@ -58,6 +61,22 @@ def failed(exc: BaseException, what: str = "the summarizer failed") -> Diagnosti
         f"{what} ({shorten(error_text(exc), _MAX_QUOTE)}); the previous summary and its frontier stay",
         Severity.ERROR,
     )
+
+
+def given_until(current: SummaryState | None, offered: Sequence[MessageGroup], boundary: int) -> int | None:
+    """The new state's ``SummaryState.given_until``: how far the text it answered may state.
+
+    Past the last group offered, whatever frontier the summarizer answered
+    (it may fold fewer than it was given, and still write what it read),
+    and as far as the previous text reached (:func:`text_reach`): the
+    summarizer was given that text too, and may carry it on. A previous
+    text saved without the field may state any archived group
+    (``boundary``). With nothing offered (no call) the field is kept as it is.
+    """
+    if not offered:
+        return current.given_until if current is not None else None
+    carried = text_reach(current, boundary) if current is not None and may_state(current.summary) else 0
+    return max(carried, offered[-1].seq + 1)
 
 
 def well_formed(answer: TaskSummary, most: int) -> tuple[TaskSummary, int]:

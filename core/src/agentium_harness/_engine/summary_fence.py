@@ -9,7 +9,9 @@ reads the session's snapshot when the ledger moved, and asks here:
 - the snapshot holds the summary emptied: forgotten;
 - it holds the text sent: kept;
 - it holds other text (a summary update wrote it again since) and no group
-  below the sent summary's frontier is marked erased at all: kept (a
+  the sent summary's text may state (below its frontier, or given to its
+  summarizer: :func:`~agentium_harness._ports.summary.text_reach`; any, for
+  a state saved without ``given_until``) is marked erased at all: kept (a
   ``forget`` taking one of those groups would have marked it);
 - else the two cannot be told apart from the snapshot: a ``forget``
   emptied it and an update refilled it, or retention took the groups and
@@ -21,8 +23,8 @@ reads the session's snapshot when the ledger moved, and asks here:
   since the load, until a forget is found or an entry that joined the
   ledger before the load settles the walk
   (:func:`.erasure_index.joined_covering`: a few small reads, one join
-  record per entry). A ``forget`` of a group below the sent summary's
-  frontier, or a seq newly marked erased that no entry accounts for (fail
+  record per entry). A ``forget`` of a group the sent summary's text may
+  state, or a seq newly marked erased that no entry accounts for (fail
   closed), means forgotten; retention or an operator's groups erasure
   alone, kept. Every entry joined since the load is read unless a forget
   is found first: retention names every seq below its cutoff (those an
@@ -32,11 +34,13 @@ reads the session's snapshot when the ledger moved, and asks here:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from typing import Final
 
 from .._ports.erasure import EraseTarget, ErasureKind, ErasureRecord, SeqRange
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
-from .._ports.summary import SummaryState, TaskSummary
+from .._ports.summary import SummaryState, TaskSummary, text_reach
 from .._scope import SessionKey
 from .erased_groups import emptied, merge_ranges
 from .erasure_index import joined_covering
@@ -47,14 +51,19 @@ __all__ = ["FORGOTTEN", "KEPT", "forgotten_since", "summary_gone"]
 
 #: :func:`summary_gone`'s answers (else: the seq ranges the index must account for).
 FORGOTTEN, KEPT = True, False
+#: The boundary :func:`text_reach` is given for the sent summary: the fence does not know the load's,
+#: and a state saved without ``given_until`` may state any archived group (every erased one is).
+_ANY: Final = sys.maxsize
 
 
-def summary_gone(found: object, sent: TaskSummary, erased: Sequence[SeqRange]) -> bool | tuple[SeqRange, ...]:
+def summary_gone(
+    found: object, sent: SummaryState, erased: Sequence[SeqRange]
+) -> bool | tuple[SeqRange, ...]:
     """Whether snapshot ``found`` (a store's answer, unchecked) shows summary ``sent`` forgotten since.
 
     :data:`FORGOTTEN`, :data:`KEPT`, or — the snapshot cannot tell — the
-    seq ranges below ``sent``'s frontier erased beyond ``erased`` (the
-    load's; maybe none), for :func:`forgotten_since` to account for.
+    seq ranges ``sent``'s text may state (:func:`text_reach`) erased beyond
+    ``erased`` (the load's; maybe none), for :func:`forgotten_since` to account for.
     """
     snapshot = found.snapshot if isinstance(found, StoredSnapshot) else None
     if not isinstance(snapshot, SessionSnapshot):
@@ -63,16 +72,17 @@ def summary_gone(found: object, sent: TaskSummary, erased: Sequence[SeqRange]) -
     now = state.summary if isinstance(state, SummaryState) else None
     if isinstance(now, TaskSummary) and emptied(now):
         return FORGOTTEN
-    if isinstance(now, TaskSummary) and now.text == sent.text:
+    if isinstance(now, TaskSummary) and now.text == sent.summary.text:
         return KEPT
     ranges = snapshot.erased if isinstance(snapshot.erased, tuple) else ()
+    reach = text_reach(sent, _ANY)
     below = [
-        SeqRange(r.start, min(r.stop, sent.frontier))
+        SeqRange(r.start, min(r.stop, reach))
         for r in ranges
-        if isinstance(r, SeqRange) and r.start < min(r.stop, sent.frontier)
+        if isinstance(r, SeqRange) and r.start < min(r.stop, reach)
     ]
     if not below:
-        return KEPT  # no group it covers is erased: a forget of one would have marked it
+        return KEPT  # no group its text may state is erased: a forget of one would have marked it
     return _minus(merge_ranges(below), merge_ranges(erased))
 
 
@@ -82,17 +92,17 @@ async def forgotten_since(
     key: SessionKey,
     since: int | None,
     new: Sequence[SeqRange],
-    frontier: int,
+    sent: SummaryState,
 ) -> bool:
-    """Whether a ``forget`` joined since the load at ``since`` took a group of ``key`` below ``frontier``.
+    """Whether a ``forget`` joined since the load at ``since`` took a group of ``key`` ``sent`` may state.
 
-    ``frontier``: the sent summary's (it covers the groups below it); ``new``:
-    the seqs marked erased since the load. Read from the erasure index (the
-    module's docstring): ``True`` also when some seq of ``new`` is
-    accounted for by no finished erasure read.
+    ``sent``: the summary the request carries (its text may state the groups
+    below :func:`text_reach`); ``new``: the seqs marked erased since the
+    load. Read from the erasure index (the module's docstring): ``True``
+    also when some seq of ``new`` is accounted for by no finished erasure read.
     """
     left = list(new)
-    covered = (SeqRange(0, frontier),) if frontier > 0 else ()
+    reach = text_reach(sent, _ANY)
     forget = [False]
 
     async def joined(record: ErasureRecord) -> bool | None:
@@ -103,7 +113,7 @@ async def forgotten_since(
             # Against all the summary covers, not what is left: retention names every seq below its
             # cutoff (a newer one may account for the seqs an older forget took), and a forget erases
             # again groups marked before the load that the summary still covers (no range grows).
-            if record.kind is ErasureKind.FORGET and any(_overlap(r, covered) for r in taken):
+            if record.kind is ErasureKind.FORGET and any(r.start < reach for r in taken):
                 forget[0] = True
             left[:] = _minus(merge_ranges(left), taken)
         return verdict
@@ -116,10 +126,6 @@ async def forgotten_since(
 
     await joined_covering(ticket, store, (key.tenant, key.user, (key.session,)), settled, joined)
     return forget[0] or bool(left)
-
-
-def _overlap(span: SeqRange, ranges: Sequence[SeqRange]) -> bool:
-    return any(span.start < r.stop and r.start < span.stop for r in ranges)
 
 
 def _minus(ranges: Sequence[SeqRange], taken: Sequence[SeqRange]) -> tuple[SeqRange, ...]:

@@ -59,7 +59,7 @@ A forget erasure also empties a task summary covering the groups it took
 (it may state the fact): when the request carries the summary (``summary``)
 and the snapshot now holds it emptied, the run stops the same way; so
 it does when a summary update wrote it again before the check (another
-text, with a group below the sent summary's frontier erased: since the
+text, with a group the sent summary's text may state erased: since the
 load, ``erased``, or before it, which a forget erases again). Retention
 keeps a summary's text by design; with such an update in the same window
 the snapshot cannot tell it from a forget, and only then is the kind of the
@@ -96,7 +96,7 @@ from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import SourceRef
 from .._ports.recall_sources import group_source_id
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
-from .._ports.summary import TaskSummary
+from .._ports.summary import SummaryState
 from .._scope import SessionKey
 from .._validators import exact_int
 from .commit_fence import erased_whole_since
@@ -163,7 +163,7 @@ class TurnFence:
         what: str = "run",
         recalled: tuple[int, ...] | Callable[[], tuple[int, ...]] = (),
         resident: tuple[int, ...] | Callable[[], tuple[int, ...]] = (),
-        summary: TaskSummary | None = None,
+        summary: SummaryState | None = None,
         erased: Sequence[SeqRange] | None = None,
         facts: FactFence | None = None,
         documents: DocumentFence | None = None,
@@ -196,7 +196,7 @@ class TurnFence:
         #: The revision last looked at with no covering erasure joined since ``first``.
         self.seen = self.first
 
-    async def check_offered(self, seqs: tuple[int, ...], summary: TaskSummary | None) -> None:
+    async def check_offered(self, seqs: tuple[int, ...], summary: SummaryState | None) -> None:
         """:meth:`check` before a summarizer call offering groups ``seqs`` (and ``summary``, the previous).
 
         The groups were read from the archive after the commit: another
@@ -293,7 +293,7 @@ class TurnFence:
                 # erasure read from the index (a forget stops the run; retention keeps text).
                 if gone is FORGOTTEN or (
                     isinstance(gone, tuple)
-                    and await forgotten_since(ticket, store, key, first[0], gone, self.summary.frontier)
+                    and await forgotten_since(ticket, store, key, first[0], gone, self.summary)
                 ):
                     raise _recalled_gone(key, self.what, summary=True, last=last)
         if not unchanged:

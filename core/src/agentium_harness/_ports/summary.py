@@ -157,6 +157,11 @@ def _seq_field(instance: object, attribute: attrs.Attribute[Any], value: object)
     check_seq(value, f"{type(instance).__name__}.{attribute.name}")
 
 
+def _optional_seq_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        check_seq(value, f"{type(instance).__name__}.{attribute.name}")
+
+
 def _notes_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     check_notes(value, f"{type(instance).__name__}.{attribute.name}")
 
@@ -311,15 +316,25 @@ class SummaryState:
     ``erased_citations`` lists the cited groups an erasure has removed
     since (retention): the summary keeps its text, and its citations of
     those groups say they were erased.
+
+    ``given_until`` is one past the newest group a summarizer was given
+    while writing the text (carried on while the text is): a summarizer may
+    answer a frontier below the groups it was given (it folded fewer), yet
+    its text may state them, so the text may state every group below
+    ``max(frontier, given_until)``. ``None``: saved
+    before the field existed, or never written by a summarizer; such a text
+    may state any archived group of the session.
     """
 
-    #: Left out of the encoding when ``None``: states saved before erasure existed keep their bytes.
-    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("erased_citations",)
+    #: Left out of the encoding when ``None``: states saved before these fields existed keep their bytes.
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("erased_citations", "given_until")
 
     summary: TaskSummary = attrs.field(validator=_summary_field)
     gaps: tuple[CoverageGap, ...] = attrs.field(default=(), converter=_gap_tuple, validator=_gaps_field)
     #: Cited groups an erasure removed since (retention): the text stays, the citation says ``erased``.
     erased_citations: tuple[int, ...] | None = attrs.field(default=None, converter=_optional_seqs)
+    #: One past the newest group a summarizer was given for the text (``None``: unknown, any archived one).
+    given_until: int | None = attrs.field(default=None, validator=_optional_seq_field)
 
     def coverage(self) -> str:
         """Coverage as the model and operators read it, e.g. ``groups 0–41 summarized; 42 unavailable``."""
@@ -327,6 +342,17 @@ class SummaryState:
         head = f"groups 0\u2013{frontier - 1} summarized" if frontier > 0 else "no groups summarized"
         tail = "".join(f"; {g.seq} {g.reason.value}" for g in self.gaps)
         return head + tail
+
+
+def text_reach(state: SummaryState, boundary: int) -> int:
+    """One past the newest group ``state``'s text and notes may state; ``boundary``: the session's.
+
+    ``max(frontier, given_until)``; a state without ``given_until`` (saved
+    before it existed) may state any archived group, so ``boundary``: a
+    summarizer is only ever given archived groups.
+    """
+    given = state.given_until
+    return max(state.summary.frontier, boundary if given is None else given)
 
 
 @attrs.frozen(slots=True)
