@@ -472,3 +472,32 @@ async def test_a_retraction_past_the_span_limit_is_refused_and_changes_nothing(
     page = await rt.read_history(ANA, "s1", max_groups=20)
     assert [m.content for m in page.messages] == ["question 4"]
     await rt.aclose()
+
+
+class HoldsBackTheNewest(ExtractiveSummarizer):
+    """Folds all but the newest group it is given (a frontier below it), writing every group it read."""
+
+    async def summarize(self, previous: Any, groups: Any, ctx: OpContext) -> Any:
+        lines = previous.text.splitlines() if previous is not None and previous.text else []
+        lines += [m.content for g in groups for m in g.messages if m.role is Role.USER]
+        start = previous.frontier if previous is not None else groups[0].seq
+        return TaskSummary("\n".join(dict.fromkeys(lines)), frontier=max(start, groups[-1].seq))
+
+
+async def test_a_retraction_of_a_group_given_past_the_frontier_restarts_the_summary() -> None:
+    rt = summary_runtime(HoldsBackTheNewest())
+    await rt.append(ANA, "s1", chatter(0))
+    await rt.append(ANA, "s1", chatter(1))
+    await rt.append(
+        ANA, "s1", [Message(Role.USER, "The launch code is KOUROU-88."), Message(Role.ASSISTANT, "OK.")]
+    )
+    await rt.append(ANA, "s1", chatter(3))
+    await rt.append(ANA, "s1", chatter(4))
+    before = (await rt.inspect_session(ANA, "s1")).summary
+    # Given groups 1 and 2, it folded 1: the text states group 2, at the frontier.
+    assert before is not None and before.summary.frontier == 2 and "KOUROU-88" in before.summary.text
+    done = await rt.retract(ANA, "s1", count=6, reason="undo back to the launch code")
+    assert done.retracted[0].seq == 2
+    assert any(d.code == "summary_restarted" for d in done.diagnostics)
+    after = (await rt.inspect_session(ANA, "s1")).summary
+    assert after is not None and "KOUROU-88" not in after.summary.text

@@ -36,7 +36,7 @@ from .._history import (
     detached_message,
     new_write_id,
 )
-from .._ports.summary import SummaryState
+from .._ports.summary import SummaryState, text_reach
 from .._scope import Scope
 from . import history_checks
 from .history_checks import check_group_size
@@ -302,7 +302,9 @@ async def retract_messages(
     # store (one with a summarizer) would otherwise send text stating what was just retracted.
     summary = snap.summary
     restart = None
-    if summary is not None and refs[0].seq < summary.summary.frontier:
+    # What its text may state, not only what it covers: a summarizer may answer a frontier below a
+    # group it was given and still state it (``SummaryState.given_until``).
+    if summary is not None and refs[0].seq < text_reach(summary, snap.boundary):
         restart = restarted(summary, view.start)
     group, done = await _commit_control(
         runtime, ticket, progress, HistoryControl(ControlKind.RETRACT, reason, refs), view, restart
