@@ -784,3 +784,51 @@ def test_close_of_a_borrowed_runtime_lets_a_run_in_flight_end_with_its_own_outco
     assert outcomes == [CommitState.COMMITTED]
     assert anyio.run(runtime.inspect_session, ANA, "s").next_seq == 1
     anyio.run(runtime.aclose)
+
+
+class CheckingCondition(threading.Condition):
+    """The facade's in-flight Condition, saying when a close() begins to look at the calls in flight."""
+
+    def __init__(self, lock: Any) -> None:
+        super().__init__(lock)
+        self.looking = threading.Event()
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
+        self.looking.set()  # close() holds the lock here: an admitted call is counted by now, or never
+        return super().wait_for(predicate, timeout)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_call_admitted_just_before_a_borrowed_close_is_waited_for(
+    monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """A call that passed the closed check before ``close()`` began is in flight: it runs and commits.
+
+    Before, it was counted only after its admission, in a lock of its own: a borrowed close()
+    between the two saw no call in flight and stopped the loop, and the run was refused or cut.
+    """
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+    )
+    blocking = BlockingRuntime(runtime, owned=False, backend=backend).start()
+    idle = CheckingCondition(blocking._lock)
+    monkeypatch.setattr(blocking, "_idle", idle)
+    take = blocking._portal_or_start
+    closer = threading.Thread(target=blocking.close)
+
+    def admitted_then_close_looks() -> anyio.from_thread.BlockingPortal:
+        portal = take()
+        closer.start()
+        assert idle.looking.wait(30)  # the race, made certain: close() looks before the call goes on
+        return portal
+
+    monkeypatch.setattr(blocking, "_portal_or_start", admitted_then_close_looks)
+    result = blocking.run(ANA, "s", "hello")
+    closer.join(30)
+    assert not closer.is_alive()
+    assert result.commit_state is CommitState.COMMITTED
+    assert anyio.run(runtime.inspect_session, ANA, "s", backend=backend).next_seq == 1
+    assert blocking._in_flight == 0
+    anyio.run(runtime.aclose, backend=backend)

@@ -194,8 +194,7 @@ class BlockingRuntime(BlockingHistoryOperations):
         warm-up (the embedder's model would then load inside the first
         query's recall budget). Idempotent; ``with BlockingRuntime(...)`` calls it.
         """
-        self._portal_or_start()
-        self._call_as("start", self._runtime.start)
+        self._call_as("start", self._runtime.start)  # starts the loop first
         return self
 
     def _refuse_loop_thread(self, operation: str) -> None:
@@ -209,6 +208,11 @@ class BlockingRuntime(BlockingHistoryOperations):
             )
 
     def _portal_or_start(self) -> anyio.from_thread.BlockingPortal:
+        """The loop's portal (started on first use), the call now counted in flight; its caller uncounts it.
+
+        Counted under the same lock as the ``closed`` check: a call admitted here is one a borrowed
+        runtime's :meth:`close` waits for, never one it already looked past.
+        """
         self._refuse_loop_thread("call")
         with self._lock:
             if self._closed:
@@ -222,6 +226,7 @@ class BlockingRuntime(BlockingHistoryOperations):
                 portal = cm.__enter__()
                 self._loop_thread = portal.call(threading.current_thread)
                 self._portal, self._portal_cm = portal, cm
+            self._in_flight += 1  # last: a loop that failed to start leaves no call counted
             return self._portal
 
     def call(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
@@ -251,10 +256,9 @@ class BlockingRuntime(BlockingHistoryOperations):
         Positional-only, so a keyword argument of ``func`` named ``operation`` reaches ``func``.
         """
         self._refuse_loop_thread(operation)
+        # Counted in flight as it is admitted, before it is handed over (it may start and run
+        # before this thread goes on).
         portal = self._portal_or_start()
-        # Counted before it is handed over (it may start and run before this thread goes on).
-        with self._lock:
-            self._in_flight += 1
         try:
             return self._answer(portal, func, *args, **kwargs)
         finally:
