@@ -9,6 +9,7 @@ close is bounded.
 from __future__ import annotations
 
 import inspect
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -832,3 +833,64 @@ def test_a_call_admitted_just_before_a_borrowed_close_is_waited_for(
     assert anyio.run(runtime.inspect_session, ANA, "s", backend=backend).next_seq == 1
     assert blocking._in_flight == 0
     anyio.run(runtime.aclose, backend=backend)
+
+
+class RecordingCondition(CheckingCondition):
+    """:class:`CheckingCondition` keeping what each wait for the calls in flight returned."""
+
+    def __init__(self, lock: Any) -> None:
+        super().__init__(lock)
+        self.ended: list[bool] = []
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
+        ended = super().wait_for(predicate, timeout)
+        self.ended.append(bool(ended))
+        return ended
+
+
+def test_a_borrowed_close_from_a_signal_handler_waits_for_the_run_not_for_its_own_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A SIGTERM-style handler closes while its own thread's call is in flight: the wait ends with the run.
+
+    Before, close() waited for the callers to return, and the interrupted caller can only return
+    after its handler: the wait always ran to its bound (41 s by default) before the loop stopped.
+    Now it waits for the calls on the loop: the run commits, close() returns, then the caller has it.
+    """
+    provider = GateProvider()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(settle_timeout_s=0.01, close_timeout_s=0.01),
+    )
+    blocking = BlockingRuntime(runtime, owned=False).start()
+    idle = RecordingCondition(blocking._lock)
+    monkeypatch.setattr(blocking, "_idle", idle)
+    closed: list[str] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        provider.release.set()  # the model answers as the host shuts down
+        blocking.close()
+        closed.append("closed")
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)  # pytest runs tests in the main thread
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def interrupt() -> None:
+        if provider.entered.wait(30):
+            signal.pthread_kill(main, signal.SIGUSR1)
+
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
+    try:
+        result = blocking.run(ANA, "s", "hello")  # the handler runs in this thread, while it waits
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        interrupter.join(30)
+    assert closed == ["closed"]
+    assert idle.ended == [True]  # the run ended: close() did not wait out its bound
+    assert result.commit_state is CommitState.COMMITTED
+    assert blocking._in_flight == 0
+    anyio.run(runtime.aclose)

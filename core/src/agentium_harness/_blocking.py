@@ -12,6 +12,7 @@ runtime has answered on that loop. Any number of threads may call it at once.
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -257,37 +258,46 @@ class BlockingRuntime(BlockingHistoryOperations):
         """
         self._refuse_loop_thread(operation)
         # Counted in flight as it is admitted, before it is handed over (it may start and run
-        # before this thread goes on).
+        # before this thread goes on), and uncounted on the loop as it ends, not once this thread
+        # has its answer: a close() from this very thread (a signal handler interrupting it while
+        # it waits) must not wait for it to return.
         portal = self._portal_or_start()
-        try:
-            return self._answer(portal, func, *args, **kwargs)
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-                if not self._in_flight:
-                    self._idle.notify_all()
 
-    def _answer(
-        self,
-        portal: anyio.from_thread.BlockingPortal,
-        func: Callable[..., Awaitable[T]],
-        /,
-        *args: Any,
-        **kwargs: Any,
-    ) -> T:
-        """Hand ``func`` to the loop and wait for its answer, or for :meth:`close` to give up on it."""
+        async def counted() -> Any:
+            try:
+                answer = func(*args, **kwargs)
+                return await answer if inspect.isawaitable(answer) else answer
+            finally:
+                self._ended()
+
         try:
-            future = portal.start_task_soon(lambda: func(*args, **kwargs))
-        except RuntimeError as exc:
+            future: concurrent.futures.Future[T] = portal.start_task_soon(counted)
+        except BaseException as exc:
+            self._ended()  # never reached the loop
+            if not isinstance(exc, RuntimeError) or not self._closed:
+                raise
             # close() stopped the loop between our taking the portal and handing it the call
             # (anyio: "This portal is not running"): nothing ran, and the host gets the typed error.
-            if not self._closed:
-                raise
             raise _refused(
                 RuntimeClosedError(
                     "the BlockingRuntime closed while the call was being handed to its loop; it did not run"
                 )
             ) from exc
+        return self._answer(future)
+
+    def _ended(self) -> None:
+        """A call admitted by :meth:`_portal_or_start` has ended on the loop (or never reached it).
+
+        A call the loop's stop cancels before it began is never uncounted: only the first
+        :meth:`close` waits for the count, and it has stopped waiting by then.
+        """
+        with self._lock:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.notify_all()
+
+    def _answer(self, future: concurrent.futures.Future[T]) -> T:
+        """Wait for the answer of a call handed to the loop, or for :meth:`close` to give up on it."""
         waited: tuple[concurrent.futures.Future[Any], ...] = (future, self._abandoned)
         done, _ = concurrent.futures.wait(waited, return_when="FIRST_COMPLETED")
         if future not in done:
