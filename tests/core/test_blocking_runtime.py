@@ -894,3 +894,40 @@ def test_a_borrowed_close_from_a_signal_handler_waits_for_the_run_not_for_its_ow
     assert result.commit_state is CommitState.COMMITTED
     assert blocking._in_flight == 0
     anyio.run(runtime.aclose)
+
+
+def test_a_close_from_a_signal_handler_landing_while_the_loop_starts_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A handler's ``close()`` run by the thread starting the loop (its first call): it closes, bounded.
+
+    Before, the loop was started under the facade's lock and close() takes that lock: the thread
+    waited for itself for ever. The handler is called where a signal would land, in a thread of the
+    test's own so that a hang fails the test instead of holding it.
+    """
+    runtime = quick_closing_runtime()
+    blocking = BlockingRuntime(runtime)
+    start = anyio.from_thread.start_blocking_portal
+    outcomes: list[Any] = []
+
+    def starting_then_signalled(*args: Any, **kwargs: Any) -> Any:
+        blocking.close()  # what a SIGTERM handler does, in the thread that holds the start
+        outcomes.append("closed")
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(anyio.from_thread, "start_blocking_portal", starting_then_signalled)
+
+    def first_call() -> None:
+        try:
+            blocking.run(ANA, "s", "hello")
+        except BaseException as exc:  # checked below, in the test's thread
+            outcomes.append(exc)
+
+    caller = threading.Thread(target=first_call, daemon=True)
+    caller.start()
+    caller.join(30)
+    assert not caller.is_alive(), "close() waited for the thread that called it"
+    closed, error = outcomes
+    assert closed == "closed" and runtime.state.value == "closed"
+    assert isinstance(error, RuntimeClosedError) and error.commit_state is CommitState.NOT_COMMITTED
+    assert blocking._portal is None  # the loop started meanwhile was stopped, not left behind

@@ -128,6 +128,7 @@ class BlockingRuntime(BlockingHistoryOperations):
         self._backend = backend
         self._backend_options = dict(backend_options or {})
         self._lock = threading.Lock()
+        self._starting = threading.Lock()  # held while the loop starts, never with _lock held
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
         # The loop thread, once started: a call from it would wait for itself. The thread object,
@@ -209,26 +210,43 @@ class BlockingRuntime(BlockingHistoryOperations):
             )
 
     def _portal_or_start(self) -> anyio.from_thread.BlockingPortal:
-        """The loop's portal (started on first use), the call now counted in flight; its caller uncounts it.
+        """The loop's portal (started on first use), the call now counted in flight (until it ends).
 
         Counted under the same lock as the ``closed`` check: a call admitted here is one a borrowed
         runtime's :meth:`close` waits for, never one it already looked past.
         """
         self._refuse_loop_thread("call")
+        while True:
+            with self._lock:
+                self._refuse_closed()
+                if self._portal is not None:
+                    self._in_flight += 1
+                    return self._portal
+            with self._starting:  # one thread starts the loop; the others then take it above
+                if self._portal is None:
+                    self._start_loop()
+
+    def _refuse_closed(self) -> None:
+        if self._closed:
+            raise _refused(RuntimeClosedError("the BlockingRuntime is closed; it admits no new operations"))
+
+    def _start_loop(self) -> None:
+        """Start the loop, outside ``_lock``: a :meth:`close` meanwhile must not wait for the start.
+
+        That close may be a signal handler run by this very thread, which would wait for itself
+        for ever. A loop started after such a close began is stopped again and the call refused.
+        """
+        cm = anyio.from_thread.start_blocking_portal(
+            self._backend, self._backend_options or None, name="agentium-blocking-runtime"
+        )
+        portal = cm.__enter__()
+        loop_thread = portal.call(threading.current_thread)
         with self._lock:
-            if self._closed:
-                raise _refused(
-                    RuntimeClosedError("the BlockingRuntime is closed; it admits no new operations")
-                )
-            if self._portal is None:
-                cm = anyio.from_thread.start_blocking_portal(
-                    self._backend, self._backend_options or None, name="agentium-blocking-runtime"
-                )
-                portal = cm.__enter__()
-                self._loop_thread = portal.call(threading.current_thread)
-                self._portal, self._portal_cm = portal, cm
-            self._in_flight += 1  # last: a loop that failed to start leaves no call counted
-            return self._portal
+            if not self._closed:
+                self._loop_thread, self._portal, self._portal_cm = loop_thread, portal, cm
+                return
+        cm.__exit__(None, None, None)  # no call reached it: it stops at once
+        self._refuse_closed()
 
     def call(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """Run ``await func(*args, **kwargs)`` on the runtime's loop and return its result (blocking).
