@@ -931,3 +931,43 @@ def test_a_close_from_a_signal_handler_landing_while_the_loop_starts_returns(
     assert closed == "closed" and runtime.state.value == "closed"
     assert isinstance(error, RuntimeClosedError) and error.commit_state is CommitState.NOT_COMMITTED
     assert blocking._portal is None  # the loop started meanwhile was stopped, not left behind
+
+
+@pytest.mark.parametrize("owned", [True, False])
+def test_a_close_from_a_signal_handler_landing_while_a_call_holds_the_facades_lock_returns(
+    monkeypatch: pytest.MonkeyPatch, owned: bool
+) -> None:
+    """A handler's ``close()`` where a signal may land, inside the lock a call takes to be admitted.
+
+    Before, that lock was not re-entrant: the thread waited for itself for ever. Now the close runs
+    and the call is refused typed. (Called where the signal would land, in a thread of the test's own.)
+    """
+    runtime = quick_closing_runtime()
+    blocking = BlockingRuntime(runtime, owned=owned).start()
+    refuse = blocking._refuse_closed
+    outcomes: list[Any] = []
+
+    def signalled_then_refuse() -> None:
+        if not outcomes:
+            blocking.close()  # what a SIGTERM handler does, in the thread holding the lock
+            outcomes.append("closed")
+        refuse()
+
+    monkeypatch.setattr(blocking, "_refuse_closed", signalled_then_refuse)
+
+    def a_call() -> None:
+        try:
+            blocking.run(ANA, "s", "hello")
+        except BaseException as exc:  # checked below, in the test's thread
+            outcomes.append(exc)
+
+    caller = threading.Thread(target=a_call, daemon=True)
+    caller.start()
+    caller.join(30)
+    assert not caller.is_alive(), "close() waited for the thread that called it"
+    closed, error = outcomes
+    assert closed == "closed"
+    assert isinstance(error, RuntimeClosedError) and error.commit_state is CommitState.NOT_COMMITTED
+    assert runtime.state.value == ("closed" if owned else "open")
+    if not owned:
+        anyio.run(runtime.aclose)

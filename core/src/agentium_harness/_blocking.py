@@ -127,7 +127,8 @@ class BlockingRuntime(BlockingHistoryOperations):
         self._owned = owned
         self._backend = backend
         self._backend_options = dict(backend_options or {})
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler calling close() may land while its thread holds it.
+        self._lock = threading.RLock()
         self._starting = threading.Lock()  # held while the loop starts, never with _lock held
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
