@@ -501,3 +501,50 @@ async def test_a_retraction_of_a_group_given_past_the_frontier_restarts_the_summ
     assert any(d.code == "summary_restarted" for d in done.diagnostics)
     after = (await rt.inspect_session(ANA, "s1")).summary
     assert after is not None and "KOUROU-88" not in after.summary.text
+
+
+async def test_a_legacy_summary_stating_a_group_retracted_past_its_frontier_is_withheld() -> None:
+    """A state saved before ``given_until`` existed, whose text states a group retracted past its frontier.
+
+    An earlier version restarted the summary only for a retraction below its
+    frontier, and kept this state (it had no ``given_until``): its text
+    states group 2, out of the view now, and it cites nothing out of the view
+    (a summary cites only groups below its frontier), so the citation check
+    alone never withheld it. Read as such a state may state any archived
+    group, it is withheld and restarted.
+    """
+    store = InMemorySessionStore()
+    provider = ExtractiveProvider()
+    requests = record_requests(provider)
+    rt = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=store,
+        summarizer=HoldsBackTheNewest(),
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    await rt.append(ANA, "s1", chatter(0))
+    await rt.append(ANA, "s1", chatter(1))
+    await rt.append(
+        ANA, "s1", [Message(Role.USER, "The launch code is KOUROU-88."), Message(Role.ASSISTANT, "OK.")]
+    )
+    await rt.append(ANA, "s1", chatter(3))
+    await rt.append(ANA, "s1", chatter(4))
+    before = (await store.load(KEY, OpContext())).snapshot.summary
+    assert before is not None and before.summary.frontier == 2 and "KOUROU-88" in before.summary.text
+    await rt.retract(ANA, "s1", count=6, reason="undo back to the launch code")
+    # Put the state back as the earlier version left it: not restarted, and without the field.
+    loaded = await store.load(KEY, OpContext())
+    legacy = attrs.evolve(before, given_until=None)
+    await store.save(
+        KEY, seal_snapshot(attrs.evolve(loaded.snapshot, summary=legacy)), loaded.revision, OpContext()
+    )
+    result = await rt.run(ANA, "s1", "What is the launch code?")
+    request = requests[-1]
+    assert "KOUROU" not in repr(request)
+    assert all(b.kind is not SourceKind.SUMMARY for b in request.sources)
+    assert any(d.code == "summary_withheld" for d in result.diagnostics)
+    after = (await store.load(KEY, OpContext())).snapshot.summary
+    assert after is not None and "KOUROU" not in after.summary.text
+    await rt.aclose()

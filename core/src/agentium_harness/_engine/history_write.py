@@ -48,7 +48,7 @@ from .load import load_session
 from .progress import RunProgress
 from .read_fence import refuse_if_erased_since_read
 from .results import CommitState, Diagnostic, Severity
-from .summary import restarted
+from .summary_view import restarted
 from .turn_commit import GroupCommit, commit_group, settle_earlier
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ from .lifecycle import Ticket
 from .memory.sources import harness_memory_blocks
 from .results import Diagnostic, Severity
 from .sources import SourceAssembly, assemble_sources
-from .summary import summary_block, visible_summary
+from .summary import summary_block
+from .summary_view import visible_summary
 
 if TYPE_CHECKING:
     from .recall_turn import RecallStep
@@ -57,7 +58,7 @@ async def assemble_request(
     with observe.stage("request") as span:
         summary = snap.summary if runtime.summarizer is not None else None
         # A summary citing groups out of the view may state them: withheld (the update restarts it).
-        shown, stale = visible_summary(summary, snap.view)
+        shown, stale = visible_summary(summary, snap.view, snap.boundary)
         if stale:
             diagnostics.append(
                 Diagnostic(

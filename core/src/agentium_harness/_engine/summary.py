@@ -74,6 +74,7 @@ from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 from .summary_answer import checked_answer, failed, given_until
 from .summary_save import save_summary
+from .summary_view import visible_summary
 
 if TYPE_CHECKING:
     from .parts import SummaryRevisions
@@ -81,8 +82,6 @@ if TYPE_CHECKING:
 __all__ = [
     "GroupReader",
     "SummaryUpdate",
-    "restarted",
-    "visible_summary",
     "save_summary",
     "summarize_after_commit",
     "summarize_timeout",
@@ -287,38 +286,6 @@ def _admissible(
     if start + len(run) < end and len(run) == len(groups):
         return run, CoverageGap(start + len(run), GapReason.UNAVAILABLE, "the archive did not return it")
     return run, None
-
-
-def restarted(state: SummaryState | None, frontier: int) -> SummaryState | None:
-    """The summary started again empty at ``frontier`` (policy kept), or ``None`` when there is none.
-
-    Used when a retraction or a view reset takes away something the summary
-    covers: its text may state it, so it is never shown again; the next
-    updates fold what the view shows from ``frontier`` on.
-    """
-    if state is None:
-        return None
-    old = state.summary
-    return SummaryState(TaskSummary(text="", frontier=frontier, policy=old.policy, version=old.version))
-
-
-def visible_summary(state: SummaryState | None, view: ViewState | None) -> tuple[SummaryState | None, bool]:
-    """``(state, False)``, or ``(state restarted empty, True)`` if it is stale.
-
-    Stale: it cites a group the view shows nothing of. A summary only ever
-    cites groups it was offered, which the view showed, and a retraction or
-    reset that takes one away restarts it; one citing such a group was left
-    by a writer that did not (an earlier version, through a runtime without
-    a summarizer). Its text may state what left the view, so neither a
-    turn's request nor the summarizer is given it again.
-    """
-    if state is None or view is None or not state.summary.citations:
-        return state, False
-    index = ViewIndex(view)
-    if all(index.shown(c.seq) != 0 for c in state.summary.citations):
-        return state, False
-    # Never past the stored frontier, which the archive is known to reach.
-    return restarted(state, min(view.start, state.summary.frontier)), True
 
 
 def _offered(
@@ -554,7 +521,7 @@ async def summarize_after_commit(
     the runtime's, for the summarizer call (:func:`update_summary`), and
     ``before_call`` what runs just before it.
     """
-    current, stale = visible_summary(current, view)
+    current, stale = visible_summary(current, view, outcome.boundary)
     frontier = current.summary.frontier if current is not None else 0
     if not stale and not outcome.archived_groups and frontier >= outcome.boundary:
         return outcome.revision, current, []
