@@ -68,6 +68,7 @@ from .._text import error_text, one_line, shorten
 from .._validators import shown_number
 from .adapter_lists import listed, read_on
 from .commit import CommitOutcome
+from .erased_groups import may_state
 from .group_identity import foreign_group
 from .history_view import ViewIndex, paired_messages
 from .lifecycle import Ticket
@@ -414,10 +415,11 @@ async def update_summary(
     if offered:
         if before_call is not None:
             try:
-                # The groups offered (and the previous text) are history: no erasure may take them.
+                # The groups offered (and the previous summary's words, text or notes: the
+                # summarizer is handed both) are history: no erasure may take them.
                 await before_call(
                     tuple(g.seq for g in offered),
-                    current if previous is not None and previous.text and current is not None else None,
+                    current if previous is not None and may_state(previous) and current is not None else None,
                 )
             except Exception as exc:
                 return SummaryUpdate(None, 0, (failed(exc, "the update stopped before its summarizer call"),))

@@ -7,7 +7,7 @@ summary's text by design. The turn fence (:class:`~.turn_fence.TurnFence`)
 reads the session's snapshot when the ledger moved, and asks here:
 
 - the snapshot holds the summary emptied: forgotten;
-- it holds the text sent: kept;
+- it holds the text (and notes) sent: kept;
 - it holds other text (a summary update wrote it again since) and no group
   the sent summary's text may state (below its frontier, or given to its
   summarizer: :func:`~agentium_harness._ports.summary.text_reach`; any, for
@@ -72,7 +72,12 @@ def summary_gone(
     now = state.summary if isinstance(state, SummaryState) else None
     if isinstance(now, TaskSummary) and emptied(now):
         return FORGOTTEN
-    if isinstance(now, TaskSummary) and now.text == sent.summary.text:
+    # The words sent, text and notes (a summarizer writes both, the summarizer is handed both): the
+    # same text with other notes (or none, both empty) may be a refill after a forget.
+    if isinstance(now, TaskSummary) and (now.text, now.uncertainty) == (
+        sent.summary.text,
+        sent.summary.uncertainty,
+    ):
         return KEPT
     ranges = snapshot.erased if isinstance(snapshot.erased, tuple) else ()
     reach = text_reach(sent, _ANY)
