@@ -14,10 +14,13 @@ from typing import Any
 
 import attrs
 import pytest
+from _erasure_harness import OPERATOR
 
 from agentium_harness import (
+    EraseTarget,
     Message,
     ResidentLimits,
+    RetentionPolicy,
     Role,
     RuntimeLimits,
     SessionKey,
@@ -547,4 +550,48 @@ async def test_a_legacy_summary_stating_a_group_retracted_past_its_frontier_is_w
     assert any(d.code == "summary_withheld" for d in result.diagnostics)
     after = (await store.load(KEY, OpContext())).snapshot.summary
     assert after is not None and "KOUROU" not in after.summary.text
+    await rt.aclose()
+
+
+async def test_a_summary_of_erased_then_retracted_groups_moves_on_without_restarting_every_turn() -> None:
+    """The engine's note on groups erased before they were summarized is not a legacy summary's words.
+
+    A summary begun with that note only (no summarizer words) over a long
+    retracted span must not be taken for a state an earlier version left
+    (no ``given_until``, words that may state the span): it would be
+    withheld and restarted on every turn, never passing the span.
+    """
+    archive, store = InMemoryArchive(), InMemorySessionStore()
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
+    plain = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=store,
+        limits=limits,
+        retention=RetentionPolicy(max_archived_groups=4),
+    )
+    for n in range(6):
+        await plain.append(ANA, "s1", chatter(n))
+    await plain.retract(ANA, "s1", count=8, reason="undo groups 2 to 5")
+    for n in range(6, 9):
+        await plain.append(ANA, "s1", chatter(n))
+    done = await plain.apply_retention(OPERATOR, EraseTarget.session("acme", "ana", "s1"))
+    assert done.erasures, done
+    await plain.aclose()
+    rt = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=store,
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False, max_groups=1),
+        limits=limits,
+    )
+    frontiers = []
+    for n in range(4):
+        result = await rt.run(ANA, "s1", f"Turn {n}.")
+        assert not any(d.code == "summary_withheld" for d in result.diagnostics), result.diagnostics
+        state = (await store.load(KEY, OpContext())).snapshot.summary
+        assert state is not None
+        frontiers.append(state.summary.frontier)
+    assert frontiers == sorted(frontiers) and frontiers[-1] > frontiers[0], frontiers
     await rt.aclose()

@@ -63,8 +63,8 @@ async def assemble_request(
             diagnostics.append(
                 Diagnostic(
                     "summary_withheld",
-                    "the task summary cites groups no longer in the session's view and was left out "
-                    "of the request; the next summary update starts it again",
+                    "the task summary cites (or may state) groups no longer in the session's view and was "
+                    "left out of the request; the next summary update starts it again",
                     Severity.WARNING,
                 )
             )

@@ -384,8 +384,13 @@ async def update_summary(
         base = previous or TaskSummary(text="", frontier=start, policy="none", version="0")
         note = f"groups {start}\u2013{past - 1} were erased before they were summarized"
         previous = attrs.evolve(base, frontier=past, uncertainty=fit_notes((*base.uncertainty, note)))
+        # With no summarizer words before it, the note is the engine's alone: no group was given for
+        # it (``given_until`` 0), so it is never read as an earlier version's text (``None``).
+        given = current.given_until if current is not None and may_state(current.summary) else 0
         current = (
-            SummaryState(previous) if current is None else attrs.evolve(current, summary=previous, gaps=())
+            SummaryState(previous, given_until=given)
+            if current is None
+            else (attrs.evolve(current, summary=previous, gaps=(), given_until=given))
         )
         start = past
     if start >= boundary:
