@@ -15,6 +15,7 @@ rank order, under the evidence token budget with their wrappers counted.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -34,7 +35,7 @@ from .._ports.recall import (
 )
 from .._scope import Scope
 from .._text import error_text
-from .bounded import Overrun, bounded
+from .bounded import ABANDON_GRACE_S, Overrun, bounded
 from .embedding import Hybrid, embed_query
 from .lifecycle import Ticket
 from .recall_checks import Failed as _Failed
@@ -52,7 +53,8 @@ __all__ = ["Evidence", "RecallUsage", "gather_evidence", "revalidate", "truncate
 
 _log = logging.getLogger("agentium.engine.recall")
 
-#: How long closing a recall session may take; it runs shielded after a cancellation.
+#: How long closing a recall session may take; it runs shielded after a cancellation (within what
+#: its caller's deadline leaves: :func:`_close_bounds`).
 CLOSE_TIMEOUT_S = 0.1
 
 
@@ -126,10 +128,27 @@ async def _close_late(session: object) -> None:
             span.fail(error_type(exc), exc)
 
 
-async def _close(session: object, state: Round) -> None:
+def _close_bounds(until: float) -> tuple[float, float]:
+    """The close's timeout and abandon grace: :data:`CLOSE_TIMEOUT_S` and its grace, within ``until``.
+
+    ``until`` is the caller's effective deadline as the round began (``inf``: none), taken then
+    because a deadline that passed since reads as ``-inf`` (a cancelled scope), its time lost. The
+    close is shielded, so that deadline (the look after a cancelled model call, the keep's commit:
+    their shares of ``close_timeout_s``) would not cut it: the whole close, its grace included,
+    must end by it, not up to 0.1 s (a close blocked in a thread: 0.2 s) past it.
+    """
+    if until == math.inf:
+        return CLOSE_TIMEOUT_S, ABANDON_GRACE_S
+    left = max(0.0, until - anyio.current_time())
+    timeout = min(CLOSE_TIMEOUT_S, left)
+    return timeout, min(ABANDON_GRACE_S, left - timeout)
+
+
+async def _close(session: object, state: Round, until: float = math.inf) -> None:
     """Close the recall session on every path, shielded from the run's cancellation and bounded.
 
-    A close that fails, or does not finish within :data:`CLOSE_TIMEOUT_S`,
+    A close that fails, or does not finish within :data:`CLOSE_TIMEOUT_S`
+    (less when the caller's deadline ``until`` leaves less: :func:`_close_bounds`),
     is a ``recall_note`` on the turn (its text may quote the store's error),
     a WARNING on ``agentium.engine.recall`` and the event
     ``agentium.recall.close_failed`` on the recall span it ran under
@@ -139,13 +158,15 @@ async def _close(session: object, state: Round) -> None:
     closer = getattr(session, "close", None)
     if closer is None:
         return
+    timeout, grace = _close_bounds(until)
     with anyio.CancelScope(shield=True):
         try:
-            await bounded(closer, CLOSE_TIMEOUT_S)  # a close blocked in a worker thread is abandoned
+            # A close blocked in a worker thread is abandoned after the grace.
+            await bounded(closer, timeout, grace_s=grace)
         except Overrun as over:
             gone = "; abandoned (it did not stop when cancelled)" if over.abandoned else ""
-            state.notes.append(f"recall session close did not finish within {CLOSE_TIMEOUT_S}s{gone}")
-            _log.warning("a recall session close did not finish within %ss%s", CLOSE_TIMEOUT_S, gone)
+            state.notes.append(f"recall session close did not finish within {timeout:.3g}s{gone}")
+            _log.warning("a recall session close did not finish within %.3gs%s", timeout, gone)
             current_span_event("agentium.recall.close_failed", {"error.type": "timeout"})
         except Exception as exc:
             state.notes.append(f"recall session close failed: {error_text(exc)}")
@@ -200,6 +221,7 @@ async def gather_evidence(
         return _failed(state, query, f"the query budget ({limits.max_queries}) is spent")
     state.queries += 1
     session: RecallSession | None = None
+    until = anyio.current_effective_deadline()  # the caller's, for the close (_close_bounds)
     try:
         try:
             opened = await adapter_call(
@@ -211,7 +233,7 @@ async def gather_evidence(
             evidence = await _gather_open(ticket, state, session, scope, policy, query, hybrid, groups)
         finally:
             if session is not None:
-                await _close(session, state)
+                await _close(session, state, until)
     except _Failed as exc:
         return _failed(state, query, str(exc))
     # The session closes after the evidence is built: what its close noted is carried over, not lost.
@@ -432,6 +454,7 @@ async def revalidate(
     """
     state = Round(limits, spent)
     session: RecallSession | None = None
+    until = anyio.current_effective_deadline()  # the caller's: the look's, the keep's (_close_bounds)
     try:
         try:
             opened = await adapter_call(
@@ -443,7 +466,7 @@ async def revalidate(
             checked = await validate_refs(ticket, state, session, list(refs))
         finally:
             if session is not None:
-                await _close(session, state)
+                await _close(session, state, until)
     except _Failed as exc:
         state.finish()
         return [], [*state.violations, *state.notes], str(exc), _fence_usage(state, spent)

@@ -1,0 +1,92 @@
+"""A recall session's close stays within the time its caller has left, not 0.1 s past it.
+
+The close runs shielded (a cancelled round still closes its session), bounded
+by its own ``CLOSE_TIMEOUT_S`` (0.1 s). The look after a cancelled model call
+(``LOOK_SHARE`` of the keep's share of ``close_timeout_s``) and the keep's commit
+(``CLOSE_SHARE`` of it) bound the whole look or commit by a deadline of their
+own; the shield hid that deadline from the close, which then ran its full
+0.1 s past it (a close blocked in a worker thread another 0.1 s of grace).
+Now the close gets at most what its caller's deadline leaves.
+
+The margin asserted (0.05 s past the bound) is half the old overrun; the
+bounds are small so each case stays well under a second.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import anyio
+import pytest
+from _recall_support import KEY, MINE, Scripted, ScriptedSession, sid
+
+from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness._engine.recall import CLOSE_TIMEOUT_S, RecallUsage, revalidate
+from agentium_harness.plugin_api import OpContext, RecallLimits, RecallSession, Scope, SourceRef, Validation
+
+pytestmark = pytest.mark.anyio
+
+#: The caller's bound (the look's share): below the close's own 0.1 s, as a small ``close_timeout_s`` gives.
+BOUND_S = 0.15
+#: How far past the bound the whole look may end (scheduling): half the old overrun.
+TOLERANCE_S = 0.05
+SCOPE = Scope("acme", "ana", "s1")
+
+
+class HangsThenNeverCloses(Scripted):
+    """Its sessions' ``validate_current`` hangs (the caller's deadline cuts it); their close never returns.
+
+    ``threaded``: the close blocks in a worker thread that ignores cancellation (the engine abandons it).
+    """
+
+    def __init__(self, *, threaded: bool) -> None:
+        super().__init__([("doc-1", "The release train leaves every Thursday.")])
+        self.threaded = threaded
+        self.closing = anyio.Event()
+        self.unblock = threading.Event()
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        store = self
+
+        class Stuck(ScriptedSession):
+            async def validate_current(
+                self, refs: Sequence[SourceRef], ctx: OpContext
+            ) -> Sequence[Validation]:
+                await anyio.sleep_forever()
+                raise AssertionError("unreachable")
+
+            async def close(self) -> None:
+                store.closing.set()
+                if store.threaded:
+                    await anyio.to_thread.run_sync(store.unblock.wait)  # not abandoned on cancellation
+                else:
+                    await anyio.sleep_forever()
+
+        return Stuck(self)
+
+
+@pytest.mark.parametrize("threaded", [False, True], ids=["cooperative", "thread"])
+@pytest.mark.parametrize("shielded", [False, True], ids=["look", "keep"])
+async def test_a_close_that_never_returns_ends_within_its_callers_bound(
+    threaded: bool, shielded: bool
+) -> None:
+    """The look after a cancelled call (a deadline), or the keep's commit (a shielded deadline)."""
+    assert TOLERANCE_S < CLOSE_TIMEOUT_S  # the premise: the old overrun (the close's own bound) exceeds it
+    store = HangsThenNeverCloses(threaded=threaded)
+    ticket = Ticket(KEY, "run", 30.0, 30.0)
+    limits = RecallLimits(max_latency_s=30.0)
+    refs = [SourceRef(sid("doc-1", MINE), "r1")]
+    try:
+        started = time.monotonic()
+        with anyio.fail_after(5):
+            with anyio.CancelScope(shield=shielded) as scope:
+                scope.deadline = anyio.current_time() + BOUND_S
+                await revalidate(ticket, store, SCOPE, limits, refs, RecallUsage())
+        elapsed = time.monotonic() - started
+    finally:
+        store.unblock.set()
+    assert store.closing.is_set()  # the premise: the close was reached, and never returned
+    assert scope.cancelled_caught
+    assert elapsed < BOUND_S + TOLERANCE_S, f"{elapsed:.3f}s for a bound of {BOUND_S}s"
