@@ -8,7 +8,10 @@ commit cannot be:
 - the provider fails on a later step (``provider_failed``): committed on the
   session as loaded — unless the run fences' last look, made first, finds a
   carried fact forgotten or document deleted during that call (then nothing
-  is, as for the answer: :mod:`.last_look`);
+  is, as for the answer: :mod:`.last_look`), or an erasure of archived
+  groups of the session begun during it (then the commit is refused, as the
+  commit fence would refuse it while that erasure is under way, and a
+  WARNING says so);
 - another writer committed the session first (``commit_conflict``): the
   session is loaded again and the answered part committed on its new head;
 - the host's publication hook refused the answer (``publication_refused``):
@@ -56,6 +59,7 @@ import attrs
 
 from .._errors import (
     AgentiumError,
+    ErasureInProgressError,
     PublicationRefusedError,
     SessionConflictError,
     SessionDivergedError,
@@ -68,6 +72,7 @@ from .._scope import Scope
 from .._text import clean_text, error_text
 from .commit_fence import refuse_if_erased_since
 from .document_run_fence import DocumentFence
+from .effects_said import commit_failed, refused_by_groups, warn_cancelled, warn_not_kept, warn_unchecked
 from .fact_fence import FactFence, carried_facts
 from .history_view import model_groups
 from .lifecycle import Ticket
@@ -136,6 +141,10 @@ class EffectsKeeper:
     )
     #: A commit of what ran was made (the recall policy's stop): an error from it is not followed by another.
     tried: bool = False
+    #: The look after a failed model call found an erasure of archived groups of the session under way
+    #: (its stop's message and erasure id): the commit of what ran is refused (:meth:`commit`). Not the
+    #: error: its traceback holds the frames that hold this keeper.
+    refused: tuple[str, str] | None = None
     #: The class of an unexpected exception whose commit of what ran a cancellation cut short: its
     #: WARNING is logged by :meth:`cancelled`, once that settled what is committed (a class, not the
     #: exception: its traceback holds the frames that hold this keeper).
@@ -166,6 +175,8 @@ class EffectsKeeper:
         on = ticket if ticket is not None else self.ticket
         runtime, progress = self.runtime, self.progress
         self.tried = self.tried or why is not None
+        if why is not None and self.refused is not None:
+            raise refused_by_groups(*self.refused)  # what ran may be made from groups being erased
         for attempt in range(1, ATTEMPTS + 1):
             if reload:
                 await self._reload(on)
@@ -218,8 +229,10 @@ class EffectsKeeper:
     async def _look_after_failed_call(self, ran: TurnOutcome) -> None:
         """Before what ran of a turn whose model call failed is kept: the run fences' last look.
 
-        Raises the :class:`ErasedDuringRunError` of a stop before the commit. A look that could not be
-        made keeps what ran, as a look at the commit that fails does (a WARNING says it, no content).
+        Raises the :class:`ErasedDuringRunError` of a stop before the commit. An erasure of archived
+        groups of the session found under way refuses the commit of what ran (:attr:`refused`; the
+        refusal's WARNING says so). A look that could not be made keeps what ran, as a look at the
+        commit that fails does (a WARNING says it, no content).
         """
         fence = self.trace.fence
         if fence is None or not executed(ran):
@@ -228,6 +241,13 @@ class EffectsKeeper:
             unchecked = await fence.after_failed_call()
         except ErasedDuringRunError:
             raise
+        except ErasureInProgressError as exc:
+            if exc.erasure_id and exc.erasure_id == fence.groups_erasure:
+                # An erasure of archived groups under way: no stop of the run's own, as before a call, but
+                # what ran may be made from them, and its commit would be refused (it is: commit()).
+                self.refused = (str(exc), exc.erasure_id)
+                return
+            unchecked = type(exc).__name__
         except AgentiumError as exc:
             unchecked = type(exc).__name__
         except Exception as exc:
@@ -242,7 +262,7 @@ class EffectsKeeper:
             )
             unchecked = kind
         if unchecked is not None:
-            _warn_unchecked()
+            warn_unchecked()
 
     async def failed(self, exc: Exception) -> NoReturn:
         """In the handler of ``exc``, which left the turn or its commit: raise it, once what ran was kept.
@@ -362,7 +382,7 @@ class EffectsKeeper:
         if progress.commit_state is CommitState.UNKNOWN:
             # The turn's own save was in flight: it may or may not land, and committing again could
             # duplicate the turn. The host's cancellation carries no result: this record says so.
-            _warn_cancelled(
+            warn_cancelled(
                 "run cancelled while its commit was in flight; the commit state is unknown", progress
             )
             return
@@ -381,7 +401,7 @@ class EffectsKeeper:
             # asyncio: a native Task.cancel() is not held off by the shield (trio's is); one landing
             # during the look or the commit goes on, and this record is still what tells the operator.
             if progress.commit_state is not CommitState.COMMITTED:
-                _warn_not_kept(progress, " (cancelled again while they were being kept)")
+                warn_not_kept(progress, " (cancelled again while they were being kept)")
             raise
         if shield.cancelled_caught and progress.commit_state is not CommitState.COMMITTED:
             progress.diagnostics.append(
@@ -398,7 +418,7 @@ class EffectsKeeper:
             )
         if progress.commit_state is not CommitState.COMMITTED:
             # A host's cancellation carries no result: this record is what tells the operator.
-            _warn_not_kept(progress)
+            warn_not_kept(progress)
 
     async def _keep_shielded(
         self, ticket: Ticket, turn: TurnOutcome, why: TurnInterruption, budget: float
@@ -417,7 +437,7 @@ class EffectsKeeper:
             except Exception as exc:
                 # Even an engine bug must not replace the cancellation, which goes on.
                 failed = self._typed(exc)
-                progress.diagnostics.append(_failed(failed))
+                progress.diagnostics.append(commit_failed(failed))
                 if failed.commit_state is not None:
                     progress.commit_state = failed.commit_state
                 why_not = error_text(failed, named=False)
@@ -455,7 +475,7 @@ class EffectsKeeper:
             finally:
                 self._count_looks()  # the look's time is the run's, as every look's
         if cut.cancelled_caught:
-            _warn_unchecked()
+            warn_unchecked()
         return False
 
     async def _reload(self, ticket: Ticket) -> None:
@@ -544,7 +564,7 @@ class EffectsKeeper:
         ``failed`` is the error of that commit; ``error`` itself when it was that commit's.
         """
         progress = self.progress
-        progress.diagnostics.append(_failed(failed))
+        progress.diagnostics.append(commit_failed(failed))
         state = failed.commit_state if failed.commit_state is not None else CommitState.NOT_COMMITTED
         progress.commit_state = state
         how = (
@@ -556,42 +576,6 @@ class EffectsKeeper:
         marked = mark_commit_state(error, state, f"{how}; they are in the error's run_result")
         marked.run_result = None  # rebuilt from the run so far, with the diagnostic
         return marked
-
-
-def _warn_unchecked() -> None:
-    """The WARNING for a look after a failed (or cancelled) model call that could not be made: no content."""
-    _log.warning(
-        "run: what ran before its failed model call could not be checked again against the memory "
-        "facts or host documents its request carries; it is kept as usual",
-        extra={"agentium_operation": "run"},
-    )
-
-
-def _warn_not_kept(progress: RunProgress, how: str = "") -> None:
-    """The WARNING for what ran after a cancellation, not committed (or cut off mid-save: ``unknown``)."""
-    said = "were not" if progress.commit_state is CommitState.NOT_COMMITTED else "may or may not have been"
-    _warn_cancelled(
-        f"run cancelled after a tool started; its tool calls and results {said} committed{how}", progress
-    )
-
-
-def _warn_cancelled(what: str, progress: RunProgress) -> None:
-    """The WARNING for a host's cancellation, which carries no result: ``what``, with the commit state."""
-    state = progress.commit_state.value
-    _log.warning(
-        "%s (commit_state %s)",
-        what,
-        state,
-        extra={"agentium_operation": "run", "agentium_commit_state": state},
-    )
-
-
-def _failed(failed: AgentiumError) -> Diagnostic:
-    return Diagnostic(
-        "effects_commit_failed",
-        f"the tool calls and results that ran could not be committed: {error_text(failed)}",
-        Severity.ERROR,
-    )
 
 
 def _sent_seqs(resident: tuple[MessageGroup, ...], view: ViewState | None) -> tuple[int, ...]:

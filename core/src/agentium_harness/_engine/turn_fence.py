@@ -143,6 +143,7 @@ class TurnFence:
         "erased",
         "facts",
         "first",
+        "groups_erasure",
         "recalled",
         "resident",
         "revision",
@@ -195,6 +196,9 @@ class TurnFence:
         self.first: tuple[int | None] | None = ticket.fence_seen if since is None else since
         #: The revision last looked at with no covering erasure joined since ``first``.
         self.seen = self.first
+        #: The id of the erasure of archived groups of the session a look found under way (``""``: none):
+        #: what tells its stop from another :class:`ErasureInProgressError` (:mod:`.effects`).
+        self.groups_erasure = ""
 
     async def check_offered(self, seqs: tuple[int, ...], summary: SummaryState | None) -> None:
         """:meth:`check` before a summarizer call offering groups ``seqs`` (and ``summary``, the previous).
@@ -267,6 +271,7 @@ class TurnFence:
         for record in ledger.records:
             if covers(record.target, key):
                 if record.target.groups:
+                    self.groups_erasure = record.erasure_id
                     raise _groups_under_way(key, record, self.what, last)
                 raise _stopped(key, record, "is under way", self.what, last)
         if revision == seen[0]:
