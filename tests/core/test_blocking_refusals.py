@@ -11,6 +11,7 @@ memory write), and nothing of it is written.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -127,4 +128,38 @@ def test_call_of_something_not_callable_is_refused_typed_and_runs_nothing(func: 
     assert caught.value.commit_state is CommitState.NOT_COMMITTED
     blocking.close()
     anyio.run(nothing_written, rt)
+    anyio.run(rt.aclose)
+
+
+class AsyncCallable:
+    async def __call__(self, rt: Any) -> None:
+        await nothing_written(rt)
+
+
+def test_call_of_a_plain_function_is_refused_typed_before_it_runs() -> None:
+    # A plain function was called on the loop's own thread (blocking every other call while it
+    # ran), and its result returned as it was when not awaitable: call() documents coroutines.
+    ran: list[str] = []
+
+    def plain() -> str:
+        ran.append("plain")
+        return "ran on the loop thread"
+
+    def returning_a_coroutine(rt: Any) -> Any:
+        ran.append("lambda-like")
+        return nothing_written(rt)
+
+    rt = runtime()
+    blocking = BlockingRuntime(rt, owned=False)
+    for func, args in ((plain, ()), (returning_a_coroutine, (rt,)), (print, ("x",))):
+        with pytest.raises(InvalidArgumentError, match=r"call\(\) takes a coroutine function") as caught:
+            blocking.call(func, *args)
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+    assert ran == []
+    assert blocking._portal is None  # refused before the loop was even started for it
+    # What call() documents still runs: a coroutine function, a partial of one, an async __call__.
+    blocking.call(nothing_written, rt)
+    blocking.call(partial(nothing_written, rt))
+    blocking.call(AsyncCallable(), rt)
+    blocking.close()
     anyio.run(rt.aclose)

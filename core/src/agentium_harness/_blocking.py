@@ -12,6 +12,7 @@ runtime has answered on that loop. Any number of threads may call it at once.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import inspect
 import os
 import threading
@@ -67,6 +68,21 @@ def _refused(error: E) -> E:
 def _check_backend(backend: object) -> None:
     if backend not in ("asyncio", "trio"):
         raise InvalidArgumentError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
+
+
+def _is_coroutine_function(func: Callable[..., object]) -> bool:
+    """Whether calling ``func`` starts a coroutine, known without calling it.
+
+    :func:`inspect.iscoroutinefunction` sees through bound methods and
+    :func:`functools.partial`, not through an object with an ``async def __call__``.
+    """
+    while isinstance(func, functools.partial):
+        func = func.func
+    if inspect.iscoroutinefunction(func):
+        return True
+    if inspect.isroutine(func) or isinstance(func, type):
+        return False
+    return inspect.iscoroutinefunction(type(func).__call__)  # func is callable: it has one
 
 
 class BlockingRuntime(BlockingHistoryOperations):
@@ -257,15 +273,30 @@ class BlockingRuntime(BlockingHistoryOperations):
         ``blocking.call(handle_ticket, blocking.runtime, ticket)``. Exceptions
         are raised in the calling thread as they were raised on the loop. A
         call that meets :meth:`close` stopping the loop before it ran raises
-        :class:`RuntimeClosedError`, as a call after it does. A ``func`` that
-        is not callable (a coroutine object, say, instead of its function)
-        raises :class:`InvalidArgumentError` and runs nothing.
+        :class:`RuntimeClosedError`, as a call after it does. ``func`` must be
+        a coroutine function (``async def``; a bound method or a
+        :func:`functools.partial` of one, or an object whose ``__call__`` is
+        one). Anything else raises :class:`InvalidArgumentError` and runs
+        nothing: something not callable (a coroutine object, say, instead of
+        its function), and a plain function too, even one returning an
+        awaitable (``lambda: f(x)``: pass ``f, x`` instead), as whether it
+        would return one is only known by running it, and it would run on the
+        loop's thread, blocking every other call meanwhile.
         """
         if not callable(func):
             raise _refused(
                 InvalidArgumentError(
                     "BlockingRuntime.call() takes a coroutine function and its arguments, got a "
                     f"{type(func).__name__}; nothing was run"
+                )
+            )
+        if not _is_coroutine_function(func):
+            raise _refused(
+                InvalidArgumentError(
+                    "BlockingRuntime.call() takes a coroutine function (async def) and its arguments, "
+                    f"got a plain {type(func).__name__}, which would run on the loop's thread and block "
+                    "it; nothing was run: pass the coroutine function and its arguments, call(f, x) "
+                    "rather than call(lambda: f(x))"
                 )
             )
         return self._call_as("call", func, *args, **kwargs)
