@@ -10,13 +10,19 @@ that, a call from a second loop failed or hung on the first loop's pool.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import anyio
+import pytest
 from openai_helpers import make_provider
 from openai_stub_server import Reply, StubServer
 
 from agentium_harness import Message, Role
 from agentium_harness.plugin_api import ModelRequest, OpContext
 from agentium_harness.testing import run_in_threads, run_in_turn
+from agentium_provider_openai import OpenAIProviderError
+from agentium_provider_openai import provider as provider_module
 
 
 def _request(text: str) -> ModelRequest:
@@ -81,3 +87,37 @@ def test_aclose_closes_a_client_of_another_live_loop(stub: StubServer) -> None:
     anyio.run(here)
     other.join(20)
     assert not other.is_alive() and provider.client is None
+
+
+def test_aclose_with_clients_of_three_stuck_loops_takes_one_close_bound_not_three(
+    stub: StubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loops' clients are closed at once: the whole ``aclose()`` takes one ``_CLOSE_S``, not N of them."""
+    bound = 0.3
+    monkeypatch.setattr(provider_module, "_CLOSE_S", bound)
+    provider = make_provider(stub)
+    stub.add(*(Reply.recorded("plain_answer") for _ in range(3)))
+    used = [threading.Event() for _ in range(3)]
+    release = threading.Event()
+
+    async def used_then_stuck(i: int) -> None:
+        await provider.complete(_request(f"loop {i}"), OpContext.with_timeout(20))
+        used[i].set()
+        release.wait(20)  # blocking, on purpose: this loop's thread runs nothing meanwhile
+
+    loops = [threading.Thread(target=anyio.run, args=(used_then_stuck, i), daemon=True) for i in range(3)]
+    for thread in loops:
+        thread.start()
+    try:
+        assert all(event.wait(20) for event in used)
+        started = time.monotonic()
+        with pytest.raises(OpenAIProviderError, match="did not finish within") as caught:
+            anyio.run(provider.aclose)
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    for thread in loops:
+        thread.join(20)
+    assert str(caught.value).count("did not finish within") == 3
+    assert bound <= took < 2 * bound, took  # one after the other, it took 3 bounds
+    assert provider.client is None

@@ -345,8 +345,10 @@ class PerLoop(Generic[T]):
 
         This loop's value is closed here; a value of another loop that still
         runs (another thread's) is closed there, scheduled thread-safe, and
-        waited for; a value of a finished loop is discarded. Each close is
-        bounded by ``timeout_s``. Shielded from the caller's cancellation.
+        waited for; a value of a finished loop is discarded. The values are
+        closed concurrently, each bounded by ``timeout_s``, so the whole close
+        takes about ``timeout_s`` however many loops are stuck (not one bound
+        per loop). Shielded from the caller's cancellation.
         """
         with self._lock:
             held = list(self._values.values())

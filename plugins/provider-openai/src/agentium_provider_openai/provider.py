@@ -88,7 +88,7 @@ _SIGNAL_POLL_S: Final = 0.02
 _PROBE_NAMES: Final = 10
 _PROBE_NAME_CHARS: Final = 100
 
-#: How long :meth:`OpenAIProvider.aclose` waits for each loop's client to close.
+#: How long :meth:`OpenAIProvider.aclose` waits in all (the loops' clients close at once).
 _CLOSE_S: Final = 10.0
 
 
@@ -546,9 +546,9 @@ class OpenAIProvider(ModelProvider):
     async def aclose(self) -> None:
         """Close the clients built from config, each on its own event loop; a lent client is left open.
 
-        Idempotent. A client of a loop that has finished is dropped (its
-        connections went with the loop). Raises :class:`OpenAIProviderError`
-        when a client of a loop still running elsewhere did not close in time.
+        Idempotent. A client of a loop that has finished is dropped (its connections went with
+        the loop). The clients close concurrently, so the whole close takes at most ``_CLOSE_S``
+        however many loops are stuck; :class:`OpenAIProviderError` names each that did not close.
         """
         if self._closed:
             return
