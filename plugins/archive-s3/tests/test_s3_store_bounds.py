@@ -228,6 +228,39 @@ async def test_a_call_after_aclose_is_refused_at_once_even_with_a_write_of_its_s
         proxy.close()
 
 
+async def test_a_second_aclose_while_the_first_is_closing_returns_only_once_the_client_is_closed(
+    moto_server: S3Server, config: S3Config
+) -> None:
+    # The second aclose() saw the link closed and returned at once, while the first still waited for a
+    # request in flight: its caller was told the adapter was closed with the client still open.
+    proxy = FaultProxy(moto_server.port)
+    release = threading.Event()
+    held = proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=8.0, release=release))
+    store = S3SessionStore(attrs.evolve(config, endpoint_url=proxy.endpoint, close_timeout_s=5.0))
+    client_when_second_returned: list[object] = []
+
+    async def second_close() -> None:
+        await store.aclose()
+        client_when_second_returned.append(store.link._client)
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(store.save, KEY, scoped_snapshot(KEY, " held"), None, _ctx())
+                assert await anyio.to_thread.run_sync(held.arrived.wait, 20)
+                tasks.start_soon(store.aclose)
+                await anyio.wait_all_tasks_blocked()
+                assert store.link.closed  # the first close has begun, and waits for the held write
+                tasks.start_soon(second_close)
+                await anyio.sleep(0.2)
+                assert client_when_second_returned == []  # still waiting for the first
+                release.set()
+            assert client_when_second_returned == [None]  # returned once the client was closed
+    finally:
+        release.set()
+        proxy.close()
+
+
 async def test_aclose_is_bounded_when_the_default_worker_threads_are_all_taken(config: S3Config) -> None:
     # aclose waited for its requests in a worker thread of anyio's default pool, shielded: with every
     # token of that pool held (a host's blocking calls, threads their callers abandoned), it waited,

@@ -57,7 +57,7 @@ import attrs
 import botocore.exceptions
 
 from agentium_harness import AgentiumError, InvalidArgumentError
-from agentium_harness.plugin_api import OpContext, OperationCancelledError, PerLoop
+from agentium_harness.plugin_api import OpContext, OperationCancelledError, PerLoop, ThreadSafeEvent
 
 from .config import S3Config, redact_endpoint
 from .errors import (
@@ -216,6 +216,8 @@ class S3Link:
         self._owned = client is None
         self._hooked = False
         self._closed = False
+        # Set once the first aclose() has done its work: an aclose() meanwhile (on any loop) waits for it.
+        self._close_done = ThreadSafeEvent()
         self._lock = threading.Lock()
         self._state = _CallState()
         self._hook_id = f"agentium-archive-s3-{id(self)}"
@@ -418,16 +420,25 @@ class S3Link:
         closes it as it finishes. Nothing is cut: a write on the wire
         completes, and its caller hears whether it landed. The wait runs in
         a thread outside anyio's default pool, so a full pool cannot hold it.
+        A second ``aclose()`` while the first is closing (from any task,
+        thread or loop) returns once the first has, waiting at most
+        ``close_timeout_s`` too: returning at once, it told its caller the
+        client was closed while it was still open.
         """
         if self._closed:
+            with anyio.move_on_after(self.config.close_timeout_s, shield=True):
+                await self._close_done.wait()
             return
         self._closed = True
-        with anyio.CancelScope(shield=True):
-            # A limiter of its own: shielded, a wait for a token of anyio's default pool (all of them
-            # held by a host's blocking calls, or by threads abandoned) was bounded by nothing.
-            await anyio.to_thread.run_sync(
-                self._close_in_thread, abandon_on_cancel=True, limiter=anyio.CapacityLimiter(1)
-            )
+        try:
+            with anyio.CancelScope(shield=True):
+                # A limiter of its own: shielded, a wait for a token of anyio's default pool (all of
+                # them held by a host's blocking calls, or by threads abandoned) was bounded by nothing.
+                await anyio.to_thread.run_sync(
+                    self._close_in_thread, abandon_on_cancel=True, limiter=anyio.CapacityLimiter(1)
+                )
+        finally:
+            self._close_done.set()
 
     def _close_in_thread(self) -> None:
         with self._lock:
