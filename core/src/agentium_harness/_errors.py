@@ -357,11 +357,25 @@ class MemoryFactNotFoundError(MemoryStoreError, LookupError):
 
     The same error (and message) is raised whether the id does not exist or
     belongs to someone else, so a refusal never reveals another tenant's ids.
+    ``fact_id`` is the id asked for; the message does not name it (hosts log
+    error texts, and an id is content: the built-in stores cannot see whether
+    the host captures content).
     """
+
+    def __init__(self, message: str, fact_id: str = "") -> None:
+        self.fact_id = fact_id
+        super().__init__(message)
 
 
 class MemoryFactForgottenError(MemoryStoreError):
-    """The fact was forgotten: its content is gone and it cannot be corrected. Remember a new fact."""
+    """The fact was forgotten: its content is gone and it cannot be corrected. Remember a new fact.
+
+    ``fact_id`` is the fact's id; the message does not name it (as :class:`MemoryFactNotFoundError`).
+    """
+
+    def __init__(self, message: str, fact_id: str = "") -> None:
+        self.fact_id = fact_id
+        super().__init__(message)
 
 
 class ExtractionConflictError(AgentiumError, ValueError):

@@ -253,3 +253,27 @@ async def test_concurrent_corrections_and_a_forget_of_one_fact_apply_one_after_a
         assert all(h.text == "" for h in history)  # forgotten, every revision
     finally:
         await store.aclose()
+
+
+async def test_refusals_name_no_fact_id_in_their_text_and_carry_it_as_fact_id(
+    app_config: PostgresConfig,
+) -> None:
+    # A fact id is content (named in a text only with content capture, which a store cannot see):
+    # "no fact 'm-...' in this tenant and user" named it to every log the host writes errors to.
+    from agentium_harness import MemoryFactForgottenError, MemoryFactNotFoundError
+
+    store = PostgresMemoryStore(app_config)
+    try:
+        ack = await store.remember(MemoryFact(ALICE, "the pump is red"), _ctx())
+        assert ack.fact_id is not None
+        missing = "m-" + "7" * 32
+        for fact_id in (ack.fact_id, missing):
+            with pytest.raises(MemoryFactNotFoundError) as refused:
+                await store.forget(MemoryScope("acme", "mallory"), fact_id, _ctx())
+            assert fact_id not in str(refused.value) and refused.value.fact_id == fact_id
+        await store.forget(ALICE, ack.fact_id, _ctx())
+        with pytest.raises(MemoryFactForgottenError) as forgotten:
+            await store.correct(ALICE, ack.fact_id, MemoryFact(ALICE, "the pump is blue"), _ctx())
+        assert ack.fact_id not in str(forgotten.value) and forgotten.value.fact_id == ack.fact_id
+    finally:
+        await store.aclose()

@@ -21,8 +21,6 @@ import attrs
 
 from .._errors import (
     InvalidArgumentError,
-    MemoryFactForgottenError,
-    MemoryFactNotFoundError,
     MemoryStoreError,
 )
 from .._ports import OpContext
@@ -54,7 +52,7 @@ from .._ports.memory_provenance import merged_provenance
 from .._ports.recall_args import checked_argument, checked_ctx
 from .._scope import validate_id
 from ._excerpts import query_terms
-from .sqlite_memory import new_fact_id
+from .sqlite_memory import forgotten, new_fact_id, not_found
 
 __all__ = ["InMemoryMemoryConfig", "InMemoryMemoryStore"]
 
@@ -103,7 +101,7 @@ class InMemoryMemoryStore(MemoryStore):
     def _latest(self, scope: MemoryScope, fact_id: str) -> StoredFact:
         revisions = self._revisions.get(fact_id)
         if not revisions or not scope.owns(revisions[-1].scope):
-            raise MemoryFactNotFoundError(f"no fact {fact_id!r} in this tenant and user; nothing was changed")
+            raise not_found(fact_id)
         return revisions[-1]
 
     def _touch(self, fact_id: str) -> None:
@@ -152,11 +150,9 @@ class InMemoryMemoryStore(MemoryStore):
             check_fact(replacement)
             latest = self._latest(scope, fact_id)
             if not scope.owns(replacement.scope):
-                raise MemoryFactNotFoundError(
-                    f"no fact {fact_id!r} in this tenant and user; nothing was changed"
-                )
+                raise not_found(fact_id)
             if latest.status is FactStatus.FORGOTTEN:
-                raise MemoryFactForgottenError(f"fact {fact_id!r} was forgotten; it cannot be corrected")
+                raise forgotten(fact_id)
             if _key(latest.fact) == _key(replacement):
                 return self._merge(fact_id, latest, replacement)  # a duplicate: its new groups kept
             check_revision(latest.revision)

@@ -106,9 +106,22 @@ def new_fact_id() -> str:
     return "m-" + secrets.token_hex(16)
 
 
-def _not_found(fact_id: str) -> MemoryFactNotFoundError:
-    # One message whether the id is missing or another tenant's: a refusal reveals nothing.
-    return MemoryFactNotFoundError(f"no fact {fact_id!r} in this tenant and user; nothing was changed")
+def not_found(fact_id: str) -> MemoryFactNotFoundError:
+    """The refusal of ``fact_id``, missing or another tenant's: one message either way, naming no id.
+
+    A refusal reveals nothing; and hosts log error texts while an id is content, named only with
+    content capture, which a store cannot see: the id is the error's ``fact_id`` instead.
+    """
+    return MemoryFactNotFoundError(
+        "no fact with this id in this tenant and user; nothing was changed", fact_id
+    )
+
+
+def forgotten(fact_id: str) -> MemoryFactForgottenError:
+    """The refusal to correct the forgotten fact ``fact_id``; its id is ``fact_id``, not in the text."""
+    return MemoryFactForgottenError(
+        "the fact was forgotten; it cannot be corrected (remember a new fact instead)", fact_id
+    )
 
 
 def _scope_args(scope: MemoryScope) -> tuple[str, str]:
@@ -173,11 +186,11 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
             (fact_id,),
         ).fetchone()
         if row is None:
-            raise _not_found(fact_id)
+            raise not_found(fact_id)
         # Ownership is checked on the raw columns before decoding, so another
         # tenant's damaged row is refused the same way as a missing one.
         if (row[2], row[3]) != _scope_args(scope):
-            raise _not_found(fact_id)
+            raise not_found(fact_id)
         return decode_row(row)
 
     @staticmethod
@@ -234,7 +247,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         fact_id = validate_id(fact_id, "fact id")
         check_fact(replacement)
         if not scope.owns(replacement.scope):
-            raise _not_found(fact_id)
+            raise not_found(fact_id)
         digest = content_digest(replacement)
         now = datetime.now(UTC)
 
@@ -242,10 +255,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
             with immediate_transaction(conn):
                 latest = self._latest(conn, scope, fact_id)
                 if latest.status is FactStatus.FORGOTTEN:
-                    raise MemoryFactForgottenError(
-                        f"fact {fact_id!r} was forgotten; it cannot be corrected "
-                        "(remember a new fact instead)"
-                    )
+                    raise forgotten(fact_id)
                 if content_digest(latest.fact) == digest:
                     return _duplicate(conn, latest, replacement, now)  # its new groups kept
                 check_revision(latest.revision)
@@ -281,7 +291,8 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                     # A row no read would accept (see MAX_TOMBSTONE_CHARS): raised before the
                     # transaction commits, so every revision keeps its text.
                     raise SQLiteMemoryError(
-                        f"sqlite memory store: fact {fact_id!r} has {len(revisions)} revisions naming "
+                        # The id is the caller's own, and content (named only with capture): not here.
+                        f"sqlite memory store: the fact has {len(revisions)} revisions naming "
                         f"{len(set(sessions))} sessions, more than a tombstone may hold; nothing was "
                         "forgotten (erase its user, or its sessions, instead)"
                     )

@@ -131,8 +131,12 @@ def _fact_id(value: object) -> str:
 
 
 def _not_found(fact_id: str) -> MemoryFactNotFoundError:
-    # One message whether the id is missing or another tenant's: a refusal reveals nothing.
-    return MemoryFactNotFoundError(f"no fact {fact_id!r} in this tenant and user; nothing was changed")
+    # One message whether the id is missing or another tenant's: a refusal reveals nothing. Nor does
+    # it name the id (hosts log error texts; an id is content, named only with capture, which a store
+    # cannot see): the error's fact_id holds it.
+    return MemoryFactNotFoundError(
+        "no fact with this id in this tenant and user; nothing was changed", fact_id
+    )
 
 
 def _segment(value: str | None) -> str | None:
@@ -312,7 +316,7 @@ class PostgresMemoryStore(MemoryStore):
             latest, row = await self._latest(conn, scope, fact_id, lock=True)
             if latest.status is FactStatus.FORGOTTEN:
                 raise MemoryFactForgottenError(
-                    f"fact {fact_id!r} was forgotten; it cannot be corrected (remember a new fact instead)"
+                    "the fact was forgotten; it cannot be corrected (remember a new fact instead)", fact_id
                 )
             if content_digest(latest.fact) == digest:
                 # A duplicate, as a remember's: the groups it adds are kept as the next revision.
@@ -385,7 +389,7 @@ class PostgresMemoryStore(MemoryStore):
                 # tombstone. More (damage, or written before the cap) cannot all be seen, and
                 # forgetting only those read would leave the text of the rest: refused, unchanged.
                 raise PostgresMemoryError(
-                    f"fact {fact_id!r} cannot be forgotten: it holds more than {MAX_FACT_REVISIONS} "
+                    f"the fact cannot be forgotten: it holds more than {MAX_FACT_REVISIONS} "
                     "revisions, the most one fact may hold; nothing was forgotten (erase its user or "
                     "its sessions instead)"
                 )
@@ -400,7 +404,7 @@ class PostgresMemoryStore(MemoryStore):
                 # Checked before any revision is rewritten: a tombstone no read takes would leave
                 # the fact unreadable, its history included.
                 raise PostgresMemoryError(
-                    f"fact {fact_id!r} cannot be forgotten: the tombstone naming the {len(set(sessions))} "
+                    f"the fact cannot be forgotten: the tombstone naming the {len(set(sessions))} "
                     f"sessions its revisions cite: {why}; nothing was forgotten (erase its user or its "
                     "sessions instead, or raise max_row_bytes)"
                 )
