@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
 import pytest
 
 from agentium_harness import VerifiedIdentity, create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
+from agentium_harness._engine.results import Diagnostic, Severity
 from agentium_harness._errors import InvalidArgumentError
 from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
@@ -19,6 +21,7 @@ from agentium_harness._ports.provider import (
     SourceKind,
 )
 from agentium_harness._ports.summary import SummaryLimits, TaskSummary
+from agentium_harness._validators import MAX_COUNT
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.summarizers import (
     MODEL_INSTRUCTIONS,
@@ -228,20 +231,44 @@ async def test_a_group_cut_to_fit_keeps_one_line_per_message() -> None:
 
 
 @pytest.mark.parametrize("seq", ["1000000000001", "9" * 5000], ids=["past_max_count", "5000_digits"])
-async def test_a_reply_line_tagged_with_an_impossible_seq_is_dropped_not_fatal(seq: str) -> None:
+async def test_a_reply_line_tagged_with_an_impossible_seq_is_dropped_not_fatal(
+    seq: str, caplog: pytest.LogCaptureFixture
+) -> None:
     # The model may copy a tag out of the group text (a user can type "[g999...]"): a line tagged
-    # with a seq no group can have (past MAX_COUNT, or too long for int()) is not a tag: dropped like
-    # an untagged line. It failed the whole update (summary_failed), losing the lines tagged rightly.
+    # with a seq no group can have (past MAX_COUNT, or too long for int()) is dropped. It failed the
+    # whole update (summary_failed), losing the lines tagged rightly; then it was dropped unreported,
+    # where a line citing a group not given is reported (a WARNING diagnostic, its text no content).
     provider = Tagging(extra=f"[g{seq}] A statement under an impossible tag.")
     runtime = _runtime(provider, ModelSummarizer())
-    for i in range(4):
-        result = await runtime.run(ANA, "s1", f"Valve {i} is shut.")
+    said: list[Diagnostic] = []
+    with caplog.at_level(logging.WARNING):
+        for i in range(4):
+            result = await runtime.run(ANA, "s1", f"Valve {i} is shut.")
+            said.extend(d for d in result.diagnostics if d.code == "summarizer_contract_violation")
     assert not result.has("summary_failed")
     assert result.summary is not None
     summary = result.summary.summary
     assert summary.frontier == result.boundary == 2
     assert [c.seq for c in summary.citations] == [0, 1]
     assert "impossible tag" not in summary.text
+    assert said and all(d.severity is Severity.WARNING for d in said)
+    assert all("1000000000000 or more" in d.message and "impossible" not in d.message for d in said)
+    warned = [r for r in caplog.records if getattr(r, "agentium_code", "") == "summarizer_contract_violation"]
+    assert len(warned) == len(said) and all(r.levelno == logging.WARNING for r in warned)
+    assert not any("impossible" in r.getMessage() for r in warned)
+
+
+async def test_a_tag_no_group_can_have_is_passed_on_as_an_unknown_citation() -> None:
+    # The engine drops and reports a citation it cannot match ("unknown"); a tag past MAX_COUNT,
+    # which no Citation holds, stands as MAX_COUNT (no group's seq: the last is MAX_SEQ).
+    reply = f"[g0] The pump is red.\n[g{'9' * 40}] Copied from the text.\n[g1000000000001][g1] Too."
+    groups = [MessageGroup(i, (Message(Role.USER, f"Group {i} speaks."),)) for i in range(2)]
+    folded = await ModelSummarizer(provider=_Replying(reply)).summarize(
+        None, groups, OpContext.with_timeout(30)
+    )
+    assert folded.text == "[g0] The pump is red."
+    assert [(c.seq, c.digest) for c in folded.citations][-1] == (MAX_COUNT, "unknown")
+    assert [c.seq for c in folded.citations] == [0, MAX_COUNT]
 
 
 async def test_extractive_folds_on_from_a_previous_text_holding_an_impossible_tag() -> None:

@@ -33,6 +33,7 @@ from .._ports.summary import (
     text_reach,
 )
 from .._text import error_text, shorten
+from .._validators import MAX_COUNT
 from .erased_groups import may_state
 from .results import Diagnostic, Severity
 
@@ -225,6 +226,15 @@ def _newest(kept: Sequence[Citation]) -> tuple[list[Citation], Diagnostic]:
     )
 
 
+def _shown(seq: int) -> str:
+    """``seq`` as a dropped citation's diagnostic names it: ``MAX_COUNT`` (no group's) as what it stands for.
+
+    The model summarizer cites a tag no group can have (``[g<past 10**12>]``) as ``MAX_COUNT``
+    (a citation holds no larger seq): the tag's own number is not known here, nor said.
+    """
+    return f"{seq}" if seq < MAX_COUNT else f"{MAX_COUNT} or more, which no group has"
+
+
 def _citations(
     answer: TaskSummary, previous: TaskSummary | None, given: Sequence[MessageGroup], unread: int = 0
 ) -> tuple[list[Citation], Diagnostic | None]:
@@ -255,7 +265,7 @@ def _citations(
         return kept, None
     parts = []
     if unknown:
-        shown = ", ".join(str(s) for s in sorted(set(unknown))[:_SHOWN_SEQS])
+        shown = ", ".join(_shown(s) for s in sorted(set(unknown))[:_SHOWN_SEQS])
         more = ", …" if len(set(unknown)) > _SHOWN_SEQS else ""
         parts.append(
             f"{len(unknown)} name no group the summarizer was given, or not with its digest "

@@ -58,28 +58,30 @@ _TAG = re.compile(r"\[g(\d+)\]")
 _TAG_DIGITS = len(str(MAX_COUNT))
 
 
-def _seq(digits: str) -> int | None:
-    """The seq ``digits`` name; ``None`` for one no group can have.
+def _seq(digits: str) -> int:
+    """The seq ``digits`` name; ``MAX_COUNT`` for any no group can have.
 
     A tag copied from group text can name a seq past ``MAX_COUNT`` (no :class:`Citation` holds
     it) or run to thousands of digits (``int()`` refuses past 4300); leading zeros are not
-    counted: ``[g00000000000001]`` names group 1, a tag a group has.
+    counted: ``[g00000000000001]`` names group 1, a tag a group has. ``MAX_COUNT`` itself is no
+    group's seq (the last is ``MAX_SEQ``) yet a citation may hold it: such a tag stands for every
+    impossible one, so a line tagged with it is dropped and reported as any line citing a group
+    it was not given (it was dropped unreported).
     """
     digits = digits.lstrip("0") or "0"
     if len(digits) > _TAG_DIGITS:
-        return None
-    seq = int(digits)
-    return seq if seq <= MAX_COUNT else None
+        return MAX_COUNT
+    return min(int(digits), MAX_COUNT)
 
 
 def _tags(line: str) -> tuple[int, ...]:
     """The seqs a summary line's leading tags name (``[g3] ``, or ``[g3][g4] `` side by side), in order.
 
-    Empty for a line with no tag (the tags must be followed by a space), or with a tag no group
-    can have (:func:`_seq`): such a tag raised out of the fold and failed the whole update, the
-    lines tagged rightly with it; the line is untagged, and not kept. A line drawn from several
-    groups cites each: read as untagged, it was dropped unreported. What follows the space is
-    the statement, a tag-like word in it too (``[g3] [g7] is the label``: group 3's words).
+    Empty for a line with no tag (the tags must be followed by a space). A tag no group can have
+    is ``MAX_COUNT`` (:func:`_seq`): it raised out of the fold and failed the whole update, the
+    lines tagged rightly with it. A line drawn from several groups cites each: read as untagged,
+    it was dropped unreported. What follows the space is the statement, a tag-like word in it too
+    (``[g3] [g7] is the label``: group 3's words).
     """
     found: list[str] = []
     pos = 0
@@ -88,8 +90,7 @@ def _tags(line: str) -> tuple[int, ...]:
         pos = match.end()
     if not found or not line.startswith(" ", pos):
         return ()
-    seqs = [_seq(digits) for digits in found]
-    return () if None in seqs else tuple(s for s in seqs if s is not None)
+    return tuple(_seq(digits) for digits in found)
 
 
 #: What a summary's uncertainty says once older content was dropped to keep it bounded.
@@ -368,8 +369,9 @@ class ModelSummarizer(Summarizer):
             line = line.strip()
             seqs = _tags(line)
             if not seqs:
-                continue  # untagged text (or a tag no group can have) cites nothing: it is not kept
-            # A line citing a group it was not given may state what no group said: it goes, reported.
+                continue  # untagged text cites nothing: it is not kept
+            # A line citing a group it was not given (or none can have: MAX_COUNT) may state what no
+            # group said: it goes, reported.
             missing = [seq for seq in seqs if seq not in known]
             if missing:
                 unknown.extend(missing)
