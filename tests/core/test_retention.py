@@ -21,6 +21,7 @@ from agentium_harness import (
     CommitState,
     ContractViolationError,
     EraseTarget,
+    ErasureInProgressError,
     ErasureKind,
     ErasureRefusedError,
     ErasureState,
@@ -386,6 +387,85 @@ async def test_an_erasure_failing_before_it_wrote_says_what_the_call_erased(
         assert caught.value.commit_state is CommitState.NOT_COMMITTED
         assert "unknown" not in said and "trimmed before" not in said
     assert await _archived(archive) == ([1] if trimmed else [0, 1])
+    await rt.aclose()
+
+
+class _TypedRecordFailingStore(_RecordFailingStore):
+    """As :class:`_RecordFailingStore`, the records' backend failing with a typed error instead."""
+
+    async def load(self, key: SessionKey, ctx: Any) -> Any:
+        try:
+            return await super().load(key, ctx)
+        except RuntimeError as exc:
+            raise SessionStoreError(str(exc)) from exc
+
+
+@pytest.mark.parametrize(("failing", "trimmed"), [("s1", False), ("s2", True)])
+async def test_an_erasure_refused_typed_before_it_wrote_says_what_the_call_erased(
+    failing: str, trimmed: bool
+) -> None:
+    # A typed error (no commit_state of its own) out of the first erasure, before it wrote anything,
+    # left the call "unknown": "the sessions trimmed before stay trimmed", though none was.
+    store = _TypedRecordFailingStore()
+    rt, archive, _ = _runtime(RetentionPolicy(max_archived_groups=1), session_store=store)
+    for sid in ("s1", "s2"):
+        for i in range(3):
+            await rt.append(ANA, sid, [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    store.failing = failing
+    with anyio.fail_after(30), pytest.raises(SessionStoreError, match="records backend down") as caught:
+        await rt.apply_retention(OPERATOR)
+    said = str(caught.value)
+    if trimmed:
+        assert caught.value.commit_state is CommitState.UNKNOWN
+        assert "the sessions trimmed before stay trimmed" in said and "not_committed" not in said
+    else:
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+        assert "unknown" not in said and "trimmed before" not in said
+    assert await _archived(archive) == ([1] if trimmed else [0, 1])
+    await rt.aclose()
+
+
+class _RefusingRecordsStore(InMemorySessionStore):
+    """Each session's erasure refused typed by the records' backend: ``refusals[session]`` is raised."""
+
+    def __init__(self, refusals: dict[str, Exception]) -> None:
+        super().__init__()
+        self.refusals = refusals
+        self.checking: str | None = None
+        self.armed = False
+
+    async def load(self, key: SessionKey, ctx: Any) -> Any:
+        if key.tenant == "acme":
+            self.checking = key.session
+        elif self.armed and self.checking in self.refusals:
+            # The first read of the records after the session's own load: its erasure's look for a
+            # pending record, before any write (the next session's check reads them before its load).
+            checking, self.checking = self.checking, None
+            raise self.refusals[checking]
+        return await super().load(key, ctx)
+
+
+async def test_a_call_whose_erasures_were_all_refused_before_writing_says_nothing_was_trimmed() -> None:
+    # The first session's erasure refused (passed over: an overlapping erasure) left the call
+    # "unknown"; the next one's typed error then said "the sessions trimmed before stay trimmed".
+    store = _RefusingRecordsStore(
+        {
+            "s1": ErasureInProgressError("an overlapping erasure is pending; nothing was erased", "e-1"),
+            "s2": SessionStoreError("records backend down"),
+        }
+    )
+    rt, archive, _ = _runtime(RetentionPolicy(max_archived_groups=1), session_store=store)
+    for sid in ("s1", "s2"):
+        for i in range(3):
+            await rt.append(ANA, sid, [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    store.armed, store.checking = True, None
+    with anyio.fail_after(30), pytest.raises(SessionStoreError, match="records backend down") as caught:
+        await rt.apply_retention(OPERATOR)
+    assert caught.value.commit_state is CommitState.NOT_COMMITTED
+    assert "unknown" not in str(caught.value) and "trimmed before" not in str(caught.value)
+    for sid in ("s1", "s2"):
+        key = SessionKey("acme", "ana", sid)
+        assert [g.seq for g in await archive.read_groups(key, 0, 100, OpContext())] == [0, 1]
     await rt.aclose()
 
 

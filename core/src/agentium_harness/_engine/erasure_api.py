@@ -100,15 +100,19 @@ async def run_erasure(
     kind: ErasureKind,
     *,
     dry_run: bool = False,
+    progress: WriteProgress | None = None,
 ) -> ErasureResult:
     """One erasure of ``target`` (checked arguments), or its dry run; see :mod:`.erasure` for the steps.
 
     Under the runtime's telemetry settings: the record's start and a dry run's
     plan are outside the ``agentium.erasure`` span, and their store calls
     record where the runtime's do. An unexpected error before the record is
-    pending says whether it may be (``commit_state``).
+    pending says whether it may be (``commit_state``). ``progress`` (a fresh
+    one if not given) is the erasure's own: still ``not_committed`` when it
+    ends, the erasure wrote and erased nothing (a caller running several
+    tells from it what its call changed, whatever error ended this one).
     """
-    progress = WriteProgress()
+    progress = WriteProgress() if progress is None else progress
     operation = "erase" if kind is ErasureKind.ERASURE else f"erasure ({kind.value})"
     if dry_run:
         # A dry run has no agentium.erasure span: one of its own, so that a store's report refused
@@ -170,6 +174,8 @@ async def _run_erasure(
         record, resumed = await start(
             ticket, runtime.session_store, target, reason, attestation, kind, progress.saving
         )
+        if resumed:
+            progress.saving()  # a pending erasure resumed erases from here (no record was written)
         done = await finish(runtime, ticket, record, take_inventory=not resumed)
         progress.committed()
         return ErasureResult(done, resumed)

@@ -63,6 +63,7 @@ from .erasure_ledger import pending_records
 from .history_read import fetch_groups, read_settled
 from .load import load_session
 from .memory.manager import counted_listing
+from .results import CommitState
 from .unexpected import WriteProgress
 
 if TYPE_CHECKING:
@@ -379,11 +380,13 @@ async def _sources(
     scope: MemoryScope,
     refs: Sequence[GroupRef],
     checked: tuple[str, OperatorAttestation] | None,
+    progress: WriteProgress | None = None,
 ) -> tuple[list[SourceHolder], list[ErasureResult], list[str], int]:
     """Where each cited group's text is, erasing the archived ones when ``checked`` (one pass).
 
     And how many of the ``NOT_HELD`` holders are groups cited by another digest (already a
-    WARNING and an event of their own: :func:`_places`).
+    WARNING and an event of their own: :func:`_places`). ``progress`` (the forget's) turns
+    ``unknown`` once an erasure began writing.
     """
     from .erasure_api import run_erasure  # the API module imports this one
 
@@ -424,7 +427,16 @@ async def _sources(
             ranges = merge_ranges([SeqRange(seq, seq + 1) for seq in erasable])
             target = EraseTarget.groups_of(key, ranges)
             assert target.level is EraseLevel.GROUPS
-            result = await run_erasure(runtime, target, checked[0], checked[1], ErasureKind.FORGET)
+            erasure = WriteProgress()
+            try:
+                result = await run_erasure(
+                    runtime, target, checked[0], checked[1], ErasureKind.FORGET, progress=erasure
+                )
+            finally:
+                # Changed only once an erasure began writing: the lookups before it, and an erasure
+                # refused before it wrote, change nothing ("unknown" said the fact may be forgotten).
+                if progress is not None and erasure.commit_state is not CommitState.NOT_COMMITTED:
+                    progress.saving()
             erasures.append(result)
             gone = set(erasable)
             places = [
@@ -469,10 +481,8 @@ async def forget_fact(
     notes: list[str] = []
     mismatched = 0
     refs, note, seen = await _provenance(runtime, scope, checked_id)
-    if progress is not None and erase_sources:
-        progress.saving()  # the sources' erasures may begin
     for attempt in range(_ATTEMPTS):
-        holders, done, notes, mismatched = await _sources(runtime, scope, refs, checked)
+        holders, done, notes, mismatched = await _sources(runtime, scope, refs, checked, progress)
         erasures.extend(done)
         # A correction meanwhile (the lookups and erasures await) wrote a revision whose sources
         # this pass did not see, and forgetting would empty its provenance for good: look again.

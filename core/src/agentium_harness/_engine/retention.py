@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from .._errors import (
-    AgentiumError,
     CapabilityError,
     ContractViolationError,
     ErasureIncompleteError,
@@ -257,7 +256,7 @@ async def apply_policy(
 ) -> RetentionResult:
     """Apply ``policy`` to every session of ``target``: one groups erasure per session past it.
 
-    ``progress`` turns ``unknown`` once the first erasure begins (what an error must say was erased).
+    ``progress`` turns ``unknown`` once an erasure began writing (what an error must say was erased).
     """
     from .erasure_api import run_erasure  # the API module imports this one
 
@@ -296,24 +295,30 @@ async def apply_policy(
         if stored is None or cutoff <= 0 or already_erased(snap, cutoff):
             continue
         groups = EraseTarget.groups_of(key, retention_ranges(cutoff))
-        began = progress is not None and progress.commit_state is not CommitState.NOT_COMMITTED
-        if progress is not None and not dry_run:
-            progress.saving()
+        erasure = WriteProgress()
         try:
             results.append(
                 await run_erasure(
-                    runtime, groups, reason, attestation, ErasureKind.RETENTION, dry_run=dry_run
+                    runtime,
+                    groups,
+                    reason,
+                    attestation,
+                    ErasureKind.RETENTION,
+                    dry_run=dry_run,
+                    progress=erasure,
                 )
             )
         except (SessionBusyError, ErasureInProgressError, ErasureIncompleteError) as exc:
             notes.append(f"session {key.key()}: {error_text(exc)}")
             if not isinstance(exc, ErasureIncompleteError):  # that one run_erasure has logged
                 _passed_over(runtime, key, exc)
-        except AgentiumError as exc:
-            # The first erasure says it wrote nothing (its own commit_state): nor did the call.
-            if progress is not None and not began and exc.commit_state is CommitState.NOT_COMMITTED:
-                progress.settled(CommitState.NOT_COMMITTED)
-            raise
+        finally:
+            # The call may have erased once one of its erasures began writing (its record; or a pending
+            # one resumed). One refused before that (a typed error of its own, or passed over above)
+            # wrote nothing: were the call marked before it ran, an error of this erasure or a later
+            # one said "unknown", the sessions "trimmed before" standing, with none trimmed.
+            if progress is not None and erasure.commit_state is not CommitState.NOT_COMMITTED:
+                progress.saving()
     return RetentionResult(policy, len(keys), tuple(results), tuple(notes))
 
 
