@@ -100,3 +100,30 @@ async def test_the_refusal_warning_names_the_fact_only_with_capture(
     assert (fact_id in record.getMessage()) is capture
     assert memory._revisions[fact_id][-1].status is FactStatus.CURRENT, "the fact was forgotten anyway"
     await rt.aclose()  # type: ignore[attr-defined]
+
+
+class _AlwaysCorrected(InMemoryMemoryStore):
+    """Each history read first corrects the fact (a correction racing every look at its sources)."""
+
+    async def history(self, scope: MemoryScope, fact_id: str, ctx: object) -> object:
+        latest = self._revisions[fact_id][-1]
+        replacement = attrs.evolve(latest.fact, text=f"pin v{latest.revision + 1}")
+        await self.correct(scope, fact_id, replacement, ctx)  # type: ignore[arg-type]
+        return await super().history(scope, fact_id, ctx)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("capture", [False, True])
+async def test_a_fact_corrected_throughout_forget_is_refused_naming_it_only_with_capture(
+    capture: bool,
+) -> None:
+    # "fact 'm-...' was corrected 3 times while its sources were looked up" named it whatever the
+    # capture: the engine's own text, which hosts log.
+    memory = _AlwaysCorrected()
+    rt = _runtime(memory, capture)
+    ack = await rt.memory.remember(MemoryFact(SCOPE, "pin v1"))  # type: ignore[attr-defined]
+    assert ack.fact_id is not None
+    with anyio.fail_after(30), pytest.raises(MemoryRejectedError, match="corrected 3 times") as refused:
+        await rt.forget(SCOPE, ack.fact_id, reason="dsr", attestation=OPERATOR)  # type: ignore[attr-defined]
+    assert (ack.fact_id in str(refused.value)) is capture, str(refused.value)
+    assert memory._revisions[ack.fact_id][-1].status is FactStatus.CURRENT, "the fact was forgotten anyway"
+    await rt.aclose()  # type: ignore[attr-defined]

@@ -492,7 +492,8 @@ async def forget_fact(
         seen = now
         if attempt == _ATTEMPTS - 1:
             raise MemoryRejectedError(
-                f"fact {checked_id!r} was corrected {_ATTEMPTS} times while its sources were looked up"
+                f"{_named(runtime, checked_id, 'the fact')} was corrected {_ATTEMPTS} times while its "
+                "sources were looked up"
                 f"{' and erased (those erasures stand)' if erasures else ''}; it was not forgotten. "
                 "Call forget again once it stops changing"
             )
