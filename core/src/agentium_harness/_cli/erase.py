@@ -19,6 +19,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
+import attrs
+
 from .._codec import unstructure
 from .._config.runtime import build_runtime
 from .._engine.erasure import ErasureResult, OperatorAttestation
@@ -30,6 +32,7 @@ from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
 from .._validators import validate_id
+from .hiding import hidden_erasure
 from .interrupt import run_async
 from .output import (
     EXIT_OK,
@@ -216,7 +219,9 @@ async def _all_status(
             return records
 
 
-def _print(results: list[ErasureResult], as_json: bool) -> None:
+def _print(results: list[ErasureResult], as_json: bool, hide: Callable[[str], str]) -> None:
+    # The stores' details and the notes may repeat the options they were given (hidden_erasure).
+    results = [attrs.evolve(r, record=hidden_erasure(r.record, hide)) for r in results]
     if as_json:
         print_json([dict(unstructure(r.record), resumed=r.resumed) for r in results], sys.stdout)
         return
@@ -250,6 +255,8 @@ def cmd_erase(args: argparse.Namespace) -> int:
     target = _target(args)
     if args.status:
         records = _run(args, lambda rt: _all_status(rt, attestation, target), reading=True)
+        hide = hide_env(args)  # the stores' details and the notes may repeat their options
+        records = [hidden_erasure(r, hide) for r in records]
         if args.json:
             print_json([unstructure(r) for r in records], sys.stdout)
         else:
@@ -277,21 +284,22 @@ def cmd_erase(args: argparse.Namespace) -> int:
         if exc.record is None and args.json:  # no progress to print: the JSON error form says why
             print_json(json_error(exc, hide), sys.stdout)
         if exc.record is not None:
+            record = hidden_erasure(exc.record, hide)
             # Its progress is printed either way: with --json it was printed nowhere.
-            if args.json and exc.record.state is ErasureState.COMPLETE:
+            if args.json and record.state is ErasureState.COMPLETE:
                 # A completed erasure's tombstone, yet the target may still hold data (overtaken) or the
                 # fence may still be up (its removal from pending not known): printed with the error's
                 # fields, so no script reads it as the erasure's success.
-                said = dict(unstructure(exc.record), resumed=bool(args.resume), **json_error(exc, hide))
+                said = dict(unstructure(record), resumed=bool(args.resume), **json_error(exc, hide))
                 if isinstance(exc, ErasureOvertakenError):
                     said.update(still_held=list(exc.still_held), pending_id=exc.pending_id)
                 print_json([said], sys.stdout)
             elif args.json:
-                _print([ErasureResult(exc.record, resumed=bool(args.resume))], as_json=True)
+                _print([ErasureResult(record, resumed=bool(args.resume))], True, hide)
             else:
-                sys.stderr.write("\n".join(record_lines(exc.record)) + "\n")
+                sys.stderr.write("\n".join(record_lines(record)) + "\n")
         return EXIT_PENDING
-    _print(results, args.json)
+    _print(results, args.json, hide_env(args))
     return EXIT_OK
 
 
@@ -320,6 +328,9 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
     # stores must exist (a mistyped archive path let it mark groups erased that the real archive kept).
     needs = ("session_store", "archive", "recall")
     result, stopped = _run(args, apply, reading=args.dry_run, needs=needs, command="retention")
+    hide = hide_env(args)  # the records' store details and the notes are the stores' text
+    erasures = [hidden_erasure(e.record, hide) for e in result.erasures]
+    notes = [hide(note) for note in result.notes]
     if stopped:
         sys.stderr.write(
             f"agentium retention: {len(stopped)} erasure(s) stopped part way and stay pending (their "
@@ -330,19 +341,19 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
             {
                 "policy": unstructure(result.policy),
                 "checked": result.checked,
-                "erasures": [unstructure(e.record) for e in result.erasures],
-                "notes": list(result.notes),
+                "erasures": [unstructure(record) for record in erasures],
+                "notes": notes,
             },
             sys.stdout,
         )
         return EXIT_PENDING if stopped else EXIT_OK
     sys.stdout.write(
         f"retention {'planned' if args.dry_run else 'applied'}: {result.checked} session(s) checked, "
-        f"{len(result.erasures)} trimmed\n"
+        f"{len(erasures)} trimmed\n"
     )
-    for erasure in result.erasures:
-        sys.stdout.write("\n".join(record_lines(erasure.record)) + "\n")
-    for note in result.notes:
+    for record in erasures:
+        sys.stdout.write("\n".join(record_lines(record)) + "\n")
+    for note in notes:
         sys.stdout.write(f"note: {shown(note)}\n")
     return EXIT_PENDING if stopped else EXIT_OK
 

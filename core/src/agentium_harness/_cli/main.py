@@ -26,6 +26,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from .. import __version__
 from .._codec import unstructure
 from .._config.runtime import build_runtime
@@ -40,6 +42,7 @@ from .._text import error_text, shorten
 from .check import add_check_command
 from .erase import add_erase_commands, erasure_lines
 from .eval import add_eval_commands
+from .hiding import hidden_erasure
 from .interrupt import EXIT_INTERRUPTED, interrupted, interrupts, run_async
 from .memory import add_memory_commands
 from .output import (
@@ -140,7 +143,9 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
     view = run_async(go)
     # The divergence's detail is the archive's error, a gap's a reader's: either may repeat the
     # options the adapter was given. Hidden as printed: the records bound their detail's length.
+    # The tombstones' stores' details and notes (--json shows them) are hidden in the records.
     hide = hide_env(args)
+    view = attrs.evolve(view, erasures=tuple(hidden_erasure(r, hide) for r in view.erasures))
     if args.json:
         data = unstructure(view)
         for item in [data["divergence"] or {}, *(data["summary"] or {}).get("gaps", ())]:

@@ -50,9 +50,11 @@ from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from .._scope import RecallScope, Scope, SessionKey, validate_id
+from .hiding import hidden_evidence
 from .interrupt import run_async
 from .output import (
     NEVER_WRITTEN,
+    hide_env,
     load_hiding,
     print_json,
     reading_only,
@@ -442,7 +444,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
                 groups=session_groups(ticket, runtime.archive, runtime.session_store, key, snap),
             )
 
-    evidence = run_async(go)
+    evidence = hidden_evidence(run_async(go), hide_env(args))  # its problems may quote the store's errors
     u = evidence.usage
     limits = runtime.recall_limits
     if args.json:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -24,6 +23,7 @@ from .._errors import AgentiumError, InvalidArgumentError
 from .._observe import tree
 from .._scope import RecallScope, VerifiedIdentity
 from .._text import error_text
+from .hiding import hidden_run
 from .interrupt import run_async
 from .output import (
     EXIT_OK,
@@ -147,40 +147,20 @@ def _run_turn(args: argparse.Namespace) -> int:
             raise
         # The turn ended (committed, as it says) before Ctrl-C cut the summary settle short: it is
         # reported as any run is, then main() says "interrupted" (it said only that, as if nothing ran).
-        _report_run(args, _hidden(ran[0], hide))
+        _report_run(args, hidden_run(ran[0], hide))
         raise
     except AgentiumError as exc:
         # With --json a failed run still prints its RunResult (status interrupted: what ran, and
         # whether the turn was committed); stdout used to stay empty. main() reports the error.
         if args.json and exc.run_result is not None:
             failed = exc.run_result
-            failed = _hidden(failed, hide)
+            failed = hidden_run(failed, hide)
             print_json(
                 {**unstructure(failed), "committed": failed.committed, **json_error(exc, hide)}, sys.stdout
             )
             args.printed_json = True  # main() prints no second document
         raise
-    return _report_run(args, _hidden(result, hide))
-
-
-def _hidden(result: RunResult, hide: Callable[[str], str]) -> RunResult:
-    """``result`` with the values from the environment hidden where adapters' text stands.
-
-    The diagnostics, the recall outcome's reason (a recall store's error the policy stopped on)
-    and each verification's reason (the verifier's, or its error): the lines stderr starts with
-    and ``--json`` both show them.
-    """
-    changes: dict[str, Any] = {
-        "diagnostics": tuple(attrs.evolve(d, message=hide(d.message)) for d in result.diagnostics)
-    }
-    if result.recall is not None:
-        changes["recall"] = attrs.evolve(result.recall, reason=hide(result.recall.reason))
-    if result.verification is not None:
-        attempts = tuple(attrs.evolve(a, reason=hide(a.reason)) for a in result.verification.attempts)
-        changes["verification"] = attrs.evolve(result.verification, attempts=attempts)
-    if all(getattr(result, name) == value for name, value in changes.items()):
-        return result
-    return attrs.evolve(result, **changes)
+    return _report_run(args, hidden_run(result, hide))
 
 
 def _report_run(args: argparse.Namespace, result: RunResult) -> int:

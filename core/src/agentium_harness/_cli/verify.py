@@ -21,6 +21,7 @@ from .._config.runtime import build_runtime
 from .._engine.results import Diagnostic
 from .._scope import VerifiedIdentity
 from .._verdicts import Verdict, VerificationRecord
+from .hiding import hidden_verification
 from .interrupt import run_async
 from .output import EXIT_NOT_ACCEPTED, hide_env, load_hiding, print_json, shown, text_argument
 
@@ -53,10 +54,10 @@ def _cmd_verify(
                 return await runtime.verify(identity(args), args.session, claim, since=args.since)
 
         record, notes = run_async(go)
-        # The verifier's reasons (or its error) and the notes may repeat the options it was given.
+        # The verifier's reasons (or its error), its evidence and the notes may repeat the options
+        # it was given.
         hide = hide_env(args)
-        attempts = tuple(attrs.evolve(a, reason=hide(a.reason)) for a in record.attempts)
-        record = attrs.evolve(record, attempts=attempts)
+        record = hidden_verification(record, hide)
         notes = tuple(attrs.evolve(d, message=hide(d.message)) for d in notes)
         if args.json:
             data: dict[str, Any] = {

@@ -1,0 +1,249 @@
+"""What a command prints when it succeeds shows no value a ``${VAR}`` reference supplied.
+
+The error a command ends with was hidden already (test_cli_probe.py); these are the adapters'
+text a command prints on success, in its text form and with ``--json``: a run's recall
+violations and uncertainty and its verification's evidence, ``agentium verify``'s evidence,
+``erase`` and ``retention apply``'s records and notes.
+Each config takes its SQLite path from the environment, and the adapters' text names it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from agentium_harness._cli import main
+from agentium_harness._engine.erasure_status import ErasureStatusPage
+from agentium_harness._engine.runtime import HarnessRuntime
+from agentium_harness._verdicts import EvidenceEntry, Verdict, VerificationAttempt, VerificationRecord
+
+HIDDEN = "<a value from the environment, not shown>"
+ANA = ["--tenant", "acme", "--user", "ana", "--session", "s1"]
+SCOPE = ["--tenant", "acme", "--user", "ana"]
+CONFIG = """
+[provider]
+plugin = "scripted"
+options.responses = ["Noted."]
+[plugins.sqlite]
+path = "${AGT_TEST_DB}"
+[archive]
+plugin = "sqlite"
+[session_store]
+plugin = "sqlite"
+[recall]
+plugin = "sqlite"
+"""
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A config whose SQLite path (in an existing folder) comes from the environment."""
+    (tmp_path / "s3cret-folder").mkdir()
+    monkeypatch.setenv("AGT_TEST_DB", "s3cret-folder/state.db")
+    path = tmp_path / "agentium.toml"
+    path.write_text(CONFIG, encoding="utf-8")
+    return path
+
+
+def _named(config: Path) -> str:
+    """The database path as an adapter names it: the config's folder joined to the value."""
+    return f"{config.parent}/s3cret-folder/state.db"
+
+
+def _verification(named: str) -> VerificationRecord:
+    evidence = (EvidenceEntry("test-run", f"{named}.log", f"read from {named}"),)
+    attempt = VerificationAttempt(revision=0, verdict=Verdict.PASS, reason="checked", evidence=evidence)
+    return VerificationRecord(Verdict.PASS, 0, "on-demand", (attempt,))
+
+
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_a_runs_recall_notes_and_verification_evidence_hide_values_from_the_environment(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, json_form: bool
+) -> None:
+    # A completed run printed the recall outcome's violations and uncertainty (--json) and each
+    # verification's evidence (both forms, and again in the retained record) as the adapters wrote them.
+    named = _named(config)
+    real = HarnessRuntime.run
+
+    async def noted(self: HarnessRuntime, *args: object, **kwargs: object) -> object:
+        result = await real(self, *args, **kwargs)  # type: ignore[arg-type]
+        assert result.recall is not None
+        recall = attrs.evolve(
+            result.recall, violations=(f"discover: {named} dropped",), uncertainty=(f"stale index {named}",)
+        )
+        verification = _verification(named)
+        retained = attrs.evolve(
+            result.retained, uncertainty=(f"stale index {named}",), verification=verification
+        )
+        return attrs.evolve(result, recall=recall, verification=verification, retained=retained)
+
+    monkeypatch.setattr(HarnessRuntime, "run", noted)
+    assert main(["run", *(["--json"] if json_form else []), str(config), *ANA, "hello"]) == 0
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out + err
+    shown = f"{config.parent}/{HIDDEN}"
+    if json_form:
+        result = json.loads(out)
+        assert result["recall"]["violations"] == [f"discover: {shown} dropped"]
+        assert (
+            result["recall"]["uncertainty"] == result["retained"]["uncertainty"] == [f"stale index {shown}"]
+        )
+        for record in (result["verification"], result["retained"]["verification"]):
+            assert record["attempts"][0]["evidence"] == [
+                {"kind": "test-run", "ref": f"{shown}.log", "detail": f"read from {shown}"}
+            ]
+    else:
+        assert f"  evidence test-run {shown}.log: read from {shown}\n" in err, err
+
+
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_verifys_evidence_hides_values_from_the_environment(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, json_form: bool
+) -> None:
+    # agentium verify hid the verifier's reason, not the evidence it printed after it.
+    named = _named(config)
+
+    async def verify(self: HarnessRuntime, *args: object, **kwargs: object) -> object:
+        return _verification(named), ()
+
+    monkeypatch.setattr(HarnessRuntime, "verify", verify)
+    assert main(["verify", *(["--json"] if json_form else []), str(config), *ANA, "--claim", "done"]) == 0
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out + err
+    shown = f"{config.parent}/{HIDDEN}"
+    if json_form:
+        (entry,) = json.loads(out)["record"]["attempts"][0]["evidence"]
+        assert (entry["ref"], entry["detail"]) == (f"{shown}.log", f"read from {shown}")
+    else:
+        assert f"  evidence test-run {shown}.log: read from {shown}\n" in out, out
+
+
+def _detailed(record: Any, named: str) -> Any:
+    """``record`` with a store's detail and a note naming ``named``, as an adapter may write them."""
+    stores = tuple(attrs.evolve(s, detail=f"vacuumed {named}") for s in record.stores)
+    return attrs.evolve(record, stores=stores, notes=(*record.notes, f"compacted {named}"))
+
+
+@pytest.mark.parametrize("mode", [[], ["--status"], ["--dry-run"]], ids=["erase", "status", "dry-run"])
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_an_erasures_record_hides_values_from_the_environment(
+    config: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    mode: list[str],
+    json_form: bool,
+) -> None:
+    # The tombstone's per-store detail and notes are the stores' text: printed as they were.
+    named = _named(config)
+    assert main(["run", str(config), *ANA, "hello"]) == 0
+    erase, status = HarnessRuntime.erase, HarnessRuntime.erasure_status
+
+    async def erasing(self: HarnessRuntime, *args: Any, **kwargs: Any) -> Any:
+        result = await erase(self, *args, **kwargs)
+        return attrs.evolve(result, record=_detailed(result.record, named))
+
+    async def listing(self: HarnessRuntime, *args: Any, **kwargs: Any) -> Any:
+        page = await status(self, *args, **kwargs)
+        return ErasureStatusPage([_detailed(record, named) for record in page], page.next_after)
+
+    monkeypatch.setattr(HarnessRuntime, "erase", erasing)
+    monkeypatch.setattr(HarnessRuntime, "erasure_status", listing)
+    if mode == ["--status"]:  # something to list
+        assert main(["erase", str(config), *SCOPE, "--reason", "asked"]) == 0
+    capsys.readouterr()
+    flags = ["--json"] if json_form else []
+    assert main(["erase", *flags, *mode, str(config), *SCOPE, "--reason", "asked"]) == 0
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out + err
+    shown = f"{config.parent}/{HIDDEN}"
+    if json_form:
+        (record,) = json.loads(out)
+        assert {s["detail"] for s in record["stores"]} == {f"vacuumed {shown}"}
+        assert record["notes"][-1] == f"compacted {shown}"
+    else:
+        assert f"removed: vacuumed {shown}]" in out and f"  note       compacted {shown}\n" in out, out
+
+
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_retentions_records_and_notes_hide_values_from_the_environment(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, json_form: bool
+) -> None:
+    named = _named(config)
+    with config.open("a", encoding="utf-8") as handle:
+        handle.write("[runtime.resident]\nmax_groups = 1\n[retention]\nmax_archived_groups = 1\n")
+    for _ in range(3):  # two groups archived, one past the policy
+        assert main(["run", str(config), *ANA, "hello"]) == 0
+    real = HarnessRuntime.apply_retention
+
+    async def applying(self: HarnessRuntime, *args: Any, **kwargs: Any) -> Any:
+        result = await real(self, *args, **kwargs)
+        assert result.erasures  # the session's archived groups past the policy
+        erasures = tuple(attrs.evolve(e, record=_detailed(e.record, named)) for e in result.erasures)
+        return attrs.evolve(result, erasures=erasures, notes=(f"passed over {named}",))
+
+    monkeypatch.setattr(HarnessRuntime, "apply_retention", applying)
+    capsys.readouterr()
+    assert main(["retention", "apply", *(["--json"] if json_form else []), str(config), *SCOPE]) == 0
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out + err
+    shown = f"{config.parent}/{HIDDEN}"
+    if json_form:
+        report = json.loads(out)
+        assert report["notes"] == [f"passed over {shown}"]
+        assert report["erasures"][0]["notes"][-1] == f"compacted {shown}"
+    else:
+        assert f"note: passed over {shown}\n" in out and f"  note       compacted {shown}\n" in out, out
+
+
+def test_an_inspected_sessions_erasures_hide_values_from_the_environment(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # session inspect --json printed the tombstones covering the session with their stores' text.
+    named = _named(config)
+    assert main(["run", str(config), *ANA, "hello"]) == 0
+    assert main(["erase", str(config), *ANA[:4], "--session", "s1", "--reason", "asked"]) == 0
+    real = HarnessRuntime.inspect_session
+
+    async def inspecting(self: HarnessRuntime, *args: Any, **kwargs: Any) -> Any:
+        view = await real(self, *args, **kwargs)
+        assert view.erasures  # the session's own tombstone
+        return attrs.evolve(view, erasures=tuple(_detailed(r, named) for r in view.erasures))
+
+    monkeypatch.setattr(HarnessRuntime, "inspect_session", inspecting)
+    capsys.readouterr()
+    assert main(["session", "inspect", "--json", str(config), *ANA]) == 0
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out
+    (record,) = json.loads(out)["erasures"]
+    assert record["notes"][-1] == f"compacted {config.parent}/{HIDDEN}"
+
+
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_a_recall_searchs_problems_hide_values_from_the_environment(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, json_form: bool
+) -> None:
+    # recall search printed every problem of the round (a store's error among them) as it was.
+    from agentium_harness._cli import recall
+
+    named = _named(config)
+    assert main(["run", str(config), *ANA, "hello"]) == 0
+    real = recall.gather_evidence
+
+    async def gathering(*args: Any, **kwargs: Any) -> Any:
+        evidence = await real(*args, **kwargs)
+        return attrs.evolve(evidence, problems=(*evidence.problems, f"read failed on {named}"))
+
+    monkeypatch.setattr(recall, "gather_evidence", gathering)
+    capsys.readouterr()
+    assert main(["recall", "search", *(["--json"] if json_form else []), str(config), *ANA, "hello"]) == 0
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out
+    shown = f"read failed on {config.parent}/{HIDDEN}"
+    if json_form:
+        assert json.loads(out)["problems"][-1] == shown
+    else:
+        assert f"  problem: {shown}\n" in out, out
