@@ -3,7 +3,7 @@
 The error a command ends with was hidden already (test_cli_probe.py); these are the adapters'
 text a command prints on success, in its text form and with ``--json``: a run's recall
 violations and uncertainty and its verification's evidence, ``agentium verify``'s evidence,
-``erase`` and ``retention apply``'s records and notes.
+``erase`` and ``retention apply``'s records and notes, and the reports ``agentium eval`` writes.
 Each config takes its SQLite path from the environment, and the adapters' text names it.
 """
 
@@ -197,6 +197,38 @@ def test_retentions_records_and_notes_hide_values_from_the_environment(
         assert report["erasures"][0]["notes"][-1] == f"compacted {shown}"
     else:
         assert f"note: passed over {shown}\n" in out and f"  note       compacted {shown}\n" in out, out
+
+
+@pytest.mark.parametrize("json_form", [False, True], ids=["text", "json"])
+def test_evals_reports_hide_values_from_the_environment(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, json_form: bool
+) -> None:
+    # An infrastructure failure's message is the adapter's error: the summary, the JSON report
+    # printed with --json, report.json and report.html all repeated the path the variable gave.
+    from agentium_harness._errors import ProviderError
+
+    named = _named(config)
+
+    async def failing(self: HarnessRuntime, *args: object, **kwargs: object) -> object:
+        raise ProviderError(f"the model behind {named} is down")
+
+    monkeypatch.setattr(HarnessRuntime, "run", failing)
+    cases = config.parent / "cases.jsonl"
+    cases.write_text('{"id": "c1", "probe": "hello", "expect": {"abstain": true}}\n', encoding="utf-8")
+    out_dir = config.parent / "report"
+    flags = ["--json"] if json_form else []
+    assert main(["eval", *flags, str(config), str(cases), "--out", str(out_dir)]) == 0
+    out, err = capsys.readouterr()
+    message = f"the model behind {config.parent}/{HIDDEN} is down"
+    written = (out_dir / "report.json").read_text("utf-8")
+    assert json.loads(written)["runs"][0]["infrastructure_failures"][0]["message"] == message
+    page = (out_dir / "report.html").read_text("utf-8")
+    assert "s3cret" not in out + err + written + page, out
+    assert "&lt;a value from the environment, not shown&gt;" in page
+    if json_form:
+        assert json.loads(out)["runs"][0]["cases"][0]["failure"]["message"] == message
+    else:  # the summary cuts the message at 120 characters: after hiding, so never inside the value
+        assert f"infra [agentium] c1: ProviderError: {message}"[:150] in out, out
 
 
 def test_an_inspected_sessions_erasures_hide_values_from_the_environment(

@@ -8,16 +8,27 @@ report with ``--json``. Exit status: 0 when the eval ran, whatever the
 scores (infrastructure failures included); 2 on bad input — a config or
 case file that does not validate, a grader that is not installed, an output
 directory that cannot be written — with nothing run. See ``docs/eval.md``.
+
+The reports and what is printed hold adapters' text throughout (answers,
+excerpts, errors, graders' reasons): a value a ``${VAR}`` reference supplied
+to either config's options is hidden in all of them, as every command that
+builds adapters hides it (docs/config.md, "Values from the environment in
+messages").
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
+from .._config import load_config
+from .._config.runtime import hide_config_env
+from .hiding import hidden_data
 from .interrupt import run_async
-from .output import add_config_argument, print_json
+from .output import add_config_argument, hide_env, load_hiding, print_json
 
 __all__ = ["DEFAULT_OUT", "add_eval_commands", "cmd_eval"]
 
@@ -38,15 +49,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
         run_eval,
         write_reports,
     )
-    from ..testing.eval_target import create_harness_eval_target
+    from ..testing.eval_target import HarnessEvalTarget
 
     graders = installed_graders()
     cases = load_cases(args.cases, graders=list(graders))
-    targets = [create_harness_eval_target(args.config)]
+    # Loaded here, not by the target, so its values from the environment can be hidden (load_hiding).
+    targets = [HarnessEvalTarget(resolved=load_hiding(args))]
     if args.compare:
-        other = create_harness_eval_target(args.compare)
+        resolved = load_config(args.compare)
+        args.hide_env = partial(_hide_each, (hide_env(args), partial(hide_config_env, resolved=resolved)))
+        other = HarnessEvalTarget(resolved=resolved)
         if other.info.label == targets[0].info.label:  # two configs of the same file name
-            other = create_harness_eval_target(args.compare, label=f"{other.info.label} (compare)")
+            other = HarnessEvalTarget(resolved=resolved, label=f"{other.info.label} (compare)")
         targets.append(other)
     out = check_out_dir(args.out)  # last: a bad config or case file leaves no directory behind
     concurrency: int = args.concurrency
@@ -63,13 +77,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return runs
 
     runs = run_async(main)
-    report = build_report(runs, list(graders.values()))
+    report = hidden_data(build_report(runs, list(graders.values())), hide_env(args))
     json_path, html_path = write_reports(report, out)
     if args.json:
         print_json(report)
     else:
         sys.stdout.write(render_summary(report, [str(json_path), str(html_path)]))
     return 0
+
+
+def _hide_each(hides: Sequence[Callable[[str], str]], text: str) -> str:
+    """``text`` through each of ``hides`` in turn: the values of both configs of a ``--compare``."""
+    for hide in hides:
+        text = hide(text)
+    return text
 
 
 def _positive(text: str) -> int:

@@ -28,6 +28,7 @@ from .._ports.summary import SummaryState
 from .._verdicts import VerificationRecord
 
 __all__ = [
+    "hidden_data",
     "hidden_erasure",
     "hidden_evidence",
     "hidden_recall",
@@ -134,3 +135,18 @@ def hidden_erasure(record: ErasureRecord, hide: Hide) -> ErasureRecord:
     """
     stores = tuple(_changed(store, {"detail": hide(store.detail)}) for store in record.stores)
     return _changed(record, {"stores": stores, "notes": tuple(hide(note) for note in record.notes)})
+
+
+def hidden_data(data: Any, hide: Hide) -> Any:
+    """Plain data (a JSON document's dicts, lists and strings) with every string value hidden.
+
+    For a report built of text the runtime and its adapters wrote throughout (``agentium eval``'s:
+    answers, excerpts, errors, graders' reasons). Keys are the report's own names and stay.
+    """
+    if isinstance(data, str):
+        return hide(data)
+    if isinstance(data, dict):
+        return {key: hidden_data(value, hide) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [hidden_data(value, hide) for value in data]
+    return data
