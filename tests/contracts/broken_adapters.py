@@ -25,7 +25,9 @@ from agentium_harness._ports.sessions import (
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
+    check_snapshot_scope,
     snapshot_bytes,
+    verify_snapshot,
 )
 from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -469,6 +471,7 @@ class NoCompareStore(InMemorySessionStore):
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
         _check(ctx)
+        check_snapshot_scope(key, snapshot, "store")
         current = self._rows.get(key)
         revision = 1 if current is None else current[0] + 1
         self._rows[key] = (revision, snapshot_bytes(snapshot))
@@ -484,6 +487,7 @@ class YieldingCompareStore(InMemorySessionStore):
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
         _check(ctx)
+        check_snapshot_scope(key, snapshot, "store")
         current = self._rows.get(key)
         current_revision = None if current is None else current[0]
         if current_revision != expected_revision:
@@ -494,18 +498,38 @@ class YieldingCompareStore(InMemorySessionStore):
         return revision
 
 
+class _BackendRows(dict[SessionKey, tuple[int, bytes]]):
+    """The store's rows under backend keys: ``mangle`` maps each key as the store's backend would.
+
+    Below the store's checks (which see the caller's key), as in a real backend, so each
+    store using it has only its key bug.
+    """
+
+    def __init__(self, mangle: Callable[[SessionKey], SessionKey]) -> None:
+        super().__init__()
+        self.mangle = mangle
+
+    def get(self, key: SessionKey, default: None = None) -> tuple[int, bytes] | None:
+        return super().get(self.mangle(key), default)
+
+    def __getitem__(self, key: SessionKey) -> tuple[int, bytes]:
+        return super().__getitem__(self.mangle(key))
+
+    def __setitem__(self, key: SessionKey, row: tuple[int, bytes]) -> None:
+        super().__setitem__(self.mangle(key), row)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, SessionKey) and super().__contains__(self.mangle(key))
+
+
 class ColonKeyStore(InMemorySessionStore):
     """Keys sessions by ``tenant:user:session``."""
 
     capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
 
-    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
-        return await super().load(_colon_key(key), ctx)
-
-    async def save(
-        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
-    ) -> int:
-        return await super().save(_colon_key(key), snapshot, expected_revision, ctx)
+    def __init__(self) -> None:
+        super().__init__()
+        self._rows = _BackendRows(_colon_key)
 
 
 class PipeKeyStore(InMemorySessionStore):
@@ -515,15 +539,7 @@ class PipeKeyStore(InMemorySessionStore):
 
     def __init__(self) -> None:
         super().__init__()
-        self.backend_key = _PipeKeys()
-
-    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
-        return await super().load(self.backend_key(key), ctx)
-
-    async def save(
-        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
-    ) -> int:
-        return await super().save(self.backend_key(key), snapshot, expected_revision, ctx)
+        self._rows = _BackendRows(_PipeKeys())
 
 
 class StaticRevisionStore(InMemorySessionStore):
@@ -535,6 +551,7 @@ class StaticRevisionStore(InMemorySessionStore):
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
         _check(ctx)
+        check_snapshot_scope(key, snapshot, "store")
         if expected_revision is None and key in self._rows:
             raise SessionConflictError("exists")
         self._rows[key] = (1, snapshot_bytes(snapshot))
@@ -674,6 +691,26 @@ class NoVerifyStore(InMemorySessionStore):
         return StoredSnapshot(snapshot=snapshot, revision=row[0])
 
 
+class NoScopeCheckStore(InMemorySessionStore):
+    """Stores any snapshot under the key it is saved as, another session's too (only a load refuses it)."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        _check(ctx)
+        verify_snapshot(key, snapshot)
+        with self._lock:
+            current = self._rows.get(key)
+            current_revision = None if current is None else current[0]
+            if current_revision != expected_revision:
+                raise SessionConflictError("stale")
+            revision = 1 if current_revision is None else current_revision + 1
+            self._rows[key] = (revision, snapshot_bytes(snapshot))
+            return revision
+
+
 class LoopBoundStore(_FirstLoopClient, InMemorySessionStore):
     """Keeps the client of its first event loop and uses it from every other loop."""
 
@@ -805,4 +842,8 @@ class TestNoVerifyStore(_store_case(NoVerifyStore)):  # type: ignore[misc]
 
 
 class TestNulStrippingStore(_store_case(NulStrippingStore)):  # type: ignore[misc]
+    pass
+
+
+class TestNoScopeCheckStore(_store_case(NoScopeCheckStore)):  # type: ignore[misc]
     pass

@@ -208,6 +208,7 @@ from ._ports.recall import (
     Validation,
     ValidationStatus,
 )
+from ._ports.snapshot_scope import SnapshotScopeMismatchError
 from ._ports.summary import Citation, CoverageGap, GapReason, SummaryLimits, SummaryState, TaskSummary
 from ._scope import RecallScope, Scope, SessionKey, VerifiedIdentity
 from ._verdicts import EvidenceEntry, EvidenceLimits, Verdict, VerificationAttempt, VerificationRecord
@@ -423,6 +424,7 @@ __all__ = [
     "SessionView",
     "Severity",
     "SnapshotCorruptError",
+    "SnapshotScopeMismatchError",
     "SourceBlock",
     "SourceKind",
     "SourceStatus",

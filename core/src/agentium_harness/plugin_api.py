@@ -177,11 +177,14 @@ from ._ports.sessions import (
     SessionSnapshot,
     SessionStore,
     SessionStoreCapabilities,
+    SnapshotScopeMismatchError,
     StoredSnapshot,
+    check_snapshot_scope,
     decode_snapshot,
     seal_snapshot,
     snapshot_bytes,
     snapshot_erasure,
+    snapshot_scope_issue,
     verify_snapshot,
 )
 from ._ports.summary import (
@@ -362,6 +365,7 @@ __all__ = [
     "SessionStoreCapabilities",
     "SessionStoreError",
     "SnapshotCorruptError",
+    "SnapshotScopeMismatchError",
     "SourceBlock",
     "SourceKind",
     "SourceOwner",
@@ -392,6 +396,7 @@ __all__ = [
     "bounded_duration",
     "check_archived_group",
     "check_count",
+    "check_snapshot_scope",
     "checked_index_batch",
     # argument checks adapters share (bad input is InvalidArgumentError, nothing changed)
     "MAX_ARGUMENT_INT",
@@ -430,6 +435,7 @@ __all__ = [
     "register_structure_hook",
     "seal_snapshot",
     "snapshot_bytes",
+    "snapshot_scope_issue",
     "source_owner",
     "to_json",
     "verify_snapshot",

@@ -44,6 +44,7 @@ from .snapshot import (
     snapshot_header,
     verify_snapshot,
 )
+from .snapshot_scope import SnapshotScopeMismatchError, check_snapshot_scope, snapshot_scope_issue
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
@@ -55,13 +56,16 @@ __all__ = [
     "SessionSnapshot",
     "SessionStore",
     "SessionStoreCapabilities",
+    "SnapshotScopeMismatchError",
     "StoredSnapshot",
+    "check_snapshot_scope",
     "decode_snapshot",
     "seal_snapshot",
     "snapshot_bytes",
     "snapshot_digest",
     "snapshot_erasure",
     "snapshot_header",
+    "snapshot_scope_issue",
     "verify_snapshot",
 ]
 
@@ -144,13 +148,18 @@ class SessionStore:
         one had (suggested: one above a store-wide revision floor that ``erase``
         raises; 1 in a store that never erased anything). Store the snapshot's bytes
         exactly (:func:`snapshot_bytes`), so its digest still matches on load.
+        A snapshot that is another session's (:func:`check_snapshot_scope`:
+        its memory scope, or a resident group's retained scope, names other
+        ids than ``key``) is refused before anything is written.
 
         Call ``ctx.raise_if_expired("session save")`` before writing, and do
         not commit after ``ctx.signal`` is cancelled.
 
         Raises: ``SessionConflictError`` on a revision mismatch;
-        ``SessionStoreError`` when the backend fails; ``OperationCancelledError``
-        when cancelled or past the deadline (nothing written).
+        ``SnapshotScopeMismatchError`` for another session's snapshot (nothing
+        written); ``SessionStoreError`` when the backend fails;
+        ``OperationCancelledError`` when cancelled or past the deadline
+        (nothing written).
         """
         raise unsupported(self, "save")
 
@@ -218,8 +227,9 @@ class SessionStore:
         Call ``ctx.raise_if_expired("session commit with archive")`` before
         writing, and do not commit after ``ctx.signal`` is cancelled.
 
-        Raises: ``ArchiveConflictError`` or ``SessionConflictError`` exactly as
-        the separate calls would, writing nothing; ``SessionStoreError`` when
+        Raises: ``ArchiveConflictError``, ``SessionConflictError`` or
+        ``SnapshotScopeMismatchError`` exactly as the separate calls would,
+        writing nothing; ``SessionStoreError`` when
         the backend fails; ``OperationCancelledError`` when cancelled or past
         the deadline; ``UnsupportedOperationError`` when not declared.
         """

@@ -38,6 +38,7 @@ from .._ports.sessions import (
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
+    check_snapshot_scope,
     decode_snapshot,
     snapshot_bytes,
     snapshot_erasure,
@@ -205,9 +206,11 @@ class InMemorySessionStore(SessionStore):
         its digest, or with a wrong one) raises ``SnapshotCorruptError`` and
         writes nothing. A new session's first revision is one above the
         store's revision floor (1 in a store that never erased anything).
+        Another session's snapshot raises ``SnapshotScopeMismatchError``, writing nothing.
         """
         checked_ctx(ctx, "session save").raise_if_expired("session save")
         verify_snapshot(key, snapshot)
+        check_snapshot_scope(key, snapshot, "in-memory session store")
         data = snapshot_bytes(snapshot)
         with self._lock:
             current = self._rows.get(key)

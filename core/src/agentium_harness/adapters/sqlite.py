@@ -68,6 +68,7 @@ from .._ports.sessions import (
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
+    check_snapshot_scope,
     decode_snapshot,
     snapshot_bytes,
     verify_snapshot,
@@ -390,9 +391,11 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         A snapshot this store would refuse to load (format 3 or later without
         its digest, or with a wrong one) raises ``SnapshotCorruptError`` and
         writes nothing: seal it with :func:`~agentium_harness._ports.sessions.seal_snapshot`.
+        Another session's snapshot raises ``SnapshotScopeMismatchError``, writing nothing.
         """
         key = _checked_write(key, snapshot, expected_revision, ctx, "session save")
         verify_snapshot(key, snapshot)
+        check_snapshot_scope(key, snapshot, self.adapter_name)
         # The exact canonical bytes, joined from the groups' cached encodings, and
         # split into the session's row and one row per resident group.
         data = snapshot_bytes(snapshot)
@@ -456,6 +459,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
             if type(group) is not MessageGroup:  # only then can the check refuse it
                 checked_argument(group, MessageGroup, "each of groups", "session commit")
         verify_snapshot(key, snapshot)
+        check_snapshot_scope(key, snapshot, self.adapter_name)  # as in save
         data = snapshot_bytes(snapshot)
         rows = split_snapshot(snapshot, data)
         evicted = group_rows(groups)

@@ -50,6 +50,7 @@ from .helpers import (
     replace_once,
     scoped_snapshot,
 )
+from .session_store_scope_contract import SessionStoreScopeTests
 
 __all__ = ["SessionStoreContract", "legacy_snapshot", "scoped_snapshot"]
 
@@ -78,7 +79,7 @@ def _assert_revision(value: object) -> int:
     return value
 
 
-class SessionStoreContract(SessionStoreErasureTests, ContractSuite):
+class SessionStoreContract(SessionStoreErasureTests, SessionStoreScopeTests, ContractSuite):
     """Standard tests every :class:`~agentium_harness._ports.sessions.SessionStore` adapter must pass.
 
     Fixtures the subclass provides:
