@@ -29,6 +29,7 @@ from agentium_harness.plugin_api import (
     OpContext,
     SessionConflictError,
     SessionKey,
+    SnapshotScopeMismatchError,
 )
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
 from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore, migrate
@@ -131,6 +132,26 @@ async def test_an_archive_conflict_in_the_joint_commit_saves_no_snapshot(
         assert stored is not None and stored.revision == base
         assert stored.snapshot == scoped_snapshot(KEY, " base")
         assert archived_seqs(admin, schema, KEY) == [1]  # group 0 of the failed batch was rolled back
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_the_joint_commit_refuses_another_sessions_snapshot_and_writes_nothing(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # Stored, the snapshot would only be refused by the engine's next load of the key: the groups
+    # went into the archive and the session was unusable from then on.
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    other = SessionKey(KEY.tenant, KEY.user, "another")
+    try:
+        for expected in (None, 1):
+            with pytest.raises(SnapshotScopeMismatchError, match="nothing was written"):
+                await store.commit_with_archive(
+                    archive, KEY, [plain_group(0)], scoped_snapshot(other), expected, _ctx()
+                )
+        assert archived_seqs(admin, schema, KEY) == []
+        assert await store.load(KEY, _ctx()) is None
     finally:
         await archive.aclose()
         await store.aclose()

@@ -45,6 +45,7 @@ from agentium_harness.plugin_api import (
     SnapshotCorruptError,
     StoredSnapshot,
     check_max_items,
+    check_snapshot_scope,
     check_target,
     decode_snapshot,
     encode_segment,
@@ -194,6 +195,8 @@ class PostgresSessionStore(SessionStore):
         verify_snapshot(
             checked_key(key, operation), checked_argument(snapshot, SessionSnapshot, "snapshot", operation)
         )
+        # Stored, another session's snapshot would only be refused by the engine's next load of the key.
+        check_snapshot_scope(key, snapshot, "postgres session store")
         data = snapshot_bytes(snapshot)
         if len(data) > self._config.max_row_bytes:
             raise PostgresRowTooLargeError(
