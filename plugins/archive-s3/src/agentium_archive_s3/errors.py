@@ -10,12 +10,13 @@ name the bucket and the key's operation, never a credential.
 
 from __future__ import annotations
 
-from agentium_harness import AgentiumError, ScopeMismatchError
+from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import (
     ArchiveConflictError,
     ArchiveCorruptError,
     ArchiveError,
     SessionStoreError,
+    SnapshotScopeMismatchError,
 )
 
 __all__ = [
@@ -89,14 +90,15 @@ class S3SaveOutcomeUnknownError(S3SessionStoreError):
     """
 
 
-class S3ScopeMismatchError(S3SessionStoreError, ScopeMismatchError):
+class S3ScopeMismatchError(S3SessionStoreError, SnapshotScopeMismatchError):
     """A save's snapshot belongs to another session than its key: refused before any request.
 
     Its memory scope, or a resident group's retained scope, names another
     tenant, user or session than the key it would be saved under. Such an
     object would be stored, and only refused by the engine's load afterwards;
-    it is refused here instead, and nothing is written. Both a
-    ``SessionStoreError`` and the core's ``ScopeMismatchError``.
+    it is refused here instead, and nothing is written. The core's
+    ``SnapshotScopeMismatchError`` (what every session store raises for it:
+    a ``SessionStoreError`` and a ``ScopeMismatchError``), in this plugin's family.
     """
 
 

@@ -80,6 +80,7 @@ from agentium_harness.plugin_api import (
     SessionStoreCapabilities,
     StoredSnapshot,
     check_max_items,
+    check_snapshot_scope,
     check_target,
     checked_argument,
     checked_count,
@@ -107,7 +108,6 @@ from .sessions_write import SnapshotWrites
 from .snapshot_format import (
     MAX_REVISION,
     TOMBSTONE,
-    foreign_scope,
     parse_snapshot,
     read_limit,
     snapshot_body,
@@ -179,11 +179,7 @@ class S3SessionStore(SnapshotWrites, SessionStore):
         checked_ctx(ctx, "session save").raise_if_expired("session save")
         verify_snapshot(key, snapshot)
         # Stored, another session's snapshot would only be refused by the engine's next load of the key.
-        if (foreign := foreign_scope(key, snapshot)) is not None:
-            raise S3ScopeMismatchError(
-                f"s3 session store: the snapshot saved as session {key.key()} is not that session's "
-                f"({foreign}); nothing was written"
-            )
+        check_snapshot_scope(key, snapshot, "s3 session store", error=S3ScopeMismatchError)
         # Before any request: a str failed in the worker thread as a bare TypeError, and True
         # saved over revision 1 as if it were 1.
         if expected_revision is not None:

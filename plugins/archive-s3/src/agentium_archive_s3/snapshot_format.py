@@ -17,7 +17,7 @@ from typing import Final
 
 import botocore.exceptions
 
-from agentium_harness.plugin_api import SessionKey, SessionSnapshot, SnapshotCorruptError
+from agentium_harness.plugin_api import SessionKey, SnapshotCorruptError
 
 from .config import S3Config
 from .errors import S3ObjectTooLargeError
@@ -26,7 +26,6 @@ from .link import error_code, error_status
 __all__ = [
     "MAX_REVISION",
     "TOMBSTONE",
-    "foreign_scope",
     "is_tombstone",
     "is_empty_range",
     "is_missing",
@@ -65,26 +64,6 @@ def snapshot_body(revision: int, data: bytes) -> bytes:
         _checksum(revision, data).encode(),
     )
     return header + data
-
-
-def foreign_scope(key: SessionKey, snapshot: SessionSnapshot) -> str | None:
-    """Why ``snapshot`` is another session's than ``key`` (a message part), or ``None`` when it is ``key``'s.
-
-    Its memory scope, or a resident group's retained scope, must name ``key``'s
-    tenant, user and session (what the engine's load requires). A legacy
-    snapshot, without a memory scope, has nothing to compare: the engine's
-    load asks the host to attest it.
-    """
-    want = (key.tenant, key.user, key.session)
-    scope = snapshot.memory_scope
-    # Field by field, as the engine's load compares: a SessionKey per scope would validate ids again.
-    if scope is not None and (scope.tenant, scope.user, scope.session) != want:
-        return "its memory scope is another session's"
-    for group in snapshot.resident:
-        held = group.retained.scope if group.retained is not None else None
-        if held is not None and (held.tenant, held.user, held.session) != want:
-            return f"its resident group {group.seq} was retained under another session's scope"
-    return None
 
 
 def revision_shown(data: bytes) -> str:
