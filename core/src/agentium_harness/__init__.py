@@ -122,10 +122,6 @@ from ._errors import (
     InvalidPayloadError,
     LegacySnapshotError,
     MemoryDrainError,
-    MemoryFactForgottenError,
-    MemoryFactNotFoundError,
-    MemoryRejectedError,
-    MemoryStoreError,
     OperationCancelledError,
     OperationTimeoutError,
     PluginError,
@@ -149,6 +145,12 @@ from ._errors import (
     SnapshotCorruptError,
     ToolNotGrantedError,
     UnsupportedOperationError,
+)
+from ._errors_memory import (
+    MemoryFactForgottenError,
+    MemoryFactNotFoundError,
+    MemoryRejectedError,
+    MemoryStoreError,
 )
 from ._errors_run import (
     DocumentDeletedDuringRunError,

@@ -28,10 +28,6 @@ __all__ = [
     "BlockingCallInLoopError",
     "AgentCloseError",
     "ExtractionConflictError",
-    "MemoryFactForgottenError",
-    "MemoryFactNotFoundError",
-    "MemoryRejectedError",
-    "MemoryStoreError",
     "AgentiumError",
     "ArchiveConflictError",
     "ArchiveCorruptError",
@@ -333,49 +329,6 @@ class AgentCloseError(AgentLifecycleError):
         super().__init__(
             f"agent teardown failed ({len(self.failures)} problem(s)): " + "; ".join(self.failures)
         )
-
-
-class MemoryStoreError(AgentiumError):
-    """The memory store could not complete an operation; nothing was written by the failed call."""
-
-
-class MemoryRejectedError(MemoryStoreError, ValueError):
-    """A fact was refused; ``reason`` says why. Nothing was written.
-
-    Causes: empty text, text over the size limit or holding NUL or a lone
-    surrogate, a validity window ending before it starts, too many
-    provenance groups, or the host's own rule.
-    """
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(f"fact rejected: {reason}; nothing was written")
-
-
-class MemoryFactNotFoundError(MemoryStoreError, LookupError):
-    """No fact with this id is visible to the caller's tenant and user.
-
-    The same error (and message) is raised whether the id does not exist or
-    belongs to someone else, so a refusal never reveals another tenant's ids.
-    ``fact_id`` is the id asked for; the message does not name it (hosts log
-    error texts, and an id is content: the built-in stores cannot see whether
-    the host captures content).
-    """
-
-    def __init__(self, message: str, fact_id: str = "") -> None:
-        self.fact_id = fact_id
-        super().__init__(message)
-
-
-class MemoryFactForgottenError(MemoryStoreError):
-    """The fact was forgotten: its content is gone and it cannot be corrected. Remember a new fact.
-
-    ``fact_id`` is the fact's id; the message does not name it (as :class:`MemoryFactNotFoundError`).
-    """
-
-    def __init__(self, message: str, fact_id: str = "") -> None:
-        self.fact_id = fact_id
-        super().__init__(message)
 
 
 class ExtractionConflictError(AgentiumError, ValueError):

@@ -46,10 +46,6 @@ from ._errors import (
     InvalidArgumentError,
     InvalidIdError,
     InvalidJSONError,
-    MemoryFactForgottenError,
-    MemoryFactNotFoundError,
-    MemoryRejectedError,
-    MemoryStoreError,
     OperationCancelledError,
     ProviderError,
     RecordDecodeError,
@@ -57,6 +53,12 @@ from ._errors import (
     SessionStoreError,
     SnapshotCorruptError,
     UnsupportedOperationError,
+)
+from ._errors_memory import (
+    MemoryFactForgottenError,
+    MemoryFactNotFoundError,
+    MemoryRejectedError,
+    MemoryStoreError,
 )
 from ._history import (
     ControlKind,

@@ -43,7 +43,8 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .._errors import AgentiumError, MemoryFactNotFoundError, MemoryStoreError
+from .._errors import AgentiumError
+from .._errors_memory import MemoryFactNotFoundError, MemoryStoreError
 from .._errors_run import STOPPED_BEFORE, STOPPED_BEFORE_LOG, FactForgottenDuringRunError
 from .._observe.spans import current_span_event
 from .._ports._base import OpContext

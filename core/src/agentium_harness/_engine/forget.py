@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import InvalidArgumentError, MemoryRejectedError
+from .._errors import InvalidArgumentError
+from .._errors_memory import MemoryRejectedError
 from .._history import MessageGroup
 from .._observe.logs import one_line
 from .._observe.spans import current_span_event

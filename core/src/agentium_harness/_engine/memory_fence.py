@@ -47,13 +47,8 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from .._errors import (
-    AgentiumError,
-    ContractViolationError,
-    ErasureInProgressError,
-    MemoryFactNotFoundError,
-    OperationTimeoutError,
-)
+from .._errors import AgentiumError, ContractViolationError, ErasureInProgressError, OperationTimeoutError
+from .._errors_memory import MemoryFactNotFoundError
 from .._observe import spans as observe
 from .._observe.settings import Resolved
 from .._ports.erasure import EraseTarget, ErasureKind, ErasureRecord, ErasureState

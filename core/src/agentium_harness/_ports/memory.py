@@ -15,8 +15,7 @@ forgotten; the store keeps every revision:
   revision; a forgotten fact is never returned by ``lookup`` again and cannot
   be corrected;
 - ``lookup`` (injection) returns only current facts valid at the given time;
-  ``list_facts`` (operators) returns current facts, expired ones included.
-  Both are bounded by :data:`MAX_LOOKUP_LIMIT`.
+  ``list_facts`` (operators) current ones, expired included; both bounded by :data:`MAX_LOOKUP_LIMIT`.
 
 Ownership is tenant and user: ``correct``, ``forget`` and ``history`` of a
 fact another tenant or user owns raise :class:`MemoryFactNotFoundError` with
@@ -35,7 +34,8 @@ from typing import Any, ClassVar
 import attrs
 
 from .._codec import iso_utc, parse_iso_utc
-from .._errors import InvalidArgumentError, MemoryRejectedError
+from .._errors import InvalidArgumentError
+from .._errors_memory import MemoryRejectedError
 from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity
 from .._validators import (
     check_count,
@@ -307,7 +307,7 @@ def rejection_reason(fact: MemoryFact, max_bytes: int = MAX_FACT_BYTES) -> str |
 
 
 def check_fact(fact: MemoryFact, max_bytes: int = MAX_FACT_BYTES) -> None:
-    """Raise :class:`~agentium_harness._errors.MemoryRejectedError` if a store must refuse ``fact``."""
+    """Raise :class:`~agentium_harness.MemoryRejectedError` if a store must refuse ``fact``."""
     if not isinstance(fact, MemoryFact):
         raise InvalidArgumentError(f"expected a MemoryFact, got {type(fact).__name__}; nothing was written")
     reason = rejection_reason(fact, max_bytes)

@@ -13,14 +13,14 @@ and acknowledges ``DUPLICATE`` as before. A merge is a revision like a
 correction: it counts against :data:`~.memory.MAX_FACT_REVISIONS`
 (:func:`~.memory.check_revision`), and the merged provenance must stay within
 :data:`~.memory.MAX_PROVENANCE`; past either the remember is refused with
-:class:`~agentium_harness._errors.MemoryRejectedError` and nothing is written.
+:class:`~agentium_harness.MemoryRejectedError` and nothing is written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._errors import MemoryRejectedError
+from .._errors_memory import MemoryRejectedError
 from .memory import MAX_PROVENANCE, GroupRef
 
 __all__ = ["merged_provenance"]

@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from .._codec import canonical_json, digest_bytes, from_json
-from .._errors import MemoryStoreError, RecordDecodeError
+from .._errors import RecordDecodeError
+from .._errors_memory import MemoryStoreError
 from .._ports.memory import (
     MAX_FACT_BYTES,
     MAX_FACT_REVISIONS,

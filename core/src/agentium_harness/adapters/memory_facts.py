@@ -19,10 +19,8 @@ from typing import ClassVar
 
 import attrs
 
-from .._errors import (
-    InvalidArgumentError,
-    MemoryStoreError,
-)
+from .._errors import InvalidArgumentError
+from .._errors_memory import MemoryStoreError
 from .._ports import OpContext
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,

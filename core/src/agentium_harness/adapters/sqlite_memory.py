@@ -39,12 +39,8 @@ from typing import ClassVar, Final
 import attrs
 
 from .._codec import decode_json
-from .._errors import (
-    AgentiumError,
-    InvalidArgumentError,
-    MemoryFactForgottenError,
-    MemoryFactNotFoundError,
-)
+from .._errors import AgentiumError, InvalidArgumentError
+from .._errors_memory import MemoryFactForgottenError, MemoryFactNotFoundError
 from .._ports import OpContext
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,

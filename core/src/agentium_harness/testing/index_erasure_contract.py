@@ -14,7 +14,8 @@ from typing import ClassVar
 
 import pytest
 
-from .._errors import MemoryFactNotFoundError, OperationCancelledError, UnsupportedOperationError
+from .._errors import OperationCancelledError, UnsupportedOperationError
+from .._errors_memory import MemoryFactNotFoundError
 from .._ports import OpContext
 from .._ports.archive import ArchiveReceipt
 from .._ports.erasure import EraseStatus, EraseTarget, SeqRange

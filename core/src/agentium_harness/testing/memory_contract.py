@@ -23,13 +23,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from .._engine.memory.manager import MemoryManager
-from .._errors import (
-    MemoryFactForgottenError,
-    MemoryFactNotFoundError,
-    MemoryRejectedError,
-    OperationCancelledError,
-    UnsupportedOperationError,
-)
+from .._errors import OperationCancelledError, UnsupportedOperationError
+from .._errors_memory import MemoryFactForgottenError, MemoryFactNotFoundError, MemoryRejectedError
 from .._ports import OpContext
 from .._ports.memory import (
     MAX_FACT_BYTES,

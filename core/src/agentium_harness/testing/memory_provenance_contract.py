@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import pytest
 
-from .._errors import MemoryRejectedError
+from .._errors_memory import MemoryRejectedError
 from .._ports import OpContext
 from .._ports.erasure import EraseTarget
 from .._ports.memory import (

@@ -47,9 +47,9 @@ from ..._errors import (
     ExtractionConflictError,
     InvalidArgumentError,
     MemoryDrainError,
-    MemoryRejectedError,
     ProviderError,
 )
+from ..._errors_memory import MemoryRejectedError
 from ..._history import Message, Role
 from ..._observe import spans as observe
 from ..._ports._base import OpContext

@@ -17,12 +17,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from ..._errors import (
-    AgentiumError,
-    AgentLifecycleError,
-    InvalidArgumentError,
-    MemoryStoreError,
-)
+from ..._errors import AgentiumError, AgentLifecycleError, InvalidArgumentError
+from ..._errors_memory import MemoryStoreError
 from ..._history import Message
 from ..._observe import spans as observe
 from ..._observe.settings import Resolved, Telemetry

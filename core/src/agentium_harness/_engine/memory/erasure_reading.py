@@ -58,7 +58,8 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from ..._errors import AgentiumError, ErasureInProgressError, InvalidArgumentError, MemoryFactNotFoundError
+from ..._errors import AgentiumError, ErasureInProgressError, InvalidArgumentError
+from ..._errors_memory import MemoryFactNotFoundError
 from ..._observe import spans as observe
 from ..._observe.settings import Resolved
 from ..._ports.erasure import EraseTarget, ErasureRecord

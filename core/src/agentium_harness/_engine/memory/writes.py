@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from ..._errors import InvalidArgumentError, MemoryRejectedError
+from ..._errors import InvalidArgumentError
+from ..._errors_memory import MemoryRejectedError
 from ..._observe import spans as observe
 from ..._ports.memory import AckStatus, MemoryAck, MemoryEventKind, MemoryFact, MemoryScope, StoredFact
 from ..._scope import validate_id
