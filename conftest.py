@@ -122,7 +122,6 @@ RUN_FIRST = (
     "tests/contracts/test_erasure_suites_catch_broken_adapters.py",
     "plugins/recall-redis/tests/test_oversize_fields.py",
     "tests/reliability/test_history_state_machine.py",
-    "tests/core/test_cli_run_status.py",
     "integrations/openai-agents/tests/test_sdk_suite.py",
     "plugins/provider-openai/tests/test_openai_dependency_floor.py",
 )

@@ -1,6 +1,6 @@
 """``agentium run`` says why a run did not complete, on stderr, and exits with its documented status.
 
-Driven through the installed ``agentium`` command, with configs whose recall
+Driven through the command's ``main`` in this process, with configs whose recall
 store yields partial or failed evidence (the default policy stops), a
 policy that asks a clarification, and a model still calling tools at
 ``max_steps``. Exit statuses: ``docs/cli.md``.
@@ -8,37 +8,47 @@ policy that asks a clarification, and a model still calling tools at
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from _cli_support import SQLITE_RECALL_CONFIG
+
+from agentium_harness._cli import main
 
 CONFIG = SQLITE_RECALL_CONFIG + "{policy}\n[recall.budget]\n{budget}\n"
 IDS = ("--tenant", "acme", "--user", "ana", "--session", "s1")
 QUESTION = "When does the VPN certificate expire?"
 
 
-def _console_script() -> str:
-    candidate = Path(sys.executable).with_name("agentium")
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("agentium")
-    assert found, "the agentium console script is not installed (pip install -e ./core)"
-    return found
+@attrs.frozen
+class Done:
+    """What a command printed and its exit status (as ``subprocess.CompletedProcess`` has them)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def agentium(*args: str) -> subprocess.CompletedProcess[str]:
-    """The installed command, as a user runs it (no AGENTIUM_* settings from the test environment)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIUM_")}
-    return subprocess.run(
-        [_console_script(), *args], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
+def agentium(*args: str) -> Done:
+    """The command run in this process (``main``), with no AGENTIUM_* settings of the test's environment.
+
+    In-process: each of these files' commands spawned an interpreter before (about 1 s of CPU each,
+    18 s for a test on a loaded CI worker); the console script itself is tested in test_cli.py.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("AGENTIUM_")}
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(list(args))
+    finally:
+        os.environ.update(saved)
+    return Done(status, out.getvalue(), err.getvalue())
 
 
 def recall_config(tmp_path: Path, *, budget: str, policy: str = "") -> Path:
