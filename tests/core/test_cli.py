@@ -24,6 +24,7 @@ import pytest
 from _fakedist import fakedist
 
 from agentium_harness._cli import main, options_report
+from agentium_harness._config import source as config_source
 from agentium_harness._plugins.spec import PATH_OPTION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -394,9 +395,13 @@ def test_check_dev_zero_exits_2_at_once(capsys: pytest.CaptureFixture[str]) -> N
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
 @pytest.mark.parametrize("command", [["check"], ["eval", "{config}"]])
-def test_a_named_pipe_nobody_writes_to_is_refused_at_once(tmp_path: Path, command: list[str]) -> None:
+def test_a_named_pipe_nobody_writes_to_is_refused_at_once(
+    tmp_path: Path, command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Opening a FIFO waits for a writer: `agentium check FIFO` (every command given one as CONFIG)
     # and `agentium eval CONFIG FIFO` hung for good instead of reading at most 1 MiB of it.
+    # In this process, with the writer's wait cut from 10 s to 0.5 (both runs waited it out).
+    monkeypatch.setattr(config_source, "PIPE_WAIT_S", 0.5)
     config = tmp_path / "agentium.toml"
     config.write_text(
         '[provider]\nplugin = "scripted"\n[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n',
@@ -405,13 +410,19 @@ def test_a_named_pipe_nobody_writes_to_is_refused_at_once(tmp_path: Path, comman
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     argv = [a.replace("{config}", str(config)) for a in command]
-    try:
-        result = _script(*argv, str(fifo), cwd=tmp_path, timeout=60)
-    except subprocess.TimeoutExpired:
+    status: list[int] = []
+    # A thread, so a command that hangs on the pipe fails this test instead of the whole run.
+    worker = threading.Thread(target=lambda: status.append(main([*argv, str(fifo)])), daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():
+        with open(fifo, "wb"):  # lets the hung open return, so the thread ends
+            pass
         pytest.fail(f"agentium {' '.join(command)} on a named pipe did not return within 60 s")
-    assert result.returncode == 2, result.stderr
-    assert "a named pipe nothing was written to within 10s" in result.stdout + result.stderr
-    assert "Traceback" not in result.stderr
+    out, err = capsys.readouterr()
+    assert status == [2], err
+    assert "a named pipe nothing was written to within 0.5s" in out + err
+    assert "Traceback" not in err
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
