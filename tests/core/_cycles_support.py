@@ -17,7 +17,9 @@ import pytest
 @pytest.fixture
 def collector() -> Iterator[None]:
     """Automatic collections off and the heap frozen for the test; both restored after it."""
-    gc.collect()
+    # No collection first: garbage earlier tests left is frozen with the rest, so the test's own
+    # collections skip it as well; a full collection of a suite worker's heap here took 2-4 s a
+    # test (51 s over test_reference_cycles_close.py alone). It is collected after unfreeze.
     gc.freeze()
     enabled = gc.isenabled()
     gc.disable()
