@@ -14,6 +14,7 @@ bounds are small so each case stays well under a second.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -90,3 +91,97 @@ async def test_a_close_that_never_returns_ends_within_its_callers_bound(
     assert store.closing.is_set()  # the premise: the close was reached, and never returned
     assert scope.cancelled_caught
     assert elapsed < BOUND_S + TOLERANCE_S, f"{elapsed:.3f}s for a bound of {BOUND_S}s"
+
+
+class HangsThenClosesSlowly(Scripted):
+    """Its sessions' ``validate_current`` hangs; their close awaits a moment (a connection given back)."""
+
+    def __init__(self) -> None:
+        super().__init__([("doc-1", "The release train leaves every Thursday.")])
+        self.released = anyio.Event()
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        store = self
+
+        class Slow(ScriptedSession):
+            async def validate_current(
+                self, refs: Sequence[SourceRef], ctx: OpContext
+            ) -> Sequence[Validation]:
+                await anyio.sleep_forever()
+                raise AssertionError("unreachable")
+
+            async def close(self) -> None:
+                await anyio.sleep(0.02)  # well within CLOSE_TIMEOUT_S
+                store.released.set()
+
+        return Slow(self)
+
+
+@pytest.mark.parametrize("shielded", [False, True], ids=["look", "keep"])
+async def test_a_close_its_caller_has_no_time_left_for_still_finishes_after_it(
+    shielded: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Given what the caller's deadline left (nothing), a close was cancelled at its first await.
+
+    What the session acquired stayed held. Now the caller stops waiting at its deadline, and the
+    close runs on, within its own bound, to its end; the caller's WARNING says it was left to finish.
+    """
+    store = HangsThenClosesSlowly()
+    ticket = Ticket(KEY, "run", 30.0, 30.0)
+    limits = RecallLimits(max_latency_s=30.0)
+    refs = [SourceRef(sid("doc-1", MINE), "r1")]
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="agentium.engine.recall"), anyio.fail_after(5):
+        with anyio.CancelScope(shield=shielded) as scope:
+            scope.deadline = anyio.current_time() + BOUND_S
+            await revalidate(ticket, store, SCOPE, limits, refs, RecallUsage())
+        elapsed = time.monotonic() - started
+        assert scope.cancelled_caught
+        assert elapsed < BOUND_S + TOLERANCE_S, f"{elapsed:.3f}s for a bound of {BOUND_S}s"
+        with anyio.move_on_after(1):
+            await store.released.wait()
+    assert store.released.is_set(), "the close was cut short: what the session held was not released"
+    said = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.recall"]
+    assert any("left to finish" in m for m in said), said
+    assert not [m for m in said if "failed" in m], said  # it finished: nothing more is said
+
+
+class HangsThenClosesAtOnce(Scripted):
+    """Its sessions' ``validate_current`` hangs; their close needs no wait (the built-in stores')."""
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        class Hangs(ScriptedSession):
+            async def validate_current(
+                self, refs: Sequence[SourceRef], ctx: OpContext
+            ) -> Sequence[Validation]:
+                await anyio.sleep_forever()
+                raise AssertionError("unreachable")
+
+        return Hangs(self)
+
+
+async def test_a_close_that_needs_no_wait_is_not_said_to_overrun_a_passed_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With no time left, a close that ends without waiting was said not to finish within 0 s.
+
+    On trio its task had not run yet when the caller judged it (about one round in three): a
+    WARNING and a ``recall_note`` for a close that ended a moment later. Twenty rounds, each cut at
+    its deadline during validation.
+    """
+    store = HangsThenClosesAtOnce([("doc-1", "The release train leaves every Thursday.")])
+    refs = [SourceRef(sid("doc-1", MINE), "r1")]
+    with caplog.at_level(logging.WARNING, logger="agentium.engine.recall"), anyio.fail_after(5):
+        for _ in range(20):
+            with anyio.move_on_after(0.01) as scope:
+                await revalidate(
+                    Ticket(KEY, "run", 30.0, 30.0),
+                    store,
+                    SCOPE,
+                    RecallLimits(max_latency_s=30.0),
+                    refs,
+                    RecallUsage(),
+                )
+            assert scope.cancelled_caught
+    said = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.recall"]
+    assert said == [], said

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from .._observe.spans import current_span_event, error_type, internal_span
@@ -35,7 +36,7 @@ from .._ports.recall import (
 )
 from .._scope import Scope
 from .._text import error_text
-from .bounded import ABANDON_GRACE_S, Overrun, bounded
+from .bounded import ABANDON_GRACE_S, SETTLE_ITERATIONS, Overrun, bounded, spawn
 from .embedding import Hybrid, embed_query
 from .lifecycle import Ticket
 from .recall_checks import Failed as _Failed
@@ -53,8 +54,8 @@ __all__ = ["Evidence", "RecallUsage", "gather_evidence", "revalidate", "truncate
 
 _log = logging.getLogger("agentium.engine.recall")
 
-#: How long closing a recall session may take; it runs shielded after a cancellation (within what
-#: its caller's deadline leaves: :func:`_close_bounds`).
+#: How long closing a recall session may take; it runs shielded after a cancellation (its caller
+#: waits no longer than its own deadline leaves: :func:`_close`).
 CLOSE_TIMEOUT_S = 0.1
 
 
@@ -128,50 +129,117 @@ async def _close_late(session: object) -> None:
             span.fail(error_type(exc), exc)
 
 
-def _close_bounds(until: float) -> tuple[float, float]:
-    """The close's timeout and abandon grace: :data:`CLOSE_TIMEOUT_S` and its grace, within ``until``.
+def _time_left(until: float) -> float:
+    """What the caller's deadline ``until`` (``inf``: none) leaves now, never below zero."""
+    return math.inf if until == math.inf else max(0.0, until - anyio.current_time())
 
-    ``until`` is the caller's effective deadline as the round began (``inf``: none), taken then
-    because a deadline that passed since reads as ``-inf`` (a cancelled scope), its time lost. The
-    close is shielded, so that deadline (the look after a cancelled model call, the keep's commit:
-    their shares of ``close_timeout_s``) would not cut it: the whole close, its grace included,
-    must end by it, not up to 0.1 s (a close blocked in a thread: 0.2 s) past it.
+
+class _Detached:
+    """A recall session's close its caller may stop waiting for: it runs on, within its own bound.
+
+    Cancelled at the caller's deadline, a close that awaits anything (a pooled
+    connection given back) would be cut at its first await and what the session
+    acquired left held; detached, it gets its :data:`CLOSE_TIMEOUT_S` (and the
+    abandon grace) whoever waits for it. A close that fails or overruns after
+    its caller left is a WARNING on ``agentium.engine.recall`` (its class, or
+    ``timeout``: no content), there being no turn left to note it on.
     """
-    if until == math.inf:
-        return CLOSE_TIMEOUT_S, ABANDON_GRACE_S
-    left = max(0.0, until - anyio.current_time())
-    timeout = min(CLOSE_TIMEOUT_S, left)
-    return timeout, min(ABANDON_GRACE_S, left - timeout)
+
+    __slots__ = ("closer", "ended", "failure", "left")
+
+    def __init__(self, closer: Callable[[], Awaitable[None]]) -> None:
+        self.closer = closer
+        self.ended = anyio.Event()
+        self.failure: Exception | None = None
+        self.left = False  # the caller stopped waiting: this close reports its own failure
+
+    async def run(self) -> None:
+        try:
+            await bounded(self.closer, CLOSE_TIMEOUT_S)  # a close blocked in a worker thread is abandoned
+        except Exception as exc:  # Overrun too: said by the caller if it still waits, else below
+            self.failure = exc
+        finally:
+            self.ended.set()
+        if self.left and self.failure is not None:
+            kind = "timeout" if isinstance(self.failure, Overrun) else error_type(self.failure)
+            _log.warning("a recall session close left to finish past its caller's deadline failed: %s", kind)
 
 
 async def _close(session: object, state: Round, until: float = math.inf) -> None:
     """Close the recall session on every path, shielded from the run's cancellation and bounded.
 
-    A close that fails, or does not finish within :data:`CLOSE_TIMEOUT_S`
-    (less when the caller's deadline ``until`` leaves less: :func:`_close_bounds`),
+    A close that fails, or does not finish within :data:`CLOSE_TIMEOUT_S`,
     is a ``recall_note`` on the turn (its text may quote the store's error),
     a WARNING on ``agentium.engine.recall`` and the event
     ``agentium.recall.close_failed`` on the recall span it ran under
     (``error.type`` only: the close's class name, or ``timeout``), as a
     late-opened session's close is (:func:`_close_late`).
+
+    ``until`` is the caller's effective deadline as the round began (``inf``:
+    none), taken then because one that passed since reads as ``-inf`` (a
+    cancelled scope). The close is shielded, so that deadline (the look after a
+    cancelled model call, the keep's commit: their shares of ``close_timeout_s``)
+    would not cut it: when it leaves less than the close's bound and grace, the
+    caller waits only what it leaves, and the close runs on detached within its
+    own bound (:class:`_Detached`), neither holding the caller past its deadline
+    nor cut short by it.
     """
     closer = getattr(session, "close", None)
     if closer is None:
         return
-    timeout, grace = _close_bounds(until)
+    left = _time_left(until)
+    if left < CLOSE_TIMEOUT_S + ABANDON_GRACE_S:
+        await _close_detached(closer, state, left)
+        return
     with anyio.CancelScope(shield=True):
         try:
-            # A close blocked in a worker thread is abandoned after the grace.
-            await bounded(closer, timeout, grace_s=grace)
-        except Overrun as over:
-            gone = "; abandoned (it did not stop when cancelled)" if over.abandoned else ""
-            state.notes.append(f"recall session close did not finish within {timeout:.3g}s{gone}")
-            _log.warning("a recall session close did not finish within %.3gs%s", timeout, gone)
-            current_span_event("agentium.recall.close_failed", {"error.type": "timeout"})
+            await bounded(closer, CLOSE_TIMEOUT_S)  # a close blocked in a worker thread is abandoned
         except Exception as exc:
-            state.notes.append(f"recall session close failed: {error_text(exc)}")
-            _log.warning("a recall session could not be closed: %s", error_type(exc))
-            current_span_event("agentium.recall.close_failed", {"error.type": error_type(exc)})
+            _said(state, exc)
+
+
+async def _close_detached(closer: Callable[[], Awaitable[None]], state: Round, left: float) -> None:
+    """:func:`_close` when its caller's deadline leaves only ``left`` seconds: waited for that long."""
+    closing = _Detached(closer)
+    spawn(closing.run)
+    with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(left):
+            await closing.ended.wait()
+        # A few loop iterations, no time: a close that needs no wait ends in them (the caller's
+        # deadline may have passed before the close's task ran at all).
+        for _ in range(SETTLE_ITERATIONS):
+            if closing.ended.is_set():
+                break
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+    if closing.ended.is_set():
+        if closing.failure is not None:
+            _said(state, closing.failure)
+        return
+    closing.left = True
+    state.notes.append(
+        f"recall session close did not finish within {left:.3g}s (its caller's deadline); "
+        f"left to finish within {CLOSE_TIMEOUT_S}s"
+    )
+    _log.warning(
+        "a recall session close did not finish within %.3gs (its caller's deadline); left to finish "
+        "within %ss",
+        left,
+        CLOSE_TIMEOUT_S,
+    )
+    current_span_event("agentium.recall.close_failed", {"error.type": "timeout"})
+
+
+def _said(state: Round, exc: Exception) -> None:
+    """A close that failed or overran (:class:`Overrun`): a ``recall_note``, a WARNING, a span event."""
+    if isinstance(exc, Overrun):
+        gone = "; abandoned (it did not stop when cancelled)" if exc.abandoned else ""
+        state.notes.append(f"recall session close did not finish within {CLOSE_TIMEOUT_S}s{gone}")
+        _log.warning("a recall session close did not finish within %ss%s", CLOSE_TIMEOUT_S, gone)
+        current_span_event("agentium.recall.close_failed", {"error.type": "timeout"})
+        return
+    state.notes.append(f"recall session close failed: {error_text(exc)}")
+    _log.warning("a recall session could not be closed: %s", error_type(exc))
+    current_span_event("agentium.recall.close_failed", {"error.type": error_type(exc)})
 
 
 async def gather_evidence(
@@ -221,7 +289,7 @@ async def gather_evidence(
         return _failed(state, query, f"the query budget ({limits.max_queries}) is spent")
     state.queries += 1
     session: RecallSession | None = None
-    until = anyio.current_effective_deadline()  # the caller's, for the close (_close_bounds)
+    until = anyio.current_effective_deadline()  # the caller's, for the close (_close)
     try:
         try:
             opened = await adapter_call(
@@ -454,7 +522,7 @@ async def revalidate(
     """
     state = Round(limits, spent)
     session: RecallSession | None = None
-    until = anyio.current_effective_deadline()  # the caller's: the look's, the keep's (_close_bounds)
+    until = anyio.current_effective_deadline()  # the caller's: the look's, the keep's (_close)
     try:
         try:
             opened = await adapter_call(
