@@ -121,3 +121,51 @@ def test_aclose_with_clients_of_three_stuck_loops_takes_one_close_bound_not_thre
     assert str(caught.value).count("did not finish within") == 3
     assert bound <= took < 2 * bound, took  # one after the other, it took 3 bounds
     assert provider.client is None
+
+
+def test_a_second_aclose_while_the_first_is_closing_returns_only_once_the_first_has(
+    stub: StubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It saw the provider closed and returned at once, while the first still waited for a client.
+
+    The first waited for a stuck loop's client: the second's caller was told the provider was closed
+    with that client still open.
+    """
+    bound = 0.3
+    monkeypatch.setattr(provider_module, "_CLOSE_S", bound)
+    provider = make_provider(stub)
+    stub.add(Reply.recorded("plain_answer"))
+    used, release = threading.Event(), threading.Event()
+
+    async def used_then_stuck() -> None:
+        await provider.complete(_request("stuck loop"), OpContext.with_timeout(20))
+        used.set()
+        release.wait(20)  # blocking, on purpose: this loop's thread runs nothing meanwhile
+
+    stuck = threading.Thread(target=anyio.run, args=(used_then_stuck,), daemon=True)
+    stuck.start()
+    ended: list[str] = []
+
+    async def both() -> None:
+        async def first() -> None:
+            with pytest.raises(OpenAIProviderError, match="did not finish within"):
+                await provider.aclose()
+            ended.append("first")
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(first)
+            await anyio.sleep(0.05)
+            assert provider.client is None and ended == []  # the premise: the first has begun, not ended
+            await provider.aclose()  # the second: nothing to raise, the first says what did not close
+            ended.append("second")
+
+    try:
+        assert used.wait(20)
+        started = time.monotonic()
+        anyio.run(both)
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    stuck.join(20)
+    assert ended == ["first", "second"]
+    assert bound <= took < 2 * bound, took

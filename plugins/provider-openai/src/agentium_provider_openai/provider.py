@@ -46,6 +46,8 @@ from agentium_harness.plugin_api import (
 )
 
 from ._bodies import ACCEPT_ENCODING, ASKED_CODINGS, BodyBroken, UnsupportedCoding, read_body
+from ._calls import ProviderCalls
+from ._closing import CloseOnce
 from ._failures import Retryable, attempt_event, forget_hidden_context, is_transport_error, retry_after
 from ._library import is_openai_client, load_openai, openai_loaded
 from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error, unreachable
@@ -61,7 +63,7 @@ from .errors import (
     OpenAIStreamingOnlyError,
     scrub,
 )
-from .wire import check_sendable, decode_reply, parse_completion, request_messages, request_tools, shown
+from .wire import check_sendable, decode_reply, parse_completion, request_messages, request_tools
 
 if TYPE_CHECKING:
     # The client library is imported where a client is made or its errors are caught, not when
@@ -121,6 +123,8 @@ class OpenAIProvider(ModelProvider):
         self._config = config
         self._owns_client = client is None
         self._closed = False
+        # Who closes (one caller), and when that close ended: a second aclose() waits for it.
+        self._closing = CloseOnce()
         # The lent client (a copy without retries), or None for an owned provider.
         self._client: AsyncOpenAI | None = None
         # An owned provider's clients, one per event loop (a client's connections belong to one loop).
@@ -549,52 +553,17 @@ class OpenAIProvider(ModelProvider):
         Idempotent. A client of a loop that has finished is dropped (its connections went with
         the loop). The clients close concurrently, so the whole close takes at most ``_CLOSE_S``
         however many loops are stuck; :class:`OpenAIProviderError` names each that did not close.
+        A second ``aclose()`` while the first is closing (from any task, thread or loop) returns
+        once the first has ended, waiting at most ``_CLOSE_S`` too; it raises nothing.
         """
-        if self._closed:
+        if not self._closing.begin():
+            await self._closing.wait(_CLOSE_S)
             return
         self._closed = True
         self._client = None
-        problems = await self._clients.aclose(lambda client: client.close(), _CLOSE_S)
+        try:
+            problems = await self._clients.aclose(lambda client: client.close(), _CLOSE_S)
+        finally:
+            self._closing.end()
         if problems:
             raise OpenAIProviderError("closing the OpenAI provider: " + "; ".join(problems))
-
-
-class ProviderCalls:
-    """What another endpoint's client (the embedder) uses of a provider it sends through.
-
-    The provider's client, deadline bounding, retries, capped reads and the redacted server address,
-    as methods: the embedder builds requests on them without reaching into private attributes.
-    """
-
-    __slots__ = ("_provider",)
-
-    def __init__(self, provider: OpenAIProvider) -> None:
-        self._provider = provider
-
-    async def client(self, ctx: OpContext, operation: str) -> AsyncOpenAI:
-        """The provider's client (built on first use, see ``_client_for``); refused once closed."""
-        return await self._provider._client_for(ctx, operation)
-
-    def where(self) -> str:
-        """The server's address for messages, without credentials."""
-        return self._provider._where()
-
-    def scrub(self, text: str) -> str:
-        """The server's ``text`` as a message may quote it (:func:`scrub` with the provider's key)."""
-        return scrub(text, self._provider._api_key)
-
-    def shown(self, value: object) -> str:
-        """A server's value for a message: text quoted and scrubbed, anything else by its type only."""
-        return shown(value, self._provider._api_key)
-
-    async def bounded(self, ctx: OpContext, operation: str, work: Callable[[], Awaitable[T]]) -> T:
-        """Run ``work`` until it ends, the deadline passes or the signal is cancelled."""
-        return await self._provider._bounded(ctx, operation, work)
-
-    async def attempts(self, ctx: OpContext, operation: str, send: Callable[[float], Awaitable[T]]) -> T:
-        """Call ``send(timeout)`` as the provider's retry options say."""
-        return await self._provider._attempts(ctx, operation, send)
-
-    async def read_capped(self, response: Any, what: str) -> bytes:
-        """The decoded body of ``response`` (the client's httpx response), refused past the cap."""
-        return await self._provider._read_capped(response, what)
