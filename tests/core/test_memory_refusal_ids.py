@@ -10,14 +10,24 @@ text says which refusal it is and ``fact_id`` says which fact.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from _memory_support import sqlite_store
 
-from agentium_harness import MemoryFact, MemoryFactForgottenError, MemoryFactNotFoundError, MemoryScope
+from agentium_harness import (
+    EraseTarget,
+    GroupRef,
+    MemoryFact,
+    MemoryFactForgottenError,
+    MemoryFactNotFoundError,
+    MemoryScope,
+)
+from agentium_harness.adapters._sqlite_memory_sql import COLUMNS, _row_digest
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryError
 from agentium_harness.plugin_api import MemoryStore, OpContext
 
 pytestmark = pytest.mark.anyio
@@ -66,3 +76,25 @@ async def test_a_forgotten_fact_is_refused_a_correction_without_its_id_in_the_te
     assert ack.fact_id not in str(refused.value), str(refused.value)
     assert refused.value.fact_id == ack.fact_id
     assert "forgotten" in str(refused.value)
+
+
+async def test_a_session_erasure_refused_by_a_damaged_provenance_names_no_fact_id(tmp_path: Path) -> None:
+    # A provenance that is not a list of references, yet matches its row's digest (rewritten with it):
+    # the SQLite store's session erasure refuses the fact, and its text named the fact's id.
+    store = sqlite_store(tmp_path)
+    try:
+        ref = GroupRef("s1", 0, "sha256:" + "0" * 64)
+        ack = await store.remember(MemoryFact(ANA, "the gate code is 4711", provenance=[ref]), _ctx())
+        assert ack.fact_id is not None
+        with sqlite3.connect(str(tmp_path / "memory.db")) as conn:
+            row = list(conn.execute(f"SELECT {COLUMNS} FROM memory_facts").fetchone())
+            row[10] = '{"not": "a list"}'
+            conn.execute(
+                "UPDATE memory_facts SET provenance = ?, row_digest = ?",
+                (row[10], _row_digest(row[:13])),
+            )
+        with pytest.raises(SQLiteMemoryError, match="damaged provenance") as refused:
+            await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert ack.fact_id not in str(refused.value), str(refused.value)
+    finally:
+        await store.aclose()

@@ -352,7 +352,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
             query = f"SELECT {COLUMNS} FROM memory_facts WHERE {owner} ORDER BY fact_id"  # noqa: S608
             for row in conn.execute(query, params):
                 fact_id, provenance = verified_row(row)[0], row[10]
-                if fact_id not in found and _names_session(provenance, target.session_id, fact_id):
+                if fact_id not in found and _names_session(provenance, target.session_id):
                     found.add(str(fact_id))
                     if len(found) > bound:
                         break
@@ -464,7 +464,7 @@ def _duplicate(conn: sqlite3.Connection, current: StoredFact, fact: MemoryFact, 
     return MemoryAck(AckStatus.STORED, current.fact_id, current.revision + 1, durable=True)
 
 
-def _names_session(provenance: object, session: str | None, fact_id: object) -> bool:
+def _names_session(provenance: object, session: str | None) -> bool:
     """True if a stored provenance (``[[session, seq, digest], …]`` JSON) names ``session``.
 
     A provenance that cannot be read raises :class:`SQLiteMemoryError`: whether
@@ -480,7 +480,8 @@ def _names_session(provenance: object, session: str | None, fact_id: object) -> 
         isinstance(r, list) and r and isinstance(r[0], str) for r in refs
     ):
         raise SQLiteMemoryError(
-            f"sqlite memory store: memory erase: fact {fact_id!r} has a damaged provenance, so whether it "
+            # Not the fact's id: it is content, named only with capture, which a store cannot see.
+            "sqlite memory store: memory erase: a stored fact has a damaged provenance, so whether it "
             "came from the session cannot be told; nothing was erased (erase its user, or delete the row)"
         )
     return any(r[0] == session for r in refs)
