@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 import attrs
 
-from .._errors import AgentiumError, ErasureRefusedError, InvalidArgumentError
+from .._errors import AgentiumError, ErasureInProgressError, ErasureRefusedError, InvalidArgumentError
 from .._observe.spans import using
 from .._observe.turn import settings_of, traced_operation
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, ErasureState
@@ -171,9 +171,16 @@ async def _run_erasure(
                 )
             return ErasureResult(await plan(ticket, stores, planned), resumed=unfinished is not None)
     async with admission.admit_erasure(target) as ticket:
-        record, resumed = await start(
-            ticket, runtime.session_store, target, reason, attestation, kind, progress.saving
-        )
+        try:
+            record, resumed = await start(
+                ticket, runtime.session_store, target, reason, attestation, kind, progress.saving
+            )
+        except ErasureInProgressError:
+            # Refused by an overlapping erasure: at the look for one pending, or as this one joined
+            # the pending erasures (another process's joined first), where the join raises before
+            # its compare-and-set writes. Nothing was written; progress.saving() ran just before.
+            progress.settled(CommitState.NOT_COMMITTED)
+            raise
         if resumed:
             progress.saving()  # a pending erasure resumed erases from here (no record was written)
         done = await finish(runtime, ticket, record, take_inventory=not resumed)
