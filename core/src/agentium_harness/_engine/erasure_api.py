@@ -40,7 +40,7 @@ from .unexpected import Outcomes, WriteProgress, typed_unexpected
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
 
-__all__ = ["ErasureOperations", "erasure_stores", "run_erasure"]
+__all__ = ["ErasureOperations", "erasure_stores", "run_erasure", "said_by_the_call"]
 
 #: The levels ``erase`` takes; groups targets come from retention and ``forget``.
 _WHOLE = (EraseLevel.TENANT, EraseLevel.USER, EraseLevel.SESSION)
@@ -90,6 +90,23 @@ _RESUME: Outcomes = dict.fromkeys(
     "the erasures it completed before stand; the others stay pending, their scopes refused "
     "(erasure_status lists them): call resume_erasures again",
 )
+
+
+def said_by_the_call(exc: AgentiumError, state: CommitState, told: Outcomes) -> None:
+    """Mark ``exc``, a typed error leaving a call of several erasures, with the call's ``state`` (``told``).
+
+    The error of one of its erasures (or a store's) says what that erasure wrote ("this call
+    erased nothing ... not_committed") while the erasures before it stand: once one of the
+    call's erasures began writing, the call's state replaces those words. An AgentiumError is
+    marked in place: re-raised as it is, its cause and traceback kept.
+    """
+    inner = exc.commit_state
+    if inner is not None and state is not CommitState.NOT_COMMITTED:
+        words = f"; {_ERASURE[inner]}"
+        if len(exc.args) == 1 and isinstance(exc.args[0], str) and words in exc.args[0]:
+            exc.args = (exc.args[0].replace(words, ""),)
+            exc.commit_state = None
+    mark_commit_state(exc, state, told=told)
 
 
 async def run_erasure(
@@ -362,17 +379,7 @@ class ErasureOperations:
             except AgentiumError as exc:
                 # A typed error (a store's, on a later session) went out as it stood: once sessions
                 # were trimmed, nothing in it said so. It now carries the call's state and says it.
-                # (An AgentiumError is marked in place: re-raised as it is, its cause and traceback kept.)
-                state = progress.commit_state
-                inner = exc.commit_state
-                if inner is not None and state is not CommitState.NOT_COMMITTED:
-                    # One session's erasure said what it wrote ("this call erased nothing ... not_committed")
-                    # while sessions before it stood trimmed: the call's state replaces its words.
-                    words = f"; {_ERASURE[inner]}"
-                    if len(exc.args) == 1 and isinstance(exc.args[0], str) and words in exc.args[0]:
-                        exc.args = (exc.args[0].replace(words, ""),)
-                        exc.commit_state = None
-                mark_commit_state(exc, state, told=_RETENTION)
+                said_by_the_call(exc, progress.commit_state, _RETENTION)
                 raise
 
     async def forget(

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import InvalidArgumentError
+from .._errors import AgentiumError, InvalidArgumentError
 from .._errors_memory import MemoryRejectedError
 from .._history import MessageGroup
 from .._observe.logs import one_line
@@ -450,6 +450,13 @@ async def _sources(
     return holders, erasures, notes, mismatched
 
 
+def _said_by_the_call(exc: AgentiumError, progress: WriteProgress) -> None:
+    """Mark ``exc`` with the forget's state once one of its sources' erasures began writing."""
+    from .erasure_api import _FORGET, said_by_the_call  # the API module imports this one
+
+    said_by_the_call(exc, progress.commit_state, _FORGET)
+
+
 async def forget_fact(
     runtime: HarnessRuntime,
     scope: object,
@@ -481,23 +488,34 @@ async def forget_fact(
     erasures: list[ErasureResult] = []
     notes: list[str] = []
     mismatched = 0
+    corrected = False
     refs, note, seen = await _provenance(runtime, scope, checked_id)
-    for attempt in range(_ATTEMPTS):
-        holders, done, notes, mismatched = await _sources(runtime, scope, refs, checked, progress)
-        erasures.extend(done)
-        # A correction meanwhile (the lookups and erasures await) wrote a revision whose sources
-        # this pass did not see, and forgetting would empty its provenance for good: look again.
-        refs, note, now = await _provenance(runtime, scope, checked_id)
-        if now == seen:
-            break
-        seen = now
-        if attempt == _ATTEMPTS - 1:
-            raise MemoryRejectedError(
-                f"{_named(runtime, checked_id, 'the fact')} was corrected {_ATTEMPTS} times while its "
-                "sources were looked up"
-                f"{' and erased (those erasures stand)' if erasures else ''}; it was not forgotten. "
-                "Call forget again once it stops changing"
-            )
+    try:
+        for _ in range(_ATTEMPTS):
+            holders, done, notes, mismatched = await _sources(runtime, scope, refs, checked, progress)
+            erasures.extend(done)
+            # A correction meanwhile (the lookups and erasures await) wrote a revision whose sources
+            # this pass did not see, and forgetting would empty its provenance for good: look again.
+            refs, note, now = await _provenance(runtime, scope, checked_id)
+            if now == seen:
+                break
+            seen = now
+        else:
+            corrected = True
+    except AgentiumError as exc:
+        # A typed error (a store's, or a later session's erasure's) went out as it stood: once a
+        # source's erasure began writing, nothing in it said so ("nothing was committed", its
+        # tombstone standing). It now carries the call's state, as apply_retention's do.
+        if progress is not None and progress.commit_state is not CommitState.NOT_COMMITTED:
+            _said_by_the_call(exc, progress)
+        raise
+    if corrected:
+        raise MemoryRejectedError(
+            f"{_named(runtime, checked_id, 'the fact')} was corrected {_ATTEMPTS} times while its "
+            "sources were looked up"
+            f"{' and erased (those erasures stand)' if erasures else ''}; it was not forgotten. "
+            "Call forget again once it stops changing"
+        )
     notes = ([note] if note else []) + notes
     if note:
         # A degraded outcome the result's notes alone told: no source can be found (nor erased).
@@ -513,9 +531,16 @@ async def forget_fact(
     # a fact forgotten first and then refused an erasure (a run holding the session, a pending
     # erasure) could never have its sources found again. Refused now, nothing is forgotten and
     # the call can be repeated (groups erased by then are reported gone).
+    erased = progress is not None and progress.commit_state is not CommitState.NOT_COMMITTED
     if progress is not None:
         progress.saving()
-    ack = await memory.forget(scope, checked_id)
+    try:
+        ack = await memory.forget(scope, checked_id)
+    except AgentiumError as exc:
+        # The store's refusal ("nothing was changed") is the call's only once nothing was erased.
+        if erased and progress is not None:
+            _said_by_the_call(exc, progress)
+        raise
     if progress is not None:
         progress.committed()
     if any(h.place is SourcePlace.RESIDENT for h in holders):
