@@ -92,6 +92,10 @@ _RESUME: Outcomes = dict.fromkeys(
 )
 
 
+#: What a store's (or one step's) refusal says of its own call, untrue of a call whose erasures wrote.
+_STORE_CLAIMS = ("; nothing was changed", "; nothing was written", "; nothing was erased")
+
+
 def said_by_the_call(exc: AgentiumError, state: CommitState, told: Outcomes) -> None:
     """Mark ``exc``, a typed error leaving a call of several erasures, with the call's ``state`` (``told``).
 
@@ -101,11 +105,15 @@ def said_by_the_call(exc: AgentiumError, state: CommitState, told: Outcomes) -> 
     marked in place: re-raised as it is, its cause and traceback kept.
     """
     inner = exc.commit_state
-    if inner is not None and state is not CommitState.NOT_COMMITTED:
-        words = f"; {_ERASURE[inner]}"
-        if len(exc.args) == 1 and isinstance(exc.args[0], str) and words in exc.args[0]:
-            exc.args = (exc.args[0].replace(words, ""),)
+    if state is not CommitState.NOT_COMMITTED and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        said = exc.args[0]
+        if inner is not None and f"; {_ERASURE[inner]}" in said:
+            said = said.replace(f"; {_ERASURE[inner]}", "")
             exc.commit_state = None
+        # A store's "nothing was changed" (written, erased) is its own call's, not this call's.
+        for claim in _STORE_CLAIMS:
+            said = said.replace(claim, "")
+        exc.args = (said,)
     mark_commit_state(exc, state, told=told)
 
 
