@@ -72,7 +72,7 @@ _RETENTION: Outcomes = {
     CommitState.UNKNOWN: _RETENTION_BEGAN,
     CommitState.COMMITTED: _RETENTION_BEGAN,  # never set: each erasure's own end is not the call's
 }
-_FORGET: Outcomes = {
+FORGET_OUTCOMES: Outcomes = {
     CommitState.NOT_COMMITTED: (
         "it failed before changing anything: the fact was not forgotten and nothing was erased "
         "(commit_state not_committed); call forget again"
@@ -425,7 +425,7 @@ class ErasureOperations:
         tenant, user = str(getattr(scope, "tenant", "")), str(getattr(scope, "user", ""))
         with (
             traced_operation(runtime, "forget", tenant, user, "", name="agentium.forget"),
-            typed_unexpected("forget", progress, _FORGET),
+            typed_unexpected("forget", progress, FORGET_OUTCOMES),
         ):
             return await forget_fact(
                 runtime,

@@ -452,9 +452,9 @@ async def _sources(
 
 def _said_by_the_call(exc: AgentiumError, progress: WriteProgress) -> None:
     """Mark ``exc`` with the forget's state once one of its sources' erasures began writing."""
-    from .erasure_api import _FORGET, said_by_the_call  # the API module imports this one
+    from .erasure_api import FORGET_OUTCOMES, said_by_the_call  # the API module imports this one
 
-    said_by_the_call(exc, progress.commit_state, _FORGET)
+    said_by_the_call(exc, progress.commit_state, FORGET_OUTCOMES)
 
 
 async def forget_fact(

@@ -52,7 +52,7 @@ from .config import (
     redact_url,
 )
 from .errors import OpenAIEmbeddingReplyError
-from .provider import OpenAIProvider, ProviderCalls
+from .provider import OpenAIProvider
 from .wire import holds_lone_surrogate
 
 __all__ = ["OpenAIEmbedder", "OpenAIEmbedderConfig"]
@@ -136,7 +136,7 @@ class OpenAIEmbedder(Embedder):
         self._transport = OpenAIProvider(
             config.transport(), environ=os.environ if environ is None else environ
         )
-        self._calls = ProviderCalls(self._transport)
+        self._calls = self._transport.calls()
 
     @property
     def model(self) -> EmbeddingModel:

@@ -182,6 +182,17 @@ class OpenAIProvider(ModelProvider):
             return self._client
         return self._clients.get()
 
+    def calls(self) -> ProviderCalls:
+        """What another endpoint's client (the embedder) uses of this provider: :class:`ProviderCalls`."""
+        return ProviderCalls(
+            client_for=self._client_for,
+            where=self._where,
+            api_key=self._api_key,
+            bounded=self._bounded,
+            attempts=self._attempts,
+            read_capped=self._read_capped,
+        )
+
     async def _client_for(self, ctx: OpContext, operation: str) -> AsyncOpenAI:
         """:meth:`_get_client`, ``openai`` imported first in a worker thread within ``ctx`` (see _library)."""
         if not (self._closed or self._client is not None or openai_loaded()):  # lent: the host loaded it
