@@ -279,3 +279,56 @@ def test_a_recall_searchs_problems_hide_values_from_the_environment(
         assert json.loads(out)["problems"][-1] == shown
     else:
         assert f"  problem: {shown}\n" in out, out
+
+
+def test_evals_report_keeps_its_own_words_and_the_case_ids_that_hold_a_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every string of the report went through the hiding: a value from the environment that is a
+    # word ("agentium", a database named after the project) rewrote the schema, the run's label and
+    # a case id holding it, and a grader's name rewritten no longer found its score in the summary.
+    monkeypatch.setenv("AGT_TEST_DB", "agentium")
+    monkeypatch.setenv("AGT_TEST_NAME", "abstention")
+    path = tmp_path / "agentium.toml"
+    path.write_text(CONFIG.replace('"Noted."', '"Noted: ${AGT_TEST_NAME}."'), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "agentium-1", "probe": "hello", "expect": {"abstain": true}}\n', "utf-8")
+    assert main(["eval", str(path), str(cases), "--out", str(tmp_path / "report")]) == 0
+    out, _ = capsys.readouterr()
+    report = json.loads((tmp_path / "report" / "report.json").read_text("utf-8"))
+    assert report["schema"] == "agentium.eval.report/1"
+    (run,) = report["runs"]
+    assert run["label"] == "agentium" and run["cases"][0]["id"] == "agentium-1"
+    assert "abstention" in {g["name"] for g in report["graders"]}
+    assert "abstention" in run["cases"][0]["grades"]
+    assert run["cases"][0]["output"] == f"Noted: {HIDDEN}."  # the answer's value is still hidden
+    assert "  agentium: 1 cases" in out, out
+    assert "0/1     0.0%" in out, out  # the abstention grader's score, found by its name
+
+
+def test_eval_compare_hides_a_value_that_holds_the_other_configs(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The two configs' values were hidden one config after the other: the first's hid the start of
+    # the second's longer value, which then was no longer found, and its rest was printed.
+    from agentium_harness._errors import ProviderError
+
+    named = _named(config)
+    monkeypatch.setenv("AGT_TEST_OTHER", "s3cret-folder/state.db-v2-private")
+    other = config.parent / "other.toml"
+    other.write_text(CONFIG.replace("AGT_TEST_DB", "AGT_TEST_OTHER"), encoding="utf-8")
+
+    async def failing(self: HarnessRuntime, *args: object, **kwargs: object) -> object:
+        raise ProviderError(f"the model behind {named}-v2-private is down")
+
+    monkeypatch.setattr(HarnessRuntime, "run", failing)
+    cases = config.parent / "cases.jsonl"
+    cases.write_text('{"id": "c1", "probe": "hello", "expect": {"abstain": true}}\n', encoding="utf-8")
+    out_dir = config.parent / "report"
+    assert main(["eval", str(config), str(cases), "--compare", str(other), "--out", str(out_dir)]) == 0
+    out, err = capsys.readouterr()
+    written = (out_dir / "report.json").read_text("utf-8")
+    assert "s3cret" not in out + err + written and "v2-private" not in out + err + written, written
+    message = json.loads(written)["runs"][1]["infrastructure_failures"][0]["message"]
+    assert message == f"the model behind {config.parent}/{HIDDEN} is down"

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 from .._config import load_config
-from .._config.runtime import hide_config_env
-from .hiding import hidden_data
+from .._config.runtime import hide_configs_env
+from .hiding import hidden_report
 from .interrupt import run_async
 from .output import add_config_argument, hide_env, load_hiding, print_json
 
@@ -54,10 +53,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     graders = installed_graders()
     cases = load_cases(args.cases, graders=list(graders))
     # Loaded here, not by the target, so its values from the environment can be hidden (load_hiding).
-    targets = [HarnessEvalTarget(resolved=load_hiding(args))]
+    primary = load_hiding(args)
+    targets = [HarnessEvalTarget(resolved=primary)]
     if args.compare:
         resolved = load_config(args.compare)
-        args.hide_env = partial(_hide_each, (hide_env(args), partial(hide_config_env, resolved=resolved)))
+        # Both configs' values in one pass (hide_configs_env), in the reports and in main()'s error.
+        args.hide_env = partial(hide_configs_env, resolved=(primary, resolved))
         other = HarnessEvalTarget(resolved=resolved)
         if other.info.label == targets[0].info.label:  # two configs of the same file name
             other = HarnessEvalTarget(resolved=resolved, label=f"{other.info.label} (compare)")
@@ -77,20 +78,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return runs
 
     runs = run_async(main)
-    report = hidden_data(build_report(runs, list(graders.values())), hide_env(args))
+    report = hidden_report(build_report(runs, list(graders.values())), hide_env(args))
     json_path, html_path = write_reports(report, out)
     if args.json:
         print_json(report)
     else:
         sys.stdout.write(render_summary(report, [str(json_path), str(html_path)]))
     return 0
-
-
-def _hide_each(hides: Sequence[Callable[[str], str]], text: str) -> str:
-    """``text`` through each of ``hides`` in turn: the values of both configs of a ``--compare``."""
-    for hide in hides:
-        text = hide(text)
-    return text
 
 
 def _positive(text: str) -> int:

@@ -28,10 +28,10 @@ from .._ports.summary import SummaryState
 from .._verdicts import VerificationRecord
 
 __all__ = [
-    "hidden_data",
     "hidden_erasure",
     "hidden_evidence",
     "hidden_recall",
+    "hidden_report",
     "hidden_run",
     "hidden_summary",
     "hidden_verification",
@@ -137,16 +137,42 @@ def hidden_erasure(record: ErasureRecord, hide: Hide) -> ErasureRecord:
     return _changed(record, {"stores": stores, "notes": tuple(hide(note) for note in record.notes)})
 
 
-def hidden_data(data: Any, hide: Hide) -> Any:
-    """Plain data (a JSON document's dicts, lists and strings) with every string value hidden.
+def hidden_report(report: dict[str, Any], hide: Hide) -> dict[str, Any]:
+    """``agentium eval``'s report (:func:`~agentium_harness.eval.build_report`) with adapters' text hidden.
 
-    For a report built of text the runtime and its adapters wrote throughout (``agentium eval``'s:
-    answers, excerpts, errors, graders' reasons). Keys are the report's own names and stay.
+    Hidden: each case's output (the model's answer, which may quote an excerpt or a tool's result),
+    each grade's reason, each infrastructure failure's message (the adapter's error) and a recorded
+    provider's mode. The rest stays as built: the schema, the version, the labels, the case ids and
+    tags, the statuses, the grader names and the source ids are the report's own words or the case
+    file's and the engine's ids. Hiding them too (every string) rewrote ``"agentium.eval.report/1"``,
+    a case id or a grader name that merely held a value's word, and a summary looking a grader up by
+    its name found no score. Each distinct text is hidden once: a reason repeats over many cases.
     """
-    if isinstance(data, str):
-        return hide(data)
-    if isinstance(data, dict):
-        return {key: hidden_data(value, hide) for key, value in data.items()}
-    if isinstance(data, list | tuple):
-        return [hidden_data(value, hide) for value in data]
-    return data
+    seen: dict[str, str] = {}
+
+    def once(text: Any) -> Any:
+        if not isinstance(text, str):
+            return text
+        if text not in seen:
+            seen[text] = hide(text)
+        return seen[text]
+
+    def case(data: dict[str, Any]) -> dict[str, Any]:
+        grades = {
+            name: {**grade, "reason": once(grade.get("reason"))} for name, grade in data["grades"].items()
+        }
+        failure = data["failure"]
+        if failure is not None:
+            failure = {**failure, "message": once(failure["message"])}
+        return {**data, "output": once(data["output"]), "grades": grades, "failure": failure}
+
+    def run(data: dict[str, Any]) -> dict[str, Any]:
+        failures = [{**f, "message": once(f["message"])} for f in data["infrastructure_failures"]]
+        return {
+            **data,
+            "recorded_mode": once(data["recorded_mode"]),
+            "infrastructure_failures": failures,
+            "cases": [case(c) for c in data["cases"]],
+        }
+
+    return {**report, "runs": [run(r) for r in report["runs"]]}

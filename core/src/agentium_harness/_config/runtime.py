@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -26,7 +26,14 @@ from .._text import error_text
 from .load import SECTION_KINDS, ResolvedComponent, ResolvedConfig, load_config
 from .source import hide_env_text
 
-__all__ = ["build_component", "build_runtime", "close_built", "hide_config_env", "load_runtime"]
+__all__ = [
+    "build_component",
+    "build_runtime",
+    "close_built",
+    "hide_config_env",
+    "hide_configs_env",
+    "load_runtime",
+]
 
 
 def build_component(component: ResolvedComponent, resolved: ResolvedConfig) -> Any:
@@ -147,9 +154,23 @@ def hide_config_env(text: str, resolved: ResolvedConfig) -> str:
     may repeat any of the options the adapter was given (a SQLite path, a DSN), in any section
     or ``[plugins.<name>]`` table, and a value from the environment may be a secret.
     """
+    return hide_env_text(text, _options(resolved))
+
+
+def hide_configs_env(text: str, resolved: Sequence[ResolvedConfig]) -> str:
+    """:func:`hide_config_env` for the values of several configs at once (``agentium eval --compare``).
+
+    One pass over the original text: hiding one config's values first could cut another's longer
+    value (``/srv/evals`` inside ``/srv/evals-v2/b.db``) so it is no longer found, leaving its rest shown.
+    """
+    return hide_env_text(text, [_options(each) for each in resolved])
+
+
+def _options(resolved: ResolvedConfig) -> list[Any]:
+    """The options of every adapter section and ``[plugins.<name>]`` table of ``resolved``."""
     config = resolved.config
     written = [config.component(section) for section in SECTION_KINDS]
-    return hide_env_text(text, [[c.options for c in written if c is not None], config.plugins])
+    return [[c.options for c in written if c is not None], config.plugins]
 
 
 def close_built(adapters: list[Any], timeout_s: float) -> list[str]:
