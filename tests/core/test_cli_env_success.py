@@ -332,3 +332,28 @@ def test_eval_compare_hides_a_value_that_holds_the_other_configs(
     assert "s3cret" not in out + err + written and "v2-private" not in out + err + written, written
     message = json.loads(written)["runs"][1]["infrastructure_failures"][0]["message"]
     assert message == f"the model behind {config.parent}/{HIDDEN} is down"
+
+
+def test_recall_adds_indexing_notes_hide_values_from_the_environment(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # recall add wrote each document's indexing notes to stderr as they were: unhidden, unescaped.
+    from agentium_harness._cli import recall
+
+    named = _named(config)
+    real = recall.index_document_fenced
+
+    async def noting(*args: Any, **kwargs: Any) -> Any:
+        ref, notes = await real(*args, **kwargs)
+        return ref, (*notes, f"not checked again: {named} locked\x1b[2J")
+
+    monkeypatch.setattr(recall, "index_document_fenced", noting)
+    doc = config.parent / "notes.md"
+    doc.write_text("The VPN needs a token.\n", encoding="utf-8")
+    assert main(["run", str(config), *ANA, "hello"]) == 0  # the databases exist
+    capsys.readouterr()
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(doc)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "1 indexed, 0 skipped\n"
+    assert "s3cret" not in out + err and "\x1b" not in err, err
+    assert f"  warning: {doc}: not checked again: {config.parent}/{HIDDEN} locked\\x1b[2J\n" in err, err

@@ -1,4 +1,4 @@
-"""``agentium recall``: index host documents, search as a run would, rebuild a session's index.
+"""``agentium recall``: index host documents, search as a run would (rebuild: :mod:`.recall_rebuild`).
 
 Every command builds the runtime a config file describes and uses its recall
 store, so what ``search`` shows is exactly what a run in that scope would
@@ -23,12 +23,10 @@ import anyio
 import anyio.to_thread
 
 from .._config.runtime import build_runtime
-from .._engine.adapter_lists import adapter_method, bounded_list
 from .._engine.document_api import MAX_DOCUMENT_BYTES
 from .._engine.document_fence import index_document_fenced
-from .._engine.embedding import embedding_text, index_sources
+from .._engine.embedding import index_sources
 from .._engine.erasure_fence import ErasureFence
-from .._engine.group_identity import split_foreign
 from .._engine.history_view import recall_hidden
 from .._engine.lifecycle import Ticket
 from .._engine.load import load_session
@@ -36,20 +34,14 @@ from .._engine.recall import Evidence, gather_evidence
 from .._engine.recall_policy import QueryInput
 from .._engine.recall_readback import session_groups
 from .._engine.results import CommitState
-from .._engine.runtime import HarnessRuntime
 from .._errors import (
     AgentiumError,
-    CapabilityError,
-    ContractViolationError,
     InvalidArgumentError,
     OperationTimeoutError,
 )
-from .._history import MessageGroup
 from .._ports import OpContext
-from .._ports._base import capabilities_of
-from .._ports.archive import ArchiveReceipt
-from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
-from .._scope import RecallScope, Scope, SessionKey, validate_id
+from .._ports.recall import SourceOwner
+from .._scope import RecallScope, Scope, validate_id
 from .hiding import hidden_evidence
 from .interrupt import run_async
 from .output import (
@@ -61,22 +53,10 @@ from .output import (
     refuse_missing,
     shown,
     text_argument,
-    unless_missing,
 )
+from .recall_rebuild import cmd_recall_rebuild, recall_store
 
 __all__ = ["MAX_DOCUMENT_BYTES", "add_recall_commands"]
-
-#: Archived groups read per page by ``recall rebuild``.
-REBUILD_PAGE = 200
-
-
-def _store(runtime: HarnessRuntime, flag: str | None = None) -> RecallStore:
-    store = runtime.recall
-    if store is None:
-        raise InvalidArgumentError("the config has no [recall] section; nothing to do")
-    if flag is not None and not getattr(capabilities_of(store), flag, False):
-        raise CapabilityError(f"recall store {type(store).__name__} does not declare {flag}")
-    return store
 
 
 def _files(paths: list[str]) -> tuple[list[tuple[str, Path]], list[Path]]:
@@ -324,6 +304,7 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
         resolved, ("session_store", "recall"), "nothing was indexed", NEVER_WRITTEN, created_with="recall"
     )
     runtime = build_runtime(resolved)
+    hide = hide_env(args)
     counts = {"indexed": 0, "skipped": len(links)}
     for link in links:
         sys.stderr.write(
@@ -335,7 +316,7 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
 
     async def go() -> None:
         async with runtime:
-            store = _store(runtime, "document_indexing")
+            store = recall_store(runtime, "document_indexing")
             fence = ErasureFence(runtime.session_store, runtime.limits.op_timeout_s)
             progress = _Progress(len(files))
             for done, (doc_id, path) in enumerate(files, start=1):
@@ -372,8 +353,9 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
                 )
                 at["taken"] = True
                 counts["indexed"] += 1  # in the store, whatever becomes of its vector
+                # Hidden and escaped like every note a command prints: one may quote the store.
                 for note in notes:
-                    sys.stderr.write(f"  warning: {shown(str(path))}: {note}\n")
+                    sys.stderr.write(f"  warning: {shown(str(path))}: {shown(hide(note))}\n")
                 if runtime.hybrid is not None:  # hybrid recall: the document's vector goes in beside it
                     await index_sources(ticket, runtime.hybrid, store, [(ref, text)])
                 progress.step(done)
@@ -427,7 +409,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
 
     async def go() -> Evidence:
         async with runtime:
-            store = _store(runtime)
+            store = recall_store(runtime)
             key = scope.session_key
             ticket = Ticket(key, "recall search", runtime.limits.op_timeout_s)
             # The session's view hides what it cleared or retracted: a run leaves those groups
@@ -502,72 +484,6 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
         f"read-back bytes {u.readback_bytes}/{limits.max_readback_bytes}, "
         f"latency {u.latency_s * 1000:.1f} ms\n"
     )
-    return 0
-
-
-def cmd_recall_rebuild(args: argparse.Namespace) -> int:
-    """Re-index a session's archived groups from the archive into the recall store (idempotent)."""
-    key = SessionKey(args.tenant, args.user, args.session)
-    # No archived group in an archive database that does not exist: 0 indexed, and none is created.
-    runtime = build_runtime(unless_missing(load_hiding(args), "archive"))
-    total = 0
-    refused: list[int] = []
-
-    async def go() -> None:
-        nonlocal total
-        async with runtime:
-            store = _store(runtime, "archive_indexing")
-            start = 0
-            while True:
-                ctx = OpContext.with_timeout(30.0)
-                raw = await runtime.archive.read_groups(key, start, REBUILD_PAGE, ctx)
-                # Read to one past the page at most, each a group: nothing is indexed from an answer
-                # over its bound, or one that never ends (ContractViolationError).
-                page = bounded_list(
-                    raw,
-                    REBUILD_PAGE,
-                    adapter_method("archive", runtime.archive, "read_groups"),
-                    "groups",
-                    MessageGroup,
-                )
-                if not page:
-                    return
-                last = page[-1].seq
-                if type(last) is not int or last < start:
-                    # A page that does not move past ``start`` would be read again without end.
-                    raise ContractViolationError(
-                        f"archive {type(runtime.archive).__name__}.read_groups from seq {start} returned a "
-                        "page ending below it; the rebuild stopped there"
-                    )
-                start = last + 1
-                # Only groups that prove they are this session's go into its recall scope (the store
-                # lets a group with no retained record through): a group an archive answered with
-                # that is another session's, stripped of its record, is passed over and named.
-                page, foreign = split_foreign(key, page)
-                refused.extend(foreign)
-                if not page:
-                    continue
-                # The archive checked each group against its stored digest when it read it.
-                receipts = [ArchiveReceipt(g.seq, g.digest, "rebuild") for g in page]
-                total += await store.index_groups(key, page, receipts, OpContext.with_timeout(30.0))
-                if runtime.hybrid is not None:  # hybrid recall: (re)embed what was indexed
-                    ticket = Ticket(key, "recall rebuild", runtime.limits.op_timeout_s)
-                    sources = [
-                        (SourceRef(group_source_id(key, g.seq), g.digest), embedding_text(g)) for g in page
-                    ]
-                    await index_sources(ticket, runtime.hybrid, store, sources)
-
-    run_async(go)
-    if refused:
-        sys.stderr.write(
-            f"warning: {len(refused)} group(s) the archive returned cannot be shown to be this session's "
-            f"(seqs {', '.join(map(str, refused[:20]))}{' ...' if len(refused) > 20 else ''}); "
-            "they were not indexed\n"
-        )
-    if args.json:
-        print_json({"tenant": key.tenant, "user": key.user, "session": key.session, "newly_indexed": total})
-    else:
-        sys.stdout.write(f"{total} group(s) newly indexed for session {args.session!r}\n")
     return 0
 
 
