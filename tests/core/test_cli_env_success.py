@@ -357,3 +357,17 @@ def test_recall_adds_indexing_notes_hide_values_from_the_environment(
     assert out == "1 indexed, 0 skipped\n"
     assert "s3cret" not in out + err and "\x1b" not in err, err
     assert f"  warning: {doc}: not checked again: {config.parent}/{HIDDEN} locked\\x1b[2J\n" in err, err
+
+
+def test_demo_with_a_config_hides_values_from_the_environment_in_its_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # agentium demo --config built its adapters without load_hiding: the error it ended with (the
+    # SQLite store naming the database it could not open) showed the path the variable gave.
+    monkeypatch.setenv("AGT_TEST_DB", "s3cret-missing/state.db")
+    path = tmp_path / "demo.toml"
+    path.write_text(CONFIG.replace('[recall]\nplugin = "sqlite"\n', ""), encoding="utf-8")
+    assert main(["demo", "--config", str(path), "--turns", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out + err
+    assert f"{tmp_path}/{HIDDEN}: unable to open database file" in err, err

@@ -105,7 +105,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 "agentium demo: give --dir or --config, not both (the config says where data goes)\n"
             )
             return EXIT_USAGE
-        ok = run_async(run_demo_config, Path(args.config), args.turns, sys.stdout)
+        # Loaded here so main() hides its ${VAR} values from an adapter's error (load_hiding).
+        ok = run_async(run_demo_config, load_hiding(args), args.turns, sys.stdout)
     else:
         ok = run_async(run_demo, Path(args.dir or DEFAULT_DEMO_DIR), args.turns, sys.stdout)
     return EXIT_OK if ok else 1

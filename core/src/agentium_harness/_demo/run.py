@@ -18,7 +18,8 @@ from typing import Any, TextIO
 import anyio
 import anyio.to_thread
 
-from .._config.runtime import load_runtime
+from .._config.load import ResolvedConfig
+from .._config.runtime import build_runtime
 from .._engine.build import create_harness_runtime
 from .._engine.limits import ResidentLimits, RuntimeLimits
 from .._engine.recall_policy import current_session_recall_policy
@@ -177,19 +178,21 @@ async def run_demo(directory: Path, turns: int, out: TextIO) -> bool:
     return await _converse(runtime, inputs, out, f"database {config.path}", finale=recall_the_fact)
 
 
-async def run_demo_config(config_path: Path, turns: int, out: TextIO) -> bool:
-    """Run the demo on the runtime ``config_path`` describes; return whether the final proof held.
+async def run_demo_config(config: ResolvedConfig, turns: int, out: TextIO) -> bool:
+    """Run the demo on the runtime ``config`` describes; return whether the final proof held.
 
     The demo's inputs go to the configured provider (a ``scripted`` one with
     ``cycle = true`` is enough); the ``word_count`` tool is offered and
     granted. The proof reads the configured archive back, which needs it to
     declare ``bounded_reads``; without it the proof is reported as not checked.
+    The config is loaded by the caller (``agentium demo --config``), which hides
+    its ``${VAR}`` values from the error an adapter may end the demo with.
 
-    :raises ConfigError: when the file is invalid.
+    :raises ConfigError: when an adapter cannot be built.
     """
-    runtime = load_runtime(config_path, tools=_tools())
+    runtime = build_runtime(config, tools=_tools())
     inputs, _ = _script(turns)
-    return await _converse(runtime, inputs, out, f"config {config_path}")
+    return await _converse(runtime, inputs, out, f"config {config.source}")
 
 
 async def _session_id(store: SessionStore) -> str:
