@@ -371,3 +371,50 @@ def test_demo_with_a_config_hides_values_from_the_environment_in_its_error(
     out, err = capsys.readouterr()
     assert "s3cret" not in out + err, out + err
     assert f"{tmp_path}/{HIDDEN}: unable to open database file" in err, err
+
+
+def _interrupted(named: str) -> Any:
+    from agentium_harness._history_controls import InterruptionCause, TurnInterruption
+
+    return TurnInterruption(InterruptionCause.PROVIDER_FAILED, f"the provider failed: no model at {named}")
+
+
+def test_a_runs_retained_interruption_hides_values_from_the_environment(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # run --json hid the retained record's uncertainty and verification, not its interruption's
+    # detail: the error that stopped the turn after its tools ran (the provider's, naming its options).
+    named = _named(config)
+    real = HarnessRuntime.run
+
+    async def stopped(self: HarnessRuntime, *args: object, **kwargs: object) -> object:
+        result = await real(self, *args, **kwargs)  # type: ignore[arg-type]
+        return attrs.evolve(result, retained=attrs.evolve(result.retained, interruption=_interrupted(named)))
+
+    monkeypatch.setattr(HarnessRuntime, "run", stopped)
+    assert main(["run", "--json", str(config), *ANA, "hello"]) == 0
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out
+    detail = json.loads(out)["retained"]["interruption"]["detail"]
+    assert detail == f"the provider failed: no model at {config.parent}/{HIDDEN}"
+
+
+def test_an_inspected_sessions_interruptions_hide_values_from_the_environment(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # session inspect --json printed each interrupted group's detail (the error that stopped its turn).
+    named = _named(config)
+    assert main(["run", str(config), *ANA, "hello"]) == 0
+    real = HarnessRuntime.inspect_session
+
+    async def inspecting(self: HarnessRuntime, *args: Any, **kwargs: Any) -> Any:
+        view = await real(self, *args, **kwargs)
+        return attrs.evolve(view, interrupted=((0, _interrupted(named)),))
+
+    monkeypatch.setattr(HarnessRuntime, "inspect_session", inspecting)
+    capsys.readouterr()
+    assert main(["session", "inspect", "--json", str(config), *ANA]) == 0
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err, out
+    ((seq, why),) = json.loads(out)["interrupted"]
+    assert (seq, why["detail"]) == (0, f"the provider failed: no model at {config.parent}/{HIDDEN}")

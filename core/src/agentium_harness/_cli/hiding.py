@@ -19,9 +19,11 @@ from typing import Any, TypeVar
 
 import attrs
 
+from .._engine.maintenance import SessionView
 from .._engine.recall import Evidence
 from .._engine.recall_turn import RecallOutcome
 from .._engine.results import RunResult
+from .._history_controls import TurnInterruption
 from .._history_messages import RetainedRecord
 from .._ports.erasure import ErasureRecord
 from .._ports.summary import SummaryState
@@ -30,11 +32,13 @@ from .._verdicts import VerificationRecord
 __all__ = [
     "hidden_erasure",
     "hidden_evidence",
+    "hidden_interruption",
     "hidden_recall",
     "hidden_report",
     "hidden_run",
     "hidden_summary",
     "hidden_verification",
+    "hidden_view",
 ]
 
 Hide = Callable[[str], str]
@@ -101,10 +105,32 @@ def hidden_summary(state: SummaryState, hide: Hide) -> SummaryState:
     return _changed(state, {"gaps": gaps})
 
 
+def hidden_interruption(why: TurnInterruption, hide: Hide) -> TurnInterruption:
+    """``why`` with its detail hidden: the provider's or a store's error, or the recall policy's reason."""
+    return _changed(why, {"detail": hide(why.detail)})
+
+
+def hidden_view(view: SessionView, hide: Hide) -> SessionView:
+    """``session inspect``'s ``view`` with its tombstones' texts and its interruptions' details hidden.
+
+    The divergence's and the coverage gaps' details are hidden as they are printed: their records
+    bound the detail's length, and the marker may be longer than the value it replaces.
+    """
+    return _changed(
+        view,
+        {
+            "erasures": tuple(hidden_erasure(record, hide) for record in view.erasures),
+            "interrupted": tuple((seq, hidden_interruption(why, hide)) for seq, why in view.interrupted),
+        },
+    )
+
+
 def _hidden_retained(retained: RetainedRecord, hide: Hide) -> RetainedRecord:
     changes: dict[str, Any] = {"uncertainty": tuple(hide(u) for u in retained.uncertainty)}
     if retained.verification is not None:
         changes["verification"] = hidden_verification(retained.verification, hide)
+    if retained.interruption is not None:  # a turn stopped after its tools ran: the error that stopped it
+        changes["interruption"] = hidden_interruption(retained.interruption, hide)
     return _changed(retained, changes)
 
 

@@ -26,8 +26,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from .. import __version__
 from .._codec import unstructure
 from .._config.runtime import build_runtime
@@ -42,7 +40,7 @@ from .._text import error_text, shorten
 from .check import add_check_command
 from .erase import add_erase_commands, erasure_lines
 from .eval import add_eval_commands
-from .hiding import hidden_erasure
+from .hiding import hidden_view
 from .interrupt import EXIT_INTERRUPTED, interrupted, interrupts, run_async
 from .memory import add_memory_commands
 from .output import (
@@ -144,9 +142,10 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
     view = run_async(go)
     # The divergence's detail is the archive's error, a gap's a reader's: either may repeat the
     # options the adapter was given. Hidden as printed: the records bound their detail's length.
-    # The tombstones' stores' details and notes (--json shows them) are hidden in the records.
+    # The tombstones' stores' details and notes and the interruptions' details (--json shows them)
+    # are hidden in the view.
     hide = hide_env(args)
-    view = attrs.evolve(view, erasures=tuple(hidden_erasure(r, hide) for r in view.erasures))
+    view = hidden_view(view, hide)
     if args.json:
         data = unstructure(view)
         for item in [data["divergence"] or {}, *(data["summary"] or {}).get("gaps", ())]:
