@@ -409,7 +409,8 @@ def test_a_load_overtaken_by_another_loops_save_never_serves_the_older_row(tmp_p
         await store.save(key, scoped_snapshot(key, " one"), None, ctx())
         # Another connection commits, so the next load must read the row again.
         other = SQLiteSessionStore(config)
-        await other.save(SessionKey("acme", "ana", "elsewhere"), scoped_snapshot(key, ""), None, ctx())
+        elsewhere = SessionKey("acme", "ana", "elsewhere")
+        await other.save(elsewhere, scoped_snapshot(elsewhere, ""), None, ctx())
         await other.aclose()
 
     anyio.run(seed)
