@@ -24,7 +24,7 @@ import attrs
 from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import CliCommand, load_config
 
-from .config import PostgresConfig
+from .config import PostgresConfig, migration_target
 from .migrate import migrate
 from .recall_vectors import vector_scoring
 from .schema import MigrationReport, VectorFacts
@@ -70,7 +70,7 @@ def _targets(path: str, dsn_env: str | None) -> list[PostgresConfig]:
     for component in resolved.components().values():
         options = component.options
         if isinstance(options, PostgresConfig):
-            found.setdefault(options.identity(), options)
+            found.setdefault(migration_target(options), options)
     if not found:
         raise InvalidArgumentError(f"{path} selects no postgres adapter; there is nothing to migrate")
     targets = list(found.values())
@@ -84,7 +84,7 @@ def _targets(path: str, dsn_env: str | None) -> list[PostgresConfig]:
             raise InvalidArgumentError(f"--dsn-env {dsn_env}: {exc}") from None
         unique: dict[tuple[str, ...], PostgresConfig] = {}
         for target in targets:
-            unique.setdefault(target.identity(), target)
+            unique.setdefault(migration_target(target), target)
         targets = list(unique.values())
     return targets
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import itertools
 import os
 import re
 from typing import Any, Final
@@ -18,6 +19,8 @@ import attrs
 
 from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import bounded_count, bounded_duration
+
+from .host_list import may_reach_several_servers
 
 __all__ = ["PostgresConfig", "redact_dsn", "server_label"]
 
@@ -42,6 +45,9 @@ _NOT_WHERE: Final = frozenset(
         "tcp_user_timeout",
     }
 )
+
+#: Numbers the identities of options that may reach several servers: no two are ever equal.
+_UNSHARED: Final = itertools.count()
 
 
 @functools.cache
@@ -268,8 +274,32 @@ class PostgresConfig:
         different words are two identities: the adapters then commit separately, which is slower,
         never wrong. One other spelling is recognised: an IP address given as ``host=`` or as
         ``hostaddr=`` (see :func:`_one_address_spelling`).
+
+        Options whose connections may land on different servers (several hosts with
+        ``load_balance_hosts=random``, hosts and ports that do not pair up, a service not readable
+        here: see :func:`~agentium_postgres.host_list.may_reach_several_servers`) get an identity
+        equal to no other, not even the next one of this config: two adapters given them never
+        share a transaction. A several-host list tried in order is one identity only with the
+        same hosts, order, ports and ``target_session_attrs``, as every option counts.
         """
         info = _one_address_spelling(_conninfo(self.dsn))
-        hidden = _NOT_WHERE | _secret_options()
-        where = sorted(f"{k}={v}" for k, v in info.items() if k not in hidden and v is not None)
-        return (*where, f"schema={self.schema}")
+        named = _named(info, self.schema)
+        if may_reach_several_servers(info):
+            return (*named, f"unshared={next(_UNSHARED)}")
+        return named
+
+
+def _named(info: dict[str, Any], schema: str) -> tuple[str, ...]:
+    """The options that choose the server, database and role, as sorted ``key=value``, then the schema."""
+    hidden = _NOT_WHERE | _secret_options()
+    where = sorted(f"{k}={v}" for k, v in info.items() if k not in hidden and v is not None)
+    return (*where, f"schema={schema}")
+
+
+def migration_target(config: PostgresConfig) -> tuple[str, ...]:
+    """What ``agentium postgres migrate`` deduplicates targets by: the options as written.
+
+    Not :meth:`PostgresConfig.identity`, which is unique for options that may reach several
+    servers: one such config used by two adapters is still migrated once.
+    """
+    return _named(_one_address_spelling(_conninfo(config.dsn)), config.schema)

@@ -181,7 +181,10 @@ class PgLink:
             )
         if self._lent_pool is not None or other._lent_pool is not None:  # configs name no lent pool
             return self._lent_pool is other._lent_pool and self._config.schema == other._config.schema
-        return self._config.identity() == other._config.identity()
+        try:
+            return self._config.identity() == other._config.identity()
+        except (ValueError, TypeError):  # options whose identity cannot be read (set past the validator)
+            return False
 
     # -- running a call -------------------------------------------------------------------------
 
