@@ -59,7 +59,8 @@ def _service_options(name: str) -> dict[str, str] | None:
     not there, the system-wide file in ``PGSYSCONFDIR`` or the directory it was compiled with,
     which is not known here: a service found nowhere readable is not known (``None``).
     """
-    user_file = os.environ.get("PGSERVICEFILE") or str(Path.home() / ".pg_service.conf")
+    # expanduser, not Path.home(): without a home folder it leaves "~" (no such file), never raises.
+    user_file = os.environ.get("PGSERVICEFILE") or os.path.expanduser("~/.pg_service.conf")
     system_dir = os.environ.get("PGSYSCONFDIR")
     files = [user_file] + ([str(Path(system_dir) / "pg_service.conf")] if system_dir else [])
     for file in files:
