@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import anyio
 import pytest
-from _recall_support import KEY, MINE, Scripted, ScriptedSession, sid
+from _recall_support import KEY, MINE, Scripted, ScriptedSession, runtime, sid
 
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness._engine.recall import CLOSE_TIMEOUT_S, RecallUsage, revalidate
@@ -185,3 +185,42 @@ async def test_a_close_that_needs_no_wait_is_not_said_to_overrun_a_passed_deadli
             assert scope.cancelled_caught
     said = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.recall"]
     assert said == [], said
+
+
+class HangsThenClosesLater(HangsThenClosesSlowly):
+    """As :class:`HangsThenClosesSlowly`, its close awaiting longer (still within ``CLOSE_TIMEOUT_S``)."""
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        store = self
+
+        class Later(ScriptedSession):
+            async def validate_current(
+                self, refs: Sequence[SourceRef], ctx: OpContext
+            ) -> Sequence[Validation]:
+                await anyio.sleep_forever()
+                raise AssertionError("unreachable")
+
+            async def close(self) -> None:
+                await anyio.sleep(0.08)
+                store.released.set()
+
+        return Later(self)
+
+
+async def test_a_close_left_to_finish_ends_before_the_runtime_closed() -> None:
+    """A close its caller left running outlived ``aclose()``: the runtime said closed while it ran.
+
+    It then ran on past the close of the adapters it uses (and, a host's loop ending, was cut
+    short). Now ``aclose()`` waits for it (it is bounded by its own 0.1 s) before closing them.
+    """
+    store = HangsThenClosesLater()
+    rt, _, _ = runtime(store)
+    refs = [SourceRef(sid("doc-1", MINE), "r1")]
+    with anyio.fail_after(5):
+        async with rt.parts.admission.admit(KEY, "run") as ticket:
+            with anyio.move_on_after(0.01) as scope:
+                await revalidate(ticket, store, SCOPE, RecallLimits(max_latency_s=30.0), refs, RecallUsage())
+        assert scope.cancelled_caught
+        assert not store.released.is_set()  # the premise: its caller left it running
+        await rt.aclose()
+    assert store.released.is_set(), "aclose() returned with a recall session close still running"

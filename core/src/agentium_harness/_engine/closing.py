@@ -197,6 +197,9 @@ CLOSE_SPAN = "agentium.runtime.close"
 #: Its event when the attempt left problems: ``agentium.close.failures`` (how many) and, per kind, how many
 #: operations did not stop, owned work items still running or failed, and closes that failed.
 INCOMPLETE_EVENT = "agentium.runtime.close_incomplete"
+#: Its event when closes its operations left running (a recall session's) had not ended by the
+#: time the adapters closed: ``agentium.close.trailing`` (how many).
+TRAILING_EVENT = "agentium.runtime.close_trailing"
 
 
 async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[str]:
@@ -211,10 +214,13 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
        updates' source untracked, now or once its left-over work ended (:func:`_leave_manager`). Then, up to
        ``close_timeout_s``: the ``drained`` hook, the memory manager's
        store and every owned adapter close, side by side (each bounded, a
-       close blocked in a worker thread abandoned).
+       close blocked in a worker thread abandoned). The adapters close once
+       the closes operations left to finish (``LateCalls.wait_trailing``: a
+       recall session's, within its own 0.1 s and grace) ended, waited for up to
+       ``close_timeout_s`` too, in practice those 0.2 s at most.
 
     So an attempt returns within about ``settle_timeout_s + 2 * close_timeout_s``
-    (a retry skips the settle).
+    (a retry skips the settle), plus that short wait when an operation left a close running.
     """
     admission = runtime.parts.admission
     limits = runtime.limits
@@ -271,6 +277,13 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
                 failures.append(f"closing the memory manager failed: {error_text(exc)}")
 
     async def close_adapters() -> None:
+        # What its operations left to finish (a recall session's close cut off by its caller's
+        # deadline, bounded by its own 0.1 s and grace) ends first: it uses these adapters, and must
+        # not outlive this close (nor its event loop, whose end would cut it short).
+        trailing = await admission.late.wait_trailing(limits.close_timeout_s)
+        if trailing:
+            _lifecycle.warning("runtime closing: %d close(s) left by operations still running", trailing)
+            observe.current_span_event(TRAILING_EVENT, {"agentium.close.trailing": trailing})
         still_open: list[object] = []
         for adapter, problem in await close_owned(runtime.parts.owned, limits.close_timeout_s):
             if problem is not None:

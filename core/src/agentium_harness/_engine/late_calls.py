@@ -72,20 +72,43 @@ class LateCalls:
     keeps running in its worker thread, and a write in it may still land.
     Erasure waits for those of its scope before it removes anything, so a
     late write can never bring an erased group (document, fact) back (docs/erasure.md).
+
+    Apart from them, *trailing* work: engine tasks an operation left running
+    when it returned, each within its own bound (a recall session's close its
+    caller's deadline left no time for). They write nothing, so erasure does
+    not wait for them; the runtime's ``aclose()`` does (:meth:`wait_trailing`),
+    so none outlives it, nor runs on past the close of the adapter it uses.
     """
 
-    __slots__ = ("_calls", "_lock")
+    __slots__ = ("_calls", "_lock", "_trailing")
 
     def __init__(self) -> None:
         # Calls are abandoned on several loops' threads: the list changes under a lock.
         self._lock = threading.Lock()
         self._calls: list[tuple[LateScope, str, ThreadSafeEvent]] = []
+        self._trailing: list[ThreadSafeEvent] = []
 
     def add(self, key: LateScope, operation: str, finished: ThreadSafeEvent) -> None:
         """Note an abandoned call of ``key``; ``finished`` is set when it ends (awaitable from any loop)."""
         with self._lock:
             self._calls = [c for c in self._calls if not c[2].is_set()]
             self._calls.append((key, operation, finished))
+
+    def trail(self, finished: ThreadSafeEvent) -> None:
+        """Note trailing work (see the class); ``finished`` is set when it ends."""
+        with self._lock:
+            # Pruned as it grows: a long-lived runtime under deadline pressure adds one per cut round.
+            self._trailing = [done for done in self._trailing if not done.is_set()]
+            self._trailing.append(finished)
+
+    async def wait_trailing(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for the trailing work to end; how much is still running."""
+        with self._lock:
+            trailing = list(self._trailing)
+        with anyio.move_on_after(timeout_s, shield=True):
+            for done in trailing:
+                await done.wait()
+        return sum(not done.is_set() for done in trailing)
 
     def _snapshot(self) -> list[tuple[LateScope, str, ThreadSafeEvent]]:
         with self._lock:

@@ -38,7 +38,9 @@ from .._scope import Scope
 from .._text import error_text
 from .bounded import ABANDON_GRACE_S, SETTLE_ITERATIONS, Overrun, bounded, spawn
 from .embedding import Hybrid, embed_query
+from .late_calls import LateCalls
 from .lifecycle import Ticket
+from .loops import ThreadSafeEvent
 from .recall_checks import Failed as _Failed
 from .recall_checks import capped, checked_excerpts, same_candidates
 from .recall_discovery import discover_visible
@@ -145,11 +147,13 @@ class _Detached:
     ``timeout``: no content), there being no turn left to note it on.
     """
 
-    __slots__ = ("closer", "ended", "failure", "left")
+    __slots__ = ("closer", "ended", "failure", "finished", "left")
 
     def __init__(self, closer: Callable[[], Awaitable[None]]) -> None:
         self.closer = closer
         self.ended = anyio.Event()
+        #: ``ended`` for any loop or thread: what the runtime's ``aclose()`` waits for (``LateCalls.trail``).
+        self.finished = ThreadSafeEvent()
         self.failure: Exception | None = None
         self.left = False  # the caller stopped waiting: this close reports its own failure
 
@@ -160,12 +164,15 @@ class _Detached:
             self.failure = exc
         finally:
             self.ended.set()
+            self.finished.set()
         if self.left and self.failure is not None:
             kind = "timeout" if isinstance(self.failure, Overrun) else error_type(self.failure)
             _log.warning("a recall session close left to finish past its caller's deadline failed: %s", kind)
 
 
-async def _close(session: object, state: Round, until: float = math.inf) -> None:
+async def _close(
+    session: object, state: Round, until: float = math.inf, late: LateCalls | None = None
+) -> None:
     """Close the recall session on every path, shielded from the run's cancellation and bounded.
 
     A close that fails, or does not finish within :data:`CLOSE_TIMEOUT_S`,
@@ -182,14 +189,15 @@ async def _close(session: object, state: Round, until: float = math.inf) -> None
     would not cut it: when it leaves less than the close's bound and grace, the
     caller waits only what it leaves, and the close runs on detached within its
     own bound (:class:`_Detached`), neither holding the caller past its deadline
-    nor cut short by it.
+    nor cut short by it. ``late`` (the operation's ``Ticket.late``) is told of it, so the
+    runtime's ``aclose()`` waits for it before closing the adapters: it does not outlive the runtime.
     """
     closer = getattr(session, "close", None)
     if closer is None:
         return
     left = _time_left(until)
     if left < CLOSE_TIMEOUT_S + ABANDON_GRACE_S:
-        await _close_detached(closer, state, left)
+        await _close_detached(closer, state, left, late)
         return
     with anyio.CancelScope(shield=True):
         try:
@@ -198,9 +206,13 @@ async def _close(session: object, state: Round, until: float = math.inf) -> None
             _said(state, exc)
 
 
-async def _close_detached(closer: Callable[[], Awaitable[None]], state: Round, left: float) -> None:
+async def _close_detached(
+    closer: Callable[[], Awaitable[None]], state: Round, left: float, late: LateCalls | None
+) -> None:
     """:func:`_close` when its caller's deadline leaves only ``left`` seconds: waited for that long."""
     closing = _Detached(closer)
+    if late is not None:
+        late.trail(closing.finished)
     spawn(closing.run)
     with anyio.CancelScope(shield=True):
         with anyio.move_on_after(left):
@@ -301,7 +313,7 @@ async def gather_evidence(
             evidence = await _gather_open(ticket, state, session, scope, policy, query, hybrid, groups)
         finally:
             if session is not None:
-                await _close(session, state, until)
+                await _close(session, state, until, ticket.late)
     except _Failed as exc:
         return _failed(state, query, str(exc))
     # The session closes after the evidence is built: what its close noted is carried over, not lost.
@@ -534,7 +546,7 @@ async def revalidate(
             checked = await validate_refs(ticket, state, session, list(refs))
         finally:
             if session is not None:
-                await _close(session, state, until)
+                await _close(session, state, until, ticket.late)
     except _Failed as exc:
         state.finish()
         return [], [*state.violations, *state.notes], str(exc), _fence_usage(state, spent)
