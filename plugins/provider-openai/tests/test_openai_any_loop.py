@@ -169,3 +169,36 @@ def test_a_second_aclose_while_the_first_is_closing_returns_only_once_the_first_
     stuck.join(20)
     assert ended == ["first", "second"]
     assert bound <= took < 2 * bound, took
+
+
+def test_a_call_racing_aclose_on_another_thread_builds_no_client_nobody_closes(stub: StubServer) -> None:
+    """A call past the provider's "closed?" check as another thread's aclose() ran built a new client.
+
+    That aclose() had already closed (and forgotten) the clients it held, so the new one, stored
+    after it, was never closed; the call went on to use it. Now the client is built only while the
+    provider is open, decided under the lock aclose() takes to collect the clients.
+    """
+    provider = make_provider(stub)
+    stub.add(Reply.recorded("plain_answer"))
+    clients = provider._clients
+
+    class ClosedMeanwhile:
+        """The provider's clients, with another thread's whole aclose() run just before a client is got."""
+
+        def get(self) -> object:
+            closer = threading.Thread(target=anyio.run, args=(provider.aclose,))
+            closer.start()
+            closer.join(5)
+            return clients.get()
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(clients, name)
+
+    provider._clients = ClosedMeanwhile()  # type: ignore[assignment]
+
+    async def call() -> None:
+        with pytest.raises(OpenAIProviderError, match="closed"):
+            await provider.complete(_request("racing the close"), OpContext.with_timeout(5))
+
+    anyio.run(call)
+    assert clients.items() == [], "a client was built after aclose() and never closed"

@@ -200,6 +200,11 @@ class OpenAIProvider(ModelProvider):
         return self._get_client()
 
     def _new_client(self) -> AsyncOpenAI:
+        # Checked again here, under the lock PerLoop makes values under and aclose() collects them
+        # under (it sets _closed first): a call past _get_client's check as another thread closed
+        # the provider built a client after the close had collected them, which nobody closed.
+        if self._closed:
+            raise OpenAIProviderError("the OpenAI provider was closed; build a new one")
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
         config, key = self._config, self._api_key
