@@ -22,6 +22,7 @@ Behaviour here is the adapter's own, the same on every server: moto only.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -254,6 +255,43 @@ async def test_a_second_aclose_while_the_first_is_closing_returns_only_once_the_
                 tasks.start_soon(second_close)
                 await anyio.sleep(0.2)
                 assert client_when_second_returned == []  # still waiting for the first
+                release.set()
+            assert client_when_second_returned == [None]  # returned once the client was closed
+    finally:
+        release.set()
+        proxy.close()
+
+
+async def test_a_second_aclose_after_the_first_was_cancelled_natively_waits_for_its_close(
+    moto_server: S3Server, config: S3Config
+) -> None:
+    # A native asyncio Task.cancel() of the first aclose() (anyio's shield does not stop it) abandoned
+    # its worker thread, still waiting for the request in flight, and marked the close done: a second
+    # aclose() returned at once, its caller told the adapter closed with the client still open.
+    proxy = FaultProxy(moto_server.port)
+    release = threading.Event()
+    held = proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=8.0, release=release))
+    store = S3SessionStore(attrs.evolve(config, endpoint_url=proxy.endpoint, close_timeout_s=5.0))
+    client_when_second_returned: list[object] = []
+
+    async def second_close() -> None:
+        await store.aclose()
+        client_when_second_returned.append(store.link._client)
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(store.save, KEY, scoped_snapshot(KEY, " held"), None, _ctx())
+                assert await anyio.to_thread.run_sync(held.arrived.wait, 20)
+                first = asyncio.get_running_loop().create_task(store.aclose())
+                await anyio.wait_all_tasks_blocked()
+                assert store.link.closed  # the first close has begun, and waits for the held write
+                first.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await first
+                tasks.start_soon(second_close)
+                await anyio.sleep(0.2)
+                assert client_when_second_returned == []  # still waiting for the first's close
                 release.set()
             assert client_when_second_returned == [None]  # returned once the client was closed
     finally:

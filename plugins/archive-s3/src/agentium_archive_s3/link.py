@@ -218,6 +218,7 @@ class S3Link:
         self._closed = False
         # Set once the first aclose() has done its work: an aclose() meanwhile (on any loop) waits for it.
         self._close_done = ThreadSafeEvent()
+        self._close_failure: Exception | None = None  # what the close's thread raised, for the first aclose()
         self._lock = threading.Lock()
         self._state = _CallState()
         self._hook_id = f"agentium-archive-s3-{id(self)}"
@@ -419,32 +420,39 @@ class S3Link:
         still wait) keep the client, events and all, and the last of them
         closes it as it finishes. Nothing is cut: a write on the wire
         completes, and its caller hears whether it landed. The wait runs in
-        a thread outside anyio's default pool, so a full pool cannot hold it.
+        a thread of its own, outside anyio's default pool, so a full pool cannot hold it.
         A second ``aclose()`` while the first is closing (from any task,
-        thread or loop) returns once the first has, waiting at most
-        ``close_timeout_s`` too: returning at once, it told its caller the
-        client was closed while it was still open.
+        thread or loop) returns once the first has done its work, waiting at
+        most ``close_timeout_s`` too: returning at once, it told its caller the
+        client was closed while it was still open. The first's work is over when
+        its thread ends, not when the first returns: a native ``Task.cancel()``
+        (which anyio's shield does not stop on asyncio) ends the first early.
         """
         if self._closed:
             with anyio.move_on_after(self.config.close_timeout_s, shield=True):
                 await self._close_done.wait()
             return
         self._closed = True
-        try:
-            with anyio.CancelScope(shield=True):
-                # A limiter of its own: shielded, a wait for a token of anyio's default pool (all of
-                # them held by a host's blocking calls, or by threads abandoned) was bounded by nothing.
-                await anyio.to_thread.run_sync(
-                    self._close_in_thread, abandon_on_cancel=True, limiter=anyio.CapacityLimiter(1)
-                )
-        finally:
-            self._close_done.set()
+        # A thread started here always runs, and says when it has ended (a wait in a worker thread of
+        # anyio's may never start once its caller is cancelled): whoever waits, the close is done then.
+        closer = threading.Thread(target=self._close_in_thread, name="agentium-archive-s3-close", daemon=True)
+        closer.start()
+        with anyio.CancelScope(shield=True):
+            await self._close_done.wait()
+        failure, self._close_failure = self._close_failure, None
+        if failure is not None:
+            raise failure  # the client's close failed: its caller hears it, as from the worker thread before
 
     def _close_in_thread(self) -> None:
-        with self._lock:
-            # Bounded on its own: read_timeout_s (up to an hour, times max_attempts) held every close.
-            if self._idle.wait_for(lambda: self._busy == 0, timeout=self.config.close_timeout_s):
-                self._release()
+        try:
+            with self._lock:
+                # Bounded on its own: read_timeout_s (up to an hour, times max_attempts) held every close.
+                if self._idle.wait_for(lambda: self._busy == 0, timeout=self.config.close_timeout_s):
+                    self._release()
+        except Exception as exc:  # raised by the first aclose() (not left to the thread's excepthook)
+            self._close_failure = exc
+        finally:
+            self._close_done.set()
 
     def _release(self) -> None:
         """Unhook and (when owned) close the client; the caller holds ``_lock``. Idempotent."""
