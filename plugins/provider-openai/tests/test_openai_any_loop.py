@@ -202,3 +202,47 @@ def test_a_call_racing_aclose_on_another_thread_builds_no_client_nobody_closes(s
 
     anyio.run(call)
     assert clients.items() == [], "a client was built after aclose() and never closed"
+
+
+def test_a_second_aclose_after_the_first_was_cancelled_natively_waits_for_its_closes(
+    stub: StubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A native asyncio ``Task.cancel()`` of the first aclose() passes anyio's shield.
+
+    It cut the first's closes short and ended the close at once: the second aclose() returned
+    while the stuck loop's client was still being closed (its caller told the provider was closed).
+    """
+    bound = 0.3
+    monkeypatch.setattr(provider_module, "_CLOSE_S", bound)
+    provider = make_provider(stub)
+    stub.add(Reply.recorded("plain_answer"))
+    used, release = threading.Event(), threading.Event()
+
+    async def used_then_stuck() -> None:
+        await provider.complete(_request("stuck loop"), OpContext.with_timeout(20))
+        used.set()
+        release.wait(20)  # blocking, on purpose: this loop's thread runs nothing meanwhile
+
+    stuck = threading.Thread(target=anyio.run, args=(used_then_stuck,), daemon=True)
+    stuck.start()
+
+    async def cancelled_then_second() -> float:
+        import asyncio
+
+        started = time.monotonic()
+        first = asyncio.get_running_loop().create_task(provider.aclose())
+        await anyio.sleep(0.05)
+        assert provider.client is None and not first.done()  # the premise: the first has begun
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await provider.aclose()  # the second: waits for the first's closes to end
+        return time.monotonic() - started
+
+    try:
+        assert used.wait(20)
+        took = anyio.run(cancelled_then_second)
+    finally:
+        release.set()
+    stuck.join(20)
+    assert bound * 0.9 <= took < 2 * bound, took

@@ -570,16 +570,17 @@ class OpenAIProvider(ModelProvider):
         the loop). The clients close concurrently, so the whole close takes at most ``_CLOSE_S``
         however many loops are stuck; :class:`OpenAIProviderError` names each that did not close.
         A second ``aclose()`` while the first is closing (from any task, thread or loop) returns
-        once the first has ended, waiting at most ``_CLOSE_S`` too; it raises nothing.
+        once the first's closes have ended (even if the first was cancelled), waiting at most
+        ``_CLOSE_S`` too; it raises nothing.
         """
         if not self._closing.begin():
             await self._closing.wait(_CLOSE_S)
             return
         self._closed = True
         self._client = None
-        try:
-            problems = await self._clients.aclose(lambda client: client.close(), _CLOSE_S)
-        finally:
-            self._closing.end()
+        # Ended when the closes have ended, even if this caller is cancelled natively (CloseOnce.run).
+        problems = await self._closing.run(
+            lambda: self._clients.aclose(lambda client: client.close(), _CLOSE_S)
+        )
         if problems:
             raise OpenAIProviderError("closing the OpenAI provider: " + "; ".join(problems))
