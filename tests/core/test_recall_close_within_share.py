@@ -224,3 +224,25 @@ async def test_a_close_left_to_finish_ends_before_the_runtime_closed() -> None:
         assert not store.released.is_set()  # the premise: its caller left it running
         await rt.aclose()
     assert store.released.is_set(), "aclose() returned with a recall session close still running"
+
+
+async def test_aclose_waits_for_a_close_left_running_no_longer_than_close_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A left-over close that never ends (its loop closed without running it out) holds no shutdown.
+
+    ``aclose()`` waits for it up to ``close_timeout_s``, then says it (a WARNING, a count only) and
+    closes the adapters all the same.
+    """
+    from agentium_harness import RuntimeLimits
+    from agentium_harness._engine.loops import ThreadSafeEvent
+
+    rt, _, _ = runtime(HangsThenClosesAtOnce([]), limits=RuntimeLimits(close_timeout_s=0.1))
+    rt.parts.admission.late.trail(ThreadSafeEvent())  # never set
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="agentium.engine.lifecycle"), anyio.fail_after(5):
+        await rt.aclose()
+    elapsed = time.monotonic() - started
+    assert 0.09 <= elapsed < 0.5, elapsed
+    said = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.lifecycle"]
+    assert any("1 close(s) left by operations still running" in m for m in said), said
