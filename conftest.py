@@ -106,8 +106,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 #: Test files of the most worker time in a full run (2026-12-06, each about 100 s or more with
-#: three workers on two cores, as the suite then ran; the disk-heavy ones spread among the others). pytest-xdist's
-#: ``--dist loadfile`` hands files out in collection order, so one of these collected last (the
+#: three workers on two cores, as the suite then ran; the disk-heavy ones spread among the others).
+#: pytest-xdist's ``--dist loadfile`` hands files out in collection order, so one of these collected last (the
 #: postgres and integration folders come last) kept one worker busy for minutes after the others
 #: ran out of files.
 RUN_FIRST = (
