@@ -313,6 +313,13 @@ async def start(
     record = new_record(target, reason, attestation, kind, ErasureState.PENDING)
 
     def join(ledger: ErasureLedger) -> ErasureLedger:
+        if any(other.erasure_id == record.erasure_id for other in ledger.records):
+            # An earlier attempt's write landed though the store answered a conflict (its answer
+            # lost, another writer's revision read back on top): joined already, nothing to write.
+            # Not a rival "started meanwhile": refused so, the erasure stayed pending unsaid. The
+            # revision kept is the one read, at or after the join's: the same for every read an
+            # erasure fence asks about (one in between saw the header pending, and was refused).
+            return ledger
         # Checked again on what is stored now: another process may have just started one.
         for other in ledger.records:
             if overlaps(other.target, target):
