@@ -8,6 +8,7 @@ operation: nothing here is reachable from ``run()``, ``pop`` or ``clear``.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, cast
 
 import attrs
@@ -92,8 +93,30 @@ _RESUME: Outcomes = dict.fromkeys(
 )
 
 
-#: What a store's (or one step's) refusal says of its own call, untrue of a call whose erasures wrote.
-_STORE_CLAIMS = ("; nothing was changed", "; nothing was written", "; nothing was erased")
+#: What a store's (or one step's) refusal says of its own call, untrue of a call whose erasures wrote:
+#: a clause ("; nothing was changed") or a sentence (". Nothing was erased"), taken whole (through
+#: "or deleted") and only where it ends (the text's end, ";", "." or a parenthesis that explains it).
+_STORE_CLAIMS = re.compile(
+    r"(?:; n|\. N)othing was (?:changed|written or deleted|written|erased)(?=$|[;.]| \()"
+)
+
+
+def _without_claims(said: str) -> str:
+    """``said`` without the store claims it makes itself: none inside a cause it quotes in parentheses.
+
+    A wrapping error quotes its cause as "could not be saved (<the store's error>)": a claim there is
+    the store call's own, said of that call, and cutting it out would change the quote.
+    """
+    kept: list[str] = []
+    at = 0
+    for claim in _STORE_CLAIMS.finditer(said):
+        before = said[: claim.start()]
+        if before.count("(") > before.count(")"):
+            continue  # within a quoted cause
+        kept.append(said[at : claim.start()])
+        at = claim.end()  # what follows ends the clause (or the sentence) before it
+    kept.append(said[at:])
+    return "".join(kept)
 
 
 def said_by_the_call(exc: AgentiumError, state: CommitState, told: Outcomes) -> None:
@@ -111,9 +134,7 @@ def said_by_the_call(exc: AgentiumError, state: CommitState, told: Outcomes) -> 
             said = said.replace(f"; {_ERASURE[inner]}", "")
             exc.commit_state = None
         # A store's "nothing was changed" (written, erased) is its own call's, not this call's.
-        for claim in _STORE_CLAIMS:
-            said = said.replace(claim, "")
-        exc.args = (said,)
+        exc.args = (_without_claims(said),)
     mark_commit_state(exc, state, told=told)
 
 
