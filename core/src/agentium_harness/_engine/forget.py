@@ -457,6 +457,28 @@ def _said_by_the_call(exc: AgentiumError, progress: WriteProgress) -> None:
     said_by_the_call(exc, progress.commit_state, FORGET_OUTCOMES)
 
 
+def _corrected_throughout(runtime: HarnessRuntime, fact_id: str, erased: bool) -> MemoryRejectedError:
+    """The refusal of a fact corrected at every look at its sources: not forgotten, its erasures standing.
+
+    Its state is the call's: ``not_committed`` when none of its sources was erased, else ``unknown``
+    (as any error once a source's erasure began writing, docs/erasure.md), the erasures done standing
+    and the fact, known not forgotten, said so (not "may be forgotten", the state's usual words).
+    """
+    said = f"{_named(runtime, fact_id, 'the fact')} was corrected {_ATTEMPTS} times while its sources were "
+    if erased:
+        said += (
+            "looked up and erased; it was not forgotten, and the erasures of its sources that completed "
+            "stand (erasure_status lists them) (commit_state unknown)"
+        )
+    else:
+        said += "looked up; it was not forgotten and nothing was erased (commit_state not_committed)"
+    error = MemoryRejectedError(f"{said}. Call forget again once it stops changing")
+    if erased:  # the error's own "; nothing was written" is untrue of a call whose erasures stand
+        error.args = (str(error.args[0]).removesuffix("; nothing was written"),)
+    error.commit_state = CommitState.UNKNOWN if erased else CommitState.NOT_COMMITTED
+    return error
+
+
 async def forget_fact(
     runtime: HarnessRuntime,
     scope: object,
@@ -510,12 +532,7 @@ async def forget_fact(
             _said_by_the_call(exc, progress)
         raise
     if corrected:
-        raise MemoryRejectedError(
-            f"{_named(runtime, checked_id, 'the fact')} was corrected {_ATTEMPTS} times while its "
-            "sources were looked up"
-            f"{' and erased (those erasures stand)' if erasures else ''}; it was not forgotten. "
-            "Call forget again once it stops changing"
-        )
+        raise _corrected_throughout(runtime, checked_id, bool(erasures))
     notes = ([note] if note else []) + notes
     if note:
         # A degraded outcome the result's notes alone told: no source can be found (nor erased).
