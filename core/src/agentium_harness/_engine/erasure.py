@@ -303,8 +303,9 @@ async def start(
 
     An unfinished erasure of the same target and kind is resumed (its own
     reason and operator stand); one of an overlapping target refuses this one.
-    ``before_write`` is called right before the fence is written (from then
-    the erasure may be pending).
+    ``before_write`` is called right before the fence is written, once the
+    pending erasures were read and checked (from then the erasure may be
+    pending).
     """
     tenant = target.tenant_id
     unfinished = await pending_for(ticket, store, target, kind)
@@ -328,11 +329,13 @@ async def start(
                     f"{target.describe()}; nothing was erased",
                     other.erasure_id,
                 )
+        # Right before the write (its read and checks done: a read failing wrote nothing); called
+        # again by each attempt after a conflict, which may have landed (then found above).
+        if before_write is not None:
+            before_write()
         return ErasureLedger((*ledger.records, header(record)))
 
     # The fence first: from here every run on the scope is refused, in every process.
-    if before_write is not None:
-        before_write()
     joined, _ = await update_ledger_from(ticket, store, pending_key(tenant), join)
     try:
         # Where the header joined, for the commit fence (.commit_fence), before anything is erased.

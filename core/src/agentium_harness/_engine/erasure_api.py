@@ -224,7 +224,8 @@ async def _run_erasure(
         except ErasureInProgressError:
             # Refused by an overlapping erasure: at the look for one pending, or as this one joined
             # the pending erasures (another process's joined first), where the join raises before
-            # its compare-and-set writes. Nothing was written; progress.saving() ran just before.
+            # its compare-and-set writes. Nothing was written, not even by an earlier attempt of the
+            # join that conflicted (one that landed finds its own header, and is not refused).
             progress.settled(CommitState.NOT_COMMITTED)
             raise
         if resumed:
