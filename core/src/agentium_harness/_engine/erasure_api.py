@@ -33,6 +33,7 @@ from .erasure_ledger import pending_records
 from .erasure_run import erasure_stores, finish
 from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_status_args, status_page
 from .forget import ForgetResult, forget_fact
+from .memory.answers import MEMORY_WRITE
 from .results import CommitState
 from .retention import RetentionResult, apply_policy
 from .settle import mark_commit_state
@@ -122,17 +123,20 @@ def _without_claims(said: str) -> str:
 def said_by_the_call(exc: AgentiumError, state: CommitState, told: Outcomes) -> None:
     """Mark ``exc``, a typed error leaving a call of several erasures, with the call's ``state`` (``told``).
 
-    The error of one of its erasures (or a store's) says what that erasure wrote ("this call
-    erased nothing ... not_committed") while the erasures before it stand: once one of the
-    call's erasures began writing, the call's state replaces those words. An AgentiumError is
-    marked in place: re-raised as it is, its cause and traceback kept.
+    The error of one of its erasures (or a store's, or the memory manager's) says what that
+    erasure or call wrote ("this call erased nothing ... not_committed") while the erasures before
+    it stand: once one of the call's erasures began writing, the call's state replaces those words.
+    An AgentiumError is marked in place: re-raised as it is, its cause and traceback kept.
     """
     inner = exc.commit_state
     if state is not CommitState.NOT_COMMITTED and len(exc.args) == 1 and isinstance(exc.args[0], str):
         said = exc.args[0]
-        if inner is not None and f"; {_ERASURE[inner]}" in said:
-            said = said.replace(f"; {_ERASURE[inner]}", "")
-            exc.commit_state = None
+        # The words of its own state: an erasure's, or the memory manager's (forget's store call).
+        for own in () if inner is None else (_ERASURE[inner], MEMORY_WRITE[inner]):
+            if f"; {own}" in said:
+                said = said.replace(f"; {own}", "")
+                exc.commit_state = None
+                break
         # A store's "nothing was changed" (written, erased) is its own call's, not this call's.
         exc.args = (_without_claims(said),)
     mark_commit_state(exc, state, told=told)

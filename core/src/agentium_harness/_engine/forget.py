@@ -556,6 +556,8 @@ async def forget_fact(
     except AgentiumError as exc:
         # The store's refusal ("nothing was changed") is the call's only once nothing was erased.
         if erased and progress is not None:
+            if exc.commit_state is CommitState.COMMITTED:
+                progress.committed()  # the manager's forget stood (its error came after): forgotten
             _said_by_the_call(exc, progress)
         raise
     if progress is not None:
