@@ -139,11 +139,13 @@ def hidden_run(result: RunResult, hide: Hide) -> RunResult:
 
     The diagnostics, the recall outcome (:func:`hidden_recall`), the verification
     (:func:`hidden_verification`), the retained record's copies of the uncertainty and the
-    verification, and the summary's coverage gaps: the lines stderr shows and ``--json`` print them.
+    verification, the summary's coverage gaps, and the archive's receipts' locations (its own
+    text: ``s3://<bucket>/...``, a file's name): the lines stderr shows and ``--json`` print them.
     """
     changes: dict[str, Any] = {
         "diagnostics": tuple(_changed(d, {"message": hide(d.message)}) for d in result.diagnostics),
         "retained": _hidden_retained(result.retained, hide),
+        "archived": tuple(_changed(r, {"location": hide(r.location)}) for r in result.archived),
     }
     if result.recall is not None:
         changes["recall"] = hidden_recall(result.recall, hide)
