@@ -62,15 +62,36 @@ def test_a_randomly_balanced_host_list_is_no_database_shared_with_anything(clean
     assert not _same(ordered, ordered.replace("5432,5433", "5433,5432"))  # other ports
     assert not _same(ordered, ordered.replace("read-write", "any"))
     assert not _same(ordered, ordered.replace(" target_session_attrs=read-write", ""))
-    # One host shuffled is still that host.
-    one = "host=db1 dbname=app load_balance_hosts=random"
-    assert _same(one, one)
+    # One address or socket folder shuffled is still that server.
+    for one in ("hostaddr=10.0.0.1", "host=10.0.0.1", "host=::1", "host=/var/run/postgresql"):
+        assert _same(
+            f"{one} dbname=app load_balance_hosts=random", f"{one} dbname=app load_balance_hosts=random"
+        )
+    named = "host=db1 hostaddr=10.0.0.1 dbname=app load_balance_hosts=random"  # not looked up
+    assert _same(named, named)
+
+
+def test_a_randomly_balanced_host_name_is_no_database_shared_with_anything(clean_env: Any) -> None:
+    # psycopg shuffles the addresses a name resolves to: round-robin DNS is a list of servers.
+    for dsn in (
+        "host=db1 dbname=app load_balance_hosts=random",
+        "postgresql://app@db1:5432/app?load_balance_hosts=random",
+        "host=db1,db1 hostaddr=10.0.0.1, dbname=app load_balance_hosts=random",  # 2nd looked up
+    ):
+        assert not _same(dsn, dsn)
+    clean_env.setenv("PGLOADBALANCEHOSTS", "random")
+    assert not _same("host=db1 dbname=app", "host=db1 dbname=app")
+    clean_env.setenv("PGHOSTADDR", "10.0.0.1")  # psycopg takes the address from there: no lookup
+    assert _same("host=db1 dbname=app", "host=db1 dbname=app")
+    clean_env.delenv("PGLOADBALANCEHOSTS")
+    clean_env.delenv("PGHOSTADDR")
+    assert _same("host=db1 dbname=app", "host=db1 dbname=app")  # tried in order: the common case
 
 
 def test_the_environment_and_a_service_file_can_make_a_list_random(clean_env: Any, tmp_path: Path) -> None:
     clean_env.setenv("PGLOADBALANCEHOSTS", "random")
     assert not _same("host=db1,db2 dbname=app", "host=db1,db2 dbname=app")
-    assert _same("host=db1 dbname=app", "host=db1 dbname=app")
+    assert _same("host=10.0.0.1 dbname=app", "host=10.0.0.1 dbname=app")
     clean_env.setenv("PGHOST", "db1,db2")
     assert not _same("dbname=app", "dbname=app")  # the list comes from PGHOST
     clean_env.delenv("PGHOST")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import configparser
 import functools
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Final
@@ -106,11 +107,13 @@ def _effective(info: dict[str, Any]) -> dict[str, str] | None:
 def may_reach_several_servers(info: dict[str, Any]) -> bool:
     """True unless every connection made with the parsed options ``info`` reaches one server.
 
-    True for several hosts with ``load_balance_hosts`` other than ``disable`` (``random`` shuffles
-    the list per connection; any other value libpq refuses), for hosts, addresses and ports that
+    True for several hosts, or one host name given without its ``hostaddr``, with
+    ``load_balance_hosts`` other than ``disable`` (``random`` shuffles the list, and the addresses
+    a name resolves to, per connection; any other value libpq refuses), for hosts, addresses and ports that
     do not pair up (libpq refuses them too: nothing about them is certain), and for a service
-    whose options cannot be read here. One host, or several always tried in the written order,
-    is one server to the identity (which then compares the list itself, order and ports as written).
+    whose options cannot be read here. One host address or socket folder, or hosts always tried
+    in the written order, is one server to the identity (which then compares the list itself,
+    order and ports as written).
     """
     chosen = _effective(info)
     if chosen is None:
@@ -125,4 +128,23 @@ def may_reach_several_servers(info: dict[str, Any]) -> bool:
         return True
     if len(ports) > 1 and len(ports) != count:
         return True
-    return count > 1 and chosen.get("load_balance_hosts", "disable") != "disable"
+    if chosen.get("load_balance_hosts", "disable") == "disable":
+        return False
+    # Shuffled: several entries, or one host name without its address (psycopg, and libpq for a
+    # service's list, shuffle the addresses a name resolves to as well: round-robin DNS is a list).
+    # An entry with its hostaddr (not empty) is not looked up. Lengths: equal, or no hosts at all.
+    given = addresses or [""] * len(hosts)
+    pairs = zip(hosts, given, strict=False)
+    return count > 1 or any(_may_resolve_to_several(host) for host, address in pairs if not address)
+
+
+def _may_resolve_to_several(host: str) -> bool:
+    """True for a host name (looked up, possibly several addresses); not a socket folder or an IP address."""
+    # psycopg's own test for "nothing to look up": empty, a socket folder, a Windows drive path.
+    if not host or host.startswith("/") or host[1:2] == ":":
+        return False
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return True
+    return False
