@@ -238,7 +238,7 @@ async def test_aclose_waits_for_a_close_left_running_no_longer_than_close_timeou
     from agentium_harness._engine.loops import ThreadSafeEvent
 
     rt, _, _ = runtime(HangsThenClosesAtOnce([]), limits=RuntimeLimits(close_timeout_s=0.1))
-    rt.parts.admission.late.trail(ThreadSafeEvent())  # never set
+    rt.parts.admission.late.trail(ThreadSafeEvent(), 30.0)  # never set; its own bound is longer
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="agentium.engine.lifecycle"), anyio.fail_after(5):
         await rt.aclose()
@@ -246,3 +246,64 @@ async def test_aclose_waits_for_a_close_left_running_no_longer_than_close_timeou
     assert 0.09 <= elapsed < 0.5, elapsed
     said = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.lifecycle"]
     assert any("1 close(s) left by operations still running" in m for m in said), said
+
+
+class HangsThenClosesOnItsLoop(Scripted):
+    """Its sessions' ``validate_current`` hangs; their close awaits a moment, told with a thread's event."""
+
+    def __init__(self) -> None:
+        super().__init__([("doc-1", "The release train leaves every Thursday.")])
+        self.released = threading.Event()  # set on another loop's thread than the test's
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        store = self
+
+        class Later(ScriptedSession):
+            async def validate_current(
+                self, refs: Sequence[SourceRef], ctx: OpContext
+            ) -> Sequence[Validation]:
+                await anyio.sleep_forever()
+                raise AssertionError("unreachable")
+
+            async def close(self) -> None:
+                await anyio.sleep(0.02)
+                store.released.set()
+
+        return Later(self)
+
+
+async def test_aclose_waits_for_a_close_left_running_no_longer_than_its_own_bound(
+    anyio_backend_name: str,
+) -> None:
+    """A left close that cannot end (its loop, on another thread, blocked) held aclose() close_timeout_s.
+
+    Past its own bound (0.1 s and the grace, one more for scheduling) it will not end while its
+    loop is stuck: waiting on for it only spent close_timeout_s a second time before the adapters'
+    own close_timeout_s. Now aclose() waits no longer than that bound (0.3 s), then says it.
+    """
+    from agentium_harness import RuntimeLimits
+
+    store = HangsThenClosesOnItsLoop()
+    rt, _, _ = runtime(store, limits=RuntimeLimits(close_timeout_s=0.8))
+    refs = [SourceRef(sid("doc-1", MINE), "r1")]
+    left = threading.Event()
+
+    async def elsewhere() -> None:
+        async with rt.parts.admission.admit(KEY, "run") as ticket:
+            with anyio.move_on_after(0.01):
+                await revalidate(ticket, store, SCOPE, RecallLimits(max_latency_s=30.0), refs, RecallUsage())
+        left.set()
+        time.sleep(0.9)  # noqa: ASYNC251  # its loop blocked: the close left there cannot end meanwhile
+
+    thread = threading.Thread(target=anyio.run, args=(elsewhere,), kwargs={"backend": anyio_backend_name})
+    thread.start()
+    try:
+        await anyio.to_thread.run_sync(left.wait)
+        assert not store.released.is_set()  # the premise: its caller left it running
+        started = time.monotonic()
+        with anyio.fail_after(5):
+            await rt.aclose()
+        elapsed = time.monotonic() - started
+    finally:
+        await anyio.to_thread.run_sync(thread.join)
+    assert elapsed < 0.6, f"aclose() waited {elapsed:.2f}s for a close past its own 0.3 s bound"

@@ -216,11 +216,12 @@ async def _shutdown_once(runtime: HarnessRuntime, left: dict[str, int]) -> list[
        store and every owned adapter close, side by side (each bounded, a
        close blocked in a worker thread abandoned). The adapters close once
        the closes operations left to finish (``LateCalls.wait_trailing``: a
-       recall session's, within its own 0.1 s and grace) ended, waited for up to
-       ``close_timeout_s`` too, in practice those 0.2 s at most.
+       recall session's, within its own 0.1 s and grace) ended, each waited for
+       no longer than its own bound (0.3 s from its start) nor ``close_timeout_s``.
 
     So an attempt returns within about ``settle_timeout_s + 2 * close_timeout_s``
-    (a retry skips the settle), plus that short wait when an operation left a close running.
+    (a retry skips the settle), plus that short wait (0.3 s at most) when an operation left a close
+    running.
     """
     admission = runtime.parts.admission
     limits = runtime.limits

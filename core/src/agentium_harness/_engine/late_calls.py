@@ -21,6 +21,7 @@ ended, nothing of the scope can be written behind the erasure in this process.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 import anyio
@@ -76,8 +77,9 @@ class LateCalls:
     Apart from them, *trailing* work: engine tasks an operation left running
     when it returned, each within its own bound (a recall session's close its
     caller's deadline left no time for). They write nothing, so erasure does
-    not wait for them; the runtime's ``aclose()`` does (:meth:`wait_trailing`),
-    so none outlives it, nor runs on past the close of the adapter it uses.
+    not wait for them; the runtime's ``aclose()`` does (:meth:`wait_trailing`,
+    each no longer than its own bound), so none outlives it, nor runs on past the
+    close of the adapter it uses, while its loop runs.
     """
 
     __slots__ = ("_calls", "_lock", "_trailing")
@@ -86,7 +88,7 @@ class LateCalls:
         # Calls are abandoned on several loops' threads: the list changes under a lock.
         self._lock = threading.Lock()
         self._calls: list[tuple[LateScope, str, ThreadSafeEvent]] = []
-        self._trailing: list[ThreadSafeEvent] = []
+        self._trailing: list[tuple[ThreadSafeEvent, float]] = []  # with its bound, time.monotonic()
 
     def add(self, key: LateScope, operation: str, finished: ThreadSafeEvent) -> None:
         """Note an abandoned call of ``key``; ``finished`` is set when it ends (awaitable from any loop)."""
@@ -94,21 +96,30 @@ class LateCalls:
             self._calls = [c for c in self._calls if not c[2].is_set()]
             self._calls.append((key, operation, finished))
 
-    def trail(self, finished: ThreadSafeEvent) -> None:
-        """Note trailing work (see the class); ``finished`` is set when it ends."""
+    def trail(self, finished: ThreadSafeEvent, bound_s: float) -> None:
+        """Note trailing work (see the class) that ends within ``bound_s`` from now; ``finished`` is set then.
+
+        Past that bound it will not end at all (its loop ended, or is blocked): no one waits longer.
+        """
+        until = time.monotonic() + bound_s  # the clock every loop and thread shares (trio's is offset)
         with self._lock:
             # Pruned as it grows: a long-lived runtime under deadline pressure adds one per cut round.
-            self._trailing = [done for done in self._trailing if not done.is_set()]
-            self._trailing.append(finished)
+            self._trailing = [t for t in self._trailing if not t[0].is_set()]
+            self._trailing.append((finished, until))
 
     async def wait_trailing(self, timeout_s: float) -> int:
-        """Wait up to ``timeout_s`` for the trailing work to end; how much is still running."""
+        """Wait for the trailing work to end, each no longer than its own bound, all up to ``timeout_s``.
+
+        Returns how much is still running. So the wait is the trailing work's own bound at most
+        (a recall close's 0.1 s and grace), never ``timeout_s`` for work that cannot end.
+        """
         with self._lock:
             trailing = list(self._trailing)
         with anyio.move_on_after(timeout_s, shield=True):
-            for done in trailing:
-                await done.wait()
-        return sum(not done.is_set() for done in trailing)
+            for done, until in trailing:
+                with anyio.move_on_after(until - time.monotonic()):
+                    await done.wait()
+        return sum(not done.is_set() for done, _ in trailing)
 
     def _snapshot(self) -> list[tuple[LateScope, str, ThreadSafeEvent]]:
         with self._lock:

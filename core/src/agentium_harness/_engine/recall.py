@@ -212,7 +212,9 @@ async def _close_detached(
     """:func:`_close` when its caller's deadline leaves only ``left`` seconds: waited for that long."""
     closing = _Detached(closer)
     if late is not None:
-        late.trail(closing.finished)
+        # Its own bound (run: bounded, CLOSE_TIMEOUT_S and the grace to unwind), one more grace for
+        # its task to be scheduled: past that it will not end, and aclose() waits no longer.
+        late.trail(closing.finished, CLOSE_TIMEOUT_S + 2 * ABANDON_GRACE_S)
     spawn(closing.run)
     with anyio.CancelScope(shield=True):
         with anyio.move_on_after(left):
