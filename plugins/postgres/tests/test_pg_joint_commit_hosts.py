@@ -94,8 +94,11 @@ def test_the_environment_and_a_service_file_can_make_a_list_random(clean_env: An
     assert _same("host=10.0.0.1 dbname=app", "host=10.0.0.1 dbname=app")
     clean_env.setenv("PGHOST", "db1,db2")
     assert not _same("dbname=app", "dbname=app")  # the list comes from PGHOST
-    clean_env.delenv("PGHOST")
+    # PGHOST is used only when the string names no host: here libpq connects to 10.0.0.1 alone.
+    assert _same("host=10.0.0.1 dbname=app", "host=10.0.0.1 dbname=app")
     clean_env.delenv("PGLOADBALANCEHOSTS")
+    assert _same("host=10.0.0.1 dbname=app", "host=10.0.0.1 dbname=app")
+    clean_env.delenv("PGHOST")
     services = tmp_path / "pg_service.conf"
     services.write_text(
         "# two services ([DEFAULT] is one more service to libpq, not defaults for the others)\n"

@@ -295,8 +295,10 @@ class PostgresConfig:
         share a transaction. A several-host list tried in order is one identity only with the
         same hosts, order, ports and ``target_session_attrs``, as every option counts.
         """
-        info = _one_address_spelling(_conninfo(self.dsn))
-        named = _named(info, self.schema)
+        info = _conninfo(self.dsn)
+        named = _named(_one_address_spelling(info), self.schema)
+        # The options as written: respelt, host=<address> would read as hostaddr alone, and PGHOST
+        # (which libpq ignores when the string names a host) would wrongly join in.
         if may_reach_several_servers(info):
             return (*named, f"unshared={next(_UNSHARED)}")
         return named
