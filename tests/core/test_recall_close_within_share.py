@@ -284,7 +284,7 @@ async def test_aclose_waits_for_a_close_left_running_no_longer_than_its_own_boun
     from agentium_harness import RuntimeLimits
 
     store = HangsThenClosesOnItsLoop()
-    rt, _, _ = runtime(store, limits=RuntimeLimits(close_timeout_s=0.8))
+    rt, _, _ = runtime(store, limits=RuntimeLimits(close_timeout_s=2.0))
     refs = [SourceRef(sid("doc-1", MINE), "r1")]
     left = threading.Event()
 
@@ -293,7 +293,7 @@ async def test_aclose_waits_for_a_close_left_running_no_longer_than_its_own_boun
             with anyio.move_on_after(0.01):
                 await revalidate(ticket, store, SCOPE, RecallLimits(max_latency_s=30.0), refs, RecallUsage())
         left.set()
-        time.sleep(0.9)  # noqa: ASYNC251  # its loop blocked: the close left there cannot end meanwhile
+        time.sleep(2.2)  # noqa: ASYNC251  # its loop blocked: the close left there cannot end meanwhile
 
     thread = threading.Thread(target=anyio.run, args=(elsewhere,), kwargs={"backend": anyio_backend_name})
     thread.start()
@@ -306,4 +306,5 @@ async def test_aclose_waits_for_a_close_left_running_no_longer_than_its_own_boun
         elapsed = time.monotonic() - started
     finally:
         await anyio.to_thread.run_sync(thread.join)
-    assert elapsed < 0.6, f"aclose() waited {elapsed:.2f}s for a close past its own 0.3 s bound"
+    # Margins for a loaded CI machine: the old wait took the whole close_timeout_s (2 s).
+    assert elapsed < 1.4, f"aclose() waited {elapsed:.2f}s for a close past its own 0.3 s bound"
