@@ -55,7 +55,13 @@ class SQLiteRecallError(AgentiumError):
     is not a SQLite database or holds newer recall tables, a damaged source
     row (left as it is), and calls on a closed store or session. Nothing was
     written by the failed call.
+
+    The message never names a source's id (ids are content, shown only with
+    capture); for a damaged source row, ``source_id`` holds it (else ``""``).
     """
+
+    #: The id of the damaged source the error is about, or ``""``; never part of the message.
+    source_id: str = ""
 
 
 #: What a read takes of a source, each column bounded (:mod:`._sqlite_bounds`), then the over column.
@@ -84,11 +90,24 @@ def _oversized(path: str, source_id: object, over: object) -> SQLiteRecallError:
     return _damaged(path, source_id, f"it holds a {over}, longer than any the store writes (not read)")
 
 
+def _source_kind(source_id: object) -> str:
+    """Which kind of source an id names, for a message that must not hold the id itself."""
+    if isinstance(source_id, str) and source_id.startswith("doc/"):
+        return "a document source"
+    if isinstance(source_id, str) and source_id.startswith("group/"):
+        return "a group source"
+    return "a source"
+
+
 def _damaged(path: str, source_id: object, why: str) -> SQLiteRecallError:
-    return SQLiteRecallError(
-        f"sqlite recall store: source {source_id!r} in {path} is damaged: {why}; nothing of it was returned "
-        "and the row was left as it is (delete it, or the file, and index again)"
+    # The id is content: kept on the error, out of its text (which reaches Evidence.problems and logs).
+    error = SQLiteRecallError(
+        f"sqlite recall store: {_source_kind(source_id)} in {path} is damaged: {why}; nothing of it was "
+        "returned and the row was left as it is (its id is the error's source_id; delete the row, or the "
+        "file, and index again)"
     )
+    error.source_id = source_id if isinstance(source_id, str) else repr(source_id)
+    return error
 
 
 def checked_candidate_row(row: Sequence[Any], owner: SourceOwner, path: str) -> None:
@@ -318,7 +337,7 @@ class SQLiteRecallSession(RecallSession):
                 if row is not None and row[-1] is not None:
                     # A value over its bound was not read: a group's is archived data, as decode says.
                     if row[1] == "group":
-                        raise ArchiveCorruptError(oversize(f"indexed source {ref.source_id!r}", row[-1]))
+                        raise ArchiveCorruptError(oversize("an indexed group source", row[-1]))
                     raise _oversized(self._store.path, ref.source_id, row[-1])
                 if row is None or row[0] != ref.revision:
                     continue  # deleted or changed: validation reports it
