@@ -168,8 +168,10 @@ async def test_a_source_text_grown_past_max_row_bytes_is_refused_before_it_is_tr
         session = await store.open(SCOPE, RecallLimits(), _ctx())
         assert len(await session.read([ref], 100, _ctx())) == 1
         admin.execute(f'UPDATE "{schema}".recall_sources SET body = %s', ("hello " * 20_000,))
-        with pytest.raises(PostgresRowTooLargeError, match="not transferred"):
+        with pytest.raises(PostgresRowTooLargeError, match="not transferred") as raised:
             await session.read([ref], 100, _ctx())
+        assert ref.source_id not in str(raised.value)  # content: on the error, not in its text
+        assert raised.value.source_id == ref.source_id
     finally:
         await store.aclose()
 

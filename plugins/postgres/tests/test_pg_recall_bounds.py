@@ -67,7 +67,11 @@ async def test_a_grown_revision_or_title_is_refused_unread_by_discovery_read_and
             calls.append(lambda: session.validate([ref], _ctx()))
             calls.append(lambda: session.validate_current([ref], _ctx()))
         for call in calls:
-            with pytest.raises(PostgresRowTooLargeError, match="not transferred"):
+            with pytest.raises(PostgresRowTooLargeError, match="not transferred") as raised:
                 await call()
+            # The id is content (its tenant, user and document id): on the error, never in its text.
+            assert "a document source" in str(raised.value)
+            assert ref.source_id not in str(raised.value)
+            assert raised.value.source_id == ref.source_id
     finally:
         await store.aclose()

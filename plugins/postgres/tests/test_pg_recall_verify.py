@@ -57,6 +57,10 @@ async def test_reads_check_a_documents_stored_text_against_its_revision(
         with pytest.raises(PostgresRecallError, match="damaged") as raised:
             await session.read([ref], 10_000, _ctx())
         assert "FORGED" not in str(raised.value)
+        # The id is content (its tenant, user and document id): on the error, never in its text.
+        assert "a document source" in str(raised.value)
+        assert ref.source_id not in str(raised.value)
+        assert raised.value.source_id == ref.source_id
     finally:
         await store.aclose()
 
@@ -86,6 +90,9 @@ async def test_reads_check_a_groups_stored_text_against_its_revision(
         with pytest.raises((ArchiveCorruptError, PostgresRecallError), match="damaged") as raised:
             await session.read([found.ref], 10_000, _ctx())
         assert "FORGED" not in str(raised.value)
+        assert found.ref.source_id not in str(raised.value)
+        if isinstance(raised.value, PostgresRecallError):
+            assert raised.value.source_id == found.ref.source_id
     finally:
         await store.aclose()
 

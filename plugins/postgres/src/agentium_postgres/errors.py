@@ -54,7 +54,14 @@ class PostgresSessionStoreError(PostgresError, SessionStoreError):
 
 
 class PostgresRecallError(PostgresError):
-    """A recall store operation failed on PostgreSQL, or a closed store or session was used."""
+    """A recall store operation failed on PostgreSQL, or a closed store or session was used.
+
+    No message names a source's id (ids are content, shown only with capture):
+    for a damaged or oversized source row, ``source_id`` holds it (else ``""``).
+    """
+
+    #: The id of the damaged source the error is about, or ``""``; never part of the message.
+    source_id: str = ""
 
 
 class PostgresMemoryError(PostgresError, MemoryStoreError):

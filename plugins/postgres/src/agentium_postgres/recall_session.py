@@ -38,7 +38,7 @@ from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
 from .recall_sql import scope_params, term_query
 from .recall_vectors import POOL_PER_DEPTH, fuse
-from .recall_verify import verified_text
+from .recall_verify import source_kind, verified_text
 
 if TYPE_CHECKING:
     from .link import Conn
@@ -54,10 +54,19 @@ _MAX_INT4: Final = 2**31 - 1
 _DIGEST_BYTES: Final = len("sha256:") + 64
 
 
+def _too_large(source_id: object, message: str) -> PostgresRowTooLargeError:
+    # The id is content: kept on the error, out of its text (which reaches Evidence.problems and logs).
+    error = PostgresRowTooLargeError(message)
+    error.source_id = str(source_id)
+    return error
+
+
 def _oversized(source_id: object, what: str, size: object, cap: int) -> PostgresRowTooLargeError:
-    return PostgresRowTooLargeError(
-        f"postgres recall store: source {source_id!r} holds a {what} of {size} bytes (at most {cap}); no "
-        "source this store wrote does: the row is damaged and was not transferred"
+    return _too_large(
+        source_id,
+        f"postgres recall store: {source_kind(source_id)} holds a {what} of {size} bytes (at most {cap}); "
+        "no source this store wrote does: the row is damaged and was not transferred (its id is the "
+        "error's source_id)",
     )
 
 
@@ -312,10 +321,11 @@ class PostgresRecallSession(RecallSession):
         rows = await self._store.link.run(ctx, "recall read", tenant, work, write=False)
         for source_id, _, body, size, *_, data, data_size, revision_size, title_size, digest_size in rows:
             if body is None or (data is None and data_size is not None):
-                raise PostgresRowTooLargeError(
-                    f"postgres recall store: source {source_id!r} holds {max(size, data_size or 0)} bytes, "
-                    f"more than max_row_bytes={row_cap}; no source this store wrote does: the row is "
-                    "damaged and was not transferred"
+                raise _too_large(
+                    source_id,
+                    f"postgres recall store: {source_kind(source_id)} holds {max(size, data_size or 0)} "
+                    f"bytes, more than max_row_bytes={row_cap}; no source this store wrote does: the row "
+                    "is damaged and was not transferred (its id is the error's source_id)",
                 )
             for what, stored, bound in (
                 ("revision", revision_size, _DIGEST_BYTES),
