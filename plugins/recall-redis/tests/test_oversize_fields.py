@@ -157,6 +157,10 @@ async def test_validation_refuses_a_huge_revision_without_fetching_it(
             raised, peak = await _peak(lambda: check([SourceRef(first, "x")], _ctx()))  # noqa: B023
             assert peak < PEAK, f"validation pulled {peak} bytes into Python"
             assert isinstance(raised, RedisRecallError) and "damaged" in str(raised), raised
+            # The id and the tenant's key prefix are content: the id is on the error, neither in its text.
+            assert "a document source" in str(raised)
+            assert first not in str(raised) and tp not in str(raised)
+            assert raised.source_id == first
     finally:
         await session.close()
 

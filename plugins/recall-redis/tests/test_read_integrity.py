@@ -73,6 +73,11 @@ async def test_a_document_text_edited_behind_the_stores_back_is_refused(
     with pytest.raises(RedisRecallError) as raised:
         await _read(store, ref)
     assert "FORGED" not in str(raised.value)
+    # The id and the tenant's key prefix are content: the id is on the error, neither is in its text.
+    assert "a document source" in str(raised.value)
+    assert ref.source_id not in str(raised.value)
+    assert tenant_prefix(store.config.key_prefix, "ri") not in str(raised.value)
+    assert raised.value.source_id == ref.source_id
     if edit == "digests dropped":
         assert isinstance(raised.value, RedisRecallLayoutError)
     else:

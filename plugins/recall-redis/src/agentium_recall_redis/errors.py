@@ -27,7 +27,13 @@ class RedisRecallError(AgentiumError):
     The subclasses name the common causes; this class itself covers a server
     reply the store cannot use (a script error, an out-of-memory refusal, a
     read-only replica, keys of the wrong type under the store's prefix).
+
+    No message about a source names its id or its tenant's key prefix (both are
+    content, shown only with capture): ``source_id`` holds the id (else ``""``).
     """
+
+    #: The id of the damaged source the error is about, or ``""``; never part of the message.
+    source_id: str = ""
 
 
 class RedisRecallConnectionError(RedisRecallError):

@@ -59,7 +59,7 @@ from .link import as_text
 from .scripts import DISCOVER, HYBRID, READ, REVISION_CAP, VALIDATE
 from .server import Arg
 from .terms import STOPWORD_LISTS, query_stems
-from .text_blocks import checked_text, read_span
+from .text_blocks import checked_text, read_span, source_kind
 
 if TYPE_CHECKING:
     from .link import Command, Reply
@@ -490,7 +490,7 @@ class RedisRecallSession(RecallSession):
         for (ref, owner), row in zip(wanted, rows or (), strict=False):
             if row is None:
                 continue  # deleted, changed or never indexed: validation reports it
-            data = checked_text(ref, row, self._prefix)[:read_cap]
+            data = checked_text(ref, row)[:read_cap]
             size = int(row[0])
             cut = size > len(data)
             # A cut can split the last character; the stored text itself is valid UTF-8.
@@ -540,12 +540,15 @@ class RedisRecallSession(RecallSession):
             for i, value in zip(lookups, reply, strict=True):
                 ref = refs[i]
                 if isinstance(value, int):
-                    raise RedisRecallError(
-                        f"{operation}: source {ref.source_id!r} under {self._prefix!r} is damaged: its "
-                        f"revision holds {value} bytes, longer than any the store writes (not read); nothing "
-                        "was returned and the keys were left as they are (delete the source, or rebuild "
-                        "the index)"
+                    # The id and the tenant's prefix are content: the id is kept on the error, not in it.
+                    error = RedisRecallError(
+                        f"{operation}: {source_kind(ref.source_id)} is damaged: its revision holds {value} "
+                        "bytes, longer than any the store writes (not read); nothing was returned and the "
+                        "keys were left as they are (its id is the error's source_id; delete the source, "
+                        "or rebuild the index)"
                     )
+                    error.source_id = ref.source_id
+                    raise error
                 current = None if value is None else as_text(value)
                 if current is None or current.startswith("-"):
                     out[i] = Validation(ref, ValidationStatus.DELETED)

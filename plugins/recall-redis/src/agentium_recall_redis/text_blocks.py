@@ -24,7 +24,7 @@ from agentium_harness.plugin_api import SourceRef
 
 from .errors import RedisRecallError, RedisRecallLayoutError
 
-__all__ = ["BLOCK", "DIGEST", "block_digests", "blocks_match", "checked_text", "read_span"]
+__all__ = ["BLOCK", "DIGEST", "block_digests", "blocks_match", "checked_text", "read_span", "source_kind"]
 
 #: Bytes per checked block; a read fetches whole blocks (at most ``BLOCK - 1`` bytes past its cap).
 BLOCK: Final = 4096
@@ -74,7 +74,16 @@ def blocks_match(sid: str, revision: str, size: int, data: bytes, digests: bytes
     )
 
 
-def checked_text(ref: SourceRef, row: Sequence[object], prefix: str) -> bytes:
+def source_kind(source_id: object) -> str:
+    """Which kind of source an id names, for a message that must not hold the id itself."""
+    if isinstance(source_id, str) and source_id.startswith("doc/"):
+        return "a document source"
+    if isinstance(source_id, str) and source_id.startswith("group/"):
+        return "a group source"
+    return "a source"
+
+
+def checked_text(ref: SourceRef, row: Sequence[object]) -> bytes:
     """The bytes a ``READ`` reply row holds for ``ref`` once every block is checked; raise on any doubt.
 
     ``row`` is ``{full size, data, digests of the blocks read or nil, length
@@ -85,12 +94,15 @@ def checked_text(ref: SourceRef, row: Sequence[object], prefix: str) -> bytes:
     """
     size, data, digests, stored = (list(row) + [None] * 4)[:4]
     if isinstance(data, bytes | bytearray) and digests is None:
-        raise RedisRecallLayoutError(
-            f"recall read: source {ref.source_id!r} under {prefix!r} has no block digests: it was indexed "
-            "by an earlier version of the store (key layout 3 or older) or its row was edited, so its text "
-            "cannot be checked and nothing of it was returned. Rebuild the index under a new key_prefix "
-            "(the plugin README, 'Upgrading the key layout')"
+        # The id and the tenant's prefix are content: the id is kept on the error, not in it.
+        layout = RedisRecallLayoutError(
+            f"recall read: {source_kind(ref.source_id)} has no block digests: it was indexed by an earlier "
+            "version of the store (key layout 3 or older) or its row was edited, so its text cannot be "
+            "checked and nothing of it was returned (its id is the error's source_id). Rebuild the index "
+            "under a new key_prefix (the plugin README, 'Upgrading the key layout')"
         )
+        layout.source_id = ref.source_id
+        raise layout
     if (
         not isinstance(size, int)
         or not isinstance(stored, int)
@@ -98,9 +110,11 @@ def checked_text(ref: SourceRef, row: Sequence[object], prefix: str) -> bytes:
         or not isinstance(digests, bytes | bytearray)
         or not blocks_match(ref.source_id, ref.revision, size, bytes(data), bytes(digests), stored)
     ):
-        raise RedisRecallError(
-            f"recall read: source {ref.source_id!r} under {prefix!r} is damaged: its stored text does not "
-            "match the block digests written with it at this revision; nothing of it was returned and the "
-            "keys were left as they are (delete the source, or rebuild the index)"
+        damaged = RedisRecallError(
+            f"recall read: {source_kind(ref.source_id)} is damaged: its stored text does not match the "
+            "block digests written with it at this revision; nothing of it was returned and the keys were "
+            "left as they are (its id is the error's source_id; delete the source, or rebuild the index)"
         )
+        damaged.source_id = ref.source_id
+        raise damaged
     return bytes(data)
