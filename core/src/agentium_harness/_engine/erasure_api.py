@@ -8,7 +8,6 @@ operation: nothing here is reachable from ``run()``, ``pop`` or ``clear``.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, cast
 
 import attrs
@@ -36,6 +35,7 @@ from .forget import ForgetResult, forget_fact
 from .memory.answers import MEMORY_WRITE
 from .results import CommitState
 from .retention import RetentionResult, apply_policy
+from .said_claims import claims_of, without_claims
 from .settle import mark_commit_state
 from .unexpected import Outcomes, WriteProgress, typed_unexpected
 
@@ -94,30 +94,11 @@ _RESUME: Outcomes = dict.fromkeys(
 )
 
 
-#: What a store's (or one step's) refusal says of its own call, untrue of a call whose erasures wrote:
-#: a clause ("; nothing was changed") or a sentence (". Nothing was erased"), taken whole (through
-#: "or deleted") and only where it ends (the text's end, ";", "." or a parenthesis that explains it).
-_STORE_CLAIMS = re.compile(
-    r"(?:; n|\. N)othing was (?:changed|written or deleted|written|erased)(?=$|[;.]| \()"
+#: What a store's (or one step's) refusal says of its own call, untrue of a call whose erasures wrote
+#: (taken whole, "nothing was written or deleted" too; never out of a quoted cause: :mod:`.said_claims`).
+_STORE_CLAIMS = claims_of(
+    "nothing was changed", "nothing was written or deleted", "nothing was written", "nothing was erased"
 )
-
-
-def _without_claims(said: str) -> str:
-    """``said`` without the store claims it makes itself: none inside a cause it quotes in parentheses.
-
-    A wrapping error quotes its cause as "could not be saved (<the store's error>)": a claim there is
-    the store call's own, said of that call, and cutting it out would change the quote.
-    """
-    kept: list[str] = []
-    at = 0
-    for claim in _STORE_CLAIMS.finditer(said):
-        before = said[: claim.start()]
-        if before.count("(") > before.count(")"):
-            continue  # within a quoted cause
-        kept.append(said[at : claim.start()])
-        at = claim.end()  # what follows ends the clause (or the sentence) before it
-    kept.append(said[at:])
-    return "".join(kept)
 
 
 def said_by_the_call(exc: AgentiumError, state: CommitState, told: Outcomes) -> None:
@@ -138,7 +119,7 @@ def said_by_the_call(exc: AgentiumError, state: CommitState, told: Outcomes) -> 
                 exc.commit_state = None
                 break
         # A store's "nothing was changed" (written, erased) is its own call's, not this call's.
-        exc.args = (_without_claims(said),)
+        exc.args = (without_claims(said, _STORE_CLAIMS),)
     mark_commit_state(exc, state, told=told)
 
 

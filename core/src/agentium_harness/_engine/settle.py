@@ -43,6 +43,7 @@ from .._text import error_text
 from .._validators import exact_int, shown_number
 from .lifecycle import Ticket
 from .results import CommitState
+from .said_claims import claims_of, without_claims
 
 __all__ = ["READS", "Settled", "mark_commit_state", "settle_save"]
 
@@ -239,8 +240,9 @@ _TOLD = {
     ),
 }
 
-# Phrases raise sites use for the common case; replaced when the state turned out otherwise.
-_CLAIMS = ("; the session was not changed", " and the session was not changed", "; nothing was committed")
+# Phrases raise sites use for the common case; removed whole (never out of a quoted cause, with the
+# "(commit_state not_committed)" that marked them) when the state turned out otherwise.
+_CLAIMS = claims_of("the session was not changed", "nothing was committed", joined=True)
 
 
 def mark_commit_state(
@@ -265,8 +267,7 @@ def mark_commit_state(
     error.commit_state = state
     if len(error.args) == 1 and isinstance(error.args[0], str):
         message = error.args[0]
-        for claim in _CLAIMS:
-            message = message.replace(claim, "")
+        message = without_claims(message, _CLAIMS)  # said again below, as the state is
         said = (_TOLD if told is None else told)[state]
         if state is not CommitState.NOT_COMMITTED or how or message != error.args[0]:
             message = f"{message}; {how + '; ' if how else ''}{said}"
