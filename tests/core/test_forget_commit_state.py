@@ -104,7 +104,9 @@ async def test_forget_says_unknown_only_once_an_erasure_of_its_sources_began(
         assert not archive.erased
     else:
         assert caught.value.commit_state is CommitState.UNKNOWN
-        assert "may be forgotten" in said and "not_committed" not in said
+        # It failed before forgetting the fact (its sources first): known not forgotten, not "may be".
+        assert "before forgetting it: the fact was not forgotten" in said, said
+        assert "may be forgotten" not in said and "not_committed" not in said
         assert archive.erased
     (revision,) = await rt.memory.history(SCOPE, ack.fact_id)
     assert revision.status is FactStatus.CURRENT  # forgotten only after its sources' erasures

@@ -92,6 +92,8 @@ async def test_a_run_holding_the_second_session_leaves_no_nothing_was_erased() -
         assert "the erasures of its sources that completed stand" in said
         assert "othing was erased" not in said, said
         assert "erase once it has finished; it failed once it began erasing" in said, said
+        # Refused before it forgot the fact (its sources first): known not forgotten, not "may be".
+        assert "before forgetting it: the fact was not forgotten" in said and "may be forgotten" not in said
     finally:
         await rt.aclose()
 

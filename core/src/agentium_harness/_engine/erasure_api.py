@@ -32,6 +32,7 @@ from .erasure_ledger import pending_records
 from .erasure_run import erasure_stores, finish
 from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_status_args, status_page
 from .forget import ForgetResult, forget_fact
+from .forget_outcomes import ForgetOutcomes, ForgetProgress
 from .memory.answers import MEMORY_WRITE
 from .results import CommitState
 from .retention import RetentionResult, apply_policy
@@ -73,18 +74,6 @@ _RETENTION: Outcomes = {
     CommitState.NOT_COMMITTED: "it failed before erasing anything (commit_state not_committed); apply again",
     CommitState.UNKNOWN: _RETENTION_BEGAN,
     CommitState.COMMITTED: _RETENTION_BEGAN,  # never set: each erasure's own end is not the call's
-}
-FORGET_OUTCOMES: Outcomes = {
-    CommitState.NOT_COMMITTED: (
-        "it failed before changing anything: the fact was not forgotten and nothing was erased "
-        "(commit_state not_committed); call forget again"
-    ),
-    CommitState.UNKNOWN: (
-        "it failed once it began erasing the fact's sources or forgetting it: the erasures of its sources "
-        "that completed stand (erasure_status lists them) and the fact may be forgotten "
-        "(commit_state unknown); memory.history shows whether it is"
-    ),
-    CommitState.COMMITTED: "it failed after the fact was forgotten (commit_state committed)",
 }
 #: Resuming reads the pending records; each erasure it resumes is carried through (erasure_run.finish).
 _RESUME: Outcomes = dict.fromkeys(
@@ -425,14 +414,14 @@ class ErasureOperations:
         and nothing changes: its later revisions' sources could not be found.
         """
         runtime = self._runtime()
-        progress = WriteProgress()
+        progress = ForgetProgress()
         # One span (agentium.forget), the root of its source lookups, erasures and the store's forget: a
         # provenance that does not match is an event on it (and a WARNING); an unexpected error says what
         # changed. The scope is checked inside: read here as text only.
         tenant, user = str(getattr(scope, "tenant", "")), str(getattr(scope, "user", ""))
         with (
             traced_operation(runtime, "forget", tenant, user, "", name="agentium.forget"),
-            typed_unexpected("forget", progress, FORGET_OUTCOMES),
+            typed_unexpected("forget", progress, ForgetOutcomes(progress)),
         ):
             return await forget_fact(
                 runtime,

@@ -61,6 +61,7 @@ from .erased_groups import may_state, merge_ranges
 from .erasure import ErasureResult, OperatorAttestation, check_request, load_record
 from .erasure_index import finished_covering
 from .erasure_ledger import pending_records
+from .forget_outcomes import ForgetProgress, forget_outcomes
 from .history_read import fetch_groups, read_settled
 from .load import load_session
 from .memory.manager import counted_listing
@@ -452,9 +453,9 @@ async def _sources(
 
 def _said_by_the_call(exc: AgentiumError, progress: WriteProgress) -> None:
     """Mark ``exc`` with the forget's state once one of its sources' erasures began writing."""
-    from .erasure_api import FORGET_OUTCOMES, said_by_the_call  # the API module imports this one
+    from .erasure_api import said_by_the_call  # the API module imports this one
 
-    said_by_the_call(exc, progress.commit_state, FORGET_OUTCOMES)
+    said_by_the_call(exc, progress.commit_state, forget_outcomes(progress))
 
 
 def _corrected_throughout(runtime: HarnessRuntime, fact_id: str, erased: bool) -> MemoryRejectedError:
@@ -549,6 +550,8 @@ async def forget_fact(
     # erasure) could never have its sources found again. Refused now, nothing is forgotten and
     # the call can be repeated (groups erased by then are reported gone).
     erased = progress is not None and progress.commit_state is not CommitState.NOT_COMMITTED
+    if isinstance(progress, ForgetProgress):
+        progress.forgetting = True  # from here an error cannot tell whether the fact was forgotten
     if progress is not None:
         progress.saving()
     try:
