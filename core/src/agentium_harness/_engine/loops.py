@@ -20,6 +20,7 @@ that possible, each working under asyncio and trio:
 
 from __future__ import annotations
 
+import asyncio
 import asyncio.tasks
 import sys
 import threading
@@ -348,7 +349,9 @@ class PerLoop(Generic[T]):
         waited for; a value of a finished loop is discarded. The values are
         closed concurrently, each bounded by ``timeout_s``, so the whole close
         takes about ``timeout_s`` however many loops are stuck (not one bound
-        per loop). Shielded from the caller's cancellation.
+        per loop). Shielded from the caller's cancellation; on asyncio the closes
+        run in a task of their own, so a native ``Task.cancel()`` of the caller
+        (which passes anyio's shield) stops its wait, not the closes.
         """
         with self._lock:
             held = list(self._values.values())
@@ -373,8 +376,21 @@ class PerLoop(Generic[T]):
             except Exception as exc:
                 problems.append(f"closing a {type(value).__name__} failed: {error_text(exc)}")
 
+        async def close_all() -> list[str]:
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as tg:
+                    for loop, value in held:
+                        tg.start_soon(close_one, loop, value)
+            return problems
+
+        if current_library() != "asyncio":  # trio: its cancellations respect the shield
+            return await close_all()
+        # The values are forgotten already: a native ``Task.cancel()`` of the caller passes anyio's
+        # shield, and cut the closes short (nothing would close them again). They run in a task of
+        # their own, each within ``timeout_s``; a cancelled caller stops waiting, the closes go on.
+        task = get_running_loop().create_task(close_all())
+        _STARTED.add(task)
+        task.add_done_callback(_STARTED.discard)
         with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                for loop, value in held:
-                    tg.start_soon(close_one, loop, value)
-        return problems
+            found = await asyncio.shield(task)
+        return found
