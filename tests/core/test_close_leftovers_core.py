@@ -9,10 +9,12 @@ entry whose work never ended (past its own bound), so the list grew without limi
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from agentium_harness._engine.loops import PerLoop
+from agentium_harness._engine.late_calls import LateCalls
+from agentium_harness._engine.loops import PerLoop, ThreadSafeEvent
 
 
 def test_per_loop_close_goes_on_when_its_caller_is_natively_cancelled() -> None:
@@ -48,3 +50,26 @@ def test_per_loop_close_still_returns_its_problems() -> None:
 
     problems = asyncio.run(main())
     assert len(problems) == 1 and "failed" in problems[0]
+
+
+def test_trailing_work_past_its_bound_is_dropped_and_still_counted() -> None:
+    late = LateCalls()
+    late.trail(ThreadSafeEvent(), 0.01)  # never set: work that cannot end
+    time.sleep(0.03)
+    ended = ThreadSafeEvent()
+    ended.set()
+    late.trail(ended, 1.0)
+    assert len(late._trailing) == 1  # the unended entry past its bound is gone (kept, it grew forever)
+
+    async def wait() -> int:
+        return await late.wait_trailing(0.5)
+
+    assert asyncio.run(wait()) == 1  # reported as left running all the same
+
+
+def test_trailing_work_within_its_bound_is_kept() -> None:
+    late = LateCalls()
+    running = ThreadSafeEvent()
+    late.trail(running, 5.0)
+    late.trail(ThreadSafeEvent(), 5.0)
+    assert len(late._trailing) == 2

@@ -82,13 +82,14 @@ class LateCalls:
     close of the adapter it uses, while its loop runs.
     """
 
-    __slots__ = ("_calls", "_lock", "_trailing")
+    __slots__ = ("_calls", "_left", "_lock", "_trailing")
 
     def __init__(self) -> None:
         # Calls are abandoned on several loops' threads: the list changes under a lock.
         self._lock = threading.Lock()
         self._calls: list[tuple[LateScope, str, ThreadSafeEvent]] = []
         self._trailing: list[tuple[ThreadSafeEvent, float]] = []  # with its bound, time.monotonic()
+        self._left = 0  # trailing work dropped past its own bound, unended (see trail)
 
     def add(self, key: LateScope, operation: str, finished: ThreadSafeEvent) -> None:
         """Note an abandoned call of ``key``; ``finished`` is set when it ends (awaitable from any loop)."""
@@ -101,17 +102,22 @@ class LateCalls:
 
         Past that bound it will not end at all (its loop ended, or is blocked): no one waits longer.
         """
-        until = time.monotonic() + bound_s  # the clock every loop and thread shares (trio's is offset)
+        now = time.monotonic()  # the clock every loop and thread shares (trio's is offset)
         with self._lock:
             # Pruned as it grows: a long-lived runtime under deadline pressure adds one per cut round.
-            self._trailing = [t for t in self._trailing if not t[0].is_set()]
-            self._trailing.append((finished, until))
+            # Work past its own bound will not end: dropped (kept, it grew without limit), and counted
+            # as left running, so wait_trailing's count stays true.
+            kept = [t for t in self._trailing if not t[0].is_set() and t[1] > now]
+            self._left += sum(not t[0].is_set() and t[1] <= now for t in self._trailing)
+            self._trailing = kept
+            self._trailing.append((finished, now + bound_s))
 
     async def wait_trailing(self, timeout_s: float) -> int:
         """Wait for the trailing work to end, each no longer than its own bound, all up to ``timeout_s``.
 
-        Returns how much is still running. So the wait is the trailing work's own bound at most
-        (a recall close's 0.1 s and grace), never ``timeout_s`` for work that cannot end.
+        Returns how much is still running (counting the work :meth:`trail` dropped past its bound).
+        So the wait is the trailing work's own bound at most (a recall close's 0.1 s and grace),
+        never ``timeout_s`` for work that cannot end.
         """
         with self._lock:
             trailing = list(self._trailing)
@@ -119,7 +125,9 @@ class LateCalls:
             for done, until in trailing:
                 with anyio.move_on_after(until - time.monotonic()):
                     await done.wait()
-        return sum(not done.is_set() for done, _ in trailing)
+        with self._lock:
+            left = self._left
+        return left + sum(not done.is_set() for done, _ in trailing)
 
     def _snapshot(self) -> list[tuple[LateScope, str, ThreadSafeEvent]]:
         with self._lock:
