@@ -72,6 +72,7 @@ class CloseOnce:
             try:
                 return await work()
             finally:
+                self._task = None  # ended: a finished task (and its traceback) is not kept
                 if left:
                     self.end()
 
