@@ -412,3 +412,55 @@ async def test_erasures_and_archive_reads_refuse_a_listing_that_goes_on_without_
         await store.aclose()
         await archive.aclose()
         proxy.close()
+
+
+def test_two_threads_closing_at_once_start_one_close_and_only_its_caller_hears_its_failure(
+    config: S3Config,
+) -> None:
+    # aclose() checked and set its closed flag without a lock: two threads closing at once both saw it
+    # unset, each started a close thread, and either could be handed the other's failure.
+    store = S3SessionStore(config)
+    link = store.link
+    both_looked = threading.Barrier(2)
+
+    class Racing(type(link)):  # type: ignore[misc]
+        """Holds a first look at the unset flag until a second thread looks too (or 0.3 s passed)."""
+
+        @property
+        def _closed(self) -> bool:
+            value: bool = self.__dict__["_closed"]
+            if not value:
+                try:
+                    both_looked.wait(0.3)
+                except threading.BrokenBarrierError:
+                    pass  # no second look came: the decision is taken under a lock
+            return value
+
+        @_closed.setter
+        def _closed(self, value: bool) -> None:
+            self.__dict__["_closed"] = value
+
+    link.__class__ = Racing
+    closes: list[int] = []
+
+    def failing_release() -> None:
+        closes.append(1)
+        raise OSError("the client's close failed")
+
+    link._release = failing_release
+    outcomes: list[str] = []
+
+    def close_in_a_thread() -> None:
+        try:
+            anyio.run(link.aclose)
+            outcomes.append("returned")
+        except OSError:
+            outcomes.append("failed")
+
+    threads = [threading.Thread(target=close_in_a_thread) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert closes == [1]  # one close
+    assert sorted(outcomes) == ["failed", "returned"]  # its failure reaches its own caller only

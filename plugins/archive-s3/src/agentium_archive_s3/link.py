@@ -216,6 +216,8 @@ class S3Link:
         self._owned = client is None
         self._hooked = False
         self._closed = False
+        # Makes aclose()'s "am I the first?" atomic: two threads closing at once each started a close thread.
+        self._close_lock = threading.Lock()
         # Set once the first aclose() has done its work: an aclose() meanwhile (on any loop) waits for it.
         self._close_done = ThreadSafeEvent()
         self._close_failure: Exception | None = None  # what the close's thread raised, for the first aclose()
@@ -428,11 +430,12 @@ class S3Link:
         its thread ends, not when the first returns: a native ``Task.cancel()``
         (which anyio's shield does not stop on asyncio) ends the first early.
         """
-        if self._closed:
+        with self._close_lock:  # one decision across threads: exactly one caller starts the close
+            first, self._closed = not self._closed, True
+        if not first:
             with anyio.move_on_after(self.config.close_timeout_s, shield=True):
                 await self._close_done.wait()
             return
-        self._closed = True
         # A thread started here always runs, and says when it has ended (a wait in a worker thread of
         # anyio's may never start once its caller is cancelled): whoever waits, the close is done then.
         closer = threading.Thread(target=self._close_in_thread, name="agentium-archive-s3-close", daemon=True)
