@@ -23,16 +23,19 @@ import anyio
 import pytest
 from _recall_support import KEY, MINE, Scripted, ScriptedSession, runtime, sid
 
+from agentium_harness._engine import recall as recall_engine
 from agentium_harness._engine.lifecycle import Ticket
-from agentium_harness._engine.recall import CLOSE_TIMEOUT_S, RecallUsage, revalidate
+from agentium_harness._engine.recall import RecallUsage, revalidate
 from agentium_harness.plugin_api import OpContext, RecallLimits, RecallSession, Scope, SourceRef, Validation
 
 pytestmark = pytest.mark.anyio
 
 #: The caller's bound (the look's share): below the close's own 0.1 s, as a small ``close_timeout_s`` gives.
 BOUND_S = 0.15
-#: How far past the bound the whole look may end (scheduling): half the old overrun.
-TOLERANCE_S = 0.05
+#: The close's own bound in the test that a close never returns (the engine's is 0.1 s).
+LONG_CLOSE_S = 1.5
+#: How far past the bound the whole look may end (scheduling): a third of that test's old overrun.
+TOLERANCE_S = 0.5
 SCOPE = Scope("acme", "ana", "s1")
 
 
@@ -71,10 +74,13 @@ class HangsThenNeverCloses(Scripted):
 @pytest.mark.parametrize("threaded", [False, True], ids=["cooperative", "thread"])
 @pytest.mark.parametrize("shielded", [False, True], ids=["look", "keep"])
 async def test_a_close_that_never_returns_ends_within_its_callers_bound(
-    threaded: bool, shielded: bool
+    threaded: bool, shielded: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The look after a cancelled call (a deadline), or the keep's commit (a shielded deadline)."""
-    assert TOLERANCE_S < CLOSE_TIMEOUT_S  # the premise: the old overrun (the close's own bound) exceeds it
+    # The close's own bound made long, so the old overrun (that whole bound) is far past a tolerance
+    # a loaded CI worker keeps to: at 0.1 s the tolerance had to be 0.05 s, and load passed it.
+    monkeypatch.setattr(recall_engine, "CLOSE_TIMEOUT_S", LONG_CLOSE_S)
+    assert TOLERANCE_S < LONG_CLOSE_S  # the premise: the old overrun (the close's own bound) exceeds it
     store = HangsThenNeverCloses(threaded=threaded)
     ticket = Ticket(KEY, "run", 30.0, 30.0)
     limits = RecallLimits(max_latency_s=30.0)
