@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Final
 
@@ -93,6 +94,7 @@ from agentium_harness.plugin_api import (
     SourceOwner,
     SourceRef,
     SourceVector,
+    ThreadSafeEvent,
     Vector,
     check_max_items,
     check_target,
@@ -200,6 +202,10 @@ class RedisRecallStore(RecallStore):
         self._ended_trips = 0
         self._report: ServerReport | None = None
         self._closed = False
+        # aclose() from several tasks, threads or loops: exactly one closes (decided under the lock);
+        # the others wait for _close_done, else they told their callers it was closed while it was not.
+        self._close_lock = threading.Lock()
+        self._close_done = ThreadSafeEvent()
         self._where = redact_url(config.url) if client is None else describe_client(client)
         self._errors = ServerErrors(
             self._where, collect_secrets(config, client), config.socket_timeout_s, config.key_prefix
@@ -484,14 +490,21 @@ class RedisRecallStore(RecallStore):
     async def aclose(self) -> None:
         """Close the clients the store created, each on its own event loop; a lent client is never closed.
 
-        Idempotent. Writes cut off earlier may still be settling, on any loop:
-        they get ``settle_timeout_s`` at most.
+        Idempotent: a later call (any task, thread or loop) waits for the first's
+        close to end, within the close's own bound, and returns. Writes cut off
+        earlier may still be settling, on any loop: they get ``settle_timeout_s`` at most.
         """
-        if self._closed:
+        with self._close_lock:
+            first, self._closed = not self._closed, True
+        if not first:
+            with anyio.move_on_after(self._config.settle_timeout_s + _CLOSE_S, shield=True):
+                await self._close_done.wait()
             return
-        self._closed = True
-        await self._writer.settlements.drain(self._config.settle_timeout_s)
-        problems = await self._loops.aclose(self._close_connection, _CLOSE_S)
+        try:
+            await self._writer.settlements.drain(self._config.settle_timeout_s)
+            problems = await self._loops.aclose(self._close_connection, _CLOSE_S)
+        finally:
+            self._close_done.set()
         if problems:
             raise RedisRecallError(f"redis recall store at {self._where}: closing: " + "; ".join(problems))
 
