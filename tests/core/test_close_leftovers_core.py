@@ -9,6 +9,7 @@ entry whose work never ended (past its own bound), so the list grew without limi
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -73,3 +74,27 @@ def test_trailing_work_within_its_bound_is_kept() -> None:
     late.trail(running, 5.0)
     late.trail(ThreadSafeEvent(), 5.0)
     assert len(late._trailing) == 2
+
+
+def test_per_loop_close_problems_are_logged_when_its_caller_was_natively_cancelled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        values: PerLoop[object] = PerLoop(object)
+        values.get()
+
+        async def close(value: object) -> None:
+            await asyncio.sleep(0.1)
+            raise ValueError("boom")
+
+        caller = asyncio.get_running_loop().create_task(values.aclose(close, 1.0))
+        await asyncio.sleep(0.02)  # the close has begun
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await asyncio.sleep(0.3)  # the close has failed by now, its caller long gone
+
+    with caplog.at_level(logging.WARNING, logger="agentium.engine"):
+        asyncio.run(main())
+    # The failure was lost: no one waited for the close's result any more.
+    assert any("failed" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)

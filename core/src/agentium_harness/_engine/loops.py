@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.tasks
+import logging
 import sys
 import threading
 from asyncio import current_task as _asyncio_task
@@ -44,6 +45,8 @@ T = TypeVar("T")
 _CURRENT_TASKS: dict[Any, Any] | None = (
     getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None
 )
+
+_log = logging.getLogger("agentium.engine")
 
 # Tasks started on a loop from another thread, kept referenced until they end (asyncio holds weak ones).
 _STARTED: set[Any] = set()
@@ -351,7 +354,8 @@ class PerLoop(Generic[T]):
         takes about ``timeout_s`` however many loops are stuck (not one bound
         per loop). Shielded from the caller's cancellation; on asyncio the closes
         run in a task of their own, so a native ``Task.cancel()`` of the caller
-        (which passes anyio's shield) stops its wait, not the closes.
+        (which passes anyio's shield) stops its wait, not the closes, whose
+        problems are then logged as a WARNING (``agentium.engine``) instead.
         """
         with self._lock:
             held = list(self._values.values())
@@ -388,9 +392,29 @@ class PerLoop(Generic[T]):
         # The values are forgotten already: a native ``Task.cancel()`` of the caller passes anyio's
         # shield, and cut the closes short (nothing would close them again). They run in a task of
         # their own, each within ``timeout_s``; a cancelled caller stops waiting, the closes go on.
-        task = get_running_loop().create_task(close_all())
+        left = False  # the caller stopped waiting: no one hears the problems but the log
+
+        async def close_all_then_say() -> list[str]:
+            found = await close_all()
+            if left and found:
+                _warn_unheard(found)
+            return found
+
+        task = get_running_loop().create_task(close_all_then_say())
         _STARTED.add(task)
         task.add_done_callback(_STARTED.discard)
-        with anyio.CancelScope(shield=True):
-            found = await asyncio.shield(task)
+        found: list[str] = []
+        try:
+            with anyio.CancelScope(shield=True):
+                found = await asyncio.shield(task)
+        except BaseException:
+            left = True  # one loop thread: the task has not returned yet, or did just now (below)
+            if task.done() and not task.cancelled() and task.exception() is None and task.result():
+                _warn_unheard(task.result())
+            raise
         return found
+
+
+def _warn_unheard(problems: list[str]) -> None:
+    """Problems of a close whose caller stopped waiting (natively cancelled): logged, not lost."""
+    _log.warning("closing per-loop values after the caller stopped waiting: %s", "; ".join(problems))
