@@ -98,3 +98,30 @@ def test_per_loop_close_problems_are_logged_when_its_caller_was_natively_cancell
         asyncio.run(main())
     # The failure was lost: no one waited for the close's result any more.
     assert any("failed" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_trailing_work_that_ends_late_is_not_counted_as_left_running() -> None:
+    late = LateCalls()
+    slow = ThreadSafeEvent()  # its loop was blocked: it ends past its own bound
+    late.trail(slow, 0.01)
+    time.sleep(0.03)
+    late.trail(ThreadSafeEvent(), 5.0)  # a later trail finds ``slow`` past its bound
+    slow.set()
+
+    async def wait() -> int:
+        return await late.wait_trailing(0.05)
+
+    assert asyncio.run(wait()) == 1  # only the later one runs (``slow`` was counted for good)
+
+
+def test_overdue_trailing_work_is_kept_bounded_and_all_counted() -> None:
+    late = LateCalls()
+    for _ in range(100):
+        late.trail(ThreadSafeEvent(), 0.0)  # each past its bound at the next trail
+    late.trail(ThreadSafeEvent(), 0.0)
+    assert len(late._overdue) <= 64  # bounded however much never ends
+
+    async def wait() -> int:
+        return await late.wait_trailing(0.05)
+
+    assert asyncio.run(wait()) == 101

@@ -35,6 +35,9 @@ from .loops import ThreadSafeEvent
 
 __all__ = ["FactScope", "LateCalls", "LateScope", "covers", "wait_late"]
 
+# Overdue trailing work kept to be re-checked (see LateCalls.trail); more is only counted.
+_MAX_OVERDUE = 64
+
 
 @attrs.frozen(slots=True)
 class FactScope:
@@ -82,14 +85,17 @@ class LateCalls:
     close of the adapter it uses, while its loop runs.
     """
 
-    __slots__ = ("_calls", "_left", "_lock", "_trailing")
+    __slots__ = ("_calls", "_left", "_lock", "_overdue", "_trailing")
 
     def __init__(self) -> None:
         # Calls are abandoned on several loops' threads: the list changes under a lock.
         self._lock = threading.Lock()
         self._calls: list[tuple[LateScope, str, ThreadSafeEvent]] = []
         self._trailing: list[tuple[ThreadSafeEvent, float]] = []  # with its bound, time.monotonic()
-        self._left = 0  # trailing work dropped past its own bound, unended (see trail)
+        # Trailing work past its own bound, unended at the time: the newest _MAX_OVERDUE kept (a
+        # blocked loop's may still end, and is then no longer counted), the rest only counted in _left.
+        self._overdue: list[ThreadSafeEvent] = []
+        self._left = 0
 
     def add(self, key: LateScope, operation: str, finished: ThreadSafeEvent) -> None:
         """Note an abandoned call of ``key``; ``finished`` is set when it ends (awaitable from any loop)."""
@@ -105,10 +111,23 @@ class LateCalls:
         now = time.monotonic()  # the clock every loop and thread shares (trio's is offset)
         with self._lock:
             # Pruned as it grows: a long-lived runtime under deadline pressure adds one per cut round.
-            # Work past its own bound will not end: dropped (kept, it grew without limit), and counted
-            # as left running, so wait_trailing's count stays true.
-            kept = [t for t in self._trailing if not t[0].is_set() and t[1] > now]
-            self._left += sum(not t[0].is_set() and t[1] <= now for t in self._trailing)
+            # Work past its own bound is not waited for again; all of it kept, the list grew without
+            # limit. The newest overdue is kept to be re-checked (it ends late when its loop was
+            # blocked: counted for good, the close WARNING named work that had ended); past the cap
+            # it is only counted, as left running.
+            overdue = [done for done in self._overdue if not done.is_set()]
+            kept: list[tuple[ThreadSafeEvent, float]] = []
+            for done, until in self._trailing:
+                if done.is_set():
+                    continue
+                if until > now:
+                    kept.append((done, until))
+                else:
+                    overdue.append(done)
+            if len(overdue) > _MAX_OVERDUE:
+                self._left += len(overdue) - _MAX_OVERDUE
+                overdue = overdue[-_MAX_OVERDUE:]
+            self._overdue = overdue
             self._trailing = kept
             self._trailing.append((finished, now + bound_s))
 
@@ -126,7 +145,7 @@ class LateCalls:
                 with anyio.move_on_after(until - time.monotonic()):
                     await done.wait()
         with self._lock:
-            left = self._left
+            left = self._left + sum(not done.is_set() for done in self._overdue)
         return left + sum(not done.is_set() for done, _ in trailing)
 
     def _snapshot(self) -> list[tuple[LateScope, str, ThreadSafeEvent]]:
