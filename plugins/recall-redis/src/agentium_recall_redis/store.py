@@ -206,6 +206,7 @@ class RedisRecallStore(RecallStore):
         # the others wait for _close_done, else they told their callers it was closed while it was not.
         self._close_lock = threading.Lock()
         self._close_done = ThreadSafeEvent()
+        self._closing: asyncio.Task[list[str]] | None = None  # held: asyncio keeps weak references
         self._where = redact_url(config.url) if client is None else describe_client(client)
         self._errors = ServerErrors(
             self._where, collect_secrets(config, client), config.socket_timeout_s, config.key_prefix
@@ -500,13 +501,21 @@ class RedisRecallStore(RecallStore):
             with anyio.move_on_after(self._config.settle_timeout_s + _CLOSE_S, shield=True):
                 await self._close_done.wait()
             return
-        try:
-            await self._writer.settlements.drain(self._config.settle_timeout_s)
-            problems = await self._loops.aclose(self._close_connection, _CLOSE_S)
-        finally:
-            self._close_done.set()
+        # In a task of its own: a native Task.cancel() of this caller passes anyio's shield, and cut
+        # the close short (the clients then stayed open for good) and ended it for the waiting callers.
+        self._closing = asyncio.get_running_loop().create_task(self._close_all())
+        with anyio.CancelScope(shield=True):
+            problems = await asyncio.shield(self._closing)
         if problems:
             raise RedisRecallError(f"redis recall store at {self._where}: closing: " + "; ".join(problems))
+
+    async def _close_all(self) -> list[str]:
+        try:
+            await self._writer.settlements.drain(self._config.settle_timeout_s)
+            return await self._loops.aclose(self._close_connection, _CLOSE_S)
+        finally:
+            self._closing = None  # ended: its traceback is not kept for the store's life
+            self._close_done.set()
 
     def _connection(self) -> _LoopConnection:
         """The running loop's connection: the lent client, or a client of its own for this loop."""
