@@ -495,3 +495,27 @@ async def test_a_keeping_cut_off_mid_save_is_not_said_to_be_uncommitted(
     assert warned.agentium_commit_state == "unknown"  # type: ignore[attr-defined]
     assert "not committed" not in warned.getMessage() and "may or may not" in warned.getMessage()
     await runtime.aclose()
+
+
+async def test_a_refusal_before_the_save_loses_its_claim_whole_and_keeps_its_quoted_cause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log: list[str] = []
+    runtime = _runtime(log)
+    sealed = commit_module._sealed
+    quoted = "(the store said: row too big; nothing was written)"
+
+    def refuse_once(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(commit_module, "_sealed", sealed)  # what ran is committed after it
+        error = EncodingError(f"the answer's snapshot was refused {quoted}. Nothing was written")
+        error.commit_state = CommitState.NOT_COMMITTED
+        raise error
+
+    monkeypatch.setattr(commit_module, "_sealed", refuse_once)
+    with pytest.raises(EncodingError) as caught:
+        await runtime.run(ANA, "s1", "deploy v2", grants=["deploy"])
+    said = str(caught.value)
+    assert quoted in said  # the cause's own call's claim is left in its quote
+    assert "Nothing was written" not in said  # the sentence form leaves too: what ran was written
+    monkeypatch.undo()
+    _assert_kept(caught.value, await _kept(runtime), "EncodingError")

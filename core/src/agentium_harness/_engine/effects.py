@@ -79,6 +79,7 @@ from .lifecycle import Ticket
 from .load import load_session
 from .progress import RunProgress, with_result
 from .results import CommitState, Diagnostic, RunResult, RunStatus, Severity
+from .said_claims import claims_of, without_claims
 from .settle import mark_commit_state
 from .sources import SourceStatus
 from .turn import TurnInterrupted, TurnOutcome, TurnTrace, executed
@@ -104,6 +105,9 @@ LOOK_SHARE = 0.5
 _log = logging.getLogger("agentium.engine")
 #: The operation an unexpected exception in the commit of what ran is logged under.
 _KEEPING = "run (committing what ran)"
+
+# A refusal before the answer's save says so; what ran was written after it.
+_UNWRITTEN = claims_of("nothing was written")
 
 
 @attrs.define(slots=True, eq=False)
@@ -348,7 +352,8 @@ class EffectsKeeper:
         error.commit_state = None  # say it again, with what was committed
         if len(error.args) == 1 and isinstance(error.args[0], str):
             # A refusal before the save ("…; nothing was written", EncodingError) was of the answer's commit.
-            error.args = (error.args[0].replace("; nothing was written", ""),)
+            # Removed whole: never out of a cause it quotes, nor left said as a sentence.
+            error.args = (without_claims(error.args[0], _UNWRITTEN),)
         marked = mark_commit_state(
             error,
             CommitState.COMMITTED,
