@@ -94,6 +94,11 @@ async def test_the_managers_words_give_way_to_the_calls(
         if state is CommitState.UNKNOWN:
             assert "the erasures of its sources that completed stand" in said
             assert "nothing was written" not in said
+        if where == "before":
+            # The manager's forget failed before its store's write began: the fact is known not forgotten.
+            assert "before the store's forget began: the fact was not forgotten" in said, said
+            assert "may be forgotten" not in said, said
+        elif where == "during":
             # Failed as it forgot the fact (its sources erased): whether it is forgotten cannot be told.
             assert "it failed while forgetting the fact" in said and "may be forgotten" in said, said
     finally:

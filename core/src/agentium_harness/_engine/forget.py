@@ -561,6 +561,8 @@ async def forget_fact(
         if erased and progress is not None:
             if exc.commit_state is CommitState.COMMITTED:
                 progress.committed()  # the manager's forget stood (its error came after): forgotten
+            elif exc.commit_state is CommitState.NOT_COMMITTED and isinstance(progress, ForgetProgress):
+                progress.unwritten = True  # its store's write never began: the fact is not forgotten
             _said_by_the_call(exc, progress)
         raise
     if progress is not None:

@@ -20,12 +20,14 @@ __all__ = ["FORGET_OUTCOMES", "ForgetOutcomes", "ForgetProgress", "forget_outcom
 class ForgetProgress(WriteProgress):
     """A forget's progress, and its stage: ``forgetting`` once its sources' erasures are done."""
 
-    __slots__ = ("forgetting",)
+    __slots__ = ("forgetting", "unwritten")
 
     def __init__(self) -> None:
         super().__init__()
         #: The fact's forget began: before it, the fact is known not forgotten (by this call).
         self.forgetting = False
+        #: The memory manager's forget failed saying its store's write never began: not forgotten.
+        self.unwritten = False
 
 
 FORGET_OUTCOMES: Outcomes = {
@@ -51,14 +53,29 @@ _FORGET_SOURCES: Outcomes = {
     ),
 }
 
+#: What a forget says once its sources' erasures are done and the manager's forget failed before
+#: its store's write began (its error said so, ``not_committed``): the fact is known not forgotten.
+_FORGET_UNWRITTEN: Outcomes = {
+    **FORGET_OUTCOMES,
+    CommitState.UNKNOWN: (
+        "it failed as it forgot the fact, before the store's forget began: the fact was not forgotten "
+        "and the erasures of its sources that completed stand (erasure_status lists them) "
+        "(commit_state unknown); call forget again"
+    ),
+}
+
 
 def forget_outcomes(progress: WriteProgress) -> Outcomes:
     """What an error leaving a forget says, by its stage now: erasing the fact's sources, or forgetting it.
+
+    Forgetting it, a manager's error saying its store's write never began tells the fact is not forgotten.
 
     A progress that does not carry the stage gets the words true at either ("may be forgotten").
     """
     if isinstance(progress, ForgetProgress) and not progress.forgetting:
         return _FORGET_SOURCES
+    if isinstance(progress, ForgetProgress) and progress.unwritten:
+        return _FORGET_UNWRITTEN
     return FORGET_OUTCOMES
 
 
