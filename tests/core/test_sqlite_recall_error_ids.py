@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agentium_harness._errors import ArchiveCorruptError
 from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.archive import ArchiveReceipt
@@ -112,3 +113,26 @@ async def test_an_error_not_about_a_source_has_an_empty_source_id(tmp_path: Path
     with pytest.raises(SQLiteRecallError) as raised:
         await store.open(SCOPE, RecallLimits(), CTX())
     assert raised.value.source_id == ""
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        # the group's indexed text (its row is the second), no longer its archived bytes
+        "UPDATE recall_texts SET text = 'forged' WHERE rowid IN "
+        "(SELECT rowid FROM recall_texts LIMIT 1 OFFSET 1)",
+        "UPDATE recall_sources SET receipt_digest = 'forged' WHERE kind = 'group'",
+    ],
+)
+async def test_a_damaged_group_row_read_names_no_session(
+    seeded: tuple[SQLiteRecallStore, Path, SourceRef, SourceRef], damage: str
+) -> None:
+    store, path, _, group = seeded
+    _damage(path, damage)
+    session = await store.open(SCOPE, RecallLimits(), CTX())
+    with pytest.raises(ArchiveCorruptError) as raised:
+        await session.read([group], 4096, CTX())
+    text = str(raised.value)
+    assert "an indexed group source" in text
+    for name in (TENANT, USER, SESSION):
+        assert name not in text, text

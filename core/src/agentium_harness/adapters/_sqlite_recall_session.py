@@ -151,7 +151,8 @@ def verified_text(ref: SourceRef, owner: SourceOwner, row: Sequence[Any], path: 
         key = SessionKey(owner.tenant, owner.user, owner.session)
 
         def where() -> str:
-            return f"indexed group {seq!r} of session {key.key()} in {path}"
+            # Not the session's key: it holds the ids the source id does (content, as in _damaged).
+            return f"an indexed group source (seq {seq!r}) in {path}"
 
         group = decode_archived_group(key, seq, receipt_digest, data, where)
         if group.digest != ref.revision or group_source_id(key, group.seq) != source_id:
