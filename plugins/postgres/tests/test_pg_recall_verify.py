@@ -91,6 +91,7 @@ async def test_reads_check_a_groups_stored_text_against_its_revision(
             await session.read([found.ref], 10_000, _ctx())
         assert "FORGED" not in str(raised.value)
         assert found.ref.source_id not in str(raised.value)
+        assert KEY.key() not in str(raised.value)  # the session's key holds the same ids
         if isinstance(raised.value, PostgresRecallError):
             assert raised.value.source_id == found.ref.source_id
     finally:

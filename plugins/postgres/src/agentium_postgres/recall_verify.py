@@ -77,7 +77,8 @@ def verified_text(ref: SourceRef, owner: SourceOwner, row: Sequence[Any]) -> str
         key = SessionKey(owner.tenant, owner.user, owner.session)
         if digest is None and data is None:
             return None
-        where = f"indexed group {seq!r} of session {key.key()}"
+        # Not the session's key: it holds the ids the source id does (content, as in _damaged).
+        where = f"an indexed group source (seq {seq!r})"
         group = decode_archived_group(key, seq, digest, bytes(data) if data is not None else None, where)
         if group.digest != ref.revision or group_source_id(key, group.seq) != source_id:
             raise ArchiveCorruptError(
