@@ -104,8 +104,11 @@ async def test_documents_postgres_cannot_hold_are_refused_and_nothing_is_written
             await store.index_document(OWNER, "bad\x00id", "text", _ctx())
         with pytest.raises(InvalidArgumentError):
             await store.index_document(OWNER, "surrogate", "lone \ud800", _ctx())
-        with pytest.raises(Exception, match="max_row_bytes"):
-            await store.index_document(OWNER, "big", "x" * 2000, _ctx())
+        with pytest.raises(PostgresRowTooLargeError, match="max_row_bytes") as raised:
+            await store.index_document(OWNER, "bigQ7", "x" * 2000, _ctx())
+        # The id is content: on the error, never in its text.
+        assert "bigQ7" not in str(raised.value)
+        assert raised.value.source_id == document_source_id(OWNER, "bigQ7")
     finally:
         await store.aclose()
     row = admin.execute(f'SELECT count(*) FROM "{schema}".recall_sources').fetchone()

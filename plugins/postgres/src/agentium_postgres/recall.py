@@ -183,10 +183,14 @@ class PostgresRecallStore(RecallStore):
         _text(title, "title")
         size = len(text.encode("utf-8")) + len(title.encode("utf-8"))
         if size > self._config.max_row_bytes:
-            raise PostgresRowTooLargeError(
-                f"postgres recall store: document {doc_id!r} is {size} bytes, more than "
-                f"max_row_bytes={self._config.max_row_bytes}; nothing was written"
+            # The id is content: on the error (source_id), out of its text.
+            too_large = PostgresRowTooLargeError(
+                f"postgres recall store: the document is {size} bytes, more than "
+                f"max_row_bytes={self._config.max_row_bytes}; nothing was written (its id is the error's "
+                "source_id)"
             )
+            too_large.source_id = source_id
+            raise too_large
         revision = digest_of({"title": title, "text": text})
         row = SourceRow(
             source_id=source_id,
