@@ -66,8 +66,9 @@ async def test_values_over_max_value_bytes_are_refused_before_anything_is_writte
     store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix, max_value_bytes=1000))
     key = SessionKey("cap", "u", "s")
     try:
-        with pytest.raises(InvalidArgumentError, match="max_value_bytes"):
-            await store.index_document(SourceOwner("cap"), "big", "x" * 1001, ctx())
+        with pytest.raises(InvalidArgumentError, match="max_value_bytes") as raised:
+            await store.index_document(SourceOwner("cap"), "bigQ7", "x" * 1001, ctx())
+        assert "bigQ7" not in str(raised.value)  # the id is content: never in the text
         big = rich_group(0, key, "y" * 2000)
         with pytest.raises(InvalidArgumentError, match="max_value_bytes"):
             await store.index_groups(key, [big], [ArchiveReceipt(0, big.digest, "x")], ctx())

@@ -301,7 +301,7 @@ class RedisRecallStore(RecallStore):
         except AgentiumError as exc:  # InvalidIdError: the port promises InvalidArgumentError
             raise InvalidArgumentError(f"{exc}; nothing was written") from exc
         text_bytes, title_bytes = utf8(text, "text"), utf8(title, "title")
-        what = f"document {doc_id!r}"
+        what = "the document"  # not its id: ids are content (errors reach logs whatever the capture)
         check_size(len(text_bytes) + len(title_bytes), what, self._config.max_value_bytes)
         revision = digest_of({"title": title, "text": text})
         # Title words count twice, as in the SQLite store's ranking.
