@@ -71,11 +71,12 @@ from .calls import (
     statement_timeout_ms,
     stopped_by_close,
 )
+from .close_once import CloseOnce
 from .config import PostgresConfig
 from .errors import PostgresError, PostgresUnavailableError
 from .first_use import ServerFacts, check_schema
 from .lent import LentCommitUnconfirmed, commit_lent, lent_settled, lent_turn
-from .loop_pools import LoopPool, discard_pool, recording_connection_class
+from .loop_pools import LoopPool, close_pool, discard_pool, recording_connection_class
 from .schema import TENANT_SETTING
 from .translate import translate_error
 
@@ -96,8 +97,6 @@ Conn = psycopg.AsyncConnection[Any]
 
 #: A pooled connection idle longer than this is checked (one round trip) before a call uses it.
 _IDLE_CHECK_S: Final = 1.0
-#: How long aclose() waits for a pool's workers (maybe connecting to a stalled server).
-_CLOSE_WAIT_S: Final = 1.0
 
 
 class PgLink:
@@ -132,7 +131,8 @@ class PgLink:
         self._facts: ServerFacts | None = None
         # One per loop (an anyio lock belongs to its loop); the first-use check is idempotent.
         self._ready_locks: PerLoop[anyio.Lock] = PerLoop(anyio.Lock)
-        self._closed = False
+        # aclose() from several tasks, threads or loops: one closes, the others wait for its end.
+        self._closing = CloseOnce()
         # Each call in flight: its cancel scope, the loop it runs on and how far it got. aclose()
         # cancels them, so a call with no deadline on a frozen server does not wait forever.
         self._running: dict[anyio.CancelScope, tuple[asyncio.AbstractEventLoop, Outcome]] = {}
@@ -158,7 +158,7 @@ class PgLink:
     @property
     def closed(self) -> bool:
         """True once :meth:`aclose` ran."""
-        return self._closed
+        return self._closing.claimed
 
     @property
     def lent(self) -> bool:
@@ -172,7 +172,7 @@ class PgLink:
 
     def shares_database_with(self, other: PgLink) -> bool:
         """True when both links reach the same database and schema (one transaction can write both)."""
-        if self._closed or other._closed:
+        if self._closing.claimed or other._closing.claimed:
             return False
         if self._lent_connection is not None or other._lent_connection is not None:
             return (
@@ -213,7 +213,7 @@ class PgLink:
         """
         checked_ctx(ctx, operation).raise_if_expired(operation)
         require_asyncio(operation)
-        if self._closed:
+        if self._closing.claimed:
             raise self._family(f"{self._name}: {operation} refused: the adapter is closed")
         left = ctx.time_left()
         client_deadline = math.inf if left is None else anyio.current_time() + left + CLIENT_SLACK_S
@@ -336,7 +336,7 @@ class PgLink:
     async def _pool(self) -> AsyncConnectionPool[Any]:
         if self._lent_pool is not None:
             return self._lent_pool
-        if self._closed:  # a call that was running when aclose() ran: no new pool, it would leak
+        if self._closing.claimed:  # a call that was running when aclose() ran: no new pool, it would leak
             raise self._family(f"{self._name}: refused: the adapter is closed")
         slot = self._owned.get()
         if slot.pool is None:
@@ -552,7 +552,9 @@ class PgLink:
     async def aclose(self) -> None:
         """Stop the calls in flight, then close the pools this link created; never a lent pool or connection.
 
-        Idempotent, and bounded whatever the server does. Calls made afterwards
+        Idempotent, and bounded whatever the server does: a later call (any
+        task, thread or loop) waits for the first's close to end, within that
+        bound, and returns; the close goes on if the first caller is cancelled. Calls made afterwards
         are refused at once. A call still running is cancelled (on its own
         event loop): it raises the adapter's error class saying the adapter
         was closed and nothing was committed, or, when its COMMIT was already
@@ -565,25 +567,24 @@ class PgLink:
         Raises the adapter's error class when a pool did not close in time, or
         that COMMIT is still unanswered after 10 s.
         """
-        self._closed = True
+        if not self._closing.claim():
+            # Another aclose() closes: wait for its end, within the close's own bound (the pools,
+            # then the lent connection's COMMIT), so this caller is not told "closed" too early.
+            await self._closing.wait(2 * SETTLE_S)
+            return
         self._stop_running()
+        problems = await self._closing.run(self._close_all)
+        if problems:
+            raise self._family(f"{self._name}: closing: " + "; ".join(problems))
 
-        async def close(slot: LoopPool) -> None:
-            pool, slot.pool = slot.pool, None
-            if pool is not None:
-                # Not shielded here: PerLoop.aclose shields the close from the caller's cancellation
-                # and bounds it; a shield of its own kept that bound from cutting off a stuck close.
-                # Its workers may be connecting to a stalled server: waited for briefly, then the
-                # pool is closed anyway (a late connection is closed as it arrives).
-                await pool.close(timeout=_CLOSE_WAIT_S)
-
-        problems = await self._owned.aclose(close, SETTLE_S)
+    async def _close_all(self) -> list[str]:
+        """Close the owned pools and wait for a lent connection's COMMIT; returns the problems."""
+        problems = await self._owned.aclose(close_pool, SETTLE_S)
         # A COMMIT still being finished on the lent connection: waited for, so that the host may
         # close the connection once aclose() returned (see lent_settled).
         if self._lent_connection is not None and not await lent_settled(self._lent_connection, SETTLE_S):
             problems.append("the lent connection still waits for a COMMIT's answer; do not close it yet")
-        if problems:
-            raise self._family(f"{self._name}: closing: " + "; ".join(problems))
+        return problems
 
     def _stop_running(self) -> None:
         """Cancel every call in flight, each on its own event loop (aclose may run on another)."""

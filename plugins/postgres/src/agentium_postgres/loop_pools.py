@@ -2,8 +2,8 @@
 
 A pool's connections and worker tasks belong to the event loop that opened
 it; :class:`~agentium_postgres.link.PgLink` keeps one :class:`LoopPool` per
-loop (the core's ``PerLoop``) and hands :func:`discard_pool` the slot of a
-loop that is gone.
+loop (the core's ``PerLoop``), closes each with :func:`close_pool` and hands
+:func:`discard_pool` the slot of a loop that is gone.
 """
 
 from __future__ import annotations
@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["LoopPool", "discard_pool", "recording_connection_class"]
+__all__ = ["LoopPool", "close_pool", "discard_pool", "recording_connection_class"]
+
+#: How long closing a pool waits for its workers (maybe connecting to a stalled server).
+_CLOSE_WAIT_S: Final = 1.0
 
 
 @attrs.define(slots=True, eq=False)
@@ -25,6 +28,17 @@ class LoopPool:
     """One event loop's owned pool (``None`` before its first call there and after a reset)."""
 
     pool: AsyncConnectionPool[Any] | None = None
+
+
+async def close_pool(slot: LoopPool) -> None:
+    """Close the slot's pool on its own (running) loop and empty the slot."""
+    pool, slot.pool = slot.pool, None
+    if pool is not None:
+        # Not shielded here: PerLoop.aclose shields the close from the caller's cancellation
+        # and bounds it; a shield of its own kept that bound from cutting off a stuck close.
+        # Its workers may be connecting to a stalled server: waited for briefly, then the
+        # pool is closed anyway (a late connection is closed as it arrives).
+        await pool.close(timeout=_CLOSE_WAIT_S)
 
 
 def discard_pool(slot: LoopPool) -> None:

@@ -1,0 +1,56 @@
+"""A second ``aclose()`` waits for the first's close to end (real server).
+
+It returned at once: its caller was told the adapter was closed while the
+first caller's close still had the pool open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_postgres import PostgresArchive, PostgresConfig
+
+pytestmark = pytest.mark.anyio
+
+
+async def _open_with_slow_close(app_config: PostgresConfig) -> tuple[PostgresArchive, list[str]]:
+    """An archive whose loop pool is open, its real close delayed by 0.3 s; ``ended`` says when it closed."""
+    archive = PostgresArchive(app_config)
+    await archive.read_groups(SessionKey("acme", "ana", "close-once"), 0, 1, OpContext.with_timeout(10))
+    pool: Any = archive.link._owned.get().pool
+    assert pool is not None  # the call opened this loop's pool
+    real_close = pool.close
+    ended: list[str] = []
+
+    async def slow_close(timeout: float) -> None:  # noqa: ASYNC109  # psycopg_pool's signature
+        await asyncio.sleep(0.3)
+        await real_close(timeout=timeout)
+        ended.append("closed")
+
+    pool.close = slow_close
+    return archive, ended
+
+
+async def test_second_aclose_waits_for_the_first(app_config: PostgresConfig) -> None:
+    archive, ended = await _open_with_slow_close(app_config)
+    first = asyncio.get_running_loop().create_task(archive.aclose())
+    await asyncio.sleep(0.05)  # the first has begun closing
+    await archive.aclose()
+    assert ended == ["closed"]  # the second returned only once the first's close had ended
+    await first
+    assert ended == ["closed"]  # closed once
+
+
+async def test_a_natively_cancelled_first_aclose_still_holds_the_second(app_config: PostgresConfig) -> None:
+    archive, ended = await _open_with_slow_close(app_config)
+    first = asyncio.get_running_loop().create_task(archive.aclose())
+    await asyncio.sleep(0.05)
+    first.cancel()  # native: passes anyio's shield
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await archive.aclose()
+    assert ended == ["closed"]  # the close went on, and the second waited for it
