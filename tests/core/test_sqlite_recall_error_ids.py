@@ -136,3 +136,21 @@ async def test_a_damaged_group_row_read_names_no_session(
     assert "an indexed group source" in text
     for name in (TENANT, USER, SESSION):
         assert name not in text, text
+
+
+def test_source_kind_phrase_names_the_kind_of_every_source_id_and_never_the_id() -> None:
+    # The one wording the three recall stores' damage errors share (plugin_api.source_kind_phrase).
+    from agentium_harness.plugin_api import (
+        SessionKey,
+        SourceOwner,
+        document_source_id,
+        group_source_id,
+        source_kind_phrase,
+    )
+
+    doc = document_source_id(SourceOwner(tenant="acme"), "secret-doc")
+    group = group_source_id(SessionKey("acme", "ana", "s1"), 7)
+    assert source_kind_phrase(doc) == "a document source"
+    assert source_kind_phrase(group) == "a group source"
+    for other in ("docs/x", "", None, 7, b"doc/x"):
+        assert source_kind_phrase(other) == "a source"

@@ -173,6 +173,7 @@ from ._ports.recall_args import (
     checked_refs,
     checked_sequence,
 )
+from ._ports.recall_sources import source_kind_phrase
 from ._ports.sessions import (
     SNAPSHOT_FORMAT_VERSION,
     ArchivedDigest,
@@ -440,6 +441,7 @@ __all__ = [
     "seal_snapshot",
     "snapshot_bytes",
     "snapshot_scope_issue",
+    "source_kind_phrase",
     "source_owner",
     "to_json",
     "verify_snapshot",

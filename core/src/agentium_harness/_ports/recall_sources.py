@@ -18,7 +18,14 @@ from .._history import MessageGroup
 from .._scope import ABSENT_SEGMENT, ERASURE_RECORDS_TENANT, Scope, SessionKey, decode_segment, encode_segment
 from .._validators import exact_int, optional_plain_str, plain_str, require_instance, validate_id
 
-__all__ = ["SourceOwner", "document_source_id", "group_source_id", "indexed_group_text", "source_owner"]
+__all__ = [
+    "SourceOwner",
+    "document_source_id",
+    "group_source_id",
+    "indexed_group_text",
+    "source_kind_phrase",
+    "source_owner",
+]
 
 
 def _owner_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -98,6 +105,20 @@ def document_source_id(owner: SourceOwner, doc_id: str) -> str:
     owner = require_instance(owner, SourceOwner, "owner")
     doc_id = validate_id(doc_id, "doc_id")
     return "/".join(("doc", *owner.key_segments(), encode_segment(doc_id)))
+
+
+def source_kind_phrase(source_id: object) -> str:
+    """Which kind of source ``source_id`` names, as a message says it without the id itself.
+
+    ``"a document source"`` (:func:`document_source_id`), ``"a group source"``
+    (:func:`group_source_id`), else ``"a source"``: a source id is content, so a store's error
+    text names its kind and keeps the id in an attribute.
+    """
+    if isinstance(source_id, str) and source_id.startswith("doc/"):
+        return "a document source"
+    if isinstance(source_id, str) and source_id.startswith("group/"):
+        return "a group source"
+    return "a source"
 
 
 def group_source_id(key: SessionKey, seq: int) -> str:

@@ -32,6 +32,7 @@ from .._ports.recall import (
     source_owner,
 )
 from .._ports.recall_args import checked_count, checked_ctx, checked_refs
+from .._ports.recall_sources import source_kind_phrase as kind_of
 from .._scope import Scope, SessionKey
 from ._excerpts import content_terms, make_excerpt
 from ._sqlite_bounds import DIGEST_CHARS, INT_CHARS, JSON_BYTES, bounded_select, oversize
@@ -90,19 +91,10 @@ def _oversized(path: str, source_id: object, over: object) -> SQLiteRecallError:
     return _damaged(path, source_id, f"it holds a {over}, longer than any the store writes (not read)")
 
 
-def _source_kind(source_id: object) -> str:
-    """Which kind of source an id names, for a message that must not hold the id itself."""
-    if isinstance(source_id, str) and source_id.startswith("doc/"):
-        return "a document source"
-    if isinstance(source_id, str) and source_id.startswith("group/"):
-        return "a group source"
-    return "a source"
-
-
 def _damaged(path: str, source_id: object, why: str) -> SQLiteRecallError:
     # The id is content: kept on the error, out of its text (which reaches Evidence.problems and logs).
     error = SQLiteRecallError(
-        f"sqlite recall store: {_source_kind(source_id)} in {path} is damaged: {why}; nothing of it was "
+        f"sqlite recall store: {kind_of(source_id)} in {path} is damaged: {why}; nothing of it was "
         "returned and the row was left as it is (its id is the error's source_id; delete the row, or the "
         "file, and index again)"
     )

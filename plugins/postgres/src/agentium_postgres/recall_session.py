@@ -32,13 +32,16 @@ from agentium_harness.plugin_api import (
     source_owner,
 )
 from agentium_harness.plugin_api import Vector as _Vector
+from agentium_harness.plugin_api import (
+    source_kind_phrase as kind_of,
+)
 
 from .args import checked_count, checked_ctx, checked_refs
 from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
 from .recall_sql import scope_params, term_query
 from .recall_vectors import POOL_PER_DEPTH, fuse
-from .recall_verify import source_kind, verified_text
+from .recall_verify import verified_text
 
 if TYPE_CHECKING:
     from .link import Conn
@@ -64,7 +67,7 @@ def _too_large(source_id: object, message: str) -> PostgresRowTooLargeError:
 def _oversized(source_id: object, what: str, size: object, cap: int) -> PostgresRowTooLargeError:
     return _too_large(
         source_id,
-        f"postgres recall store: {source_kind(source_id)} holds a {what} of {size} bytes (at most {cap}); "
+        f"postgres recall store: {kind_of(source_id)} holds a {what} of {size} bytes (at most {cap}); "
         "no source this store wrote does: the row is damaged and was not transferred (its id is the "
         "error's source_id)",
     )
@@ -323,7 +326,7 @@ class PostgresRecallSession(RecallSession):
             if body is None or (data is None and data_size is not None):
                 raise _too_large(
                     source_id,
-                    f"postgres recall store: {source_kind(source_id)} holds {max(size, data_size or 0)} "
+                    f"postgres recall store: {kind_of(source_id)} holds {max(size, data_size or 0)} "
                     f"bytes, more than max_row_bytes={row_cap}; no source this store wrote does: the row "
                     "is damaged and was not transferred (its id is the error's source_id)",
                 )

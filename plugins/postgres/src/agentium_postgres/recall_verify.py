@@ -27,25 +27,19 @@ from agentium_harness.plugin_api import (
     group_source_id,
     indexed_group_text,
 )
+from agentium_harness.plugin_api import (
+    source_kind_phrase as kind_of,
+)
 
 from .errors import PostgresRecallError
 
-__all__ = ["source_kind", "verified_text"]
-
-
-def source_kind(source_id: object) -> str:
-    """Which kind of source an id names, for a message that must not hold the id itself."""
-    if isinstance(source_id, str) and source_id.startswith("doc/"):
-        return "a document source"
-    if isinstance(source_id, str) and source_id.startswith("group/"):
-        return "a group source"
-    return "a source"
+__all__ = ["verified_text"]
 
 
 def _damaged(source_id: str, why: str) -> PostgresRecallError:
     # The id is content: kept on the error, out of its text (which reaches Evidence.problems and logs).
     error = PostgresRecallError(
-        f"postgres recall store: {source_kind(source_id)} is damaged: {why}; nothing of it was returned "
+        f"postgres recall store: {kind_of(source_id)} is damaged: {why}; nothing of it was returned "
         "and the row was left as it is (its id is the error's source_id; delete it and index again)"
     )
     error.source_id = source_id

@@ -45,6 +45,9 @@ from agentium_harness.plugin_api import (
     make_excerpt,
     reciprocal_rank_fusion,
 )
+from agentium_harness.plugin_api import (
+    source_kind_phrase as kind_of,
+)
 
 from .errors import RedisRecallError, RedisRecallValueTooLargeError
 from .keys import (
@@ -59,7 +62,7 @@ from .link import as_text
 from .scripts import DISCOVER, HYBRID, READ, REVISION_CAP, VALIDATE
 from .server import Arg
 from .terms import STOPWORD_LISTS, query_stems
-from .text_blocks import checked_text, read_span, source_kind
+from .text_blocks import checked_text, read_span
 
 if TYPE_CHECKING:
     from .link import Command, Reply
@@ -542,7 +545,7 @@ class RedisRecallSession(RecallSession):
                 if isinstance(value, int):
                     # The id and the tenant's prefix are content: the id is kept on the error, not in it.
                     error = RedisRecallError(
-                        f"{operation}: {source_kind(ref.source_id)} is damaged: its revision holds {value} "
+                        f"{operation}: {kind_of(ref.source_id)} is damaged: its revision holds {value} "
                         "bytes, longer than any the store writes (not read); nothing was returned and the "
                         "keys were left as they are (its id is the error's source_id; delete the source, "
                         "or rebuild the index)"

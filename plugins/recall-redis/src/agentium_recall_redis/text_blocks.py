@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from typing import Final
 
 from agentium_harness.plugin_api import SourceRef
+from agentium_harness.plugin_api import source_kind_phrase as kind_of
 
 from .errors import RedisRecallError, RedisRecallLayoutError
 
-__all__ = ["BLOCK", "DIGEST", "block_digests", "blocks_match", "checked_text", "read_span", "source_kind"]
+__all__ = ["BLOCK", "DIGEST", "block_digests", "blocks_match", "checked_text", "read_span"]
 
 #: Bytes per checked block; a read fetches whole blocks (at most ``BLOCK - 1`` bytes past its cap).
 BLOCK: Final = 4096
@@ -74,15 +75,6 @@ def blocks_match(sid: str, revision: str, size: int, data: bytes, digests: bytes
     )
 
 
-def source_kind(source_id: object) -> str:
-    """Which kind of source an id names, for a message that must not hold the id itself."""
-    if isinstance(source_id, str) and source_id.startswith("doc/"):
-        return "a document source"
-    if isinstance(source_id, str) and source_id.startswith("group/"):
-        return "a group source"
-    return "a source"
-
-
 def checked_text(ref: SourceRef, row: Sequence[object]) -> bytes:
     """The bytes a ``READ`` reply row holds for ``ref`` once every block is checked; raise on any doubt.
 
@@ -96,7 +88,7 @@ def checked_text(ref: SourceRef, row: Sequence[object]) -> bytes:
     if isinstance(data, bytes | bytearray) and digests is None:
         # The id and the tenant's prefix are content: the id is kept on the error, not in it.
         layout = RedisRecallLayoutError(
-            f"recall read: {source_kind(ref.source_id)} has no block digests: it was indexed by an earlier "
+            f"recall read: {kind_of(ref.source_id)} has no block digests: it was indexed by an earlier "
             "version of the store (key layout 3 or older) or its row was edited, so its text cannot be "
             "checked and nothing of it was returned (its id is the error's source_id). Rebuild the index "
             "under a new key_prefix (the plugin README, 'Upgrading the key layout')"
@@ -111,7 +103,7 @@ def checked_text(ref: SourceRef, row: Sequence[object]) -> bytes:
         or not blocks_match(ref.source_id, ref.revision, size, bytes(data), bytes(digests), stored)
     ):
         damaged = RedisRecallError(
-            f"recall read: {source_kind(ref.source_id)} is damaged: its stored text does not match the "
+            f"recall read: {kind_of(ref.source_id)} is damaged: its stored text does not match the "
             "block digests written with it at this revision; nothing of it was returned and the keys were "
             "left as they are (its id is the error's source_id; delete the source, or rebuild the index)"
         )
