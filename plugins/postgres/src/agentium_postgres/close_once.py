@@ -50,7 +50,14 @@ class CloseOnce:
                 self._task = None  # ended: its traceback is not kept for the link's life
                 self._done.set()
 
-        self._task = asyncio.get_running_loop().create_task(closing())
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # Not asyncio (trio: the adapters refuse its calls, but aclose() must still close): no
+            # native Task.cancel() passes anyio's shield there, so the close runs in this task.
+            with anyio.CancelScope(shield=True):
+                return await closing()
+        self._task = loop.create_task(closing())
         problems: list[str] = []
         with anyio.CancelScope(shield=True):
             problems = await asyncio.shield(self._task)
