@@ -12,35 +12,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _forget_support import OPERATOR, SCOPE, fact_from, forget_runtime
 
 from agentium_harness import (
     AgentiumError,
     CommitState,
     FactStatus,
-    GroupRef,
-    MemoryFact,
-    MemoryScope,
-    Message,
-    OperatorAttestation,
-    ResidentLimits,
-    Role,
-    RuntimeLimits,
     SessionKey,
-    VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness._engine import forget as forget_module
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.adapters.memory import InMemoryArchive
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 12")
-SCOPE = MemoryScope("acme", "ana")
 KEY = SessionKey("acme", "ana", "s1")
 
 
@@ -80,22 +64,11 @@ async def test_forget_says_unknown_only_once_an_erasure_of_its_sources_began(
         return await looked_up(*args)
 
     monkeypatch.setattr(forget_module, "_provenance", provenance)
-    rt = create_harness_runtime(
-        provider=ScriptedProvider(replies=["noted"], cycle=True),
-        archive=archive,
-        session_store=InMemorySessionStore(),
-        recall=InMemoryRecallStore(),
-        memory=InMemoryMemoryStore(),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    )
-    for i in range(2):
-        await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
-    (group,) = await archive.read_groups(KEY, 0, 1, OpContext())
-    ack = await rt.memory.remember(MemoryFact(SCOPE, "from q0", provenance=[GroupRef("s1", 0, group.digest)]))
-    assert ack.fact_id is not None
+    rt = forget_runtime(archive)
+    fact_id = await fact_from(rt, archive, "s1")
     archive.reads_fail = fails == "looking_up"
     with pytest.raises(AgentiumError, match="backend down") as caught:
-        await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
+        await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
     said = str(caught.value)
     if fails == "looking_up":
         assert caught.value.commit_state is CommitState.NOT_COMMITTED
@@ -108,6 +81,6 @@ async def test_forget_says_unknown_only_once_an_erasure_of_its_sources_began(
         assert "before forgetting it: the fact was not forgotten" in said, said
         assert "may be forgotten" not in said and "not_committed" not in said
         assert archive.erased
-    (revision,) = await rt.memory.history(SCOPE, ack.fact_id)
+    (revision,) = await rt.memory.history(SCOPE, fact_id)
     assert revision.status is FactStatus.CURRENT  # forgotten only after its sources' erasures
     await rt.aclose()

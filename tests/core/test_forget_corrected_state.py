@@ -14,34 +14,20 @@ from __future__ import annotations
 import anyio
 import attrs
 import pytest
+from _forget_support import OPERATOR, SCOPE, fact_from, forget_runtime
 
 from agentium_harness import (
     CommitState,
     FactStatus,
-    GroupRef,
-    MemoryFact,
     MemoryRejectedError,
     MemoryScope,
-    Message,
-    OperatorAttestation,
-    ResidentLimits,
-    Role,
-    RuntimeLimits,
     SessionKey,
-    VerifiedIdentity,
-    create_harness_runtime,
 )
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory import InMemoryArchive
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import OpContext
 
 pytestmark = pytest.mark.anyio
-
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 12")
-SCOPE = MemoryScope("acme", "ana")
 
 
 class _AlwaysCorrected(InMemoryMemoryStore):
@@ -60,30 +46,15 @@ class _AlwaysCorrected(InMemoryMemoryStore):
 @pytest.mark.parametrize("erase_sources", [True, False])
 async def test_a_fact_corrected_throughout_says_what_the_call_changed(erase_sources: bool) -> None:
     archive, memory = InMemoryArchive(), _AlwaysCorrected()
-    rt = create_harness_runtime(
-        provider=ScriptedProvider(replies=["noted"], cycle=True),
-        archive=archive,
-        session_store=InMemorySessionStore(),
-        recall=InMemoryRecallStore(),
-        memory=memory,
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    )
+    rt = forget_runtime(archive, memory)
     try:
         key = SessionKey("acme", "ana", "s1")
-        for i in range(2):
-            await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
-        (group,) = await archive.read_groups(key, 0, 1, OpContext())
-        ack = await rt.memory.remember(
-            MemoryFact(SCOPE, "pin v1", provenance=[GroupRef("s1", 0, group.digest)])
-        )
-        assert ack.fact_id is not None
+        fact_id = await fact_from(rt, archive, "s1", text="pin v1")
         memory.armed = True
         with anyio.fail_after(30), pytest.raises(MemoryRejectedError, match="corrected 3 times") as refused:
-            await rt.forget(
-                SCOPE, ack.fact_id, erase_sources=erase_sources, reason="dsr", attestation=OPERATOR
-            )
+            await rt.forget(SCOPE, fact_id, erase_sources=erase_sources, reason="dsr", attestation=OPERATOR)
         said = str(refused.value)
-        assert memory._revisions[ack.fact_id][-1].status is FactStatus.CURRENT
+        assert memory._revisions[fact_id][-1].status is FactStatus.CURRENT
         assert "it was not forgotten" in said and "may be forgotten" not in said
         if erase_sources:
             assert await archive.read_groups(key, 0, 1, OpContext()) == []  # its source's erasure stands

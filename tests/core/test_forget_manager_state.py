@@ -15,34 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _forget_support import OPERATOR, SCOPE, fact_from, forget_runtime
 
 from agentium_harness import (
     AgentiumError,
     CommitState,
-    GroupRef,
-    MemoryFact,
-    MemoryScope,
-    Message,
-    OperatorAttestation,
-    ResidentLimits,
-    Role,
-    RuntimeLimits,
     SessionKey,
-    VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness._engine.memory import base, writes
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.memory import InMemoryArchive
 from agentium_harness.plugin_api import OpContext
 
 pytestmark = pytest.mark.anyio
-
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 12")
-SCOPE = MemoryScope("acme", "ana")
 
 
 def _bug(*args: Any, **kwargs: Any) -> Any:
@@ -61,23 +45,10 @@ async def test_the_managers_words_give_way_to_the_calls(
     where: str, state: CommitState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive = InMemoryArchive()
-    rt = create_harness_runtime(
-        provider=ScriptedProvider(replies=["noted"], cycle=True),
-        archive=archive,
-        session_store=InMemorySessionStore(),
-        recall=InMemoryRecallStore(),
-        memory=InMemoryMemoryStore(),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    )
+    rt = forget_runtime(archive)
     try:
         key = SessionKey("acme", "ana", "s1")
-        for i in range(2):
-            await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
-        (group,) = await archive.read_groups(key, 0, 1, OpContext())
-        ack = await rt.memory.remember(
-            MemoryFact(SCOPE, "from q0", provenance=[GroupRef("s1", 0, group.digest)])
-        )
-        assert ack.fact_id is not None
+        fact_id = await fact_from(rt, archive, "s1")
         if where == "before":
             monkeypatch.setattr(writes, "checked_scope", _bug)
         elif where == "during":
@@ -85,7 +56,7 @@ async def test_the_managers_words_give_way_to_the_calls(
         else:
             monkeypatch.setattr(base.MemoryManagerBase, "_event", _bug)
         with pytest.raises(AgentiumError, match="memory forget failed with an unexpected error") as caught:
-            await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
+            await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
         said = str(caught.value)
         assert await archive.read_groups(key, 0, 1, OpContext()) == []  # its source's erasure stands
         assert caught.value.commit_state is state, said

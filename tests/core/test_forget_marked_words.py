@@ -16,35 +16,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _forget_support import OPERATOR, SCOPE, fact_from, forget_runtime
 
 from agentium_harness import (
     CommitState,
-    GroupRef,
-    MemoryFact,
-    MemoryScope,
-    Message,
-    OperatorAttestation,
-    ResidentLimits,
-    Role,
-    RuntimeLimits,
     SessionBusyError,
     SessionKey,
     SessionStoreError,
-    VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness._engine import erasure_api
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.memory import InMemoryArchive
 from agentium_harness.plugin_api import OpContext
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 12")
-SCOPE = MemoryScope("acme", "ana")
 _FLOOR = (
     "s3 session store: the revision floor object is damaged (it does not decode, or does not match its "
     "checksum), so revisions of erased sessions could repeat; nothing was written or deleted. Restore it "
@@ -55,34 +40,11 @@ _WRAPPED = (
 )
 
 
-async def _two_sources(rt: Any, archive: InMemoryArchive) -> str:
-    refs = []
-    for sid in ("s1", "s2"):
-        for i in range(2):
-            await rt.append(ANA, sid, [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
-        (group,) = await archive.read_groups(SessionKey("acme", "ana", sid), 0, 1, OpContext())
-        refs.append(GroupRef(sid, 0, group.digest))
-    ack = await rt.memory.remember(MemoryFact(SCOPE, "from q0", provenance=refs))
-    assert ack.fact_id is not None
-    return ack.fact_id
-
-
-def _runtime(archive: InMemoryArchive) -> Any:
-    return create_harness_runtime(
-        provider=ScriptedProvider(replies=["noted"], cycle=True),
-        archive=archive,
-        session_store=InMemorySessionStore(),
-        recall=InMemoryRecallStore(),
-        memory=InMemoryMemoryStore(),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    )
-
-
 async def test_a_run_holding_the_second_session_leaves_no_nothing_was_erased() -> None:
     archive = InMemoryArchive()
-    rt = _runtime(archive)
+    rt = forget_runtime(archive)
     try:
-        fact_id = await _two_sources(rt, archive)
+        fact_id = await fact_from(rt, archive, "s1", "s2")
         async with rt.parts.admission.admit(SessionKey("acme", "ana", "s2"), "run"):
             with pytest.raises(SessionBusyError) as caught:
                 await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
@@ -120,9 +82,9 @@ async def test_a_claim_goes_whole_and_a_quoted_cause_stays(
         return result
 
     monkeypatch.setattr(erasure_api, "run_erasure", run_erasure)
-    rt = _runtime(archive)
+    rt = forget_runtime(archive)
     try:
-        fact_id = await _two_sources(rt, archive)
+        fact_id = await fact_from(rt, archive, "s1", "s2")
         with pytest.raises(SessionStoreError) as caught:
             await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
         said = str(caught.value)

@@ -13,36 +13,21 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _forget_support import OPERATOR, SCOPE, fact_from, forget_runtime
 
 from agentium_harness import (
     CommitState,
     FactStatus,
-    GroupRef,
-    MemoryFact,
     MemoryFactNotFoundError,
-    MemoryScope,
-    Message,
-    OperatorAttestation,
-    ResidentLimits,
-    Role,
-    RuntimeLimits,
     SessionKey,
     SessionStoreError,
-    VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness._engine import erasure_api
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory import InMemoryArchive
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import OpContext
 
 pytestmark = pytest.mark.anyio
-
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 12")
-SCOPE = MemoryScope("acme", "ana")
 
 
 @pytest.mark.parametrize("inner", [None, CommitState.NOT_COMMITTED])
@@ -63,25 +48,11 @@ async def test_a_typed_error_after_a_sources_erasure_says_it_may_have_erased(
         return result
 
     monkeypatch.setattr(erasure_api, "run_erasure", run_erasure)
-    rt = create_harness_runtime(
-        provider=ScriptedProvider(replies=["noted"], cycle=True),
-        archive=archive,
-        session_store=InMemorySessionStore(),
-        recall=InMemoryRecallStore(),
-        memory=InMemoryMemoryStore(),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    )
+    rt = forget_runtime(archive)
     try:
-        refs = []
-        for sid in ("s1", "s2"):
-            for i in range(2):
-                await rt.append(ANA, sid, [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
-            (group,) = await archive.read_groups(SessionKey("acme", "ana", sid), 0, 1, OpContext())
-            refs.append(GroupRef(sid, 0, group.digest))
-        ack = await rt.memory.remember(MemoryFact(SCOPE, "from q0", provenance=refs))
-        assert ack.fact_id is not None
+        fact_id = await fact_from(rt, archive, "s1", "s2")
         with pytest.raises(SessionStoreError, match="records backend down") as caught:
-            await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
+            await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
         said = str(caught.value)
         assert len(erased) == 1  # one session's sources were erased (its tombstone stands)
         first = SessionKey("acme", "ana", erased[0])
@@ -89,7 +60,7 @@ async def test_a_typed_error_after_a_sources_erasure_says_it_may_have_erased(
         assert caught.value.commit_state is CommitState.UNKNOWN, said
         assert "the erasures of its sources that completed stand" in said
         assert "nothing was committed" not in said and "not_committed" not in said
-        (revision,) = await rt.memory.history(SCOPE, ack.fact_id)
+        (revision,) = await rt.memory.history(SCOPE, fact_id)
         assert revision.status is FactStatus.CURRENT
     finally:
         await rt.aclose()
@@ -109,26 +80,13 @@ async def test_the_stores_refusal_of_the_forget_says_the_sources_erased_before_i
     erase_sources: bool,
 ) -> None:
     archive = InMemoryArchive()
-    rt = create_harness_runtime(
-        provider=ScriptedProvider(replies=["noted"], cycle=True),
-        archive=archive,
-        session_store=InMemorySessionStore(),
-        recall=InMemoryRecallStore(),
-        memory=_ForgetRefused(),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-    )
+    rt = forget_runtime(archive, _ForgetRefused())
     try:
         key = SessionKey("acme", "ana", "s1")
-        for i in range(2):
-            await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
-        (group,) = await archive.read_groups(key, 0, 1, OpContext())
-        ack = await rt.memory.remember(
-            MemoryFact(SCOPE, "from q0", provenance=[GroupRef("s1", 0, group.digest)])
-        )
-        assert ack.fact_id is not None
+        fact_id = await fact_from(rt, archive, "s1")
         kw: dict[str, Any] = {"reason": "user asked", "attestation": OPERATOR} if erase_sources else {}
         with pytest.raises(MemoryFactNotFoundError) as caught:
-            await rt.forget(SCOPE, ack.fact_id, erase_sources=erase_sources, **kw)
+            await rt.forget(SCOPE, fact_id, erase_sources=erase_sources, **kw)
         said = str(caught.value)
         if erase_sources:
             assert await archive.read_groups(key, 0, 1, OpContext()) == []  # its source was erased
