@@ -95,3 +95,34 @@ async def test_a_write_whose_outcome_is_unknown_is_a_warning_and_a_span_event(
     assert any("lost its reply and could not be settled" in m for m in warnings), warnings
     assert _events(recorder) == [{"agentium.settled": False, "agentium.calls": 1}]
     assert all(SECRET not in text for text in recorder.carried())
+
+
+async def test_a_sent_write_whose_caller_is_cancelled_is_a_warning_and_a_span_event(
+    proxy: BlackHoleProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The caller gives up long before the call's deadline: the store cannot settle in time and
+    # said nothing before (found when the engine's cancellation at the deadline beat the store's
+    # own settlement bound in CI: the unknown outcome went without its WARNING and event).
+    recorder = SpanRecorder()
+    store = RedisRecallStore(RedisRecallConfig(url=proxy.url, key_prefix=new_prefix(), settle_timeout_s=2.0))
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["unused"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        telemetry=Telemetry(tracer_provider=recorder.provider),
+    )
+    with anyio.fail_after(30):
+        async with runtime:
+            await store.health(OpContext.with_timeout(10))
+            proxy.black_hole()
+            try:
+                with caplog.at_level(logging.WARNING, logger=LOGGER), anyio.move_on_after(0.5) as scope:
+                    await runtime.index_document(SourceOwner("acme"), "d", f"kiwi {SECRET}", timeout_s=20.0)
+            finally:
+                proxy.heal()
+    assert scope.cancelled_caught
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == LOGGER]
+    assert any("could not be settled before the call was cancelled" in m for m in warnings), warnings
+    assert _events(recorder) == [{"agentium.settled": False, "agentium.calls": 1}]
+    assert all(SECRET not in text for text in recorder.carried())

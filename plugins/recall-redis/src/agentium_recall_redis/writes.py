@@ -70,6 +70,11 @@ SETTLE_SHARE: Final = 0.25
 #: ``agentium.applied`` (how many of the calls had run; the rest are fenced). No content.
 REPLY_LOST: Final = "agentium.recall.redis_write_reply_lost"
 
+#: Settling a lost reply ends this long before the call's deadline (at most a fifth of what is left):
+#: the caller cancels the call at the deadline itself, and a settlement bounded by the same instant
+#: raced that cancellation, so on a slow machine the outcome went unreported.
+SETTLE_MARGIN_S: Final = 0.05
+
 
 class Settlements:
     """Work that goes on after its write returned: settling, giving up stagings, collecting garbage.
@@ -402,17 +407,19 @@ class Writer:
             if isinstance(exc, anyio.get_cancelled_exc_class()):
                 # The caller is gone and must not wait: settle (apply once, or fence) in the background.
                 self._settle_later(link, tokens, later)
+                self._unknown_at_cancel(operation, len(tokens))
                 raise
             now = time.monotonic()
             settle_by = (
                 now + self.settle_timeout_s
                 if deadline is None
-                else min(deadline, now + self.settle_timeout_s)
+                else min(deadline - min(SETTLE_MARGIN_S, (deadline - now) / 5), now + self.settle_timeout_s)
             )
             try:
                 outcome = await self._settle(link, tokens, settle_by)
             except anyio.get_cancelled_exc_class():
                 self._settle_later(link, tokens, later)
+                self._unknown_at_cancel(operation, len(tokens))
                 raise
             if outcome is None:  # not settled by the deadline: fence it as soon as the server answers
                 self._settle_later(link, tokens, later)
@@ -455,6 +462,16 @@ class Writer:
                 "Index again to complete it (indexing is idempotent)",
                 False,
             ) from None
+
+    def _unknown_at_cancel(self, operation: str, calls: int) -> None:
+        """A sent write whose caller was cancelled (deadline, shutdown): unknown, so a WARNING and event."""
+        logger.warning(
+            "%s: the write lost its reply and could not be settled before the call was cancelled; "
+            "its outcome is unknown (settling goes on in the background)",
+            operation,
+            extra={"agentium_operation": operation},
+        )
+        current_span_event(REPLY_LOST, {"agentium.settled": False, "agentium.calls": calls})
 
     def _settle_later(self, link: Link, tokens: Sequence[str], later: Later | None) -> None:
         self.settlements.start(self._settle_then(link, tokens, later))
