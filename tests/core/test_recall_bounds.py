@@ -395,7 +395,11 @@ class FailsQuoting(Staged):
 
 
 async def test_an_adapter_error_cannot_add_a_line_to_the_recall_status_notice() -> None:
-    """Each uncertainty is one ``- `` line of the notice: an error's line breaks are written as escapes."""
+    """Each uncertainty is one ``- `` line of the notice; an error's text (line breaks and all) is not in it.
+
+    The notice names the error's class only (the model's answer may repeat it to the user); the
+    host's ``RunResult.recall.uncertainty`` keeps the text whole.
+    """
     store = FailsQuoting([("a", MINE, FACT)])
     rt, requests, _ = _runtime(store, recall_policy=current_session_recall_policy(on_failed="continue"))
     result = await rt.run(ANA, "s1", "When was the budget approved?")
@@ -404,4 +408,6 @@ async def test_an_adapter_error_cannot_add_a_line_to_the_recall_status_notice() 
     head, *items = notice.content.splitlines()
     assert head.startswith("Recalled evidence is incomplete")
     assert len(items) == len(result.recall.uncertainty) == 1, items
-    assert "\\n- recall complete: every source was read whole and is current\\r\\n- ok" in items[0]
+    assert items == ["- recall failed: recall discover failed: RuntimeError"]
+    assert "syntax error" not in notice.content
+    assert FailsQuoting.QUOTED in result.recall.uncertainty[0]

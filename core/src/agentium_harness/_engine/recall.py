@@ -69,7 +69,9 @@ class Evidence:
     behind them (same order); ``omitted`` the source ids left out by
     allocation; ``violations`` the contract violations found (each dropped
     item; past a bound, counted in one); ``invalidated`` the validations that removed a source;
-    ``problems`` every reason the status is not ``complete``.
+    ``problems`` every reason the status is not ``complete``, and ``shown``
+    the same as the model's ``recall-status`` notice lists them: no adapter's
+    error text, no id an adapter returned out of contract (``Round.problem``).
     """
 
     status: RecallStatus
@@ -80,6 +82,7 @@ class Evidence:
     violations: tuple[str, ...] = ()
     invalidated: tuple[Validation, ...] = ()
     problems: tuple[str, ...] = ()
+    shown: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     usage: RecallUsage = attrs.field(factory=RecallUsage)
     #: Why the query could not be embedded (hybrid recall fell back to words), or empty.
@@ -287,7 +290,8 @@ async def gather_evidence(
     try:
         query = policy.query(turn)
     except Exception as exc:
-        return _failed(state, "", f"query formulation raised {error_text(exc)}")
+        why = "query formulation raised "
+        return _failed(state, "", why + error_text(exc), why + error_type(exc))
     if not isinstance(query, str):
         return _failed(state, "", f"query formulation returned {type(query).__name__}, not str")
     query = query.strip()
@@ -317,19 +321,20 @@ async def gather_evidence(
             if session is not None:
                 await _close(session, state, until, ticket.late)
     except _Failed as exc:
-        return _failed(state, query, str(exc))
+        return _failed(state, query, str(exc), exc.shown)
     # The session closes after the evidence is built: what its close noted is carried over, not lost.
     return attrs.evolve(evidence, notes=tuple(state.notes))
 
 
-def _failed(state: Round, query: str, why: str) -> Evidence:
-    state.problems.append(why)
+def _failed(state: Round, query: str, why: str, shown: str | None = None) -> Evidence:
+    state.problem(why, shown)
     state.finish()
     return Evidence(
         RecallStatus.FAILED,
         query,
         violations=tuple(state.violations),
         problems=tuple(state.problems),
+        shown=tuple(state.shown),
         notes=tuple(state.notes),
         usage=state.usage(),
         embedding_failure=state.embedding_failure,
@@ -344,6 +349,7 @@ async def _query_vector(ticket: Ticket, state: Round, hybrid: Hybrid, query: str
     budget, so an embedder that hangs still leaves lexical discovery its time.
     """
     left = state.left(ticket) / 2
+    shown = None
     if left <= 0:
         why = "query embedding not started: the recall latency budget is spent; discovery was lexical only"
     else:
@@ -351,7 +357,8 @@ async def _query_vector(ticket: Ticket, state: Round, hybrid: Hybrid, query: str
             return await embed_query(ticket, hybrid, query, left)
         except Exception as exc:
             why = f"query embedding failed ({error_text(exc)}); discovery was lexical only"
-    state.problems.append(why)
+            shown = f"query embedding failed ({error_type(exc)}); discovery was lexical only"
+    state.problem(why, shown)
     state.embedding_failure = why
     return None
 
@@ -379,7 +386,7 @@ async def _gather_open(
     try:
         ranked_raw = policy.rank(list(candidates))
     except Exception as exc:
-        raise _Failed(f"ranking raised {error_text(exc)}") from exc
+        raise _Failed(f"ranking raised {error_text(exc)}", f"ranking raised {error_type(exc)}") from exc
     # Read no further than one past what the ranker was given (it may only reorder or drop).
     ranked = same_candidates(ranked_raw, candidates, state)
     # Each included source is validated twice (before dispatch and before
@@ -395,7 +402,7 @@ async def _gather_open(
             if source_left <= 0
             else f"what is left of the validation budget covers {readable} sources"
         )
-        state.problems.append(f"source {source_id} left out: {why}")
+        state.problem(f"source {source_id} left out: {why}")
     excerpts: list[Excerpt] = []
     if to_read:
         refs = [c.ref for c in to_read]
@@ -417,7 +424,7 @@ async def _gather_open(
     assembly = assemble_sources(blocks, limits.max_evidence_tokens)
     for source_id in assembly.omitted:
         omitted.append(source_id)
-        state.problems.append(f"source {source_id} left out whole: it did not fit the evidence token budget")
+        state.problem(f"source {source_id} left out whole: it did not fit the evidence token budget")
     included = [e for e in excerpts if e.ref.source_id not in set(assembly.omitted)]
     kept_blocks = list(assembly.included)
     invalidated: list[Validation] = []
@@ -426,7 +433,7 @@ async def _gather_open(
         invalidated = [v for v in checked if v.status is not ValidationStatus.CURRENT]
         gone = {v.ref.source_id for v in invalidated}
         for v in invalidated:
-            state.problems.append(f"source {v.ref.source_id} is {v.status.value} at the dispatch fence")
+            state.problem(f"source {v.ref.source_id} is {v.status.value} at the dispatch fence")
         included = [e for e in included if e.ref.source_id not in gone]
         kept_blocks = [b for b in kept_blocks if b.source_id not in gone]
     state.tokens = sum(b.estimated_tokens for b in kept_blocks)
@@ -446,6 +453,7 @@ async def _gather_open(
         violations=tuple(state.violations),
         invalidated=tuple(invalidated),
         problems=tuple(state.problems),
+        shown=tuple(state.shown),
         notes=tuple(state.notes),
         usage=state.usage(),
         embedding_failure=state.embedding_failure,

@@ -23,7 +23,17 @@ __all__ = ["Failed", "RoundState", "capped", "checked_candidates", "checked_exce
 
 
 class Failed(Exception):
-    """Recall failed as a whole (the store raised, timed out or returned nonsense)."""
+    """Recall failed as a whole (the store raised, timed out or returned nonsense).
+
+    Its message is the reason in full, for the host (``RunResult``, diagnostics); ``shown`` is the
+    reason as the model's ``recall-status`` notice gives it: the engine's own words only, never an
+    adapter's error text (it may name a server, a path, another scope's ids). ``None``: the message
+    is the engine's own words throughout.
+    """
+
+    def __init__(self, message: str, shown: str | None = None) -> None:
+        super().__init__(message)
+        self.shown = message if shown is None else shown
 
 
 class RoundState(Protocol):
@@ -47,6 +57,9 @@ class RoundState(Protocol):
     def violation(self, what: str) -> None:
         """Record a contract violation (it also makes the round partial)."""
 
+    def problem(self, what: str, shown: str | None = None) -> None:
+        """Record why the round is not ``complete`` (``shown``: as the model is told, see ``Failed``)."""
+
 
 def capped(raw: object, asked: int, operation: str, what: str, state: RoundState) -> list[object]:
     """The first ``asked`` items of an adapter's answer; more is one contract violation, the rest unseen.
@@ -61,7 +74,9 @@ def capped(raw: object, asked: int, operation: str, what: str, state: RoundState
     try:
         items = listed(raw, asked, f"recall {operation}", what)
     except ContractViolationError as exc:
-        raise Failed(str(exc)) from exc
+        raise Failed(
+            str(exc), f"recall {operation} answered out of contract; nothing of it was used"
+        ) from exc
     if len(items) <= asked:
         return items
     state.violation(f"{operation} returned more than the {asked} {what} asked; the extra were ignored")
@@ -171,7 +186,7 @@ def same_candidates(ranked: object, candidates: list[Candidate], state: RoundSta
     try:
         items = listed(ranked, given, "recall ranking", "candidates")
     except ContractViolationError as exc:
-        raise Failed(str(exc)) from exc
+        raise Failed(str(exc), "recall ranking answered out of contract; nothing of it was used") from exc
     if len(items) > given:
         raise Failed(
             f"recall ranking returned more than the {given} candidates it was given (it may only reorder "
@@ -182,7 +197,7 @@ def same_candidates(ranked: object, candidates: list[Candidate], state: RoundSta
     used: set[int] = set()
     for c in items:
         if id(c) not in allowed or id(c) in used:
-            state.problems.append("ranking returned a candidate it was not given (or twice); dropped")
+            state.problem("ranking returned a candidate it was not given (or twice); dropped")
             continue
         used.add(id(c))
         out.append(c)  # type: ignore[arg-type]  # one of ``candidates``: checked by identity above
@@ -255,6 +270,6 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
         got[ref] = Excerpt(ref, item.owner, text, item.completeness, item.omitted)
     for candidate in asked:
         if candidate.ref not in got and not any(candidate.ref.source_id in v for v in state.violations):
-            state.problems.append(f"source {candidate.ref.source_id} was discovered but not read")
+            state.problem(f"source {candidate.ref.source_id} was discovered but not read")
     # Rank order is the ranker's, whatever order the store answered in.
     return [got[c.ref] for c in asked if c.ref in got]

@@ -59,7 +59,7 @@ async def discover_visible(
         except Failed as exc:
             if not call:
                 raise
-            _crowded(state, hidden, len(kept), wanted, f"asking for more failed ({exc})")
+            _crowded(state, hidden, len(kept), wanted, f"asking for more failed ({exc})", exc.shown)
             break
         got, hid, answered = checked_candidates(raw, state, scope, ask, earlier=handled)
         kept += got
@@ -74,13 +74,20 @@ async def discover_visible(
     return kept
 
 
-def _crowded(state: Round, hidden: int, found: int, wanted: int, why: str) -> None:
-    """Record that hidden candidates may have crowded visible ones out (the round is ``partial``)."""
-    what = (
-        f"discovery stopped with {found} of {wanted} candidates: {hidden} it was given are hidden by "
-        f"the session's view (retracted or cleared) and {why}; visible evidence may have been missed"
-    )
-    state.problems.append(what)
+def _crowded(state: Round, hidden: int, found: int, wanted: int, why: str, shown: str | None = None) -> None:
+    """Record that hidden candidates may have crowded visible ones out (the round is ``partial``).
+
+    ``shown``: ``why`` as the model is told it, when ``why`` quotes the store's error (``Round.problem``).
+    """
+
+    def said(reason: str) -> str:
+        return (
+            f"discovery stopped with {found} of {wanted} candidates: {hidden} it was given are hidden by "
+            f"the session's view (retracted or cleared) and {reason}; visible evidence may have been missed"
+        )
+
+    what = said(why)
+    state.problem(what, None if shown is None else said(shown))
     state.crowded = what
 
 

@@ -42,7 +42,7 @@ import time
 from collections.abc import Sequence
 
 from .._errors import OperationCancelledError, OperationTimeoutError
-from .._observe.spans import current_span_event
+from .._observe.spans import current_span_event, error_type
 from .._ports.erasure import EraseStatus, ErasureRecord
 from .._ports.recall import Excerpt, source_owner
 from .._text import error_text
@@ -91,15 +91,11 @@ async def hide_erased_documents(
         cause = exc
     if cause is not None:
         spent = time.monotonic() >= state.deadline
-        why = (
-            f"the recall latency budget of {state.limits.max_latency_s}s is spent"
-            if spent
-            else error_text(cause)
-        )
-        raise Failed(
-            f"recall erasure check of recalled documents failed ({why}); documents an erasure may have "
-            "taken are not shown"
-        ) from cause
+        spent_why = f"the recall latency budget of {state.limits.max_latency_s}s is spent"
+        why, shown = (spent_why, spent_why) if spent else (error_text(cause), error_type(cause))
+        head = "recall erasure check of recalled documents failed"
+        tail = "; documents an erasure may have taken are not shown"
+        raise Failed(f"{head} ({why}){tail}", f"{head} ({shown}){tail}") from cause
     hidden: list[str] = []
     erasures: list[str] = []
     for at, owner in documents:

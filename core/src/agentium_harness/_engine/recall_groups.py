@@ -263,7 +263,8 @@ async def _hidden_as_erased(
             f"{state.limits.max_latency_s}s is spent; recalled groups the archive did not vouch for "
             "are not shown"
         ) from cause
+    tail = "; recalled groups the archive did not vouch for are not shown"
     raise Failed(
-        f"recall erasure check failed ({error_text(cause)}); recalled groups the archive did not vouch "
-        "for are not shown"
+        f"recall erasure check failed ({error_text(cause)}){tail}",
+        f"recall erasure check failed ({error_type(cause)}){tail}",
     ) from cause

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import attrs
 
+from .._observe.state import error_type
 from .._ports._base import OpContext
 from .._ports.recall import RecallLimits
 from .._text import error_text, shorten
@@ -85,6 +86,9 @@ class Round:
         self.readback_bytes = spent.readback_bytes
         self.violations: list[str] = []
         self.problems: list[str] = []
+        #: The problems as the model's ``recall-status`` notice lists them: the engine's own words, no
+        #: adapter's error text and no id an adapter returned (a violation may name another scope's).
+        self.shown: list[str] = []
         self.notes: list[str] = []
         self.embedding_failure = ""
         self.crowded = ""
@@ -92,6 +96,8 @@ class Round:
         self.erased_documents = ""
         #: Contract violations found past :data:`MAX_LISTED_VIOLATIONS` (counted by :meth:`finish`).
         self.unlisted = 0
+        #: Contract violations not yet counted in :attr:`shown` (one line says how many: ``finish``).
+        self.broken = 0
 
     def left(self, ticket: Ticket) -> float:
         """Seconds left for the next adapter call: the recall latency budget, within the operation's."""
@@ -105,6 +111,18 @@ class Round:
         what = shorten(what, MAX_FINDING_CHARS)
         self.violations.append(what)
         self.problems.append(f"contract violation: {what}")
+        self.broken += 1  # the model is told how many, never what: see ``finish``
+
+    def problem(self, what: str, shown: str | None = None) -> None:
+        """Record why the round is not ``complete``: ``what`` in full, ``shown`` as the model is told it.
+
+        ``shown`` leaves out what an adapter, an embedder or a policy wrote (an
+        error's message: a server, a path, a row's text); ``None`` when ``what``
+        is the engine's own words throughout (an id it names is one the round
+        checked is in the run's scope).
+        """
+        self.problems.append(what)
+        self.shown.append(what if shown is None else shown)
 
     def finish(self) -> None:
         """Close the findings before they leave the round: what was past each cap counted in one line."""
@@ -112,12 +130,21 @@ class Round:
             what = f"and {self.unlisted} more contract violation(s) in this round, not listed"
             self.violations.append(what)
             self.problems.append(f"contract violation: {what}")
+            self.broken += self.unlisted
             self.unlisted = 0
-        if len(self.problems) > MAX_LISTED_PROBLEMS:
-            rest = len(self.problems) - MAX_LISTED_PROBLEMS + 1
-            del self.problems[MAX_LISTED_PROBLEMS - 1 :]
-            self.problems.append(f"and {rest} more problem(s) in this round, not listed")
-        self.problems[:] = [shorten(p, MAX_FINDING_CHARS) for p in self.problems]
+        if self.broken:
+            # What a violation quotes is the adapter's answer (an id of another scope, a stray text).
+            self.shown.append(
+                f"the recall store answered out of contract {self.broken} time(s); what it returned there "
+                "was dropped"
+            )
+            self.broken = 0
+        for findings in (self.problems, self.shown):
+            if len(findings) > MAX_LISTED_PROBLEMS:
+                rest = len(findings) - MAX_LISTED_PROBLEMS + 1
+                del findings[MAX_LISTED_PROBLEMS - 1 :]
+                findings.append(f"and {rest} more problem(s) in this round, not listed")
+            findings[:] = [shorten(p, MAX_FINDING_CHARS) for p in findings]
 
     def usage(self) -> RecallUsage:
         return RecallUsage(
@@ -157,4 +184,6 @@ async def adapter_call(
             on_late=on_late,
         )
     except Exception as exc:
-        raise Failed(f"{operation} failed: {error_text(exc)}") from exc
+        raise Failed(
+            f"{operation} failed: {error_text(exc)}", f"{operation} failed: {error_type(exc)}"
+        ) from exc

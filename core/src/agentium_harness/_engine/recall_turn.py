@@ -143,8 +143,10 @@ def bounded_uncertainty(lines: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _uncertainty(evidence: Evidence) -> tuple[str, ...]:
-    return bounded_uncertainty(tuple(f"recall {evidence.status.value}: {p}" for p in evidence.problems)) or (
+def _uncertainty(evidence: Evidence, *, shown: bool = False) -> tuple[str, ...]:
+    """The uncertainty ``evidence`` carries: for the host in full, or (``shown``) as the model is told it."""
+    problems = evidence.shown if shown else evidence.problems
+    return bounded_uncertainty(tuple(f"recall {evidence.status.value}: {p}" for p in problems)) or (
         (f"recall {evidence.status.value}",) if evidence.status is not RecallStatus.COMPLETE else ()
     )
 
@@ -161,7 +163,10 @@ def _status_block(uncertainty: tuple[str, ...], budget: int) -> SourceBlock:
     """The recall-status notice, as much of it as fits ``budget`` tokens, and never less than its head.
 
     Every line is in ``RunResult.recall.uncertainty`` and the retained
-    record; the notice names how many it had to leave out. When even the
+    record in full; the notice lists them as ``Evidence.shown`` words them
+    (no adapter's error text, no id an adapter returned out of contract:
+    the model's answer may repeat them to the user), and names how many it
+    had to leave out. When even the
     head does not fit the budget, the head is shown anyway: a run that
     continues with uncertainty always tells the model so.
     """
@@ -356,7 +361,8 @@ async def _dispatch_fence(
         # The notice is wrapper metadata: it must fit the same evidence budget,
         # so room is reserved for it first and the lowest-ranked evidence makes
         # way (R19). It is always shown, even when it alone is over the budget.
-        status = _status_block(uncertainty, budget)
+        # The model reads the lines in the engine's words alone (``Evidence.shown``); the host has them whole.
+        status = _status_block(_uncertainty(evidence, shown=True), budget)
         dropped: list[str] = []
         while blocks and sum(b.estimated_tokens for b in blocks) + status.estimated_tokens > budget:
             dropped.append(blocks.pop().source_id)

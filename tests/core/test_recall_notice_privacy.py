@@ -1,0 +1,180 @@
+"""What a recall store said goes to the host whole, to telemetry only with capture, to the model never.
+
+A round's problems quote what adapters wrote: a store's error text (a
+server, a path, a damaged row's text) and, in a contract violation, the ids
+a store returned, which may be another tenant's. The host gets them whole in
+its own result (``RunResult.recall.uncertainty``, the diagnostics). Logs and
+spans carry a diagnostic's text only with content capture. The model's
+``recall-status`` notice used to list them as they were, so the model could
+repeat another scope's source id or the store's error to the user; it now
+words them itself (the error's class, a count of violations), whatever the
+capture setting: telemetry's opt-in does not change what the model reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _recall_support import ANA, Recording, Scripted, ScriptedSession, runtime, sid
+
+from agentium_harness import (
+    RecallLimits,
+    ResidentLimits,
+    RunResult,
+    RuntimeLimits,
+    Telemetry,
+    create_harness_runtime,
+    current_session_recall_policy,
+)
+from agentium_harness.adapters.embedders import HashingEmbedder
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.plugin_api import Candidate, Excerpt, OpContext, SourceOwner, SourceRef
+from agentium_harness.testing import SpanRecorder
+
+pytestmark = pytest.mark.anyio
+
+#: What the store's error quotes: a server and a row, as a database driver's message would.
+STORE_TEXT = "row 'payroll-2024' unreadable on db-internal.example:5432"
+#: A source of another tenant a misbehaving store returns from discovery.
+FOREIGN = sid("salaries-globex", SourceOwner("globex", "bob", "s9"))
+CONTINUE = current_session_recall_policy(on_failed="continue", on_partial="continue")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class _ReadFails(ScriptedSession):
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        raise RuntimeError(STORE_TEXT)
+
+
+class ReadFails(Scripted):
+    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _ReadFails:
+        return _ReadFails(self)
+
+
+class _Foreign(ScriptedSession):
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        owner = SourceOwner("globex", "bob", "s9")
+        return [Candidate(SourceRef(FOREIGN, "r1"), owner, 9.0, 10), *await super().discover(query, 8, ctx)]
+
+
+class Foreign(Scripted):
+    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _Foreign:
+        return _Foreign(self)
+
+
+async def _run(store: Scripted, capture: bool = False) -> tuple[RunResult, Recording, SpanRecorder]:
+    spans = SpanRecorder()
+    rt, provider, _ = runtime(
+        store,
+        recall_policy=CONTINUE,
+        telemetry=Telemetry(tracer_provider=spans.provider, capture_content=capture),
+    )
+    async with rt:
+        with anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "when was the kettle descaled")
+    return result, provider, spans
+
+
+def _notice(provider: Recording) -> str:
+    [request] = provider.requests
+    [notice] = [b.content for b in request.sources if b.source_id == "recall-status"]
+    return notice
+
+
+def _request_text(provider: Recording) -> str:
+    return "\n".join(b.render() for r in provider.requests for b in r.sources)
+
+
+@pytest.mark.parametrize("capture", [False, True])
+async def test_a_store_error_reaches_the_host_whole_and_the_model_by_its_class_only(capture: bool) -> None:
+    result, provider, _ = await _run(ReadFails([("kettle", "the kettle was descaled in May")]), capture)
+    assert result.recall is not None
+    # The host's own result keeps the store's words.
+    assert any(STORE_TEXT in line for line in result.recall.uncertainty)
+    assert any(STORE_TEXT in d.message for d in result.diagnostics if d.code == "recall_failed")
+    # The model is told what failed, in the engine's words: with capture on just the same.
+    notice = _notice(provider)
+    assert "- recall failed: recall read failed: RuntimeError" in notice.splitlines()
+    assert "payroll" not in _request_text(provider) and "db-internal" not in _request_text(provider)
+
+
+async def test_an_id_of_another_scope_a_store_returned_reaches_the_host_but_never_the_model() -> None:
+    result, provider, _ = await _run(Foreign([("kettle", "the kettle was descaled in May")]))
+    assert result.recall is not None
+    assert any(FOREIGN in v for v in result.recall.violations)
+    assert any(FOREIGN in line for line in result.recall.uncertainty)
+    # The visible source is still shown and cited by its id; the foreign one is counted, not named.
+    assert sid("kettle") in _request_text(provider)
+    assert "globex" not in _request_text(provider)
+    assert "the recall store answered out of contract 1 time(s)" in _notice(provider)
+
+
+class QueryFails(HashingEmbedder):
+    """Embeds while the session is seeded; then raises, quoting its server, as the query is embedded."""
+
+    failing = False
+
+    async def embed(self, texts: Sequence[str], ctx: OpContext) -> Sequence[Sequence[float]]:
+        if self.failing:
+            raise RuntimeError(STORE_TEXT)
+        return await super().embed(texts, ctx)
+
+
+async def test_an_embedder_error_reaches_the_host_whole_and_the_model_by_its_class_only(
+    tmp_path: Path,
+) -> None:
+    store, embedder, provider = (
+        SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "r.db"))),
+        QueryFails(),
+        Recording(),
+    )
+    rt = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        embedder=embedder,
+        owned=(store,),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        recall_limits=RecallLimits(max_latency_s=30.0),
+        recall_policy=CONTINUE,
+    )
+    async with rt:
+        with anyio.fail_after(30):
+            for turn in ("the kettle was descaled in May", "the boat is in the harbour", "noted"):
+                await rt.run(ANA, "s1", turn)
+            embedder.failing = True
+            provider.requests.clear()
+            result = await rt.run(ANA, "s1", "when was the kettle descaled")
+    assert result.recall is not None
+    assert any(STORE_TEXT in line for line in result.recall.uncertainty)
+    assert "- recall partial: query embedding failed (EmbeddingError); discovery was lexical only" in (
+        _notice(provider).splitlines()
+    )
+    assert "db-internal" not in _request_text(provider)
+
+
+@pytest.mark.parametrize("capture", [False, True])
+async def test_recall_findings_reach_spans_and_logs_only_with_capture(
+    capture: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        result, _, spans = await _run(ReadFails([("kettle", "the kettle was descaled in May")]), capture)
+    assert result.recall is not None and result.recall.status.value == "failed"
+    logged = [r.getMessage() for r in caplog.records] + [
+        str(v) for r in caplog.records for k, v in vars(r).items() if k.startswith("agentium")
+    ]
+    for said in (spans.carried(), logged):
+        assert any(STORE_TEXT in s for s in said) is capture, said
