@@ -5,9 +5,10 @@ marker and :class:`AdapterSpec` to register, the eight ports with their
 records and capability classes (the embedder port among them), the operation context, the canonical
 encoding and digests, the injective key encoding for backend keys, the
 errors an adapter raises, and reusable bases such as
-:class:`ThreadBoundAdapter` for blocking clients and :class:`PerLoop` for
+:class:`ThreadBoundAdapter` for blocking clients, :class:`PerLoop` for
 clients bound to one event loop (an adapter must serve any loop, see
-``docs/sync.md``). Hosts use
+``docs/sync.md``) and :class:`CloseOnce` for an ``aclose()`` that closes once
+and tells every caller the outcome. Hosts use
 :mod:`agentium_harness`; contract suites and test helpers are in
 :mod:`agentium_harness.testing`. See ``docs/api.md`` and ``docs/plugins.md``.
 """
@@ -31,6 +32,7 @@ from ._codec import (
 )
 from ._config import ResolvedComponent, ResolvedConfig, load_config
 from ._engine.call_ids import MAX_OWN_ID_LENGTH, own_id_form, sent_id_form
+from ._engine.close_once import CloseOnce
 from ._engine.loops import LoopHandle, PerLoop, ThreadSafeEvent
 from ._engine.recall_policy import QueryInput
 from ._errors import (
@@ -383,6 +385,7 @@ __all__ = [
     "ThreadBoundAdapter",
     "LoopHandle",
     "PerLoop",
+    "CloseOnce",
     "ThreadSafeEvent",
     "ToolCall",
     "ToolSpec",

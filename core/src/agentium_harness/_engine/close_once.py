@@ -1,0 +1,169 @@
+"""One close for many ``aclose()`` callers, with one outcome for them all (:class:`CloseOnce`).
+
+Adapters' ``aclose()`` may be called from several tasks, threads or event
+loops, and a caller may be cancelled while it closes. Four plugins each kept a
+copy of this logic, and each lost something: the problem of a close whose first
+caller was natively cancelled (``Task.cancel()`` passes anyio's shield on
+asyncio), or the first's problem for a second caller, which returned as if all
+had closed. One helper, exported by ``plugin_api``, keeps them together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+import anyio
+
+from .._observe.spans import current_span_event
+from .loops import ThreadSafeEvent, current_library
+
+__all__ = ["CloseOnce"]
+
+_log = logging.getLogger("agentium.adapters")
+
+
+class CloseOnce:
+    """Runs an adapter's close once; every ``aclose()`` caller, first or later, hears its outcome.
+
+    ``what`` names the adapter in log lines (``"OpenAI provider"``): no ids, no
+    URLs, no content. ``wait_s`` bounds how long a later caller waits for the
+    first's close (give the close's own bound, or a little more). ``logger`` is
+    the adapter's (``agentium.adapters`` by default).
+
+    ``await once.run(close)`` in ``aclose()``:
+
+    - the first caller (decided under a thread lock, across tasks, threads and
+      loops) calls ``close()`` at once, so its synchronous part runs before
+      ``run`` first yields (mark the adapter closed there, or check
+      :attr:`claimed`), and awaits what it returns: on asyncio in a task of its
+      own, so a native ``Task.cancel()`` of the caller stops the caller's wait,
+      not the close; on trio shielded in the caller's task (no asyncio task:
+      trio's cancellations respect the shield);
+    - a later or concurrent caller waits (shielded, at most ``wait_s``) for that
+      close to end;
+    - every caller then sees the same outcome: nothing, or the exception the
+      close raised, re-raised (the same object, so its type is the adapter's).
+      When the first caller was cancelled natively before the close ended, its
+      problem is logged at WARNING (the adapter's name and the exception's type,
+      nothing else) and raised to the next caller.
+
+    A later caller whose wait ran out returns, with a WARNING: the close is
+    still running (``wait_s`` is shorter than the close's own bound).
+    """
+
+    __slots__ = ("_claimed", "_done", "_lock", "_log", "_problem", "_task", "_trace", "_wait_s", "_what")
+
+    def __init__(self, what: str, *, wait_s: float, logger: logging.Logger | None = None) -> None:
+        self._what = what
+        self._wait_s = wait_s
+        self._log = logger if logger is not None else _log
+        self._lock = threading.Lock()
+        self._claimed = False
+        self._done = ThreadSafeEvent()
+        self._problem: Exception | None = None  # what the close raised, for every caller
+        self._trace: TracebackType | None = None  # its traceback as the close raised it
+        self._task: asyncio.Task[None] | None = None  # held: asyncio keeps weak references to tasks
+
+    @property
+    def claimed(self) -> bool:
+        """True once a caller took on the close (it may still be running): refuse new calls then."""
+        return self._claimed
+
+    @property
+    def ended(self) -> bool:
+        """True once the close has ended, whatever its outcome."""
+        return self._done.is_set()
+
+    async def run(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Close once (the first caller) or wait for that close (later ones); raise its problem if any."""
+        with self._lock:
+            first, self._claimed = not self._claimed, True
+        if not first:
+            await self._wait()
+        elif current_library() == "asyncio":
+            await self._run_in_task(close)
+        else:
+            await self._run_here(close)
+        self._raise_problem()
+
+    async def _run_here(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Trio: the close runs shielded in this task (no native cancellation passes the shield)."""
+        try:
+            with anyio.CancelScope(shield=True):
+                await close()
+        except Exception as exc:
+            self._keep(exc)
+        finally:
+            self._done.set()
+
+    async def _run_in_task(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Asyncio: the close runs in a task of its own; a natively cancelled caller stops waiting only."""
+        try:
+            work = close()  # its synchronous part runs now, in the caller
+        except Exception as exc:
+            self._keep(exc)
+            self._done.set()
+            return
+        left = False  # the caller stopped waiting: only the log (and the next caller) hear the problem
+
+        async def closing() -> None:
+            try:
+                await work
+            except Exception as exc:
+                self._keep(exc)
+                if left:
+                    self._warn_unheard(exc)
+            finally:
+                self._task = None  # ended: a finished task (and its traceback) is not kept
+                if left:
+                    self._done.set()
+
+        # Held here until it ends (asyncio keeps weak references), even once the caller let go.
+        self._task = task = asyncio.get_running_loop().create_task(closing())
+        try:
+            with anyio.CancelScope(shield=True):
+                await asyncio.shield(task)
+        except BaseException:
+            left = True  # one loop thread: the task has not ended yet, or has just now (below)
+            if task.done():
+                self._done.set()
+                if self._problem is not None:
+                    self._warn_unheard(self._problem)
+            raise
+        # Ended here rather than in the task: the first caller goes on before the waiting callers wake.
+        self._done.set()
+
+    async def _wait(self) -> None:
+        """A later caller: wait, shielded and within ``wait_s``, for the first's close to end."""
+        with anyio.move_on_after(self._wait_s, shield=True):
+            await self._done.wait()
+        if not self._done.is_set():
+            self._log.warning(
+                "%s: a later aclose() stopped waiting for the first's close after %ss; it is still running",
+                self._what,
+                self._wait_s,
+            )
+
+    def _keep(self, exc: Exception) -> None:
+        self._problem, self._trace = exc, exc.__traceback__
+
+    def _raise_problem(self) -> None:
+        problem = self._problem
+        if problem is not None:
+            # From the close's own traceback each time: re-raising one object does not grow it per caller.
+            raise problem.with_traceback(self._trace)
+
+    def _warn_unheard(self, exc: BaseException) -> None:
+        """The close failed after its caller was cancelled: logged (no ids, no content), then raised later."""
+        kind = type(exc).__name__
+        self._log.warning(
+            "%s: closing failed (%s) after the aclose() caller that started it was cancelled; "
+            "the next aclose() raises it",
+            self._what,
+            kind,
+        )
+        current_span_event("agentium.close.unheard", {"error.type": kind})
