@@ -1,66 +1,58 @@
-"""``CloseOnce.run`` lets go of the close's task once it has ended.
+"""``aclose()`` closes once and every caller hears its outcome (``plugin_api.CloseOnce``).
 
-It kept the finished task (and with it any traceback it ended with, the
-frames and the clients they reference) for the provider's lifetime.
+A natively cancelled first caller (``Task.cancel()`` passes anyio's shield)
+left the closes running and their failure unheard: nothing logged it, and a
+later ``aclose()`` returned as if every client had closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
+from openai_helpers import make_provider
+from openai_stub_server import Reply, StubServer
 
-from agentium_provider_openai._closing import CloseOnce
-
-
-def test_the_close_task_is_let_go_once_the_close_has_ended() -> None:
-    async def main() -> object:
-        once = CloseOnce()
-        assert once.begin()
-
-        async def work() -> str:
-            await asyncio.sleep(0)
-            return "closed"
-
-        assert await once.run(work) == "closed"
-        return once._task
-
-    assert asyncio.run(main()) is None
+from agentium_harness import Message, Role
+from agentium_harness.plugin_api import ModelRequest, OpContext
+from agentium_provider_openai import OpenAIProviderError
 
 
-def test_a_failed_close_task_is_let_go_too() -> None:
-    async def main() -> object:
-        once = CloseOnce()
+def test_a_natively_cancelled_first_aclose_leaves_its_failure_logged_and_raised_to_the_next(
+    stub: StubServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = make_provider(stub)
+    stub.add(Reply.recorded("plain_answer"))
+    finished = asyncio.Event()
 
-        async def work() -> None:
-            raise OSError("refused")
+    async def main() -> None:
+        await provider.complete(
+            ModelRequest("You help.", turn=(Message(Role.USER, "hi"),)), OpContext.with_timeout(20)
+        )
+        client = provider.client
+        assert client is not None
 
-        with pytest.raises(OSError):
-            await once.run(work)
-        return once._task
+        async def failing_close() -> None:
+            try:
+                await asyncio.sleep(0.05)
+                raise OSError("the connection pool refused to close")
+            finally:
+                finished.set()
 
-    assert asyncio.run(main()) is None
-
-
-def test_the_task_a_cancelled_caller_left_is_let_go_when_it_ends() -> None:
-    async def main() -> tuple[object, object, bool]:
-        once = CloseOnce()
-        finished = asyncio.Event()
-
-        async def work() -> None:
-            await asyncio.sleep(0.05)
-            finished.set()
-
-        caller = asyncio.get_running_loop().create_task(once.run(work))
+        client.close = failing_close  # type: ignore[method-assign]
+        first = asyncio.get_running_loop().create_task(provider.aclose())
         await asyncio.sleep(0.01)
-        caller.cancel()
+        first.cancel()  # native: anyio's shield does not stop it
         with pytest.raises(asyncio.CancelledError):
-            await caller
-        during = once._task
-        await asyncio.wait_for(finished.wait(), 1.0)
-        await asyncio.sleep(0)
-        return during, once._task, once._done.is_set()
+            await first
+        await asyncio.wait_for(finished.wait(), 5)  # the close went on
+        with pytest.raises(OpenAIProviderError, match="refused to close"):
+            await provider.aclose()  # the next caller hears it
 
-    during, after, ended = asyncio.run(main())
-    assert during is not None  # held while the close runs (asyncio keeps only weak references)
-    assert after is None and ended
+    with caplog.at_level(logging.WARNING, logger="agentium.plugins.provider_openai"):
+        asyncio.run(main())
+    assert any(
+        "OpenAI provider" in r.getMessage() and "OpenAIProviderError" in r.getMessage()
+        for r in caplog.records
+    )

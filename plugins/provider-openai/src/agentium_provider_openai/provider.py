@@ -35,6 +35,7 @@ import anyio
 
 from agentium_harness import InvalidArgumentError, OperationCancelledError
 from agentium_harness.plugin_api import (
+    CloseOnce,
     InvalidJSONError,
     ModelProvider,
     ModelRequest,
@@ -47,7 +48,6 @@ from agentium_harness.plugin_api import (
 
 from ._bodies import ACCEPT_ENCODING, ASKED_CODINGS, BodyBroken, UnsupportedCoding, read_body
 from ._calls import ProviderCalls
-from ._closing import CloseOnce
 from ._failures import Retryable, attempt_event, forget_hidden_context, is_transport_error, retry_after
 from ._library import is_openai_client, load_openai, openai_loaded
 from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error, unreachable
@@ -122,9 +122,8 @@ class OpenAIProvider(ModelProvider):
             raise InvalidArgumentError(f"client must be an openai.AsyncOpenAI, got {type(client).__name__}")
         self._config = config
         self._owns_client = client is None
-        self._closed = False
-        # Who closes (one caller), and when that close ended: a second aclose() waits for it.
-        self._closing = CloseOnce()
+        # Who closes (one caller), and its outcome, which every aclose() caller hears.
+        self._closing = CloseOnce("OpenAI provider", wait_s=_CLOSE_S, logger=logger)
         # The lent client (a copy without retries), or None for an owned provider.
         self._client: AsyncOpenAI | None = None
         # An owned provider's clients, one per event loop (a client's connections belong to one loop).
@@ -155,7 +154,7 @@ class OpenAIProvider(ModelProvider):
         loop, and after :meth:`aclose`). For a lent client this is a copy
         (``with_options(max_retries=0)``) that shares the host's connection pool.
         """
-        if self._client is not None or self._closed:
+        if self._client is not None or self._closing.claimed:
             return self._client
         return self._clients.peek()
 
@@ -176,7 +175,7 @@ class OpenAIProvider(ModelProvider):
     # -- client ------------------------------------------------------------------
 
     def _get_client(self) -> AsyncOpenAI:
-        if self._closed:
+        if self._closing.claimed:
             raise OpenAIProviderError("the OpenAI provider was closed; build a new one")
         if self._client is not None:
             return self._client
@@ -195,15 +194,17 @@ class OpenAIProvider(ModelProvider):
 
     async def _client_for(self, ctx: OpContext, operation: str) -> AsyncOpenAI:
         """:meth:`_get_client`, ``openai`` imported first in a worker thread within ``ctx`` (see _library)."""
-        if not (self._closed or self._client is not None or openai_loaded()):  # lent: the host loaded it
+        if not (
+            self._closing.claimed or self._client is not None or openai_loaded()
+        ):  # lent: the host loaded it
             await self._bounded(ctx, operation, load_openai)
         return self._get_client()
 
     def _new_client(self) -> AsyncOpenAI:
         # Checked again here, under the lock PerLoop makes values under and aclose() collects them
-        # under (it sets _closed first): a call past _get_client's check as another thread closed
+        # under (it claims the close first): a call past _get_client's check as another thread closed
         # the provider built a client after the close had collected them, which nobody closed.
-        if self._closed:
+        if self._closing.claimed:
             raise OpenAIProviderError("the OpenAI provider was closed; build a new one")
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
@@ -569,18 +570,20 @@ class OpenAIProvider(ModelProvider):
         Idempotent. A client of a loop that has finished is dropped (its connections went with
         the loop). The clients close concurrently, so the whole close takes at most ``_CLOSE_S``
         however many loops are stuck; :class:`OpenAIProviderError` names each that did not close.
-        A second ``aclose()`` while the first is closing (from any task, thread or loop) returns
-        once the first's closes have ended (even if the first was cancelled), waiting at most
-        ``_CLOSE_S`` too; it raises nothing.
+        A second ``aclose()`` while the first is closing (from any task, thread or loop) waits
+        for the first's closes to end, at most ``_CLOSE_S`` too; every caller hears the same
+        outcome (``plugin_api.CloseOnce``): the first's :class:`OpenAIProviderError` is raised
+        to later callers too, and to the next caller when the first was cancelled natively
+        (the closes go on; a WARNING says they failed).
         """
-        if not self._closing.begin():
-            await self._closing.wait(_CLOSE_S)
-            return
-        self._closed = True
+        await self._closing.run(self._close_clients)
+
+    def _close_clients(self) -> Awaitable[None]:
+        """Forget the lent client now (in the first ``aclose()`` caller); close the owned ones."""
         self._client = None
-        # Ended when the closes have ended, even if this caller is cancelled natively (CloseOnce.run).
-        problems = await self._closing.run(
-            lambda: self._clients.aclose(lambda client: client.close(), _CLOSE_S)
-        )
+        return self._close_owned()
+
+    async def _close_owned(self) -> None:
+        problems = await self._clients.aclose(lambda client: client.close(), _CLOSE_S)
         if problems:
             raise OpenAIProviderError("closing the OpenAI provider: " + "; ".join(problems))
