@@ -7,9 +7,11 @@ first caller's close still had the connections open.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -17,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness.plugin_api import OpContext
-from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
 
 pytestmark = pytest.mark.anyio
 
@@ -61,3 +63,65 @@ async def test_a_natively_cancelled_first_aclose_still_holds_the_second(server: 
         await first
     await store.aclose()
     assert ended == ["closed"]  # the close went on, and the second waited for it
+
+
+def _failing_close(store: RedisRecallStore, closes: list[str]) -> None:
+    """The store's connection close, slowed and then failing (as a close that did not finish would)."""
+
+    async def failing_close(conn: object) -> None:
+        closes.append("began")
+        await asyncio.sleep(0.1)
+        raise OSError("the connection did not close")
+
+    store._close_connection = failing_close  # type: ignore[method-assign]
+
+
+async def test_a_second_aclose_hears_the_first_closes_failure(server: ServerProcess) -> None:
+    # The second returned without a word once the first's close had ended: its caller was told the
+    # store had closed, while only the first heard that a connection had not.
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    await store._ready(OpContext(), "test")
+    closes: list[str] = []
+    _failing_close(store, closes)
+    first = asyncio.get_running_loop().create_task(store.aclose())
+    await asyncio.sleep(0.02)
+    with pytest.raises(RedisRecallError, match="did not close"):
+        await store.aclose()
+    with pytest.raises(RedisRecallError, match="did not close"):
+        await first
+    assert closes == ["began"]  # closed once
+
+
+async def test_a_natively_cancelled_first_aclose_leaves_its_failure_logged_and_raised_to_the_next(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The close went on in its own task, but its failure was heard by no one: nothing logged it,
+    # and the next aclose() returned as if the store had closed.
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    await store._ready(OpContext(), "test")
+    closes: list[str] = []
+    _failing_close(store, closes)
+    with caplog.at_level(logging.WARNING, logger="agentium.plugins.recall_redis"):
+        first = asyncio.get_running_loop().create_task(store.aclose())
+        await asyncio.sleep(0.02)
+        first.cancel()  # native: passes anyio's shield
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        with pytest.raises(RedisRecallError, match="did not close"):
+            await store.aclose()
+    assert closes == ["began"]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("redis recall store" in m and "RedisRecallError" in m for m in warned), warned
+    assert not any(server.url in m for m in warned)  # the type only, not the message naming the server
+
+
+def test_aclose_under_trio_closes_without_an_asyncio_loop(server: ServerProcess) -> None:
+    # The settlement drain is asyncio's: under trio aclose() raised "no running event loop".
+    fresh = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    anyio.run(fresh.aclose, backend="trio")
+    used = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    anyio.run(used._ready, OpContext(), "test", backend="asyncio")  # a connection of an ended loop
+    anyio.run(used.aclose, backend="trio")
+    anyio.run(used.aclose, backend="trio")  # idempotent
+    with pytest.raises(RedisRecallError, match="closed"):
+        anyio.run(used._ready, OpContext(), "test", backend="asyncio")

@@ -64,8 +64,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, ClassVar, Final
 
 import anyio
@@ -80,6 +80,7 @@ from agentium_harness import (
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
     ArchiveReceipt,
+    CloseOnce,
     EraseReport,
     EraseTarget,
     MessageGroup,
@@ -94,7 +95,6 @@ from agentium_harness.plugin_api import (
     SourceOwner,
     SourceRef,
     SourceVector,
-    ThreadSafeEvent,
     Vector,
     check_max_items,
     check_target,
@@ -201,12 +201,11 @@ class RedisRecallStore(RecallStore):
         # Round trips of links whose loop has finished (round_trips counts them too).
         self._ended_trips = 0
         self._report: ServerReport | None = None
-        self._closed = False
-        # aclose() from several tasks, threads or loops: exactly one closes (decided under the lock);
-        # the others wait for _close_done, else they told their callers it was closed while it was not.
-        self._close_lock = threading.Lock()
-        self._close_done = ThreadSafeEvent()
-        self._closing: asyncio.Task[list[str]] | None = None  # held: asyncio keeps weak references
+        # aclose() from several tasks, threads or loops: exactly one closes; the others wait for its
+        # end (else they told their callers it was closed while it was not), and all hear its outcome.
+        self._closing = CloseOnce(
+            "redis recall store", wait_s=config.settle_timeout_s + _CLOSE_S + 1.0, logger=logger
+        )
         self._where = redact_url(config.url) if client is None else describe_client(client)
         self._errors = ServerErrors(
             self._where, collect_secrets(config, client), config.socket_timeout_s, config.key_prefix
@@ -492,30 +491,30 @@ class RedisRecallStore(RecallStore):
         """Close the clients the store created, each on its own event loop; a lent client is never closed.
 
         Idempotent: a later call (any task, thread or loop) waits for the first's
-        close to end, within the close's own bound, and returns. Writes cut off
-        earlier may still be settling, on any loop: they get ``settle_timeout_s`` at most.
+        close to end, within the close's own bound, and every caller hears the same
+        outcome (``plugin_api.CloseOnce``): the first's :class:`RedisRecallError` naming
+        what did not close is raised to later callers too, and to the next caller when
+        the first was cancelled natively (the close goes on; a WARNING says it failed).
+        Writes cut off earlier may still be settling, on any loop: they get
+        ``settle_timeout_s`` at most. Safe under trio too (the store refuses its other calls there).
         """
-        with self._close_lock:
-            first, self._closed = not self._closed, True
-        if not first:
-            with anyio.move_on_after(self._config.settle_timeout_s + _CLOSE_S, shield=True):
-                await self._close_done.wait()
-            return
-        # In a task of its own: a native Task.cancel() of this caller passes anyio's shield, and cut
-        # the close short (the clients then stayed open for good) and ended it for the waiting callers.
-        self._closing = asyncio.get_running_loop().create_task(self._close_all())
-        with anyio.CancelScope(shield=True):
-            problems = await asyncio.shield(self._closing)
+        await self._closing.run(self._close_all)
+
+    async def _close_all(self) -> None:
+        settlements = self._writer.settlements
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # Trio (every other call is refused there): the settlements are asyncio tasks of the loops
+            # the store served, awaited from an asyncio loop of a worker thread (they are watched and
+            # cancelled thread-safe on their own loops); asyncio.get_running_loop() failed here.
+            drain = partial(asyncio.run, settlements.drain(self._config.settle_timeout_s))
+            await anyio.to_thread.run_sync(drain)
+        else:
+            await settlements.drain(self._config.settle_timeout_s)
+        problems = await self._loops.aclose(self._close_connection, _CLOSE_S)
         if problems:
             raise RedisRecallError(f"redis recall store at {self._where}: closing: " + "; ".join(problems))
-
-    async def _close_all(self) -> list[str]:
-        try:
-            await self._writer.settlements.drain(self._config.settle_timeout_s)
-            return await self._loops.aclose(self._close_connection, _CLOSE_S)
-        finally:
-            self._closing = None  # ended: its traceback is not kept for the store's life
-            self._close_done.set()
 
     def _connection(self) -> _LoopConnection:
         """The running loop's connection: the lent client, or a client of its own for this loop."""
@@ -534,7 +533,7 @@ class RedisRecallStore(RecallStore):
 
     async def _ready(self, ctx: OpContext, operation: str) -> Link:
         """The running loop's link, connecting and checking the server on that loop's first call."""
-        if self._closed:
+        if self._closing.claimed:
             raise RedisRecallError(f"redis recall store: {operation} refused: the store is closed")
         require_asyncio(operation)
         conn = self._loops.get()
