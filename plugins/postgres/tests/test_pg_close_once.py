@@ -7,12 +7,13 @@ first caller's close still had the pool open.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 
 from agentium_harness.plugin_api import OpContext, SessionKey
-from agentium_postgres import PostgresArchive, PostgresConfig
+from agentium_postgres import PostgresArchive, PostgresConfig, PostgresError
 
 pytestmark = pytest.mark.anyio
 
@@ -54,3 +55,53 @@ async def test_a_natively_cancelled_first_aclose_still_holds_the_second(app_conf
         await first
     await archive.aclose()
     assert ended == ["closed"]  # the close went on, and the second waited for it
+
+
+async def _open_with_failing_close(app_config: PostgresConfig) -> tuple[PostgresArchive, list[str]]:
+    """An archive whose loop pool is open, its close failing after 0.1 s; ``closes`` counts the closes."""
+    archive = PostgresArchive(app_config)
+    await archive.read_groups(SessionKey("acme", "ana", "close-once"), 0, 1, OpContext.with_timeout(10))
+    pool: Any = archive.link._owned.get().pool
+    assert pool is not None
+    real_close = pool.close
+    closes: list[str] = []
+
+    async def failing_close(timeout: float) -> None:  # noqa: ASYNC109  # psycopg_pool's signature
+        closes.append("began")
+        await asyncio.sleep(0.1)
+        await real_close(timeout=timeout)  # nothing left open by the test
+        raise OSError("the pool did not close")
+
+    pool.close = failing_close
+    return archive, closes
+
+
+async def test_a_second_aclose_hears_the_first_closes_failure(app_config: PostgresConfig) -> None:
+    # The second returned without a word once the first's close had ended: its caller was told the
+    # adapter had closed, while only the first heard that its pool had not.
+    archive, closes = await _open_with_failing_close(app_config)
+    first = asyncio.get_running_loop().create_task(archive.aclose())
+    await asyncio.sleep(0.02)
+    with pytest.raises(PostgresError, match="did not close"):
+        await archive.aclose()
+    with pytest.raises(PostgresError, match="did not close"):
+        await first
+    assert closes == ["began"]  # closed once
+
+
+async def test_a_natively_cancelled_first_aclose_leaves_its_failure_logged_and_raised_to_the_next(
+    app_config: PostgresConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The close went on in its own task, but the problems it returned were heard by no one.
+    archive, closes = await _open_with_failing_close(app_config)
+    with caplog.at_level(logging.WARNING, logger="agentium.plugins.postgres"):
+        first = asyncio.get_running_loop().create_task(archive.aclose())
+        await asyncio.sleep(0.02)
+        first.cancel()  # native: passes anyio's shield
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        with pytest.raises(PostgresError, match="did not close"):
+            await archive.aclose()
+    assert closes == ["began"]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("postgres archive" in m and "closing failed" in m for m in warned), warned

@@ -50,6 +50,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import (
+    CloseOnce,
     OpContext,
     OperationCancelledError,
     PerLoop,
@@ -71,7 +72,6 @@ from .calls import (
     statement_timeout_ms,
     stopped_by_close,
 )
-from .close_once import CloseOnce
 from .config import PostgresConfig
 from .errors import PostgresError, PostgresUnavailableError
 from .first_use import ServerFacts, check_schema
@@ -131,8 +131,8 @@ class PgLink:
         self._facts: ServerFacts | None = None
         # One per loop (an anyio lock belongs to its loop); the first-use check is idempotent.
         self._ready_locks: PerLoop[anyio.Lock] = PerLoop(anyio.Lock)
-        # aclose() from several tasks, threads or loops: one closes, the others wait for its end.
-        self._closing = CloseOnce()
+        # aclose() from any task, thread or loop: one closes, the others wait; all hear its outcome.
+        self._closing = CloseOnce(name, wait_s=2 * SETTLE_S, logger=logger)
         # Each call in flight: its cancel scope, the loop it runs on and how far it got. aclose()
         # cancels them, so a call with no deadline on a frozen server does not wait forever.
         self._running: dict[anyio.CancelScope, tuple[asyncio.AbstractEventLoop, Outcome]] = {}
@@ -554,7 +554,10 @@ class PgLink:
 
         Idempotent, and bounded whatever the server does: a later call (any
         task, thread or loop) waits for the first's close to end, within that
-        bound, and returns; the close goes on if the first caller is cancelled. Calls made afterwards
+        bound, and every caller hears the same outcome (``plugin_api.CloseOnce``):
+        the first's error is raised to later callers too. The close goes on if the
+        first caller is cancelled; natively (asyncio ``Task.cancel()``), what did not
+        close is then logged as a WARNING and raised to the next caller. Calls made afterwards
         are refused at once. A call still running is cancelled (on its own
         event loop): it raises the adapter's error class saying the adapter
         was closed and nothing was committed, or, when its COMMIT was already
@@ -564,27 +567,25 @@ class PgLink:
         has finished is dropped (its connections and workers went with the
         loop). A COMMIT still being finished on a lent connection (see
         :mod:`.lent`) is waited for, so the host may then close the connection.
-        Raises the adapter's error class when a pool did not close in time, or
-        that COMMIT is still unanswered after 10 s.
+        Raises the adapter's error class (to every caller) when a pool did not
+        close in time, or that COMMIT is still unanswered after 10 s.
         """
-        if not self._closing.claim():
-            # Another aclose() closes: wait for its end, within the close's own bound (the pools,
-            # then the lent connection's COMMIT), so this caller is not told "closed" too early.
-            await self._closing.wait(2 * SETTLE_S)
-            return
-        self._stop_running()
-        problems = await self._closing.run(self._close_all)
-        if problems:
-            raise self._family(f"{self._name}: closing: " + "; ".join(problems))
+        await self._closing.run(self._begin_close)
 
-    async def _close_all(self) -> list[str]:
-        """Close the owned pools and wait for a lent connection's COMMIT; returns the problems."""
+    def _begin_close(self) -> Awaitable[None]:
+        """Cancel the calls in flight now (in the first ``aclose()`` caller), then close the pools."""
+        self._stop_running()
+        return self._close_all()
+
+    async def _close_all(self) -> None:
+        """Close the owned pools and wait for a lent connection's COMMIT; raise what did not close."""
         problems = await self._owned.aclose(close_pool, SETTLE_S)
         # A COMMIT still being finished on the lent connection: waited for, so that the host may
         # close the connection once aclose() returned (see lent_settled).
         if self._lent_connection is not None and not await lent_settled(self._lent_connection, SETTLE_S):
             problems.append("the lent connection still waits for a COMMIT's answer; do not close it yet")
-        return problems
+        if problems:
+            raise self._family(f"{self._name}: closing: " + "; ".join(problems))
 
     def _stop_running(self) -> None:
         """Cancel every call in flight, each on its own event loop (aclose may run on another)."""
