@@ -41,6 +41,7 @@ to ``max_concurrency`` requests run at once and keeps the rest of that base's ca
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import threading
@@ -57,7 +58,13 @@ import attrs
 import botocore.exceptions
 
 from agentium_harness import AgentiumError, InvalidArgumentError
-from agentium_harness.plugin_api import OpContext, OperationCancelledError, PerLoop, ThreadSafeEvent
+from agentium_harness.plugin_api import (
+    CloseOnce,
+    OpContext,
+    OperationCancelledError,
+    PerLoop,
+    ThreadSafeEvent,
+)
 
 from .config import S3Config, redact_endpoint
 from .errors import (
@@ -84,6 +91,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# The plugin's logger (observe.py's), for a close whose first caller was cancelled.
+_log = logging.getLogger("agentium.plugins.archive_s3")
 
 _DENIED: Final = frozenset(
     {
@@ -215,12 +225,9 @@ class S3Link:
         self._client: S3Client | None = client
         self._owned = client is None
         self._hooked = False
-        self._closed = False
-        # Makes aclose()'s "am I the first?" atomic: two threads closing at once each started a close thread.
-        self._close_lock = threading.Lock()
-        # Set once the first aclose() has done its work: an aclose() meanwhile (on any loop) waits for it.
-        self._close_done = ThreadSafeEvent()
-        self._close_failure: Exception | None = None  # what the close's thread raised, for the first aclose()
+        # aclose() from any task, thread or loop: exactly one starts the close (two threads closing at
+        # once each started a close thread); the others wait for its end, and all hear its outcome.
+        self._closing = CloseOnce(name, wait_s=config.close_timeout_s + 1.0, logger=_log)
         self._lock = threading.Lock()
         self._state = _CallState()
         self._hook_id = f"agentium-archive-s3-{id(self)}"
@@ -245,7 +252,7 @@ class S3Link:
     @property
     def closed(self) -> bool:
         """True once :meth:`aclose` ran; later calls are refused."""
-        return self._closed
+        return self._closing.claimed
 
     def describe(self) -> str:
         """Bucket and endpoint, for messages (no credentials)."""
@@ -297,7 +304,7 @@ class S3Link:
         (a load or an erase waiting on the write fence) checks it first too:
         a write left running past ``aclose`` would otherwise hold it up.
         """
-        if self._closed:
+        if self._closing.claimed:
             raise self.family(f"{self.name}: {operation} refused: the adapter is closed", code="closed")
 
     async def call(self, ctx: OpContext, operation: str, work: Callable[[S3Client], T]) -> T:
@@ -361,7 +368,7 @@ class S3Link:
             with self._lock:
                 self._busy -= 1
                 self._idle.notify_all()
-                if self._closed and self._busy == 0:
+                if self._closing.claimed and self._busy == 0:
                     # The last request running past aclose's wait lets go of the client it kept.
                     self._release()
 
@@ -426,36 +433,35 @@ class S3Link:
         A second ``aclose()`` while the first is closing (from any task,
         thread or loop) returns once the first has done its work, waiting at
         most ``close_timeout_s`` too: returning at once, it told its caller the
-        client was closed while it was still open. The first's work is over when
-        its thread ends, not when the first returns: a native ``Task.cancel()``
-        (which anyio's shield does not stop on asyncio) ends the first early.
+        client was closed while it was still open. Every caller hears the same
+        outcome (``plugin_api.CloseOnce``): the close's failure is raised to each,
+        and when the first caller was cancelled by a native ``Task.cancel()``
+        (which anyio's shield does not stop on asyncio) it is logged as a
+        WARNING and raised to the next ``aclose()``; the close goes on meanwhile.
         """
-        with self._close_lock:  # one decision across threads: exactly one caller starts the close
-            first, self._closed = not self._closed, True
-        if not first:
-            with anyio.move_on_after(self.config.close_timeout_s, shield=True):
-                await self._close_done.wait()
-            return
+        await self._closing.run(self._close)
+
+    async def _close(self) -> None:
         # A thread started here always runs, and says when it has ended (a wait in a worker thread of
         # anyio's may never start once its caller is cancelled): whoever waits, the close is done then.
-        closer = threading.Thread(target=self._close_in_thread, name="agentium-archive-s3-close", daemon=True)
-        closer.start()
-        with anyio.CancelScope(shield=True):
-            await self._close_done.wait()
-        failure, self._close_failure = self._close_failure, None
-        if failure is not None:
-            raise failure  # the client's close failed: its caller hears it, as from the worker thread before
+        ended = ThreadSafeEvent()
+        failure: list[Exception] = []
 
-    def _close_in_thread(self) -> None:
-        try:
-            with self._lock:
-                # Bounded on its own: read_timeout_s (up to an hour, times max_attempts) held every close.
-                if self._idle.wait_for(lambda: self._busy == 0, timeout=self.config.close_timeout_s):
-                    self._release()
-        except Exception as exc:  # raised by the first aclose() (not left to the thread's excepthook)
-            self._close_failure = exc
-        finally:
-            self._close_done.set()
+        def close_in_thread() -> None:
+            try:
+                with self._lock:
+                    # Bounded on its own: read_timeout_s (up to an hour, times max_attempts) held every close.
+                    if self._idle.wait_for(lambda: self._busy == 0, timeout=self.config.close_timeout_s):
+                        self._release()
+            except Exception as exc:  # raised to aclose()'s callers (not left to the thread's excepthook)
+                failure.append(exc)
+            finally:
+                ended.set()
+
+        threading.Thread(target=close_in_thread, name="agentium-archive-s3-close", daemon=True).start()
+        await ended.wait()
+        if failure:
+            raise failure[0]  # the client's close failed
 
     def _release(self) -> None:
         """Unhook and (when owned) close the client; the caller holds ``_lock``. Idempotent."""
