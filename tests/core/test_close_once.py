@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+import traceback
 
 import anyio
+import anyio.lowlevel
 import pytest
 
+from agentium_harness import OperationCancelledError
 from agentium_harness.plugin_api import CloseOnce
 
 
@@ -221,3 +225,99 @@ def test_a_later_caller_stops_waiting_at_wait_s_with_a_warning(caplog: pytest.Lo
     with caplog.at_level(logging.WARNING, logger="agentium.adapters"):
         anyio.run(main)
     assert any("still running" in r.getMessage() for r in caplog.records)
+
+
+def test_a_close_cut_off_by_the_end_of_its_loop_is_not_reported_as_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # asyncio.run returning cancels every task left, the close's own among them: what it had not
+    # closed stayed open, and later callers (other loops) were told it had closed, with no log line.
+    once = CloseOnce("test adapter", wait_s=1)
+    started = threading.Event()
+
+    async def close() -> None:
+        started.set()
+        await asyncio.sleep(10)
+
+    async def main() -> None:
+        first = asyncio.get_running_loop().create_task(once.run(close))
+        await asyncio.sleep(0.01)
+        assert started.is_set() and not first.done()
+
+    with caplog.at_level(logging.WARNING, logger="agentium.adapters"):
+        asyncio.run(main())
+    assert once.ended
+    assert any("CancelledError" in r.getMessage() for r in caplog.records)
+    for backend in ("asyncio", "trio"):
+        with pytest.raises(OperationCancelledError, match="test adapter: its close did not finish"):
+            anyio.run(once.run, close, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_close_interrupted_by_a_base_exception_is_not_reported_as_closed(backend: str) -> None:
+    once = CloseOnce("test adapter", wait_s=1)
+
+    async def close() -> None:
+        await anyio.lowlevel.checkpoint()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # the first caller hears the interruption itself
+        anyio.run(once.run, close, backend=backend)
+    assert once.ended
+    with pytest.raises(OperationCancelledError, match=r"did not finish \(KeyboardInterrupt\)"):
+        anyio.run(once.run, close, backend=backend)
+
+
+def test_a_base_exception_before_the_close_starts_ends_it_for_later_callers() -> None:
+    # close() raising at once (before any await) left the close claimed but never ended: each later
+    # caller waited wait_s, then returned with a WARNING that the close was still running.
+    once = CloseOnce("test adapter", wait_s=5)
+
+    def close() -> asyncio.Future[None]:
+        raise SystemExit(3)
+
+    with pytest.raises(SystemExit):
+        anyio.run(once.run, close)
+    assert once.ended
+    begun = time.monotonic()
+    with pytest.raises(OperationCancelledError, match=r"\(SystemExit\)"):
+        anyio.run(once.run, close)
+    assert time.monotonic() - begun < 1  # not a wait of wait_s for a close that had ended
+
+
+def test_each_caller_gets_its_own_exception_not_another_callers_context_or_frames() -> None:
+    # One exception object re-raised to every caller took, at each raise, the exception that caller
+    # was handling as its __context__ (replacing the close's own), and kept that caller's frames in
+    # its traceback: the next caller saw another caller's exception (its message, its frames).
+    once = CloseOnce("test adapter", wait_s=5)
+
+    async def close() -> None:
+        try:
+            raise OSError("socket reset")
+        except OSError:
+            raise Refused("pool did not close")  # noqa: B904 - its implicit context is the point
+
+    async def main() -> list[Refused]:
+        heard: list[Refused] = []
+        for caller in range(3):
+            try:
+                raise KeyError(f"caller {caller}'s own problem")
+            except KeyError:
+                try:
+                    await once.run(close)
+                except Refused as exc:
+                    heard.append(exc)
+        return heard
+
+    heard = anyio.run(main)
+    assert all(type(exc) is Refused and str(exc) == "pool did not close" for exc in heard)
+    assert [type(exc.__context__) for exc in heard] == [KeyError] * 3  # each its own caller's
+    assert [str(exc.__context__) for exc in heard] == [f'"caller {n}\'s own problem"' for n in range(3)]
+    assert len({id(exc) for exc in heard}) == 3
+    # A caller's frames are in its own traceback only, over the close's (where it failed).
+    depths = [len(traceback.extract_tb(exc.__traceback__)) for exc in heard]
+    assert depths[0] == depths[1] == depths[2]
+    assert traceback.extract_tb(heard[2].__traceback__)[-1].name == "close"
+    # What the close kept is as the close raised it: its own context, not a caller's.
+    kept = once._problem
+    assert kept is not None and type(kept.__context__) is OSError

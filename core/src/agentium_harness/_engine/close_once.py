@@ -11,6 +11,7 @@ had closed. One helper, exported by ``plugin_api``, keeps them together.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from types import TracebackType
 
 import anyio
 
+from .._errors import OperationCancelledError
 from .._observe.spans import current_span_event
 from .loops import ThreadSafeEvent, current_library
 
@@ -31,7 +33,8 @@ class CloseOnce:
 
     ``what`` names the adapter in log lines (``"OpenAI provider"``): no ids, no
     URLs, no content. ``wait_s`` bounds how long a later caller waits for the
-    first's close (give the close's own bound, or a little more). ``logger`` is
+    first's close (a little more than the close's own bound: a caller that
+    stops waiting as the close fails is not told of the failure). ``logger`` is
     the adapter's (``agentium.adapters`` by default).
 
     ``await once.run(close)`` in ``aclose()``:
@@ -46,7 +49,13 @@ class CloseOnce:
     - a later or concurrent caller waits (shielded, at most ``wait_s``) for that
       close to end;
     - every caller then sees the same outcome: nothing, or the exception the
-      close raised, re-raised (the same object, so its type is the adapter's).
+      close raised, re-raised (each caller a copy of it: the adapter's type,
+      message, attributes and cause, over the close's traceback; one object
+      raised to several callers took each caller's frames and handled
+      exception for the next to see). A close that did not finish (its task
+      cancelled, by ``asyncio.run`` returning say, or a ``KeyboardInterrupt``
+      in it) is :class:`OperationCancelledError` for the later callers, never
+      "closed"; the first caller hears a ``KeyboardInterrupt`` itself.
       When the first caller was cancelled natively before the close ended, its
       problem is logged at WARNING (the adapter's name and the exception's type,
       nothing else) and raised to the next caller.
@@ -55,7 +64,19 @@ class CloseOnce:
     still running (``wait_s`` is shorter than the close's own bound).
     """
 
-    __slots__ = ("_claimed", "_done", "_lock", "_log", "_problem", "_task", "_trace", "_wait_s", "_what")
+    __slots__ = (
+        "_claimed",
+        "_context",
+        "_done",
+        "_kind",
+        "_lock",
+        "_log",
+        "_problem",
+        "_task",
+        "_trace",
+        "_wait_s",
+        "_what",
+    )
 
     def __init__(self, what: str, *, wait_s: float, logger: logging.Logger | None = None) -> None:
         self._what = what
@@ -66,6 +87,8 @@ class CloseOnce:
         self._done = ThreadSafeEvent()
         self._problem: Exception | None = None  # what the close raised, for every caller
         self._trace: TracebackType | None = None  # its traceback as the close raised it
+        self._context: BaseException | None = None  # its __context__ as the close raised it
+        self._kind = ""  # the type of what ended the close (its error, a cancellation): for the log
         self._task: asyncio.Task[None] | None = None  # held: asyncio keeps weak references to tasks
 
     @property
@@ -95,8 +118,10 @@ class CloseOnce:
         try:
             with anyio.CancelScope(shield=True):
                 await close()
-        except Exception as exc:
+        except BaseException as exc:
             self._keep(exc)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: this caller hears it itself; later ones are told
         finally:
             self._done.set()
 
@@ -104,19 +129,25 @@ class CloseOnce:
         """Asyncio: the close runs in a task of its own; a natively cancelled caller stops waiting only."""
         try:
             work = close()  # its synchronous part runs now, in the caller
-        except Exception as exc:
+        except BaseException as exc:
             self._keep(exc)
-            self._done.set()
+            self._done.set()  # ended: later callers must not wait for a close that never began
+            if not isinstance(exc, Exception):
+                raise
             return
         left = False  # the caller stopped waiting: only the log (and the next caller) hear the problem
 
         async def closing() -> None:
             try:
                 await work
-            except Exception as exc:
+            except BaseException as exc:
+                # A cancellation too (asyncio.run returning cancels the tasks left, this one among
+                # them): the close did not finish, and later callers must not be told it did.
                 self._keep(exc)
                 if left:
-                    self._warn_unheard(exc)
+                    self._warn_unheard()
+                if not isinstance(exc, Exception):
+                    raise  # the task ends cancelled (or the interruption goes on to the loop)
             finally:
                 self._task = None  # ended: a finished task (and its traceback) is not kept
                 if left:
@@ -132,7 +163,7 @@ class CloseOnce:
             if task.done():
                 self._done.set()
                 if self._problem is not None:
-                    self._warn_unheard(self._problem)
+                    self._warn_unheard()
             raise
         # Ended here rather than in the task: the first caller goes on before the waiting callers wake.
         self._done.set()
@@ -148,18 +179,44 @@ class CloseOnce:
                 self._wait_s,
             )
 
-    def _keep(self, exc: Exception) -> None:
-        self._problem, self._trace = exc, exc.__traceback__
+    def _keep(self, exc: BaseException) -> None:
+        """Keep the close's outcome for every caller (an interruption as an OperationCancelledError)."""
+        self._kind = type(exc).__name__  # the type only: the log names nothing else
+        if isinstance(exc, Exception):
+            self._problem, self._trace, self._context = exc, exc.__traceback__, exc.__context__
+            return
+        # Cancelled, or interrupted: what it had not closed stays open; no later caller is told "closed".
+        self._problem = OperationCancelledError(
+            f"{self._what}: its close did not finish ({type(exc).__name__}); "
+            "what it had not closed may still be open",
+            "close interrupted",
+        )
+        self._trace = self._context = None
 
     def _raise_problem(self) -> None:
         problem = self._problem
         if problem is not None:
-            # From the close's own traceback each time: re-raising one object does not grow it per caller.
-            raise problem.with_traceback(self._trace)
+            # Each caller its own copy: one object raised to several callers took each caller's handled
+            # exception as its __context__ and each caller's frames in its traceback, for the next to see.
+            raise self._copy(problem).with_traceback(self._trace)
 
-    def _warn_unheard(self, exc: BaseException) -> None:
-        """The close failed after its caller was cancelled: logged (no ids, no content), then raised later."""
-        kind = type(exc).__name__
+    def _copy(self, problem: Exception) -> Exception:
+        """``problem`` again (type, arguments, attributes, cause, context), or itself if it will not copy."""
+        try:
+            twin = copy.copy(problem)
+        except Exception:  # an __init__ that does not take its own args: the object itself, its context reset
+            twin = problem
+        if type(twin) is not type(problem):  # pragma: no cover - a __reduce__ of its own
+            twin = problem
+        if twin is not problem and isinstance(getattr(problem, "__notes__", None), list):
+            twin.__notes__ = list(problem.__notes__)
+        twin.__cause__, twin.__context__ = problem.__cause__, self._context
+        twin.__suppress_context__ = problem.__suppress_context__
+        return twin
+
+    def _warn_unheard(self) -> None:
+        """The close failed (or was cut off) after its caller was cancelled: logged, then raised later."""
+        kind = self._kind
         self._log.warning(
             "%s: closing failed (%s) after the aclose() caller that started it was cancelled; "
             "the next aclose() raises it",

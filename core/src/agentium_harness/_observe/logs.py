@@ -62,6 +62,14 @@ LOGGERS: dict[str, str] = {
         "plugin imports, registration hooks, config classes, adapter factories and command configures "
         "abandoned at AGENTIUM_HOOK_TIMEOUT (WARNING)"
     ),
+    "agentium.adapters": (
+        "adapters' closes (plugin_api.CloseOnce, unless the adapter passes its own logger, as the plugins"
+        " below do): a close that failed, or was cut off (its task cancelled), after the aclose() caller "
+        "that started it was natively cancelled (the adapter's name and the error type only; the next "
+        "aclose() raises it; also the event agentium.close.unheard with error.type on the span current "
+        "when the close began, if it still records), a later caller that stopped waiting for a close "
+        "still running (WARNING)"
+    ),
     "agentium.telemetry": "the instrumentation itself: a span processor or metric reader that failed",
 }
 
