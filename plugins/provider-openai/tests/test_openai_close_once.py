@@ -56,3 +56,41 @@ def test_a_natively_cancelled_first_aclose_leaves_its_failure_logged_and_raised_
         "OpenAI provider" in r.getMessage() and "OpenAIProviderError" in r.getMessage()
         for r in caplog.records
     )
+
+
+def test_a_concurrent_second_aclose_waits_long_enough_to_hear_a_close_that_timed_out(
+    stub: StubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The later caller waited exactly _CLOSE_S, the close's own bound, from a moment before the close
+    # began: it stopped waiting as the close failed, and returned as if the clients had closed.
+    from agentium_provider_openai import provider as provider_module
+
+    monkeypatch.setattr(provider_module, "_CLOSE_S", 0.2)
+    provider = make_provider(stub)
+    stub.add(Reply.recorded("plain_answer"))
+
+    async def main() -> list[str]:
+        await provider.complete(
+            ModelRequest("You help.", turn=(Message(Role.USER, "hi"),)), OpContext.with_timeout(20)
+        )
+        client = provider.client
+        assert client is not None
+
+        async def stuck_close() -> None:
+            await asyncio.sleep(10)
+
+        client.close = stuck_close  # type: ignore[method-assign]
+        heard: list[str] = []
+
+        async def closer() -> None:
+            try:
+                await provider.aclose()
+                heard.append("returned")
+            except OpenAIProviderError as exc:
+                heard.append(str(exc))
+
+        await asyncio.gather(closer(), closer())
+        return heard
+
+    heard = asyncio.run(main())
+    assert len(heard) == 2 and all("did not finish within 0.2s" in text for text in heard), heard

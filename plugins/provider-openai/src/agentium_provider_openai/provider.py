@@ -123,7 +123,9 @@ class OpenAIProvider(ModelProvider):
         self._config = config
         self._owns_client = client is None
         # Who closes (one caller), and its outcome, which every aclose() caller hears.
-        self._closing = CloseOnce("OpenAI provider", wait_s=_CLOSE_S, logger=logger)
+        # A later caller waits a second past the close's own bound: waiting exactly that long (from before
+        # the close began) it stopped as the close failed, and returned as if every client had closed.
+        self._closing = CloseOnce("OpenAI provider", wait_s=_CLOSE_S + 1.0, logger=logger)
         # The lent client (a copy without retries), or None for an owned provider.
         self._client: AsyncOpenAI | None = None
         # An owned provider's clients, one per event loop (a client's connections belong to one loop).
@@ -571,7 +573,7 @@ class OpenAIProvider(ModelProvider):
         the loop). The clients close concurrently, so the whole close takes at most ``_CLOSE_S``
         however many loops are stuck; :class:`OpenAIProviderError` names each that did not close.
         A second ``aclose()`` while the first is closing (from any task, thread or loop) waits
-        for the first's closes to end, at most ``_CLOSE_S`` too; every caller hears the same
+        for the first's closes to end, at most a second longer; every caller hears the same
         outcome (``plugin_api.CloseOnce``): the first's :class:`OpenAIProviderError` is raised
         to later callers too, and to the next caller when the first was cancelled natively
         (the closes go on; a WARNING says they failed).
