@@ -321,3 +321,26 @@ def test_each_caller_gets_its_own_exception_not_another_callers_context_or_frame
     # What the close kept is as the close raised it: its own context, not a caller's.
     kept = once._problem
     assert kept is not None and type(kept.__context__) is OSError
+
+
+def test_a_close_whose_loop_was_closed_under_it_is_reported_at_once_not_waited_for() -> None:
+    # A loop closed with the close's task still pending (run_until_complete, then close()): the close
+    # can never end. Each later caller waited wait_s, then returned with "it is still running".
+    once = CloseOnce("test adapter", wait_s=1.5)
+
+    async def close() -> None:
+        await asyncio.sleep(10)
+
+    loop = asyncio.new_event_loop()
+    try:
+        first = loop.create_task(once.run(close))
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert not first.done()
+    finally:
+        loop.close()
+    for backend in ("asyncio", "trio"):
+        begun = time.monotonic()
+        with pytest.raises(OperationCancelledError, match="its event loop was closed"):
+            anyio.run(once.run, close, backend=backend)
+        assert time.monotonic() - begun < 0.5
+    assert once.ended

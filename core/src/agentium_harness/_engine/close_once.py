@@ -27,6 +27,9 @@ __all__ = ["CloseOnce"]
 
 _log = logging.getLogger("agentium.adapters")
 
+# How often a later caller looks whether the close's event loop was closed under it.
+_LOOK_S = 0.1
+
 
 class CloseOnce:
     """Runs an adapter's close once; every ``aclose()`` caller, first or later, hears its outcome.
@@ -61,7 +64,10 @@ class CloseOnce:
       nothing else) and raised to the next caller.
 
     A later caller whose wait ran out returns, with a WARNING: the close is
-    still running (``wait_s`` is shorter than the close's own bound).
+    still running (``wait_s`` is shorter than the close's own bound). A close
+    whose event loop was closed with it pending can never end: a later caller
+    finds that out (within a tenth of a second) and it is an
+    :class:`OperationCancelledError` for every later caller.
     """
 
     __slots__ = (
@@ -171,16 +177,45 @@ class CloseOnce:
     async def _wait(self) -> None:
         """A later caller: wait, shielded and within ``wait_s``, for the first's close to end."""
         with anyio.move_on_after(self._wait_s, shield=True):
-            await self._done.wait()
-        if not self._done.is_set():
+            # In slices: a close whose loop is closed under it never ends, nor says so (see _orphaned).
+            while not self._orphaned():
+                with anyio.move_on_after(_LOOK_S):
+                    await self._done.wait()
+                if self._done.is_set():
+                    break
+        if not self._done.is_set() and not self._orphaned():
             self._log.warning(
                 "%s: a later aclose() stopped waiting for the first's close after %ss; it is still running",
                 self._what,
                 self._wait_s,
             )
 
+    def _orphaned(self) -> bool:
+        """True once the close has ended, or its task's loop was closed with it pending (then ended here).
+
+        A loop closed without cancelling its tasks (``run_until_complete``, then
+        ``close()``) never runs the close again: it is ended as cut off, for every caller.
+        """
+        task = self._task
+        if self._done.is_set():
+            return True
+        if task is None or not task.get_loop().is_closed() or task.done():
+            return False
+        self._task = None  # never to run again: the close's task (and what it holds) is let go
+        self._kind = "its event loop was closed"
+        self._problem = OperationCancelledError(
+            f"{self._what}: its close did not finish (its event loop was closed with the close pending); "
+            "what it had not closed may still be open",
+            "close interrupted",
+        )
+        self._trace = self._context = None
+        self._done.set()
+        return True
+
     def _keep(self, exc: BaseException) -> None:
         """Keep the close's outcome for every caller (an interruption as an OperationCancelledError)."""
+        if self._done.is_set():
+            return  # ended already (a task of a closed loop, collected later): its outcome stands
         self._kind = type(exc).__name__  # the type only: the log names nothing else
         if isinstance(exc, Exception):
             self._problem, self._trace, self._context = exc, exc.__traceback__, exc.__context__
