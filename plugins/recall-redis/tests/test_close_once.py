@@ -125,3 +125,47 @@ def test_aclose_under_trio_closes_without_an_asyncio_loop(server: ServerProcess)
     anyio.run(used.aclose, backend="trio")  # idempotent
     with pytest.raises(RedisRecallError, match="closed"):
         anyio.run(used._ready, OpContext(), "test", backend="asyncio")
+
+
+async def test_a_concurrent_second_aclose_hears_a_close_that_used_its_whole_bound(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The close's bound: settle_timeout_s for the settlements, a second for those cancelled at its
+    # end, then _CLOSE_S for the connections. A later caller waited exactly that long, from before
+    # the close began: it stopped waiting as the close failed, and returned as if all had closed.
+    from agentium_recall_redis import store as store_module
+
+    monkeypatch.setattr(store_module, "_CLOSE_S", 0.2)
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix(), settle_timeout_s=0.1))
+    await store._ready(OpContext(), "test")
+    real_close = store._close_connection
+    stuck: list[object] = []
+
+    async def stubborn_settlement() -> None:  # a settlement slow to stop once cancelled
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(1.05)
+            raise
+
+    async def stuck_close(conn: object) -> None:
+        stuck.append(conn)
+        await asyncio.sleep(10)
+
+    store._writer.settlements.start(stubborn_settlement())
+    store._close_connection = stuck_close  # type: ignore[method-assign]
+    heard: list[str] = []
+
+    async def closer() -> None:
+        try:
+            await store.aclose()
+            heard.append("returned")
+        except RedisRecallError as exc:
+            heard.append(str(exc))
+
+    try:
+        await asyncio.gather(closer(), closer())
+    finally:
+        for conn in stuck:
+            await real_close(conn)  # type: ignore[arg-type]
+    assert len(heard) == 2 and all("did not finish within 0.2s" in text for text in heard), heard

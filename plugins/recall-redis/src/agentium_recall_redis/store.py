@@ -201,10 +201,10 @@ class RedisRecallStore(RecallStore):
         # Round trips of links whose loop has finished (round_trips counts them too).
         self._ended_trips = 0
         self._report: ServerReport | None = None
-        # aclose() from several tasks, threads or loops: exactly one closes; the others wait for its
-        # end (else they told their callers it was closed while it was not), and all hear its outcome.
+        # aclose() from any task, thread or loop: one closes, the others wait for its end (a second
+        # past its bound: settling, 1 s for the cancelled settlements, _CLOSE_S) and hear its outcome.
         self._closing = CloseOnce(
-            "redis recall store", wait_s=config.settle_timeout_s + _CLOSE_S + 1.0, logger=logger
+            "redis recall store", wait_s=config.settle_timeout_s + 1.0 + _CLOSE_S + 1.0, logger=logger
         )
         self._where = redact_url(config.url) if client is None else describe_client(client)
         self._errors = ServerErrors(
