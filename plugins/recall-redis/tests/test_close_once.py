@@ -169,3 +169,27 @@ async def test_a_concurrent_second_aclose_hears_a_close_that_used_its_whole_boun
         for conn in stuck:
             await real_close(conn)  # type: ignore[arg-type]
     assert len(heard) == 2 and all("did not finish within 0.2s" in text for text in heard), heard
+
+
+def test_a_call_past_the_closed_check_as_another_thread_closes_makes_no_connection(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # _ready checked "closed", then made this loop's connection: a thread that closed the store in
+    # between had collected the connections already, so this one was never closed, and the call ran.
+    import threading
+
+    from agentium_recall_redis import store as store_module
+
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    real_require = store_module.require_asyncio
+
+    def closed_meanwhile(operation: str) -> None:
+        real_require(operation)
+        closer = threading.Thread(target=anyio.run, args=(store.aclose,))
+        closer.start()
+        closer.join(5)
+
+    monkeypatch.setattr(store_module, "require_asyncio", closed_meanwhile)
+    with pytest.raises(RedisRecallError, match="closed"):
+        anyio.run(store._ready, OpContext(), "test")
+    assert store._loops.items() == []  # nothing made after the close collected the connections

@@ -518,6 +518,8 @@ class RedisRecallStore(RecallStore):
 
     def _connection(self) -> _LoopConnection:
         """The running loop's connection: the lent client, or a client of its own for this loop."""
+        if self._closing.claimed:  # checked again under PerLoop's lock, which aclose() collects under
+            raise RedisRecallError("redis recall store: refused: the store is closed")
         client = self._lent if self._lent is not None else make_client(self._config, self._errors)
         return _LoopConnection(client, Link(client, owned=self._lent is None), asyncio.Lock())
 
