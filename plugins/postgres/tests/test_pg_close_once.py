@@ -10,6 +10,7 @@ import asyncio
 import logging
 from typing import Any
 
+import anyio
 import pytest
 
 from agentium_harness.plugin_api import OpContext, SessionKey
@@ -105,3 +106,38 @@ async def test_a_natively_cancelled_first_aclose_leaves_its_failure_logged_and_r
     assert closes == ["began"]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("postgres archive" in m and "closing failed" in m for m in warned), warned
+
+
+async def test_a_call_past_the_closed_check_as_another_thread_closes_opens_no_pool(
+    app_config: PostgresConfig,
+) -> None:
+    # _pool() checked "closed", then made this loop's pool: a thread that closed the link in between
+    # had collected the pools already, so the new one (its connections, its workers) was never closed.
+    import threading
+
+    archive = PostgresArchive(app_config)
+    link = archive.link
+    owned = link._owned
+
+    class ClosedMeanwhile:
+        """The link's pools, closed by another thread just before this loop's is made."""
+
+        def get(self) -> Any:
+            closer = threading.Thread(target=anyio.run, args=(archive.aclose,))
+            closer.start()
+            closer.join(5)
+            return owned.get()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(owned, name)
+
+    link._owned = ClosedMeanwhile()  # type: ignore[assignment]
+    try:
+        with pytest.raises(PostgresError, match="closed"):
+            await link._pool()
+    finally:
+        link._owned = owned
+        left = [slot.pool for _loop, slot in owned.items() if slot.pool is not None]
+        for pool in left:
+            await pool.close(timeout=1.0)
+    assert left == []  # no pool made after the close collected them

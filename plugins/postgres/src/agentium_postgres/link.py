@@ -336,9 +336,9 @@ class PgLink:
     async def _pool(self) -> AsyncConnectionPool[Any]:
         if self._lent_pool is not None:
             return self._lent_pool
-        if self._closing.claimed:  # a call that was running when aclose() ran: no new pool, it would leak
+        slot = self._owned.get()  # checked after: a close claims before it collects, so a slot made
+        if self._closing.claimed:  # past its collect is refused here (its pool leaked, never closed)
             raise self._family(f"{self._name}: refused: the adapter is closed")
-        slot = self._owned.get()
         if slot.pool is None:
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self._config.conninfo(),
