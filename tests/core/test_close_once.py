@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 import traceback
+import warnings
 
 import anyio
 import anyio.lowlevel
@@ -344,3 +345,29 @@ def test_a_close_whose_loop_was_closed_under_it_is_reported_at_once_not_waited_f
             anyio.run(once.run, close, backend=backend)
         assert time.monotonic() - begun < 0.5
     assert once.ended
+
+
+def test_a_close_cancelled_before_its_task_began_is_not_reported_as_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # asyncio.run returned with the close's task made but not yet run: cancelled before its first
+    # step, nothing of it ran (not even its error handling), and later callers were told "closed".
+    once = CloseOnce("test adapter", wait_s=1)
+    began: list[int] = []
+
+    async def close() -> None:
+        began.append(1)
+
+    async def main() -> None:
+        # Its first step runs as the loop stops: it makes the close's task, which never runs.
+        asyncio.get_running_loop().create_task(once.run(close))
+
+    with caplog.at_level(logging.WARNING, logger="agentium.adapters"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the close's coroutine was never awaited
+        asyncio.run(main())
+    assert began == [] and once.ended
+    assert any("CancelledError" in r.getMessage() for r in caplog.records)
+    begun = time.monotonic()
+    with pytest.raises(OperationCancelledError, match="its close did not finish"):
+        anyio.run(once.run, close)
+    assert time.monotonic() - begun < 0.5

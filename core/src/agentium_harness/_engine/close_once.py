@@ -159,14 +159,28 @@ class CloseOnce:
                 if left:
                     self._done.set()
 
+        def never_began(task: asyncio.Task[None]) -> None:
+            # Cancelled before its first step (asyncio.run returning as it was made): closing() never
+            # ran, its handlers neither. Cut off all the same, never "closed".
+            if task.cancelled() and self._problem is None:
+                self._keep(asyncio.CancelledError())
+                if left:
+                    self._warn_unheard()
+            if left:
+                self._task = None
+                self._done.set()
+
         # Held here until it ends (asyncio keeps weak references), even once the caller let go.
         self._task = task = asyncio.get_running_loop().create_task(closing())
+        task.add_done_callback(never_began)
         try:
             with anyio.CancelScope(shield=True):
                 await asyncio.shield(task)
         except BaseException:
             left = True  # one loop thread: the task has not ended yet, or has just now (below)
             if task.done():
+                if task.cancelled() and self._problem is None:
+                    self._keep(asyncio.CancelledError())  # never began (see never_began)
                 self._done.set()
                 if self._problem is not None:
                     self._warn_unheard()
