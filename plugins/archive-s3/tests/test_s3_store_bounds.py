@@ -26,6 +26,7 @@ import asyncio
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -482,3 +483,26 @@ def test_a_natively_cancelled_first_aclose_leaves_its_failure_logged_and_raised_
         asyncio.run(main())
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("s3 session store" in m and "OSError" in m for m in warned), warned
+
+
+def test_an_aclose_cut_off_as_its_loop_ends_still_releases_the_client(config: S3Config) -> None:
+    # The close's thread was started in the close's asyncio task, at its first step: asyncio.run
+    # returning just as aclose() made that task cancelled it first, and the client was never released.
+    store = S3SessionStore(config)
+    link = store.link
+    real_release = link._release
+    released = threading.Event()
+
+    def release() -> None:
+        real_release()
+        released.set()
+
+    link._release = release
+
+    async def main() -> None:
+        asyncio.get_running_loop().create_task(link.aclose())  # its first step runs as the loop stops
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a coroutine of the cut-off close never awaited
+        asyncio.run(main())
+    assert released.wait(1)  # the close's thread ran all the same

@@ -46,7 +46,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
@@ -441,9 +441,12 @@ class S3Link:
         """
         await self._closing.run(self._close)
 
-    async def _close(self) -> None:
+    def _close(self) -> Awaitable[None]:
+        """Start the close's thread now, in the first ``aclose()`` caller; the close ends with it."""
         # A thread started here always runs, and says when it has ended (a wait in a worker thread of
         # anyio's may never start once its caller is cancelled): whoever waits, the close is done then.
+        # Started before anything is awaited: in the close's asyncio task, a loop that ended as that task
+        # was made (asyncio.run returning) cancelled it before its first step, and nothing released.
         ended = ThreadSafeEvent()
         failure: list[Exception] = []
 
@@ -459,9 +462,13 @@ class S3Link:
                 ended.set()
 
         threading.Thread(target=close_in_thread, name="agentium-archive-s3-close", daemon=True).start()
-        await ended.wait()
-        if failure:
-            raise failure[0]  # the client's close failed
+
+        async def closed() -> None:
+            await ended.wait()
+            if failure:
+                raise failure[0]  # the client's close failed
+
+        return closed()
 
     def _release(self) -> None:
         """Unhook and (when owned) close the client; the caller holds ``_lock``. Idempotent."""
