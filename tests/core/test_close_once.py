@@ -19,7 +19,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agentium_harness import OperationCancelledError
+from agentium_harness import OperationCancelledError, OperationTimeoutError
 from agentium_harness.plugin_api import CloseOnce
 
 
@@ -208,7 +208,11 @@ def test_a_synchronous_failure_of_close_is_the_outcome_too() -> None:
     assert once.ended
 
 
-def test_a_later_caller_stops_waiting_at_wait_s_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_later_caller_that_stops_waiting_at_wait_s_is_told_the_close_has_not_ended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # It returned (a WARNING only): its caller was told "closed" while the close still ran, what
+    # CloseOnce is there to prevent.
     once = CloseOnce("test adapter", wait_s=0.05)
     release = threading.Event()
 
@@ -219,9 +223,12 @@ def test_a_later_caller_stops_waiting_at_wait_s_with_a_warning(caplog: pytest.Lo
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(once.run, close)
             await anyio.sleep(0.01)
-            await once.run(close)
+            with pytest.raises(OperationTimeoutError, match=r"still running after 0\.05s") as caught:
+                await once.run(close)
+            assert caught.value.operation == "aclose" and caught.value.timeout_s == 0.05
             assert not once.ended
             release.set()
+        await once.run(close)  # once it has ended (cleanly), a caller returns
 
     with caplog.at_level(logging.WARNING, logger="agentium.adapters"):
         anyio.run(main)

@@ -19,7 +19,7 @@ from types import TracebackType
 
 import anyio
 
-from .._errors import OperationCancelledError
+from .._errors import OperationCancelledError, OperationTimeoutError
 from .._observe.spans import current_span_event
 from .loops import ThreadSafeEvent, current_library
 
@@ -63,8 +63,9 @@ class CloseOnce:
       problem is logged at WARNING (the adapter's name and the exception's type,
       nothing else) and raised to the next caller.
 
-    A later caller whose wait ran out returns, with a WARNING: the close is
-    still running (``wait_s`` is shorter than the close's own bound). A close
+    A later caller whose wait ran out gets :class:`OperationTimeoutError`
+    (``operation`` ``"aclose"``), with a WARNING: the close is still running
+    (``wait_s`` is shorter than the close's own bound). A close
     whose event loop was closed with it pending can never end: a later caller
     finds that out (within a tenth of a second) and it is an
     :class:`OperationCancelledError` for every later caller.
@@ -201,6 +202,13 @@ class CloseOnce:
             self._log.warning(
                 "%s: a later aclose() stopped waiting for the first's close after %ss; it is still running",
                 self._what,
+                self._wait_s,
+            )
+            # Not "closed": the close still runs (its outcome goes to the first caller, or the log).
+            raise OperationTimeoutError(
+                f"{self._what}: the first aclose()'s close was still running after {self._wait_s}s; "
+                "it may not have closed yet",
+                "aclose",
                 self._wait_s,
             )
 
