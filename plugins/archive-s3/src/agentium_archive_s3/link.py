@@ -432,7 +432,7 @@ class S3Link:
         a thread of its own, outside anyio's default pool, so a full pool cannot hold it.
         A second ``aclose()`` while the first is closing (from any task,
         thread or loop) returns once the first has done its work, waiting at
-        most ``close_timeout_s`` too: returning at once, it told its caller the
+        most a second past ``close_timeout_s``: returning at once, it told its caller the
         client was closed while it was still open. Every caller hears the same
         outcome (``plugin_api.CloseOnce``): the close's failure is raised to each,
         and when the first caller was cancelled by a native ``Task.cancel()``
