@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from .._history import MessageGroup, sent_tokens, tokens_and_sizes
+from .._history import MessageGroup, planning_sizes
 from .._history_messages import messages_tokens
 from .foreign_results import for_model
 from .limits import ResidentLimits
@@ -22,7 +22,6 @@ __all__ = ["EvictionPlan", "plan_eviction"]
 
 _TOKENS = operator.itemgetter(0)
 _BYTES = operator.itemgetter(1)
-_PAYLOAD = operator.attrgetter("payload")
 
 
 @attrs.frozen(slots=True)
@@ -45,21 +44,14 @@ def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> E
     A group's tokens are at least those ``run()`` sends of it (a foreign tool result is sent
     as a notice and a block: see below).
     """
-    # Each group's size is measured once (a canonical encoding each) and the
-    # totals kept as running sums, so planning is linear in resident groups;
-    # the sums and the oversized check run at C speed (itemgetter, max).
-    sizes = tokens_and_sizes(resident)
-    # Only a group holding foreign items (payloads) is sent otherwise than stored: looked for at C
-    # speed, each group's payloads counted against None (a call and a generator per group was a
-    # tenth of a turn's engine calls). A foreign tool result is sent as a notice and an escaped
-    # ``tool_output`` block (:func:`.foreign_results.for_model`), many times its content's tokens:
-    # counted as stored, the history sent could be far over ``max_tokens``. So such a group counts
-    # at least its tokens as sent, computed once per group (kept with its encoding).
-    for i, group in enumerate(resident):
-        held = group.messages
-        if list(map(_PAYLOAD, held)).count(None) != len(held):
-            stored_tokens, stored_bytes = sizes[i]
-            sizes[i] = (max(stored_tokens, sent_tokens(group, _tokens_sent)), stored_bytes)
+    # Each group's size is measured once and kept with its encoding (a canonical encoding each),
+    # and the totals kept as running sums, so planning is linear in resident groups; the sums and
+    # the oversized check run at C speed (itemgetter, max). A foreign tool result is sent as a
+    # notice and an escaped ``tool_output`` block (:func:`.foreign_results.for_model`), many times
+    # its content's tokens: counted as stored, the history sent could be far over ``max_tokens``.
+    # So a group holding foreign items (payloads) counts at least its tokens as sent, computed
+    # once per group, as its size is (:func:`~agentium_harness._history.planning_sizes`).
+    sizes = planning_sizes(resident, _tokens_sent)
     tokens = sum(map(_TOKENS, sizes))
     size = sum(map(_BYTES, sizes))
     first = 0
