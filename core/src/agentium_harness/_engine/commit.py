@@ -26,7 +26,6 @@ from .._errors import ArchiveConflictError, ContractViolationError, EncodingErro
 from .._history import MessageGroup, ViewState
 from .._json import MAX_JSON_BYTES
 from .._observe import spans as observe
-from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._ports.sessions import (
     ArchivedDigest,
@@ -43,13 +42,21 @@ from .._text import cut_text, error_text
 from .._validators import exact_int, shown_number
 from .archive_receipts import archive_groups, checked_receipts
 from .commit_fence import refuse_if_erased_since_load
-from .hooks import HookBroadcaster, broadcast
+from .commit_joint import (
+    FENCED_COMMIT,
+    CommitOutcome,
+    broadcast_archived,
+    landed_joint,
+    shares_transaction,
+    transaction_fence,
+)
+from .hooks import HookBroadcaster
 from .lifecycle import Ticket
 from .limits import ResidentLimits
 from .load import note_well_formed
 from .resident import EvictionPlan, plan_eviction
 from .results import CommitState, Diagnostic, EvictionStatus, Severity
-from .settle import Settled, mark_commit_state, settle_save
+from .settle import mark_commit_state, settle_save
 
 __all__ = [
     "CommitOutcome",
@@ -61,22 +68,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("agentium.engine.commit")
-
-
-@attrs.frozen(slots=True)
-class CommitOutcome:
-    """What one commit did."""
-
-    revision: int
-    boundary: int
-    resident: tuple[MessageGroup, ...]
-    archived: tuple[ArchiveReceipt, ...]
-    eviction: EvictionStatus
-    diagnostics: tuple[Diagnostic, ...]
-    #: The groups ``archived`` acknowledges, same order: what a recall index follows.
-    archived_groups: tuple[MessageGroup, ...] = ()
-    #: The receipt digests the snapshot now holds (``SessionSnapshot.receipts``): what the summary checks.
-    receipts: tuple[ArchivedDigest, ...] = ()
 
 
 def plan_diagnostics(plan: EvictionPlan) -> list[Diagnostic]:
@@ -168,87 +159,101 @@ async def commit(
     if divergence is not None:
         eviction = EvictionStatus.DIVERGED
         diagnostics.append(_diverged_diagnostic(divergence))
-    elif plan.evict and joint and _joint(store, archive):
+    elif plan.evict and joint and shares_transaction(store, archive):
         # One transaction does not make the load fresh: an erasure under way has the snapshot
         # still to erase, and the id erased and used again can be back at the loaded revision,
         # so the compare-and-set would pass and write the erased groups back (.commit_fence).
-        await refuse_if_erased_since_load(ticket, store, key, stored)
-        try:
-            joined = await _joint_commit(
-                ticket,
-                archive,
-                store,
-                key,
-                scope,
-                stored,
-                plan,
-                next_seq,
-                keep_receipts,
-                before_save,
-                changes,
-            )
-        except ArchiveConflictError as exc:
-            # Nothing was written; record the divergence with a separate save below.
-            divergence = _divergence(plan, exc)
-            eviction = EvictionStatus.DIVERGED
-            diagnostics.append(_diverged_diagnostic(divergence))
-        except Exception as exc:
-            # The transaction may have landed although the call failed: settle that first, so a
-            # landed commit is neither reported failed nor retried into a conflict.
-            landed = plan.keep[0].seq if plan.keep else next_seq
-            digests = [(g.seq, g.digest) for g in plan.evict] if keep_receipts else []
-            kept = _kept_receipts(stored, digests)
-            saved = _sealed(scope, stored, landed, next_seq, plan.keep, None, kept, changes)
-            settled = await settle_save(
-                ticket, store, key, saved, _expected(stored), _new(stored, resident), exc, archive
-            )
-            if on_settled is not None and settled.state is not CommitState.UNKNOWN:
-                on_settled(settled.state, settled.revision)  # landed; or not: the separate calls start afresh
-            if settled.state is CommitState.COMMITTED:
-                found = await _landed_joint(ticket, archive, hooks, key, plan, landed, settled, exc)
-                return attrs.evolve(found, diagnostics=(*diagnostics, *found.diagnostics), receipts=kept)
-            if settled.state is CommitState.UNKNOWN or isinstance(exc, SessionConflictError):
-                raise mark_commit_state(exc, settled.state, settled.how, told=told)  # noqa: B904 - marked
-            # The joint transaction failed for another reason: take the
-            # ordinary path, which defers eviction if the archive really is down.
-            outcome = await commit(
-                ticket,
-                archive=archive,
-                store=store,
-                hooks=hooks,
-                limits=limits,
-                key=key,
-                scope=scope,
-                stored=stored,
-                resident=resident,
-                boundary=boundary,
-                next_seq=next_seq,
-                save_unchanged=save_unchanged,
-                joint=False,
-                keep_receipts=keep_receipts,
-                before_save=before_save,
-                on_settled=on_settled,
-                view=view,
-                summary=summary,
-                told=told,
-            )
-            note = Diagnostic(
-                "joint_commit_failed",
-                f"the joint archive-and-save transaction failed ({error_text(exc)}); "
-                "retried as separate calls",
-                Severity.WARNING,
-            )
-            return attrs.evolve(outcome, diagnostics=(note, *outcome.diagnostics))
-        else:
-            if on_settled is not None:
-                on_settled(CommitState.COMMITTED, joined.revision)
-            extra = (
-                await broadcast_archived(hooks, key, joined.archived, plan.evict, ticket.hook_timeout_s)
-                if hooks is not None
-                else []
-            )
-            notes = (*diagnostics, *extra)
-            return attrs.evolve(joined, diagnostics=notes) if notes else joined
+        # A store that can checks it inside the transaction itself (commit_joint.transaction_fence).
+        fence = transaction_fence(ticket, store, key)
+        while True:
+            if fence is None:
+                await refuse_if_erased_since_load(ticket, store, key, stored)
+            try:
+                joined = await _joint_commit(
+                    ticket,
+                    archive,
+                    store,
+                    key,
+                    scope,
+                    stored,
+                    plan,
+                    next_seq,
+                    keep_receipts,
+                    before_save,
+                    changes,
+                    fence,
+                )
+            except ArchiveConflictError as exc:
+                # Nothing was written; record the divergence with a separate save below.
+                divergence = _divergence(plan, exc)
+                eviction = EvictionStatus.DIVERGED
+                diagnostics.append(_diverged_diagnostic(divergence))
+            except Exception as exc:
+                # The transaction may have landed although the call failed: settle that first, so a
+                # landed commit is neither reported failed nor retried into a conflict.
+                landed = plan.keep[0].seq if plan.keep else next_seq
+                digests = [(g.seq, g.digest) for g in plan.evict] if keep_receipts else []
+                kept = _kept_receipts(stored, digests)
+                saved = _sealed(scope, stored, landed, next_seq, plan.keep, None, kept, changes)
+                settled = await settle_save(
+                    ticket, store, key, saved, _expected(stored), _new(stored, resident), exc, archive
+                )
+                if on_settled is not None and settled.state is not CommitState.UNKNOWN:
+                    # Landed; or not: the separate calls start afresh.
+                    on_settled(settled.state, settled.revision)
+                if settled.state is CommitState.COMMITTED:
+                    found = await landed_joint(ticket, archive, hooks, key, plan, landed, settled, exc)
+                    return attrs.evolve(found, diagnostics=(*diagnostics, *found.diagnostics), receipts=kept)
+                if settled.state is CommitState.UNKNOWN or isinstance(exc, SessionConflictError):
+                    raise mark_commit_state(exc, settled.state, settled.how, told=told)  # noqa: B904 - marked
+                # The joint transaction failed for another reason: take the
+                # ordinary path, which defers eviction if the archive really is down.
+                outcome = await commit(
+                    ticket,
+                    archive=archive,
+                    store=store,
+                    hooks=hooks,
+                    limits=limits,
+                    key=key,
+                    scope=scope,
+                    stored=stored,
+                    resident=resident,
+                    boundary=boundary,
+                    next_seq=next_seq,
+                    save_unchanged=save_unchanged,
+                    joint=False,
+                    keep_receipts=keep_receipts,
+                    before_save=before_save,
+                    on_settled=on_settled,
+                    view=view,
+                    summary=summary,
+                    told=told,
+                )
+                note = Diagnostic(
+                    "joint_commit_failed",
+                    f"the joint archive-and-save transaction failed ({error_text(exc)}); "
+                    "retried as separate calls",
+                    Severity.WARNING,
+                )
+                return attrs.evolve(outcome, diagnostics=(note, *outcome.diagnostics))
+            else:
+                if joined is None:
+                    # The erasure ledger moved since the load: nothing was written. The look as
+                    # for any store (it refuses, or the commit runs again after it).
+                    fence = None
+                    if on_settled is not None:
+                        on_settled(CommitState.NOT_COMMITTED, None)
+                    continue
+                if on_settled is not None:
+                    on_settled(CommitState.COMMITTED, joined.revision)
+                extra = (
+                    await broadcast_archived(hooks, key, joined.archived, plan.evict, ticket.hook_timeout_s)
+                    if hooks is not None
+                    else []
+                )
+                notes = (*diagnostics, *extra)
+                return attrs.evolve(joined, diagnostics=notes) if notes else joined
+            break  # an archive conflict: recorded with a separate save below
     elif plan.evict:
         # An erasure another process ran since the load would get the erased groups back (.commit_fence).
         await refuse_if_erased_since_load(ticket, store, key, stored)
@@ -367,66 +372,6 @@ async def _save(
     return revision
 
 
-async def _landed_joint(
-    ticket: Ticket,
-    archive: HistoryArchive,
-    hooks: HookBroadcaster | None,
-    key: SessionKey,
-    plan: EvictionPlan,
-    boundary: int,
-    settled: Settled,
-    exc: Exception,
-) -> CommitOutcome:
-    """The outcome of a joint commit that raised but had landed (read back): its receipts asked again.
-
-    The archive holds the groups (the store commits both or neither), so
-    appending them again is a no-op that returns their receipts; if even that
-    fails the commit stands and only the receipts are missing.
-    """
-    assert settled.revision is not None
-    notes = [
-        Diagnostic(
-            "save_settled",
-            f"the joint archive-and-save transaction raised {error_text(exc)}; {settled.how}, "
-            "so the turn is committed",
-            Severity.WARNING,
-        )
-    ]
-    receipts: tuple[ArchiveReceipt, ...] = ()
-    try:
-        receipts = await archive_groups(ticket, archive, key, plan.evict)
-    except Exception as again:
-        notes.append(
-            Diagnostic(
-                "archive_receipts_missing",
-                f"the archived groups' receipts could not be read again ({type(again).__name__}: {again})",
-                Severity.WARNING,
-            )
-        )
-    if receipts and hooks is not None:
-        notes.extend(await broadcast_archived(hooks, key, receipts, plan.evict, ticket.hook_timeout_s))
-    return CommitOutcome(
-        settled.revision,
-        boundary,
-        plan.keep,
-        receipts,
-        EvictionStatus.ARCHIVED,
-        tuple(notes),
-        plan.evict if receipts else (),
-    )
-
-
-def _joint(store: SessionStore, archive: HistoryArchive) -> bool:
-    """True when the store declares joint commits and shares a transaction with this archive."""
-    caps = capabilities_of(store)
-    if not getattr(caps, "joint_archive_commit", False):
-        return False
-    try:
-        return bool(store.shares_transactions_with(archive))
-    except Exception:  # an adapter's check failing only means: no joint commit
-        return False
-
-
 async def _joint_commit(
     ticket: Ticket,
     archive: HistoryArchive,
@@ -439,8 +384,13 @@ async def _joint_commit(
     keep_receipts: bool,
     before_save: Callable[[], None] | None,
     changes: _Changes,
-) -> CommitOutcome:
-    """Archive the plan's groups and save the new snapshot in one transaction; check the answer."""
+    fence: tuple[SessionKey, int | None] | None = None,
+) -> CommitOutcome | None:
+    """Archive the plan's groups and save the new snapshot in one transaction; check the answer.
+
+    With ``fence`` the store checks the commit fence inside the transaction
+    (:func:`.commit_joint.transaction_fence`); ``None``: it moved, nothing was written.
+    """
     new_boundary = plan.keep[0].seq if plan.keep else next_seq
     # The snapshot is written in the same transaction as the groups, before
     # their receipts exist: it keeps the digests the archive must acknowledge,
@@ -452,11 +402,22 @@ async def _joint_commit(
         before_save()
     attributes = {"agentium.eviction.groups": len(plan.evict), "agentium.eviction.joint": True}
     with observe.stage("eviction", attributes):
-        answer, raw = await ticket.call(
-            "session commit with archive",
-            lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),
-            hops_only=(store, "commit_with_archive"),
-        )
+        if fence is None:
+            answer, raw = await ticket.call(
+                "session commit with archive",
+                lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),
+                hops_only=(store, "commit_with_archive"),
+            )
+        else:
+            fenced = getattr(store, FENCED_COMMIT)
+            found = await ticket.call(
+                "session commit with archive",
+                lambda ctx: fenced(archive, key, plan.evict, snapshot, expected, fence, ctx),
+                hops_only=(store, FENCED_COMMIT),
+            )
+            if found is None:
+                return None
+            answer, raw = found
         # Checked like separate calls, although after the commit: a store that
         # answers wrongly here is broken, and the run says so loudly.
         receipts = checked_receipts(plan.evict, tuple(raw))
@@ -576,17 +537,4 @@ def _diverged_diagnostic(divergence: ArchiveDivergence) -> Diagnostic:
         "never committed; eviction is stopped and the session needs reconciliation "
         "(agentium session reconcile): " + divergence.detail,
         Severity.ERROR,
-    )
-
-
-async def broadcast_archived(
-    hooks: HookBroadcaster,
-    key: SessionKey,
-    receipts: tuple[ArchiveReceipt, ...],
-    groups: tuple[MessageGroup, ...],
-    timeout_s: float,
-) -> list[Diagnostic]:
-    """Broadcast ``agentium_groups_archived`` off the event loop, bounded; report failures."""
-    return await broadcast(
-        hooks, "agentium_groups_archived", timeout_s, key=key, receipts=receipts, groups=groups
     )

@@ -27,6 +27,11 @@ refuses it (:class:`SessionConflictError`, as the save would). Nothing is
 written either way. An erasure that begins after this read erases what the
 commit archives itself, unless the append is still on its way once the
 erasure has verified the archive (docs/erasure.md, "What is not removed").
+A store that can check it inside its joint commit's transaction (the
+built-in SQLite store: :func:`.commit_joint.transaction_fence`) takes the
+first step there instead, the ledger still at the revision the load saw,
+with the file's write lock held; one that moved rolls the commit back,
+nothing written, and this look runs as for any store.
 
 A session absent at the load and absent now tells nothing by its revision:
 an erasure of it (or of its user or tenant) meanwhile found nothing stored,

@@ -37,7 +37,6 @@ no pickle is involved. Identifiers are always bound as SQL parameters.
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -91,6 +90,7 @@ from ._sqlite_rows import group_rows, save_snapshot, split_snapshot
 from ._sqlite_rows_erase import covered_reports, drop_snapshot
 from ._sqlite_snapshot_read import read_snapshot
 from ._sqlite_sql import immediate_transaction, raise_revision_floor, read_transaction, scrub_log
+from ._sqlite_writes import FenceMoved, checked_write, fence_unmoved, session_prefix
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -107,31 +107,6 @@ __all__ = [
 _ABSENT_KEYS: Final = 1024
 #: What ``SQLiteSessionStore._known_locked`` answers when only a read of the row can tell.
 _NOT_KNOWN: Final[tuple[bool, None]] = (False, None)
-
-
-@functools.lru_cache(maxsize=1024)
-def _session_prefix(location: str, key: SessionKey) -> str:
-    """Where the archive's receipts of session ``key`` point; kept, as a session commits turn after turn."""
-    return f"{location}#{key.key()}"
-
-
-def _checked_write(
-    key: object, snapshot: object, expected_revision: object, ctx: object, operation: str
-) -> SessionKey:
-    """The arguments of a snapshot write, checked before anything is done: typed errors, not crashes."""
-    if (
-        type(key) is SessionKey
-        and type(ctx) is OpContext
-        and type(snapshot) is SessionSnapshot
-        and (expected_revision is None or type(expected_revision) is int)
-    ):
-        return key  # what the checks below pass, known from the exact types alone (a turn's every write)
-    checked_ctx(ctx, operation)
-    checked = checked_key(key, operation)
-    checked_argument(snapshot, SessionSnapshot, "snapshot", operation)
-    if expected_revision is not None:
-        checked_count(expected_revision, "expected_revision", operation)
-    return checked
 
 
 class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
@@ -158,7 +133,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
     peeks_after_writes: ClassVar[bool] = True  # the next load of a session it wrote peeks first
     # Methods whose only wait is their thread hop (``run``): the engine may run them in its own task,
     # under the same deadline (``Ticket.call``'s ``hops_only``). Keep every await out of them but ``run``.
-    _agentium_hops_only: ClassVar[frozenset[str]] = frozenset({"commit_with_archive", "load", "save"})
+    _agentium_hops_only: ClassVar[frozenset[str]] = frozenset(
+        {"commit_with_archive", "_agentium_commit_fenced", "load", "save"}
+    )
 
     def __init__(self, config: SQLiteConfig | None = None) -> None:
         super().__init__(config)
@@ -393,7 +370,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         writes nothing: seal it with :func:`~agentium_harness._ports.sessions.seal_snapshot`.
         Another session's snapshot raises ``SnapshotScopeMismatchError``, writing nothing.
         """
-        key = _checked_write(key, snapshot, expected_revision, ctx, "session save")
+        key = checked_write(key, snapshot, expected_revision, ctx, "session save")
         verify_snapshot(key, snapshot)
         check_snapshot_scope(key, snapshot, self.adapter_name)
         # The exact canonical bytes, joined from the groups' cached encodings, and
@@ -449,12 +426,44 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         separate calls raise (``ArchiveConflictError``, ``SessionConflictError``)
         and write nothing.
         """
+        return await self._joint_write(archive, key, groups, snapshot, expected_revision, ctx, None)
+
+    async def _agentium_commit_fenced(
+        self,
+        archive: HistoryArchive,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        snapshot: SessionSnapshot,
+        expected_revision: int | None,
+        fence: tuple[SessionKey, int | None],
+        ctx: OpContext,
+    ) -> tuple[int, Sequence[ArchiveReceipt]] | None:
+        """:meth:`commit_with_archive` if ``fence[0]``'s row is at revision ``fence[1]`` in its transaction.
+
+        The engine's commit fence (the tenant's erasure ledger at the revision its load saw,
+        ``_sqlite_writes.fence_unmoved``). ``None``: it moved; rolled back, nothing written.
+        """
+        try:
+            return await self._joint_write(archive, key, groups, snapshot, expected_revision, ctx, fence)
+        except FenceMoved:
+            return None  # as after a failed write, the row is forgotten (``_forget``)
+
+    async def _joint_write(
+        self,
+        archive: HistoryArchive,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        snapshot: SessionSnapshot,
+        expected_revision: int | None,
+        ctx: OpContext,
+        fence: tuple[SessionKey, int | None] | None,
+    ) -> tuple[int, Sequence[ArchiveReceipt]]:
         if not self.shares_transactions_with(archive):
             raise SQLiteStorageError(
                 f"{self.adapter_name}: commit_with_archive needs a SQLite archive on {self._path}"
             )
         assert isinstance(archive, SQLiteArchive)
-        key = _checked_write(key, snapshot, expected_revision, ctx, "session commit")
+        key = checked_write(key, snapshot, expected_revision, ctx, "session commit")
         for group in checked_sequence(groups, "groups", "session commit"):
             if type(group) is not MessageGroup:  # only then can the check refuse it
                 checked_argument(group, MessageGroup, "each of groups", "session commit")
@@ -463,10 +472,12 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         data = snapshot_bytes(snapshot)
         rows = split_snapshot(snapshot, data)
         evicted = group_rows(groups)
-        prefix = _session_prefix(self._location_prefix(), key)  # the archive's: same file (checked above)
+        prefix = session_prefix(self._location_prefix(), key)  # the archive's: same file (checked above)
 
         def work(conn: sqlite3.Connection) -> tuple[int, list[ArchiveReceipt], int]:
             with immediate_transaction(conn, self.begin_immediate):
+                if fence is not None and not fence_unmoved(conn, fence):
+                    raise FenceMoved  # rolled back: nothing written
                 version = data_version(conn)  # as in save
                 # The evicted groups' resident rows become the archive's as they are (adopted).
                 revision, receipts = save_snapshot(conn, key, rows, expected_revision, evicted, prefix)
