@@ -24,10 +24,12 @@ from .errors import PostgresAsyncioRequiredError, PostgresError
 
 __all__ = [
     "CLIENT_SLACK_S",
+    "COMMIT_MARGIN_S",
     "SETTLE_S",
     "Outcome",
     "StaleConnection",
     "abandon_pipeline",
+    "commit_cut_off",
     "commit_wait",
     "discard",
     "require_asyncio",
@@ -44,6 +46,10 @@ __all__ = [
 CLIENT_SLACK_S: Final = 0.25
 #: How long a shielded COMMIT or ROLLBACK may take before the connection is given up.
 SETTLE_S: Final = 10.0
+#: The wait for a COMMIT's answer ends this long before the call's deadline (at most a fifth of what
+#: is left), so that its outcome ("unknown") is the call's own report when the engine cancels it at
+#: the deadline: the same rule as the Redis store's settling.
+COMMIT_MARGIN_S: Final = 0.05
 
 
 def require_asyncio(operation: str) -> None:
@@ -127,10 +133,31 @@ def statement_timeout_ms(ctx: OpContext, ceiling_s: float) -> int:
     return max(1, math.ceil(1000 * (ceiling_s if left is None else min(ceiling_s, left))))
 
 
+def commit_cut_off(settle: anyio.CancelScope, failure: BaseException | None) -> bool:
+    """Whether the wait for a COMMIT's answer (``settle``, bounded by :func:`commit_wait`) was cut off.
+
+    The wait catches every exception to clean up after it, its own bound's cancellation too, and
+    ``cancelled_caught`` is then false: the cancellation was raised on as if the caller's, and
+    escaped the call bare (seen once the wait ended before the call's own scope, which had caught
+    it at the same instant before).
+    """
+    return settle.cancelled_caught or (
+        settle.cancel_called and isinstance(failure, anyio.get_cancelled_exc_class())
+    )
+
+
 def commit_wait(ctx: OpContext) -> float:
-    """How long to wait for a COMMIT's answer: until the deadline and a short slack, at most ``SETTLE_S``."""
+    """How long to wait for a COMMIT's answer: until a margin before the deadline, at most ``SETTLE_S``.
+
+    Not past the deadline: the engine cancels the call there and abandons it 0.1 s later, so a wait
+    until the deadline and a slack (as before) ended after the engine gave up on the call, which it
+    reported as hung while the "outcome unknown" (error and WARNING) came later or, on a loaded
+    machine, in time: which one depended on load. See :data:`COMMIT_MARGIN_S`.
+    """
     left = ctx.time_left()
-    return SETTLE_S if left is None else min(SETTLE_S, max(0.0, left) + CLIENT_SLACK_S)
+    if left is None:
+        return SETTLE_S
+    return min(SETTLE_S, max(0.0, left - min(COMMIT_MARGIN_S, left / 5)))
 
 
 class StaleConnection(Exception):

@@ -21,8 +21,8 @@ back (shielded from the cancellation, so the rollback itself runs) and a
 connection of a pool that saw its statement interrupted is closed rather
 than reused: the in-flight work is discarded, never half kept. A write's
 ``COMMIT`` is shielded: once a call's work is done it commits whole or the
-server rolls it back. Its answer is awaited until the deadline (and the same
-slack): a commit the connection lost, or one not confirmed by then, is
+server rolls it back. Its answer is awaited until a margin before the deadline
+(``calls.commit_wait``): a commit the connection lost, or one not confirmed by then, is
 reported as :class:`~agentium_postgres.errors.PostgresUnavailableError`
 (outcome unknown, nothing acknowledged), never as a cancellation that
 committed nothing. A read's ``COMMIT`` is cut off like any statement.
@@ -63,6 +63,7 @@ from .calls import (
     Outcome,
     StaleConnection,
     abandon_pipeline,
+    commit_cut_off,
     commit_wait,
     discard,
     require_asyncio,
@@ -203,7 +204,7 @@ class PgLink:
         tenant row is visible). ``write=False`` says the work only reads: its
         statements and COMMIT may then travel in one round trip. A write's
         statements are all executed (and cancellable) before its COMMIT is
-        sent, shielded, and waited for until the deadline (plus a short slack):
+        sent, shielded, and waited for until a margin before the deadline:
         past it the outcome is unknown to the call
         (:class:`~agentium_postgres.errors.PostgresUnavailableError`). Raises
         the plugin's typed errors;
@@ -430,7 +431,7 @@ class PgLink:
                 await pipeline.__aexit__(None, None, None)
             except BaseException as exc:  # a statement the work queued failed, or the COMMIT did
                 failure = exc
-        if settle.cancelled_caught:
+        if commit_cut_off(settle, failure):
             await discard(conn, pooled)
             raise self._unknown_commit(operation, "the server did not confirm it in time")
         if failure is not None:
@@ -443,7 +444,7 @@ class PgLink:
     async def _commit_lent(
         self, conn: Conn, finish: Callable[[], Awaitable[Any]], ctx: OpContext, operation: str, write: bool
     ) -> None:
-        """Commit on the lent connection, waiting until the deadline (and slack) at most."""
+        """Commit on the lent connection, waiting until a margin before the deadline at most."""
         try:
             await commit_lent(conn, finish, commit_wait(ctx), operation)
         except LentCommitUnconfirmed:

@@ -1,0 +1,103 @@
+"""A COMMIT left unconfirmed at the deadline, under the engine: the store's own report reaches it.
+
+The engine cancels an adapter call at its deadline and abandons one that has
+not stopped 0.1 s later. The stores waited for an unconfirmed COMMIT until
+the deadline plus 0.25 s (shielded), so under the engine their "outcome
+unknown" (the typed error and its WARNING) came after the engine had given
+up on the call: the engine reported a hung adapter ("abandoned ... blocked
+in a worker thread?") and the WARNING came later, or, when the engine woke
+late on a loaded machine, the store's own error instead: which one depended
+on load. The wait now ends a margin before the deadline (the same rule as
+the Redis store's settling), so the call ends with the store's report.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from typing import Any
+
+import anyio
+import attrs
+import psycopg
+import pytest
+from pg_server import APP_USER
+
+from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_harness.testing import scoped_snapshot
+from agentium_postgres import PostgresConfig, PostgresSessionStore, PostgresUnavailableError
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("acme", "ana", "s1")
+LOGGER = "agentium.plugins.postgres"
+
+
+def _slow_commits(admin: psycopg.Connection[Any], schema: str) -> None:
+    """Make a save's COMMIT run a deferred trigger sleeping 1 s (then stopped where it sleeps)."""
+    admin.execute(
+        f'CREATE FUNCTION "{schema}".slow() RETURNS trigger LANGUAGE plpgsql '
+        "AS $$ BEGIN PERFORM pg_sleep(1.0); RETURN NULL; END $$"
+    )
+    admin.execute(
+        f'CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON "{schema}".session_snapshots '
+        f'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{schema}".slow()'
+    )
+
+
+async def _stop_in_commit(admin: psycopg.Connection[Any], halted: list[int]) -> None:
+    """SIGSTOP the application's backend once it sleeps in a COMMIT (its pid is added to ``halted``)."""
+    while not halted:
+        row = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE usename = %s AND query = 'COMMIT' "
+            "AND wait_event = 'PgSleep'",
+            (APP_USER,),
+        ).fetchone()
+        if row is not None:
+            os.kill(int(row[0]), signal.SIGSTOP)
+            halted.append(int(row[0]))
+        await anyio.sleep(0.01)
+
+
+async def test_an_unconfirmed_commit_is_the_stores_unknown_outcome_not_an_abandoned_call(
+    app_config: PostgresConfig,
+    admin: psycopg.Connection[Any],
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = PostgresSessionStore(attrs.evolve(app_config, max_pool_size=1))
+    halted: list[int] = []
+    try:
+        with anyio.fail_after(30):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(30))
+            _slow_commits(admin, schema)
+            # The save below must reach its COMMIT within its deadline: the pool's one connection is
+            # made and checked now, not inside it.
+            assert await store.load(KEY, OpContext.with_timeout(30)) is not None
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_stop_in_commit, admin, halted)
+                    with (
+                        caplog.at_level(logging.WARNING, logger=LOGGER),
+                        pytest.raises(PostgresUnavailableError, match="outcome is unknown"),
+                    ):
+                        await Ticket(None, "test", 30.0).call(
+                            "session save",
+                            lambda ctx: store.save(KEY, scoped_snapshot(KEY, " late"), base, ctx),
+                            timeout_s=1.0,
+                        )
+                    # Said when the call returned, not some time after the engine gave up on it.
+                    said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+                    assert any("outcome unknown" in m for m in said), said
+                    tg.cancel_scope.cancel()
+            finally:
+                for pid in halted:
+                    os.kill(pid, signal.SIGCONT)
+            assert halted, "the COMMIT was never seen stalling"
+            admin.execute(f'DROP TRIGGER slow ON "{schema}".session_snapshots')
+            stored = await store.load(KEY, OpContext.with_timeout(30))
+            assert stored is not None and stored.revision in (base, base + 1)
+    finally:
+        await store.aclose()
