@@ -27,7 +27,12 @@ from pg_server import APP_USER
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing import scoped_snapshot
-from agentium_postgres import PostgresConfig, PostgresSessionStore, PostgresUnavailableError
+from agentium_postgres import (
+    PostgresConfig,
+    PostgresSessionStore,
+    PostgresSessionStoreError,
+    PostgresUnavailableError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -101,3 +106,46 @@ async def test_an_unconfirmed_commit_is_the_stores_unknown_outcome_not_an_abando
             assert stored is not None and stored.revision in (base, base + 1)
     finally:
         await store.aclose()
+
+
+async def test_a_call_waiting_for_a_lent_connections_commit_is_refused_by_the_store_not_timed_out(
+    pg_server: Any,
+    app_config: PostgresConfig,
+    admin: psycopg.Connection[Any],
+    schema: str,
+) -> None:
+    # A call on a lent connection whose earlier COMMIT is still unanswered waits for it until its
+    # deadline, then is refused ("still waiting for the answer ... try again"). Under the engine that
+    # wait ended at the very deadline the engine cancels the call at: which of the two was reported
+    # (the refusal, or a bare timeout) depended on the order of two timers due at the same instant.
+    conn = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    halted: list[int] = []
+    try:
+        with anyio.fail_after(30):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(30))
+            _slow_commits(admin, schema)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_stop_in_commit, admin, halted)
+                    with pytest.raises(PostgresUnavailableError, match="outcome is unknown"):
+                        await Ticket(None, "test", 30.0).call(
+                            "session save",
+                            lambda ctx: store.save(KEY, scoped_snapshot(KEY, " late"), base, ctx),
+                            timeout_s=1.0,
+                        )
+                    tg.cancel_scope.cancel()
+                for _ in range(5):  # each a race of two timers before: one round rarely showed it
+                    with pytest.raises(PostgresSessionStoreError, match="still waiting for the answer"):
+                        await Ticket(None, "test", 30.0).call(
+                            "session load", lambda ctx: store.load(KEY, ctx), timeout_s=0.1
+                        )
+            finally:
+                for pid in halted:
+                    os.kill(pid, signal.SIGCONT)
+            assert halted, "the COMMIT was never seen stalling"
+            stored = await store.load(KEY, OpContext.with_timeout(30))
+            assert stored is not None and stored.revision in (base, base + 1)
+    finally:
+        await store.aclose()
+        await conn.close()

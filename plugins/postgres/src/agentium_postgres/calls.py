@@ -29,6 +29,7 @@ __all__ = [
     "Outcome",
     "StaleConnection",
     "abandon_pipeline",
+    "before_deadline",
     "commit_cut_off",
     "commit_wait",
     "discard",
@@ -155,9 +156,18 @@ def commit_wait(ctx: OpContext) -> float:
     machine, in time: which one depended on load. See :data:`COMMIT_MARGIN_S`.
     """
     left = ctx.time_left()
-    if left is None:
-        return SETTLE_S
-    return min(SETTLE_S, max(0.0, left - min(COMMIT_MARGIN_S, left / 5)))
+    return SETTLE_S if left is None else min(SETTLE_S, before_deadline(left))
+
+
+def before_deadline(left: float) -> float:
+    """How long a wait of a call with ``left`` seconds to its deadline may last: to the margin before it.
+
+    For the waits whose end the call reports itself (a COMMIT unconfirmed, a lent connection still
+    owed an earlier COMMIT's answer): the engine cancels the call at the deadline, and a wait
+    ending there raced that cancellation. See :data:`COMMIT_MARGIN_S`.
+    """
+    left = max(0.0, left)
+    return left - min(COMMIT_MARGIN_S, left / 5)
 
 
 class StaleConnection(Exception):

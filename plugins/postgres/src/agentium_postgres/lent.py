@@ -34,7 +34,7 @@ import anyio.to_thread
 import attrs
 import psycopg
 
-from .calls import SETTLE_S, require_idle, running_loop
+from .calls import SETTLE_S, before_deadline, require_idle, running_loop
 from .errors import PostgresError
 
 __all__ = ["LentCommitUnconfirmed", "commit_lent", "lent_settled", "lent_turn"]
@@ -96,7 +96,8 @@ async def lent_turn(
 ) -> AsyncIterator[None]:
     """Hold ``conn`` for one call: on its loop, alone, after an earlier unconfirmed COMMIT, idle.
 
-    ``wait_s`` bounds the wait for such a COMMIT (``None``: its own bound). Raises ``family``
+    ``wait_s`` (the call's time left) bounds the wait for such a COMMIT, which ends a margin before
+    it (:func:`~agentium_postgres.calls.before_deadline`; ``None``: its own bound). Raises ``family``
     with nothing sent when the connection belongs to another loop, is still finishing that
     COMMIT, or is not idle (see :func:`~agentium_postgres.calls.require_idle`).
     """
@@ -105,7 +106,7 @@ async def lent_turn(
         late = record.pending
         if late is not None:
             if not late.done():
-                with anyio.move_on_after(_LATE_COMMIT_S if wait_s is None else max(0.0, wait_s)):
+                with anyio.move_on_after(_LATE_COMMIT_S if wait_s is None else before_deadline(wait_s)):
                     await asyncio.wait({late})  # waits without cancelling it
             if not late.done():
                 raise family(
