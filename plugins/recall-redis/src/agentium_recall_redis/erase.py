@@ -110,6 +110,7 @@ from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import Command, Link, as_text
 from .lua import CHECK, ROWS, Script
 from .scripts import COLLECT
+from .writes import SETTLE_MARGIN_S
 
 if TYPE_CHECKING:
     from .config import RedisRecallConfig
@@ -384,9 +385,13 @@ async def erase_target(
     fence = FenceHold(store.script, prefix, owner_prefix(target))  # its own holder, never another's
     if not dry_run:
         # A write this store cut off earlier is settled in the background: until it is, its copy may
-        # still land. Wait for it (applied: erased below; fenced: never applies), within the deadline.
+        # still land. Wait for it (applied: erased below; fenced: never applies), until a margin before
+        # the deadline: the engine cancels the call there, and a wait ending there too raced it (the
+        # host was told a bare timeout instead of the refusal below, as the two timers fell).
         left = ctx.time_left()
-        wait = store.config.settle_timeout_s if left is None else min(store.config.settle_timeout_s, left)
+        wait = store.config.settle_timeout_s
+        if left is not None:
+            wait = min(wait, left - min(SETTLE_MARGIN_S, max(0.0, left) / 5))
         if await store.writer.settlements.settle(max(0.0, wait)):
             raise RedisRecallError(
                 "recall erase: a write cut off earlier is still being settled, so its copy could still "
