@@ -13,10 +13,12 @@ the test checks the WARNING, the event (name and attributes) on the
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import anyio
 import pytest
 from net_proxy import BlackHoleProxy
+from redis.asyncio.connection import AbstractConnection
 from redis_servers import new_prefix
 
 from agentium_harness import AgentiumError, OpContext, SourceOwner, Telemetry, create_harness_runtime
@@ -98,11 +100,23 @@ async def test_a_write_whose_outcome_is_unknown_is_a_warning_and_a_span_event(
 
 
 async def test_a_sent_write_whose_caller_is_cancelled_is_a_warning_and_a_span_event(
-    proxy: BlackHoleProxy, caplog: pytest.LogCaptureFixture
+    proxy: BlackHoleProxy, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The caller gives up long before the call's deadline: the store cannot settle in time and
     # said nothing before (found when the engine's cancellation at the deadline beat the store's
     # own settlement bound in CI: the unknown outcome went without its WARNING and event).
+    # The caller cancels once the write was sent into the black hole, not after a fixed 0.5 s: a
+    # loaded machine reaching the send later had the write cancelled unsent (nothing to report).
+    sent = anyio.Event()
+    holed = False
+    send = AbstractConnection.send_packed_command
+
+    async def sending(conn: AbstractConnection, *args: Any, **kwargs: Any) -> None:
+        await send(conn, *args, **kwargs)
+        if holed:
+            sent.set()
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", sending)
     recorder = SpanRecorder()
     store = RedisRecallStore(RedisRecallConfig(url=proxy.url, key_prefix=new_prefix(), settle_timeout_s=2.0))
     runtime = create_harness_runtime(
@@ -116,9 +130,19 @@ async def test_a_sent_write_whose_caller_is_cancelled_is_a_warning_and_a_span_ev
         async with runtime:
             await store.health(OpContext.with_timeout(10))
             proxy.black_hole()
+            holed = True
             try:
-                with caplog.at_level(logging.WARNING, logger=LOGGER), anyio.move_on_after(0.5) as scope:
-                    await runtime.index_document(SourceOwner("acme"), "d", f"kiwi {SECRET}", timeout_s=20.0)
+                with caplog.at_level(logging.WARNING, logger=LOGGER), anyio.CancelScope() as scope:
+
+                    async def cancel_once_sent() -> None:
+                        await sent.wait()
+                        scope.cancel()
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(cancel_once_sent)
+                        await runtime.index_document(
+                            SourceOwner("acme"), "d", f"kiwi {SECRET}", timeout_s=20.0
+                        )
             finally:
                 proxy.heal()
     assert scope.cancelled_caught
