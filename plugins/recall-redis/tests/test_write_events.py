@@ -25,7 +25,7 @@ from agentium_harness import AgentiumError, OpContext, SourceOwner, Telemetry, c
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.testing import SpanRecorder
-from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore, writes
 
 pytestmark = pytest.mark.anyio
 
@@ -35,9 +35,15 @@ EVENT = "agentium.recall.redis_write_reply_lost"
 
 
 async def _lost_write(
-    proxy: BlackHoleProxy, cut: str, caplog: pytest.LogCaptureFixture
+    proxy: BlackHoleProxy, cut: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[SpanRecorder, AgentiumError, list[str]]:
     """Index a document through a traced runtime while ``cut`` ("freeze" or "black_hole") loses its reply."""
+    timeout_s = 1.0
+    if cut == "freeze":
+        # The settlement (a new connection, then a script) gets about a second: at the default share
+        # a 1 s write kept it 0.2 s, which a loaded machine passed (the outcome then unknown).
+        monkeypatch.setattr(writes, "SETTLE_SHARE", 0.5)
+        timeout_s = 2.0
     recorder = SpanRecorder()
     # A short settle bound: an unsettled write's background settlement ends soon after the heal.
     store = RedisRecallStore(RedisRecallConfig(url=proxy.url, key_prefix=new_prefix(), settle_timeout_s=2.0))
@@ -54,7 +60,9 @@ async def _lost_write(
             proxy.freeze_existing() if cut == "freeze" else proxy.black_hole()
             try:
                 with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(AgentiumError) as caught:
-                    await runtime.index_document(SourceOwner("acme"), "d", f"kiwi {SECRET}", timeout_s=1.0)
+                    await runtime.index_document(
+                        SourceOwner("acme"), "d", f"kiwi {SECRET}", timeout_s=timeout_s
+                    )
             finally:
                 proxy.heal()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == LOGGER]
@@ -80,9 +88,9 @@ def _events(recorder: SpanRecorder) -> list[dict[str, object]]:
 
 
 async def test_a_write_settled_by_re_reading_is_a_warning_and_a_span_event(
-    proxy: BlackHoleProxy, caplog: pytest.LogCaptureFixture
+    proxy: BlackHoleProxy, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recorder, error, warnings = await _lost_write(proxy, "freeze", caplog)
+    recorder, error, warnings = await _lost_write(proxy, "freeze", caplog, monkeypatch)
     assert "settled by re-reading" in str(error), error
     assert any("lost its reply; settled" in m for m in warnings), warnings
     assert _events(recorder) == [{"agentium.settled": True, "agentium.applied": 0, "agentium.calls": 1}]
@@ -90,9 +98,9 @@ async def test_a_write_settled_by_re_reading_is_a_warning_and_a_span_event(
 
 
 async def test_a_write_whose_outcome_is_unknown_is_a_warning_and_a_span_event(
-    proxy: BlackHoleProxy, caplog: pytest.LogCaptureFixture
+    proxy: BlackHoleProxy, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recorder, error, warnings = await _lost_write(proxy, "black_hole", caplog)
+    recorder, error, warnings = await _lost_write(proxy, "black_hole", caplog, monkeypatch)
     assert "unknown" in str(error), error
     assert any("lost its reply and could not be settled" in m for m in warnings), warnings
     assert _events(recorder) == [{"agentium.settled": False, "agentium.calls": 1}]
