@@ -34,7 +34,15 @@ from agentium_harness import (
 from agentium_harness.adapters.embedders import HashingEmbedder
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import Candidate, Excerpt, OpContext, SourceOwner, SourceRef
+from agentium_harness.plugin_api import (
+    Candidate,
+    Excerpt,
+    OpContext,
+    SourceOwner,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+)
 from agentium_harness.testing import SpanRecorder
 
 pytestmark = pytest.mark.anyio
@@ -178,3 +186,40 @@ async def test_recall_findings_reach_spans_and_logs_only_with_capture(
     ]
     for said in (spans.carried(), logged):
         assert any(STORE_TEXT in s for s in said) is capture, said
+
+
+class _Posing(str):
+    """A source id equal to any other and hashed as the asked one: the text it holds is another scope's."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return hash(sid("kettle"))
+
+
+class _PosingValidation(ScriptedSession):
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        return [Validation(SourceRef(_Posing(FOREIGN), r.revision), ValidationStatus.CHANGED) for r in refs]
+
+
+class PosingValidation(Scripted):
+    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _PosingValidation:
+        return _PosingValidation(self)
+
+
+async def test_a_validation_for_another_scopes_id_posing_as_the_asked_one_is_a_violation_not_named() -> None:
+    """``validate_current`` answered for an id whose text is another scope's, equal to the asked one by
+    its own ``__eq__``: it answered nothing asked (a violation, counted), and the source it did not
+    answer for is unknown; the notice names only the run's own source, the host sees plain text."""
+    result, provider, _ = await _run(PosingValidation([("kettle", "the kettle was descaled in May")]))
+    assert result.recall is not None
+    assert "globex" not in _request_text(provider)
+    assert "the recall store answered out of contract 2 time(s)" in _notice(provider)
+    assert any(FOREIGN in v for v in result.recall.violations)
+    [gone] = result.recall.invalidated
+    assert type(gone.ref.source_id) is str and gone.ref.source_id == sid("kettle")
+    assert gone.status is ValidationStatus.UNKNOWN

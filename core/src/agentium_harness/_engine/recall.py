@@ -46,7 +46,7 @@ from .recall_checks import capped, checked_excerpts, same_candidates
 from .recall_discovery import discover_visible
 from .recall_erased_docs import hide_erased_documents
 from .recall_groups import attributed_texts
-from .recall_items import validation_fault
+from .recall_items import exact_validation, validation_fault
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
 from .recall_readback import GroupReader
 from .recall_round import RecallUsage, Round, adapter_call
@@ -499,6 +499,7 @@ async def validate_refs(
             state.violation(f"validate_current returned {fault}; ignored")
             continue
         assert isinstance(item, Validation)
+        item = exact_validation(item)  # compared, kept and named as the plain text it holds
         if item.ref not in refs or item.ref in answers:
             state.violation(
                 f"validate_current answered for {item.ref.source_id!r}, which was not asked (or twice)"

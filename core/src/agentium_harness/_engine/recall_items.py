@@ -22,7 +22,15 @@ from .._ports.recall import (
 from .._scope import Scope
 from .._validators import exact_int, exact_number, shown_number
 
-__all__ = ["candidate_fault", "exact_candidate", "exact_ref", "excerpt_fault", "validation_fault", "visible"]
+__all__ = [
+    "candidate_fault",
+    "exact_candidate",
+    "exact_ref",
+    "exact_validation",
+    "excerpt_fault",
+    "validation_fault",
+    "visible",
+]
 
 
 def _is_ref(ref: object) -> bool:
@@ -62,6 +70,20 @@ def exact_candidate(item: Candidate) -> Candidate:
     ):
         return item
     return Candidate(exact_ref(ref), item.owner, exact_number(score), exact_int(size), str.__str__(title))  # type: ignore[arg-type]
+
+
+def exact_validation(item: Validation) -> Validation:
+    """A :class:`Validation` that passed :func:`validation_fault`, holding the exact text checked.
+
+    A ``str`` subclass's own ``__eq__`` and ``__hash__`` could make an answer for
+    another source (another scope's id) pass for the one asked, and its text be
+    reported as that source's (in the model's ``recall-status`` notice too): the
+    ref and revision are compared, and named, as the plain text they hold.
+    """
+    ref, current = item.ref, item.current_revision
+    if type(ref.source_id) is str and type(ref.revision) is str and (current is None or type(current) is str):
+        return item
+    return Validation(exact_ref(ref), item.status, None if current is None else str.__str__(current))
 
 
 def candidate_fault(item: object) -> str | None:
