@@ -223,3 +223,43 @@ async def test_a_validation_for_another_scopes_id_posing_as_the_asked_one_is_a_v
     [gone] = result.recall.invalidated
     assert type(gone.ref.source_id) is str and gone.ref.source_id == sid("kettle")
     assert gone.status is ValidationStatus.UNKNOWN
+
+
+class _ForeignFirst(ScriptedSession):
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        owner = SourceOwner("globex", "bob", "s9")
+        mine = await super().discover(query, max_candidates - 1, ctx)
+        return [Candidate(SourceRef(FOREIGN, "r1"), owner, 9.0, 10), *mine]
+
+
+class ForeignFirst(Scripted):
+    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _ForeignFirst:
+        return _ForeignFirst(self)
+
+
+async def test_the_violation_count_keeps_its_place_among_more_problems_than_are_listed() -> None:
+    """A round with more problems than it lists keeps the violations' line where the first one was found.
+
+    The host's list has the violation first (discovery came before the sources left out), so the
+    notice, which lists the same problems in its own words, says first that the store answered out
+    of contract; appended last, the line was cut with the problems past the cap, and the model never
+    told of it.
+    """
+    docs = [(f"kettle-{i}", f"the kettle note {i}") for i in range(40)]
+    rt, provider, _ = runtime(
+        ForeignFirst(docs),
+        recall_policy=CONTINUE,
+        recall_limits=RecallLimits(max_candidates=48, max_validations=2),
+    )
+    async with rt:
+        with anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "when was the kettle descaled")
+    assert result.recall is not None
+    assert "not listed" in result.recall.uncertainty[-1]  # more problems than a round lists
+    assert FOREIGN in result.recall.uncertainty[0]
+    lines = _notice(provider).splitlines()
+    assert lines[1] == (
+        "- recall partial: the recall store answered out of contract 1 time(s); what it returned there "
+        "was dropped"
+    )
+    assert "not listed" in lines[-1] and "globex" not in _request_text(provider)

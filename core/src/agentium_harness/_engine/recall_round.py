@@ -98,6 +98,9 @@ class Round:
         self.unlisted = 0
         #: Contract violations not yet counted in :attr:`shown` (one line says how many: ``finish``).
         self.broken = 0
+        #: Where in :attr:`shown` that line goes: the place of the first violation among the problems,
+        #: so the model's list is cut where the host's is (``finish``), not the count first to go.
+        self.counted_at: int | None = None
 
     def left(self, ticket: Ticket) -> float:
         """Seconds left for the next adapter call: the recall latency budget, within the operation's."""
@@ -111,6 +114,9 @@ class Round:
         what = shorten(what, MAX_FINDING_CHARS)
         self.violations.append(what)
         self.problems.append(f"contract violation: {what}")
+        if self.counted_at is None:
+            self.counted_at = len(self.shown)
+            self.shown.append("")  # the count's place, filled in by ``finish``
         self.broken += 1  # the model is told how many, never what: see ``finish``
 
     def problem(self, what: str, shown: str | None = None) -> None:
@@ -134,11 +140,15 @@ class Round:
             self.unlisted = 0
         if self.broken:
             # What a violation quotes is the adapter's answer (an id of another scope, a stray text).
-            self.shown.append(
+            counted = (
                 f"the recall store answered out of contract {self.broken} time(s); what it returned there "
                 "was dropped"
             )
-            self.broken = 0
+            if self.counted_at is None:
+                self.shown.append(counted)
+            else:
+                self.shown[self.counted_at] = counted
+            self.broken, self.counted_at = 0, None
         for findings in (self.problems, self.shown):
             if len(findings) > MAX_LISTED_PROBLEMS:
                 rest = len(findings) - MAX_LISTED_PROBLEMS + 1
