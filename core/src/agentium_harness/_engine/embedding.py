@@ -28,6 +28,7 @@ import attrs
 
 from .._errors import CapabilityError, EmbeddingError, InvalidArgumentError
 from .._history import MessageGroup
+from .._observe.logs import one_line
 from .._observe.spans import current_span_event, error_type
 from .._ports._base import OpContext, capabilities_of
 from .._ports.embedder import Embedder, EmbeddingLimits, EmbeddingModel, Vector
@@ -256,7 +257,7 @@ async def warm_embedder(ticket: Ticket, hybrid: Hybrid) -> str | None:
         # unless the host opts in (docs/observability.md); the diagnostic returned has it whole.
         _log.warning(
             "embedder %s warm-up failed (%s); the first query loads it itself, within its recall budget",
-            type(embedder).__name__,
+            one_line(type(embedder).__name__),  # the adapter's to choose: escaped, one record one line
             error_type(exc),
         )
         return why
@@ -309,8 +310,8 @@ def _stored_count(count: object, sent: int, store: RecallStore) -> int:
     _log.warning(
         "recall store %s: index_vectors returned %s for %d vectors, not a count from 0 to %d; "
         "counted as 0 stored",
-        type(store).__name__,
-        type(count).__name__,
+        one_line(type(store).__name__),  # class names the adapter chose: escaped, one record one line
+        one_line(type(count).__name__),
         sent,
         sent,
     )

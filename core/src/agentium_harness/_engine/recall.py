@@ -127,9 +127,8 @@ async def _close_late(session: object) -> None:
             current_span_event("agentium.recall.close_failed", {"error.type": error_type(exc)})
             raise  # the span ends failed ``cancelled``
         except Exception as exc:
-            _log.warning(
-                "a recall session opened past its deadline could not be closed: %s", type(exc).__name__
-            )
+            # The class name escaped (``error_type``), as every record quoting one: it is the adapter's.
+            _log.warning("a recall session opened past its deadline could not be closed: %s", error_type(exc))
             current_span_event("agentium.recall.close_failed", {"error.type": error_type(exc)})
             span.fail(error_type(exc), exc)
 
