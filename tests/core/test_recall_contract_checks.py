@@ -329,3 +329,31 @@ async def test_an_owner_object_that_says_it_is_visible_cannot_bring_in_another_t
     assert SECRET not in _all_text(provider)
     assert [r.source_id for r in result.recall.included] == [sid("rota")]
     assert any("outside the run's scope" in v for v in result.recall.violations)
+
+
+class ExtraAtCommit(Scripted):
+    """Answers the dispatch fence as asked; at the commit fence, one answer more, for another tenant's id."""
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        answers = super().validations(refs)
+        if self.validate_calls > 1:
+            answers.append(
+                Validation(SourceRef(document_source_id(GLOBEX, "payroll"), "r1"), ValidationStatus.CURRENT)
+            )
+        return answers
+
+
+async def test_a_contract_violation_at_the_commit_fence_is_reported_as_one() -> None:
+    """The commit fence's violations are the host's as the dispatch fence's are: in
+    ``RunResult.recall.violations`` and a ``recall_contract_violation`` WARNING, not a ``recall_note``
+    (INFO, not logged as a warning) alone. The answer was made from sources that are all still current:
+    the status stays what the validations found."""
+    rt, provider, _ = runtime(ExtraAtCommit([("rota", "The release train leaves on Thursday.")]))
+    result = await rt.run(ANA, "s1", "Thursday?")
+    assert result.committed and result.recall.status is RecallStatus.COMPLETE
+    assert len(provider.requests) == 1
+    said = "validate_current returned more than the 1 answers asked; the extra were ignored"
+    assert said in result.recall.violations
+    [violation] = [d for d in result.diagnostics if d.code == "recall_contract_violation"]
+    assert violation.message == said and violation.severity.value == "warning"
+    assert not [d for d in result.diagnostics if d.code == "recall_note"]

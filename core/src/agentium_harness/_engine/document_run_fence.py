@@ -133,7 +133,7 @@ class DocumentFence:
         return await self._look(ticket, what, before_commit=True) if self.refs else None
 
     async def _look(self, ticket: Ticket, what: str, *, before_commit: bool) -> str | None:
-        validations, _, failure, usage = await revalidate(
+        validations, _, _, failure, usage = await revalidate(
             ticket, self.store, self.scope, self.limits, self.refs, self.spent
         )
         # The look's time is the run's: the next look, the commit fence and the result start from it.

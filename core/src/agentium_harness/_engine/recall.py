@@ -533,11 +533,11 @@ async def revalidate(
     limits: RecallLimits,
     refs: Sequence[SourceRef],
     spent: RecallUsage,
-) -> tuple[list[Validation], list[str], str | None, RecallUsage]:
+) -> tuple[list[Validation], list[str], list[str], str | None, RecallUsage]:
     """The commit fence (R24): validate the included sources again in a fresh, closed-on-every-path session.
 
     It runs on what the dispatch rounds left of the run's budgets
-    (``spent``). Returns ``(validations, notes, failure, usage)``;
+    (``spent``). Returns ``(validations, violations, notes, failure, usage)``;
     ``failure`` is set when the fence could not run (the store raised or
     timed out, or a budget was spent), which counts as ``failed``; ``usage``
     is the run's, this fence included.
@@ -559,9 +559,9 @@ async def revalidate(
                 await _close(session, state, until, ticket.late)
     except _Failed as exc:
         state.finish()
-        return [], [*state.violations, *state.notes], str(exc), _fence_usage(state, spent)
+        return [], state.violations, state.notes, str(exc), _fence_usage(state, spent)
     state.finish()
-    return checked, [*state.violations, *state.notes], None, _fence_usage(state, spent)
+    return checked, state.violations, state.notes, None, _fence_usage(state, spent)
 
 
 def _fence_usage(state: Round, spent: RecallUsage) -> RecallUsage:

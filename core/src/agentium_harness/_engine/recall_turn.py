@@ -476,7 +476,7 @@ async def recall_before_commit(
     if not outcome.included:
         return outcome, False, []
     with observe.stage("recall_validation", span_name="agentium.recall.validate") as span:
-        validations, notes, failure, usage = await revalidate(
+        validations, violations, notes, failure, usage = await revalidate(
             ticket, store, scope, limits, outcome.included, outcome.usage
         )
         changed = [v for v in validations if v.status is not ValidationStatus.CURRENT]
@@ -484,7 +484,11 @@ async def recall_before_commit(
         span.set("agentium.recall.invalidated", len(changed))
         if failure is not None:
             span.fail("validation_failed")
-    diagnostics = [Diagnostic("recall_note", n) for n in notes]
+    # The store's violations here are the host's as the dispatch fence's are (a WARNING each, listed in
+    # ``violations``); the status is what the validations found: the answer was made from those sources.
+    diagnostics = [Diagnostic("recall_contract_violation", v, Severity.WARNING) for v in violations]
+    diagnostics += [Diagnostic("recall_note", n) for n in notes]
+    outcome = attrs.evolve(outcome, violations=outcome.violations + tuple(violations))
     if failure is None and not changed:
         return attrs.evolve(outcome, usage=usage), False, diagnostics
     problems = (
