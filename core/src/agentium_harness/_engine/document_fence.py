@@ -73,6 +73,8 @@ from .results import CommitState
 
 __all__ = ["checked_ref", "index_document_fenced", "marked"]
 
+#: Its records name an error by ``error_type``: the class name the store chose, escaped (one record,
+#: one line, whatever the name holds), never its message.
 _log = logging.getLogger("agentium.engine.recall")
 
 
@@ -233,7 +235,7 @@ async def index_document_fenced(
         await _take_back_cancelled(fence, seen, store, write)
         raise
     except Exception as exc:  # the write stands: said in the notes, never a bare error after a commit
-        _log.warning("document indexing not confirmed against erasures: %s", type(exc).__name__)
+        _log.warning("document indexing not confirmed against erasures: %s", error_type(exc))
         current_span_event("agentium.document.unconfirmed", {"error.type": error_type(exc)})
         return ref, (f"the document was not checked again against erasures under way ({type(exc).__name__})",)
     if record is None:
@@ -248,7 +250,7 @@ async def index_document_fenced(
         await _take_back_cancelled(fence, seen, store, write)
         raise
     except Exception as exc:
-        _log.warning("a document indexed during an erasure could not be taken back: %s", type(exc).__name__)
+        _log.warning("a document indexed during an erasure could not be taken back: %s", error_type(exc))
         current_span_event("agentium.document.take_back_failed", {"error.type": error_type(exc)})
         refused = write.refusal(
             record,
@@ -290,7 +292,7 @@ async def _take_back_cancelled(
             _log.warning(
                 "a document indexed during an erasure, its write then cancelled, could not be checked "
                 "or taken back: %s",
-                type(exc).__name__,
+                error_type(exc),
             )
             current_span_event(
                 "agentium.document.take_back_failed", {**attributes, "error.type": error_type(exc)}
@@ -349,7 +351,7 @@ async def _take_back_late(
         _late_event("agentium.document.unconfirmed", exc)
         raise
     except Exception as exc:
-        _log.warning(unconfirmed, type(exc).__name__)
+        _log.warning(unconfirmed, error_type(exc))
         _late_event("agentium.document.unconfirmed", exc)
         failed = exc
         record = None
@@ -364,7 +366,7 @@ async def _take_back_late(
             _late_event("agentium.document.take_back_failed", exc)
             raise
         except Exception as exc:
-            _log.warning(not_taken, type(exc).__name__)
+            _log.warning(not_taken, error_type(exc))
             _late_event("agentium.document.take_back_failed", exc)
             failed = exc
         else:
