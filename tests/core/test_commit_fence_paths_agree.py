@@ -21,16 +21,22 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 from _telemetry_support import Telemetered
 
 from agentium_harness import (
+    CommitState,
     EraseTarget,
     ErasureIncompleteError,
+    Message,
     OperatorAttestation,
     ResidentLimits,
     RetentionPolicy,
+    Role,
     RuntimeLimits,
+    SessionConflictError,
     SessionKey,
     Telemetry,
     VerifiedIdentity,
@@ -216,3 +222,73 @@ async def test_an_erasure_while_the_model_answers_is_met_alike_with_and_without_
     # (rolled back, the look after it) exactly when an erasure of the tenant ran meanwhile.
     assert fenced and fenced[-1] is (name in ("nothing", "another tenant"))
     assert untraced == traced
+
+
+async def test_two_runtimes_appending_to_one_session_while_the_ledger_moves_lose_and_repeat_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compare-and-set between two writers, and the fenced commit rolled back and retried meanwhile.
+
+    Every third joint commit of the first runtime meets another session's erasure begun and finished
+    just before its transaction (the ledger moved: rolled back, looked, committed again); the second
+    runtime appends to the same session at the same time. Each append either committed, and its
+    message is in the session's history once, or was refused as not committed, and it is nowhere.
+    """
+    db = tmp_path / "agentium.db"
+    checks: list[bool] = []
+    real = sqlite_adapter.fence_unmoved
+
+    def counted(conn: sqlite3.Connection, fence: Any) -> bool:
+        checks.append(real(conn, fence))
+        return checks[-1]
+
+    monkeypatch.setattr(sqlite_adapter, "fence_unmoved", counted)
+    first, second, eraser = (_runtime(db, ScriptedProvider(replies=["ok"], cycle=True)) for _ in range(3))
+    real_run = first.session_store.run
+    commits: list[int] = []
+
+    async def erasing_first(ctx: Any, operation: str, work: Any) -> Any:
+        if operation == "session commit with archive":
+            commits.append(1)
+            if len(commits) % 3 == 1:
+                n = len(commits)
+                await eraser.append(ANA, f"x{n}", [Message(Role.USER, "elsewhere")])
+                await eraser.erase(
+                    EraseTarget.session("acme", "ana", f"x{n}"), reason="dsr", attestation=OPERATOR
+                )
+        return await real_run(ctx, operation, work)
+
+    first.session_store.run = erasing_first
+    committed: list[str] = []
+    refused: list[str] = []
+
+    async def appending(runtime: Any, tag: str) -> None:
+        for i in range(12):
+            text = f"{tag} {i}"
+            try:
+                await runtime.append(ANA, "s0", [Message(Role.USER, text)])
+            except SessionConflictError as exc:
+                assert exc.commit_state is CommitState.NOT_COMMITTED
+                refused.append(text)
+            else:
+                committed.append(text)
+            await anyio.lowlevel.checkpoint()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(appending, first, "first")
+            tg.start_soon(appending, second, "second")
+        held: list[str] = []
+        before = None
+        while True:
+            page = await eraser.read_history(ANA, "s0", max_groups=50, before_seq=before)
+            held = [m.content for g in page.groups for m in g.group.messages] + held
+            if page.next_before_seq is None:
+                break
+            before = page.next_before_seq
+    finally:
+        for runtime in (first, second, eraser):
+            await runtime.aclose()
+    assert sorted(held) == sorted(committed) and len(held) == len(set(held))
+    assert len(committed) + len(refused) == 24
+    assert False in checks and True in checks  # rolled back and retried, and committed at once
