@@ -137,3 +137,97 @@ async def test_only_the_sqlite_stores_own_class_checks_the_fence_in_its_transact
     assert transaction_fence(ticket, InMemorySessionStore(), KEY) is None
     ticket.fence_seen = None  # no fenced load (erasure's own rewrites): no look, no check
     assert transaction_fence(ticket, SQLiteSessionStore(config), KEY) is None
+
+
+async def test_an_erasure_begun_after_the_retrys_look_refuses_the_joint_commit_too(tmp_path: Path) -> None:
+    """The ledger moved (another session's erasure): rolled back, looked at again, and fenced again.
+
+    The look taken after the rollback is the engine's last look: an erasure of the session that
+    begins after it, before the commit's second transaction, is refused there as well (the ledger
+    is no longer at the revision that look saw), and nothing of the append is written.
+    """
+    db = tmp_path / "agentium.db"
+    ours, other = _runtime(db), _runtime(db)
+    store = ours.session_store
+    try:
+        await ours.append(ANA, "s1", [Message(Role.USER, "elsewhere")])
+        for i in range(2):
+            await ours.append(ANA, "s0", [Message(Role.USER, f"turn {i}")])
+        real_run = store.run
+        hops: list[str] = []
+
+        async def erasures_first(ctx: Any, operation: str, work: Any) -> Any:
+            if operation == "session commit with archive":
+                hops.append(operation)
+                if len(hops) == 1:  # another session's erasure, complete: the ledger moves
+                    await other.erase(
+                        EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR
+                    )
+                elif len(hops) == 2:  # after the retry's look: this session's erasure begins
+                    erase = other.session_store.erase
+
+                    async def failing(*args: object, **kwargs: object) -> Any:
+                        raise OSError("session store unreachable")
+
+                    other.session_store.erase = failing
+                    try:
+                        with pytest.raises(ErasureIncompleteError):
+                            await other.erase(
+                                EraseTarget.session("acme", "ana", "s0"), reason="dsr", attestation=OPERATOR
+                            )
+                    finally:
+                        other.session_store.erase = erase
+            return await real_run(ctx, operation, work)
+
+        store.run = erasures_first
+        with pytest.raises(ErasureInProgressError) as caught:
+            await ours.append(ANA, "s0", [Message(Role.USER, f"third {SECRET}")])
+        assert len(hops) >= 2
+        assert caught.value.commit_state is not None and caught.value.commit_state.value == "not_committed"
+        assert _rows_holding(db, SECRET) == []
+    finally:
+        await ours.aclose()
+        await other.aclose()
+
+
+async def test_a_ledger_moving_under_every_fenced_transaction_ends_in_the_look_as_for_any_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four fenced transactions rolled back (another session erased before each): the fifth commit goes."""
+    from agentium_harness._engine.commit_joint import FENCED_ATTEMPTS
+    from agentium_harness.adapters import sqlite as sqlite_adapter
+
+    db = tmp_path / "agentium.db"
+    ours, other = _runtime(db), _runtime(db)
+    store = ours.session_store
+    checks: list[bool] = []
+    real_check = sqlite_adapter.fence_unmoved
+
+    def counted(conn: sqlite3.Connection, fence: Any) -> bool:
+        checks.append(real_check(conn, fence))
+        return checks[-1]
+
+    try:
+        for i in range(2):
+            await ours.append(ANA, "s0", [Message(Role.USER, f"turn {i}")])
+        real_run = store.run
+        hops: list[str] = []
+
+        async def erasing_first(ctx: Any, operation: str, work: Any) -> Any:
+            if operation == "session commit with archive":
+                hops.append(operation)
+                n = len(hops)
+                await other.append(ANA, f"x{n}", [Message(Role.USER, "elsewhere")])
+                await other.erase(
+                    EraseTarget.session("acme", "ana", f"x{n}"), reason="dsr", attestation=OPERATOR
+                )
+            return await real_run(ctx, operation, work)
+
+        store.run = erasing_first
+        monkeypatch.setattr(sqlite_adapter, "fence_unmoved", counted)
+        result = await ours.append(ANA, "s0", [Message(Role.USER, "third")])
+        assert result.commit_state.value == "committed"
+        assert checks == [False] * FENCED_ATTEMPTS and len(hops) == FENCED_ATTEMPTS + 1
+    finally:
+        await ours.aclose()
+        await other.aclose()

@@ -219,8 +219,12 @@ async def test_an_erasure_while_the_model_answers_is_met_alike_with_and_without_
     assert checks == []
     assert metered == traced
     # Every evicting commit (the racing turn's last) checked in its transaction: the ledger moved
-    # (rolled back, the look after it) exactly when an erasure of the tenant ran meanwhile.
-    assert fenced and fenced[-1] is (name in ("nothing", "another tenant"))
+    # (rolled back, the look after it) exactly when an erasure of the tenant ran meanwhile; a commit
+    # that landed was checked unmoved last (after the look, at the revision it saw), a refused one
+    # was refused by the look.
+    assert (False in fenced) is (name not in ("nothing", "another tenant"))
+    answered = isinstance(untraced[0], tuple) and untraced[0][0] == "answered"
+    assert fenced[-1] is answered
     assert untraced == traced
 
 

@@ -46,6 +46,7 @@ from .commit_joint import (
     FENCED_COMMIT,
     CommitOutcome,
     broadcast_archived,
+    fence_after_look,
     landed_joint,
     shares_transaction,
     transaction_fence,
@@ -165,9 +166,10 @@ async def commit(
         # so the compare-and-set would pass and write the erased groups back (.commit_fence).
         # A store that can checks it inside the transaction itself (commit_joint.transaction_fence).
         fence = transaction_fence(ticket, store, key)
+        if fence is None:
+            await refuse_if_erased_since_load(ticket, store, key, stored)
+        moves = 0
         while True:
-            if fence is None:
-                await refuse_if_erased_since_load(ticket, store, key, stored)
             try:
                 joined = await _joint_commit(
                     ticket,
@@ -238,11 +240,14 @@ async def commit(
                 return attrs.evolve(outcome, diagnostics=(note, *outcome.diagnostics))
             else:
                 if joined is None:
-                    # The erasure ledger moved since the load: nothing was written. The look as
-                    # for any store (it refuses, or the commit runs again after it).
-                    fence = None
+                    # The erasure ledger moved since the load (or the last look): nothing was
+                    # written. The look as for any store: it refuses, or the commit runs again,
+                    # fenced at the revision that look saw (commit_joint.fence_after_look).
                     if on_settled is not None:
                         on_settled(CommitState.NOT_COMMITTED, None)
+                    moves += 1
+                    looked = await refuse_if_erased_since_load(ticket, store, key, stored)
+                    fence = fence_after_look(fence, looked, moves)
                     continue
                 if on_settled is not None:
                     on_settled(CommitState.COMMITTED, joined.revision)

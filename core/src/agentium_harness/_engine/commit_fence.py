@@ -31,7 +31,8 @@ A store that can check it inside its joint commit's transaction (the
 built-in SQLite store: :func:`.commit_joint.transaction_fence`) takes the
 first step there instead, the ledger still at the revision the load saw,
 with the file's write lock held; one that moved rolls the commit back,
-nothing written, and this look runs as for any store.
+nothing written, and this look runs as for any store, the commit after it
+checking the ledger still at the revision this look saw.
 
 A session absent at the load and absent now tells nothing by its revision:
 an erasure of it (or of its user or tenant) meanwhile found nothing stored,
@@ -90,8 +91,12 @@ _log = logging.getLogger("agentium.engine")
 
 async def refuse_if_erased_since_load(
     ticket: Ticket, store: SessionStore, key: SessionKey, stored: StoredSnapshot | None
-) -> None:
+) -> tuple[int | None] | None:
     """Raise if ``key`` is being erased, or was erased or replaced since ``ticket``'s fenced load.
+
+    Returns the ledger's revision it passed at (``(None,)``: absent), what a
+    store checking the fence in its transaction may check again there
+    (:func:`.commit_joint.fence_after_look`); ``None`` when nothing was checked.
 
     A ticket without a fenced load (erasure's own rewrites, maintenance
     under an erasure) is not checked. A session absent at the load and now,
@@ -99,7 +104,7 @@ async def refuse_if_erased_since_load(
     (:func:`_refuse_if_erased_whole`): its erasure left no revision behind.
     """
     if ticket.fence_seen is None:
-        return
+        return None
     (seen,) = ticket.fence_seen
     ledger_key = pending_key(key.tenant)
     # A store that knows both rows unchanged (the SQLite store, nothing committed to the file since
@@ -119,7 +124,7 @@ async def refuse_if_erased_since_load(
                 record.erasure_id,
             )
     if revision == seen:
-        return  # no erasure of the tenant began or ended since the load
+        return (revision,)  # no erasure of the tenant began or ended since the load
     found = (
         known[1] if known is not None else await ticket.call("session load", lambda ctx: store.load(key, ctx))
     )
@@ -137,6 +142,7 @@ async def refuse_if_erased_since_load(
         # Absent then and now: an erasure of the session meanwhile found nothing stored, and left
         # nothing a revision could tell. Only its tombstone says it ran.
         await _refuse_if_erased_whole(ticket, store, key, seen)
+    return (revision,)
 
 
 async def refuse_if_erased_since(

@@ -28,9 +28,11 @@ from .results import Diagnostic, EvictionStatus, Severity
 from .settle import Settled
 
 __all__ = [
+    "FENCED_ATTEMPTS",
     "FENCED_COMMIT",
     "CommitOutcome",
     "broadcast_archived",
+    "fence_after_look",
     "landed_joint",
     "shares_transaction",
     "transaction_fence",
@@ -88,6 +90,29 @@ def transaction_fence(
     if seen is None or FENCED_COMMIT not in type(store).__dict__ or observe.current() is not None:
         return None
     return pending_key(key.tenant), seen[0]
+
+
+#: Transactions one joint commit tries with the fence checked in them: the first at the revision the
+#: load saw, each later one at the revision of the look taken after the ledger moved. Past them (the
+#: tenant's erasures kept landing in between), the last runs after its look as for any store: never
+#: refused for that alone.
+FENCED_ATTEMPTS = 4
+
+
+def fence_after_look(
+    fence: tuple[SessionKey, int | None] | None, looked: tuple[int | None] | None, moves: int
+) -> tuple[SessionKey, int | None] | None:
+    """The fence of the commit run again after the ledger moved ``moves`` times and the look passed.
+
+    The ledger at the revision the look saw (``looked``): while it is still
+    there, no erasure began or ended since that look, so the look's answer
+    stands in the transaction too, and an erasure begun after the engine's
+    last look is refused as after the load. ``None`` (the commit runs after
+    the look as for any store) past :data:`FENCED_ATTEMPTS`, or with nothing looked at.
+    """
+    if fence is None or looked is None or moves >= FENCED_ATTEMPTS:
+        return None
+    return fence[0], looked[0]
 
 
 async def landed_joint(
