@@ -125,3 +125,46 @@ def test_overdue_trailing_work_is_kept_bounded_and_all_counted() -> None:
         return await late.wait_trailing(0.05)
 
     assert asyncio.run(wait()) == 101
+
+
+#: A class name that would forge a record and colour the terminal (an adapter chooses its class names).
+_ODD = "Gone\nCRITICAL agentium.engine forged \x1b[31mred"
+
+
+def test_an_unheard_per_loop_close_logs_kinds_and_count_not_the_error_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The error text quotes the server (a host name, its message): the host gets it, the log does not."""
+    failures: list[list[str]] = []
+
+    async def main() -> None:
+        values: PerLoop[object] = PerLoop(object)
+        values.get()
+
+        async def close(value: object) -> None:
+            await asyncio.sleep(0.05)
+            raise type(_ODD, (OSError,), {})("db-7.internal:5432 refused: password for 'ana' expired")
+
+        caller = asyncio.get_running_loop().create_task(values.aclose(close, 1.0))
+        await asyncio.sleep(0.01)  # the close has begun
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await asyncio.sleep(0.15)  # the close has failed by now, its caller long gone
+
+        # A caller that waits still gets the whole text.
+        again: PerLoop[object] = PerLoop(object)
+        again.get()
+        failures.append(await again.aclose(close, 1.0))
+
+    with caplog.at_level(logging.WARNING, logger="agentium.engine"):
+        asyncio.run(main())
+    [record] = [r for r in caplog.records if "stopped waiting" in r.getMessage()]
+    message = record.getMessage()
+    assert "db-7.internal" not in message and "password" not in message and "ana" not in message
+    assert message.isprintable(), message  # one record, one line
+    assert (
+        "1 problem(s)" in message and "object failed (Gone\\x0aCRITICAL" in message and "\\x1b[31m" in message
+    )
+    [[text]] = failures
+    assert "db-7.internal:5432 refused" in text

@@ -34,6 +34,8 @@ import anyio
 import anyio.lowlevel
 import sniffio
 
+from .._observe.logs import one_line
+from .._observe.state import error_type
 from .._text import error_text
 
 __all__ = ["LoopHandle", "PerLoop", "ThreadSafeEvent", "cancel_scope", "current_library"]
@@ -355,14 +357,18 @@ class PerLoop(Generic[T]):
         per loop). Shielded from the caller's cancellation; on asyncio the closes
         run in a task of their own, so a native ``Task.cancel()`` of the caller
         (which passes anyio's shield) stops its wait, not the closes, whose
-        problems are then logged as a WARNING (``agentium.engine``) instead.
+        problems are then logged as a WARNING (``agentium.engine``) instead: their
+        count and kinds (each value's class and the error's class, escaped), never
+        their text, which quotes the adapter's error (a server's message, a host name).
         """
         with self._lock:
             held = list(self._values.values())
             self._values.clear()
-        problems: list[str] = []
+        # Each problem twice: its whole text (for the caller) and its kind (for the log).
+        problems: list[tuple[str, str]] = []
 
         async def close_one(loop: LoopHandle, value: T) -> None:
+            name = type(value).__name__
             try:
                 if loop.is_current():
                     with anyio.fail_after(timeout_s):
@@ -372,15 +378,25 @@ class PerLoop(Generic[T]):
                         self._discard(value)
                 elif not await loop.run_there(lambda: close(value), timeout_s):
                     problems.append(
-                        f"closing a {type(value).__name__} of another event loop did not finish within "
-                        f"{timeout_s}s (is that loop still running?)"
+                        (
+                            f"closing a {name} of another event loop did not finish within "
+                            f"{timeout_s}s (is that loop still running?)",
+                            f"{_kind(value)} of another loop timed out",
+                        )
                     )
             except TimeoutError:
-                problems.append(f"closing a {type(value).__name__} did not finish within {timeout_s}s")
+                problems.append(
+                    (f"closing a {name} did not finish within {timeout_s}s", f"{_kind(value)} timed out")
+                )
             except Exception as exc:
-                problems.append(f"closing a {type(value).__name__} failed: {error_text(exc)}")
+                problems.append(
+                    (
+                        f"closing a {name} failed: {error_text(exc)}",
+                        f"{_kind(value)} failed ({error_type(exc)})",
+                    )
+                )
 
-        async def close_all() -> list[str]:
+        async def close_all() -> list[tuple[str, str]]:
             with anyio.CancelScope(shield=True):
                 async with anyio.create_task_group() as tg:
                     for loop, value in held:
@@ -388,13 +404,13 @@ class PerLoop(Generic[T]):
             return problems
 
         if current_library() != "asyncio":  # trio: its cancellations respect the shield
-            return await close_all()
+            return [text for text, _kind_of in await close_all()]
         # The values are forgotten already: a native ``Task.cancel()`` of the caller passes anyio's
         # shield, and cut the closes short (nothing would close them again). They run in a task of
         # their own, each within ``timeout_s``; a cancelled caller stops waiting, the closes go on.
         left = False  # the caller stopped waiting: no one hears the problems but the log
 
-        async def close_all_then_say() -> list[str]:
+        async def close_all_then_say() -> list[tuple[str, str]]:
             found = await close_all()
             if left and found:
                 _warn_unheard(found)
@@ -403,7 +419,7 @@ class PerLoop(Generic[T]):
         task = get_running_loop().create_task(close_all_then_say())
         _STARTED.add(task)
         task.add_done_callback(_STARTED.discard)
-        found: list[str] = []
+        found: list[tuple[str, str]] = []
         try:
             with anyio.CancelScope(shield=True):
                 found = await asyncio.shield(task)
@@ -412,9 +428,22 @@ class PerLoop(Generic[T]):
             if task.done() and not task.cancelled() and task.exception() is None and task.result():
                 _warn_unheard(task.result())
             raise
-        return found
+        return [text for text, _kind_of in found]
 
 
-def _warn_unheard(problems: list[str]) -> None:
-    """Problems of a close whose caller stopped waiting (natively cancelled): logged, not lost."""
-    _log.warning("closing per-loop values after the caller stopped waiting: %s", "; ".join(problems))
+def _kind(value: object) -> str:
+    """A value's class name, escaped for a log line (a plugin's class: ``type()`` takes any string)."""
+    return one_line(type(value).__qualname__)
+
+
+def _warn_unheard(problems: list[tuple[str, str]]) -> None:
+    """Problems of a close whose caller stopped waiting (natively cancelled): logged, not lost.
+
+    Their kinds and count only: their texts quote the adapter's errors (a
+    server's message, a host name), which no record carries without capture.
+    """
+    _log.warning(
+        "closing per-loop values after the caller stopped waiting: %d problem(s): %s",
+        len(problems),
+        "; ".join(kind for _text, kind in problems),
+    )
