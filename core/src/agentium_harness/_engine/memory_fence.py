@@ -429,9 +429,9 @@ async def _confirm(
     try:
         found = await covering(seen, manager)
     except Exception as exc:  # the write stands: said in the ack, never a bare error after a commit
-        _log.warning("memory write not confirmed against erasures: %s", type(exc).__name__)
+        _log.warning("memory write not confirmed against erasures: %s", observe.error_type(exc))
         _event("agentium.memory.unconfirmed", "answered", exc)
-        note = f"the write was not checked again against erasures under way ({type(exc).__name__})"
+        note = f"the write was not checked again against erasures under way ({observe.error_type(exc)})"
         return attrs.evolve(ack, notes=(*ack.notes, note))
     if found is None:
         return ack
@@ -453,9 +453,9 @@ async def _confirm(
     except MemoryFactNotFoundError:
         pass  # the erasure removed it already
     except AgentiumError as exc:
-        _log.warning("a fact written during an erasure could not be taken back: %s", type(exc).__name__)
+        _log.warning("a fact written during an erasure could not be taken back: %s", observe.error_type(exc))
         _event("agentium.memory.take_back_failed", "answered", exc)
-        failed = f"{named} was written meanwhile and taking it back failed ({type(exc).__name__})"
+        failed = f"{named} was written meanwhile and taking it back failed ({observe.error_type(exc)})"
         outcome = f"{failed}: forget it (agentium memory forget; its id is the error's fact_ids)"
         raise left_to_forget(write.refusal(record, outcome), [fact_id]) from exc
     _event("agentium.memory.taken_back", "answered")  # the caller is told too: the refusal below
@@ -483,7 +483,7 @@ async def _take_back_cancelled(
         except Exception as exc:
             _log.warning(
                 "a fact written during an erasure, its write then cancelled, could not be taken back: %s",
-                type(exc).__name__,
+                observe.error_type(exc),
             )
             _event("agentium.memory.take_back_failed", "cancelled", exc)
             return
@@ -563,7 +563,7 @@ async def _take_back_late(
         _event("agentium.memory.take_back_failed", "late", exc)
         raise
     except AgentiumError as exc:
-        _log.warning("a fact written past its deadline could not be taken back: %s", type(exc).__name__)
+        _log.warning("a fact written past its deadline could not be taken back: %s", observe.error_type(exc))
         _event("agentium.memory.take_back_failed", "late", exc)
         span.fail(observe.error_type(exc), exc)
         return

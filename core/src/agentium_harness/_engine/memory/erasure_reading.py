@@ -395,7 +395,7 @@ async def after_writes_cancelled(
             _log.warning(
                 "memory extraction cancelled after its writes: its facts could not be checked again against "
                 "erasures of its sources (%s)",
-                type(exc).__name__,
+                observe.error_type(exc),
                 extra={"agentium_operation": "memory extract"},
             )
             _unchecked(telemetry, manager, exc)
@@ -428,7 +428,7 @@ async def _take_back(
     except AgentiumError as exc:
         _log.warning(
             "memory extraction: its facts were not checked again against erasures of its sources (%s)",
-            type(exc).__name__,
+            observe.error_type(exc),
             extra={"agentium_operation": "memory extract"},
         )
         _unchecked(telemetry, manager, exc)
@@ -443,5 +443,5 @@ async def _take_back(
         except MemoryFactNotFoundError:
             pass  # the erasure removed it already
         except AgentiumError as exc:
-            failed.append((fact_id, type(exc).__name__))
+            failed.append((fact_id, observe.error_type(exc)))
     return found, failed
