@@ -9,7 +9,9 @@ black-holes only the connections open now (new ones flow), as when one path
 dies. Bytes sent meanwhile wait in the kernel's buffers, like TCP
 retransmissions, and are delivered once :meth:`heal` is called (so a write
 cut off in the black hole can still reach the server late, which is what a
-write's settlement must cope with).
+write's settlement must cope with). :attr:`connect_delay_s` holds each new
+connection that long before it is forwarded, as a loaded machine or a slow
+network would.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class BlackHoleProxy:
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._new_flow = True
+        #: Seconds each new connection waits before it is forwarded (set by a test; 0: none).
+        self.connect_delay_s = 0.0
         self._flows: list[asyncio.Event] = []
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -74,6 +78,8 @@ class BlackHoleProxy:
             flow.set()
         self._flows.append(flow)
         await flow.wait()  # in a black hole even the upstream connection waits
+        if self.connect_delay_s:
+            await asyncio.sleep(self.connect_delay_s)
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:

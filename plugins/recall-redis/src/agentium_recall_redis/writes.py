@@ -8,12 +8,13 @@ outcome and fences every call that has not run, so each call runs at most
 once and the caller learns how many did (see
 :mod:`agentium_recall_redis.scripts`).
 
-Deadlines hold, settling included. A write with a deadline spends at most
-three quarters of its remaining time (and never more than all but
-``settle_timeout_s``) on the round trip itself and keeps the rest to settle
-it, so a definite answer (applied, or fenced) usually arrives by the
-deadline. A settlement that cannot finish by then (a network black hole)
-reports the outcome unknown and goes on in the background for up to
+Deadlines hold, settling included. A write with a deadline keeps part of
+its remaining time to settle it (:func:`settle_window`: a quarter, but at
+least half a second or, under a second left, half; never more than
+``settle_timeout_s``) and spends the rest on the round trip itself, so a
+definite answer (applied, or fenced) usually arrives by the deadline. A
+settlement that cannot finish by then (a network black hole) reports the
+outcome unknown and goes on in the background for up to
 ``settle_timeout_s``, so a copy still in flight is fenced as soon as the
 server can be reached. A cancelled write returns at once: its settlement
 runs in the background. :meth:`Settlements.drain` (called by the store's
@@ -48,11 +49,13 @@ __all__ = [
     "CALLS_PER_TRIP",
     "MAX_COLLECT_CALLS",
     "REPLY_LOST",
+    "SETTLE_FLOOR_S",
     "SETTLE_SHARE",
     "Call",
     "Settlements",
     "Writer",
     "Written",
+    "settle_window",
 ]
 
 #: Writes whose outcome had to be settled (WARNING); the same logger as the store's.
@@ -64,6 +67,25 @@ CALLS_PER_TRIP: Final = 16
 
 #: The share of a write's remaining time kept to settle it if its reply is lost (at most settle_timeout_s).
 SETTLE_SHARE: Final = 0.25
+
+#: The least time kept to settle a write (or half its remaining time, if less; at most settle_timeout_s):
+#: a quarter of a 1 s write left 0.2 s for a new connection and a script, which a loaded machine
+#: passed, so a lost reply ended "unknown" where it could have been settled. Writes with 2 s or more
+#: left keep their quarter: this only moves time from sending to settling when little is left, and a
+#: write whose reply was only slow still gets a definite answer (applied if it ran, else fenced).
+SETTLE_FLOOR_S: Final = 0.5
+
+
+def settle_window(remaining_s: float, settle_timeout_s: float) -> float:
+    """How much of a write's ``remaining_s`` is kept to settle it should its reply be lost.
+
+    :data:`SETTLE_SHARE` of it, but at least :data:`SETTLE_FLOOR_S` or
+    half of it, whichever is less, and never more than ``settle_timeout_s``.
+    The round trip gets the rest: at least half the time, three quarters from 2 s on.
+    """
+    floor = min(SETTLE_FLOOR_S, remaining_s / 2)
+    return min(settle_timeout_s, max(SETTLE_SHARE * remaining_s, floor))
+
 
 #: Span event of a write that lost its reply (next to its WARNING), on the span current in the call
 #: (the engine's adapter-call span): ``agentium.settled``, ``agentium.calls`` and, once settled,
@@ -388,7 +410,7 @@ class Writer:
         deadline = ctx.deadline
         if deadline is not None:  # keep part of the time to settle the write if its reply is lost
             remaining = max(0.0, deadline - time.monotonic())
-            send_by: float | None = deadline - min(self.settle_timeout_s, SETTLE_SHARE * remaining)
+            send_by: float | None = deadline - settle_window(remaining, self.settle_timeout_s)
         else:
             send_by = None
         try:

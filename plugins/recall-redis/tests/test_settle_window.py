@@ -1,0 +1,61 @@
+"""A write with little time left keeps enough of it to settle a lost reply.
+
+A write keeps part of its remaining time to settle a lost reply (a new
+connection, then the ``SETTLE`` script). A quarter of it, as before, left a
+1 s write 0.2 s (less the margin before the deadline), which a loaded
+machine passed: the write ended with its outcome unknown where it could
+have been settled. Now a write keeps at least half a second, or half its
+time if less (``writes.settle_window``); from 2 s on it keeps its quarter.
+
+The server sits behind the real TCP proxy (``net_proxy``): the write's
+connection goes silent and the settlement's new connection is held 0.25 s
+before it is forwarded, as on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from net_proxy import BlackHoleProxy
+from test_deadlines import SLACK, _store
+
+from agentium_harness import OpContext, SourceOwner
+from agentium_recall_redis import RedisRecallTimeoutError, writes
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(
+    ("remaining_s", "settle_timeout_s", "kept_s"),
+    [
+        (30.0, 2.0, 2.0),  # a quarter, at most settle_timeout_s
+        (4.0, 2.0, 1.0),  # a quarter
+        (2.0, 2.0, 0.5),  # a quarter is the floor
+        (1.0, 2.0, 0.5),  # the floor (a quarter was 0.25)
+        (0.6, 2.0, 0.3),  # half: the round trip keeps the other half
+        (1.0, 0.1, 0.1),  # never more than settle_timeout_s
+        (0.0, 2.0, 0.0),
+    ],
+)
+def test_the_time_kept_to_settle_a_write(remaining_s: float, settle_timeout_s: float, kept_s: float) -> None:
+    assert writes.settle_window(remaining_s, settle_timeout_s) == pytest.approx(kept_s)
+
+
+async def test_a_1_s_write_whose_reply_is_lost_on_a_slow_machine_is_settled_by_its_deadline(
+    proxy: BlackHoleProxy,
+) -> None:
+    store = _store(proxy)
+    try:
+        await store.health(OpContext.with_timeout(30))
+        proxy.freeze_existing()  # the write's connection goes silent
+        proxy.connect_delay_s = 0.25  # the settlement's new one is slow to come (0.2 s was all it had)
+        began = time.monotonic()
+        with pytest.raises(RedisRecallTimeoutError) as caught:
+            await store.index_document(SourceOwner("bh"), "d", "kiwi text", OpContext.with_timeout(1.0))
+        assert time.monotonic() - began < 1.0 + SLACK
+        assert caught.value.applied is False and "settled by re-reading" in str(caught.value), caught.value
+    finally:
+        proxy.connect_delay_s = 0.0
+        proxy.heal()
+        await store.aclose()
