@@ -69,7 +69,7 @@ from .._history import InterruptionCause, MessageGroup, RetainedRecord, TurnInte
 from .._ports.memory import MemoryScope
 from .._ports.summary import SummaryState
 from .._scope import Scope
-from .._text import clean_text, error_text
+from .._text import error_text
 from .commit_fence import refuse_if_erased_since
 from .document_run_fence import DocumentFence
 from .effects_said import commit_failed, refused_by_groups, warn_cancelled, warn_not_kept, warn_unchecked
@@ -85,7 +85,7 @@ from .sources import SourceStatus
 from .turn import TurnInterrupted, TurnOutcome, TurnTrace, executed
 from .turn_commit import commit_turn, interruption
 from .turn_fence import TurnFence, erased_during_run, recalled_groups
-from .unexpected import unexpected_error, warn_unexpected
+from .unexpected import unexpected_error, unexpected_kind, warn_unexpected
 
 if TYPE_CHECKING:
     from .request import RequestSources
@@ -257,7 +257,7 @@ class EffectsKeeper:
         except Exception as exc:
             # An engine bug: what ran is kept all the same, as after one in the commit's look (failed());
             # the call's error goes on, the bug is logged (its class, never its text: it may quote content).
-            kind = clean_text(type(exc).__name__)
+            kind = unexpected_kind(exc)
             _log.warning(
                 "run: its look after its failed model call failed with an unexpected %s (a bug in the engine "
                 "or in code it called unguarded)",

@@ -18,11 +18,19 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from .._errors import AgentiumError
+from .._observe.logs import one_line
 from .._text import clean_text, error_text
 from .results import CommitState
 from .settle import mark_commit_state
 
-__all__ = ["Outcomes", "WriteProgress", "typed_unexpected", "unexpected_error", "warn_unexpected"]
+__all__ = [
+    "Outcomes",
+    "WriteProgress",
+    "typed_unexpected",
+    "unexpected_error",
+    "unexpected_kind",
+    "warn_unexpected",
+]
 
 _log = logging.getLogger("agentium.engine")
 
@@ -66,12 +74,22 @@ class WriteProgress:
         """Called once when an unexpected exception leaves the operation (a run keeps its turn so far)."""
 
 
+def unexpected_kind(exc: BaseException | type[BaseException]) -> str:
+    """The class name of an unexpected exception (or the class) as a WARNING quotes it: escaped, one line.
+
+    Whoever raised it chose the name (``type()`` takes any string): a line
+    break in it would start what reads as a record of its own, an ANSI
+    escape would reach the terminal (docs/observability.md: one record, one line).
+    """
+    return one_line(clean_text((exc if isinstance(exc, type) else type(exc)).__name__))
+
+
 def warn_unexpected(operation: str, exc: BaseException | type[BaseException], state: CommitState) -> None:
     """The WARNING for an unexpected exception (or its class) leaving ``operation`` in ``state``.
 
     Never its text: it may quote content.
     """
-    kind = clean_text((exc if isinstance(exc, type) else type(exc)).__name__)
+    kind = unexpected_kind(exc)
     _log.warning(
         "%s failed with an unexpected %s; commit_state %s",
         operation,
