@@ -27,7 +27,9 @@ LOGGERS: dict[str, str] = {
         "runs: each run's end (INFO), each error leaving run(), an Agent run's model call or a turn it "
         "could not extract from, a history write or read, a session listing, an inspection, a migration, "
         "a reconciliation or an erasure's dry run, a damaged erasure join record a fence read, "
-        "a late result's release that failed (WARNING)"
+        "a late result's release that failed, per-loop values (plugin_api.PerLoop) whose close had "
+        "problems after its caller stopped waiting (their count, each value's and error's class: the "
+        "texts go to the caller) (WARNING)"
     ),
     "agentium.engine.admission": "refused admissions: session busy, runtime closing (DEBUG)",
     "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",
