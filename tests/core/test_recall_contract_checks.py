@@ -9,19 +9,26 @@ never let the item into the model request.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from _recall_support import ANA, KEY, MINE, Scripted, runtime, sid
+from _effects_support import DEPLOY
+from _recall_support import ANA, KEY, MINE, Scripted, ScriptedSession, runtime, sid
 
 from agentium_harness import (
+    DocumentUncheckedDuringRunError,
+    EffectLevel,
     InvalidArgumentError,
     RecallStatus,
     RunStatus,
+    Tool,
+    ToolRegistry,
     ValidationStatus,
     current_session_recall_policy,
 )
+from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.eval import EvalCaseError, parse_cases
 from agentium_harness.plugin_api import (
     Candidate,
@@ -357,3 +364,110 @@ async def test_a_contract_violation_at_the_commit_fence_is_reported_as_one() -> 
     [violation] = [d for d in result.diagnostics if d.code == "recall_contract_violation"]
     assert violation.message == said and violation.severity.value == "warning"
     assert not [d for d in result.diagnostics if d.code == "recall_note"]
+
+
+class OutOfContractAtLooks(Scripted):
+    """Answers recall's validation and the commit fence as asked; out of contract at the ``looks`` looks
+    between model calls (``validate_current`` calls 2 to ``looks + 1``): one answer more, for another
+    tenant's id, and a session close that fails."""
+
+    def __init__(self, looks: int) -> None:
+        super().__init__([("rota", "The release train leaves on Thursday.")])
+        self.looks = looks
+
+    async def open(self, scope: Scope, limits: Any, ctx: OpContext) -> Any:
+        return ClosesBadlyAtLooks(self)
+
+    def at_a_look(self) -> bool:
+        return 1 < self.validate_calls <= 1 + self.looks
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        answers = super().validations(refs)
+        if self.at_a_look():
+            answers.append(
+                Validation(SourceRef(document_source_id(GLOBEX, "payroll"), "r1"), ValidationStatus.CURRENT)
+            )
+        return answers
+
+
+class ClosesBadlyAtLooks(ScriptedSession):
+    def __init__(self, store: OutOfContractAtLooks) -> None:
+        super().__init__(store)
+        self.breaks = store
+
+    async def close(self) -> None:
+        if self.breaks.at_a_look():  # its validate_current was a look's
+            raise ValueError("close broke")
+
+
+@pytest.mark.parametrize("looks", [1, 2])
+async def test_a_contract_violation_at_a_look_between_model_calls_is_reported_once(
+    looks: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The document fence's looks between model calls report what the store broke as the commit fence
+    does: in ``RunResult.recall.violations`` and a ``recall_contract_violation`` WARNING (no id in any
+    record), its notes as ``recall_note``; once, however many looks the same answer met. What the model
+    is told is unchanged (every call sends the same sources, nothing of the stray answer), and nothing
+    the violation names is treated as an invalid source: the run commits, ``complete``."""
+
+    async def deploy(args: Any) -> str:
+        return "deployed"
+
+    provider = ScriptedProvider(replies=[DEPLOY] * looks + ["Deployed."])
+    tools = ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)])
+    rt, _, _ = runtime(OutOfContractAtLooks(looks), provider, tools=tools)
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        result = await rt.run(ANA, "s1", "Thursday?", grants=["deploy"])
+    assert result.committed and result.recall.status is RecallStatus.COMPLETE, result.diagnostics
+    assert result.recall.invalidated == ()
+    assert len(provider.calls) == looks + 1
+    sent = [[(b.source_id, b.content) for b in call.sources] for call in provider.calls]
+    assert all(s == sent[0] for s in sent) and [sid("rota")] == [i for i, _ in sent[0]], sent
+    said = "validate_current returned more than the 1 answers asked; the extra were ignored"
+    assert result.recall.violations == (said,)
+    [violation] = [d for d in result.diagnostics if d.code == "recall_contract_violation"]
+    assert violation.message == said and violation.severity.value == "warning"
+    [note] = [d for d in result.diagnostics if d.code == "recall_note"]
+    assert note.message.startswith("recall session close failed") and note.severity.value == "info"
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned.count("recall_contract_violation (warning)") == 1, warned
+    assert not [r for r in caplog.records if "payroll" in r.getMessage() or "globex" in r.getMessage()]
+
+
+class SilentAtTheLook(Scripted):
+    """Answers nothing at the look between the two model calls (``validate_current`` call 2)."""
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        answers = super().validations(refs)
+        return [] if self.validate_calls == 2 else answers
+
+
+async def test_a_contract_violation_at_a_look_that_stops_the_run_is_in_its_run_result(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No answer for a carried document: a violation, and a look that could not be made (the run stops
+    before the call, fail closed, as before). What ran is committed; its result reports the violation."""
+
+    async def deploy(args: Any) -> str:
+        return "deployed"
+
+    provider = ScriptedProvider(replies=[DEPLOY, "Deployed."])
+    tools = ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)])
+    rt, _, _ = runtime(
+        SilentAtTheLook([("rota", "The release train leaves on Thursday.")]), provider, tools=tools
+    )
+    with (
+        caplog.at_level(logging.DEBUG, logger="agentium"),
+        pytest.raises(DocumentUncheckedDuringRunError) as caught,
+    ):
+        await rt.run(ANA, "s1", "Thursday?", grants=["deploy"])
+    assert len(provider.calls) == 1
+    result = caught.value.run_result
+    assert result is not None and result.committed
+    said = f"validate_current gave no answer for {sid('rota')!r}; treated as unknown"
+    assert result.recall is not None and result.recall.violations == (said,)
+    [violation] = [d for d in result.diagnostics if d.code == "recall_contract_violation"]
+    assert violation.message == said and violation.severity.value == "warning"
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned.count("recall_contract_violation (warning)") == 1, warned
+    assert not [r for r in caplog.records if "rota" in r.getMessage()]

@@ -25,7 +25,11 @@ else:
   fence). A document the store calls ``deleted`` — or ``forbidden``: the
   run may no longer see it — stops the run. A changed one (indexed again,
   another revision) does not: it was not taken away, and the commit fence
-  judges it by the recall policy as before;
+  judges it by the recall policy as before. What a look found the store
+  breaking (its contract violations, its notes) is the host's, as the
+  commit fence's is: a ``recall_contract_violation`` WARNING each, listed
+  in ``RunResult.recall.violations`` (a ``recall_note`` each), said once
+  however many looks meet the same answer; the model is told nothing more;
 - after the last call no look of its own is made: the commit fence
   validates every included source anyway, and :meth:`DocumentFence.at_commit`
   reads its answers for the carried documents: one deleted (or forbidden)
@@ -53,6 +57,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -70,7 +75,10 @@ from .memory.sources_write import names_facts
 from .recall import revalidate
 from .recall_round import RecallUsage
 from .recall_turn import RecallOutcome
-from .results import CommitState
+from .results import CommitState, Diagnostic, Severity
+
+if TYPE_CHECKING:
+    from .progress import RunProgress
 
 __all__ = ["DOCUMENT_PREFIX", "DocumentFence"]
 
@@ -85,7 +93,7 @@ _GONE = frozenset({ValidationStatus.DELETED, ValidationStatus.FORBIDDEN})
 class DocumentFence:
     """One run's look, before each later model call, at the host documents its request carries."""
 
-    __slots__ = ("calls", "first", "limits", "refs", "scope", "spent", "store")
+    __slots__ = ("calls", "first", "limits", "refs", "reported", "run", "scope", "spent", "store")
 
     def __init__(
         self,
@@ -94,10 +102,15 @@ class DocumentFence:
         limits: RecallLimits,
         refs: tuple[SourceRef, ...],
         spent: RecallUsage,
+        run: RunProgress,
         *,
         first: bool = False,
     ) -> None:
         self.store, self.scope, self.limits = store, scope, limits
+        #: The run the looks report to: the store's contract violations and notes (:meth:`_report`).
+        self.run = run
+        #: What the looks reported so far: a later look answered the same way says nothing again.
+        self.reported: set[Diagnostic] = set()
         #: What the run's recall has spent: recall's, each look's time added (one budget for the run).
         self.spent = spent
         #: The refs of the documents whose excerpts the request carries, at the revisions read.
@@ -133,9 +146,12 @@ class DocumentFence:
         return await self._look(ticket, what, before_commit=True) if self.refs else None
 
     async def _look(self, ticket: Ticket, what: str, *, before_commit: bool) -> str | None:
-        validations, _, _, failure, usage = await revalidate(
+        validations, violations, notes, failure, usage = await revalidate(
             ticket, self.store, self.scope, self.limits, self.refs, self.spent
         )
+        # Reported first: a look that stops the run, or cannot be made, reports what the store broke too.
+        if violations or notes:
+            self._report(violations, notes)
         # The look's time is the run's: the next look, the commit fence and the result start from it.
         self.spent = attrs.evolve(self.spent, latency_s=usage.latency_s)
         if failure is not None:
@@ -146,6 +162,28 @@ class DocumentFence:
         unknown = sum(v.status is ValidationStatus.UNKNOWN for v in validations)
         # The store did not say (no answer for the ref, or an id it cannot place): no look was made.
         return f"the recall store called {unknown} of them unknown" if unknown else None
+
+    def _report(self, violations: list[str], notes: list[str]) -> None:
+        """A look's contract violations and notes, to the run as the commit fence reports its own.
+
+        A violation is a ``recall_contract_violation`` diagnostic (a WARNING record: its text, which
+        may quote an id the store returned, only with content capture) listed in
+        ``RunResult.recall.violations``; a note is a ``recall_note``. Each is said once: the looks
+        validate the same refs again, and a store answering each tool round's look the same way is
+        one finding, not one per round. Neither the status, the uncertainty (what the model was
+        told) nor which documents stop the run changes: the violations are the host's.
+        """
+        found = [Diagnostic("recall_contract_violation", v, Severity.WARNING) for v in violations]
+        found += [Diagnostic("recall_note", n) for n in notes]
+        new = [d for d in found if d not in self.reported]  # one look's own repeats are each a violation
+        if not new:
+            return
+        self.reported.update(new)
+        run = self.run
+        run.diagnostics.extend(new)
+        listed = tuple(d.message for d in new if d.code == "recall_contract_violation")
+        if listed and run.recall is not None:
+            run.recall = attrs.evolve(run.recall, violations=run.recall.violations + listed)
 
     def counted(self, outcome: RecallOutcome) -> RecallOutcome:
         """``outcome`` with the looks' time in its usage: what the commit fence starts from.

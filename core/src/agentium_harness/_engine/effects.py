@@ -546,7 +546,8 @@ class EffectsKeeper:
             return None
         # A memory search ran between recall's validation and the first call: that call is looked before too.
         first = self.runtime.memory is not None
-        return DocumentFence(store, self.scope, self.runtime.recall_limits, refs, outcome.usage, first=first)
+        limits = self.runtime.recall_limits
+        return DocumentFence(store, self.scope, limits, refs, outcome.usage, self.progress, first=first)
 
     def _resident(self) -> tuple[int, ...] | Callable[[], tuple[int, ...]]:
         """What works out the seqs of the loaded resident groups whose messages the request sends.
