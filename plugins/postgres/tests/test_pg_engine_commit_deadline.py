@@ -149,3 +149,54 @@ async def test_a_call_waiting_for_a_lent_connections_commit_is_refused_by_the_st
     finally:
         await store.aclose()
         await conn.close()
+
+
+async def test_a_call_queued_behind_a_lent_connections_unconfirmed_commit_is_refused_before_its_deadline(
+    pg_server: Any,
+    app_config: PostgresConfig,
+    admin: psycopg.Connection[Any],
+    schema: str,
+) -> None:
+    # A call that first waited its turn on the lent connection (another call held it, waiting for its
+    # own COMMIT's answer) then waits for that COMMIT until a margin before its deadline. The margin
+    # was counted from the time left when the call began, not from when its turn came: the wait ran
+    # past the deadline by the time spent queued, and the engine cancelled the call there (a bare
+    # timeout) instead of the store's refusal ("still waiting for the answer ... try again").
+    conn = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    seen: dict[str, BaseException] = {}
+
+    async def call(name: str, timeout_s: float, work: Any) -> None:
+        try:
+            await Ticket(None, "test", 30.0).call(name, work, timeout_s=timeout_s)
+        except Exception as exc:
+            seen[name] = exc
+
+    try:
+        with anyio.fail_after(30):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(30))
+            _slow_commits(admin, schema)  # the save's COMMIT takes 1 s
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    call,
+                    "session save",
+                    0.4,
+                    lambda ctx: store.save(KEY, scoped_snapshot(KEY, " late"), base, ctx),
+                )
+                await anyio.sleep(0.05)  # the save holds the connection, its COMMIT unanswered to 0.35 s
+                tg.start_soon(call, "session load", 0.6, lambda ctx: store.load(KEY, ctx))
+            assert isinstance(seen["session save"], PostgresUnavailableError), seen
+            load = seen["session load"]
+            assert isinstance(load, PostgresSessionStoreError), repr(load)
+            assert "still waiting for the answer" in str(load)
+            with anyio.fail_after(5):  # the COMMIT's answer came (1 s): the connection serves again
+                while True:
+                    try:
+                        stored = await store.load(KEY, OpContext.with_timeout(5))
+                        break
+                    except PostgresSessionStoreError:
+                        await anyio.sleep(0.05)
+            assert stored is not None and stored.revision == base + 1
+    finally:
+        await store.aclose()
+        await conn.close()

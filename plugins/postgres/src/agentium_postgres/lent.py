@@ -96,17 +96,23 @@ async def lent_turn(
 ) -> AsyncIterator[None]:
     """Hold ``conn`` for one call: on its loop, alone, after an earlier unconfirmed COMMIT, idle.
 
-    ``wait_s`` (the call's time left) bounds the wait for such a COMMIT, which ends a margin before
-    it (:func:`~agentium_postgres.calls.before_deadline`; ``None``: its own bound). Raises ``family``
+    ``wait_s`` (the call's time left when it came here) bounds the wait for such a COMMIT, which ends
+    a margin before the deadline it sets (:func:`~agentium_postgres.calls.before_deadline`; ``None``:
+    its own bound), whatever time the call spent waiting for its turn first. Raises ``family``
     with nothing sent when the connection belongs to another loop, is still finishing that
     COMMIT, or is not idle (see :func:`~agentium_postgres.calls.require_idle`).
     """
     record = _record(conn, name, operation, family)
+    # The deadline, not the time left: a call queued behind another (itself waiting for its COMMIT's
+    # answer) has less left once its turn comes, and a wait counted from the start ran past the
+    # deadline, where the engine cancels the call (a bare timeout, not the refusal below).
+    until = None if wait_s is None else anyio.current_time() + wait_s
     async with record.lock:
         late = record.pending
         if late is not None:
             if not late.done():
-                with anyio.move_on_after(_LATE_COMMIT_S if wait_s is None else before_deadline(wait_s)):
+                bound = _LATE_COMMIT_S if until is None else before_deadline(until - anyio.current_time())
+                with anyio.move_on_after(bound):
                     await asyncio.wait({late})  # waits without cancelling it
             if not late.done():
                 raise family(
