@@ -158,3 +158,46 @@ async def test_a_sent_write_whose_caller_is_cancelled_is_a_warning_and_a_span_ev
     assert any("could not be settled before the call was cancelled" in m for m in warnings), warnings
     assert _events(recorder) == [{"agentium.settled": False, "agentium.calls": 1}]
     assert all(SECRET not in text for text in recorder.carried())
+
+
+async def test_a_write_that_ran_but_lost_its_reply_is_a_warning_and_a_span_event(
+    server: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The write reached the server and ran; its reply was lost (the connection broke as it came back).
+    # Settling found it applied, and the call returns the success it was: but the lost reply is the same
+    # degradation as when settling found it fenced, and the README and the module say a lost reply,
+    # settled or not, is a WARNING and a span event. This one was silent.
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from agentium_recall_redis.link import Link
+    from agentium_recall_redis.scripts import INDEX
+
+    roundtrip = Link._roundtrip_once
+    lost: list[bool] = []
+
+    async def losing(self: Link, commands: Any, attempt: Any, checked: bool) -> Any:
+        replies = await roundtrip(self, commands, attempt, checked)  # the write ran: its reply is read
+        if attempt is not None and not lost and any(INDEX.sha in map(str, c) for c in commands):
+            lost.append(True)
+            raise RedisConnectionError("Connection closed by server.")  # and lost on its way back
+        return replies
+
+    monkeypatch.setattr(Link, "_roundtrip_once", losing)
+    recorder = SpanRecorder()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["unused"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        telemetry=Telemetry(tracer_provider=recorder.provider),
+    )
+    with anyio.fail_after(30):
+        async with runtime:
+            with caplog.at_level(logging.WARNING, logger=LOGGER):
+                await runtime.index_document(SourceOwner("acme"), "d", f"kiwi {SECRET}", timeout_s=10.0)
+    assert lost, "the write's round trip was never seen"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == LOGGER]
+    assert any("lost its reply; settled: 1 of 1" in m for m in warnings), warnings
+    assert _events(recorder) == [{"agentium.settled": True, "agentium.applied": 1, "agentium.calls": 1}]
+    assert all(SECRET not in text for text in recorder.carried())

@@ -446,6 +446,7 @@ class Writer:
             if outcome is None:  # not settled by the deadline: fence it as soon as the server answers
                 self._settle_later(link, tokens, later)
             if outcome is not None and all(v.startswith("done:") for v in outcome):
+                self._settled(operation, outcome)  # a lost reply all the same: said, as when fenced
                 return list(outcome)  # it ran, exactly once: report it as the success it was
             why = (
                 "its deadline passed"
@@ -467,16 +468,7 @@ class Writer:
                     "validate the source, or index it again (indexing is idempotent)",
                     None,
                 ) from None
-            applied = sum(v.startswith("done:") for v in outcome)
-            logger.warning(
-                "%s: the write lost its reply; settled: %d of %d script call(s) had run, the rest are fenced",
-                operation,
-                applied,
-                len(outcome),
-                extra={"agentium_operation": operation, "agentium_applied": applied},
-            )
-            settled = {"agentium.settled": True, "agentium.applied": applied, "agentium.calls": len(outcome)}
-            current_span_event(REPLY_LOST, settled)
+            applied = self._settled(operation, outcome)
             earlier = f"; {done} earlier chunk(s) of this call were written" if done else ""
             raise RedisRecallTimeoutError(
                 f"{operation}: the write lost its reply ({why}); settled by re-reading: {applied} of "
@@ -484,6 +476,20 @@ class Writer:
                 "Index again to complete it (indexing is idempotent)",
                 False,
             ) from None
+
+    def _settled(self, operation: str, outcome: Sequence[str]) -> int:
+        """A lost reply settled by re-reading (applied or fenced): a WARNING and event; how many had run."""
+        applied = sum(v.startswith("done:") for v in outcome)
+        logger.warning(
+            "%s: the write lost its reply; settled: %d of %d script call(s) had run, the rest are fenced",
+            operation,
+            applied,
+            len(outcome),
+            extra={"agentium_operation": operation, "agentium_applied": applied},
+        )
+        settled = {"agentium.settled": True, "agentium.applied": applied, "agentium.calls": len(outcome)}
+        current_span_event(REPLY_LOST, settled)
+        return applied
 
     def _unknown_at_cancel(self, operation: str, calls: int) -> None:
         """A sent write whose caller was cancelled (deadline, shutdown): unknown, so a WARNING and event."""
