@@ -201,3 +201,35 @@ async def test_a_write_that_ran_but_lost_its_reply_is_a_warning_and_a_span_event
     assert any("lost its reply; settled: 1 of 1" in m for m in warnings), warnings
     assert _events(recorder) == [{"agentium.settled": True, "agentium.applied": 1, "agentium.calls": 1}]
     assert all(SECRET not in text for text in recorder.carried())
+
+
+async def test_an_interrupt_after_a_write_was_sent_goes_on_as_it_came(
+    server: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A KeyboardInterrupt (or SystemExit) raised while a sent write waited for its reply was settled
+    # in the foreground like a broken connection and never raised again: a write that had run returned
+    # its success, one fenced raised RedisRecallTimeoutError: the interrupt was lost either way. It
+    # goes on now, as a cancellation does: the settlement runs in the background, said at WARNING.
+    from agentium_recall_redis.link import Link
+    from agentium_recall_redis.scripts import INDEX
+
+    roundtrip = Link._roundtrip_once
+
+    async def interrupted(self: Link, commands: Any, attempt: Any, checked: bool) -> Any:
+        replies = await roundtrip(self, commands, attempt, checked)
+        if attempt is not None and any(INDEX.sha in map(str, c) for c in commands):
+            raise KeyboardInterrupt
+        return replies
+
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    try:
+        with anyio.fail_after(30):
+            await store.health(OpContext.with_timeout(10))
+            monkeypatch.setattr(Link, "_roundtrip_once", interrupted)
+            with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(KeyboardInterrupt):
+                await store.index_document(SourceOwner("acme"), "d", "kiwi text", OpContext.with_timeout(10))
+            monkeypatch.undo()
+    finally:
+        await store.aclose()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == LOGGER]
+    assert any("could not be settled before the call was cancelled" in m for m in warnings), warnings

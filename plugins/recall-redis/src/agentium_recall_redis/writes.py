@@ -426,8 +426,10 @@ class Writer:
                 if isinstance(exc, RedisError | OSError):
                     self.errors.fail(exc, operation)
                 raise
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
+            if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(exc, Exception):
                 # The caller is gone and must not wait: settle (apply once, or fence) in the background.
+                # An interrupt or an exit too: settled here, it was swallowed (the write's outcome
+                # returned or raised instead), so Ctrl-C during a write was lost.
                 self._settle_later(link, tokens, later)
                 self._unknown_at_cancel(operation, len(tokens))
                 raise
@@ -439,7 +441,9 @@ class Writer:
             )
             try:
                 outcome = await self._settle(link, tokens, settle_by)
-            except anyio.get_cancelled_exc_class():
+            except BaseException as stop:
+                if isinstance(stop, Exception):  # not a cancellation, an interrupt or an exit
+                    raise
                 self._settle_later(link, tokens, later)
                 self._unknown_at_cancel(operation, len(tokens))
                 raise
