@@ -15,13 +15,16 @@ before it is forwarded, as on a loaded machine.
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import anyio
 import pytest
 from net_proxy import BlackHoleProxy
+from redis_servers import new_prefix
 from test_deadlines import SLACK, _store
 
-from agentium_harness import OpContext, SourceOwner
-from agentium_recall_redis import RedisRecallTimeoutError, writes
+from agentium_harness import OpContext, OperationCancelledError, SourceOwner
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore, RedisRecallTimeoutError, writes
 
 pytestmark = pytest.mark.anyio
 
@@ -58,4 +61,32 @@ async def test_a_1_s_write_whose_reply_is_lost_on_a_slow_machine_is_settled_by_i
     finally:
         proxy.connect_delay_s = 0.0
         proxy.heal()
+        await store.aclose()
+
+
+async def test_a_write_refused_to_keep_its_settling_time_does_not_say_its_deadline_passed(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write keeps part of its time to settle a lost reply; one not sent by then (its connection
+    # slow to come) is refused with nothing written. Half a 1 s write is kept now, so it is refused
+    # half a second before its deadline: the message said "its deadline passed", which it had not.
+    from agentium_recall_redis.link import Link
+
+    fresh = Link._fresh
+
+    async def slow(self: Link, conn: Any) -> None:
+        await anyio.sleep(0.6)  # a connection slow to come, past the time the write may send in
+        await fresh(self, conn)
+
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    try:
+        await store.health(OpContext.with_timeout(30))
+        monkeypatch.setattr(Link, "_fresh", slow)
+        with pytest.raises(OperationCancelledError) as caught:
+            await store.index_document(SourceOwner("bh"), "d", "kiwi text", OpContext.with_timeout(1.0))
+        monkeypatch.undo()
+        text = str(caught.value)
+        assert "nothing was written" in text and "settle" in text, text
+        assert "deadline passed" not in text, text  # about 0.5 s of it was left
+    finally:
         await store.aclose()

@@ -418,11 +418,7 @@ class Writer:
         except BaseException as exc:
             if not attempt.sent:
                 if isinstance(exc, TimeoutError):
-                    raise OperationCancelledError(
-                        f"{operation} refused: its deadline passed before anything was sent; "
-                        "nothing was written",
-                        "deadline passed",
-                    ) from None
+                    raise self._not_sent(operation, deadline) from None
                 if isinstance(exc, RedisError | OSError):
                     self.errors.fail(exc, operation)
                 raise
@@ -480,6 +476,18 @@ class Writer:
                 "Index again to complete it (indexing is idempotent)",
                 False,
             ) from None
+
+    def _not_sent(self, operation: str, deadline: float | None) -> OperationCancelledError:
+        """A write not sent by the time it may send in: refused, nothing written (said as it is)."""
+        left = None if deadline is None else deadline - time.monotonic()
+        why = (
+            "its deadline passed before anything was sent"
+            if left is None or left <= 0
+            # Refused up to half its time early (settle_window): "its deadline passed" was untrue.
+            else f"it could not be sent in time to settle it should its reply be lost ({left:.2f} s of its "
+            "time was left, kept for settling)"
+        )
+        return OperationCancelledError(f"{operation} refused: {why}; nothing was written", "deadline passed")
 
     def _settled(self, operation: str, outcome: Sequence[str]) -> int:
         """A lost reply settled by re-reading (applied or fenced): a WARNING and event; how many had run."""
