@@ -145,9 +145,15 @@ class Settlements:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_s
-        while self._tasks and loop.time() < deadline:
-            await asyncio.wait(set(self._tasks), timeout=deadline - loop.time())
-        return len(self._tasks)
+        # As drain: a task of a closed loop is gone with it (it never ends), and another loop's task
+        # is watched, not awaited here (its end woke no one: the wait ran to its bound).
+        while (live := self._live()) and loop.time() < deadline:
+            mine = {t for t in live if t.get_loop() is loop}
+            if len(mine) == len(live):
+                await asyncio.wait(mine, timeout=deadline - loop.time())
+            else:
+                await asyncio.sleep(min(_WATCH_S, max(0.0, deadline - loop.time())))
+        return len(self._live())
 
     async def drain(self, within_s: float) -> None:
         """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more."""
