@@ -141,8 +141,10 @@ def one_line(text: object) -> str:
     anything its backend server chose, such as an error code): a newline in
     it would start what reads as a record of its own, an ANSI escape could
     rewrite the terminal. A newline becomes the four characters ``\x0a``.
+    A ``str`` subclass (a class's name may be one) is read with ``str.__str__``:
+    its own ``isprintable`` or ``__str__`` would vouch for itself.
     """
-    plain = text if type(text) is str else str(text)
+    plain = text if type(text) is str else str.__str__(text if isinstance(text, str) else str(text))
     return plain if plain.isprintable() else _UNSAFE.sub(_escape, plain)
 
 
