@@ -471,3 +471,37 @@ async def test_a_contract_violation_at_a_look_that_stops_the_run_is_in_its_run_r
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warned.count("recall_contract_violation (warning)") == 1, warned
     assert not [r for r in caplog.records if "rota" in r.getMessage()]
+
+
+class OutOfContractFromTheFirstLook(OutOfContractAtLooks):
+    """Out of contract at every validation after recall's own: the looks and the commit fence."""
+
+    def at_a_look(self) -> bool:
+        return self.validate_calls > 1
+
+
+@pytest.mark.parametrize("looks", [1, 2])
+async def test_a_violation_a_look_reported_is_not_reported_again_by_the_commit_fence(
+    looks: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The commit fence's validation is the documents' last look: the same answer met there after
+    the looks is the same finding, listed and logged once (as from look to look)."""
+
+    async def deploy(args: Any) -> str:
+        return "deployed"
+
+    store = OutOfContractFromTheFirstLook(looks)
+    provider = ScriptedProvider(replies=[DEPLOY] * looks + ["Deployed."])
+    rt, _, _ = runtime(store, provider, tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]))
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        result = await rt.run(ANA, "s1", "Thursday?", grants=["deploy"])
+    assert store.validate_calls == looks + 2  # recall's, each look's, the commit fence's
+    assert result.committed and result.recall.status is RecallStatus.COMPLETE, result.diagnostics
+    said = "validate_current returned more than the 1 answers asked; the extra were ignored"
+    assert result.recall.violations == (said,)
+    assert [d.code for d in result.diagnostics if d.code.startswith("recall_")] == [
+        "recall_contract_violation",
+        "recall_note",
+    ]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned.count("recall_contract_violation (warning)") == 1, warned

@@ -29,7 +29,8 @@ else:
   breaking (its contract violations, its notes) is the host's, as the
   commit fence's is: a ``recall_contract_violation`` WARNING each, listed
   in ``RunResult.recall.violations`` (a ``recall_note`` each), said once
-  however many looks meet the same answer; the model is told nothing more;
+  however many looks (the commit fence's validation among them) meet the
+  same answer; the model is told nothing more;
 - after the last call no look of its own is made: the commit fence
   validates every included source anyway, and :meth:`DocumentFence.at_commit`
   reads its answers for the carried documents: one deleted (or forbidden)
@@ -184,6 +185,26 @@ class DocumentFence:
         listed = tuple(d.message for d in new if d.code == "recall_contract_violation")
         if listed and run.recall is not None:
             run.recall = attrs.evolve(run.recall, violations=run.recall.violations + listed)
+
+    def unsaid(
+        self, outcome: RecallOutcome, since: int, found: list[Diagnostic]
+    ) -> tuple[RecallOutcome, list[Diagnostic]]:
+        """The commit fence's ``outcome`` and diagnostics ``found`` without what a look reported already.
+
+        The commit fence's validation is the documents' last look: a violation (or note) a look
+        between calls reported, met again in the same answer, is one finding, said once, as from
+        look to look. ``since``: how many of ``outcome.violations`` were there before the commit fence.
+        """
+        reported = self.reported
+        if not reported:
+            return outcome, found
+        added = outcome.violations[since:]
+        fresh = tuple(
+            v for v in added if Diagnostic("recall_contract_violation", v, Severity.WARNING) not in reported
+        )
+        if len(fresh) != len(added):
+            outcome = attrs.evolve(outcome, violations=outcome.violations[:since] + fresh)
+        return outcome, [d for d in found if d not in reported]
 
     def counted(self, outcome: RecallOutcome) -> RecallOutcome:
         """``outcome`` with the looks' time in its usage: what the commit fence starts from.
