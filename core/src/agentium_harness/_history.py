@@ -86,7 +86,6 @@ __all__ = [
     "new_write_id",
     "planning_sizes",
     "tokens_and_size",
-    "tokens_and_sizes",
 ]
 
 
@@ -187,20 +186,6 @@ def tokens_and_size(group: MessageGroup) -> tuple[int, int]:
     if tokens is None:
         tokens = cached[2] = sum(map(message_tokens, group.messages))
     return tokens, len(cached[0])
-
-
-def tokens_and_sizes(groups: Sequence[MessageGroup]) -> list[tuple[int, int]]:
-    """:func:`tokens_and_size` of each of ``groups``, without a call for a group encoded and counted already.
-
-    A commit plans its eviction over every resident group, nearly all of
-    them carried on from the turn before (encoded and counted then): their
-    entries are looked up at C speed and read in place. A group not yet
-    encoded or counted (the turn's own) takes :func:`tokens_and_size`.
-    """
-    return [
-        (entry[2], len(entry[0])) if entry is not None and entry[2] is not None else tokens_and_size(group)
-        for group, entry in zip(groups, map(_ENCODED.get, map(id, groups)), strict=True)
-    ]
 
 
 def planning_sizes(

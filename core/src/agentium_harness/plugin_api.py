@@ -87,7 +87,7 @@ from ._plugins.registry import PluginRegistry, ProblemStage
 from ._plugins.spec import PATH_OPTION, AdapterSpec, Register
 from ._plugins.strategies import RecallStrategy
 from ._ports import PORT_KINDS, PortKind
-from ._ports._base import CancelSignal, Capabilities, OpContext, capabilities_of, port_stub
+from ._ports._base import CancelSignal, Capabilities, OpContext, before_cancel, capabilities_of, port_stub
 from ._ports.archive import (
     ArchiveCapabilities,
     ArchiveReceipt,
@@ -347,6 +347,7 @@ __all__ = [
     "ModelResponse",
     "OmittedContext",
     "OpContext",
+    "before_cancel",
     "OperationCancelledError",
     "PluginRegistry",
     "PortKind",

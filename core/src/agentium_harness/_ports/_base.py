@@ -17,6 +17,7 @@ __all__ = [
     "unsupported",
     "Capabilities",
     "OpContext",
+    "before_cancel",
     "is_port_stub",
     "port_stub",
 ]
@@ -207,6 +208,26 @@ class OpContext:
         if self.deadline is None:
             return None
         return max(0.0, self.deadline - time.monotonic())
+
+
+#: How long before its deadline an adapter's own wait ends (at most a fifth of the time left):
+#: see :func:`before_cancel`.
+CANCEL_MARGIN_S = 0.05
+
+
+def before_cancel(left: float) -> float:
+    """How long an adapter's own wait may last, ``left`` seconds before its call's deadline.
+
+    The engine cancels an adapter call at its deadline. A wait whose end the
+    adapter reports itself (a write's lost reply settled, a COMMIT's answer
+    awaited) and that is bounded by the same instant races that
+    cancellation: on a loaded machine the cancellation wins and the
+    adapter's own outcome (its error, WARNING and span event) is lost. Such a
+    wait ends ``CANCEL_MARGIN_S`` (50 ms, or a fifth of ``left`` if less)
+    before the deadline; never negative.
+    """
+    left = max(0.0, left)
+    return left - min(CANCEL_MARGIN_S, left / 5)
 
 
 class Capabilities:

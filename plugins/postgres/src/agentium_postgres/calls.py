@@ -18,18 +18,16 @@ import attrs
 import psycopg
 import sniffio
 
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import OpContext, before_cancel
 
 from .errors import PostgresAsyncioRequiredError, PostgresError
 
 __all__ = [
     "CLIENT_SLACK_S",
-    "COMMIT_MARGIN_S",
     "SETTLE_S",
     "Outcome",
     "StaleConnection",
     "abandon_pipeline",
-    "before_deadline",
     "commit_cut_off",
     "commit_wait",
     "discard",
@@ -47,10 +45,6 @@ __all__ = [
 CLIENT_SLACK_S: Final = 0.25
 #: How long a shielded COMMIT or ROLLBACK may take before the connection is given up.
 SETTLE_S: Final = 10.0
-#: The wait for a COMMIT's answer ends this long before the call's deadline (at most a fifth of what
-#: is left), so that its outcome ("unknown") is the call's own report when the engine cancels it at
-#: the deadline: the same rule as the Redis store's settling.
-COMMIT_MARGIN_S: Final = 0.05
 
 
 def require_asyncio(operation: str) -> None:
@@ -153,21 +147,10 @@ def commit_wait(ctx: OpContext) -> float:
     Not past the deadline: the engine cancels the call there and abandons it 0.1 s later, so a wait
     until the deadline and a slack (as before) ended after the engine gave up on the call, which it
     reported as hung while the "outcome unknown" (error and WARNING) came later or, on a loaded
-    machine, in time: which one depended on load. See :data:`COMMIT_MARGIN_S`.
+    machine, in time: which one depended on load. See ``plugin_api.before_cancel``.
     """
     left = ctx.time_left()
-    return SETTLE_S if left is None else min(SETTLE_S, before_deadline(left))
-
-
-def before_deadline(left: float) -> float:
-    """How long a wait of a call with ``left`` seconds to its deadline may last: to the margin before it.
-
-    For the waits whose end the call reports itself (a COMMIT unconfirmed, a lent connection still
-    owed an earlier COMMIT's answer): the engine cancels the call at the deadline, and a wait
-    ending there raced that cancellation. See :data:`COMMIT_MARGIN_S`.
-    """
-    left = max(0.0, left)
-    return left - min(COMMIT_MARGIN_S, left / 5)
+    return SETTLE_S if left is None else min(SETTLE_S, before_cancel(left))
 
 
 class StaleConnection(Exception):

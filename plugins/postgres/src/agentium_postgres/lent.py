@@ -34,7 +34,9 @@ import anyio.to_thread
 import attrs
 import psycopg
 
-from .calls import SETTLE_S, before_deadline, require_idle, running_loop
+from agentium_harness.plugin_api import before_cancel
+
+from .calls import SETTLE_S, require_idle, running_loop
 from .errors import PostgresError
 
 __all__ = ["LentCommitUnconfirmed", "commit_lent", "lent_settled", "lent_turn"]
@@ -97,7 +99,7 @@ async def lent_turn(
     """Hold ``conn`` for one call: on its loop, alone, after an earlier unconfirmed COMMIT, idle.
 
     ``wait_s`` (the call's time left when it came here) bounds the wait for such a COMMIT, which ends
-    a margin before the deadline it sets (:func:`~agentium_postgres.calls.before_deadline`; ``None``:
+    a margin before the deadline it sets (``plugin_api.before_cancel``; ``None``:
     its own bound), whatever time the call spent waiting for its turn first. Raises ``family``
     with nothing sent when the connection belongs to another loop, is still finishing that
     COMMIT, or is not idle (see :func:`~agentium_postgres.calls.require_idle`).
@@ -111,7 +113,7 @@ async def lent_turn(
         late = record.pending
         if late is not None:
             if not late.done():
-                bound = _LATE_COMMIT_S if until is None else before_deadline(until - anyio.current_time())
+                bound = _LATE_COMMIT_S if until is None else before_cancel(until - anyio.current_time())
                 with anyio.move_on_after(bound):
                     await asyncio.wait({late})  # waits without cancelling it
             if not late.done():

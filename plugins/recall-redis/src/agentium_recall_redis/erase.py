@@ -79,6 +79,7 @@ from agentium_harness.plugin_api import (
     PhysicalErasure,
     SessionKey,
     SourceOwner,
+    before_cancel,
     checked_argument,
     count_items,
     group_sessions,
@@ -110,7 +111,6 @@ from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import Command, Link, as_text
 from .lua import CHECK, ROWS, Script
 from .scripts import COLLECT
-from .writes import SETTLE_MARGIN_S
 
 if TYPE_CHECKING:
     from .config import RedisRecallConfig
@@ -391,7 +391,7 @@ async def erase_target(
         left = ctx.time_left()
         wait = store.config.settle_timeout_s
         if left is not None:
-            wait = min(wait, left - min(SETTLE_MARGIN_S, max(0.0, left) / 5))
+            wait = min(wait, before_cancel(left))
         if await store.writer.settlements.settle(max(0.0, wait)):
             raise RedisRecallError(
                 "recall erase: a write cut off earlier is still being settled, so its copy could still "

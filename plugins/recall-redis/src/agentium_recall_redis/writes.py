@@ -37,7 +37,7 @@ import anyio
 import attrs
 
 from agentium_harness import OperationCancelledError
-from agentium_harness.plugin_api import OpContext, current_span_event
+from agentium_harness.plugin_api import OpContext, before_cancel, current_span_event
 
 from .errors import RedisRecallError, RedisRecallTimeoutError
 from .link import Attempt, Command, Link, Reply, as_text
@@ -91,11 +91,6 @@ def settle_window(remaining_s: float, settle_timeout_s: float) -> float:
 #: (the engine's adapter-call span): ``agentium.settled``, ``agentium.calls`` and, once settled,
 #: ``agentium.applied`` (how many of the calls had run; the rest are fenced). No content.
 REPLY_LOST: Final = "agentium.recall.redis_write_reply_lost"
-
-#: Settling a lost reply ends this long before the call's deadline (at most a fifth of what is left):
-#: the caller cancels the call at the deadline itself, and a settlement bounded by the same instant
-#: raced that cancellation, so on a slow machine the outcome went unreported.
-SETTLE_MARGIN_S: Final = 0.05
 
 
 class Settlements:
@@ -439,7 +434,7 @@ class Writer:
             settle_by = (
                 now + self.settle_timeout_s
                 if deadline is None
-                else min(deadline - min(SETTLE_MARGIN_S, (deadline - now) / 5), now + self.settle_timeout_s)
+                else now + min(before_cancel(deadline - now), self.settle_timeout_s)
             )
             try:
                 outcome = await self._settle(link, tokens, settle_by)
