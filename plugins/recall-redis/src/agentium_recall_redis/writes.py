@@ -138,29 +138,28 @@ class Settlements:
         Erasure waits here, so a write cut off earlier is applied or fenced
         before the erase reads what to remove.
         """
+        await self._wait_live(within_s)
+        return len(self._live())
+
+    async def _wait_live(self, within_s: float) -> None:
+        """Wait at most ``within_s`` seconds while work runs (:meth:`_live`): for settle and drain.
+
+        A task of a closed loop is gone with it (it never ends, so :meth:`_live` leaves it out), and
+        another loop's task cannot be awaited here: it is watched (its end wakes no one here).
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_s
-        # As drain: a task of a closed loop is gone with it (it never ends), and another loop's task
-        # is watched, not awaited here (its end woke no one: the wait ran to its bound).
         while (live := self._live()) and loop.time() < deadline:
             mine = {t for t in live if t.get_loop() is loop}
             if len(mine) == len(live):
                 await asyncio.wait(mine, timeout=deadline - loop.time())
             else:
                 await asyncio.sleep(min(_WATCH_S, max(0.0, deadline - loop.time())))
-        return len(self._live())
 
     async def drain(self, within_s: float) -> None:
         """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + within_s
-        while (live := self._live()) and loop.time() < deadline:
-            mine = {t for t in live if t.get_loop() is loop}
-            if len(mine) == len(live):
-                await asyncio.wait(mine, timeout=deadline - loop.time())
-            else:
-                # Another loop's task cannot be awaited here: watch it end.
-                await asyncio.sleep(min(_WATCH_S, max(0.0, deadline - loop.time())))
+        await self._wait_live(within_s)
         self._closed = True
         pending = self._live()
         for task in pending:
