@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
+from typing import Any
 
+import anyio
 import pytest
 from openai_helpers import make_provider
 from openai_stub_server import Reply, StubServer
@@ -94,3 +98,44 @@ def test_a_concurrent_second_aclose_waits_long_enough_to_hear_a_close_that_timed
 
     heard = asyncio.run(main())
     assert len(heard) == 2 and all("did not finish within 0.2s" in text for text in heard), heard
+
+
+def test_an_aclose_cut_off_before_it_began_is_run_by_the_next_aclose(
+    stub: StubServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # asyncio.run returned just as aclose() began: its close's task was cancelled before its first
+    # step and closed nothing, and every later aclose() raised OperationCancelledError: the client of
+    # the loop still running in another thread could never be closed.
+    provider = make_provider(stub)
+    stub.add(Reply.recorded("plain_answer"))
+    made: list[Any] = []
+    finish = threading.Event()
+
+    async def keep_loop() -> None:
+        await provider.complete(
+            ModelRequest("You help.", turn=(Message(Role.USER, "hi"),)), OpContext.with_timeout(20)
+        )
+        made.append(provider.client)
+        await anyio.to_thread.run_sync(finish.wait, 20)
+
+    other = threading.Thread(target=anyio.run, args=(keep_loop,))
+    other.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not made and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [client] = made
+        assert client is not None and not client.is_closed()
+
+        async def cut_off() -> None:
+            asyncio.get_running_loop().create_task(provider.aclose())  # its loop ends at once
+
+        with caplog.at_level(logging.WARNING, logger="agentium.plugins.provider_openai"):
+            asyncio.run(cut_off())
+        assert not client.is_closed()
+        anyio.run(provider.aclose)  # runs the close: the other loop's client is closed on its loop
+        assert client.is_closed()
+        assert any("cut off before it began" in r.getMessage() for r in caplog.records)
+    finally:
+        finish.set()
+        other.join(20)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,34 @@ _log = logging.getLogger("agentium.adapters")
 
 # How often a later caller looks whether the close's event loop was closed under it.
 _LOOK_S = 0.1
+
+
+class _Attempt:
+    """One run of the close and its outcome, for the callers that took part in it."""
+
+    __slots__ = ("again", "context", "done", "kind", "problem", "task", "trace", "work")
+
+    def __init__(self) -> None:
+        self.done = ThreadSafeEvent()
+        self.problem: Exception | None = None  # what the close raised, for every caller
+        self.trace: TracebackType | None = None  # its traceback as the close raised it
+        self.context: BaseException | None = None  # its __context__ as the close raised it
+        self.kind = ""  # the type of what ended the close (its error, a cancellation): for the log
+        self.task: asyncio.Task[None] | None = None  # held: asyncio keeps weak references to tasks
+        # What close() returned; kept once ended only while none of it ran (see unbegun).
+        self.work: Awaitable[None] | None = None
+        self.again = False  # cut off before it began, and run again since by another caller
+
+    def unbegun(self) -> bool:
+        """True while the close's coroutine has not started: cut off then, another caller may run it."""
+        work = self.work
+        return inspect.iscoroutine(work) and inspect.getcoroutinestate(work) == inspect.CORO_CREATED
+
+    def end(self) -> None:
+        """Ended: a close that began is let go (its frames); one that never began is kept to run again."""
+        if not self.unbegun():
+            self.work = None
+        self.done.set()
 
 
 class CloseOnce:
@@ -63,6 +92,14 @@ class CloseOnce:
       problem is logged at WARNING (the adapter's name and the exception's type,
       nothing else) and raised to the next caller.
 
+    A close cut off before any of its coroutine ran (its task cancelled before
+    its first step, as ``asyncio.run`` returning just after ``aclose()`` began
+    does, or its loop closed first) has released nothing: the next caller (one
+    waiting for it, or a later ``aclose()``) runs that coroutine itself, on its
+    own loop; the cut-off is logged at WARNING. ``close()`` is not called again
+    (its synchronous part ran): this needs it to return a coroutine, as an
+    ``async def`` does.
+
     A later caller whose wait ran out gets :class:`OperationTimeoutError`
     (``operation`` ``"aclose"``), with a WARNING: the close is still running
     (``wait_s`` is shorter than the close's own bound). A close
@@ -71,19 +108,7 @@ class CloseOnce:
     :class:`OperationCancelledError` for every later caller.
     """
 
-    __slots__ = (
-        "_claimed",
-        "_context",
-        "_done",
-        "_kind",
-        "_lock",
-        "_log",
-        "_problem",
-        "_task",
-        "_trace",
-        "_wait_s",
-        "_what",
-    )
+    __slots__ = ("_attempt", "_claimed", "_lock", "_log", "_wait_s", "_what")
 
     def __init__(self, what: str, *, wait_s: float, logger: logging.Logger | None = None) -> None:
         self._what = what
@@ -91,12 +116,7 @@ class CloseOnce:
         self._log = logger if logger is not None else _log
         self._lock = threading.Lock()
         self._claimed = False
-        self._done = ThreadSafeEvent()
-        self._problem: Exception | None = None  # what the close raised, for every caller
-        self._trace: TracebackType | None = None  # its traceback as the close raised it
-        self._context: BaseException | None = None  # its __context__ as the close raised it
-        self._kind = ""  # the type of what ended the close (its error, a cancellation): for the log
-        self._task: asyncio.Task[None] | None = None  # held: asyncio keeps weak references to tasks
+        self._attempt: _Attempt | None = None  # the close's latest run (a new one after a cut-off)
 
     @property
     def claimed(self) -> bool:
@@ -106,39 +126,72 @@ class CloseOnce:
     @property
     def ended(self) -> bool:
         """True once the close has ended, whatever its outcome."""
-        return self._done.is_set()
+        attempt = self._attempt
+        return attempt is not None and attempt.done.is_set()
 
     async def run(self, close: Callable[[], Awaitable[None]]) -> None:
         """Close once (the first caller) or wait for that close (later ones); raise its problem if any."""
-        with self._lock:
-            first, self._claimed = not self._claimed, True
-        if not first:
-            await self._wait()
-        elif current_library() == "asyncio":
-            await self._run_in_task(close)
-        else:
-            await self._run_here(close)
-        self._raise_problem()
+        while True:
+            attempt, start = self._claim(close)
+            if start is not None:
+                if current_library() == "asyncio":
+                    await self._run_in_task(attempt, start)
+                else:
+                    await self._run_here(attempt, start)
+                break
+            await self._wait(attempt)
+            if not (attempt.unbegun() or attempt.again):
+                break  # else cut off before it began while this caller waited: run (or wait for) it again
+        self._raise_problem(attempt)
 
-    async def _run_here(self, close: Callable[[], Awaitable[None]]) -> None:
+    def _claim(
+        self, close: Callable[[], Awaitable[None]]
+    ) -> tuple[_Attempt, Callable[[], Awaitable[None]] | None]:
+        """The run to wait for (and ``None``), or a new one and what it runs."""
+        with self._lock:
+            attempt = self._attempt
+            start: Callable[[], Awaitable[None]] | None = close
+            if attempt is not None:
+                start = self._take_over(attempt)
+                if start is None:
+                    return attempt, None
+            self._claimed = True
+            self._attempt = _Attempt()
+            return self._attempt, start
+
+    @staticmethod
+    def _take_over(attempt: _Attempt) -> Callable[[], Awaitable[None]] | None:
+        """The close to run again (under the lock): what it returned, if it ended before any of it ran."""
+        work = attempt.work
+        if work is None or not attempt.done.is_set() or not attempt.unbegun():
+            return None
+        attempt.work, attempt.again = None, True  # this caller's now: a coroutine is awaited once
+
+        def start() -> Awaitable[None]:
+            return work  # close() is not called again: its synchronous part ran already
+
+        return start
+
+    async def _run_here(self, attempt: _Attempt, close: Callable[[], Awaitable[None]]) -> None:
         """Trio: the close runs shielded in this task (no native cancellation passes the shield)."""
         try:
             with anyio.CancelScope(shield=True):
-                await close()
+                work = attempt.work = close()
+                await work
         except BaseException as exc:
-            self._keep(exc)
+            self._keep(attempt, exc)
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt, SystemExit: this caller hears it itself; later ones are told
         finally:
-            self._done.set()
+            attempt.end()
 
-    async def _run_in_task(self, close: Callable[[], Awaitable[None]]) -> None:
+    async def _run_in_task(self, attempt: _Attempt, close: Callable[[], Awaitable[None]]) -> None:
         """Asyncio: the close runs in a task of its own; a natively cancelled caller stops waiting only."""
         try:
-            work = close()  # its synchronous part runs now, in the caller
+            work = attempt.work = close()  # its synchronous part runs now, in the caller
         except BaseException as exc:
-            self._keep(exc)
-            self._done.set()  # ended: later callers must not wait for a close that never began
+            self._keep(attempt, exc)
+            attempt.end()  # ended: later callers must not wait for a close that never began
             if not isinstance(exc, Exception):
                 raise
             return
@@ -150,29 +203,29 @@ class CloseOnce:
             except BaseException as exc:
                 # A cancellation too (asyncio.run returning cancels the tasks left, this one among
                 # them): the close did not finish, and later callers must not be told it did.
-                self._keep(exc)
+                self._keep(attempt, exc)
                 if left:
-                    self._warn_unheard()
+                    self._warn_unheard(attempt)
                 if not isinstance(exc, Exception):
                     raise  # the task ends cancelled (or the interruption goes on to the loop)
             finally:
-                self._task = None  # ended: a finished task (and its traceback) is not kept
+                attempt.task = None  # ended: a finished task (and its traceback) is not kept
                 if left:
-                    self._done.set()
+                    attempt.end()
 
         def never_began(task: asyncio.Task[None]) -> None:
             # Cancelled before its first step (asyncio.run returning as it was made): closing() never
-            # ran, its handlers neither. Cut off all the same, never "closed".
-            if task.cancelled() and self._problem is None:
-                self._keep(asyncio.CancelledError())
+            # ran, its handlers neither. Cut off all the same, never "closed"; the next caller runs it.
+            if task.cancelled() and attempt.problem is None:
+                self._keep(attempt, asyncio.CancelledError())
                 if left:
-                    self._warn_unheard()
+                    self._warn_unheard(attempt)
             if left:
-                self._task = None
-                self._done.set()
+                attempt.task = None
+                attempt.end()
 
         # Held here until it ends (asyncio keeps weak references), even once the caller let go.
-        self._task = task = asyncio.get_running_loop().create_task(closing())
+        attempt.task = task = asyncio.get_running_loop().create_task(closing())
         task.add_done_callback(never_began)
         try:
             with anyio.CancelScope(shield=True):
@@ -180,25 +233,25 @@ class CloseOnce:
         except BaseException:
             left = True  # one loop thread: the task has not ended yet, or has just now (below)
             if task.done():
-                if task.cancelled() and self._problem is None:
-                    self._keep(asyncio.CancelledError())  # never began (see never_began)
-                self._done.set()
-                if self._problem is not None:
-                    self._warn_unheard()
+                if task.cancelled() and attempt.problem is None:
+                    self._keep(attempt, asyncio.CancelledError())  # never began (see never_began)
+                attempt.end()
+                if attempt.problem is not None:
+                    self._warn_unheard(attempt)
             raise
         # Ended here rather than in the task: the first caller goes on before the waiting callers wake.
-        self._done.set()
+        attempt.end()
 
-    async def _wait(self) -> None:
+    async def _wait(self, attempt: _Attempt) -> None:
         """A later caller: wait, shielded and within ``wait_s``, for the first's close to end."""
         with anyio.move_on_after(self._wait_s, shield=True):
             # In slices: a close whose loop is closed under it never ends, nor says so (see _orphaned).
-            while not self._orphaned():
+            while not self._orphaned(attempt):
                 with anyio.move_on_after(_LOOK_S):
-                    await self._done.wait()
-                if self._done.is_set():
+                    await attempt.done.wait()
+                if attempt.done.is_set():
                     break
-        if not self._done.is_set() and not self._orphaned():
+        if not attempt.done.is_set() and not self._orphaned(attempt):
             self._log.warning(
                 "%s: a later aclose() stopped waiting for the first's close after %ss; it is still running",
                 self._what,
@@ -212,52 +265,56 @@ class CloseOnce:
                 self._wait_s,
             )
 
-    def _orphaned(self) -> bool:
+    def _orphaned(self, attempt: _Attempt) -> bool:
         """True once the close has ended, or its task's loop was closed with it pending (then ended here).
 
         A loop closed without cancelling its tasks (``run_until_complete``, then
-        ``close()``) never runs the close again: it is ended as cut off, for every caller.
+        ``close()``) never runs the close again: it is ended as cut off, for every
+        caller (or, when none of it had run, run by the next caller).
         """
-        task = self._task
-        if self._done.is_set():
+        task = attempt.task
+        if attempt.done.is_set():
             return True
         if task is None or not task.get_loop().is_closed() or task.done():
             return False
-        self._task = None  # never to run again: the close's task (and what it holds) is let go
-        self._kind = "its event loop was closed"
-        self._problem = OperationCancelledError(
+        attempt.task = None  # never to run again: the close's task (and what it holds) is let go
+        attempt.kind = "its event loop was closed"
+        attempt.problem = OperationCancelledError(
             f"{self._what}: its close did not finish (its event loop was closed with the close pending); "
             "what it had not closed may still be open",
             "close interrupted",
         )
-        self._trace = self._context = None
-        self._done.set()
+        attempt.trace = attempt.context = None
+        if attempt.unbegun():
+            self._warn_unheard(attempt)
+        attempt.end()
         return True
 
-    def _keep(self, exc: BaseException) -> None:
+    def _keep(self, attempt: _Attempt, exc: BaseException) -> None:
         """Keep the close's outcome for every caller (an interruption as an OperationCancelledError)."""
-        if self._done.is_set():
+        if attempt.done.is_set():
             return  # ended already (a task of a closed loop, collected later): its outcome stands
-        self._kind = type(exc).__name__  # the type only: the log names nothing else
+        attempt.kind = type(exc).__name__  # the type only: the log names nothing else
         if isinstance(exc, Exception):
-            self._problem, self._trace, self._context = exc, exc.__traceback__, exc.__context__
+            attempt.problem, attempt.trace, attempt.context = exc, exc.__traceback__, exc.__context__
             return
         # Cancelled, or interrupted: what it had not closed stays open; no later caller is told "closed".
-        self._problem = OperationCancelledError(
+        attempt.problem = OperationCancelledError(
             f"{self._what}: its close did not finish ({type(exc).__name__}); "
             "what it had not closed may still be open",
             "close interrupted",
         )
-        self._trace = self._context = None
+        attempt.trace = attempt.context = None
 
-    def _raise_problem(self) -> None:
-        problem = self._problem
+    def _raise_problem(self, attempt: _Attempt) -> None:
+        problem = attempt.problem
         if problem is not None:
             # Each caller its own copy: one object raised to several callers took each caller's handled
             # exception as its __context__ and each caller's frames in its traceback, for the next to see.
-            raise self._copy(problem).with_traceback(self._trace)
+            raise self._copy(problem, attempt.context).with_traceback(attempt.trace)
 
-    def _copy(self, problem: Exception) -> Exception:
+    @staticmethod
+    def _copy(problem: Exception, context: BaseException | None) -> Exception:
         """``problem`` again (type, arguments, attributes, cause, context), or itself if it will not copy."""
         try:
             twin = copy.copy(problem)
@@ -267,17 +324,24 @@ class CloseOnce:
             twin = problem
         if twin is not problem and isinstance(getattr(problem, "__notes__", None), list):
             twin.__notes__ = list(problem.__notes__)
-        twin.__cause__, twin.__context__ = problem.__cause__, self._context
+        twin.__cause__, twin.__context__ = problem.__cause__, context
         twin.__suppress_context__ = problem.__suppress_context__
         return twin
 
-    def _warn_unheard(self) -> None:
+    def _warn_unheard(self, attempt: _Attempt) -> None:
         """The close failed (or was cut off) after its caller was cancelled: logged, then raised later."""
-        kind = self._kind
-        self._log.warning(
-            "%s: closing failed (%s) after the aclose() caller that started it was cancelled; "
-            "the next aclose() raises it",
-            self._what,
-            kind,
-        )
+        kind = attempt.kind
+        if attempt.unbegun():
+            self._log.warning(
+                "%s: the close was cut off before it began (%s); the next aclose() runs it",
+                self._what,
+                kind,
+            )
+        else:
+            self._log.warning(
+                "%s: closing failed (%s) after the aclose() caller that started it was cancelled; "
+                "the next aclose() raises it",
+                self._what,
+                kind,
+            )
         current_span_event("agentium.close.unheard", {"error.type": kind})
