@@ -420,3 +420,58 @@ def test_a_waiting_caller_runs_a_close_whose_loop_was_closed_before_it_began() -
     for waiter in waiters:
         waiter.join(1.5)
     assert heard == ["returned"] * 2 and began == [1] and once.ended
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_aclose_from_inside_the_close_returns_at_once(backend: str) -> None:
+    # A close that closes a wrapper which closes the adapter again: that aclose() waited wait_s for the
+    # close it was part of, then raised OperationTimeoutError into the close.
+    once = CloseOnce("test adapter", wait_s=1)
+    steps: list[str] = []
+
+    async def aclose() -> None:
+        await once.run(close)
+
+    async def close_wrapper() -> None:
+        await aclose()  # the wrapper closes what it wraps: this adapter
+        steps.append("wrapper closed")
+
+    async def close() -> None:
+        steps.append("closing")
+        await close_wrapper()
+        async with anyio.create_task_group() as tasks:  # a task the close started, same answer
+            tasks.start_soon(aclose)
+        steps.append("closed")
+
+    begun = time.monotonic()
+    anyio.run(aclose, backend=backend)
+    assert time.monotonic() - begun < 0.5
+    assert steps == ["closing", "wrapper closed", "closed"] and once.ended
+
+
+def test_an_aclose_from_outside_still_waits_while_one_from_inside_returns() -> None:
+    # Only the close's own context returns at once: another task's aclose() hears the close's outcome.
+    once = CloseOnce("test adapter", wait_s=5)
+    heard: list[str] = []
+
+    async def close() -> None:
+        await once.run(close)  # from inside: returns at once
+        heard.append("inside returned")
+        await anyio.sleep(0.05)
+        raise Refused("pool did not close")
+
+    async def outside() -> None:
+        with pytest.raises(Refused):
+            await once.run(close)
+        heard.append("outside heard it")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(outside)
+            await anyio.lowlevel.checkpoint()
+            with pytest.raises(Refused):
+                await once.run(close)
+            heard.append("first heard it")
+
+    anyio.run(main)
+    assert heard[0] == "inside returned" and sorted(heard[1:]) == ["first heard it", "outside heard it"]

@@ -16,6 +16,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from types import TracebackType
 
 import anyio
@@ -30,6 +31,10 @@ _log = logging.getLogger("agentium.adapters")
 
 # How often a later caller looks whether the close's event loop was closed under it.
 _LOOK_S = 0.1
+
+# The CloseOnce objects whose close runs in this context (its task, and the tasks it starts): an
+# aclose() from inside its own close would wait for itself (wait_s, then a timeout).
+_INSIDE: ContextVar[frozenset[object]] = ContextVar("agentium_close_once_inside", default=frozenset())
 
 
 class _Attempt:
@@ -98,7 +103,10 @@ class CloseOnce:
     waiting for it, or a later ``aclose()``) runs that coroutine itself, on its
     own loop; the cut-off is logged at WARNING. ``close()`` is not called again
     (its synchronous part ran): this needs it to return a coroutine, as an
-    ``async def`` does.
+    ``async def`` does. An ``aclose()`` made from inside the close itself (in
+    its task, or a task it started: a wrapper it closes that closes this
+    adapter again) returns at once instead of waiting ``wait_s`` for the close
+    it is part of; the close's outcome goes to its callers.
 
     A later caller whose wait ran out gets :class:`OperationTimeoutError`
     (``operation`` ``"aclose"``), with a WARNING: the close is still running
@@ -108,7 +116,7 @@ class CloseOnce:
     :class:`OperationCancelledError` for every later caller.
     """
 
-    __slots__ = ("_attempt", "_claimed", "_lock", "_log", "_wait_s", "_what")
+    __slots__ = ("_attempt", "_claimed", "_lock", "_log", "_token", "_wait_s", "_what")
 
     def __init__(self, what: str, *, wait_s: float, logger: logging.Logger | None = None) -> None:
         self._what = what
@@ -117,6 +125,7 @@ class CloseOnce:
         self._lock = threading.Lock()
         self._claimed = False
         self._attempt: _Attempt | None = None  # the close's latest run (a new one after a cut-off)
+        self._token = object()  # this close in _INSIDE (not self: a context keeps what it holds)
 
     @property
     def claimed(self) -> bool:
@@ -131,8 +140,12 @@ class CloseOnce:
 
     async def run(self, close: Callable[[], Awaitable[None]]) -> None:
         """Close once (the first caller) or wait for that close (later ones); raise its problem if any."""
+        inside = self._token in _INSIDE.get()
         while True:
-            attempt, start = self._claim(close)
+            claim = self._claim(close, inside)
+            if claim is None:
+                return  # from inside the close: waiting for it would wait for this very caller
+            attempt, start = claim
             if start is not None:
                 if current_library() == "asyncio":
                     await self._run_in_task(attempt, start)
@@ -145,13 +158,15 @@ class CloseOnce:
         self._raise_problem(attempt)
 
     def _claim(
-        self, close: Callable[[], Awaitable[None]]
-    ) -> tuple[_Attempt, Callable[[], Awaitable[None]] | None]:
-        """The run to wait for (and ``None``), or a new one and what it runs."""
+        self, close: Callable[[], Awaitable[None]], inside: bool
+    ) -> tuple[_Attempt, Callable[[], Awaitable[None]] | None] | None:
+        """The run to wait for, or a new one and what it runs; ``None`` for a call from inside the close."""
         with self._lock:
             attempt = self._attempt
             start: Callable[[], Awaitable[None]] | None = close
             if attempt is not None:
+                if inside and not attempt.done.is_set():
+                    return None
                 start = self._take_over(attempt)
                 if start is None:
                     return attempt, None
@@ -174,6 +189,7 @@ class CloseOnce:
 
     async def _run_here(self, attempt: _Attempt, close: Callable[[], Awaitable[None]]) -> None:
         """Trio: the close runs shielded in this task (no native cancellation passes the shield)."""
+        mark = _INSIDE.set(_INSIDE.get() | {self._token})
         try:
             with anyio.CancelScope(shield=True):
                 work = attempt.work = close()
@@ -183,6 +199,7 @@ class CloseOnce:
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt, SystemExit: this caller hears it itself; later ones are told
         finally:
+            _INSIDE.reset(mark)
             attempt.end()
 
     async def _run_in_task(self, attempt: _Attempt, close: Callable[[], Awaitable[None]]) -> None:
@@ -198,6 +215,7 @@ class CloseOnce:
         left = False  # the caller stopped waiting: only the log (and the next caller) hear the problem
 
         async def closing() -> None:
+            _INSIDE.set(_INSIDE.get() | {self._token})  # this task's own context, and its children's
             try:
                 await work
             except BaseException as exc:
