@@ -52,7 +52,11 @@ background (:mod:`agentium_recall_redis.writes`); an erase first waits for
 those settlements (at most ``settle_timeout_s``), so each such write has
 either applied — and is erased — or been fenced and never applies. If one
 is still unsettled the erase raises and removes nothing (the engine keeps
-the erasure pending; resume it).
+the erasure pending; resume it), saying why: a settlement still running, one
+stranded because its event loop stopped or closed first (it counts until
+``settle_timeout_s`` after its write was cut off, as a running one gives up
+then), or background cleanup (a staging given up, garbage collected) still
+running (:mod:`agentium_recall_redis.settlements`).
 
 **How physical.** Redis frees the keys at once, but copies written before
 the erasure — the append-only file until it is rewritten
@@ -392,10 +396,12 @@ async def erase_target(
         wait = store.config.settle_timeout_s
         if left is not None:
             wait = min(wait, before_cancel(left))
-        if await store.writer.settlements.settle(max(0.0, wait)):
+        # The refusal says what is pending (a settlement running, one whose loop stopped or closed, or
+        # cleanup): it said "still being settled" for cleanup work too.
+        if pending := await store.writer.settlements.wait(max(0.0, wait)):
             raise RedisRecallError(
-                "recall erase: a write cut off earlier is still being settled, so its copy could still "
-                "land after the erase; nothing was erased. Erase again once the server answers"
+                f"recall erase: {pending.reason()}; nothing was erased. Erase again "
+                + ("once the server answers" if pending.settling or pending.cleanup else "later")
             )
     if not dry_run:
         # Fence the target's owners, then give up their stagings, before anything is listed: a write

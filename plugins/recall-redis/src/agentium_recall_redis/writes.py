@@ -24,14 +24,12 @@ settled or not, is logged at WARNING and is a :data:`REPLY_LOST` span event.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import secrets
-import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
 
 import anyio
 import attrs
@@ -43,6 +41,7 @@ from .errors import RedisRecallError, RedisRecallTimeoutError
 from .link import Attempt, Command, Link, Reply, as_text
 from .scripts import ABORT, BEGIN, COLLECT, COMMIT, INDEX, LEASE_MS, SETTLE, STAGE, TOKEN_TTL_MS, Script
 from .server import Arg, ServerErrors
+from .settlements import Settlements
 from .sources import Source, chunk_calls, flat_terms
 
 __all__ = [
@@ -91,90 +90,6 @@ def settle_window(remaining_s: float, settle_timeout_s: float) -> float:
 #: (the engine's adapter-call span): ``agentium.settled``, ``agentium.calls`` and, once settled,
 #: ``agentium.applied`` (how many of the calls had run; the rest are fenced). No content.
 REPLY_LOST: Final = "agentium.recall.redis_write_reply_lost"
-
-
-class Settlements:
-    """Work that goes on after its write returned: settling, giving up stagings, collecting garbage.
-
-    A write is settled in the background when it was cancelled or could not
-    be settled by its deadline. Each is an asyncio task of the loop the write
-    ran on (one store serves several loops), bounded by its own deadline;
-    :meth:`drain` waits for the ones still running (and those they start), at
-    most ``within_s`` seconds in all, cancels the rest, each on its own loop,
-    and starts nothing more. A task whose loop has closed is gone with it.
-    """
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._lock = threading.Lock()  # tasks of several loops start and end on their threads
-        self._closed = False
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._tasks)
-
-    def start(self, work: Coroutine[Any, Any, Any]) -> None:
-        """Run ``work`` in the background (a task of the running loop), tracked until it ends."""
-        if self._closed:
-            work.close()  # drained: the store is closing, and later writes collect what is left
-            return
-        task = asyncio.get_running_loop().create_task(work)
-        with self._lock:
-            self._tasks.add(task)
-        task.add_done_callback(self._forget)
-
-    def _forget(self, task: asyncio.Task[Any]) -> None:
-        with self._lock:
-            self._tasks.discard(task)
-
-    def _live(self) -> set[asyncio.Task[Any]]:
-        with self._lock:
-            return {t for t in self._tasks if not t.done() and not t.get_loop().is_closed()}
-
-    async def settle(self, within_s: float) -> int:
-        """Wait at most ``within_s`` seconds for the running work (and what it starts); how many still run.
-
-        Unlike :meth:`drain` nothing is cancelled and later work may start.
-        Erasure waits here, so a write cut off earlier is applied or fenced
-        before the erase reads what to remove.
-        """
-        await self._wait_live(within_s)
-        return len(self._live())
-
-    async def _wait_live(self, within_s: float) -> None:
-        """Wait at most ``within_s`` seconds while work runs (:meth:`_live`): for settle and drain.
-
-        A task of a closed loop is gone with it (it never ends, so :meth:`_live` leaves it out), and
-        another loop's task cannot be awaited here: it is watched (its end wakes no one here).
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within_s
-        while (live := self._live()) and loop.time() < deadline:
-            mine = {t for t in live if t.get_loop() is loop}
-            if len(mine) == len(live):
-                await asyncio.wait(mine, timeout=deadline - loop.time())
-            else:
-                await asyncio.sleep(min(_WATCH_S, max(0.0, deadline - loop.time())))
-
-    async def drain(self, within_s: float) -> None:
-        """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more."""
-        loop = asyncio.get_running_loop()
-        await self._wait_live(within_s)
-        self._closed = True
-        pending = self._live()
-        for task in pending:
-            if task.get_loop() is loop:
-                task.cancel()
-            else:
-                with contextlib.suppress(RuntimeError):  # that loop closed meanwhile
-                    task.get_loop().call_soon_threadsafe(task.cancel)
-        mine = {t for t in pending if t.get_loop() is loop}
-        if mine:
-            await asyncio.wait(mine, timeout=1.0)
-
-
-#: How often :meth:`Settlements.drain` looks whether another loop's settlement has ended.
-_WATCH_S: Final = 0.02
 
 
 #: A writing script call: the script and its arguments after the tenant prefix and the token's ttl.
@@ -514,10 +429,13 @@ class Writer:
         current_span_event(REPLY_LOST, {"agentium.settled": False, "agentium.calls": calls})
 
     def _settle_later(self, link: Link, tokens: Sequence[str], later: Later | None) -> None:
-        self.settlements.start(self._settle_then(link, tokens, later))
+        settles_by = time.monotonic() + self.settle_timeout_s
+        self.settlements.start(self._settle_then(link, tokens, later, settles_by), settles_by=settles_by)
 
-    async def _settle_then(self, link: Link, tokens: Sequence[str], later: Later | None) -> None:
-        outcome = await self._settle(link, tokens, time.monotonic() + self.settle_timeout_s)
+    async def _settle_then(
+        self, link: Link, tokens: Sequence[str], later: Later | None, settles_by: float
+    ) -> None:
+        outcome = await self._settle(link, tokens, settles_by)
         if later is not None:
             await later(outcome)
 

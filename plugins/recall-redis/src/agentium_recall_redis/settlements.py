@@ -1,0 +1,227 @@
+"""Work left running after a write returned, on the loops the store serves; what an erase waits for.
+
+A write whose reply was lost is settled in the background (a *settlement*:
+:mod:`agentium_recall_redis.writes`); a staging given up and garbage
+collected also run there (*cleanup*). Each is an asyncio task of the loop
+the write ran on, and one store serves several loops, so :class:`Settlements`
+tracks them under a thread lock.
+
+**A loop that no longer runs.** A task can only finish while its loop runs.
+A closed loop never runs again: its tasks are dropped at once (a host that
+runs ``asyncio.run`` per request would otherwise keep each request's
+leftovers, and so its loop, for the store's lifetime). A loop that stopped
+but is not closed may run again (``run_until_complete`` called again), so its
+tasks are kept. Either way the task cannot settle while its loop does not
+run: such a settlement is *stranded*. An erase refuses while a settlement is
+running or stranded, because the write it settles may still land after the
+erase; a stranded one stops counting at its bound (``settle_timeout_s``
+after the write was cut off), the time a running settlement gives up at too
+(the outcome unknown), so a loop the host abandoned does not block erasure
+for good. Cleanup work on a loop that does not run is not waited for: the
+erase gives up stagings and collects garbage itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any, Final
+
+import attrs
+
+__all__ = ["Pending", "Settlements"]
+
+#: The same logger as the store's.
+logger = logging.getLogger("agentium.plugins.recall_redis")
+
+#: How often a wait looks whether another loop's work has ended (its end wakes no one here).
+_WATCH_S: Final = 0.02
+
+
+@attrs.frozen
+class Pending:
+    """What is still unfinished after :meth:`Settlements.wait`, by cause; true when anything is."""
+
+    #: Settlements of cut-off writes still running on a running loop.
+    settling: int = 0
+    #: Settlements of cut-off writes whose loop stopped or closed before they finished, within their bound.
+    stranded: int = 0
+    #: Cleanup (a staging given up, garbage collected) still running on a running loop.
+    cleanup: int = 0
+
+    @property
+    def total(self) -> int:
+        """How many in all."""
+        return self.settling + self.stranded + self.cleanup
+
+    def __bool__(self) -> bool:
+        return self.total > 0
+
+    def reason(self) -> str:
+        """Why an erase is refused, as it is (empty when nothing is pending); no ids, no content."""
+        why = []
+        if self.settling:
+            why.append(
+                f"{self.settling} write(s) cut off earlier are still being settled, so a copy could still "
+                "land after the erase"
+            )
+        if self.stranded:
+            why.append(
+                f"{self.stranded} write(s) cut off earlier could not be settled: the event loop their "
+                "settlement ran on stopped or closed before it finished, so a copy could still land after "
+                "the erase (until settle_timeout_s after the write was cut off)"
+            )
+        if self.cleanup:
+            why.append(
+                f"{self.cleanup} background cleanup task(s) of earlier writes (giving up a staging, "
+                "collecting garbage) are still running"
+            )
+        return "; ".join(why)
+
+
+@attrs.define
+class _Entry:
+    """A tracked task: ``settles_by`` is a settlement's bound (monotonic clock), ``None`` for cleanup."""
+
+    settles_by: float | None
+
+
+class Settlements:
+    """Work that goes on after its write returned: settling, giving up stagings, collecting garbage.
+
+    A write is settled in the background when it was cancelled or could not
+    be settled by its deadline. Each is an asyncio task of the loop the write
+    ran on (one store serves several loops), bounded by its own deadline;
+    :meth:`drain` waits for the ones still running (and those they start), at
+    most ``within_s`` seconds in all, cancels the rest, each on its own loop,
+    and starts nothing more. A task whose loop has closed is dropped; see the
+    module for a loop that does not run.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[asyncio.Task[Any], _Entry] = {}
+        # Bounds of settlements dropped with their closed loop: unsettled until then (no task is kept).
+        self._lost: list[float] = []
+        self._lock = threading.Lock()  # tasks of several loops start and end on their threads
+        self._closed = False
+
+    def __len__(self) -> int:
+        """How many tasks are tracked (a closed loop's are dropped first)."""
+        self._sweep()
+        with self._lock:
+            return len(self._tasks)
+
+    def start(self, work: Coroutine[Any, Any, Any], *, settles_by: float | None = None) -> None:
+        """Run ``work`` in the background (a task of the running loop), tracked until it ends.
+
+        ``settles_by`` (on the :func:`time.monotonic` clock) marks ``work`` as
+        a write's settlement with that bound; without it, it is cleanup.
+        Once :meth:`drain` has begun closing, ``work`` is not run.
+        """
+        with self._lock:
+            closed = self._closed
+        if closed:
+            work.close()  # drained: the store is closing, and later writes collect what is left
+            return
+        # Created outside the lock (an eager task factory runs the first step of `work` here, which may
+        # start more work), then added under it only if drain has not closed meanwhile: drain closes and
+        # reads what to cancel under the same lock, so no task starts unseen by it.
+        task = asyncio.get_running_loop().create_task(work)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._tasks[task] = _Entry(settles_by)
+        if closed:
+            task.cancel()
+            return
+        task.add_done_callback(self._forget)
+        self._sweep()  # a request's loop closed since: drop its leftovers here too, not only on erase
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        with self._lock:
+            self._tasks.pop(task, None)
+
+    def _sweep(self) -> None:
+        """Drop the tasks of closed loops (they never end); keep each dropped settlement's bound."""
+        now = time.monotonic()
+        with self._lock:
+            gone = [(t, e) for t, e in self._tasks.items() if t.get_loop().is_closed() and not t.done()]
+            for task, entry in gone:
+                del self._tasks[task]
+                if entry.settles_by is not None and entry.settles_by > now:
+                    self._lost.append(entry.settles_by)
+            self._lost = [by for by in self._lost if by > now]
+        settlements = sum(entry.settles_by is not None for _, entry in gone)
+        if settlements:
+            logger.warning(
+                "recall: %d background settlement(s) of cut-off writes were dropped unfinished: their event "
+                "loop was closed first; those writes' outcomes stay unknown",
+                settlements,
+                extra={"agentium_dropped": settlements},
+            )
+
+    def _pending(self) -> tuple[Pending, set[asyncio.Task[Any]]]:
+        """What is unfinished now, and the tasks that can still finish (their loop runs)."""
+        self._sweep()
+        now = time.monotonic()
+        settling = stranded = cleanup = 0
+        running: set[asyncio.Task[Any]] = set()
+        with self._lock:
+            stranded = len(self._lost)
+            for task, entry in self._tasks.items():
+                if task.done():
+                    continue
+                if task.get_loop().is_running():
+                    running.add(task)
+                    if entry.settles_by is None:
+                        cleanup += 1
+                    else:
+                        settling += 1
+                elif entry.settles_by is not None and entry.settles_by > now:
+                    stranded += 1
+        return Pending(settling, stranded, cleanup), running
+
+    async def wait(self, within_s: float) -> Pending:
+        """Wait at most ``within_s`` seconds for the unfinished work (and what it starts); what is left.
+
+        Unlike :meth:`drain` nothing is cancelled and later work may start.
+        Erasure waits here, so a write cut off earlier is applied or fenced
+        before the erase reads what to remove (or the erase is refused, saying
+        why: :meth:`Pending.reason`).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while (pending := self._pending())[0] and loop.time() < deadline:
+            running = pending[1]
+            mine = {t for t in running if t.get_loop() is loop}
+            if running and len(mine) == pending[0].total:
+                await asyncio.wait(mine, timeout=deadline - loop.time())
+            else:  # another loop's task (its end wakes no one here), or a stopped loop that may run again
+                await asyncio.sleep(min(_WATCH_S, max(0.0, deadline - loop.time())))
+        return self._pending()[0]
+
+    async def settle(self, within_s: float) -> int:
+        """:meth:`wait`, and how many are still unfinished."""
+        return (await self.wait(within_s)).total
+
+    async def drain(self, within_s: float) -> None:
+        """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more."""
+        loop = asyncio.get_running_loop()
+        await self.wait(within_s)
+        self._sweep()
+        with self._lock:
+            self._closed = True  # under the lock start() adds under: nothing starts after this read
+            pending = {t for t in self._tasks if not t.done()}
+        for task in pending:
+            if task.get_loop() is loop:
+                task.cancel()
+            else:
+                with contextlib.suppress(RuntimeError):  # that loop closed meanwhile
+                    task.get_loop().call_soon_threadsafe(task.cancel)
+        mine = {t for t in pending if t.get_loop() is loop}
+        if mine:
+            await asyncio.wait(mine, timeout=1.0)
