@@ -24,6 +24,7 @@ settled or not, is logged at WARNING and is a :data:`REPLY_LOST` span event.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -90,6 +91,11 @@ def settle_window(remaining_s: float, settle_timeout_s: float) -> float:
 #: (the engine's adapter-call span): ``agentium.settled``, ``agentium.calls`` and, once settled,
 #: ``agentium.applied`` (how many of the calls had run; the rest are fenced). No content.
 REPLY_LOST: Final = "agentium.recall.redis_write_reply_lost"
+
+
+def _interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` stops the event loop itself (Ctrl-C, an exit) rather than cancelling one task."""
+    return not isinstance(exc, Exception | asyncio.CancelledError)
 
 
 #: A writing script call: the script and its arguments after the tenant prefix and the token's ttl.
@@ -342,7 +348,7 @@ class Writer:
                 # An interrupt or an exit too: settled here, it was swallowed (the write's outcome
                 # returned or raised instead), so Ctrl-C during a write was lost.
                 self._settle_later(link, tokens, later)
-                self._unknown_at_cancel(operation, len(tokens))
+                self._unknown_at_cancel(operation, len(tokens), interrupted=_interrupt(exc))
                 raise
             now = time.monotonic()
             settle_by = (
@@ -356,7 +362,7 @@ class Writer:
                 if isinstance(stop, Exception):  # not a cancellation, an interrupt or an exit
                     raise
                 self._settle_later(link, tokens, later)
-                self._unknown_at_cancel(operation, len(tokens))
+                self._unknown_at_cancel(operation, len(tokens), interrupted=_interrupt(stop))
                 raise
             if outcome is None:  # not settled by the deadline: fence it as soon as the server answers
                 self._settle_later(link, tokens, later)
@@ -418,12 +424,27 @@ class Writer:
         current_span_event(REPLY_LOST, settled)
         return applied
 
-    def _unknown_at_cancel(self, operation: str, calls: int) -> None:
-        """A sent write whose caller was cancelled (deadline, shutdown): unknown, so a WARNING and event."""
+    def _unknown_at_cancel(self, operation: str, calls: int, *, interrupted: bool) -> None:
+        """A sent write whose caller was cancelled (deadline, shutdown): unknown, so a WARNING and event.
+
+        Its settlement goes on only while its event loop runs: an interrupt
+        (Ctrl-C raised in the loop) stops the loop, and ``asyncio.run`` ending
+        (as after Ctrl-C, which it turns into a cancellation) cancels it, so
+        the WARNING does not promise it; :meth:`_settle_then` says if it was
+        cancelled before it finished.
+        """
+        goes_on = (
+            "an interrupt stops the event loop: settling goes on in the background only if the loop runs "
+            "again"
+            if interrupted
+            else "settling goes on in the background while the event loop runs; a WARNING says so if it is "
+            "cancelled first"
+        )
         logger.warning(
             "%s: the write lost its reply and could not be settled before the call was cancelled; "
-            "its outcome is unknown (settling goes on in the background)",
+            "its outcome is unknown (%s)",
             operation,
+            goes_on,
             extra={"agentium_operation": operation},
         )
         current_span_event(REPLY_LOST, {"agentium.settled": False, "agentium.calls": calls})
@@ -435,7 +456,16 @@ class Writer:
     async def _settle_then(
         self, link: Link, tokens: Sequence[str], later: Later | None, settles_by: float
     ) -> None:
-        outcome = await self._settle(link, tokens, settles_by)
+        try:
+            outcome = await self._settle(link, tokens, settles_by)
+        except asyncio.CancelledError:
+            # Its loop is shutting down (asyncio.run ending, as after Ctrl-C) or the store closed: the
+            # WARNING given when the write returned said settling goes on; say that it did not.
+            logger.warning(
+                "recall: the background settlement of a cut-off write was cancelled before it finished (its "
+                "event loop shut down, or the store closed); the write's outcome stays unknown",
+            )
+            raise
         if later is not None:
             await later(outcome)
 
