@@ -88,7 +88,7 @@ def _finish(loop: asyncio.AbstractEventLoop) -> None:
 async def test_a_settlement_on_a_stopped_loop_refuses_an_erase_saying_so_until_its_bound(
     proxy: BlackHoleProxy,
 ) -> None:
-    settle_s = 0.6
+    settle_s = 0.9
     store = RedisRecallStore(
         RedisRecallConfig(url=proxy.url, key_prefix=new_prefix(), settle_timeout_s=settle_s)
     )

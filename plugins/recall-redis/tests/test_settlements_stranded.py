@@ -75,7 +75,7 @@ async def test_a_settlement_dropped_with_its_closed_loop_counts_as_unsettled_unt
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settlements = Settlements()
-    bound = time.monotonic() + 0.4
+    bound = time.monotonic() + 0.7
     with caplog.at_level(logging.WARNING, "agentium.plugins.recall_redis"):
         _left_in_a_loop(settlements, close=True, settles_by=bound)
         pending = await settlements.wait(0.05)
@@ -103,7 +103,7 @@ async def test_cleanup_on_a_stopped_loop_is_not_waited_for() -> None:
 
 async def test_a_settlement_on_a_stopped_loop_refuses_until_its_bound_then_not() -> None:
     settlements = Settlements()
-    bound = time.monotonic() + 0.4
+    bound = time.monotonic() + 0.7
     loop = _left_in_a_loop(settlements, close=False, settles_by=bound)
     try:
         pending = await settlements.wait(0.1)  # the loop did not run all through the wait
