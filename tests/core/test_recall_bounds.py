@@ -397,8 +397,9 @@ class FailsQuoting(Staged):
 async def test_an_adapter_error_cannot_add_a_line_to_the_recall_status_notice() -> None:
     """Each uncertainty is one ``- `` line of the notice; an error's text (line breaks and all) is not in it.
 
-    The notice names the error's class only (the model's answer may repeat it to the user); the
-    host's ``RunResult.recall.uncertainty`` keeps the text whole.
+    The notice names the error's class only (the model's answer may repeat it to the user), as the
+    committed ``RunResult.recall.uncertainty`` does; the host's ``recall_failed`` diagnostic keeps the
+    text whole.
     """
     store = FailsQuoting([("a", MINE, FACT)])
     rt, requests, _ = _runtime(store, recall_policy=current_session_recall_policy(on_failed="continue"))
@@ -410,4 +411,5 @@ async def test_an_adapter_error_cannot_add_a_line_to_the_recall_status_notice() 
     assert len(items) == len(result.recall.uncertainty) == 1, items
     assert items == ["- recall failed: recall discover failed: RuntimeError"]
     assert "syntax error" not in notice.content
-    assert FailsQuoting.QUOTED in result.recall.uncertainty[0]
+    assert result.recall.uncertainty == ("recall failed: recall discover failed: RuntimeError",)
+    assert any(FailsQuoting.QUOTED in d.message for d in result.diagnostics if d.code == "recall_failed")

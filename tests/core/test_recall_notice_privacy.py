@@ -3,12 +3,14 @@
 A round's problems quote what adapters wrote: a store's error text (a
 server, a path, a damaged row's text) and, in a contract violation, the ids
 a store returned, which may be another tenant's. The host gets them whole in
-its own result (``RunResult.recall.uncertainty``, the diagnostics). Logs and
+its own result (``RunResult.recall.violations``, the diagnostics). Logs and
 spans carry a diagnostic's text only with content capture. The model's
 ``recall-status`` notice used to list them as they were, so the model could
 repeat another scope's source id or the store's error to the user; it now
 words them itself (the error's class, a count of violations), whatever the
 capture setting: telemetry's opt-in does not change what the model reads.
+``RunResult.recall.uncertainty`` is the same words: it is committed with the
+turn (``retained.uncertainty``), where another scope's id may not go.
 """
 
 from __future__ import annotations
@@ -109,8 +111,8 @@ def _request_text(provider: Recording) -> str:
 async def test_a_store_error_reaches_the_host_whole_and_the_model_by_its_class_only(capture: bool) -> None:
     result, provider, _ = await _run(ReadFails([("kettle", "the kettle was descaled in May")]), capture)
     assert result.recall is not None
-    # The host's own result keeps the store's words.
-    assert any(STORE_TEXT in line for line in result.recall.uncertainty)
+    # The host's own result keeps the store's words; what is committed names the class.
+    assert not any(STORE_TEXT in line for line in result.recall.uncertainty)
     assert any(STORE_TEXT in d.message for d in result.diagnostics if d.code == "recall_failed")
     # The model is told what failed, in the engine's words: with capture on just the same.
     notice = _notice(provider)
@@ -122,7 +124,7 @@ async def test_an_id_of_another_scope_a_store_returned_reaches_the_host_but_neve
     result, provider, _ = await _run(Foreign([("kettle", "the kettle was descaled in May")]))
     assert result.recall is not None
     assert any(FOREIGN in v for v in result.recall.violations)
-    assert any(FOREIGN in line for line in result.recall.uncertainty)
+    assert not any("globex" in line for line in result.recall.uncertainty)
     # The visible source is still shown and cited by its id; the foreign one is counted, not named.
     assert sid("kettle") in _request_text(provider)
     assert "globex" not in _request_text(provider)
@@ -167,7 +169,8 @@ async def test_an_embedder_error_reaches_the_host_whole_and_the_model_by_its_cla
             provider.requests.clear()
             result = await rt.run(ANA, "s1", "when was the kettle descaled")
     assert result.recall is not None
-    assert any(STORE_TEXT in line for line in result.recall.uncertainty)
+    assert not any(STORE_TEXT in line for line in result.recall.uncertainty)
+    assert any(STORE_TEXT in d.message for d in result.diagnostics if d.code == "recall_embed_failed")
     assert "- recall partial: query embedding failed (EmbeddingError); discovery was lexical only" in (
         _notice(provider).splitlines()
     )
@@ -256,7 +259,8 @@ async def test_the_violation_count_keeps_its_place_among_more_problems_than_are_
             result = await rt.run(ANA, "s1", "when was the kettle descaled")
     assert result.recall is not None
     assert "not listed" in result.recall.uncertainty[-1]  # more problems than a round lists
-    assert FOREIGN in result.recall.uncertainty[0]
+    assert "answered out of contract 1 time(s)" in result.recall.uncertainty[0]
+    assert FOREIGN in result.recall.violations[0]
     lines = _notice(provider).splitlines()
     assert lines[1] == (
         "- recall partial: the recall store answered out of contract 1 time(s); what it returned there "

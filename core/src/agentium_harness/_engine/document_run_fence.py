@@ -156,7 +156,7 @@ class DocumentFence:
         # The look's time is the run's: the next look, the commit fence and the result start from it.
         self.spent = attrs.evolve(self.spent, latency_s=usage.latency_s)
         if failure is not None:
-            return failure
+            return str(failure)  # the reason in full: the host's error (``_unchecked``), never committed
         gone = tuple(v.ref.source_id for v in validations if v.status in _GONE)
         if gone:
             raise _deleted(gone, what, before_commit=before_commit)

@@ -533,14 +533,16 @@ async def revalidate(
     limits: RecallLimits,
     refs: Sequence[SourceRef],
     spent: RecallUsage,
-) -> tuple[list[Validation], list[str], list[str], str | None, RecallUsage]:
+) -> tuple[list[Validation], list[str], list[str], _Failed | None, RecallUsage]:
     """The commit fence (R24): validate the included sources again in a fresh, closed-on-every-path session.
 
     It runs on what the dispatch rounds left of the run's budgets
     (``spent``). Returns ``(validations, violations, notes, failure, usage)``;
     ``failure`` is set when the fence could not run (the store raised or
-    timed out, or a budget was spent), which counts as ``failed``; ``usage``
-    is the run's, this fence included.
+    timed out, or a budget was spent), which counts as ``failed``: its text
+    is the reason in full, its ``shown`` the engine's words alone (what may
+    be committed or shown to the model); ``usage`` is the run's, this fence
+    included.
     """
     state = Round(limits, spent)
     session: RecallSession | None = None
@@ -559,7 +561,7 @@ async def revalidate(
                 await _close(session, state, until, ticket.late)
     except _Failed as exc:
         state.finish()
-        return [], state.violations, state.notes, str(exc), _fence_usage(state, spent)
+        return [], state.violations, state.notes, exc, _fence_usage(state, spent)
     state.finish()
     return checked, state.violations, state.notes, None, _fence_usage(state, spent)
 

@@ -77,6 +77,12 @@ class RecallOutcome:
     ``uncertainty`` what the run carries on (also in the retained record;
     at most 40 lines and 16 KiB), ``clarification`` the (question, answer)
     pair when one was asked, ``fence`` where the last decision was taken.
+
+    ``uncertainty`` is committed with the turn, so it is in the engine's own
+    words, as the model's ``recall-status`` notice is: an adapter's error by
+    its class, contract violations counted, never quoted (they may name
+    another tenant's ids). What the store said whole is the host's, in
+    ``violations`` and the ``recall_*`` diagnostics, never committed.
     """
 
     status: RecallStatus
@@ -143,10 +149,14 @@ def bounded_uncertainty(lines: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _uncertainty(evidence: Evidence, *, shown: bool = False) -> tuple[str, ...]:
-    """The uncertainty ``evidence`` carries: for the host in full, or (``shown``) as the model is told it."""
-    problems = evidence.shown if shown else evidence.problems
-    return bounded_uncertainty(tuple(f"recall {evidence.status.value}: {p}" for p in problems)) or (
+def _uncertainty(evidence: Evidence) -> tuple[str, ...]:
+    """The uncertainty ``evidence`` carries, as the model is told it and the turn commits it.
+
+    From ``Evidence.shown``, not ``problems``: a problem quotes what an adapter returned (another
+    tenant's id in a contract violation, a store's error text), and the uncertainty is committed
+    with the turn (``retained.uncertainty``), where no other scope's id may end up.
+    """
+    return bounded_uncertainty(tuple(f"recall {evidence.status.value}: {p}" for p in evidence.shown)) or (
         (f"recall {evidence.status.value}",) if evidence.status is not RecallStatus.COMPLETE else ()
     )
 
@@ -163,10 +173,10 @@ def _status_block(uncertainty: tuple[str, ...], budget: int) -> SourceBlock:
     """The recall-status notice, as much of it as fits ``budget`` tokens, and never less than its head.
 
     Every line is in ``RunResult.recall.uncertainty`` and the retained
-    record in full; the notice lists them as ``Evidence.shown`` words them
-    (no adapter's error text, no id an adapter returned out of contract:
-    the model's answer may repeat them to the user), and names how many it
-    had to leave out. When even the
+    record; the notice lists them as ``Evidence.shown`` words them (no
+    adapter's error text, no id an adapter returned out of contract: the
+    model's answer may repeat them to the user), and names how many it had
+    to leave out. When even the
     head does not fit the budget, the head is shown anyway: a run that
     continues with uncertainty always tells the model so.
     """
@@ -361,8 +371,8 @@ async def _dispatch_fence(
         # The notice is wrapper metadata: it must fit the same evidence budget,
         # so room is reserved for it first and the lowest-ranked evidence makes
         # way (R19). It is always shown, even when it alone is over the budget.
-        # The model reads the lines in the engine's words alone (``Evidence.shown``); the host has them whole.
-        status = _status_block(_uncertainty(evidence, shown=True), budget)
+        # The model reads the lines in the engine's words alone (``Evidence.shown``), as they are committed.
+        status = _status_block(uncertainty, budget)
         dropped: list[str] = []
         while blocks and sum(b.estimated_tokens for b in blocks) + status.estimated_tokens > budget:
             dropped.append(blocks.pop().source_id)
@@ -491,11 +501,14 @@ async def recall_before_commit(
     outcome = attrs.evolve(outcome, violations=outcome.violations + tuple(violations))
     if failure is None and not changed:
         return attrs.evolve(outcome, usage=usage), False, diagnostics
+    # The host's reasons in full (the policy, the diagnostics); the committed uncertainty in the
+    # engine's words (``Failed.shown``: the store's error by its class), as at the dispatch fence.
     problems = (
-        (failure,)
+        (str(failure),)
         if failure is not None
         else tuple(f"source {v.ref.source_id} is {v.status.value} at the commit fence" for v in changed)
     )
+    said = (failure.shown,) if failure is not None else problems
     status = RecallStatus.FAILED if failure is not None else RecallStatus.PARTIAL
     decision = _decide(policy, PolicyInput(status, RecallFence.COMMIT, False, problems, True))
     for p in problems:
@@ -509,7 +522,7 @@ async def recall_before_commit(
         reason=decision.reason,
         invalidated=outcome.invalidated + tuple(changed),
         uncertainty=bounded_uncertainty(
-            outcome.uncertainty + tuple(f"recall {status.value}: {p}" for p in problems)
+            outcome.uncertainty + tuple(f"recall {status.value}: {p}" for p in said)
         ),
         usage=usage,
     )
