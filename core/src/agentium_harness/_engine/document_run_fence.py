@@ -73,8 +73,8 @@ from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, Va
 from .._scope import Scope
 from .lifecycle import Ticket
 from .memory.sources_write import names_facts
-from .recall import revalidate
-from .recall_round import RecallUsage
+from .recall import CLOSE_FAILED, CLOSE_OVERRAN, revalidate
+from .recall_round import RecallUsage, listed_violations
 from .recall_turn import RecallOutcome
 from .results import CommitState, Diagnostic, Severity
 
@@ -89,6 +89,22 @@ _log = logging.getLogger("agentium.engine")
 DOCUMENT_PREFIX = "doc/"
 #: What a store says of a document taken away from the run since it was read.
 _GONE = frozenset({ValidationStatus.DELETED, ValidationStatus.FORBIDDEN})
+#: Diagnostic codes of what a look reports.
+_VIOLATION, _NOTE = "recall_contract_violation", "recall_note"
+
+
+def _said(diagnostic: Diagnostic) -> tuple[str, str]:
+    """What makes a look's finding the same as an earlier one's: a violation's text, a note's kind.
+
+    A note on the session's close says what varies from look to look (the seconds the caller's
+    deadline left, the store's error text, which may count or time something): by its text, the
+    same close overrunning at every look was a new note each time. Its kind is how it begins.
+    """
+    code, message = diagnostic.code, diagnostic.message
+    if code == _NOTE:
+        kind = next((k for k in (CLOSE_OVERRAN, CLOSE_FAILED) if message.startswith(k)), message)
+        return code, kind
+    return code, message
 
 
 class DocumentFence:
@@ -110,8 +126,9 @@ class DocumentFence:
         self.store, self.scope, self.limits = store, scope, limits
         #: The run the looks report to: the store's contract violations and notes (:meth:`_report`).
         self.run = run
-        #: What the looks reported so far: a later look answered the same way says nothing again.
-        self.reported: set[Diagnostic] = set()
+        #: What the looks reported so far (:func:`_said`): a later look answered the same way says
+        #: nothing again.
+        self.reported: set[tuple[str, str]] = set()
         #: What the run's recall has spent: recall's, each look's time added (one budget for the run).
         self.spent = spent
         #: The refs of the documents whose excerpts the request carries, at the revisions read.
@@ -174,37 +191,37 @@ class DocumentFence:
         one finding, not one per round. Neither the status, the uncertainty (what the model was
         told) nor which documents stop the run changes: the violations are the host's.
         """
-        found = [Diagnostic("recall_contract_violation", v, Severity.WARNING) for v in violations]
-        found += [Diagnostic("recall_note", n) for n in notes]
-        new = [d for d in found if d not in self.reported]  # one look's own repeats are each a violation
+        found = [Diagnostic(_VIOLATION, v, Severity.WARNING) for v in violations]
+        found += [Diagnostic(_NOTE, n) for n in notes]
+        reported = self.reported
+        new = [d for d in found if _said(d) not in reported]  # one look's own repeats are each a violation
         if not new:
             return
-        self.reported.update(new)
+        reported.update(map(_said, new))
         run = self.run
         run.diagnostics.extend(new)
-        listed = tuple(d.message for d in new if d.code == "recall_contract_violation")
+        listed = [d.message for d in new if d.code == _VIOLATION]
         if listed and run.recall is not None:
-            run.recall = attrs.evolve(run.recall, violations=run.recall.violations + listed)
+            # Within the run's bound: each look lists 16 at most, and a run may make many looks.
+            run.recall = attrs.evolve(run.recall, violations=listed_violations(run.recall.violations, listed))
 
     def unsaid(
-        self, outcome: RecallOutcome, since: int, found: list[Diagnostic]
+        self, outcome: RecallOutcome, before: tuple[str, ...], found: list[Diagnostic]
     ) -> tuple[RecallOutcome, list[Diagnostic]]:
         """The commit fence's ``outcome`` and diagnostics ``found`` without what a look reported already.
 
         The commit fence's validation is the documents' last look: a violation (or note) a look
         between calls reported, met again in the same answer, is one finding, said once, as from
-        look to look. ``since``: how many of ``outcome.violations`` were there before the commit fence.
+        look to look. ``before``: ``outcome.violations`` as they were before the commit fence; its
+        own (one diagnostic each in ``found``) are added to them within the run's bound again.
         """
         reported = self.reported
         if not reported:
             return outcome, found
-        added = outcome.violations[since:]
-        fresh = tuple(
-            v for v in added if Diagnostic("recall_contract_violation", v, Severity.WARNING) not in reported
-        )
-        if len(fresh) != len(added):
-            outcome = attrs.evolve(outcome, violations=outcome.violations[:since] + fresh)
-        return outcome, [d for d in found if d not in reported]
+        unsaid = [d for d in found if _said(d) not in reported]
+        fresh = [d.message for d in unsaid if d.code == _VIOLATION]
+        outcome = attrs.evolve(outcome, violations=listed_violations(before, fresh))
+        return outcome, unsaid
 
     def counted(self, outcome: RecallOutcome) -> RecallOutcome:
         """``outcome`` with the looks' time in its usage: what the commit fence starts from.

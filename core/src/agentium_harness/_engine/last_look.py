@@ -81,9 +81,7 @@ async def commit_run(
             outcome=before,
         )
         if documents is not None:  # what a look between calls said already is not said again
-            progress.recall, fence_notes = documents.unsaid(
-                progress.recall, len(before.violations), fence_notes
-            )
+            progress.recall, fence_notes = documents.unsaid(progress.recall, before.violations, fence_notes)
         diagnostics.extend(fence_notes)
         if documents is not None:
             # The validations the commit fence added (it appends its own to recall's invalidated).

@@ -52,13 +52,24 @@ from .recall_readback import GroupReader
 from .recall_round import RecallUsage, Round, adapter_call
 from .sources import assemble_sources
 
-__all__ = ["Evidence", "RecallUsage", "gather_evidence", "revalidate", "truncate_utf8"]
+__all__ = [
+    "CLOSE_FAILED",
+    "CLOSE_OVERRAN",
+    "Evidence",
+    "RecallUsage",
+    "gather_evidence",
+    "revalidate",
+    "truncate_utf8",
+]
 
 _log = logging.getLogger("agentium.engine.recall")
 
 #: How long closing a recall session may take; it runs shielded after a cancellation (its caller
 #: waits no longer than its own deadline leaves: :func:`_close`).
 CLOSE_TIMEOUT_S = 0.1
+#: How a note on a close that overran, or failed, begins: its kind. What follows varies from one
+#: round to the next (the seconds its caller's deadline left, the store's error text).
+CLOSE_OVERRAN, CLOSE_FAILED = "recall session close did not finish", "recall session close failed"
 
 
 @attrs.frozen(slots=True)
@@ -233,7 +244,7 @@ async def _close_detached(
         return
     closing.left = True
     state.notes.append(
-        f"recall session close did not finish within {left:.3g}s (its caller's deadline); "
+        f"{CLOSE_OVERRAN} within {left:.3g}s (its caller's deadline); "
         f"left to finish within {CLOSE_TIMEOUT_S}s"
     )
     _log.warning(
@@ -249,11 +260,11 @@ def _said(state: Round, exc: Exception) -> None:
     """A close that failed or overran (:class:`Overrun`): a ``recall_note``, a WARNING, a span event."""
     if isinstance(exc, Overrun):
         gone = "; abandoned (it did not stop when cancelled)" if exc.abandoned else ""
-        state.notes.append(f"recall session close did not finish within {CLOSE_TIMEOUT_S}s{gone}")
+        state.notes.append(f"{CLOSE_OVERRAN} within {CLOSE_TIMEOUT_S}s{gone}")
         _log.warning("a recall session close did not finish within %ss%s", CLOSE_TIMEOUT_S, gone)
         current_span_event("agentium.recall.close_failed", {"error.type": "timeout"})
         return
-    state.notes.append(f"recall session close failed: {error_text(exc)}")
+    state.notes.append(f"{CLOSE_FAILED}: {error_text(exc)}")
     _log.warning("a recall session could not be closed: %s", error_type(exc))
     current_span_event("agentium.recall.close_failed", {"error.type": error_type(exc)})
 

@@ -8,8 +8,9 @@ budget, any failure turned into :class:`.recall_checks.Failed`).
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import attrs
@@ -28,6 +29,7 @@ __all__ = [
     "RecallUsage",
     "Round",
     "adapter_call",
+    "listed_violations",
 ]
 
 T = TypeVar("T")
@@ -37,6 +39,9 @@ T = TypeVar("T")
 # run commits. A round lists this many and counts the rest in one line.
 #: Contract violations listed per round; the rest are counted in one more.
 MAX_LISTED_VIOLATIONS = 16
+#: The line counting what a round (or the run) did not list: the engine's own words, read back to
+#: merge the counts (a violation's text starts with the operation that broke, never with "and ").
+_UNLISTED = re.compile(r"and (\d{1,18}) more contract violation\(s\) in this (?:round|run), not listed")
 #: Problems (reasons the status is not ``complete``) listed per round; the rest are counted in one more.
 MAX_LISTED_PROBLEMS = 32
 #: A finding (it may quote what an adapter returned) is cut to this many characters.
@@ -167,6 +172,32 @@ class Round:
             latency_s=round(self.spent_latency + time.monotonic() - self.started, 6),
             readback_bytes=self.readback_bytes,
         )
+
+
+def listed_violations(listed: Sequence[str], found: Sequence[str]) -> tuple[str, ...]:
+    """A run's ``listed`` violations with a later round's ``found`` added, within one bound for the run.
+
+    Each round lists :data:`MAX_LISTED_VIOLATIONS` and counts the rest, but a run has many rounds
+    (the document fence's look before each later model call, the commit fence): added up whole,
+    ``RunResult.recall.violations`` grew by that many per look. The run lists the first
+    :data:`MAX_LISTED_VIOLATIONS` too, and counts every other one (a round's count line included)
+    in one last line. With nothing ``found``, ``listed`` is left as it is.
+    """
+    if not found:
+        return tuple(listed)
+    kept: list[str] = []
+    unlisted = 0
+    for what in (*listed, *found):
+        counted = _UNLISTED.fullmatch(what)
+        if counted is not None:
+            unlisted += int(counted[1])
+        elif len(kept) < MAX_LISTED_VIOLATIONS:
+            kept.append(what)
+        else:
+            unlisted += 1
+    if unlisted:
+        kept.append(f"and {unlisted} more contract violation(s) in this run, not listed")
+    return tuple(kept)
 
 
 async def adapter_call(

@@ -38,6 +38,7 @@ from .recall_policy import (
     RecallStatus,
 )
 from .recall_readback import GroupReader
+from .recall_round import listed_violations
 from .recall_view import source_view_revision
 from .results import CommitState, Diagnostic, EvictionStatus, RunResult, RunStatus, Severity
 from .sources import SourceStatus
@@ -73,7 +74,7 @@ class RecallOutcome:
     ``included`` are the sources in the request (rank order), ``omitted`` the
     source ids left out by allocation, ``invalidated`` the sources a fence
     removed or found changed, ``violations`` the adapter's contract
-    violations (each dropped item; past 16 a round counts the rest in one),
+    violations (each dropped item; past 16 a run counts the rest in one),
     ``uncertainty`` what the run carries on (also in the retained record;
     at most 40 lines and 16 KiB), ``clarification`` the (question, answer)
     pair when one was asked, ``fence`` where the last decision was taken.
@@ -498,7 +499,7 @@ async def recall_before_commit(
     # ``violations``); the status is what the validations found: the answer was made from those sources.
     diagnostics = [Diagnostic("recall_contract_violation", v, Severity.WARNING) for v in violations]
     diagnostics += [Diagnostic("recall_note", n) for n in notes]
-    outcome = attrs.evolve(outcome, violations=outcome.violations + tuple(violations))
+    outcome = attrs.evolve(outcome, violations=listed_violations(outcome.violations, violations))
     if failure is None and not changed:
         return attrs.evolve(outcome, usage=usage), False, diagnostics
     # The host's reasons in full (the policy, the diagnostics); the committed uncertainty in the

@@ -1,0 +1,108 @@
+"""What the document fence's looks report is said once per kind, and bounded for the whole run.
+
+Before each later model call the document fence looks at the carried host
+documents again (one recall round each look) and reports what the store
+broke: its contract violations and notes. Two gaps:
+
+- a note was deduplicated by its full text, so one whose text varies from
+  look to look (a close that timed out after the seconds the caller had left,
+  a close error that counts something) was reported again at every look;
+  now a note is said once per kind (how it begins);
+- each look listed up to 16 violations plus a count, but the run added them
+  up whole: a store answering every look with new violations grew
+  ``RunResult.recall.violations`` by 16 per look. The run now lists 16 and
+  counts the rest in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import pytest
+from _effects_support import DEPLOY
+from _recall_support import ANA, Scripted, ScriptedSession, runtime
+
+from agentium_harness import EffectLevel, RecallStatus, Tool, ToolRegistry, current_session_recall_policy
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import OpContext, Scope, SourceRef, Validation, ValidationStatus
+
+pytestmark = pytest.mark.anyio
+
+LOOKS = 3
+#: Carried documents: the default recall limits read 8 (each validated twice out of 16).
+DOCS = [(f"rota-{i}", f"The release train {i} leaves on Thursday.") for i in range(8)]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def _run(store: Scripted) -> Any:
+    async def deploy(args: Any) -> str:
+        return "deployed"
+
+    provider = ScriptedProvider(replies=[DEPLOY] * LOOKS + ["Deployed."])
+    rt, _, _ = runtime(
+        store,
+        provider,
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        recall_policy=current_session_recall_policy(on_partial="continue"),
+    )
+    async with rt:
+        with anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "Thursday?", grants=["deploy"])
+    assert store.validate_calls == LOOKS + 2  # recall's, each look's, the commit fence's
+    return result
+
+
+class ClosesWithACount(Scripted):
+    """Every session's close fails at the looks, its error counting the closes: a new text each look."""
+
+    closes = 0
+
+    async def open(self, scope: Scope, limits: Any, ctx: OpContext) -> Any:
+        return _CountingClose(self)
+
+
+class _CountingClose(ScriptedSession):
+    async def close(self) -> None:
+        store = self.store
+        assert isinstance(store, ClosesWithACount)
+        store.closes += 1
+        if 1 < store.validate_calls <= 1 + LOOKS:  # its validate_current was a look's
+            raise ValueError(f"close broke after {store.closes} closes")
+
+
+async def test_a_note_whose_text_varies_per_look_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        result = await _run(ClosesWithACount(DOCS))
+    assert result.committed and result.recall.status is RecallStatus.COMPLETE, result.diagnostics
+    notes = [d.message for d in result.diagnostics if d.code == "recall_note"]
+    assert notes == ["recall session close failed: ValueError: close broke after 2 closes"], notes
+
+
+class NewRevisionEachLook(Scripted):
+    """At each look, calls every carried document current at a revision of that look: 8 violations,
+    each a new text (the revision named), per look; as asked at recall and the commit fence."""
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        look = self.validate_calls
+        answers = super().validations(refs)
+        if 1 <= look <= LOOKS:  # validate_calls is counted on: this call was the look-th look
+            return [Validation(r, ValidationStatus.CURRENT, f"r-look{look}") for r in refs]
+        return answers
+
+
+async def test_violations_of_every_look_are_listed_within_one_bound_for_the_run() -> None:
+    result = await _run(NewRevisionEachLook(DOCS))
+    assert result.committed, result.diagnostics
+    found = [d.message for d in result.diagnostics if d.code == "recall_contract_violation"]
+    assert len(found) == 8 * LOOKS  # each a finding, and a diagnostic, of its own
+    violations = result.recall.violations
+    assert len(violations) == 17, violations
+    assert list(violations[:16]) == found[:16]
+    assert violations[16] == f"and {8 * LOOKS - 16} more contract violation(s) in this run, not listed"
