@@ -124,8 +124,10 @@ _LEVELS = {"info": logging.DEBUG, "warning": logging.WARNING, "error": logging.E
 
 
 #: What could end a log line or disguise one: C0/C1 controls and DEL (newlines, ANSI escapes), the
-#: Unicode line and paragraph separators, and the bidirectional overrides and isolates.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: Unicode line and paragraph separators, and the bidirectional overrides and isolates; and a lone
+#: surrogate (any surrogate in a ``str``), which a handler encoding to UTF-8 strictly cannot write:
+#: the whole record was lost, with a traceback on stderr in its place.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -140,7 +142,8 @@ def one_line(text: object) -> str:
     adapter's error quoted with content capture, a fact id; in a plugin,
     anything its backend server chose, such as an error code): a newline in
     it would start what reads as a record of its own, an ANSI escape could
-    rewrite the terminal. A newline becomes the four characters ``\x0a``.
+    rewrite the terminal. A newline becomes the four characters ``\x0a``, a
+    lone surrogate six (``\udc80``), so a handler that encodes strictly writes the record.
     A ``str`` subclass (a class's name may be one) is read with ``str.__str__``:
     its own ``isprintable`` or ``__str__`` would vouch for itself.
     """
