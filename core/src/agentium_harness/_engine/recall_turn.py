@@ -19,6 +19,7 @@ import attrs
 
 from .._history import Message, RetainedRecord, Role
 from .._observe import spans as observe
+from .._observe.logs import one_line as log_line
 from .._ports.provider import SourceBlock, SourceKind, Usage
 from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
@@ -256,7 +257,7 @@ async def recall_before_dispatch(
     ``hybrid``, discovery fuses lexical and vector candidates; ``groups`` reads
     recalled groups back so their excerpts are rendered from them.
     """
-    source = type(store).__name__
+    source = log_line(type(store).__name__)  # the adapter's to choose, in the span's name: escaped
     attributes = {"gen_ai.data_source.id": source}
     with observe.operation("retrieval", f"retrieval {source}", metric_stage="recall", **attributes) as span:
         step = await _dispatch_fence(

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
+from .logs import one_line
 from .metrics import Instruments
 from .state import (
     ACTIVE,
@@ -265,7 +266,7 @@ class Span:
             span.set_attribute("error.type", kind)
             span.set_status(_trace.Status(_trace.StatusCode.ERROR, kind))
             if exc is not None:
-                event = {"exception.type": type(exc).__qualname__}
+                event = {"exception.type": one_line(type(exc).__qualname__)}  # the adapter's: escaped
                 if self._active.settings.capture_content:
                     event["exception.message"] = str(exc)
                 span.add_event("exception", event)
@@ -367,6 +368,9 @@ def chat(provider: object) -> Span | NullSpan:
 
     A provider may declare ``gen_ai_provider_name`` (e.g. ``"openai"``) and
     ``gen_ai_request_model``; otherwise its class name is the provider name.
+    Each is the provider's to choose, and ``agentium run --trace`` prints them:
+    escaped as a log line's class name is (``one_line``: line breaks, ANSI
+    escapes, lone surrogates), so one cannot forge a line of the tree.
     """
     active = ACTIVE.get()  # as in stage()
     if (current() if active is None else active if active.on else None) is None:
@@ -374,11 +378,12 @@ def chat(provider: object) -> Span | NullSpan:
     name = getattr(provider, "gen_ai_provider_name", None)
     model = getattr(provider, "gen_ai_request_model", None)
     attributes: dict[str, Any] = {
-        "gen_ai.provider.name": name if isinstance(name, str) and name else type(provider).__name__
+        "gen_ai.provider.name": one_line(name if isinstance(name, str) and name else type(provider).__name__)
     }
     if isinstance(model, str) and model:
-        attributes["gen_ai.request.model"] = model
-    span_name = f"chat {model}" if "gen_ai.request.model" in attributes else "chat"
+        attributes["gen_ai.request.model"] = one_line(model)
+    shown = attributes.get("gen_ai.request.model")
+    span_name = f"chat {shown}" if shown is not None else "chat"
     return operation("chat", span_name, **attributes)
 
 
