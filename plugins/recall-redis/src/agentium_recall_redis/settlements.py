@@ -7,9 +7,10 @@ the write ran on, and one store serves several loops, so :class:`Settlements`
 tracks them under a thread lock.
 
 **A loop that no longer runs.** A task can only finish while its loop runs.
-A closed loop never runs again: its tasks are dropped at once (a host that
-runs ``asyncio.run`` per request would otherwise keep each request's
-leftovers, and so its loop, for the store's lifetime). A loop that stopped
+A closed loop never runs again: its tasks are dropped at once, finished or
+not, and an unfinished one's coroutine closed there and then (a host that
+closes a loop per request would otherwise keep each request's leftovers,
+and so its loop, for the store's lifetime). A loop that stopped
 but is not closed may run again (``run_until_complete`` called again), so its
 tasks are kept. Either way the task cannot settle while its loop does not
 run: such a settlement is *stranded*. An erase refuses while a settlement is
@@ -40,6 +41,31 @@ logger = logging.getLogger("agentium.plugins.recall_redis")
 
 #: How often a wait looks whether another loop's work has ended (its end wakes no one here).
 _WATCH_S: Final = 0.02
+
+
+def _close_dropped(tasks: list[asyncio.Task[Any]]) -> None:
+    """Close the coroutines of a closed loop's unfinished tasks now, on a thread with no event loop.
+
+    Left to the garbage collector, each task logged "Task was destroyed but it
+    is pending!" at ERROR (the store says it at WARNING) and its coroutine's
+    cleanup (a shielded disconnect, a tenant's collection marked done) ran
+    whenever and on whichever thread the collector ran: inside another loop's
+    task, or failing there ("Exception ignored in"). Its loop is gone, so
+    what needs it fails at once; nothing else is released there.
+    """
+
+    def close() -> None:
+        for task in tasks:
+            with contextlib.suppress(AttributeError):  # asyncio's own flag for a task dropped on purpose
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
+            coro = task.get_coro()
+            if coro is not None:
+                with contextlib.suppress(Exception):  # cleanup that needed the closed loop
+                    coro.close()
+
+    closer = threading.Thread(target=close, name="agentium-recall-redis-dropped", daemon=True)
+    closer.start()
+    closer.join(1.0)  # our coroutines' cleanup does no I/O without a loop: this ends at once
 
 
 @attrs.frozen
@@ -149,13 +175,18 @@ class Settlements:
         """Drop the tasks of closed loops (they never end); keep each dropped settlement's bound."""
         now = time.monotonic()
         with self._lock:
-            gone = [(t, e) for t, e in self._tasks.items() if t.get_loop().is_closed() and not t.done()]
+            # Finished ones too: a task that ended in its loop's last iteration never ran the done
+            # callback that forgets it (it was kept, and its loop, for the store's lifetime).
+            gone = [(t, e) for t, e in self._tasks.items() if t.get_loop().is_closed()]
             for task, entry in gone:
                 del self._tasks[task]
-                if entry.settles_by is not None and entry.settles_by > now:
+                if not task.done() and entry.settles_by is not None and entry.settles_by > now:
                     self._lost.append(entry.settles_by)
             self._lost = [by for by in self._lost if by > now]
-        settlements = sum(entry.settles_by is not None for _, entry in gone)
+        unfinished = [(t, e) for t, e in gone if not t.done()]
+        if unfinished:
+            _close_dropped([task for task, _ in unfinished])
+        settlements = sum(entry.settles_by is not None for _, entry in unfinished)
         if settlements:
             logger.warning(
                 "recall: %d background settlement(s) of cut-off writes were dropped unfinished: their event "

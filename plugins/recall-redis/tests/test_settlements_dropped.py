@@ -1,0 +1,101 @@
+"""``Settlements`` dropping a closed event loop's work: nothing kept, nothing left to the collector.
+
+Found by an adversarial review of the change that drops a closed loop's
+tasks. Only tasks still pending were dropped: a task that finished in its
+loop's last iteration (its done callback, which forgets it, scheduled but
+never run before the loop closed) was kept for the store's lifetime, and
+its loop with it. And a pending task, once dropped, was left to the cyclic
+garbage collector: asyncio logged "Task was destroyed but it is pending!"
+at ERROR on top of the store's own WARNING, and its coroutine's cleanup
+(``finally``: a shielded disconnect, a tenant's collection marked done) ran
+whenever and on whichever thread the collector happened to run, failing
+there ("Exception ignored in ...").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+import pytest
+
+from agentium_recall_redis.writes import Settlements
+
+pytestmark = pytest.mark.anyio  # on asyncio (conftest's anyio_backend)
+
+
+def _closed_after(
+    settlements: Settlements, *works: Callable[[], Coroutine[Any, Any, Any]]
+) -> weakref.ref[Any]:
+    """Start ``works`` in a new loop of another thread that then stops and is closed; a weak ref to it."""
+    loop = asyncio.new_event_loop()
+
+    async def begin() -> None:
+        for work in works:
+            settlements.start(work(), settles_by=time.monotonic() + 5)
+
+    def run() -> None:
+        loop.run_until_complete(begin())
+        loop.close()  # without running its leftovers out
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive()
+    return weakref.ref(loop)
+
+
+async def test_a_task_that_finished_as_its_loop_stopped_is_not_kept() -> None:
+    settlements = Settlements()
+
+    async def quick() -> None:  # ends in the loop's last iteration: its done callback never runs
+        return None
+
+    freed = _closed_after(settlements, quick)
+    assert len(settlements) == 0  # was 1, for the store's lifetime
+    gc.collect()
+    assert freed() is None  # nor is its loop kept
+
+
+async def test_a_dropped_task_is_closed_at_once_without_asyncio_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settlements = Settlements()
+    cleaned: list[str] = []
+    unraisable: list[Any] = []
+
+    async def settling() -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            cleaned.append("finally")  # as _collect marks its tenant's collection done
+            with anyio.CancelScope(shield=True):  # as the link's disconnect: needs a running loop
+                await asyncio.sleep(0)
+
+    hook = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    gc.disable()  # the collector runs at its own times: here, only where the test says
+    try:
+        with caplog.at_level(logging.WARNING):
+            _closed_after(settlements, settling)
+            assert len(settlements) == 0
+            at_drop = list(cleaned)
+            gc.enable()
+            gc.collect()
+    finally:
+        gc.enable()
+        sys.unraisablehook = hook
+    assert at_drop == ["finally"]  # at once; was only whenever the collector ran, on its thread
+    assert unraisable == []  # was "Exception ignored in <coroutine ...>": NoEventLoopError
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []  # was "Task was destroyed but it is pending!" from asyncio
+    said = [r.getMessage() for r in caplog.records if r.name == "agentium.plugins.recall_redis"]
+    assert any("dropped unfinished" in m for m in said), said  # the store still says it
