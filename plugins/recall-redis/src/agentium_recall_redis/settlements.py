@@ -42,6 +42,9 @@ logger = logging.getLogger("agentium.plugins.recall_redis")
 #: How often a wait looks whether another loop's work has ended (its end wakes no one here).
 _WATCH_S: Final = 0.02
 
+#: How long :meth:`Settlements.drain` gives the work it cancelled to unwind, on any loop.
+_UNWIND_S: Final = 1.0
+
 
 def _close_dropped(tasks: list[asyncio.Task[Any]]) -> None:
     """Close the coroutines of a closed loop's unfinished tasks now, on a thread with no event loop.
@@ -240,7 +243,11 @@ class Settlements:
         return (await self.wait(within_s)).total
 
     async def drain(self, within_s: float) -> None:
-        """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more."""
+        """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more.
+
+        What it cancelled gets up to a second more to unwind, on whichever
+        loop it runs (one that does not run is not waited for).
+        """
         loop = asyncio.get_running_loop()
         await self.wait(within_s)
         self._sweep()
@@ -253,6 +260,16 @@ class Settlements:
             else:
                 with contextlib.suppress(RuntimeError):  # that loop closed meanwhile
                     task.get_loop().call_soon_threadsafe(task.cancel)
-        mine = {t for t in pending if t.get_loop() is loop}
-        if mine:
-            await asyncio.wait(mine, timeout=1.0)
+        # Each cancelled task unwinds (a staging given up, its WARNING) before aclose() closes its loop's
+        # connection, whichever loop it runs on: only this loop's were waited for, and under trio (drained
+        # from a worker thread's new loop) every one is another loop's. A loop that does not run cannot
+        # unwind it: not waited for.
+        deadline = loop.time() + _UNWIND_S
+        while (
+            left := {t for t in pending if not t.done() and t.get_loop().is_running()}
+        ) and loop.time() < deadline:
+            mine = {t for t in left if t.get_loop() is loop}
+            if len(mine) == len(left):
+                await asyncio.wait(mine, timeout=deadline - loop.time())
+            else:  # another loop's task: its end wakes no one here
+                await asyncio.sleep(min(_WATCH_S, max(0.0, deadline - loop.time())))

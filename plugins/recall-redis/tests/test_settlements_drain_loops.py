@@ -1,0 +1,87 @@
+"""``Settlements.drain`` gives the work it cancels on other event loops time to unwind, within its bound.
+
+Found by a review of the store's close under trio. ``aclose()`` drains the
+settlements, then closes each loop's connection. ``drain`` cancelled what
+was left, each task on its own loop, but then waited only for its own
+loop's: under trio it runs in a new loop of a worker thread, so every task
+is another loop's, and none was given time to unwind (a staging given up, a
+WARNING that the settlement was cut off) before the connections closed. The
+same on asyncio for a store closed from another loop than its writes'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import anyio
+import pytest
+
+from agentium_recall_redis.writes import Settlements
+
+
+def _settling_in_another_loop(settlements: Settlements, events: list[str]) -> threading.Event:
+    """A settlement in a running loop of another thread that takes 50 ms to unwind once cancelled."""
+    started, stop = threading.Event(), threading.Event()
+
+    async def settlement() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)  # as giving up a staging: a round trip on its loop's connection
+            events.append("unwound")
+            raise
+
+    async def serve() -> None:
+        settlements.start(settlement(), settles_by=time.monotonic() + 10)
+        started.set()
+        await asyncio.get_running_loop().run_in_executor(None, stop.wait, 5)
+
+    threading.Thread(target=asyncio.run, args=(serve(),), daemon=True).start()
+    assert started.wait(5)
+    return stop
+
+
+def test_a_drain_under_trio_waits_for_other_loops_cancelled_work_to_unwind() -> None:
+    settlements = Settlements()
+    events: list[str] = []
+    stop = _settling_in_another_loop(settlements, events)
+
+    async def close_under_trio() -> None:  # as RedisRecallStore._close_all does under trio
+        await anyio.to_thread.run_sync(lambda: asyncio.run(settlements.drain(0.05)))
+        events.append("drained: connections close now")
+
+    try:
+        began = time.monotonic()
+        anyio.run(close_under_trio, backend="trio")
+        assert time.monotonic() - began < 1.0  # its 50 ms, not the whole 1 s bound
+    finally:
+        stop.set()
+    assert events == ["unwound", "drained: connections close now"]  # was the other way round
+
+
+@pytest.mark.anyio
+async def test_a_drain_does_not_wait_for_work_of_a_loop_that_does_not_run() -> None:
+    settlements = Settlements()
+    loop = asyncio.new_event_loop()
+
+    async def begin() -> None:
+        settlements.start(asyncio.sleep(60), settles_by=time.monotonic() + 10)
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(begin(),))
+    thread.start()
+    thread.join(5)
+    try:
+        began = time.monotonic()
+        await settlements.drain(0.0)  # its cancellation cannot run until the loop runs again
+        assert time.monotonic() - began < 0.5
+    finally:
+
+        def close() -> None:
+            loop.run_until_complete(asyncio.sleep(0.01))  # the queued cancellation runs
+            loop.close()
+
+        closer = threading.Thread(target=close)
+        closer.start()
+        closer.join(5)
