@@ -85,3 +85,39 @@ async def test_a_drain_does_not_wait_for_work_of_a_loop_that_does_not_run() -> N
         closer = threading.Thread(target=close)
         closer.start()
         closer.join(5)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "stopped"])
+async def test_a_drain_does_not_wait_for_settlements_that_cannot_finish(closed: bool) -> None:
+    # Found by the same review: drain waited as an erase does, so a settlement whose loop was closed
+    # (dropped, but counted as unsettled for an erase until its bound) or stopped held aclose() up to
+    # its bound, though nothing could finish it meanwhile.
+    settlements = Settlements()
+    loop = asyncio.new_event_loop()
+
+    async def begin() -> None:
+        settlements.start(asyncio.sleep(60), settles_by=time.monotonic() + 10)
+
+    def run() -> None:
+        loop.run_until_complete(begin())
+        if closed:
+            loop.close()  # its settlement never ran to its end
+
+    def close() -> None:
+        loop.run_until_complete(asyncio.sleep(0.01))  # the drain's queued cancellation runs
+        loop.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(5)
+    try:
+        assert (await settlements.wait(0.0)).stranded == 1  # an erase still counts it
+        began = time.monotonic()
+        await settlements.drain(1.0)
+        assert time.monotonic() - began < 0.5  # was the whole 1 s
+    finally:
+        if not closed:
+            closer = threading.Thread(target=close)
+            closer.start()
+            closer.join(5)

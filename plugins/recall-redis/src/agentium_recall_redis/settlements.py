@@ -227,16 +227,23 @@ class Settlements:
         before the erase reads what to remove (or the erase is refused, saying
         why: :meth:`Pending.reason`).
         """
+        await self._wait(within_s, stranded=True)
+        return self._pending()[0]
+
+    async def _wait(self, within_s: float, *, stranded: bool) -> None:
+        """Wait at most ``within_s`` seconds while work is unfinished (``stranded``: that too) or running."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_s
-        while (pending := self._pending())[0] and loop.time() < deadline:
-            running = pending[1]
+        while loop.time() < deadline:
+            pending, running = self._pending()
+            left = pending.total if stranded else len(running)
+            if not left:
+                return
             mine = {t for t in running if t.get_loop() is loop}
-            if running and len(mine) == pending[0].total:
+            if running and len(mine) == left:
                 await asyncio.wait(mine, timeout=deadline - loop.time())
             else:  # another loop's task (its end wakes no one here), or a stopped loop that may run again
                 await asyncio.sleep(min(_WATCH_S, max(0.0, deadline - loop.time())))
-        return self._pending()[0]
 
     async def settle(self, within_s: float) -> int:
         """:meth:`wait`, and how many are still unfinished."""
@@ -245,11 +252,16 @@ class Settlements:
     async def drain(self, within_s: float) -> None:
         """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more.
 
+        Work whose loop does not run (stopped or closed) is not waited for: it
+        cannot finish meanwhile.
+
         What it cancelled gets up to a second more to unwind, on whichever
         loop it runs (one that does not run is not waited for).
         """
         loop = asyncio.get_running_loop()
-        await self.wait(within_s)
+        # Only what can finish meanwhile: a settlement whose loop stopped or closed (which an erase still
+        # counts until its bound) held the close up to that bound for nothing.
+        await self._wait(within_s, stranded=False)
         self._sweep()
         with self._lock:
             self._closed = True  # under the lock start() adds under: nothing starts after this read
