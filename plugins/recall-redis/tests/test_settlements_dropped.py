@@ -26,7 +26,11 @@ from typing import Any
 
 import anyio
 import pytest
+from redis_servers import ServerProcess, new_prefix
 
+from agentium_harness.plugin_api import OpContext
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis.keys import tenant_prefix
 from agentium_recall_redis.writes import Settlements
 
 pytestmark = pytest.mark.anyio  # on asyncio (conftest's anyio_backend)
@@ -99,3 +103,37 @@ async def test_a_dropped_task_is_closed_at_once_without_asyncio_errors(
     assert errors == []  # was "Task was destroyed but it is pending!" from asyncio
     said = [r.getMessage() for r in caplog.records if r.name == "agentium.plugins.recall_redis"]
     assert any("dropped unfinished" in m for m in said), said  # the store still says it
+
+
+async def test_a_collection_dropped_before_it_ran_does_not_stop_the_tenants_later_ones(
+    server: ServerProcess,
+) -> None:
+    # A tenant's background collection is claimed (Writer._collecting) so only one runs at a time, and
+    # released by the collection itself when it ends. One whose loop closed before its first step
+    # never ran its release: no background collection for that tenant ever ran again in this store.
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    writer = store._writer
+    prefix = tenant_prefix(store.config.key_prefix, "acme")
+    loop = asyncio.new_event_loop()
+
+    def last_request() -> None:
+        link = loop.run_until_complete(store._ready(OpContext.with_timeout(10), "test"))
+
+        def collect_then_stop() -> None:  # the request's last step: its loop stops before the task's first
+            writer.collect_later(link, prefix, 1)
+            loop.stop()
+
+        loop.call_soon(collect_then_stop)
+        loop.run_forever()
+        loop.close()
+
+    thread = threading.Thread(target=last_request)
+    thread.start()
+    thread.join(10)
+    try:
+        assert len(writer.settlements) == 0  # dropped with its loop
+        link = await store._ready(OpContext.with_timeout(10), "test")
+        writer.collect_later(link, prefix, 1)
+        assert len(writer.settlements) == 1  # was 0: the tenant's claim was never released
+    finally:
+        await store.aclose()

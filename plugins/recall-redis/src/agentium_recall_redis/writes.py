@@ -217,7 +217,6 @@ class Writer:
     def collect_later(self, link: Link, prefix: str, backlog: int) -> None:
         """Collect a tenant's queued garbage in the background, one bounded call at a time."""
         if backlog > 0 and prefix not in self._collecting:
-            self._collecting.add(prefix)
             self.settlements.start(self._collect(link, prefix))
 
     async def _collect(self, link: Link, prefix: str) -> None:
@@ -226,6 +225,12 @@ class Writer:
         # writes, which collect with the room they have left.
         from redis.exceptions import NoScriptError, RedisError
 
+        # Claimed here, by the collection itself, not when it was started: one whose loop closed before
+        # its first step never runs its `finally`, and the tenant's claim was then never released (no
+        # background collection for it again). Two started before either ran: the second ends here.
+        if prefix in self._collecting:
+            return
+        self._collecting.add(prefix)
         try:
             command: Command = ("EVALSHA", COLLECT.sha, 1, f"{prefix}:gc", prefix, self.room)
             for _ in range(MAX_COLLECT_CALLS):
