@@ -56,7 +56,10 @@ the erasure pending; resume it), saying why: a settlement still running, one
 stranded because its event loop stopped or closed first (it counts until
 ``settle_timeout_s`` after its write was cut off, as a running one gives up
 then), or background cleanup (a staging given up, garbage collected) still
-running (:mod:`agentium_recall_redis.settlements`).
+running (:mod:`agentium_recall_redis.settlements`). Past that bound a
+settlement no longer counts: one that gave up without reaching the server
+left its write's outcome unknown, and that write, if the network held it
+longer, could still land after the erase.
 
 **How physical.** Redis frees the keys at once, but copies written before
 the erasure — the append-only file until it is rewritten
