@@ -12,6 +12,7 @@ same on asyncio for a store closed from another loop than its writes'.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -121,3 +122,26 @@ async def test_a_drain_does_not_wait_for_settlements_that_cannot_finish(closed: 
             closer = threading.Thread(target=close)
             closer.start()
             closer.join(5)
+
+
+@pytest.mark.anyio
+async def test_a_settlement_refused_after_the_drain_says_the_writes_outcome_stays_unknown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Found by the same review: a write cut off while the store closes (its connection closed under
+    # it) logs that its settlement goes on in the background and that a WARNING says so if it is
+    # cancelled first; start() after the drain dropped that settlement without a word.
+    settlements = Settlements()
+    await settlements.drain(0.0)
+    ran: list[str] = []
+
+    async def settle() -> None:
+        ran.append("ran")
+
+    with caplog.at_level(logging.WARNING, "agentium.plugins.recall_redis"):
+        settlements.start(settle(), settles_by=time.monotonic() + 5)
+        settlements.start(settle())  # cleanup: nothing to say
+    await asyncio.sleep(0.01)
+    assert ran == []
+    said = [r.getMessage() for r in caplog.records if r.name == "agentium.plugins.recall_redis"]
+    assert len(said) == 1 and "outcome stays unknown" in said[0] and "closing" in said[0], said

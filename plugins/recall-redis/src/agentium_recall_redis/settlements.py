@@ -155,6 +155,7 @@ class Settlements:
             closed = self._closed
         if closed:
             work.close()  # drained: the store is closing, and later writes collect what is left
+            self._refused(settles_by)
             return
         # Created outside the lock (an eager task factory runs the first step of `work` here, which may
         # start more work), then added under it only if drain has not closed meanwhile: drain closes and
@@ -165,10 +166,20 @@ class Settlements:
             if not closed:
                 self._tasks[task] = _Entry(settles_by)
         if closed:
-            task.cancel()
+            task.cancel()  # before its first step: a settlement's own WARNING is not reached
+            self._refused(settles_by)
             return
         task.add_done_callback(self._forget)
         self._sweep()  # a request's loop closed since: drop its leftovers here too, not only on erase
+
+    @staticmethod
+    def _refused(settles_by: float | None) -> None:
+        """A settlement not run because the store is closing: its write's WARNING said one goes on."""
+        if settles_by is not None:
+            logger.warning(
+                "recall: the background settlement of a cut-off write was not started: the store is "
+                "closing; the write's outcome stays unknown"
+            )
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         with self._lock:
