@@ -166,7 +166,7 @@ class Settlements:
             if not closed:
                 self._tasks[task] = _Entry(settles_by)
         if closed:
-            task.cancel()  # before its first step: a settlement's own WARNING is not reached
+            task.cancel()  # as a rule before its first step: a settlement's own WARNING is not reached
             self._refused(settles_by)
             return
         task.add_done_callback(self._forget)
