@@ -117,6 +117,11 @@ class DocumentUncheckedDuringRunError(AgentiumError):
     stop, the tool calls and results that already ran are committed
     without the answer (``commit_state`` says what was), and a WARNING (no
     content, no ids) and the span event ``agentium.run.document_fence_unchecked``
-    say so. The message says why the look failed. Run again once the
-    recall store answers.
+    say so. The message says why the look failed (the store's error
+    whole); the committed ``retained.interruption.detail`` names that error
+    by its class alone. Run again once the recall store answers.
     """
+
+    #: The message as the engine commits it with what ran (``retained.interruption.detail``): the
+    #: recall store's error by its class, never its text, which may name another tenant's rows.
+    _committed: str | None = None

@@ -74,6 +74,7 @@ from .._scope import Scope
 from .lifecycle import Ticket
 from .memory.sources_write import names_facts
 from .recall import CLOSE_FAILED, CLOSE_OVERRAN, revalidate
+from .recall_checks import Failed
 from .recall_round import RecallUsage, listed_violations
 from .recall_turn import RecallOutcome
 from .results import CommitState, Diagnostic, Severity
@@ -161,9 +162,10 @@ class DocumentFence:
         with ``before_commit``. Returns why the look could not be made (``None``: made, nothing gone): the
         caller says so and keeps what ran, as after a look at the commit that could not be made.
         """
-        return await self._look(ticket, what, before_commit=True) if self.refs else None
+        failure = await self._look(ticket, what, before_commit=True) if self.refs else None
+        return None if failure is None else str(failure)
 
-    async def _look(self, ticket: Ticket, what: str, *, before_commit: bool) -> str | None:
+    async def _look(self, ticket: Ticket, what: str, *, before_commit: bool) -> Failed | None:
         validations, violations, notes, failure, usage = await revalidate(
             ticket, self.store, self.scope, self.limits, self.refs, self.spent
         )
@@ -173,13 +175,13 @@ class DocumentFence:
         # The look's time is the run's: the next look, the commit fence and the result start from it.
         self.spent = attrs.evolve(self.spent, latency_s=usage.latency_s)
         if failure is not None:
-            return str(failure)  # the reason in full: the host's error (``_unchecked``), never committed
+            return failure  # its text the host's (``_unchecked``), its ``shown`` what may be committed
         gone = tuple(v.ref.source_id for v in validations if v.status in _GONE)
         if gone:
             raise _deleted(gone, what, before_commit=before_commit)
         unknown = sum(v.status is ValidationStatus.UNKNOWN for v in validations)
         # The store did not say (no answer for the ref, or an id it cannot place): no look was made.
-        return f"the recall store called {unknown} of them unknown" if unknown else None
+        return Failed(f"the recall store called {unknown} of them unknown") if unknown else None
 
     def _report(self, violations: list[str], notes: list[str]) -> None:
         """A look's contract violations and notes, to the run as the commit fence reports its own.
@@ -247,10 +249,12 @@ class DocumentFence:
             raise _deleted(gone, what, before_commit=True)
 
 
-def _unchecked(failure: str, what: str) -> DocumentUncheckedDuringRunError:
+def _unchecked(failure: Failed, what: str) -> DocumentUncheckedDuringRunError:
     """The stop for carried documents that could not be validated again: fail closed, a WARNING, a span event.
 
-    ``failure`` (recall's reason, which may quote the store's error) goes to the error only, not the log.
+    ``failure`` (recall's reason, which may quote the store's error) goes to the error only, not the log;
+    what ran before is committed with the error's ``committed`` words, which say it as ``failure.shown``
+    does (the store's error by its class): its text may name another tenant's rows.
     """
     _log.warning(
         "%s stopped before a model call: the host documents its request carries could not be validated "
@@ -259,11 +263,17 @@ def _unchecked(failure: str, what: str) -> DocumentUncheckedDuringRunError:
         extra={"agentium_operation": what},
     )
     current_span_event("agentium.run.document_fence_unchecked", {"agentium.operation": what})
-    return DocumentUncheckedDuringRunError(
-        f"the host documents whose excerpts the {what}'s request carries could not be validated again "
-        f"({failure}); the {what} stopped before its next model call rather than send them unchecked "
-        "(one may have been deleted since recall read it)"
-    )
+
+    def said(why: str) -> str:
+        return (
+            f"the host documents whose excerpts the {what}'s request carries could not be validated again "
+            f"({why}); the {what} stopped before its next model call rather than send them unchecked "
+            "(one may have been deleted since recall read it)"
+        )
+
+    error = DocumentUncheckedDuringRunError(said(str(failure)))
+    error._committed = f"{type(error).__name__}: {said(failure.shown)}"
+    return error
 
 
 def _deleted(

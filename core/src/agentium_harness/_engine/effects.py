@@ -83,7 +83,7 @@ from .said_claims import claims_of, without_claims
 from .settle import mark_commit_state
 from .sources import SourceStatus
 from .turn import TurnInterrupted, TurnOutcome, TurnTrace, executed
-from .turn_commit import commit_turn, interruption
+from .turn_commit import commit_turn, committed_text, interruption
 from .turn_fence import TurnFence, erased_during_run, recalled_groups
 from .unexpected import unexpected_error, unexpected_kind, warn_unexpected
 
@@ -341,7 +341,7 @@ class EffectsKeeper:
             return error
         if self.tried:
             return self._not_kept(error, error)  # ``error`` is that commit's: not tried twice
-        why = interruption(cause, error_text(error))
+        why = interruption(cause, committed_text(error))
         # A commit that was begun was built on a head that may be gone; before one, the load is current.
         reload = progress.group is not None
         try:

@@ -38,7 +38,7 @@ from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import Scope
 from .effects import EffectsKeeper
 from .lifecycle import Ticket
-from .recall_turn import RecallStep, recall_before_commit, uncommitted_result
+from .recall_turn import RecallOutcome, RecallStep, recall_before_commit, uncommitted_result
 from .results import RunResult, RunStatus
 from .turn import TurnOutcome, executed
 from .turn_commit import interruption
@@ -88,11 +88,23 @@ async def commit_run(
             documents.at_commit(progress.recall.invalidated[len(before.invalidated) :])
         if stop_run:
             if executed(turn):
-                reason = progress.recall.reason or "stopped"
-                why = interruption(InterruptionCause.RECALL_STOPPED, reason)
+                why = interruption(InterruptionCause.RECALL_STOPPED, _said(before, progress.recall))
                 return await keeper.commit(turn, RunStatus.STOPPED, why)
             step = attrs.evolve(step, outcome=progress.recall)
             status = RunStatus.STOPPED
             stopped = uncommitted_result(scope, stored, snap, status, "", step, diagnostics)
             return attrs.evolve(stopped, tool_outcomes=turn.tool_outcomes, usage=turn.usage)
     return await keeper.commit(turn, turn.status)
+
+
+def _said(before: RecallOutcome, after: RecallOutcome) -> str:
+    """Why the commit fence stopped the turn, as its committed interruption says it: the engine's words.
+
+    The lines the commit fence added to the uncertainty (``recall failed: recall validate_current
+    failed: RuntimeError``), never the policy's reason: the default policy's quotes every problem
+    whole (the store's error text, which may name another tenant's rows), and it is committed with
+    what ran, where no other scope's id may end up. The reason stays the host's, in
+    ``RunResult.recall.reason`` and the ``recall_stopped`` diagnostic.
+    """
+    added = after.uncertainty[len(before.uncertainty) :]
+    return "; ".join(added) or f"recall {after.status.value} at the commit fence"

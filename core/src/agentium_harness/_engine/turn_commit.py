@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._errors import AgentiumError, PublicationRefusedError
+from .._errors_run import DocumentUncheckedDuringRunError
 from .._history import (
     InterruptionCause,
     Message,
@@ -41,7 +42,7 @@ from .._observe import spans as observe
 from .._observe.turn import already_said
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
-from .._text import clean_text, cut_text
+from .._text import clean_text, cut_text, error_text
 from .._verdicts import VerificationRecord
 from .archive_index import index_archived
 from .arguments import source_uncertainty
@@ -66,6 +67,7 @@ __all__ = [
     "answered_part",
     "commit_group",
     "commit_turn",
+    "committed_text",
     "interruption",
     "retained_record",
     "settle_earlier",
@@ -93,6 +95,18 @@ def interruption(cause: InterruptionCause, detail: str) -> TurnInterruption:
     and the tool calls it keeps would be lost with it.
     """
     return TurnInterruption(cause, cut_text(clean_text(detail), MAX_INTERRUPTION_BYTES)[0])
+
+
+def committed_text(error: AgentiumError) -> str:
+    """What an interruption commits of the ``error`` that stopped a turn whose tools ran: ``Type: message``.
+
+    A document fence that could not look says why whole to the host, the recall store's error text
+    among it; committed, it says it in the engine's words (the error by its class), as the recall
+    uncertainty does: the store's text may name another tenant's rows.
+    """
+    if isinstance(error, DocumentUncheckedDuringRunError) and error._committed is not None:
+        return error._committed
+    return error_text(error)
 
 
 def retained_record(
