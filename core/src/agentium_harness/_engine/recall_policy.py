@@ -84,11 +84,13 @@ class PolicyInput:
 
     ``allocation_omitted`` is true when whole excerpts were left out because
     they did not fit a budget; ``problems`` lists every reason the status is
-    not ``complete`` in plain words, whole, as ``RunResult.recall.uncertainty``
-    has them: they quote what adapters wrote (a store's error text, the ids it
+    not ``complete`` in plain words, whole, as the ``recall_*`` diagnostics
+    have them: they quote what adapters wrote (a store's error text, the ids it
     returned out of contract, possibly another scope's), which the model's
-    ``recall-status`` notice never does, so a ``question`` built from them
-    (asked of the user, then an assistant message the model reads) would;
+    ``recall-status`` notice and ``RunResult.recall.uncertainty`` (committed
+    with the turn) never do, so a ``question`` built from them (asked of the
+    user, then an assistant message the model reads) would. The decision's
+    ``reason`` is the host's (``RunResult.recall.reason``), never committed;
     ``clarified`` is true once this run has used its one clarification.
     """
 
