@@ -342,6 +342,7 @@ async def _dispatch_fence(
                 tuple(diagnostics),
             )
         clarification = (question, answer)
+        first = evidence.violations
         evidence = await gather_evidence(
             ticket,
             store,
@@ -355,6 +356,8 @@ async def _dispatch_fence(
             groups=groups,
         )
         diagnostics.extend(_diagnostics(evidence))
+        # The run's list, as the later rounds add to it: the first round's violations are the run's too.
+        evidence = attrs.evolve(evidence, violations=listed_violations(first, evidence.violations))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))
         if decision.decision is RecallDecision.CLARIFY:
             decision = PolicyDecision(RecallDecision.STOP, "at most one clarification per run")
