@@ -20,6 +20,7 @@ from _recall_support import ANA, Scripted, ScriptedSession, runtime
 from agentium_harness import Telemetry, create_harness_runtime, current_session_recall_policy
 from agentium_harness._observe import tree
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.testing import SpanRecorder
 
@@ -116,3 +117,20 @@ async def test_an_adapter_exception_class_name_is_escaped_in_its_span_event() ->
             await rt.run(ANA, "s1", "when was the kettle descaled")
     said = [dict(e.attributes or {}) for s in spans.finished for e in s.events if e.name == "exception"]
     assert {"exception.type": ESCAPED} in said, said
+
+
+async def test_a_memory_store_class_name_is_escaped_in_the_search_memory_span() -> None:
+    spans = SpanRecorder()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=type(ODD, (InMemoryMemoryStore,), {})(),
+        telemetry=Telemetry(tracer_provider=spans.provider),
+    )
+    async with rt:
+        with anyio.fail_after(30):
+            await rt.run(ANA, "s1", "hello")
+    [search] = [s for s in spans.finished if s.name == "search_memory"]
+    assert (search.attributes or {})["gen_ai.memory.store.id"] == ESCAPED
+    _one_line_each(spans)

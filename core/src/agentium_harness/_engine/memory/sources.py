@@ -21,7 +21,7 @@ import attrs
 
 from ..._errors import InvalidArgumentError, OperationTimeoutError
 from ..._observe import spans as observe
-from ..._observe.logs import log_diagnostics
+from ..._observe.logs import log_diagnostics, one_line
 from ..._observe.turn import diagnostic_events
 from ..._ports._base import OpContext
 from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_at, check_limit, iso_utc
@@ -240,7 +240,7 @@ async def agent_memory_blocks(
     from .manager import telemetry_of  # the manager imports this module (through the Agent)
 
     settings = telemetry_of(manager)
-    store = type(manager.store).__name__
+    store = one_line(type(manager.store).__name__)  # the adapter's to choose, in a span: escaped
     with observe.using(settings, manager):
         with observe.operation("search_memory", "search_memory", **{"gen_ai.memory.store.id": store}) as span:
             blocks, omitted = await memory_blocks(
@@ -279,7 +279,7 @@ async def harness_memory_blocks(
     claims.claim(manager, scope.session_key)
     # The run's own deadline bounds the selection too: a store slower than either does not hold the run.
     timeout_s = min(manager.limits.op_timeout_s, ticket.op_timeout_s)
-    store = type(manager.store).__name__
+    store = one_line(type(manager.store).__name__)  # the adapter's to choose, in a span: escaped
     with observe.operation(
         "search_memory", "search_memory", metric_stage="memory", **{"gen_ai.memory.store.id": store}
     ) as span:
