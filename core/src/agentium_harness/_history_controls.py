@@ -57,7 +57,10 @@ class TurnInterruption:
 
     Tools that ran changed the world, so their calls and results are
     committed, never dropped; the model's answer (if it gave one) is not.
-    ``detail`` is the error or the policy's reason, cut to a bound.
+    ``detail`` is the error, cut to a bound; for ``recall_stopped``, what the
+    commit fence found, in the engine's words (as the uncertainty is: the
+    recall policy's reason, which may quote the store, is the result's
+    ``recall.reason``, never committed).
     """
 
     cause: InterruptionCause = attrs.field(converter=InterruptionCause)
