@@ -14,6 +14,7 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Awaitable
 
 import anyio
 import anyio.lowlevel
@@ -475,3 +476,42 @@ def test_an_aclose_from_outside_still_waits_while_one_from_inside_returns() -> N
 
     anyio.run(main)
     assert heard[0] == "inside returned" and sorted(heard[1:]) == ["first heard it", "outside heard it"]
+
+
+def test_a_caller_not_cancelled_whose_close_ends_cancelled_hears_operation_cancelled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The close's task ended cancelled on its own (it awaited a task of the first caller's loop, which
+    # asyncio.run ending had cancelled: a cut-off close run again by the next caller; or a close that
+    # raised CancelledError itself): the caller, never cancelled, got a bare CancelledError out of
+    # aclose() (asyncio.run raising it), and a WARNING said the caller had been cancelled.
+    once = CloseOnce("test adapter", wait_s=1)
+
+    def close() -> Awaitable[None]:
+        real = asyncio.get_running_loop().create_task(asyncio.sleep(10))  # the real close, of this loop
+
+        async def closed() -> None:
+            await real  # cancelled with its loop: the close did not finish
+
+        return closed()
+
+    async def main() -> None:
+        asyncio.get_running_loop().create_task(once.run(close))  # cut off before it began
+
+    asyncio.run(main())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="agentium.adapters"):
+        with pytest.raises(OperationCancelledError, match=r"did not finish \(CancelledError\)"):
+            asyncio.run(once.run(close))  # runs it: what it awaits was cancelled
+        with pytest.raises(OperationCancelledError, match=r"did not finish \(CancelledError\)"):
+            asyncio.run(once.run(close))  # and a later caller hears the same
+    assert not any("was cancelled" in r.getMessage() for r in caplog.records)
+
+    itself = CloseOnce("test adapter", wait_s=1)
+
+    async def cancelled_close() -> None:
+        await anyio.lowlevel.checkpoint()
+        raise asyncio.CancelledError  # the close's own, not its caller's
+
+    with pytest.raises(OperationCancelledError, match=r"did not finish \(CancelledError\)"):
+        asyncio.run(itself.run(cancelled_close))

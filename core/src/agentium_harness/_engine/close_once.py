@@ -92,7 +92,9 @@ class CloseOnce:
       exception for the next to see). A close that did not finish (its task
       cancelled, by ``asyncio.run`` returning say, or a ``KeyboardInterrupt``
       in it) is :class:`OperationCancelledError` for the later callers, never
-      "closed"; the first caller hears a ``KeyboardInterrupt`` itself.
+      "closed"; a caller no one cancelled whose close's task ended cancelled
+      (a cancelled await in it) hears it too, never a bare cancellation out
+      of ``aclose()``; the first caller hears a ``KeyboardInterrupt`` itself.
       When the first caller was cancelled natively before the close ended, its
       problem is logged at WARNING (the adapter's name and the exception's type,
       nothing else) and raised to the next caller.
@@ -249,16 +251,32 @@ class CloseOnce:
             with anyio.CancelScope(shield=True):
                 await asyncio.shield(task)
         except BaseException:
-            left = True  # one loop thread: the task has not ended yet, or has just now (below)
-            if task.done():
-                if task.cancelled() and attempt.problem is None:
-                    self._keep(attempt, asyncio.CancelledError())  # never began (see never_began)
-                attempt.end()
-                if attempt.problem is not None:
-                    self._warn_unheard(attempt)
-            raise
+            if not self._cancelled_on_its_own(task):
+                left = True  # one loop thread: the task has not ended yet, or has just now (below)
+                if task.done():
+                    if task.cancelled() and attempt.problem is None:
+                        self._keep(attempt, asyncio.CancelledError())  # never began (see never_began)
+                    attempt.end()
+                    if attempt.problem is not None:
+                        self._warn_unheard(attempt)
+                raise
+            # Not this caller's cancellation but its close's, which it hears as every caller does (below).
+            if attempt.problem is None:
+                self._keep(attempt, asyncio.CancelledError())  # never began (see never_began)
         # Ended here rather than in the task: the first caller goes on before the waiting callers wake.
         attempt.end()
+
+    @staticmethod
+    def _cancelled_on_its_own(task: asyncio.Task[None]) -> bool:
+        """True when the close's task ended cancelled while this caller was not (a cancelled await in it).
+
+        Then ``asyncio.shield`` raised its cancellation in this caller: a close that
+        awaited something cancelled (a task of a loop ``asyncio.run`` ended, the
+        first caller's, when this caller runs a cut-off close again) is its outcome
+        (:class:`OperationCancelledError`), not a cancellation of a caller no one cancelled.
+        """
+        caller = asyncio.current_task()
+        return task.done() and task.cancelled() and caller is not None and not caller.cancelling()
 
     async def _wait(self, attempt: _Attempt) -> None:
         """A later caller: wait, shielded and within ``wait_s``, for the first's close to end."""
