@@ -515,3 +515,29 @@ def test_a_caller_not_cancelled_whose_close_ends_cancelled_hears_operation_cance
 
     with pytest.raises(OperationCancelledError, match=r"did not finish \(CancelledError\)"):
         asyncio.run(itself.run(cancelled_close))
+
+
+def test_a_task_started_by_the_synchronous_part_of_close_is_inside_the_close_on_asyncio_too() -> None:
+    # On trio the synchronous part of close() ran marked as the close; on asyncio it ran unmarked in
+    # the caller: a task it started to close a wrapper (which closes this adapter again), awaited by
+    # the close, waited wait_s for the close it was part of, then raised OperationTimeoutError into it.
+    once = CloseOnce("test adapter", wait_s=1)
+    steps: list[str] = []
+
+    def close() -> Awaitable[None]:
+        async def close_wrapper() -> None:
+            await once.run(close)  # the wrapper closes what it wraps: this adapter
+            steps.append("wrapper closed")
+
+        wrapper = asyncio.get_running_loop().create_task(close_wrapper())
+
+        async def closed() -> None:
+            await wrapper
+            steps.append("closed")
+
+        return closed()
+
+    begun = time.monotonic()
+    asyncio.run(once.run(close))
+    assert time.monotonic() - begun < 0.5
+    assert steps == ["wrapper closed", "closed"] and once.ended

@@ -106,8 +106,8 @@ class CloseOnce:
     own loop; the cut-off is logged at WARNING. ``close()`` is not called again
     (its synchronous part ran): this needs it to return a coroutine, as an
     ``async def`` does. An ``aclose()`` made from inside the close itself (in
-    its task, or a task it started: a wrapper it closes that closes this
-    adapter again) returns at once instead of waiting ``wait_s`` for the close
+    its task, or a task it started, in ``close()``'s synchronous part too: a
+    wrapper it closes that closes this adapter again) returns at once instead of waiting ``wait_s`` for the close
     it is part of; the close's outcome goes to its callers.
 
     A later caller whose wait ran out gets :class:`OperationTimeoutError`
@@ -206,6 +206,8 @@ class CloseOnce:
 
     async def _run_in_task(self, attempt: _Attempt, close: Callable[[], Awaitable[None]]) -> None:
         """Asyncio: the close runs in a task of its own; a natively cancelled caller stops waiting only."""
+        # Its synchronous part is the close too (as on trio): a task it starts is inside the close.
+        mark = _INSIDE.set(_INSIDE.get() | {self._token})
         try:
             work = attempt.work = close()  # its synchronous part runs now, in the caller
         except BaseException as exc:
@@ -214,6 +216,8 @@ class CloseOnce:
             if not isinstance(exc, Exception):
                 raise
             return
+        finally:
+            _INSIDE.reset(mark)  # the caller itself is not inside the close: it hears its outcome
         left = False  # the caller stopped waiting: only the log (and the next caller) hear the problem
 
         async def closing() -> None:
