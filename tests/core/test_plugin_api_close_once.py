@@ -541,3 +541,51 @@ def test_a_task_started_by_the_synchronous_part_of_close_is_inside_the_close_on_
     asyncio.run(once.run(close))
     assert time.monotonic() - begun < 0.5
     assert steps == ["wrapper closed", "closed"] and once.ended
+
+
+def test_the_cut_off_warning_says_so_when_another_caller_runs_the_close_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The first caller ended the cut-off close (waking the callers of other threads) before it logged
+    # the cut-off, and the wording was picked by whether the close's coroutine was still unbegun: a
+    # caller that had taken it over meanwhile made it "closing failed (CancelledError) after the
+    # aclose() caller that started it was cancelled; the next aclose() raises it", neither true.
+    once = CloseOnce("test adapter", wait_s=2)
+    began: list[int] = []
+
+    async def close() -> None:
+        began.append(1)
+        await anyio.lowlevel.checkpoint()
+
+    heard: list[str] = []
+
+    def later() -> None:
+        anyio.run(once.run, close)
+        heard.append("returned")
+
+    def take_over_at_once() -> None:
+        # Called as the close is marked ended: a caller on another thread runs it before this one goes on.
+        attempt = once._attempt
+        threading.Thread(target=later).start()
+        deadline = time.monotonic() + 5
+        while attempt is not None and not attempt.again and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def hook() -> None:  # after the first caller's step: the close's task is made, and never runs
+        attempt = once._attempt
+        assert attempt is not None
+        attempt.done._waiters.append(take_over_at_once)
+
+    async def main() -> None:
+        asyncio.get_running_loop().create_task(once.run(close))
+        asyncio.get_running_loop().call_soon(hook)
+
+    with caplog.at_level(logging.WARNING, logger="agentium.adapters"):
+        asyncio.run(main())
+        deadline = time.monotonic() + 5
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert heard == ["returned"] and began == [1]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "test adapter: the close was cut off before it began (CancelledError); the next aclose() runs it"
+    ]

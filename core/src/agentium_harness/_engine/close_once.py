@@ -107,8 +107,9 @@ class CloseOnce:
     (its synchronous part ran): this needs it to return a coroutine, as an
     ``async def`` does. An ``aclose()`` made from inside the close itself (in
     its task, or a task it started, in ``close()``'s synchronous part too: a
-    wrapper it closes that closes this adapter again) returns at once instead of waiting ``wait_s`` for the close
-    it is part of; the close's outcome goes to its callers.
+    wrapper it closes that closes this adapter again) returns at once instead
+    of waiting ``wait_s`` for the close it is part of; the close's outcome
+    goes to its callers.
 
     A later caller whose wait ran out gets :class:`OperationTimeoutError`
     (``operation`` ``"aclose"``), with a WARNING: the close is still running
@@ -260,9 +261,11 @@ class CloseOnce:
                 if task.done():
                     if task.cancelled() and attempt.problem is None:
                         self._keep(attempt, asyncio.CancelledError())  # never began (see never_began)
-                    attempt.end()
                     if attempt.problem is not None:
+                        # Before it is ended: a caller of another thread may run it again from then on,
+                        # and the log would no longer see that it never began.
                         self._warn_unheard(attempt)
+                    attempt.end()
                 raise
             # Not this caller's cancellation but its close's, which it hears as every caller does (below).
             if attempt.problem is None:
