@@ -21,7 +21,7 @@ import anyio.lowlevel
 import pytest
 
 from agentium_harness import OperationCancelledError, OperationTimeoutError
-from agentium_harness.plugin_api import CloseOnce
+from agentium_harness.plugin_api import CloseOnce, PerLoop
 
 
 class Refused(Exception):
@@ -564,10 +564,11 @@ def test_the_cut_off_warning_says_so_when_another_caller_runs_the_close_at_once(
         heard.append("returned")
 
     def take_over_at_once() -> None:
-        # Called as the close is marked ended: a caller on another thread runs it before this one goes on.
+        # Called as the close is marked ended: a caller on another thread runs it before this one goes on
+        # (or would: it waits for this loop to finish first, so this one goes on after a while).
         attempt = once._attempt
         threading.Thread(target=later).start()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 0.3
         while attempt is not None and not attempt.again and time.monotonic() < deadline:
             time.sleep(0.001)
 
@@ -589,3 +590,58 @@ def test_the_cut_off_warning_says_so_when_another_caller_runs_the_close_at_once(
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         "test adapter: the close was cut off before it began (CancelledError); the next aclose() runs it"
     ]
+
+
+def test_a_waiter_runs_a_cut_off_close_once_the_loop_that_cut_it_off_has_finished() -> None:
+    # asyncio.run cut the close off before it began and went on shutting its loop down (waiting for
+    # a job of its default executor): the caller waiting on another thread ran the close at once, so
+    # that loop's own value was scheduled onto the dying loop, cut short when the loop closed, and the
+    # caller waited the whole close bound to hear it failed; the value was neither closed nor dropped.
+    once = CloseOnce("test adapter", wait_s=2)
+    released: list[str] = []
+
+    class Client:
+        async def aclose(self) -> None:
+            await asyncio.sleep(0.5)  # longer than the loop has left
+            released.append("closed")
+
+    clients = PerLoop(Client, discard=lambda client: released.append("dropped"))
+
+    async def close() -> None:
+        problems = await clients.aclose(lambda client: client.aclose(), 1.5)
+        if problems:
+            raise Refused("; ".join(problems))
+
+    heard: list[str] = []
+    waiting = threading.Event()
+
+    def later() -> None:
+        try:
+            anyio.run(once.run, close)
+            heard.append("returned")
+        except Exception as exc:
+            heard.append(type(exc).__name__)
+
+    waiter = threading.Thread(target=later)
+
+    def start_the_waiter() -> None:  # runs after the first caller's step, before the close's task
+        waiter.start()
+        attempt = once._attempt
+        deadline = time.monotonic() + 5
+        while attempt is not None and not attempt.done._waiters and time.monotonic() < deadline:
+            time.sleep(0.001)  # until the waiter waits for the close
+        waiting.set()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        clients.get()  # this loop's client
+        loop.run_in_executor(None, time.sleep, 0.2)  # asyncio.run waits for it as it shuts down
+        asyncio.get_running_loop().create_task(once.run(close))
+        loop.call_soon(start_the_waiter)
+
+    begun = time.monotonic()
+    asyncio.run(main())
+    assert waiting.is_set()
+    waiter.join(5)
+    assert heard == ["returned"] and released == ["dropped"]  # its loop finished: dropped, not cut short
+    assert time.monotonic() - begun < 1

@@ -15,6 +15,7 @@ import copy
 import inspect
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from types import TracebackType
@@ -31,6 +32,8 @@ _log = logging.getLogger("agentium.adapters")
 
 # How often a later caller looks whether the close's event loop was closed under it.
 _LOOK_S = 0.1
+# How often a caller about to run a cut-off close looks whether the loop that cut it off has finished.
+_END_S = 0.01
 
 # The CloseOnce objects whose close runs in this context (its task, and the tasks it starts): an
 # aclose() from inside its own close would wait for itself (wait_s, then a timeout).
@@ -40,7 +43,7 @@ _INSIDE: ContextVar[frozenset[object]] = ContextVar("agentium_close_once_inside"
 class _Attempt:
     """One run of the close and its outcome, for the callers that took part in it."""
 
-    __slots__ = ("again", "context", "done", "kind", "problem", "task", "trace", "work")
+    __slots__ = ("again", "context", "done", "kind", "loop", "problem", "task", "trace", "work")
 
     def __init__(self) -> None:
         self.done = ThreadSafeEvent()
@@ -52,6 +55,8 @@ class _Attempt:
         # What close() returned; kept once ended only while none of it ran (see unbegun).
         self.work: Awaitable[None] | None = None
         self.again = False  # cut off before it began, and run again since by another caller
+        # The asyncio loop of the close's task (weakly: a closed loop is not kept), None on trio.
+        self.loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
     def unbegun(self) -> bool:
         """True while the close's coroutine has not started: cut off then, another caller may run it."""
@@ -103,13 +108,19 @@ class CloseOnce:
     its first step, as ``asyncio.run`` returning just after ``aclose()`` began
     does, or its loop closed first) has released nothing: the next caller (one
     waiting for it, or a later ``aclose()``) runs that coroutine itself, on its
-    own loop; the cut-off is logged at WARNING. ``close()`` is not called again
-    (its synchronous part ran): this needs it to return a coroutine, as an
-    ``async def`` does. An ``aclose()`` made from inside the close itself (in
-    its task, or a task it started, in ``close()``'s synchronous part too: a
-    wrapper it closes that closes this adapter again) returns at once instead
-    of waiting ``wait_s`` for the close it is part of; the close's outcome
-    goes to its callers.
+    own loop, once the loop that cut it off has finished (a caller of another
+    loop waits for that, shielded, at most ``wait_s``: a loop's own values are
+    then dropped, not scheduled onto it as it closes); the cut-off is logged
+    at WARNING. ``close()`` is not called again (its synchronous part ran):
+    this needs it to return a coroutine, as an ``async def`` does, which
+    awaits nothing of the first caller's loop (a task or future made there in
+    ``close()`` fails, or was cancelled with it, when run again).
+
+    An ``aclose()`` made from inside the close itself (in its task, or a task
+    it started, in ``close()``'s synchronous part too: a wrapper it closes
+    that closes this adapter again) returns at once instead of waiting
+    ``wait_s`` for the close it is part of; the close's outcome goes to its
+    callers.
 
     A later caller whose wait ran out gets :class:`OperationTimeoutError`
     (``operation`` ``"aclose"``), with a WARNING: the close is still running
@@ -145,6 +156,7 @@ class CloseOnce:
         """Close once (the first caller) or wait for that close (later ones); raise its problem if any."""
         inside = self._token in _INSIDE.get()
         while True:
+            await self._let_its_loop_finish()
             claim = self._claim(close, inside)
             if claim is None:
                 return  # from inside the close: waiting for it would wait for this very caller
@@ -176,6 +188,27 @@ class CloseOnce:
             self._claimed = True
             self._attempt = _Attempt()
             return self._attempt, start
+
+    async def _let_its_loop_finish(self) -> None:
+        """Before running a close cut off before it began: wait for the loop that cut it off to finish.
+
+        ``asyncio.run`` cuts the close off as it begins shutting its loop down,
+        and may go on for a while (a job of its default executor): run at once
+        from another thread, the close scheduled that loop's own values onto it,
+        to be cut short as it closed, and waited its whole bound to report
+        them unclosed. Once the loop has finished they are dropped instead. A
+        caller on that very loop runs it at once; at most ``wait_s`` (shielded).
+        """
+        attempt = self._attempt
+        if attempt is None or attempt.loop is None or not attempt.done.is_set() or not attempt.unbegun():
+            return
+        loop = attempt.loop()
+        if loop is None or loop is _running_asyncio_loop():
+            return
+        with anyio.move_on_after(self._wait_s, shield=True):
+            # In slices: nothing says that a loop has closed. One stopped for good is not waited for.
+            while loop.is_running() and not loop.is_closed():  # noqa: ASYNC110
+                await anyio.sleep(_END_S)
 
     @staticmethod
     def _take_over(attempt: _Attempt) -> Callable[[], Awaitable[None]] | None:
@@ -250,7 +283,9 @@ class CloseOnce:
                 attempt.end()
 
         # Held here until it ends (asyncio keeps weak references), even once the caller let go.
-        attempt.task = task = asyncio.get_running_loop().create_task(closing())
+        loop = asyncio.get_running_loop()
+        attempt.task, attempt.loop = loop.create_task(closing()), weakref.ref(loop)
+        task = attempt.task
         task.add_done_callback(never_began)
         try:
             with anyio.CancelScope(shield=True):
@@ -388,3 +423,11 @@ class CloseOnce:
                 kind,
             )
         current_span_event("agentium.close.unheard", {"error.type": kind})
+
+
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop running in this thread, or ``None`` (trio, or no loop)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
