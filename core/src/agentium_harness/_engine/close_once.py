@@ -148,7 +148,11 @@ class CloseOnce:
 
     @property
     def ended(self) -> bool:
-        """True once the close has ended, whatever its outcome."""
+        """True once the close has ended, whatever its outcome.
+
+        A close cut off before it began has ended too, and is False again while
+        a later caller runs it: not a sign that nothing more will be closed.
+        """
         attempt = self._attempt
         return attempt is not None and attempt.done.is_set()
 
