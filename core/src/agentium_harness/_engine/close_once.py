@@ -294,8 +294,8 @@ class CloseOnce:
         try:
             with anyio.CancelScope(shield=True):
                 await asyncio.shield(task)
-        except BaseException:
-            if not self._cancelled_on_its_own(task):
+        except BaseException as exc:
+            if not (isinstance(exc, asyncio.CancelledError) and self._cancelled_on_its_own(task)):
                 left = True  # one loop thread: the task has not ended yet, or has just now (below)
                 if task.done():
                     if task.cancelled() and attempt.problem is None:
