@@ -15,7 +15,6 @@ import copy
 import inspect
 import logging
 import threading
-import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from types import TracebackType
@@ -55,8 +54,9 @@ class _Attempt:
         # What close() returned; kept once ended only while none of it ran (see unbegun).
         self.work: Awaitable[None] | None = None
         self.again = False  # cut off before it began, and run again since by another caller
-        # The asyncio loop of the close's task (weakly: a closed loop is not kept), None on trio.
-        self.loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        # The asyncio loop of the close's task (None on trio), kept only while the close is to be run
+        # again: not weakly, as an event loop class need not take weak references.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def unbegun(self) -> bool:
         """True while the close's coroutine has not started: cut off then, another caller may run it."""
@@ -66,7 +66,7 @@ class _Attempt:
     def end(self) -> None:
         """Ended: a close that began is let go (its frames); one that never began is kept to run again."""
         if not self.unbegun():
-            self.work = None
+            self.work = self.loop = None
         self.done.set()
 
 
@@ -206,7 +206,7 @@ class CloseOnce:
         attempt = self._attempt
         if attempt is None or attempt.loop is None or not attempt.done.is_set() or not attempt.unbegun():
             return
-        loop = attempt.loop()
+        loop = attempt.loop
         if loop is None or loop is _running_asyncio_loop():
             return
         with anyio.move_on_after(self._wait_s, shield=True):
@@ -220,7 +220,10 @@ class CloseOnce:
         work = attempt.work
         if work is None or not attempt.done.is_set() or not attempt.unbegun():
             return None
-        attempt.work, attempt.again = None, True  # this caller's now: a coroutine is awaited once
+        # This caller's now (a coroutine is awaited once). Marked run again before its coroutine is let
+        # go: a caller that woke from the cut-off reads them without the lock (run()), in this order.
+        attempt.again = True
+        attempt.work = attempt.loop = None
 
         def start() -> Awaitable[None]:
             return work  # close() is not called again: its synchronous part ran already
@@ -288,7 +291,7 @@ class CloseOnce:
 
         # Held here until it ends (asyncio keeps weak references), even once the caller let go.
         loop = asyncio.get_running_loop()
-        attempt.task, attempt.loop = loop.create_task(closing()), weakref.ref(loop)
+        attempt.task, attempt.loop = loop.create_task(closing()), loop
         task = attempt.task
         task.add_done_callback(never_began)
         try:
