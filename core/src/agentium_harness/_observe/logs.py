@@ -65,12 +65,15 @@ LOGGERS: dict[str, str] = {
         "abandoned at AGENTIUM_HOOK_TIMEOUT (WARNING)"
     ),
     "agentium.adapters": (
-        "adapters' closes (plugin_api.CloseOnce, unless the adapter passes its own logger, as the plugins"
-        " below do): a close that failed, or was cut off (its task cancelled), after the aclose() caller "
-        "that started it was natively cancelled (the adapter's name and the error type only; the next "
-        "aclose() raises it; also the event agentium.close.unheard with error.type on the span current "
-        "when the close began, if it still records), a later caller that stopped waiting for a close "
-        "still running (WARNING)"
+        "adapters' closes (plugin_api.CloseOnce, unless the adapter passes its own logger, as the "
+        "plugins below do): a close that failed, or was cut off (its task cancelled), after the "
+        "aclose() caller that started it was natively cancelled (the adapter's name and the error "
+        'type only; the next aclose() raises it, or, when none of the close had run, runs it: "cut '
+        "off before it began\", also said by the later caller that finds the close's event loop "
+        "closed before it began, its event loop was closed in place of the type; also the event "
+        "agentium.close.unheard with error.type (that same text then) on the span current when the "
+        "close began, or where that later caller found it, if it still records), a later caller "
+        "that stopped waiting for a close still running (WARNING)"
     ),
     "agentium.telemetry": "the instrumentation itself: a span processor or metric reader that failed",
 }
