@@ -122,6 +122,7 @@ class DocumentUncheckedDuringRunError(AgentiumError):
     by its class alone. Run again once the recall store answers.
     """
 
-    #: The message as the engine commits it with what ran (``retained.interruption.detail``): the
-    #: recall store's error by its class, never its text, which may name another tenant's rows.
-    _committed: str | None = None
+    #: What the engine committed of this error with what ran (``retained.interruption.detail``):
+    #: the recall store's error by its class, never its text, which may name another tenant's
+    #: rows. ``None`` when the engine did not make it (the error was raised elsewhere).
+    committed_detail: str | None = None

@@ -272,7 +272,7 @@ def _unchecked(failure: Failed, what: str) -> DocumentUncheckedDuringRunError:
         )
 
     error = DocumentUncheckedDuringRunError(said(str(failure)))
-    error._committed = f"{type(error).__name__}: {said(failure.shown)}"
+    error.committed_detail = f"{type(error).__name__}: {said(failure.shown)}"
     return error
 
 

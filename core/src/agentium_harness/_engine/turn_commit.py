@@ -104,8 +104,8 @@ def committed_text(error: AgentiumError) -> str:
     among it; committed, it says it in the engine's words (the error by its class), as the recall
     uncertainty does: the store's text may name another tenant's rows.
     """
-    if isinstance(error, DocumentUncheckedDuringRunError) and error._committed is not None:
-        return error._committed
+    if isinstance(error, DocumentUncheckedDuringRunError) and error.committed_detail is not None:
+        return error.committed_detail
     return error_text(error)
 
 
