@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
+import weakref
 from typing import Any, Final
 
 import anyio
 import attrs
 import psycopg
+import psycopg.errors
 import sniffio
 
-from agentium_harness.plugin_api import OpContext, before_cancel
+from agentium_harness.plugin_api import OpContext, OperationCancelledError, before_cancel
 
-from .errors import PostgresAsyncioRequiredError, PostgresError
+from .errors import PostgresAsyncioRequiredError, PostgresError, PostgresUnavailableError
 
 __all__ = [
     "CLIENT_SLACK_S",
@@ -28,8 +31,10 @@ __all__ = [
     "Outcome",
     "StaleConnection",
     "abandon_pipeline",
+    "check_if_idle",
     "commit_cut_off",
     "commit_wait",
+    "deadline_stop",
     "discard",
     "require_asyncio",
     "require_idle",
@@ -38,13 +43,19 @@ __all__ = [
     "settle_manual",
     "statement_timeout_ms",
     "stopped_by_close",
+    "unknown_commit",
 ]
+
+#: Commits whose outcome stayed unknown (WARNING); never statements or rows.
+logger = logging.getLogger("agentium.plugins.postgres")
 
 #: How long past the call's deadline the client waits before cancelling it itself: the server's
 #: statement_timeout (set to the deadline) normally fires first and leaves the connection usable.
 CLIENT_SLACK_S: Final = 0.25
 #: How long a shielded COMMIT or ROLLBACK may take before the connection is given up.
 SETTLE_S: Final = 10.0
+#: A pooled connection idle longer than this is checked (one round trip) before a call uses it.
+_IDLE_CHECK_S: Final = 1.0
 
 
 def require_asyncio(operation: str) -> None:
@@ -120,12 +131,33 @@ class Outcome:
     result: Any = None
     #: aclose() cancelled the call (rather than its deadline).
     stopped_by_close: bool = False
+    #: Its statement_timeout was set short of its deadline (not the configured ceiling): a
+    #: statement the server cancels was stopped for the deadline (:func:`statement_timeout_ms`).
+    deadline_bound: bool = False
 
 
 def statement_timeout_ms(ctx: OpContext, ceiling_s: float) -> int:
-    """``statement_timeout`` (ms) for ``ctx``: the configured ceiling, or what is left of its deadline."""
+    """``statement_timeout`` (ms) for ``ctx``: the configured ceiling, or a margin short of its deadline.
+
+    The margin is ``plugin_api.before_cancel``'s. A statement timed to the deadline itself (as before)
+    was still running when the engine cancelled the call there: psycopg's own cancelling of it was
+    interrupted by that cancellation and closed the connection (a lent one too, which every later
+    call then found closed), or the rollback after the server's cancel ran into, or past, the
+    engine's grace (the call reported abandoned). Stopped by the server first, the statement's
+    transaction is rolled back on a connection still in sync, and the call ends with its own
+    error (:func:`deadline_stop`).
+    """
     left = ctx.time_left()
-    return max(1, math.ceil(1000 * (ceiling_s if left is None else min(ceiling_s, left))))
+    return max(1, math.ceil(1000 * (ceiling_s if left is None else min(ceiling_s, before_cancel(left)))))
+
+
+def deadline_stop(name: str, operation: str) -> OperationCancelledError:
+    """The error of a call whose statement the server stopped a margin short of the call's deadline."""
+    return OperationCancelledError(
+        f"{name}: {operation} did not finish in time: its statement was still running just before its "
+        "deadline and the server stopped it; its transaction was rolled back and nothing was committed",
+        "deadline passed",
+    )
 
 
 def commit_cut_off(settle: anyio.CancelScope, failure: BaseException | None) -> bool:
@@ -168,9 +200,21 @@ async def abandon_pipeline(pipeline: Any, exc: BaseException) -> None:
             await pipeline.__aexit__(type(exc), exc, exc.__traceback__)
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` may have left the connection out of step with the server.
+
+    Not a statement the server cancelled itself (``QueryCanceled``, its statement_timeout): the
+    server answered, and the rollback that follows tells. Discarding it instead (as before) cost
+    the next call a new connection inside its own deadline.
+    """
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return False
+    return isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
+
+
 async def settle_manual(conn: psycopg.AsyncConnection[Any], exc: BaseException, pooled: bool) -> None:
     """ROLLBACK after a failure (shielded); discard a pooled connection a statement was cut off on."""
-    interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
+    interrupted = _interrupted(exc)
     with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
         try:
             if not conn.broken:
@@ -185,7 +229,7 @@ async def settle_transaction(
     conn: psycopg.AsyncConnection[Any], tx: Any, exc: BaseException, pooled: bool
 ) -> None:
     """Roll back after a failure (shielded); discard a pooled connection a statement was cut off on."""
-    interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
+    interrupted = _interrupted(exc)
     with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
         try:
             await tx.__aexit__(type(exc), exc, exc.__traceback__)
@@ -203,3 +247,38 @@ async def discard(conn: psycopg.AsyncConnection[Any], pooled: bool) -> None:
         # Closing a broken connection may fail; it is gone either way.
         with contextlib.suppress(Exception):
             await conn.close()
+
+
+def unknown_commit(name: str, operation: str, why: str) -> PostgresUnavailableError:
+    """The error of a write whose COMMIT was sent but not confirmed (logged: its outcome is unknown)."""
+    logger.warning(
+        "%s: COMMIT sent but not confirmed (%s); outcome unknown",
+        operation,
+        why,
+        extra={"agentium_operation": operation},
+    )
+    return PostgresUnavailableError(
+        f"{name}: {operation}: COMMIT was sent but {why}; the outcome is unknown to this call "
+        "(the server commits it whole or not at all) and nothing is acknowledged"
+    )
+
+
+async def check_if_idle(
+    conn: psycopg.AsyncConnection[Any], last_used: weakref.WeakKeyDictionary[Any, float]
+) -> None:
+    """Check a pooled connection that sat idle (one round trip); a broken one is replaced.
+
+    A server restart breaks idle connections silently; checking only those
+    idle for a while keeps busy calls free of the extra round trip. ``last_used``
+    (when each connection was last used, anyio clock) is updated.
+    """
+    now = anyio.current_time()
+    last = last_used.get(conn)
+    last_used[conn] = now
+    if last is not None and now - last < _IDLE_CHECK_S:
+        return
+    try:
+        await conn.execute("")
+    except psycopg.OperationalError as exc:
+        await discard(conn, True)
+        raise StaleConnection(exc) from exc

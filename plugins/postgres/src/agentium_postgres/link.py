@@ -14,12 +14,15 @@ connection serves one call at a time, of any adapter, on one event loop, when
 idle; a COMMIT cut off on it is finished before its next call (:mod:`.lent`).
 
 **Deadlines and cancellation.** The server cancels a statement past
-``statement_timeout``; the client also runs the call under an anyio cancel
-scope ending shortly after the deadline, and psycopg answers a cancellation
-by sending the server a cancel request. Either way the transaction is rolled
-back (shielded from the cancellation, so the rollback itself runs) and a
-connection of a pool that saw its statement interrupted is closed rather
-than reused: the in-flight work is discarded, never half kept. A write's
+``statement_timeout``, which ends a margin before the call's deadline
+(``calls.statement_timeout_ms``): the transaction is rolled back on a
+connection still in sync, which is kept. The client also runs the call under
+an anyio cancel scope ending shortly after the deadline, and psycopg answers a
+cancellation (that one, or the engine's) by sending the server a cancel
+request. The transaction is rolled back (shielded from the cancellation, so
+the rollback itself runs) and a connection of a pool that saw its statement
+interrupted is closed rather than reused: the in-flight work is discarded,
+never half kept. A write's
 ``COMMIT`` is shielded: once a call's work is done it commits whole or the
 server rolls it back. Its answer is awaited until a margin before the deadline
 (``calls.commit_wait``): a commit the connection lost, or one not confirmed by then, is
@@ -54,6 +57,7 @@ from agentium_harness.plugin_api import (
     OpContext,
     OperationCancelledError,
     PerLoop,
+    before_cancel,
 )
 
 from .args import checked_ctx, checked_lending
@@ -63,8 +67,10 @@ from .calls import (
     Outcome,
     StaleConnection,
     abandon_pipeline,
+    check_if_idle,
     commit_cut_off,
     commit_wait,
+    deadline_stop,
     discard,
     require_asyncio,
     running_loop,
@@ -72,6 +78,7 @@ from .calls import (
     settle_transaction,
     statement_timeout_ms,
     stopped_by_close,
+    unknown_commit,
 )
 from .config import PostgresConfig
 from .errors import PostgresError, PostgresUnavailableError
@@ -95,9 +102,6 @@ T = TypeVar("T")
 
 #: The connection type the adapters use (rows are tuples).
 Conn = psycopg.AsyncConnection[Any]
-
-#: A pooled connection idle longer than this is checked (one round trip) before a call uses it.
-_IDLE_CHECK_S: Final = 1.0
 
 
 class PgLink:
@@ -230,6 +234,8 @@ class PgLink:
             except (psycopg.Error, PoolTimeout, OSError) as exc:
                 if outcome.stopped_by_close:  # the pool was closed under it: say so, not "unavailable"
                     raise self._family(stopped_by_close(self._name, operation)) from None
+                if outcome.deadline_bound and isinstance(exc, psycopg.errors.QueryCanceled):
+                    raise deadline_stop(self._name, operation) from None
                 error = self.translate(exc, operation, ctx)
                 # A pool that was busy until the deadline is not broken: closing it would fail
                 # every other call waiting on it, whatever their deadlines.
@@ -246,7 +252,7 @@ class PgLink:
             return outcome.result  # type: ignore[no-any-return]
         if outcome.commit_sent:
             why = "the adapter was closed" if outcome.stopped_by_close else "its deadline passed"
-            raise self._unknown_commit(operation, f"{why} before the server confirmed it")
+            raise unknown_commit(self._name, operation, f"{why} before the server confirmed it")
         if outcome.stopped_by_close:
             raise self._family(stopped_by_close(self._name, operation))
         raise OperationCancelledError(
@@ -284,7 +290,9 @@ class PgLink:
                 await self._reset_pool()
         pool = await self._pool()
         left = ctx.time_left()
-        timeout = self._config.statement_timeout_s if left is None else max(0.001, left)
+        # A wait for a connection ends short of the deadline (plugin_api.before_cancel): the pool's
+        # "none became available in time", not the engine's cancellation at the same instant.
+        timeout = self._config.statement_timeout_s if left is None else max(0.001, before_cancel(left))
         try:
             for attempt in (1, 2):
                 try:
@@ -374,13 +382,14 @@ class PgLink:
         if self._facts is None:
             await self._first_use(conn, ctx, operation)
         timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s)
+        outcome.deadline_bound = timeout_ms < math.ceil(1000 * self._config.statement_timeout_s)
         if not conn.autocommit:
             # A lent connection outside autocommit: psycopg's own transaction handling.
             return await self._managed_transaction(
                 conn, ctx, operation, tenant_key, work, timeout_ms, pooled, write, outcome
             )
         if pooled:
-            await self._check_if_idle(conn)
+            await check_if_idle(conn, self._last_used)
         # Pipeline mode: BEGIN, the two settings and the work's statements travel together up to
         # the work's first read. A write's statements are then all executed (cancellable: a cut-off
         # statement aborts the transaction) before COMMIT is sent, shielded: two round trips for
@@ -433,7 +442,7 @@ class PgLink:
                 failure = exc
         if commit_cut_off(settle, failure):
             await discard(conn, pooled)
-            raise self._unknown_commit(operation, "the server did not confirm it in time")
+            raise unknown_commit(self._name, operation, "the server did not confirm it in time")
         if failure is not None:
             await abandon_pipeline(pipeline, failure)
             await settle_manual(conn, failure, pooled)
@@ -453,41 +462,12 @@ class PgLink:
                     f"{self._name}: {operation} did not finish by its deadline; it only read",
                     "deadline passed",
                 ) from None
-            raise self._unknown_commit(
+            raise unknown_commit(
+                self._name,
                 operation,
                 "the server did not confirm it in time (the next call on this connection waits for "
                 "its answer first)",
             ) from None
-
-    def _unknown_commit(self, operation: str, why: str) -> PostgresUnavailableError:
-        """The error of a write whose COMMIT was sent but not confirmed (logged: its outcome is unknown)."""
-        logger.warning(
-            "%s: COMMIT sent but not confirmed (%s); outcome unknown",
-            operation,
-            why,
-            extra={"agentium_operation": operation},
-        )
-        return PostgresUnavailableError(
-            f"{self._name}: {operation}: COMMIT was sent but {why}; the outcome is unknown to this call "
-            "(the server commits it whole or not at all) and nothing is acknowledged"
-        )
-
-    async def _check_if_idle(self, conn: Conn) -> None:
-        """Check a pooled connection that sat idle (one round trip); a broken one is replaced.
-
-        A server restart breaks idle connections silently; checking only those
-        idle for a while keeps busy calls free of the extra round trip.
-        """
-        now = anyio.current_time()
-        last = self._last_used.get(conn)
-        self._last_used[conn] = now
-        if last is not None and now - last < _IDLE_CHECK_S:
-            return
-        try:
-            await conn.execute("")
-        except psycopg.OperationalError as exc:
-            await discard(conn, True)
-            raise StaleConnection(exc) from exc
 
     async def _managed_transaction(
         self,
@@ -527,7 +507,7 @@ class PgLink:
                     f"{self._name}: {operation} did not finish by its deadline; it only read",
                     "deadline passed",
                 )
-            raise self._unknown_commit(operation, "the server did not confirm it in time")
+            raise unknown_commit(self._name, operation, "the server did not confirm it in time")
         outcome.committed, outcome.result = write, result
         return result
 

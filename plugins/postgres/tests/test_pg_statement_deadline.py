@@ -1,0 +1,179 @@
+"""A statement still running at its call's deadline, under the engine: a timeout, the connection kept.
+
+The engine cancels an adapter call at its deadline and abandons it when it has
+not unwound 0.1 s later. A store's statement (an UPDATE waiting for a row
+lock) was timed by the server to that very deadline, so the engine's
+cancellation came first: psycopg began cancelling the statement on the
+server, was interrupted again by it and closed the connection ("query
+cancellation interrupted"). A pooled connection was replaced (a new
+connection for the next call, inside its own deadline); a lent one, the
+host's, stayed closed and every later call failed. When the server's cancel
+came first, the rollback ran into the engine's grace. The server now stops the
+statement a margin short of the deadline (``plugin_api.before_cancel``): the
+call rolls back on a connection still in sync and ends with the store's own
+error, a timeout (``reason`` "deadline passed"), before the engine cancels it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import attrs
+import psycopg
+import pytest
+from pg_server import APP_USER
+
+from agentium_harness import (
+    CommitState,
+    Message,
+    OperationTimeoutError,
+    ResidentLimits,
+    Role,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.plugin_api import OpContext, OperationCancelledError, SessionKey
+from agentium_harness.testing import scoped_snapshot
+from agentium_postgres import (
+    PostgresArchive,
+    PostgresConfig,
+    PostgresSessionStore,
+    PostgresUnavailableError,
+)
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("acme", "ana", "s1")
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+
+
+@contextmanager
+def holding_snapshot_lock(dsn: str, schema: str, key: SessionKey) -> Iterator[None]:
+    """A superuser transaction holding the row lock of ``key``'s snapshot until the block ends."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            f'SELECT 1 FROM "{schema}".session_snapshots '
+            "WHERE tenant_key = %s AND user_key = %s AND session_key = %s FOR UPDATE",
+            key.key_segments(),
+        )
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+def app_backends(admin: psycopg.Connection[Any]) -> set[int]:
+    """The application role's server processes (one per open connection)."""
+    rows = admin.execute("SELECT pid FROM pg_stat_activity WHERE usename = %s", (APP_USER,)).fetchall()
+    return {int(r[0]) for r in rows}
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What was logged (any logger): psycopg's own WARNINGs and the engine's too."""
+    return [r.getMessage() for r in caplog.records]
+
+
+async def test_a_statement_still_running_at_the_deadline_ends_with_the_stores_timeout_on_a_kept_connection(
+    app_config: PostgresConfig,
+    pg_server: Any,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    archive = PostgresArchive(app_config)
+    store = PostgresSessionStore(attrs.evolve(app_config, max_pool_size=1))
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=8), op_timeout_s=0.5),
+        owned=(archive, store),
+    )
+    async with runtime:
+        with anyio.fail_after(20):
+            first = await runtime.append(ANA, "s1", [Message(Role.USER, "first")])
+            before = app_backends(admin)
+            with holding_snapshot_lock(pg_server.admin_dsn(), schema, KEY):
+                for i in range(2):  # the store's UPDATE waits for the lock past its deadline
+                    with caplog.at_level(logging.WARNING), pytest.raises(OperationCancelledError) as caught:
+                        await runtime.append(ANA, "s1", [Message(Role.USER, f"blocked {i}")])
+                    error = caught.value
+                    # The store's timeout (the engine read the session back): never an abandoned call.
+                    assert error.reason == "deadline passed", repr(error)
+                    assert not isinstance(error, OperationTimeoutError), repr(error)  # not the engine's
+                    assert error.commit_state is CommitState.NOT_COMMITTED, repr(error)
+                    assert not [m for m in said(caplog) if "abandoned" in m or "cancellation" in m]
+            # The session store's one pooled connection was rolled back and kept, not replaced.
+            assert app_backends(admin) == before
+            after = await runtime.append(ANA, "s1", [Message(Role.USER, "after")])
+            assert after.snapshot_revision == first.snapshot_revision + 1
+
+
+async def test_a_statement_still_running_at_the_deadline_leaves_a_lent_connection_open(
+    app_config: PostgresConfig,
+    pg_server: Any,
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    conn = await psycopg.AsyncConnection.connect(pg_server.app_dsn(), autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    try:
+        with anyio.fail_after(20):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(20))
+            with holding_snapshot_lock(pg_server.admin_dsn(), schema, KEY):
+                for _ in range(2):
+                    ticket = Ticket(None, "test", 20.0)
+                    with caplog.at_level(logging.WARNING), pytest.raises(OperationCancelledError) as caught:
+                        await ticket.call(
+                            "session save",
+                            lambda ctx: store.save(KEY, scoped_snapshot(KEY, " late"), base, ctx),
+                            timeout_s=0.25,
+                        )
+                    assert caught.value.reason == "deadline passed", repr(caught.value)
+                    assert not ticket.abandoned, ticket.abandoned
+                    # The host's connection: psycopg closed it when the engine's cancellation came first.
+                    assert not conn.closed
+            assert not [m for m in said(caplog) if "cancellation interrupted" in m], said(caplog)
+            stored = await store.load(KEY, OpContext.with_timeout(5))
+            assert stored is not None and stored.revision == base  # nothing of the late saves
+            assert await store.save(KEY, scoped_snapshot(KEY, " next"), base, OpContext.with_timeout(5))
+    finally:
+        await store.aclose()
+        await conn.close()
+
+
+async def test_a_wait_for_a_pooled_connection_ends_with_the_stores_error_before_the_deadline(
+    app_config: PostgresConfig, pg_server: Any, schema: str
+) -> None:
+    # The pool's one connection is held by a save waiting for a lock; a second call waits for the
+    # pool until its deadline: the pool's "none became available in time", not the engine's
+    # cancellation at the same instant.
+    store = PostgresSessionStore(attrs.evolve(app_config, max_pool_size=1))
+    try:
+        with anyio.fail_after(20):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(20))
+            with holding_snapshot_lock(pg_server.admin_dsn(), schema, KEY):
+                async with anyio.create_task_group() as tg:
+
+                    async def hold() -> None:
+                        with pytest.raises(OperationCancelledError):
+                            await store.save(
+                                KEY, scoped_snapshot(KEY, " x"), base, OpContext.with_timeout(1.5)
+                            )
+
+                    tg.start_soon(hold)
+                    await anyio.sleep(0.1)
+                    for _ in range(2):
+                        ticket = Ticket(None, "test", 20.0)
+                        with pytest.raises(PostgresUnavailableError, match="no connection became available"):
+                            await ticket.call("session load", lambda ctx: store.load(KEY, ctx), timeout_s=0.2)
+                        assert not ticket.abandoned
+    finally:
+        await store.aclose()
