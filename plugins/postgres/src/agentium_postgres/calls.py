@@ -36,6 +36,7 @@ __all__ = [
     "commit_wait",
     "deadline_stop",
     "discard",
+    "read_unconfirmed",
     "require_asyncio",
     "require_idle",
     "running_loop",
@@ -247,6 +248,22 @@ async def discard(conn: psycopg.AsyncConnection[Any], pooled: bool) -> None:
         # Closing a broken connection may fail; it is gone either way.
         with contextlib.suppress(Exception):
             await conn.close()
+
+
+def read_unconfirmed(name: str, operation: str, *, lent: bool) -> OperationCancelledError:
+    """The error of a read whose COMMIT (the end of its read-only transaction) was not confirmed in time.
+
+    Raised a margin before the deadline (:func:`commit_wait`), not past it ("did not finish by its
+    deadline", as before, was not so), and for a transaction that wrote nothing: nothing is
+    unknown, only the read's result is not returned.
+    """
+    after = " (the next call on this connection waits for that answer first)" if lent else ""
+    return OperationCancelledError(
+        f"{name}: {operation} did not finish in time: the server had not confirmed the end of its "
+        f"read-only transaction just before its deadline{after}, so its result is not returned; it only "
+        "read: nothing was written",
+        "deadline passed",
+    )
 
 
 def unknown_commit(name: str, operation: str, why: str) -> PostgresUnavailableError:

@@ -72,6 +72,7 @@ from .calls import (
     commit_wait,
     deadline_stop,
     discard,
+    read_unconfirmed,
     require_asyncio,
     running_loop,
     settle_manual,
@@ -458,10 +459,7 @@ class PgLink:
             await commit_lent(conn, finish, commit_wait(ctx), operation)
         except LentCommitUnconfirmed:
             if not write:
-                raise OperationCancelledError(
-                    f"{self._name}: {operation} did not finish by its deadline; it only read",
-                    "deadline passed",
-                ) from None
+                raise read_unconfirmed(self._name, operation, lent=True) from None
             raise unknown_commit(
                 self._name,
                 operation,
@@ -503,10 +501,7 @@ class PgLink:
         if settle.cancelled_caught:
             await discard(conn, pooled)
             if not write:
-                raise OperationCancelledError(
-                    f"{self._name}: {operation} did not finish by its deadline; it only read",
-                    "deadline passed",
-                )
+                raise read_unconfirmed(self._name, operation, lent=False)
             raise unknown_commit(self._name, operation, "the server did not confirm it in time")
         outcome.committed, outcome.result = write, result
         return result
