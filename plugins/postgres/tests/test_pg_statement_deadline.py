@@ -25,6 +25,7 @@ import anyio
 import attrs
 import psycopg
 import pytest
+from pg_proxy import HoldingProxy
 from pg_server import APP_USER
 
 from agentium_harness import (
@@ -177,3 +178,44 @@ async def test_a_wait_for_a_pooled_connection_ends_with_the_stores_error_before_
                         assert not ticket.abandoned
     finally:
         await store.aclose()
+
+
+async def test_a_rollback_held_past_the_deadline_is_finished_after_the_call_not_abandoned_with_it(
+    app_config: PostgresConfig, pg_server: Any, schema: str
+) -> None:
+    # The server stops the blocked UPDATE a margin before the deadline; the ROLLBACK that follows
+    # is held on its way (a stalled network). It was waited for, shielded, for up to 10 s: the
+    # engine reported the call abandoned ("blocked in a worker thread?"). It now finishes after
+    # the call, which ends with the store's error; the connection goes back to the pool then.
+    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1))
+    try:
+        with anyio.fail_after(20):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(20))
+            with holding_snapshot_lock(pg_server.admin_dsn(), schema, KEY):
+                proxy.armed = True
+                # On a machine too loaded for the margin the engine's cancellation may still come
+                # first (psycopg then closes the connection: no ROLLBACK to hold); again, then.
+                for _ in range(3):
+                    ticket = Ticket(None, "test", 20.0)
+                    with pytest.raises(OperationCancelledError) as caught:
+                        await ticket.call(
+                            "session save",
+                            lambda ctx: store.save(KEY, scoped_snapshot(KEY, " late"), base, ctx),
+                            timeout_s=0.3,
+                        )
+                    assert not ticket.abandoned, ticket.abandoned
+                    assert caught.value.reason == "deadline passed", repr(caught.value)
+                    if proxy.held.is_set():
+                        break
+                assert proxy.held.is_set(), "the ROLLBACK was never held"
+                proxy.armed = False
+                proxy.release.set()
+            # The one pooled connection comes back once its rollback ended: the next call gets it.
+            stored = await store.load(KEY, OpContext.with_timeout(10))
+            assert stored is not None and stored.revision == base
+    finally:
+        await store.aclose()
+        await proxy.close()

@@ -36,11 +36,13 @@ __all__ = [
     "commit_wait",
     "deadline_stop",
     "discard",
+    "give_back",
     "read_unconfirmed",
     "require_asyncio",
     "require_idle",
     "running_loop",
     "settle_transaction",
+    "settle_in_time",
     "settle_manual",
     "statement_timeout_ms",
     "stopped_by_close",
@@ -132,6 +134,9 @@ class Outcome:
     result: Any = None
     #: aclose() cancelled the call (rather than its deadline).
     stopped_by_close: bool = False
+    #: The rollback of its failed transaction, still running (on a pooled connection) when the call
+    #: had to end: the connection goes back to its pool once it ends (:func:`settle_in_time`).
+    settling: asyncio.Task[None] | None = None
     #: Its statement_timeout was set short of its deadline (not the configured ceiling): a
     #: statement the server cancels was stopped for the deadline (:func:`statement_timeout_ms`).
     deadline_bound: bool = False
@@ -226,6 +231,35 @@ async def settle_manual(conn: psycopg.AsyncConnection[Any], exc: BaseException, 
         await discard(conn, pooled)
 
 
+async def settle_in_time(
+    conn: psycopg.AsyncConnection[Any], pipeline: Any, exc: BaseException, pooled: bool, ctx: OpContext
+) -> asyncio.Task[None] | None:
+    """Leave the pipeline and roll back after a failure; the task doing it if it outlasts the call.
+
+    The rollback is a round trip, shielded, of up to ``SETTLE_S``: a server stalled then held
+    the call past the engine's grace, which reported it abandoned ("blocked in a worker
+    thread?") instead of the call's own error. On a pooled connection with a deadline it runs
+    in a task of its own, waited for until a margin before the deadline
+    (``plugin_api.before_cancel``; at once for a call already past it); a task still running
+    then is returned, and the connection must go back to its pool only once it ended.
+    A lent connection (the host's) is settled inline as before: its next call would meet it.
+    """
+    left = ctx.time_left()
+    if not pooled or left is None:
+        await abandon_pipeline(pipeline, exc)
+        await settle_manual(conn, exc, pooled)
+        return None
+
+    async def settle() -> None:
+        await abandon_pipeline(pipeline, exc)
+        await settle_manual(conn, exc, pooled)
+
+    task = asyncio.get_running_loop().create_task(settle())
+    with anyio.CancelScope(shield=True), anyio.move_on_after(before_cancel(left)):
+        await asyncio.wait({task})
+    return None if task.done() else task
+
+
 async def settle_transaction(
     conn: psycopg.AsyncConnection[Any], tx: Any, exc: BaseException, pooled: bool
 ) -> None:
@@ -299,3 +333,26 @@ async def check_if_idle(
     except psycopg.OperationalError as exc:
         await discard(conn, True)
         raise StaleConnection(exc) from exc
+
+
+async def give_back(
+    pool: Any, conn: psycopg.AsyncConnection[Any], outcome: Outcome, returning: set[asyncio.Task[None]]
+) -> None:
+    """Return ``conn`` to ``pool``: now, or once the rollback still running on it ended.
+
+    ``returning`` keeps such a return's task referenced (asyncio holds tasks weakly) until it
+    ends; ``aclose()`` waits for them.
+    """
+    settling, outcome.settling = outcome.settling, None
+    if settling is None or settling.done():
+        await pool.putconn(conn)
+        return
+
+    async def after() -> None:
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({settling})
+            await pool.putconn(conn)
+
+    task = asyncio.get_running_loop().create_task(after())
+    returning.add(task)
+    task.add_done_callback(returning.discard)

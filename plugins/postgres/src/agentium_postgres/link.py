@@ -20,7 +20,8 @@ connection still in sync, which is kept. The client also runs the call under
 an anyio cancel scope ending shortly after the deadline, and psycopg answers a
 cancellation (that one, or the engine's) by sending the server a cancel
 request. The transaction is rolled back (shielded from the cancellation, so
-the rollback itself runs) and a connection of a pool that saw its statement
+the rollback itself runs; on a pooled connection in a task that may outlast
+the call, ``calls.settle_in_time``) and a connection of a pool that saw its statement
 interrupted is closed rather than reused: the in-flight work is discarded,
 never half kept. A write's
 ``COMMIT`` is shielded: once a call's work is done it commits whole or the
@@ -72,9 +73,11 @@ from .calls import (
     commit_wait,
     deadline_stop,
     discard,
+    give_back,
     read_unconfirmed,
     require_asyncio,
     running_loop,
+    settle_in_time,
     settle_manual,
     settle_transaction,
     statement_timeout_ms,
@@ -142,6 +145,8 @@ class PgLink:
         # Each call in flight: its cancel scope, the loop it runs on and how far it got. aclose()
         # cancels them, so a call with no deadline on a frozen server does not wait forever.
         self._running: dict[anyio.CancelScope, tuple[asyncio.AbstractEventLoop, Outcome]] = {}
+        # Connections going back to their pool once the rollback still running on them ends.
+        self._returning: set[asyncio.Task[None]] = set()
         # The owned pool's last failure to connect (None once a connection succeeded).
         self._last_connect_error: BaseException | None = None
         # Set after a connection failure: the next call connects directly first.
@@ -297,10 +302,13 @@ class PgLink:
         try:
             for attempt in (1, 2):
                 try:
-                    async with pool.connection(timeout=timeout) as conn:
+                    conn = await pool.getconn(timeout=timeout)
+                    try:
                         return await self._transaction(
                             conn, ctx, operation, tenant_key, work, True, write, outcome
                         )
+                    finally:
+                        await give_back(pool, conn, outcome, self._returning)
                 except StaleConnection as stale:
                     if attempt == 2:
                         raise stale.error from None
@@ -413,8 +421,7 @@ class PgLink:
                 await pipeline.__aexit__(None, None, None)
                 return result
         except BaseException as exc:
-            await abandon_pipeline(pipeline, exc)
-            await settle_manual(conn, exc, pooled)
+            outcome.settling = await settle_in_time(conn, pipeline, exc, pooled, ctx)
             raise
         # The work is done: commit it whole, even if the caller is cancelled meanwhile; but wait
         # for the server's answer no longer than the deadline allows (a stalled server must not
@@ -555,6 +562,11 @@ class PgLink:
 
     async def _close_all(self) -> None:
         """Close the owned pools and wait for a lent connection's COMMIT; raise what did not close."""
+        here = running_loop()
+        returning = [t for t in self._returning if t.get_loop() is here]
+        if returning:  # a rollback that outlasted its call: bounded by SETTLE_S itself
+            with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
+                await asyncio.wait(returning)
         problems = await self._owned.aclose(close_pool, SETTLE_S)
         # A COMMIT still being finished on the lent connection: waited for, so that the host may
         # close the connection once aclose() returned (see lent_settled).
