@@ -46,6 +46,7 @@ from agentium_postgres import (
     PostgresArchive,
     PostgresConfig,
     PostgresSessionStore,
+    PostgresStatementTimeoutError,
     PostgresUnavailableError,
 )
 
@@ -219,3 +220,23 @@ async def test_a_rollback_held_past_the_deadline_is_finished_after_the_call_not_
     finally:
         await store.aclose()
         await proxy.close()
+
+
+async def test_a_first_use_check_stopped_short_of_the_deadline_is_the_deadlines_not_the_ceilings(
+    app_config: PostgresConfig, pg_server: Any, schema: str
+) -> None:
+    # The first call's schema check (blocked on a locked schema_meta) is stopped by the server a
+    # margin before the call's deadline too: that is the deadline's doing, not statement_timeout_s's.
+    store = PostgresSessionStore(attrs.evolve(app_config, statement_timeout_s=5.0))
+    try:
+        with psycopg.connect(pg_server.admin_dsn()) as holder:
+            holder.execute(f'LOCK TABLE "{schema}".schema_meta IN ACCESS EXCLUSIVE MODE')
+            ticket = Ticket(None, "test", 20.0)
+            with pytest.raises(OperationCancelledError) as caught:
+                await ticket.call("session load", lambda ctx: store.load(KEY, ctx), timeout_s=0.4)
+            holder.rollback()
+        assert not isinstance(caught.value, PostgresStatementTimeoutError), repr(caught.value)
+        assert "statement_timeout_s" not in str(caught.value), repr(caught.value)
+        assert not ticket.abandoned
+    finally:
+        await store.aclose()

@@ -53,7 +53,8 @@ __all__ = [
 logger = logging.getLogger("agentium.plugins.postgres")
 
 #: How long past the call's deadline the client waits before cancelling it itself: the server's
-#: statement_timeout (set to the deadline) normally fires first and leaves the connection usable.
+#: statement_timeout (set a margin before the deadline) normally fires first and leaves the
+#: connection usable.
 CLIENT_SLACK_S: Final = 0.25
 #: How long a shielded COMMIT or ROLLBACK may take before the connection is given up.
 SETTLE_S: Final = 10.0

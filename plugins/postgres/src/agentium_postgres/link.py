@@ -289,7 +289,7 @@ class PgLink:
             # does the first call after the pool failed to connect: while the server is down calls
             # fail at once, and once it is back the pool is replaced by a fresh one instead of
             # waiting out the old one's growing reconnection backoff.
-            await self._check_directly(ctx, operation)
+            await self._check_directly(ctx, operation, outcome)
             self._suspect = False
             if self._last_connect_error is not None:
                 self._last_connect_error = None
@@ -338,7 +338,7 @@ class PgLink:
         """Record whether the owned pool's last connection attempt failed (for pool timeouts)."""
         self._last_connect_error = error
 
-    async def _check_directly(self, ctx: OpContext, operation: str) -> None:
+    async def _check_directly(self, ctx: OpContext, operation: str, outcome: Outcome) -> None:
         left = ctx.time_left()
         budget = self._config.connect_timeout_s if left is None else min(self._config.connect_timeout_s, left)
         conn = await psycopg.AsyncConnection.connect(
@@ -346,7 +346,7 @@ class PgLink:
         )
         try:
             if self._facts is None:
-                await self._first_use(conn, ctx, operation)
+                await self._first_use(conn, ctx, operation, outcome)
         finally:
             with anyio.CancelScope(shield=True):
                 await conn.close()
@@ -389,9 +389,8 @@ class PgLink:
         outcome: Outcome,
     ) -> T:
         if self._facts is None:
-            await self._first_use(conn, ctx, operation)
-        timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s)
-        outcome.deadline_bound = timeout_ms < math.ceil(1000 * self._config.statement_timeout_s)
+            await self._first_use(conn, ctx, operation, outcome)
+        timeout_ms = self._statement_timeout_ms(ctx, outcome)
         if not conn.autocommit:
             # A lent connection outside autocommit: psycopg's own transaction handling.
             return await self._managed_transaction(
@@ -515,14 +514,20 @@ class PgLink:
 
     # -- first use ------------------------------------------------------------------------------
 
-    async def _first_use(self, conn: Conn, ctx: OpContext, operation: str) -> None:
+    async def _first_use(self, conn: Conn, ctx: OpContext, operation: str, outcome: Outcome) -> None:
         """Check the schema version and the privileges once; learn whether the role bypasses RLS."""
         async with self._ready_locks.get():
             if self._facts is not None:
                 return
             # Its statements under the same ceiling as a call's: schema_meta may be locked.
-            timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s)
+            timeout_ms = self._statement_timeout_ms(ctx, outcome)
             self._facts = await check_schema(conn, self._name, self._config, self._needs, timeout_ms)
+
+    def _statement_timeout_ms(self, ctx: OpContext, outcome: Outcome) -> int:
+        """``statement_timeout`` for ``ctx`` (ms); notes in ``outcome`` whether the deadline set it."""
+        timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s)
+        outcome.deadline_bound = timeout_ms < math.ceil(1000 * self._config.statement_timeout_s)
+        return timeout_ms
 
     # -- errors ---------------------------------------------------------------------------------
 
