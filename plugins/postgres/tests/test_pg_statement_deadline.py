@@ -95,25 +95,37 @@ async def test_a_statement_still_running_at_the_deadline_ends_with_the_stores_ti
         provider=ExtractiveProvider(),
         archive=archive,
         session_store=store,
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=8), op_timeout_s=0.5),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=8), op_timeout_s=0.4),
         owned=(archive, store),
     )
     async with runtime:
         with anyio.fail_after(20):
             first = await runtime.append(ANA, "s1", [Message(Role.USER, "first")])
-            before = app_backends(admin)
+            kept = 0
             with holding_snapshot_lock(pg_server.admin_dsn(), schema, KEY):
-                for i in range(2):  # the store's UPDATE waits for the lock past its deadline
+                for i in range(3):  # the store's UPDATE waits for the lock past its deadline
+                    assert await store.load(KEY, OpContext.with_timeout(5)) is not None  # pool settled
+                    before = app_backends(admin)
+                    caplog.clear()
                     with caplog.at_level(logging.WARNING), pytest.raises(OperationCancelledError) as caught:
                         await runtime.append(ANA, "s1", [Message(Role.USER, f"blocked {i}")])
                     error = caught.value
-                    # The store's timeout (the engine read the session back): never an abandoned call.
+                    # A timeout (the engine read the session back), nothing committed, never abandoned.
                     assert error.reason == "deadline passed", repr(error)
-                    assert not isinstance(error, OperationTimeoutError), repr(error)  # not the engine's
                     assert error.commit_state is CommitState.NOT_COMMITTED, repr(error)
-                    assert not [m for m in said(caplog) if "abandoned" in m or "cancellation" in m]
-            # The session store's one pooled connection was rolled back and kept, not replaced.
-            assert app_backends(admin) == before
+                    assert not getattr(error, "abandoned", False), repr(error)
+                    assert not [m for m in said(caplog) if "abandoned" in m]
+                    # On a machine too loaded for the margin the engine's cancellation may still come
+                    # first (its OperationTimeoutError; psycopg closes the connection): again, then.
+                    if isinstance(error, OperationTimeoutError):
+                        continue
+                    # The store's own stop: its one pooled connection rolled back and kept, not replaced.
+                    assert app_backends(admin) == before
+                    assert not [m for m in said(caplog) if "cancellation interrupted" in m]
+                    kept += 1
+                    if kept == 2:
+                        break
+            assert kept, "the engine's cancellation came first every time"
             after = await runtime.append(ANA, "s1", [Message(Role.USER, "after")])
             assert after.snapshot_revision == first.snapshot_revision + 1
 
