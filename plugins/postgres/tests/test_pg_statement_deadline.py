@@ -179,7 +179,7 @@ async def test_a_wait_for_a_pooled_connection_ends_with_the_stores_error_before_
                     async def hold() -> None:
                         with pytest.raises(OperationCancelledError):
                             await store.save(
-                                KEY, scoped_snapshot(KEY, " x"), base, OpContext.with_timeout(1.5)
+                                KEY, scoped_snapshot(KEY, " x"), base, OpContext.with_timeout(0.9)
                             )
 
                     tg.start_soon(hold)
