@@ -49,14 +49,16 @@ the same owners ending never lowers it.
 
 **Writes cut off earlier.** A write whose reply was lost is settled in the
 background (:mod:`agentium_recall_redis.writes`); an erase first waits for
-those settlements (at most ``settle_timeout_s``), so each such write has
-either applied — and is erased — or been fenced and never applies. If one
-is still unsettled the erase raises and removes nothing (the engine keeps
-the erasure pending; resume it), saying why: a settlement still running, one
+its tenant's settlements (at most ``settle_timeout_s``; a token names only
+its tenant), so each such write has applied — and is erased — or been
+fenced and never applies; not for another tenant's, nor for cleanup (a
+staging given up, garbage collected: it writes no words, and the erase
+does both itself; :mod:`agentium_recall_redis.settlements`). If one is
+still unsettled the erase raises and removes nothing (the engine keeps the
+erasure pending; resume it), saying why: a settlement still running, or one
 stranded because its event loop stopped or closed first (it counts until
 ``settle_timeout_s`` after its write was cut off, as a running one gives up
-then), or background cleanup (a staging given up, garbage collected) still
-running (:mod:`agentium_recall_redis.settlements`). Past that bound a
+then). Past that bound a
 settlement no longer counts: one that gave up without reaching the server
 left its write's outcome unknown, and that write, if the network held it
 longer, could still land after the erase.
@@ -399,12 +401,14 @@ async def erase_target(
         wait = store.config.settle_timeout_s
         if left is not None:
             wait = min(wait, before_cancel(left))
-        # The refusal says what is pending (a settlement running, one whose loop stopped or closed, or
-        # cleanup): it said "still being settled" for cleanup work too.
-        if pending := await store.writer.settlements.wait(max(0.0, wait)):
+        # Only this tenant's settlements: waiting for another tenant's, or for cleanup (which writes no
+        # words; this erase gives up stagings and collects garbage itself), refused every erase under
+        # steady traffic. The refusal says what is pending (a settlement running, or stranded).
+        settlements = store.writer.settlements
+        if pending := await settlements.wait(max(0.0, wait), scope=prefix, cleanup=False):
             raise RedisRecallError(
                 f"recall erase: {pending.reason()}; nothing was erased. Erase again "
-                + ("once the server answers" if pending.settling or pending.cleanup else "later")
+                + ("once the server answers" if pending.settling else "later")
             )
     if not dry_run:
         # Fence the target's owners, then give up their stagings, before anything is listed: a write

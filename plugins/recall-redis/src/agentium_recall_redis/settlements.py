@@ -18,8 +18,23 @@ running or stranded, because the write it settles may still land after the
 erase; a stranded one stops counting at its bound (``settle_timeout_s``
 after the write was cut off), the time a running settlement gives up at too
 (the outcome unknown), so a loop the host abandoned does not block erasure
-for good. Cleanup work on a loop that does not run is not waited for: the
-erase gives up stagings and collects garbage itself.
+for good.
+
+**What an erase waits for.** Each task is started with its *scope*, the
+tenant key prefix it writes under (a settlement's tokens and every key its
+scripts touch carry it; cleanup is one tenant's too), and an erase waits
+only for the settlements of its own tenant (:meth:`Settlements.wait` with
+``scope``): another tenant's cannot write into it, and waiting for them made
+every erase wait its whole bound and be refused under steady traffic of
+other tenants. A task started without a scope counts for every erase. A
+token names its tenant only, not the user or session of its write, so a
+user's or session's erase waits for every settlement of its tenant. An
+erase does not wait for cleanup (``cleanup=False``) at all: a staging given
+up (``ABORT``) and garbage collected (``COLLECT``) only remove postings and
+move a staging from the pending set to the garbage queue, never write words;
+the erase gives up its target's stagings and collects the tenant's garbage
+itself, and a background ``ABORT`` landing after that finds the target's
+stagings already gone (:mod:`agentium_recall_redis.erase`).
 """
 
 from __future__ import annotations
@@ -114,9 +129,18 @@ class Pending:
 
 @attrs.define
 class _Entry:
-    """A tracked task: ``settles_by`` is a settlement's bound (monotonic clock), ``None`` for cleanup."""
+    """A tracked task: ``settles_by`` is a settlement's bound (monotonic clock), ``None`` for cleanup.
+
+    ``scope`` is the tenant key prefix it writes under (``None``: unknown, so it counts for every erase).
+    """
 
     settles_by: float | None
+    scope: str | None = None
+
+
+def _counted(entry_scope: str | None, scope: str | None) -> bool:
+    """Whether a task of ``entry_scope`` counts for a wait of ``scope`` (``None``: every task)."""
+    return scope is None or entry_scope is None or entry_scope == scope
 
 
 class Settlements:
@@ -133,8 +157,8 @@ class Settlements:
 
     def __init__(self) -> None:
         self._tasks: dict[asyncio.Task[Any], _Entry] = {}
-        # Bounds of settlements dropped with their closed loop: unsettled until then (no task is kept).
-        self._lost: list[float] = []
+        # (bound, scope) of settlements dropped with their closed loop: unsettled until then (no task kept).
+        self._lost: list[tuple[float, str | None]] = []
         self._lock = threading.Lock()  # tasks of several loops start and end on their threads
         self._closed = False
 
@@ -144,11 +168,15 @@ class Settlements:
         with self._lock:
             return len(self._tasks)
 
-    def start(self, work: Coroutine[Any, Any, Any], *, settles_by: float | None = None) -> None:
+    def start(
+        self, work: Coroutine[Any, Any, Any], *, settles_by: float | None = None, scope: str | None = None
+    ) -> None:
         """Run ``work`` in the background (a task of the running loop), tracked until it ends.
 
         ``settles_by`` (on the :func:`time.monotonic` clock) marks ``work`` as
         a write's settlement with that bound; without it, it is cleanup.
+        ``scope`` is the tenant key prefix ``work`` writes under (an erase of
+        another tenant does not wait for it); without it, every erase does.
         Once :meth:`drain` has begun closing, ``work`` is not run.
         """
         with self._lock:
@@ -164,7 +192,7 @@ class Settlements:
         with self._lock:
             closed = self._closed
             if not closed:
-                self._tasks[task] = _Entry(settles_by)
+                self._tasks[task] = _Entry(settles_by, scope)
         if closed:
             task.cancel()  # as a rule before its first step: a settlement's own WARNING is not reached
             self._refused(settles_by)
@@ -195,8 +223,8 @@ class Settlements:
             for task, entry in gone:
                 del self._tasks[task]
                 if not task.done() and entry.settles_by is not None and entry.settles_by > now:
-                    self._lost.append(entry.settles_by)
-            self._lost = [by for by in self._lost if by > now]
+                    self._lost.append((entry.settles_by, entry.scope))
+            self._lost = [(by, scope) for by, scope in self._lost if by > now]
         unfinished = [(t, e) for t, e in gone if not t.done()]
         if unfinished:
             _close_dropped([task for task, _ in unfinished])
@@ -209,44 +237,55 @@ class Settlements:
                 extra={"agentium_dropped": settlements},
             )
 
-    def _pending(self) -> tuple[Pending, set[asyncio.Task[Any]]]:
-        """What is unfinished now, and the tasks that can still finish (their loop runs)."""
+    def _pending(
+        self, scope: str | None = None, *, cleanup: bool = True
+    ) -> tuple[Pending, set[asyncio.Task[Any]]]:
+        """What is unfinished now, and the tasks that can still finish (their loop runs).
+
+        Only what counts for ``scope`` (:meth:`wait`), and cleanup only if ``cleanup``.
+        """
         self._sweep()
         now = time.monotonic()
-        settling = stranded = cleanup = 0
+        settling = stranded = cleaning = 0
         running: set[asyncio.Task[Any]] = set()
         with self._lock:
-            stranded = len(self._lost)
+            stranded = sum(_counted(lost, scope) for _, lost in self._lost)
             for task, entry in self._tasks.items():
-                if task.done():
+                if task.done() or not _counted(entry.scope, scope):
+                    continue
+                if entry.settles_by is None and not cleanup:
                     continue
                 if task.get_loop().is_running():
                     running.add(task)
                     if entry.settles_by is None:
-                        cleanup += 1
+                        cleaning += 1
                     else:
                         settling += 1
                 elif entry.settles_by is not None and entry.settles_by > now:
                     stranded += 1
-        return Pending(settling, stranded, cleanup), running
+        return Pending(settling, stranded, cleaning), running
 
-    async def wait(self, within_s: float) -> Pending:
+    async def wait(self, within_s: float, *, scope: str | None = None, cleanup: bool = True) -> Pending:
         """Wait at most ``within_s`` seconds for the unfinished work (and what it starts); what is left.
 
         Unlike :meth:`drain` nothing is cancelled and later work may start.
         Erasure waits here, so a write cut off earlier is applied or fenced
         before the erase reads what to remove (or the erase is refused, saying
-        why: :meth:`Pending.reason`).
+        why: :meth:`Pending.reason`). With ``scope`` (a tenant key prefix),
+        only for the work of that tenant (and work started without a scope);
+        without ``cleanup``, for settlements only (see the module).
         """
-        await self._wait(within_s, stranded=True)
-        return self._pending()[0]
+        await self._wait(within_s, stranded=True, scope=scope, cleanup=cleanup)
+        return self._pending(scope, cleanup=cleanup)[0]
 
-    async def _wait(self, within_s: float, *, stranded: bool) -> None:
+    async def _wait(
+        self, within_s: float, *, stranded: bool, scope: str | None = None, cleanup: bool = True
+    ) -> None:
         """Wait at most ``within_s`` seconds while work is unfinished (``stranded``: that too) or running."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_s
         while loop.time() < deadline:
-            pending, running = self._pending()
+            pending, running = self._pending(scope, cleanup=cleanup)
             left = pending.total if stranded else len(running)
             if not left:
                 return

@@ -193,7 +193,7 @@ class Writer:
             published = outcome in {"0", "1"}
         finally:
             if not published:
-                self.settlements.start(self._abort(link, prefix, member))
+                self.settlements.start(self._abort(link, prefix, member), scope=prefix)
         self.collect_later(link, prefix, written.backlog)
         if outcome == "gone":
             raise RedisRecallError(
@@ -217,7 +217,7 @@ class Writer:
     def collect_later(self, link: Link, prefix: str, backlog: int) -> None:
         """Collect a tenant's queued garbage in the background, one bounded call at a time."""
         if backlog > 0 and prefix not in self._collecting:
-            self.settlements.start(self._collect(link, prefix))
+            self.settlements.start(self._collect(link, prefix), scope=prefix)
 
     async def _collect(self, link: Link, prefix: str) -> None:
         # Garbage has no row, so readers never see it; collecting it frees memory and keeps document
@@ -276,7 +276,7 @@ class Writer:
                 for (script, _), k, a in zip(batch, keys, args, strict=True)
             ]
             replies = await self._send_write(
-                link, commands, tokens, ctx, operation, done=len(results), later=settled_later
+                link, prefix, commands, tokens, ctx, operation, done=len(results), later=settled_later
             )
             # NOSCRIPT means the script never ran: sending it again with its body is safe.
             again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
@@ -286,6 +286,7 @@ class Writer:
                     again,
                     await self._send_write(
                         link,
+                        prefix,
                         retry,
                         [tokens[i] for i in again],
                         ctx,
@@ -321,6 +322,7 @@ class Writer:
     async def _send_write(
         self,
         link: Link,
+        prefix: str,
         commands: list[Command],
         tokens: list[str],
         ctx: OpContext,
@@ -352,7 +354,7 @@ class Writer:
                 # The caller is gone and must not wait: settle (apply once, or fence) in the background.
                 # An interrupt or an exit too: settled here, it was swallowed (the write's outcome
                 # returned or raised instead), so Ctrl-C during a write was lost.
-                self._settle_later(link, tokens, later)
+                self._settle_later(link, prefix, tokens, later)
                 self._unknown_at_cancel(operation, len(tokens), interrupted=_interrupt(exc))
                 raise
             now = time.monotonic()
@@ -366,11 +368,11 @@ class Writer:
             except BaseException as stop:
                 if isinstance(stop, Exception):  # not a cancellation, an interrupt or an exit
                     raise
-                self._settle_later(link, tokens, later)
+                self._settle_later(link, prefix, tokens, later)
                 self._unknown_at_cancel(operation, len(tokens), interrupted=_interrupt(stop))
                 raise
             if outcome is None:  # not settled by the deadline: fence it as soon as the server answers
-                self._settle_later(link, tokens, later)
+                self._settle_later(link, prefix, tokens, later)
             if outcome is not None and all(v.startswith("done:") for v in outcome):
                 self._settled(operation, outcome)  # a lost reply all the same: said, as when fenced
                 return list(outcome)  # it ran, exactly once: report it as the success it was
@@ -454,9 +456,11 @@ class Writer:
         )
         current_span_event(REPLY_LOST, {"agentium.settled": False, "agentium.calls": calls})
 
-    def _settle_later(self, link: Link, tokens: Sequence[str], later: Later | None) -> None:
+    def _settle_later(self, link: Link, prefix: str, tokens: Sequence[str], later: Later | None) -> None:
+        # Scoped to the tenant the tokens (and the write's keys) are under: only its erasure waits for it.
         settles_by = time.monotonic() + self.settle_timeout_s
-        self.settlements.start(self._settle_then(link, tokens, later, settles_by), settles_by=settles_by)
+        work = self._settle_then(link, tokens, later, settles_by)
+        self.settlements.start(work, settles_by=settles_by, scope=prefix)
 
     async def _settle_then(
         self, link: Link, tokens: Sequence[str], later: Later | None, settles_by: float

@@ -1,0 +1,151 @@
+"""An erase waits only for the settlements of its own tenant's cut-off writes.
+
+Found by review. An erase waited for every settlement the store had running
+(and every cleanup task), so one other tenant's write cut off in a network
+black hole made each erase of any tenant wait its whole bound and be
+refused: under steady multi-tenant traffic, erasure kept failing. A
+settlement's tokens (and every key its scripts touch) are its tenant's, so
+another tenant's cannot write into what an erase removes: the erase no
+longer waits for it. Its own tenant's still refuses it, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from net_proxy import BlackHoleProxy
+from redis_servers import new_prefix
+
+from agentium_harness import EraseTarget
+from agentium_harness.plugin_api import EraseStatus, OpContext, SourceOwner, count_items
+from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
+from agentium_recall_redis.writes import Settlements
+
+pytestmark = pytest.mark.anyio
+
+KEPT = SourceOwner("acme", "ana", "s1")
+
+
+@pytest.fixture
+def request_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A loop running on a thread of its own, as another request's; stopped and closed afterwards."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+
+    async def unwind() -> None:
+        for task in asyncio.all_tasks(loop) - {asyncio.current_task()}:
+            task.cancel()
+        await asyncio.sleep(0.1)
+
+    loop.run_until_complete(unwind())  # stopped: run here, its leftovers cancelled
+    loop.close()
+
+
+def _stuck_settlement(
+    store: RedisRecallStore, proxy: BlackHoleProxy, loop: asyncio.AbstractEventLoop, cut_off: SourceOwner
+) -> None:
+    """On ``loop`` (which keeps running): index acme's document, then cut off a write of ``cut_off``.
+
+    The write goes into a black hole and is cancelled; its settlement keeps waiting on a connection
+    held in the hole (up to ``settle_timeout_s``), while new connections flow again.
+    """
+
+    async def request() -> None:
+        await store.index_document(KEPT, "kept", "apple", OpContext.with_timeout(10))
+        proxy.black_hole()
+        late = store.index_document(cut_off, "late", "kiwi", OpContext.with_timeout(10))
+        write = asyncio.ensure_future(late)
+        await asyncio.sleep(0.2)  # sent, its reply held in the black hole
+        write.cancel()  # its settlement goes on in this loop's background
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        await asyncio.sleep(0.2)  # the settlement's connection is open, and held in the hole
+
+    asyncio.run_coroutine_threadsafe(request(), loop).result(10)
+    proxy.freeze_existing()  # the settlement's connection stays in the hole; the erase's flows
+
+
+def _store(proxy: BlackHoleProxy) -> RedisRecallStore:
+    # A settlement that stays stuck well past each test (its bound is when it would give up).
+    return RedisRecallStore(RedisRecallConfig(url=proxy.url, key_prefix=new_prefix(), settle_timeout_s=5.0))
+
+
+async def test_another_tenants_stuck_settlement_neither_delays_nor_refuses_an_erase(
+    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
+) -> None:
+    store = _store(proxy)
+    try:
+        _stuck_settlement(store, proxy, request_loop, SourceOwner("globex", "bo", "s9"))
+        began = time.monotonic()
+        # Was refused, after waiting until just before its deadline: another tenant's settlement is still
+        # being settled.
+        report = await store.erase(EraseTarget.tenant("acme"), OpContext.with_timeout(2))
+        assert time.monotonic() - began < 1.0  # not its wait's bound (1.6 s here)
+        assert report.status is EraseStatus.COMPLETE
+        assert report.counts == count_items(document=1)
+    finally:
+        proxy.heal()
+        await store.aclose()
+
+
+async def test_the_erased_tenants_own_stuck_settlement_still_refuses_the_erase(
+    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
+) -> None:
+    store = _store(proxy)
+    try:
+        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "cy", "s2"))
+        with pytest.raises(RedisRecallError) as refused:
+            await store.erase(EraseTarget.tenant("acme"), OpContext.with_timeout(0.6))
+        text = str(refused.value)
+        assert "still being settled" in text and "nothing was erased" in text, text
+    finally:
+        proxy.heal()
+        await store.aclose()
+
+
+async def test_a_wait_of_one_tenant_counts_its_own_and_unscoped_work_only() -> None:
+    settlements = Settlements()
+    bound = time.monotonic() + 5
+    settlements.start(asyncio.sleep(5), settles_by=bound, scope="p:{b}")
+    settlements.start(asyncio.sleep(5), scope="p:{a}")  # cleanup of the erased tenant
+    try:
+        began = time.monotonic()
+        assert not await settlements.wait(1.0, scope="p:{a}", cleanup=False)
+        assert time.monotonic() - began < 0.5  # another tenant's settlement and cleanup: not waited for
+        settlements.start(asyncio.sleep(5), settles_by=bound, scope="p:{a}")
+        settlements.start(asyncio.sleep(5), settles_by=bound)  # no scope: every tenant's erase waits
+        pending = await settlements.wait(0.05, scope="p:{a}", cleanup=False)
+        assert (pending.settling, pending.stranded, pending.cleanup) == (2, 0, 0)
+        everything = await settlements.wait(0.0)
+        assert (everything.settling, everything.cleanup) == (3, 1)
+        assert "cleanup" in everything.reason()
+    finally:
+        await settlements.drain(0.0)
+
+
+async def test_a_settlement_dropped_with_its_closed_loop_counts_for_its_own_tenant_only() -> None:
+    settlements = Settlements()
+    bound = time.monotonic() + 5
+    loop = asyncio.new_event_loop()
+
+    async def begin() -> None:
+        settlements.start(asyncio.sleep(60), settles_by=bound, scope="p:{b}")
+
+    def run() -> None:
+        loop.run_until_complete(begin())
+        loop.close()  # its settlement never ran to its end: dropped, its bound kept (stranded)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not await settlements.wait(0.05, scope="p:{a}", cleanup=False)
+    pending = await settlements.wait(0.05, scope="p:{b}", cleanup=False)
+    assert (pending.stranded, pending.settling) == (1, 0)
