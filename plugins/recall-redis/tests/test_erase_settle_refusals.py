@@ -61,6 +61,13 @@ async def test_a_refusal_for_cleanup_says_cleanup_not_settling() -> None:
     assert "still being settled" not in text  # was the only reason it ever gave
 
 
+async def test_a_refusal_for_a_stranded_settlement_does_not_say_the_risk_ends_at_its_bound() -> None:
+    text = Pending(stranded=1).reason()
+    # It said "(until settle_timeout_s after the write was cut off)", as if the write could not land
+    # later: only the erase's counting of it ends then.
+    assert "waited for until settle_timeout_s" in text and "may land even later" in text, text
+
+
 def _cut_off_in_a_loop_that_stops(
     store: RedisRecallStore, proxy: BlackHoleProxy
 ) -> asyncio.AbstractEventLoop:

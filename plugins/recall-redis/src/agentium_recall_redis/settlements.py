@@ -117,7 +117,8 @@ class Pending:
             why.append(
                 f"{self.stranded} write(s) cut off earlier could not be settled: the event loop their "
                 "settlement ran on stopped or closed before it finished, so a copy could still land after "
-                "the erase (until settle_timeout_s after the write was cut off)"
+                "the erase (such a settlement is waited for until settle_timeout_s after its write was cut "
+                "off; the write may land even later)"
             )
         if self.cleanup:
             why.append(
