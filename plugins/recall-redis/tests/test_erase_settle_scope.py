@@ -1,4 +1,4 @@
-"""An erase waits only for the settlements of its own tenant's cut-off writes.
+"""An erase waits only for the settlements of cut-off writes of its own tenant and target's owners.
 
 Found by review. An erase waited for every settlement the store had running
 (and every cleanup task), so one other tenant's write cut off in a network
@@ -6,7 +6,9 @@ black hole made each erase of any tenant wait its whole bound and be
 refused: under steady multi-tenant traffic, erasure kept failing. A
 settlement's tokens (and every key its scripts touch) are its tenant's, so
 another tenant's cannot write into what an erase removes: the erase no
-longer waits for it. Its own tenant's still refuses it, as before.
+longer waits for it. Nor, for a user's or session's erase, for a write of
+another owner of the tenant (one its erasure fence does not refuse either).
+Its own tenant's (owner's) still refuses it, as before.
 """
 
 from __future__ import annotations
@@ -109,6 +111,51 @@ async def test_the_erased_tenants_own_stuck_settlement_still_refuses_the_erase(
     finally:
         proxy.heal()
         await store.aclose()
+
+
+async def test_another_users_stuck_settlement_neither_delays_nor_refuses_a_users_erase(
+    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
+) -> None:
+    store = _store(proxy)
+    try:
+        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "cy", "s2"))
+        began = time.monotonic()
+        report = await store.erase(EraseTarget.user("acme", "ana"), OpContext.with_timeout(2))  # was refused
+        assert time.monotonic() - began < 1.0
+        assert report.status is EraseStatus.COMPLETE
+        assert report.counts == count_items(document=1)
+    finally:
+        proxy.heal()
+        await store.aclose()
+
+
+async def test_the_erased_users_own_stuck_settlement_still_refuses_a_session_erase(
+    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
+) -> None:
+    store = _store(proxy)
+    try:
+        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "ana", "s1", "proj"))
+        with pytest.raises(RedisRecallError) as refused:
+            await store.erase(EraseTarget.session("acme", "ana", "s1"), OpContext.with_timeout(0.6))
+        assert "still being settled" in str(refused.value)
+    finally:
+        proxy.heal()
+        await store.aclose()
+
+
+async def test_a_wait_of_one_owner_prefix_counts_its_owners_and_unknown_ones_only() -> None:
+    settlements = Settlements()
+    bound = time.monotonic() + 5
+    settlements.start(asyncio.sleep(5), settles_by=bound, scope="p:{a}", owners=frozenset({"cy/s1/~/~"}))
+    settlements.start(asyncio.sleep(5), settles_by=bound, scope="p:{a}", owners=frozenset({"ana/s10/~/~"}))
+    try:
+        assert not await settlements.wait(0.05, scope="p:{a}", under="ana/s1/")  # s10 is not s1
+        assert (await settlements.wait(0.05, scope="p:{a}", under="ana/")).settling == 1
+        assert (await settlements.wait(0.0, scope="p:{a}")).settling == 2  # a tenant's erase: every owner
+        settlements.start(asyncio.sleep(5), settles_by=bound, scope="p:{a}")  # owners unknown
+        assert (await settlements.wait(0.05, scope="p:{a}", under="ana/s1/")).settling == 1
+    finally:
+        await settlements.drain(0.0)
 
 
 async def test_a_wait_of_one_tenant_counts_its_own_and_unscoped_work_only() -> None:

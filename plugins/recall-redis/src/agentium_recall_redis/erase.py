@@ -49,17 +49,17 @@ the same owners ending never lowers it.
 
 **Writes cut off earlier.** A write whose reply was lost is settled in the
 background (:mod:`agentium_recall_redis.writes`); an erase first waits for
-its tenant's settlements (at most ``settle_timeout_s``; a token names only
-its tenant), so each such write has applied — and is erased — or been
-fenced and never applies; not for another tenant's, nor for cleanup (a
-staging given up, garbage collected: it writes no words, and the erase
-does both itself; :mod:`agentium_recall_redis.settlements`). If one is
-still unsettled the erase raises and removes nothing (the engine keeps the
-erasure pending; resume it), saying why: a settlement still running, or one
-stranded because its event loop stopped or closed first (it counts until
-``settle_timeout_s`` after its write was cut off, as a running one gives up
-then). Past that bound a
-settlement no longer counts: one that gave up without reaching the server
+the settlements of its tenant's writes of the owners its fence covers (or of
+owners unknown), at most ``settle_timeout_s``, so each such write has
+applied — and is erased — or been fenced and never applies; not for other
+tenants' or owners', nor for cleanup (a staging given up, garbage
+collected: it writes no words, and the erase does both itself;
+:mod:`agentium_recall_redis.settlements`). If one is still unsettled the
+erase raises and removes nothing (the engine keeps the erasure pending;
+resume it), saying why: a settlement still running, or one stranded because
+its event loop stopped or closed first (it counts until ``settle_timeout_s``
+after its write was cut off, as a running one gives up then). Past that
+bound a settlement no longer counts: one that gave up without reaching the server
 left its write's outcome unknown, and that write, if the network held it
 longer, could still land after the erase.
 
@@ -401,11 +401,11 @@ async def erase_target(
         wait = store.config.settle_timeout_s
         if left is not None:
             wait = min(wait, before_cancel(left))
-        # Only this tenant's settlements: waiting for another tenant's, or for cleanup (which writes no
-        # words; this erase gives up stagings and collects garbage itself), refused every erase under
-        # steady traffic. The refusal says what is pending (a settlement running, or stranded).
-        settlements = store.writer.settlements
-        if pending := await settlements.wait(max(0.0, wait), scope=prefix, cleanup=False):
+        # Only settlements of the owners this erase fences: waiting for other tenants' or owners', or for
+        # cleanup (which writes no words; this erase gives up stagings and collects garbage itself),
+        # refused every erase under steady traffic. The refusal says what is pending (running, stranded).
+        settlements, under = store.writer.settlements, owner_prefix(target)
+        if pending := await settlements.wait(max(0.0, wait), scope=prefix, under=under, cleanup=False):
             raise RedisRecallError(
                 f"recall erase: {pending.reason()}; nothing was erased. Erase again "
                 + ("once the server answers" if pending.settling else "later")

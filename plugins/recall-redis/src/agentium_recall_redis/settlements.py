@@ -27,11 +27,15 @@ only for the settlements of its own tenant (:meth:`Settlements.wait` with
 ``scope``): another tenant's cannot write into it, and waiting for them made
 every erase wait its whole bound and be refused under steady traffic of
 other tenants. A task started without a scope counts for every erase. A
-token names its tenant only, not the user or session of its write, so a
-user's or session's erase waits for every settlement of its tenant. An
-erase does not wait for cleanup (``cleanup=False``) at all: a staging given
-up (``ABORT``) and garbage collected (``COLLECT``) only remove postings and
-move a staging from the pending set to the garbage queue, never write words;
+token names its tenant only, so a settlement is also started with the owner
+keys of the sources its write is of, where the writer knows them
+(``owners``): a user's or session's erase (``under``, the owner-key prefix
+its erasure fence covers) then waits only for those of its own owners, the
+owners its fence refuses the writes of; one started without owners counts
+for every erase of its tenant. An erase does not wait for cleanup
+(``cleanup=False``) at all: a staging given up (``ABORT``) and garbage
+collected (``COLLECT``) only remove postings and move a staging from the
+pending set to the garbage queue, never write words;
 the erase gives up its target's stagings and collects the tenant's garbage
 itself, and a background ``ABORT`` landing after that finds the target's
 stagings already gone (:mod:`agentium_recall_redis.erase`).
@@ -132,16 +136,23 @@ class Pending:
 class _Entry:
     """A tracked task: ``settles_by`` is a settlement's bound (monotonic clock), ``None`` for cleanup.
 
-    ``scope`` is the tenant key prefix it writes under (``None``: unknown, so it counts for every erase).
+    ``scope`` is the tenant key prefix it writes under (``None``: unknown, so it counts for every erase);
+    ``owners`` the owner keys of what it writes (``None``: unknown, it counts for every erase of the tenant).
     """
 
     settles_by: float | None
     scope: str | None = None
+    owners: frozenset[str] | None = None
 
-
-def _counted(entry_scope: str | None, scope: str | None) -> bool:
-    """Whether a task of ``entry_scope`` counts for a wait of ``scope`` (``None``: every task)."""
-    return scope is None or entry_scope is None or entry_scope == scope
+    def counted(self, scope: str | None, under: str) -> bool:
+        """Whether it counts for a wait of ``scope`` (``None``: every task) and owner-key prefix ``under``."""
+        if scope is None or self.scope is None:
+            return True
+        if self.scope != scope:
+            return False
+        # Owner keys are segments joined by "/" (none holds one): a prefix "u/" or "u/s/" names exactly
+        # that user's or session's owners, as the erasure fence reads it.
+        return not under or self.owners is None or any(o.startswith(under) for o in self.owners)
 
 
 class Settlements:
@@ -158,8 +169,8 @@ class Settlements:
 
     def __init__(self) -> None:
         self._tasks: dict[asyncio.Task[Any], _Entry] = {}
-        # (bound, scope) of settlements dropped with their closed loop: unsettled until then (no task kept).
-        self._lost: list[tuple[float, str | None]] = []
+        # Settlements dropped with their closed loop: unsettled until their bound (no task is kept).
+        self._lost: list[_Entry] = []
         self._lock = threading.Lock()  # tasks of several loops start and end on their threads
         self._closed = False
 
@@ -170,7 +181,12 @@ class Settlements:
             return len(self._tasks)
 
     def start(
-        self, work: Coroutine[Any, Any, Any], *, settles_by: float | None = None, scope: str | None = None
+        self,
+        work: Coroutine[Any, Any, Any],
+        *,
+        settles_by: float | None = None,
+        scope: str | None = None,
+        owners: frozenset[str] | None = None,
     ) -> None:
         """Run ``work`` in the background (a task of the running loop), tracked until it ends.
 
@@ -178,6 +194,9 @@ class Settlements:
         a write's settlement with that bound; without it, it is cleanup.
         ``scope`` is the tenant key prefix ``work`` writes under (an erase of
         another tenant does not wait for it); without it, every erase does.
+        ``owners``: the owner keys of the sources it writes (an erase of other
+        owners of the tenant does not wait for it); without it, every erase
+        of the tenant does.
         Once :meth:`drain` has begun closing, ``work`` is not run.
         """
         with self._lock:
@@ -193,7 +212,7 @@ class Settlements:
         with self._lock:
             closed = self._closed
             if not closed:
-                self._tasks[task] = _Entry(settles_by, scope)
+                self._tasks[task] = _Entry(settles_by, scope, owners)
         if closed:
             task.cancel()  # as a rule before its first step: a settlement's own WARNING is not reached
             self._refused(settles_by)
@@ -224,8 +243,10 @@ class Settlements:
             for task, entry in gone:
                 del self._tasks[task]
                 if not task.done() and entry.settles_by is not None and entry.settles_by > now:
-                    self._lost.append((entry.settles_by, entry.scope))
-            self._lost = [(by, scope) for by, scope in self._lost if by > now]
+                    self._lost.append(entry)
+            self._lost = [
+                lost for lost in self._lost if lost.settles_by is not None and lost.settles_by > now
+            ]
         unfinished = [(t, e) for t, e in gone if not t.done()]
         if unfinished:
             _close_dropped([task for task, _ in unfinished])
@@ -239,20 +260,20 @@ class Settlements:
             )
 
     def _pending(
-        self, scope: str | None = None, *, cleanup: bool = True
+        self, scope: str | None = None, *, under: str = "", cleanup: bool = True
     ) -> tuple[Pending, set[asyncio.Task[Any]]]:
         """What is unfinished now, and the tasks that can still finish (their loop runs).
 
-        Only what counts for ``scope`` (:meth:`wait`), and cleanup only if ``cleanup``.
+        Only what counts for ``scope`` and ``under`` (:meth:`wait`), and cleanup only if ``cleanup``.
         """
         self._sweep()
         now = time.monotonic()
         settling = stranded = cleaning = 0
         running: set[asyncio.Task[Any]] = set()
         with self._lock:
-            stranded = sum(_counted(lost, scope) for _, lost in self._lost)
+            stranded = sum(lost.counted(scope, under) for lost in self._lost)
             for task, entry in self._tasks.items():
-                if task.done() or not _counted(entry.scope, scope):
+                if task.done() or not entry.counted(scope, under):
                     continue
                 if entry.settles_by is None and not cleanup:
                     continue
@@ -266,7 +287,9 @@ class Settlements:
                     stranded += 1
         return Pending(settling, stranded, cleaning), running
 
-    async def wait(self, within_s: float, *, scope: str | None = None, cleanup: bool = True) -> Pending:
+    async def wait(
+        self, within_s: float, *, scope: str | None = None, under: str = "", cleanup: bool = True
+    ) -> Pending:
         """Wait at most ``within_s`` seconds for the unfinished work (and what it starts); what is left.
 
         Unlike :meth:`drain` nothing is cancelled and later work may start.
@@ -274,19 +297,27 @@ class Settlements:
         before the erase reads what to remove (or the erase is refused, saying
         why: :meth:`Pending.reason`). With ``scope`` (a tenant key prefix),
         only for the work of that tenant (and work started without a scope);
+        with ``under`` too (an owner-key prefix: ``u/``, ``u/s/``), only for
+        its work of owners under it (and work started without owners);
         without ``cleanup``, for settlements only (see the module).
         """
-        await self._wait(within_s, stranded=True, scope=scope, cleanup=cleanup)
-        return self._pending(scope, cleanup=cleanup)[0]
+        await self._wait(within_s, stranded=True, scope=scope, under=under, cleanup=cleanup)
+        return self._pending(scope, under=under, cleanup=cleanup)[0]
 
     async def _wait(
-        self, within_s: float, *, stranded: bool, scope: str | None = None, cleanup: bool = True
+        self,
+        within_s: float,
+        *,
+        stranded: bool,
+        scope: str | None = None,
+        under: str = "",
+        cleanup: bool = True,
     ) -> None:
         """Wait at most ``within_s`` seconds while work is unfinished (``stranded``: that too) or running."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_s
         while loop.time() < deadline:
-            pending, running = self._pending(scope, cleanup=cleanup)
+            pending, running = self._pending(scope, under=under, cleanup=cleanup)
             left = pending.total if stranded else len(running)
             if not left:
                 return

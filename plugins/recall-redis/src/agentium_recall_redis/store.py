@@ -336,7 +336,8 @@ class RedisRecallStore(RecallStore):
         prefix = tenant_prefix(self._config.key_prefix, owner.tenant)
         link = await self._ready(ctx, "recall delete")
         call: Call = (DELETE, [source_id, "d", self._config.max_terms_per_call, owner_key(owner)])
-        written = await self._writer.write(link, prefix, [call], ctx, "recall delete")
+        owners = frozenset({owner_key(owner)})
+        written = await self._writer.write(link, prefix, [call], ctx, "recall delete", owners=owners)
         self._writer.collect_later(link, prefix, written.backlog)
         return written.results == ["1"]
 

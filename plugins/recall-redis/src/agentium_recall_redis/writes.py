@@ -146,7 +146,8 @@ class Writer:
         fresh = 0
         if small:
             calls: list[Call] = [(INDEX, call) for call in chunk_calls(small, self.room)]
-            written = await self.write(link, prefix, calls, ctx, operation)
+            owners = frozenset(s.okey for s in small)
+            written = await self.write(link, prefix, calls, ctx, operation, owners=owners)
             fresh += sum(int(r) for r in written.results)
             self.collect_later(link, prefix, written.backlog)
         for source in sources:
@@ -178,17 +179,20 @@ class Writer:
             if value and value != "same":
                 await self._abort(link, prefix, value)
 
-        [member] = (await self.write(link, prefix, [begin], ctx, operation, settled_later=begun)).results
+        owners = frozenset({source.okey})
+        [member] = (
+            await self.write(link, prefix, [begin], ctx, operation, settled_later=begun, owners=owners)
+        ).results
         if member == "same":
             return 0
         commit: Call = (COMMIT, [room, member, len(source.terms), *source.row()])
         calls: list[Call] = [(STAGE, [member, len(s), *flat_terms(s)]) for s in slices[1:]]
         published = False
         try:
-            written = await self.write(link, prefix, [*calls, commit], ctx, operation)
+            written = await self.write(link, prefix, [*calls, commit], ctx, operation, owners=owners)
             outcome = written.results[-1]
             if outcome == "short":  # a slice retried after NOSCRIPT ran after the commit: commit again
-                written = await self.write(link, prefix, [commit], ctx, operation)
+                written = await self.write(link, prefix, [commit], ctx, operation, owners=owners)
                 outcome = written.results[-1]
             published = outcome in {"0", "1"}
         finally:
@@ -254,6 +258,7 @@ class Writer:
         operation: str,
         *,
         settled_later: Later | None = None,
+        owners: frozenset[str] | None = None,
     ) -> Written:
         """Run writing script calls (each with a fresh token), up to 16 per round trip, in order.
 
@@ -261,6 +266,9 @@ class Writer:
         (deadline, cancellation, a broken connection) is settled, never
         re-sent: see :meth:`_send_write`. When its settlement finishes in
         the background, ``settled_later`` gets the round trip's outcome.
+        ``owners``: the owner keys of every source the calls write (or
+        ``None``), so an erase of other owners does not wait for the
+        settlement (:class:`Settlements`).
         """
         from redis.exceptions import NoScriptError
 
@@ -276,7 +284,14 @@ class Writer:
                 for (script, _), k, a in zip(batch, keys, args, strict=True)
             ]
             replies = await self._send_write(
-                link, prefix, commands, tokens, ctx, operation, done=len(results), later=settled_later
+                link,
+                (prefix, owners),
+                commands,
+                tokens,
+                ctx,
+                operation,
+                done=len(results),
+                later=settled_later,
             )
             # NOSCRIPT means the script never ran: sending it again with its body is safe.
             again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
@@ -286,7 +301,7 @@ class Writer:
                     again,
                     await self._send_write(
                         link,
-                        prefix,
+                        (prefix, owners),
                         retry,
                         [tokens[i] for i in again],
                         ctx,
@@ -322,7 +337,7 @@ class Writer:
     async def _send_write(
         self,
         link: Link,
-        prefix: str,
+        scope: tuple[str, frozenset[str] | None],
         commands: list[Command],
         tokens: list[str],
         ctx: OpContext,
@@ -354,7 +369,7 @@ class Writer:
                 # The caller is gone and must not wait: settle (apply once, or fence) in the background.
                 # An interrupt or an exit too: settled here, it was swallowed (the write's outcome
                 # returned or raised instead), so Ctrl-C during a write was lost.
-                self._settle_later(link, prefix, tokens, later)
+                self._settle_later(link, scope, tokens, later)
                 self._unknown_at_cancel(operation, len(tokens), interrupted=_interrupt(exc))
                 raise
             now = time.monotonic()
@@ -368,11 +383,11 @@ class Writer:
             except BaseException as stop:
                 if isinstance(stop, Exception):  # not a cancellation, an interrupt or an exit
                     raise
-                self._settle_later(link, prefix, tokens, later)
+                self._settle_later(link, scope, tokens, later)
                 self._unknown_at_cancel(operation, len(tokens), interrupted=_interrupt(stop))
                 raise
             if outcome is None:  # not settled by the deadline: fence it as soon as the server answers
-                self._settle_later(link, prefix, tokens, later)
+                self._settle_later(link, scope, tokens, later)
             if outcome is not None and all(v.startswith("done:") for v in outcome):
                 self._settled(operation, outcome)  # a lost reply all the same: said, as when fenced
                 return list(outcome)  # it ran, exactly once: report it as the success it was
@@ -456,11 +471,15 @@ class Writer:
         )
         current_span_event(REPLY_LOST, {"agentium.settled": False, "agentium.calls": calls})
 
-    def _settle_later(self, link: Link, prefix: str, tokens: Sequence[str], later: Later | None) -> None:
-        # Scoped to the tenant the tokens (and the write's keys) are under: only its erasure waits for it.
+    def _settle_later(
+        self, link: Link, scope: tuple[str, frozenset[str] | None], tokens: Sequence[str], later: Later | None
+    ) -> None:
+        # Scoped to the tenant the tokens (and the write's keys) are under, and the owners of the sources
+        # it writes if known: only an erase of those waits for it.
+        prefix, owners = scope
         settles_by = time.monotonic() + self.settle_timeout_s
         work = self._settle_then(link, tokens, later, settles_by)
-        self.settlements.start(work, settles_by=settles_by, scope=prefix)
+        self.settlements.start(work, settles_by=settles_by, scope=prefix, owners=owners)
 
     async def _settle_then(
         self, link: Link, tokens: Sequence[str], later: Later | None, settles_by: float
