@@ -52,6 +52,11 @@ class BlackHoleProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
 
+    @property
+    def accepted(self) -> int:
+        """How many connections the proxy has accepted so far (forwarded or held)."""
+        return len(self._flows)
+
     def black_hole(self) -> None:
         """Stop forwarding in both directions, on every connection, old and new."""
         self._loop.call_soon_threadsafe(self._set, False, False)

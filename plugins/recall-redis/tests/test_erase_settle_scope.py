@@ -66,10 +66,18 @@ def _stuck_settlement(
         late = store.index_document(cut_off, "late", "kiwi", OpContext.with_timeout(10))
         write = asyncio.ensure_future(late)
         await asyncio.sleep(0.2)  # sent, its reply held in the black hole
+        accepted = proxy.accepted
         write.cancel()  # its settlement goes on in this loop's background
         with pytest.raises(asyncio.CancelledError):
             await write
-        await asyncio.sleep(0.2)  # the settlement's connection is open, and held in the hole
+        # The settlement's connection is open, and held in the hole, before the hole is narrowed
+        # to the connections open now: waited for, not a fixed pause a loaded machine may outlast.
+        for _ in range(300):
+            if proxy.accepted > accepted:
+                break
+            await asyncio.sleep(0.01)
+        assert proxy.accepted > accepted, "the settlement opened no connection of its own"
+        await asyncio.sleep(0.05)
 
     asyncio.run_coroutine_threadsafe(request(), loop).result(10)
     proxy.freeze_existing()  # the settlement's connection stays in the hole; the erase's flows
