@@ -17,6 +17,7 @@ broke: its contract violations and notes. Two gaps:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,6 +84,34 @@ async def test_a_note_whose_text_varies_per_look_is_said_once(caplog: pytest.Log
     assert result.committed and result.recall.status is RecallStatus.COMPLETE, result.diagnostics
     notes = [d.message for d in result.diagnostics if d.code == "recall_note"]
     assert notes == ["recall session close failed: ValueError: close broke after 2 closes"], notes
+
+
+class OverrunsThenAbandoned(Scripted):
+    """The first look's session close overruns its bound (and stops when cancelled); the second's is
+    abandoned (blocked in a worker thread, it does not stop when cancelled)."""
+
+    async def open(self, scope: Scope, limits: Any, ctx: OpContext) -> Any:
+        return _SlowClose(self)
+
+
+class _SlowClose(ScriptedSession):
+    async def close(self) -> None:
+        look = self.store.validate_calls - 1  # its validate_current was the look-th look's
+        if look == 1:
+            await anyio.sleep(5)  # cancelled at the close's 0.1 s bound
+        elif look == 2:
+            await anyio.to_thread.run_sync(time.sleep, 0.3)  # not cancellable: abandoned
+
+
+async def test_a_close_abandoned_after_an_earlier_look_overran_is_said_too() -> None:
+    """Abandonment is a kind of its own: its note began as an overrun's, so an earlier overrun hid it."""
+    result = await _run(OverrunsThenAbandoned(DOCS))
+    assert result.committed, result.diagnostics
+    notes = [d.message for d in result.diagnostics if d.code == "recall_note"]
+    assert notes == [
+        "recall session close did not finish within 0.1s",
+        "recall session close was abandoned: it did not finish within 0.1s nor stop when cancelled",
+    ], notes
 
 
 class NewRevisionEachLook(Scripted):

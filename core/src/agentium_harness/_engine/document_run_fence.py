@@ -73,7 +73,7 @@ from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, Va
 from .._scope import Scope
 from .lifecycle import Ticket
 from .memory.sources_write import names_facts
-from .recall import CLOSE_FAILED, CLOSE_OVERRAN, revalidate
+from .recall import CLOSE_ABANDONED, CLOSE_FAILED, CLOSE_OVERRAN, revalidate
 from .recall_checks import Failed
 from .recall_round import RecallUsage, listed_violations
 from .recall_turn import RecallOutcome
@@ -99,11 +99,13 @@ def _said(diagnostic: Diagnostic) -> tuple[str, str]:
 
     A note on the session's close says what varies from look to look (the seconds the caller's
     deadline left, the store's error text, which may count or time something): by its text, the
-    same close overrunning at every look was a new note each time. Its kind is how it begins.
+    same close overrunning at every look was a new note each time. Its kind is how it begins: a
+    close abandoned is a kind of its own, said even after an overrun was.
     """
     code, message = diagnostic.code, diagnostic.message
     if code == _NOTE:
-        kind = next((k for k in (CLOSE_OVERRAN, CLOSE_FAILED) if message.startswith(k)), message)
+        kinds = (CLOSE_OVERRAN, CLOSE_ABANDONED, CLOSE_FAILED)
+        kind = next((k for k in kinds if message.startswith(k)), message)
         return code, kind
     return code, message
 

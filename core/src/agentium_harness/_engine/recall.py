@@ -53,6 +53,7 @@ from .recall_round import RecallUsage, Round, adapter_call
 from .sources import assemble_sources
 
 __all__ = [
+    "CLOSE_ABANDONED",
     "CLOSE_FAILED",
     "CLOSE_OVERRAN",
     "Evidence",
@@ -70,6 +71,9 @@ CLOSE_TIMEOUT_S = 0.1
 #: How a note on a close that overran, or failed, begins: its kind. What follows varies from one
 #: round to the next (the seconds its caller's deadline left, the store's error text).
 CLOSE_OVERRAN, CLOSE_FAILED = "recall session close did not finish", "recall session close failed"
+#: How a note on a close abandoned begins (it overran and did not stop when cancelled): a kind of its
+#: own, not an overrun's, so a look that says it after one that overran is not taken for a repeat.
+CLOSE_ABANDONED = "recall session close was abandoned"
 
 
 @attrs.frozen(slots=True)
@@ -260,7 +264,12 @@ def _said(state: Round, exc: Exception) -> None:
     """A close that failed or overran (:class:`Overrun`): a ``recall_note``, a WARNING, a span event."""
     if isinstance(exc, Overrun):
         gone = "; abandoned (it did not stop when cancelled)" if exc.abandoned else ""
-        state.notes.append(f"{CLOSE_OVERRAN} within {CLOSE_TIMEOUT_S}s{gone}")
+        if exc.abandoned:
+            state.notes.append(
+                f"{CLOSE_ABANDONED}: it did not finish within {CLOSE_TIMEOUT_S}s nor stop when cancelled"
+            )
+        else:
+            state.notes.append(f"{CLOSE_OVERRAN} within {CLOSE_TIMEOUT_S}s")
         _log.warning("a recall session close did not finish within %ss%s", CLOSE_TIMEOUT_S, gone)
         current_span_event("agentium.recall.close_failed", {"error.type": "timeout"})
         return
