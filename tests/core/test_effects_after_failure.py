@@ -115,7 +115,9 @@ async def test_an_engine_bug_in_the_verification_after_a_tool_ran_commits_what_r
     assert type(error) is AgentiumError and isinstance(error.__cause__, RuntimeError)
     assert "unexpected error" in str(error)
     monkeypatch.undo()
-    _assert_kept(error, await _kept(runtime), "RuntimeError")
+    kept = await _kept(runtime)
+    _assert_kept(error, kept, "RuntimeError")
+    assert SECRET not in kept.retained.interruption.detail  # the exception by its class alone
     # One WARNING, with the state the run ended in, never the exception's text.
     warned = [r for r in caplog.records if "unexpected RuntimeError" in r.getMessage()]
     assert len(warned) == 1 and warned[0].agentium_commit_state == "committed"  # type: ignore[attr-defined]
@@ -187,7 +189,11 @@ async def test_a_store_failing_the_turns_commit_once_keeps_what_ran(what: str) -
         await runtime.run(ANA, "s1", "deploy v2", grants=["deploy"])
     assert log == ["deployed to prod"]
     assert "ConnectionError" in str(caught.value)
-    _assert_kept(caught.value, await _kept(runtime), "the store dropped the connection")
+    assert "the store dropped the connection" in str(caught.value)  # the host's error: the store's words
+    kept = await _kept(runtime)
+    _assert_kept(caught.value, kept, "ConnectionError")
+    # Committed by its class alone: a store's text may name another tenant's rows.
+    assert "the store dropped the connection" not in kept.retained.interruption.detail
 
 
 class FailsOnCall(ScriptedProvider):

@@ -87,6 +87,10 @@ class AgentiumError(Exception):
     commit_state: CommitState | None = None
     #: What the run did before it failed (set on errors raised out of ``run()`` after loading).
     run_result: RunResult | None = None
+    #: The error as the engine commits it with what ran (``retained.interruption.detail``), when its
+    #: message quotes an adapter's words (a store's error text, which may name another tenant's rows):
+    #: the engine's own words instead, the adapter's error by its class. ``None``: ``Type: message``.
+    committed_detail: str | None = None
 
 
 class InvalidArgumentError(AgentiumError, TypeError, ValueError):

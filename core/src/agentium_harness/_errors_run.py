@@ -121,8 +121,3 @@ class DocumentUncheckedDuringRunError(AgentiumError):
     whole); the committed ``retained.interruption.detail`` names that error
     by its class alone. Run again once the recall store answers.
     """
-
-    #: What the engine committed of this error with what ran (``retained.interruption.detail``):
-    #: the recall store's error by its class, never its text, which may name another tenant's
-    #: rows. ``None`` when the engine did not make it (the error was raised elsewhere).
-    committed_detail: str | None = None

@@ -25,6 +25,10 @@ facts the request carries and nothing else:
   (its ``forgotten_ids``), said in docs/erasure.md.
   A read that fails (or passes its deadline) fails the run before the
   call with the store's typed error: the fact is never sent unchecked.
+  The tool calls that ran are committed without the answer
+  (``step_failed``), the detail in the engine's words (the error by its
+  class, which read of the look failed), never the store's text, which
+  may name another tenant's facts; the error raised keeps it whole.
 
 Stopping raises :class:`~agentium_harness._errors_run.FactForgottenDuringRunError`
 (an :class:`ErasedDuringRunError`; ``before_commit`` after the last call)
@@ -117,22 +121,24 @@ class FactFence:
         # One look is one operation: its reads share one op_timeout_s, not one each (up to
         # max_injected_facts of them, one after another, would hold the run that many deadlines).
         deadline = time.monotonic() + ticket.op_timeout_s
-        for fact_id in self.fact_ids:
+        for at, fact_id in enumerate(self.fact_ids, start=1):
             left = max(0.0, deadline - time.monotonic())
             try:
                 raw = await ticket.call(
                     "memory forget fence", partial(_history, store, scope, fact_id), timeout_s=left
                 )
+                revisions = checked_history(raw, scope, fact_id, "memory forget fence")
             except MemoryFactNotFoundError:
                 raise _forgotten(fact_id, what, before_commit) from None  # erased since: gone as well
-            except AgentiumError:
+            except AgentiumError as exc:
+                _unread(exc, exc, at, len(self.fact_ids), what, before_commit)
                 raise
             except Exception as exc:  # a store's foreign exception reaches the host typed
-                raise MemoryStoreError(
+                error = MemoryStoreError(
                     f"memory forget fence: the store's history read failed: {error_text(exc)}; the {what} "
                     f"stopped before {STOPPED_BEFORE[before_commit]}"
-                ) from exc
-            revisions = checked_history(raw, scope, fact_id, "memory forget fence")
+                )
+                raise _unread(error, exc, at, len(self.fact_ids), what, before_commit) from exc
             if not revisions or revisions[-1].status is FactStatus.FORGOTTEN:
                 raise _forgotten(fact_id, what, before_commit)
 
@@ -141,6 +147,25 @@ async def _history(
     store: MemoryStore, scope: MemoryScope, fact_id: str, ctx: OpContext
 ) -> Sequence[StoredFact]:
     return await store.history(scope, fact_id, ctx)
+
+
+def _unread(
+    error: AgentiumError, cause: BaseException, at: int, of: int, what: str, before_commit: bool
+) -> AgentiumError:
+    """``error`` (the look's failure, raised whole to the host) with the words it is committed in.
+
+    What ran is committed without the answer (``step_failed``), and its
+    ``retained.interruption.detail`` says why in the engine's words: the
+    failure by its class (``cause``'s, the store's own exception), and which
+    read of the look it was, never the store's text, which may name
+    another tenant's facts (as a recall store's error is committed:
+    :func:`.turn_commit.committed_text`).
+    """
+    error.committed_detail = (
+        f"{type(error).__name__}: memory forget fence: the store's history read of carried fact {at} of "
+        f"{of} failed ({type(cause).__name__}); the {what} stopped before {STOPPED_BEFORE[before_commit]}"
+    )
+    return error
 
 
 def _forgotten(fact_id: str, what: str, before_commit: bool) -> FactForgottenDuringRunError:

@@ -39,7 +39,7 @@ from .._history import MessageGroup
 from .._ports.archive import HistoryArchive
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
 from .._scope import SessionKey
-from .._text import error_text
+from .._text import clean_text, error_text
 from .._validators import exact_int, shown_number
 from .lifecycle import Ticket
 from .results import CommitState
@@ -262,6 +262,9 @@ def mark_commit_state(
     error = exc if isinstance(exc, AgentiumError) else SessionStoreError(error_text(exc))
     if error is not exc:
         error.__cause__ = exc
+        # Committed with what ran by its class alone (turn_commit.committed_text): the store's text
+        # may name another tenant's rows. The message, the host's, keeps it whole.
+        error.committed_detail = f"SessionStoreError: {clean_text(type(exc).__name__)}"
     if error.commit_state is state:
         return error  # already said
     error.commit_state = state

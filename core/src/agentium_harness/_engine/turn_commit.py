@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._errors import AgentiumError, PublicationRefusedError
-from .._errors_run import DocumentUncheckedDuringRunError
 from .._history import (
     InterruptionCause,
     Message,
@@ -100,11 +99,12 @@ def interruption(cause: InterruptionCause, detail: str) -> TurnInterruption:
 def committed_text(error: AgentiumError) -> str:
     """What an interruption commits of the ``error`` that stopped a turn whose tools ran: ``Type: message``.
 
-    A document fence that could not look says why whole to the host, the recall store's error text
-    among it; committed, it says it in the engine's words (the error by its class), as the recall
+    An error whose message quotes a store (a document fence or a memory fact fence that could not
+    look, an adapter's exception no stage typed) says why whole to the host; committed, it says it
+    in the engine's words (``error.committed_detail``: the store's error by its class), as the recall
     uncertainty does: the store's text may name another tenant's rows.
     """
-    if isinstance(error, DocumentUncheckedDuringRunError) and error.committed_detail is not None:
+    if error.committed_detail is not None:
         return error.committed_detail
     return error_text(error)
 

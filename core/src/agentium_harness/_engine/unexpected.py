@@ -130,6 +130,13 @@ def unexpected_error(
         "it called unguarded)"
     )
     error = AgentiumError(message if outcomes is None else f"{message}; {outcomes[state]}")
+    # Committed with what ran (``step_failed``) by its class alone: the exception may be an adapter's
+    # (a store's text naming another tenant's rows); the message, whole, is the host's
+    # (turn_commit.committed_text).
+    error.committed_detail = (
+        f"AgentiumError: {operation} failed with an unexpected error, {clean_text(type(exc).__name__)} "
+        "(a bug in the engine or in code it called unguarded)"
+    )
     error.__cause__ = exc  # as ``raise error from exc``: the original and its traceback stay reachable
     error.__suppress_context__ = True
     if outcomes is not None:
