@@ -9,7 +9,8 @@ error naming another tenant's fact was written into this tenant's snapshot
 and archive. It is now the engine's words (the error by its class, which
 read of the look failed), as a recall store's error is committed
 (``test_recall_committed_stops``); the host keeps the whole text in the
-error it is raised.
+error it is raised. So is a session store's own typed error that stops the
+turn's commit once (what ran is then committed on the retry).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from agentium_harness import (
     MemoryFact,
     MemoryScope,
     MemoryStoreError,
+    SessionStoreError,
     Tool,
     ToolRegistry,
     create_harness_runtime,
@@ -65,13 +67,15 @@ class FailingHistory(InMemoryMemoryStore):
         raise MemoryStoreError(said) if self.typed else ForeignError(said)
 
 
-async def _tool_run(store: InMemoryMemoryStore) -> tuple[AgentiumError, bytes]:
+async def _tool_run(
+    store: InMemoryMemoryStore, sessions: InMemorySessionStore | None = None
+) -> tuple[AgentiumError, bytes]:
     """A turn whose one tool runs, the fact carried; its error and every byte committed for it."""
 
     async def note(args: Any) -> str:
         return "noted"
 
-    sessions, archive = InMemorySessionStore(), InMemoryArchive()
+    sessions, archive = sessions or InMemorySessionStore(), InMemoryArchive()
     rt = create_harness_runtime(
         provider=ScriptedProvider(replies=list(TOOL_TURN)),
         archive=archive,
@@ -104,3 +108,26 @@ async def test_a_fact_that_cannot_be_read_back_commits_what_ran_without_the_stor
     assert interruption.detail.startswith("MemoryStoreError: memory forget fence"), interruption.detail
     cause = "MemoryStoreError" if typed else "ForeignError"
     assert f"carried fact 1 of 1 failed ({cause})" in interruption.detail, interruption.detail
+
+
+class SaveFailsOnce(InMemorySessionStore):
+    """The turn's first save fails with the store's own typed error, naming another tenant's row."""
+
+    failed = False
+
+    async def save(self, key: Any, snapshot: Any, expected_revision: Any, ctx: Any) -> int:
+        if not self.failed:
+            self.failed = True
+            raise SessionStoreError(f"row {FOREIGN} of tenant globex is locked; nothing was written")
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+async def test_a_session_stores_typed_error_is_committed_by_its_class_alone() -> None:
+    error, committed = await _tool_run(InMemoryMemoryStore(), SaveFailsOnce())
+    assert isinstance(error, SessionStoreError), repr(error)
+    assert FOREIGN in str(error)  # the host's error has the store's words whole
+    assert error.commit_state is CommitState.COMMITTED and error.run_result is not None
+    interruption = error.run_result.retained.interruption
+    assert interruption is not None and interruption.cause is InterruptionCause.STEP_FAILED
+    assert FOREIGN.encode() not in committed and b"globex" not in committed
+    assert interruption.detail.startswith("SessionStoreError (the session store's error"), interruption.detail

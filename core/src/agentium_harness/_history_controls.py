@@ -60,7 +60,9 @@ class TurnInterruption:
     ``detail`` is the error, cut to a bound; for ``recall_stopped``, what the
     commit fence found, in the engine's words (as the uncertainty is: the
     recall policy's reason, which may quote the store, is the result's
-    ``recall.reason``, never committed).
+    ``recall.reason``, never committed). An error that would quote a store
+    (recall, memory, session or archive) is named by its class instead: a
+    store's text may name another tenant's rows; the error raised keeps it.
     """
 
     cause: InterruptionCause = attrs.field(converter=InterruptionCause)

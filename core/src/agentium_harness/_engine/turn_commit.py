@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import AgentiumError, PublicationRefusedError
+from .._errors import AgentiumError, ArchiveError, PublicationRefusedError, SessionStoreError
+from .._errors_memory import MemoryStoreError
 from .._history import (
     InterruptionCause,
     Message,
@@ -102,11 +103,27 @@ def committed_text(error: AgentiumError) -> str:
     An error whose message quotes a store (a document fence or a memory fact fence that could not
     look, an adapter's exception no stage typed) says why whole to the host; committed, it says it
     in the engine's words (``error.committed_detail``: the store's error by its class), as the recall
-    uncertainty does: the store's text may name another tenant's rows.
+    uncertainty does: the store's text may name another tenant's rows. A session store's, archive's
+    or memory store's typed error without such words is committed by its class alone.
     """
     if error.committed_detail is not None:
         return error.committed_detail
+    for kind, store in _STORES:
+        if isinstance(error, kind):
+            # A store's own typed error (or one the engine said in a store's name): its message may be
+            # the adapter's words whole. Named by its class; the error raised keeps the text.
+            return (
+                f"{clean_text(type(error).__name__)} (the {store} store's error; its text is not committed)"
+            )
     return error_text(error)
+
+
+#: The errors of the stores shared by tenants, whose messages are committed by their class alone.
+_STORES: tuple[tuple[type[AgentiumError], str], ...] = (
+    (SessionStoreError, "session"),
+    (ArchiveError, "archive"),
+    (MemoryStoreError, "memory"),
+)
 
 
 def retained_record(
