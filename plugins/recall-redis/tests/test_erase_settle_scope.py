@@ -16,14 +16,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 
 import pytest
 from net_proxy import BlackHoleProxy
 from redis_servers import new_prefix
 
 from agentium_harness import EraseTarget
-from agentium_harness.plugin_api import EraseStatus, OpContext, SourceOwner, count_items
+from agentium_harness.plugin_api import (
+    EmbeddingModel,
+    EraseStatus,
+    OpContext,
+    SourceOwner,
+    SourceVector,
+    Vector,
+    count_items,
+)
 from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
 from agentium_recall_redis.writes import Settlements
 
@@ -52,18 +60,31 @@ def request_loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def _stuck_settlement(
-    store: RedisRecallStore, proxy: BlackHoleProxy, loop: asyncio.AbstractEventLoop, cut_off: SourceOwner
+    store: RedisRecallStore,
+    proxy: BlackHoleProxy,
+    loop: asyncio.AbstractEventLoop,
+    cut_off: SourceOwner,
+    *,
+    vector: bool = False,
 ) -> None:
     """On ``loop`` (which keeps running): index acme's document, then cut off a write of ``cut_off``.
 
-    The write goes into a black hole and is cancelled; its settlement keeps waiting on a connection
+    The write (a document's, or with ``vector`` the vector of a document of ``cut_off`` indexed
+    first) goes into a black hole and is cancelled; its settlement keeps waiting on a connection
     held in the hole (up to ``settle_timeout_s``), while new connections flow again.
     """
 
     async def request() -> None:
         await store.index_document(KEPT, "kept", "apple", OpContext.with_timeout(10))
+        if vector:
+            ref = await store.index_document(cut_off, "late", "kiwi", OpContext.with_timeout(10))
+            axis = Vector.normalized(EmbeddingModel("test-axes", 2), [1.0, 0.0])
         proxy.black_hole()
-        late = store.index_document(cut_off, "late", "kiwi", OpContext.with_timeout(10))
+        late: Awaitable[object] = (
+            store.index_vectors([SourceVector(ref, axis)], OpContext.with_timeout(10))
+            if vector
+            else store.index_document(cut_off, "late", "kiwi", OpContext.with_timeout(10))
+        )
         write = asyncio.ensure_future(late)
         await asyncio.sleep(0.2)  # sent, its reply held in the black hole
         accepted = proxy.accepted
@@ -145,6 +166,37 @@ async def test_the_erased_users_own_stuck_settlement_still_refuses_a_session_era
         _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "ana", "s1", "proj"))
         with pytest.raises(RedisRecallError) as refused:
             await store.erase(EraseTarget.session("acme", "ana", "s1"), OpContext.with_timeout(0.6))
+        assert "still being settled" in str(refused.value)
+    finally:
+        proxy.heal()
+        await store.aclose()
+
+
+async def test_another_users_stuck_vector_settlement_neither_delays_nor_refuses_a_users_erase(
+    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
+) -> None:
+    store = _store(proxy)
+    try:
+        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "cy", "s2"), vector=True)
+        began = time.monotonic()
+        # Was refused: a vector write's settlement was started without its sources' owners.
+        report = await store.erase(EraseTarget.user("acme", "ana"), OpContext.with_timeout(2))
+        assert time.monotonic() - began < 1.0
+        assert report.status is EraseStatus.COMPLETE
+        assert report.counts == count_items(document=1)
+    finally:
+        proxy.heal()
+        await store.aclose()
+
+
+async def test_the_erased_users_own_stuck_vector_settlement_still_refuses_a_users_erase(
+    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
+) -> None:
+    store = _store(proxy)
+    try:
+        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "ana", "s2"), vector=True)
+        with pytest.raises(RedisRecallError) as refused:
+            await store.erase(EraseTarget.user("acme", "ana"), OpContext.with_timeout(0.6))
         assert "still being settled" in str(refused.value)
     finally:
         proxy.heal()

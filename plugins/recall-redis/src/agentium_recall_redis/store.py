@@ -371,14 +371,13 @@ class RedisRecallStore(RecallStore):
     async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
         """Store each source's vector beside its row; how many were stored (a stale one is skipped).
 
-        A vector is stored only if its source's current row is at the
-        vector's revision, and replaces the row's previous vector; a source
-        that changes or is deleted loses its vector in the script that
-        removes its row. A tenant holds vectors of one model: a batch that
-        mixes models, or is of another model than the tenant's stored
-        vectors, raises ``EmbeddingModelMismatchError`` and writes nothing.
-        Calls carry at most 256 vectors and 1 MiB each, 16 calls per round
-        trip; a batch naming several tenants is all or nothing per tenant.
+        A vector is stored only if its source's current row is at the vector's revision, and replaces the
+        row's previous vector; a source that changes or is deleted loses its vector in the script that
+        removes its row. A tenant holds vectors of one model: a batch that mixes models, or is of another
+        model than the tenant's stored vectors, raises ``EmbeddingModelMismatchError`` and writes nothing.
+        Calls carry at most 256 vectors and 1 MiB each, 16 calls per round trip; a batch naming several
+        tenants is all or nothing per tenant. A cut-off write's settlement names its sources' owners: an
+        erasure of other owners does not wait for it.
         """
         ctx.raise_if_expired("recall index")
         entries = list(vectors)
@@ -404,7 +403,8 @@ class RedisRecallStore(RecallStore):
         for tenant, found in by_tenant.items():
             prefix = tenant_prefix(self._config.key_prefix, tenant)
             calls: list[Call] = [(VECTORS, [model, count, *args]) for count, args in vector_calls(found)]
-            written = await self._writer.write(link, prefix, calls, ctx, "recall index")
+            owners = frozenset(owner_key(o) for sid in found if (o := owner_of_source_id(sid)) is not None)
+            written = await self._writer.write(link, prefix, calls, ctx, "recall index", owners=owners)
             stored += sum(int(r) for r in written.results)
         return stored
 
