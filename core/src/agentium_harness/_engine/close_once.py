@@ -63,6 +63,14 @@ class _Attempt:
         work = self.work
         return inspect.iscoroutine(work) and inspect.getcoroutinestate(work) == inspect.CORO_CREATED
 
+    def __del__(self) -> None:
+        # A close no caller ever ran again goes with its CloseOnce: closed here, quietly. Left to the
+        # garbage collector it said "coroutine ... was never awaited" at a random later moment; the
+        # cut-off WARNING already said the close never began.
+        work = self.work
+        if inspect.iscoroutine(work) and inspect.getcoroutinestate(work) == inspect.CORO_CREATED:
+            work.close()
+
     def end(self) -> None:
         """Ended: a close that began is let go (its frames); one that never began is kept to run again."""
         if not self.unbegun():
