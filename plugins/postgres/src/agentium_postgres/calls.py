@@ -233,7 +233,12 @@ async def settle_manual(conn: psycopg.AsyncConnection[Any], exc: BaseException, 
 
 
 async def settle_in_time(
-    conn: psycopg.AsyncConnection[Any], pipeline: Any, exc: BaseException, pooled: bool, ctx: OpContext
+    conn: psycopg.AsyncConnection[Any],
+    pipeline: Any,
+    exc: BaseException,
+    pooled: bool,
+    ctx: OpContext,
+    pending: set[asyncio.Task[None]],
 ) -> asyncio.Task[None] | None:
     """Leave the pipeline and roll back after a failure; the task doing it if it outlasts the call.
 
@@ -244,6 +249,8 @@ async def settle_in_time(
     (``plugin_api.before_cancel``; at once for a call already past it); a task still running
     then is returned, and the connection must go back to its pool only once it ended.
     A lent connection (the host's) is settled inline as before: its next call would meet it.
+    The task is kept in ``pending`` from the start, not only once the call ended: ``aclose()``
+    waits for those, and one still waited for inside its call (a stalled network) was not.
     """
     left = ctx.time_left()
     if not pooled or left is None:
@@ -256,6 +263,8 @@ async def settle_in_time(
         await settle_manual(conn, exc, pooled)
 
     task = asyncio.get_running_loop().create_task(settle())
+    pending.add(task)
+    task.add_done_callback(pending.discard)
     with anyio.CancelScope(shield=True), anyio.move_on_after(before_cancel(left)):
         await asyncio.wait({task})
     return None if task.done() else task

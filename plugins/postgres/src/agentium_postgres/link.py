@@ -145,7 +145,8 @@ class PgLink:
         # Each call in flight: its cancel scope, the loop it runs on and how far it got. aclose()
         # cancels them, so a call with no deadline on a frozen server does not wait forever.
         self._running: dict[anyio.CancelScope, tuple[asyncio.AbstractEventLoop, Outcome]] = {}
-        # Connections going back to their pool once the rollback still running on them ends.
+        # The rollbacks of failed transactions running in tasks of their own, and the returns of
+        # their connections to their pool once they ended: aclose() waits for both.
         self._returning: set[asyncio.Task[None]] = set()
         # The owned pool's last failure to connect (None once a connection succeeded).
         self._last_connect_error: BaseException | None = None
@@ -420,7 +421,7 @@ class PgLink:
                 await pipeline.__aexit__(None, None, None)
                 return result
         except BaseException as exc:
-            outcome.settling = await settle_in_time(conn, pipeline, exc, pooled, ctx)
+            outcome.settling = await settle_in_time(conn, pipeline, exc, pooled, ctx, self._returning)
             raise
         # The work is done: commit it whole, even if the caller is cancelled meanwhile; but wait
         # for the server's answer no longer than the deadline allows (a stalled server must not
@@ -568,9 +569,11 @@ class PgLink:
     async def _close_all(self) -> None:
         """Close the owned pools and wait for a lent connection's COMMIT; raise what did not close."""
         here = running_loop()
-        returning = [t for t in self._returning if t.get_loop() is here]
-        if returning:  # a rollback that outlasted its call: bounded by SETTLE_S itself
-            with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
+        # A rollback still running (inside its call, or after it) and its connection's return: a
+        # return begins as its rollback ends, so look again until none is left (SETTLE_S in all).
+        # list() first: another loop's thread may add or drop its own tasks meanwhile.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
+            while returning := [t for t in list(self._returning) if t.get_loop() is here and not t.done()]:
                 await asyncio.wait(returning)
         problems = await self._owned.aclose(close_pool, SETTLE_S)
         # A COMMIT still being finished on the lent connection: waited for, so that the host may

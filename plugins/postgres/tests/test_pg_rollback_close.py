@@ -1,0 +1,69 @@
+"""``aclose()`` waits for the rollback of a call's failed transaction still running on a pooled connection.
+
+A failed transaction on a pooled connection is rolled back in a task of its own
+(``calls.settle_in_time``), which the call waits for until a margin before its
+deadline; only once the call ended was that task known to ``aclose()``. A
+rollback still unanswered while the call waited for it (a stalled network) was
+not waited for: ``aclose()`` closed the pool and returned with the call still
+running and its connection still open under it. The ROLLBACK is held by a
+proxy between the client and the real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import attrs
+import psycopg
+import pytest
+from pg_proxy import HoldingProxy
+
+from agentium_harness import AgentiumError
+from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_harness.testing import scoped_snapshot
+from agentium_postgres import PostgresConfig, PostgresSessionStore
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("acme", "ana", "s1")
+
+
+async def test_aclose_waits_for_a_rollback_still_held_inside_a_call(
+    app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    # Every write of a snapshot fails in the server: the call's transaction is rolled back.
+    admin.execute(
+        f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql '
+        "AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
+    )
+    admin.execute(
+        f'CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON "{schema}".session_snapshots '
+        f'FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()'
+    )
+    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1))
+    try:
+        with anyio.fail_after(10):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
+            proxy.armed = True
+            save = asyncio.create_task(
+                store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(1.0))
+            )
+            await proxy.held.wait()  # the INSERT failed; its ROLLBACK is held on its way
+            closing = asyncio.create_task(store.aclose())
+            await asyncio.sleep(0.25)
+            assert not closing.done(), "aclose() returned while a call's rollback was still unanswered"
+            proxy.armed = False
+            proxy.release.set()
+            await closing
+            # The call ends with a typed error (the server's refusal or the close), nothing written.
+            with pytest.raises(AgentiumError):
+                await save
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".session_snapshots').fetchone() == (0,)
+    finally:
+        await store.aclose()
+        await proxy.close()
