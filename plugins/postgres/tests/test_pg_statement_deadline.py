@@ -272,3 +272,71 @@ async def test_a_first_use_check_stopped_short_of_the_deadline_is_the_deadlines_
         assert not ticket.abandoned
     finally:
         await store.aclose()
+
+
+async def test_a_statement_begun_late_is_stopped_before_the_deadline_too(
+    app_config: PostgresConfig, pg_server: Any, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``statement_timeout`` counts from each statement's start: one begun late is stopped in time too.
+
+    The save's UPDATE reaches the server 0.25 s into a 0.5 s call (a slow network here; a statement
+    after slower ones alike) and waits for a row lock. Its timeout (0.45 s, set once for the
+    transaction) ran past the deadline: the engine's cancellation came first and psycopg closed the
+    host's lent connection. The client's cancel request at the margin stops it in time.
+    """
+    proxy = HoldingProxy(pg_server.port, b"UPDATE ")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    kept = 0
+    try:
+        for _ in range(3):  # an overloaded machine may lose the margin: again, then
+            conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+            store = PostgresSessionStore(app_config, connection=conn)
+            try:
+                with anyio.fail_after(20):
+                    stored = await store.load(KEY, OpContext.with_timeout(5))
+                    base = stored.revision if stored is not None else None
+                    if base is None:
+                        base = await store.save(
+                            KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(20)
+                        )
+                    with holding_snapshot_lock(pg_server.admin_dsn(), schema, KEY):
+                        proxy.held.clear()
+                        proxy.release.clear()
+                        proxy.armed = True
+
+                        async def late() -> None:
+                            await proxy.held.wait()
+                            await anyio.sleep(0.25)
+                            proxy.armed = False
+                            proxy.release.set()
+
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(late)
+                            ticket = Ticket(None, "test", 20.0)
+                            with (
+                                caplog.at_level(logging.WARNING),
+                                pytest.raises(OperationCancelledError) as caught,
+                            ):
+                                await ticket.call(
+                                    "session save",
+                                    lambda ctx, store=store, base=base: store.save(
+                                        KEY, scoped_snapshot(KEY, " late"), base, ctx
+                                    ),
+                                    timeout_s=0.5,
+                                )
+                        assert not ticket.abandoned, ticket.abandoned
+                        if isinstance(caught.value, OperationTimeoutError):
+                            continue  # the engine's cancellation came first (psycopg may close the link)
+                    assert not conn.closed, f"the host's connection was closed: {caught.value!r}"
+                    assert "the server stopped it" in str(caught.value), repr(caught.value)
+                    stored = await store.load(KEY, OpContext.with_timeout(5))
+                    assert stored is not None and stored.revision == base  # nothing of the late save
+                    kept += 1
+                    break
+            finally:
+                await store.aclose()
+                await conn.close()
+    finally:
+        await proxy.close()
+    assert kept, "the engine's cancellation came first every time: the host's connection was closed"

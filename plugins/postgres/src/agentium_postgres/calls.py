@@ -29,6 +29,7 @@ __all__ = [
     "CLIENT_SLACK_S",
     "SETTLE_S",
     "Outcome",
+    "ServerStop",
     "StaleConnection",
     "abandon_pipeline",
     "check_if_idle",
@@ -143,7 +144,7 @@ class Outcome:
     deadline_bound: bool = False
 
 
-def statement_timeout_ms(ctx: OpContext, ceiling_s: float) -> int:
+def statement_timeout_ms(ctx: OpContext, ceiling_s: float, outcome: Outcome) -> int:
     """``statement_timeout`` (ms) for ``ctx``: the configured ceiling, or a margin short of its deadline.
 
     The margin is ``plugin_api.before_cancel``'s. A statement timed to the deadline itself (as before)
@@ -152,10 +153,14 @@ def statement_timeout_ms(ctx: OpContext, ceiling_s: float) -> int:
     call then found closed), or the rollback after the server's cancel ran into, or past, the
     engine's grace (the call reported abandoned). Stopped by the server first, the statement's
     transaction is rolled back on a connection still in sync, and the call ends with its own
-    error (:func:`deadline_stop`).
+    error (:func:`deadline_stop`). Notes in ``outcome`` whether the deadline set it.
     """
     left = ctx.time_left()
-    return max(1, math.ceil(1000 * (ceiling_s if left is None else min(ceiling_s, before_cancel(left)))))
+    timeout_ms = max(
+        1, math.ceil(1000 * (ceiling_s if left is None else min(ceiling_s, before_cancel(left))))
+    )
+    outcome.deadline_bound = timeout_ms < math.ceil(1000 * ceiling_s)
+    return timeout_ms
 
 
 def deadline_stop(name: str, operation: str) -> OperationCancelledError:
@@ -190,6 +195,52 @@ def commit_wait(ctx: OpContext) -> float:
     """
     left = ctx.time_left()
     return SETTLE_S if left is None else min(SETTLE_S, before_cancel(left))
+
+
+#: The cancel requests of :class:`ServerStop` on their way (asyncio keeps tasks weakly).
+_CANCELLING: set[asyncio.Task[None]] = set()
+
+
+class ServerStop:
+    """A cancel request sent to the server a margin before the call's deadline, for a statement begun late.
+
+    ``statement_timeout`` is set once per transaction and counts from each statement's start: a
+    statement begun after earlier ones took their time (or blocked on a lock after a slow one)
+    would run past the deadline, and the engine's cancellation came first (psycopg then closed the
+    connection, a lent one too). At ``plugin_api.before_cancel`` of what was left when armed, the
+    statement still running is cancelled by the server (``QueryCanceled``, as by its own timeout;
+    the call is noted deadline-bound). :meth:`disarm` before anything else is sent on the
+    connection (COMMIT, ROLLBACK, a later call): a request on its way is waited for, so it cannot
+    stop those (the server ignores one arriving between statements).
+    """
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], ctx: OpContext, outcome: Outcome) -> None:
+        self._conn, self._ctx, self._outcome = conn, ctx, outcome
+        self._task: asyncio.Task[None] | None = None
+        left = ctx.time_left()
+        loop = asyncio.get_running_loop()
+        self._timer = None if left is None else loop.call_later(before_cancel(left), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._outcome.deadline_bound = True
+        self._task = task = asyncio.get_running_loop().create_task(self._cancel())
+        _CANCELLING.add(task)  # referenced until it ends, even once disarm() stopped waiting for it
+        task.add_done_callback(_CANCELLING.discard)
+
+    async def _cancel(self) -> None:
+        with contextlib.suppress(Exception):  # a request that failed stopped nothing; the engine will
+            await self._conn.cancel_safe(timeout=SETTLE_S)
+
+    async def disarm(self) -> None:
+        """No request from now on; one on its way is waited for (shielded, until :func:`commit_wait`)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(commit_wait(self._ctx)):
+                await asyncio.wait({task})
 
 
 class StaleConnection(Exception):

@@ -15,17 +15,17 @@ idle; a COMMIT cut off on it is finished before its next call (:mod:`.lent`).
 
 **Deadlines and cancellation.** The server cancels a statement past
 ``statement_timeout``, which ends a margin before the call's deadline
-(``calls.statement_timeout_ms``): the transaction is rolled back on a
-connection still in sync, which is kept. The client also runs the call under
-an anyio cancel scope ending shortly after the deadline, and psycopg answers a
+(``calls.statement_timeout_ms``), and one begun later than the transaction
+(it counts from each statement's start) on the client's cancel request sent at
+that margin (``calls.ServerStop``): the transaction is rolled back on a
+connection still in sync, which is kept. The client also runs the call under an
+anyio cancel scope ending shortly after the deadline; psycopg answers a
 cancellation (that one, or the engine's) by sending the server a cancel
-request. The transaction is rolled back (shielded from the cancellation, so
-the rollback itself runs; on a pooled connection in a task that may outlast
-the call, ``calls.settle_in_time``) and a connection of a pool that saw its statement
-interrupted is closed rather than reused: the in-flight work is discarded,
-never half kept. A write's
-``COMMIT`` is shielded: once a call's work is done it commits whole or the
-server rolls it back. Its answer is awaited until a margin before the deadline
+request. The transaction is rolled back (shielded; on a pooled connection in a
+task that may outlast the call, ``calls.settle_in_time``) and a pooled
+connection that saw its statement interrupted is closed rather than reused.
+A write's ``COMMIT`` is shielded: it commits whole or the server rolls it
+back. Its answer is awaited until a margin before the deadline
 (``calls.commit_wait``): a commit the connection lost, or one not confirmed by then, is
 reported as :class:`~agentium_postgres.errors.PostgresUnavailableError`
 (outcome unknown, nothing acknowledged), never as a cancellation that
@@ -66,6 +66,7 @@ from .calls import (
     CLIENT_SLACK_S,
     SETTLE_S,
     Outcome,
+    ServerStop,
     StaleConnection,
     abandon_pipeline,
     check_if_idle,
@@ -391,7 +392,7 @@ class PgLink:
     ) -> T:
         if self._facts is None:
             await self._first_use(conn, ctx, operation, outcome)
-        timeout_ms = self._statement_timeout_ms(ctx, outcome)
+        timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s, outcome)
         if not conn.autocommit:
             # A lent connection outside autocommit: psycopg's own transaction handling.
             return await self._managed_transaction(
@@ -406,6 +407,7 @@ class PgLink:
         # cancellable like any statement (a read commits nothing, so cutting it off loses nothing).
         pipeline = conn.pipeline()
         batch = await pipeline.__aenter__()
+        stop = ServerStop(conn, ctx, outcome)  # a statement begun late is stopped in time too
         try:
             await conn.execute("BEGIN")
             await conn.execute(
@@ -415,12 +417,15 @@ class PgLink:
             result = await work(conn)
             if write:
                 await batch.sync()
+                await stop.disarm()
             ctx.raise_if_expired(operation)
             if not write:
                 await conn.execute("COMMIT")
                 await pipeline.__aexit__(None, None, None)
+                await stop.disarm()
                 return result
         except BaseException as exc:
+            await stop.disarm()
             outcome.settling = await settle_in_time(conn, pipeline, exc, pooled, ctx, self._returning)
             raise
         # The work is done: commit it whole, even if the caller is cancelled meanwhile; but wait
@@ -488,14 +493,17 @@ class PgLink:
     ) -> T:
         tx = conn.transaction()
         await tx.__aenter__()
+        stop = ServerStop(conn, ctx, outcome)
         try:
             await conn.execute(
                 "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true), " + _UTC,
                 (str(timeout_ms), TENANT_SETTING, tenant_key or ""),
             )
             result = await work(conn)
+            await stop.disarm()
             ctx.raise_if_expired(operation)
         except BaseException as exc:
+            await stop.disarm()
             await settle_transaction(conn, tx, exc, pooled)
             raise
         outcome.commit_sent = write
@@ -521,14 +529,8 @@ class PgLink:
             if self._facts is not None:
                 return
             # Its statements under the same ceiling as a call's: schema_meta may be locked.
-            timeout_ms = self._statement_timeout_ms(ctx, outcome)
+            timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s, outcome)
             self._facts = await check_schema(conn, self._name, self._config, self._needs, timeout_ms)
-
-    def _statement_timeout_ms(self, ctx: OpContext, outcome: Outcome) -> int:
-        """``statement_timeout`` for ``ctx`` (ms); notes in ``outcome`` whether the deadline set it."""
-        timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s)
-        outcome.deadline_bound = timeout_ms < math.ceil(1000 * self._config.statement_timeout_s)
-        return timeout_ms
 
     # -- errors ---------------------------------------------------------------------------------
 
