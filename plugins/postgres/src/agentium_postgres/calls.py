@@ -406,7 +406,10 @@ async def give_back(
     """
     settling, outcome.settling = outcome.settling, None
     if settling is None or settling.done():
-        await pool.putconn(conn)
+        # Shielded: a call cancelled by now (its deadline, the runtime) whose return waited for the
+        # pool's lock (another task returning or taking a connection) never returned it.
+        with anyio.CancelScope(shield=True):
+            await pool.putconn(conn)
         return
 
     async def after() -> None:
