@@ -23,17 +23,16 @@ from pg_proxy import HoldingProxy
 from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing import scoped_snapshot
-from agentium_postgres import PostgresConfig, PostgresSessionStore
+from agentium_postgres import PostgresConfig, PostgresSessionStore, PostgresSessionStoreError
+from agentium_postgres import link as pg_link
 
 pytestmark = pytest.mark.anyio
 
 KEY = SessionKey("acme", "ana", "s1")
 
 
-async def test_aclose_waits_for_a_rollback_still_held_inside_a_call(
-    app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
-) -> None:
-    # Every write of a snapshot fails in the server: the call's transaction is rolled back.
+def refuse_snapshot_writes(admin: psycopg.Connection[Any], schema: str) -> None:
+    """Every write of a snapshot fails in the server: the call's transaction is rolled back."""
     admin.execute(
         f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql '
         "AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
@@ -42,6 +41,12 @@ async def test_aclose_waits_for_a_rollback_still_held_inside_a_call(
         f'CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON "{schema}".session_snapshots '
         f'FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()'
     )
+
+
+async def test_aclose_waits_for_a_rollback_still_held_inside_a_call(
+    app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    refuse_snapshot_writes(admin, schema)
     proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
     port = await proxy.start()
     dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
@@ -67,3 +72,37 @@ async def test_aclose_waits_for_a_rollback_still_held_inside_a_call(
     finally:
         await store.aclose()
         await proxy.close()
+
+
+async def test_aclose_says_so_when_a_rollback_is_still_unanswered_at_its_bound(
+    app_config: PostgresConfig,
+    pg_server: Any,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The wait for such a rollback is bounded (SETTLE_S, 10 s; 0.3 s here). Past it aclose() went on
+    # and returned as if all had closed, a connection still open under the unanswered ROLLBACK:
+    # it says so now, as it does of a pool that did not close.
+    monkeypatch.setattr(pg_link, "SETTLE_S", 0.3)
+    refuse_snapshot_writes(admin, schema)
+    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1))
+    try:
+        with anyio.fail_after(10):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None
+            proxy.armed = True
+            save = asyncio.create_task(
+                store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(0.5))
+            )
+            await proxy.held.wait()
+            with pytest.raises(PostgresSessionStoreError, match="rollback") as caught:
+                await store.aclose()
+            assert "still unanswered" in str(caught.value), str(caught.value)
+            with pytest.raises(AgentiumError):
+                await save
+    finally:
+        await proxy.close()
+        await asyncio.sleep(0.05)  # the held ROLLBACK ends; its connection is closed (the pool was)

@@ -559,7 +559,7 @@ class PgLink:
         loop). A COMMIT still being finished on a lent connection (see
         :mod:`.lent`) is waited for, so the host may then close the connection.
         Raises the adapter's error class (to every caller) when a pool did not
-        close in time, or that COMMIT is still unanswered after 10 s.
+        close in time, or that COMMIT, or a failed call's rollback, is still unanswered after 10 s.
         """
         await self._closing.run(self._begin_close)
 
@@ -571,13 +571,15 @@ class PgLink:
     async def _close_all(self) -> None:
         """Close the owned pools and wait for a lent connection's COMMIT; raise what did not close."""
         here = running_loop()
-        # A rollback still running (inside its call, or after it) and its connection's return: a
-        # return begins as its rollback ends, so look again until none is left (SETTLE_S in all).
-        # list() first: another loop's thread may add or drop its own tasks meanwhile.
-        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
+        # A rollback still running (in its call or after it) and its connection's return (which
+        # begins as it ends): looked for until none is left, SETTLE_S in all (past it, said).
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S) as waited:
+            # list() first: another loop's thread may change the set meanwhile.
             while returning := [t for t in list(self._returning) if t.get_loop() is here and not t.done()]:
                 await asyncio.wait(returning)
         problems = await self._owned.aclose(close_pool, SETTLE_S)
+        if waited.cancelled_caught:
+            problems.append("a failed call's rollback is still unanswered; its connection closes then")
         # A COMMIT still being finished on the lent connection: waited for, so that the host may
         # close the connection once aclose() returned (see lent_settled).
         if self._lent_connection is not None and not await lent_settled(self._lent_connection, SETTLE_S):
