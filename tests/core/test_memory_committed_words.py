@@ -131,3 +131,31 @@ async def test_a_session_stores_typed_error_is_committed_by_its_class_alone() ->
     assert interruption is not None and interruption.cause is InterruptionCause.STEP_FAILED
     assert FOREIGN.encode() not in committed and b"globex" not in committed
     assert interruption.detail.startswith("SessionStoreError (the session store's error"), interruption.detail
+
+
+class OneErrorObject(InMemoryMemoryStore):
+    """Raises one exception object on every read, whatever the run (a store may keep one per failure)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.error = MemoryStoreError(f"row {FOREIGN} of tenant globex is locked")
+
+    async def history(self, scope: Any, fact_id: str, ctx: Any) -> Any:
+        raise self.error
+
+
+async def test_a_stores_reused_error_object_is_never_marked_so_a_later_run_still_commits_what_ran() -> None:
+    # The engine marked the store's own object (its commit state, message, committed words): the
+    # next run the same object stopped took the last run's state ("committed as group …") for its
+    # own and committed nothing of what ran.
+    store = OneErrorObject()
+    first, _ = await _tool_run(store)
+    second, committed = await _tool_run(store)
+    for error in (first, second):
+        assert error is not store.error and type(error) is MemoryStoreError
+        assert FOREIGN in str(error) and str(error).count("committed as group") == 1, str(error)
+        assert error.commit_state is CommitState.COMMITTED and error.run_result is not None
+        assert error.run_result.retained.interruption is not None
+    assert str(store.error) == f"row {FOREIGN} of tenant globex is locked"
+    assert store.error.commit_state is None and store.error.committed_detail is None
+    assert FOREIGN.encode() not in committed
