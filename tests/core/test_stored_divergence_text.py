@@ -1,7 +1,8 @@
 """A stored divergence's detail and a stored receipt's digest hold only what the engine writes.
 
-The detail is the archive's message, cut to ``MAX_DIVERGENCE_DETAIL_BYTES`` (16 KiB) when the
-divergence is recorded; earlier versions kept it whole, so a stored one loads up to
+The detail is the archive's conflict by its class (its message, which may name another tenant's
+rows, is only in the ``archive_diverged`` diagnostic, cut to ``MAX_DIVERGENCE_DETAIL_BYTES``, 16 KiB);
+earlier versions kept the message (whole, at first), so a stored one loads up to
 ``MAX_STORED_DIVERGENCE_DETAIL_BYTES`` (256 KiB). A receipt's digest is a group's, ``sha256:`` and
 64 lowercase hex digits. A stored snapshot holding anything else is damage: refused on decode by
 every store (``decode_snapshot``), even with a matching digest, and the stored row is left as it is.
@@ -126,9 +127,15 @@ async def test_the_engine_cuts_a_long_conflict_message_and_the_session_loads_aga
         assert result.eviction is EvictionStatus.DIVERGED
         loaded = await store.load(SessionKey("tenant-a", "alice", "s1"), OpContext())
         assert loaded is not None and loaded.snapshot.divergence is not None
+        # The record is committed: the archive's message (another tenant's rows, perhaps) is never in
+        # it, only its class; the diagnostic has the message, cut to the same bound.
         detail = loaded.snapshot.divergence.detail
-        assert detail.startswith("conflict üü") and detail.endswith("bytes, cut]")
+        assert detail.startswith("ArchiveConflictError") and "ü" not in detail
         assert len(detail.encode("utf-8")) <= MAX_DIVERGENCE_DETAIL_BYTES
+        (note,) = [d for d in result.diagnostics if d.code == "archive_diverged"]
+        said = note.message.split(detail + ": ", 1)[1]
+        assert said.startswith("conflict üü") and said.endswith("bytes, cut]")
+        assert len(said.encode("utf-8")) <= MAX_DIVERGENCE_DETAIL_BYTES
         view = await rt.inspect_session(alice, "s1")
         assert view.divergence == loaded.snapshot.divergence
     finally:

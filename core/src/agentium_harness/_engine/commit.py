@@ -38,7 +38,7 @@ from .._ports.sessions import (
 from .._ports.snapshot import MAX_DIVERGENCE_DETAIL_BYTES, seal_new_snapshot, snapshot_bytes
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
-from .._text import cut_text, error_text
+from .._text import clean_text, cut_text, error_text
 from .._validators import exact_int, shown_number
 from .archive_receipts import archive_groups, checked_receipts
 from .commit_fence import refuse_if_erased_since_load
@@ -189,7 +189,7 @@ async def commit(
                 # Nothing was written; record the divergence with a separate save below.
                 divergence = _divergence(plan, exc)
                 eviction = EvictionStatus.DIVERGED
-                diagnostics.append(_diverged_diagnostic(divergence))
+                diagnostics.append(_diverged_diagnostic(divergence, exc))
             except Exception as exc:
                 # The transaction may have landed although the call failed: settle that first, so a
                 # landed commit is neither reported failed nor retried into a conflict.
@@ -267,7 +267,7 @@ async def commit(
         except ArchiveConflictError as exc:
             divergence = _divergence(plan, exc)
             eviction = EvictionStatus.DIVERGED
-            diagnostics.append(_diverged_diagnostic(divergence))
+            diagnostics.append(_diverged_diagnostic(divergence, exc))
         except Exception as exc:
             eviction = EvictionStatus.DEFERRED
             code = (
@@ -494,10 +494,15 @@ def _sealed(
 
 
 def _divergence(plan: EvictionPlan, exc: ArchiveConflictError) -> ArchiveDivergence:
-    """The divergence an archive's conflict records: the groups to evict, its message cut to the bound."""
+    """The divergence an archive's conflict records: the groups to evict, the conflict by its class.
+
+    The record is committed (the snapshot holds it until reconciled): the archive's message, which may
+    name another tenant's rows, is never in it; the ``archive_diverged`` diagnostic says it to the host.
+    """
     # Cut here: the record itself takes a detail up to the stored bound (earlier versions' whole
     # messages), and no new record may hold more than MAX_DIVERGENCE_DETAIL_BYTES.
-    detail = cut_text(error_text(exc, named=False), MAX_DIVERGENCE_DETAIL_BYTES)[0]
+    said = f"{clean_text(type(exc).__name__)} (the archive's conflict; its text is not committed)"
+    detail = cut_text(said, MAX_DIVERGENCE_DETAIL_BYTES)[0]
     return ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=detail)
 
 
@@ -535,11 +540,20 @@ def check_revision(revision: object, expected: int | None) -> int:
     return exact
 
 
-def _diverged_diagnostic(divergence: ArchiveDivergence) -> Diagnostic:
+def _diverged_diagnostic(
+    divergence: ArchiveDivergence, exc: ArchiveConflictError | None = None
+) -> Diagnostic:
+    """The ``archive_diverged`` note: the record's detail, and the archive's message when it just conflicted.
+
+    The message (cut to the record's bound) is the host's, in the run's result: never committed.
+    """
+    said = (
+        "" if exc is None else ": " + cut_text(error_text(exc, named=False), MAX_DIVERGENCE_DETAIL_BYTES)[0]
+    )
     return Diagnostic(
         "archive_diverged",
         f"the archive holds different groups at seq(s) {list(divergence.seqs)[:5]} that this session "
         "never committed; eviction is stopped and the session needs reconciliation "
-        "(agentium session reconcile): " + divergence.detail,
+        "(agentium session reconcile): " + divergence.detail + said,
         Severity.ERROR,
     )

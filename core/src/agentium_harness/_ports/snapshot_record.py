@@ -58,9 +58,10 @@ class ArchiveDivergence:
     """The archive holds groups that differ from this session's at seqs it never committed.
 
     ``seqs`` are the conflicting sequence numbers found when eviction was
-    attempted; ``detail`` is the archive's error message, cut to
-    :data:`MAX_DIVERGENCE_DETAIL_BYTES` when the engine records it (one an
-    earlier version recorded whole is kept, up to
+    attempted; ``detail`` names the archive's conflict by its class when the
+    engine records it (its message, which may name another tenant's rows, is
+    only in the ``archive_diverged`` diagnostic; earlier versions recorded
+    the message, cut to :data:`MAX_DIVERGENCE_DETAIL_BYTES`, or whole: kept, up to
     :data:`MAX_STORED_DIVERGENCE_DETAIL_BYTES`). Built directly, it takes
     what a load takes, that stored bound and no more: a decode builds it
     through this constructor and the engine carries a loaded one forward

@@ -1,0 +1,84 @@
+"""What an archive (or any adapter) said never reaches committed history by way of a record the engine keeps.
+
+A session's snapshot is rewritten by every save and its groups are archived:
+what they hold is this tenant's history. An archive's error text may name
+another tenant's rows (a shared backend's message), so the records the
+engine commits about an archive's failure say it in the engine's words — the
+error by its class, the session's own seqs — while the host still gets the
+whole text in the run's diagnostics (never committed):
+
+- an eviction the archive refused as a conflict (``ArchiveDivergence.detail``);
+- a summary update that could not read a group (``CoverageGap.detail``);
+- an adapter's sequence that could not be read (a ``ContractViolationError``
+  quoting its exception) stopping a turn whose tools ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from agentium_harness import VerifiedIdentity
+from agentium_harness._engine.build import create_harness_runtime
+from agentium_harness._engine.limits import ResidentLimits
+from agentium_harness._engine.results import EvictionStatus
+from agentium_harness._engine.runtime import RuntimeLimits
+from agentium_harness._errors import ArchiveConflictError
+from agentium_harness._history import MessageGroup
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.archive import ArchiveReceipt
+from agentium_harness._scope import SessionKey
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+
+pytestmark = pytest.mark.anyio
+
+#: Another tenant's row, which the archive's error names.
+FOREIGN = "row-globex-salaries-77"
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _committed(sessions: InMemorySessionStore, archive: InMemoryArchive) -> bytes:
+    """Every byte committed: the session's snapshot rows and the archived groups."""
+    stored = [row for _, row in sessions._rows.values()]
+    stored += [data for groups in archive._groups.values() for data, _ in groups.values()]
+    assert stored, "nothing was committed"
+    return b"".join(stored)
+
+
+class ConflictingArchive(InMemoryArchive):
+    """Refuses every eviction as a conflict, its message naming another tenant's row."""
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> list[ArchiveReceipt]:
+        raise ArchiveConflictError(f"seq 0 is held by {FOREIGN} of tenant globex")
+
+
+async def test_an_archive_conflict_is_recorded_in_the_engines_words_its_text_only_diagnosed() -> None:
+    sessions, archive = InMemorySessionStore(), ConflictingArchive()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=sessions,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    async with rt:
+        await rt.run(ANA, "s1", "q0")
+        result = await rt.run(ANA, "s1", "q1")
+        view = await rt.inspect_session(ANA, "s1")
+    assert result.eviction is EvictionStatus.DIVERGED
+    (note,) = [d for d in result.diagnostics if d.code == "archive_diverged"]
+    assert FOREIGN in note.message  # the host has the archive's words, never committed
+    assert view.divergence is not None and view.divergence.seqs == (0,)
+    assert view.divergence.detail.startswith("ArchiveConflictError"), view.divergence.detail
+    assert FOREIGN.encode() not in _committed(sessions, archive) and b"globex" not in _committed(
+        sessions, archive
+    )
