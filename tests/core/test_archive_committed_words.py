@@ -16,6 +16,7 @@ whole text in the run's diagnostics (never committed):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -24,13 +25,15 @@ from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
 from agentium_harness._engine.results import EvictionStatus
 from agentium_harness._engine.runtime import RuntimeLimits
-from agentium_harness._errors import ArchiveConflictError
+from agentium_harness._errors import ArchiveConflictError, ArchiveCorruptError, ArchiveError
 from agentium_harness._history import MessageGroup
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.archive import ArchiveReceipt
+from agentium_harness._ports.summary import GapReason, SummaryLimits
 from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.providers import ExtractiveProvider, ScriptedProvider
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 
 pytestmark = pytest.mark.anyio
 
@@ -79,6 +82,52 @@ async def test_an_archive_conflict_is_recorded_in_the_engines_words_its_text_onl
     assert FOREIGN in note.message  # the host has the archive's words, never committed
     assert view.divergence is not None and view.divergence.seqs == (0,)
     assert view.divergence.detail.startswith("ArchiveConflictError"), view.divergence.detail
+    assert FOREIGN.encode() not in _committed(sessions, archive) and b"globex" not in _committed(
+        sessions, archive
+    )
+
+
+class UnreadableArchive(InMemoryArchive):
+    """Reads fail while ``down`` is set, with ``error``: its message names another tenant's row."""
+
+    down = False
+    error: type[ArchiveError] = ArchiveError
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        if self.down:
+            raise self.error(f"{FOREIGN} of tenant globex holds the lock")
+        return await super().read_groups(key, start_seq, max_groups, ctx)
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [(ArchiveError, GapReason.UNAVAILABLE), (ArchiveCorruptError, GapReason.CHANGED)],
+    ids=["unavailable", "changed"],
+)
+async def test_a_summary_gap_names_the_archives_error_by_its_class_its_text_only_diagnosed(
+    error: type[ArchiveError], reason: GapReason
+) -> None:
+    sessions, archive = InMemorySessionStore(), UnreadableArchive()
+    archive.error = error
+    rt = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=sessions,
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    async with rt:
+        for i in range(3):
+            await rt.run(ANA, "s1", f"Fact {i}: the widget weighs {i} grams.")
+        archive.down = True
+        result = await rt.run(ANA, "s1", "Fact 3: one more.")
+    assert result.summary is not None
+    (gap,) = result.summary.gaps
+    assert gap.reason is reason and FOREIGN not in gap.detail, gap.detail
+    assert error.__name__ in gap.detail, gap.detail
+    (note,) = [d for d in result.diagnostics if d.code == "summary_gap"]
+    assert FOREIGN in note.message  # the host has the archive's words, never committed
     assert FOREIGN.encode() not in _committed(sessions, archive) and b"globex" not in _committed(
         sessions, archive
     )

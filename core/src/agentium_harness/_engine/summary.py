@@ -64,7 +64,7 @@ from .._ports.summary import (
     fit_notes,
 )
 from .._scope import SessionKey, encode_segment
-from .._text import error_text, one_line, shorten
+from .._text import clean_text, error_text, one_line, shorten
 from .._validators import shown_number
 from .adapter_lists import listed, read_on
 from .commit import CommitOutcome
@@ -97,8 +97,8 @@ GroupReader = Callable[[SessionKey, int, int, OpContext], Awaitable[Sequence[Mes
 
 #: Digest characters shown per citation in the model request: enough to tell groups apart, few tokens.
 _SHOWN_DIGEST = 19  # "sha256:" and 12 hex digits
-#: Longest ``CoverageGap.detail``: it quotes an adapter's error of any size, and rides in the snapshot
-#: (rewritten by every save while the gap stands) and in the ``summary_gap`` diagnostic.
+#: Longest ``CoverageGap.detail`` (rides in the snapshot, rewritten by every save while the gap stands)
+#: and longest archive error text the ``summary_gap`` diagnostic quotes (of any size, never committed).
 _MAX_GAP_DETAIL = 300
 
 
@@ -188,10 +188,12 @@ def _next_erased(seq: int, erased: Sequence[SeqRange]) -> int:
     return min((span.start for span in erased if span.start > seq), default=seq + 10**12)
 
 
-def _gap_diagnostic(gap: CoverageGap) -> Diagnostic:
+def _gap_diagnostic(gap: CoverageGap, said: str | None) -> Diagnostic:
+    """The ``summary_gap`` note: the gap's detail, and ``said`` (the archive's text, never committed)."""
+    quoted = "" if said is None else f" ({shorten(said, _MAX_GAP_DETAIL)})"
     return Diagnostic(
         "summary_gap",
-        f"the summary frontier stopped at group {gap.seq} ({gap.reason.value}): {gap.detail}; "
+        f"the summary frontier stopped at group {gap.seq} ({gap.reason.value}): {gap.detail}{quoted}; "
         "the next update retries it",
         Severity.WARNING,
     )
@@ -199,8 +201,13 @@ def _gap_diagnostic(gap: CoverageGap) -> Diagnostic:
 
 async def _read(
     ticket: Ticket, reader: GroupReader, key: SessionKey, start: int, count: int, timeout_s: float
-) -> tuple[list[MessageGroup], CoverageGap | None]:
-    """Read ``count`` groups from ``start``; on a failure, find the first group that cannot be read."""
+) -> tuple[list[MessageGroup], CoverageGap | None, str | None]:
+    """Read ``count`` groups from ``start``; on a failure, find the first group that cannot be read.
+
+    A gap a failed read ends in names the error by its class: the gap is saved with the snapshot
+    (committed), and an archive's error text may name another tenant's rows. That text is returned
+    apart, for the ``summary_gap`` diagnostic alone.
+    """
 
     async def batch(ctx: OpContext) -> list[object]:
         async def page(at: int, n: int) -> list[MessageGroup]:
@@ -213,7 +220,7 @@ async def _read(
 
     try:
         got = await ticket.call("summary group read", batch, timeout_s=timeout_s)
-        return got, None  # type: ignore[return-value]  # its type is checked with the rest (_admissible)
+        return got, None, None  # type: ignore[return-value]  # its type is checked with the rest (_admissible)
     except Exception as exc:
         # Any failure is narrowed down below, group by group; the batch error is not reported as such.
         del exc
@@ -232,13 +239,18 @@ async def _read(
             # indexing could raise or lie, outside the call (a non-sequence is a gap, as a failure).
             first = listed(one, 0, "summary group read", "groups")
         except ArchiveCorruptError as exc:
-            return good, CoverageGap(seq, GapReason.CHANGED, str(exc))
+            return good, CoverageGap(seq, GapReason.CHANGED, _read_failed(exc)), error_text(exc)
         except Exception as exc:
-            return good, CoverageGap(seq, GapReason.UNAVAILABLE, error_text(exc))
+            return good, CoverageGap(seq, GapReason.UNAVAILABLE, _read_failed(exc)), error_text(exc)
         if not first:
-            return good, CoverageGap(seq, GapReason.UNAVAILABLE, "the archive did not return it")
+            return good, CoverageGap(seq, GapReason.UNAVAILABLE, "the archive did not return it"), None
         good.append(first[0])  # type: ignore[arg-type]  # its type is checked with the rest (_admissible)
-    return good, None
+    return good, None, None
+
+
+def _read_failed(exc: Exception) -> str:
+    """A failed read of one group, in the engine's words: the error by its class, never its text."""
+    return f"its read raised {clean_text(type(exc).__name__)} (its text is not committed)"
 
 
 def _admissible(
@@ -396,11 +408,12 @@ async def update_summary(
     if start >= boundary:
         return SummaryUpdate(current if current != original else None, start - first, ())
     count = min(boundary - start, limits.max_groups, _next_erased(start, erased) - start)
-    groups, read_gap = await _read(ticket, reader, key, start, count, limits.timeout_s)
+    groups, read_gap, read_said = await _read(ticket, reader, key, start, count, limits.timeout_s)
     run, gap = _admissible(key, start, start + count, groups, receipts, limits)
+    said: str | None = None  # the archive's text for the gap, said to the host, never committed
     if read_gap is not None and len(run) == len(groups):
         # The read itself says why it stopped there (changed, unavailable): that beats a guess.
-        gap = read_gap
+        gap, said = read_gap, read_said
     diagnostics: list[Diagnostic] = []
     summary = previous
     offered, canonical = _offered(run, view)
@@ -462,7 +475,7 @@ async def update_summary(
         if gap is not None and gap.seq == summary.frontier
         else ()
     )
-    diagnostics.extend(_gap_diagnostic(g) for g in gaps)
+    diagnostics.extend(_gap_diagnostic(g, said) for g in gaps)
     # Citations of erased groups the summary still carries keep saying so.
     cited_seqs = {c.seq for c in summary.citations}
     still = [s for s in (current.erased_citations or ()) if s in cited_seqs] if current is not None else []
