@@ -682,7 +682,11 @@ async def test_a_summary_read_answering_no_sequence_is_a_gap_not_a_foreign_error
         result = await rt.run(ANA, "s1", "Fact 5: the widget number 5 weighs 35 grams.")
     assert result.committed and result.summary is not None
     (gap,) = result.summary.gaps
-    assert gap.reason is GapReason.UNAVAILABLE and "not a sequence" in gap.detail
+    # The gap is committed: the refusal by its class (its text quotes what the archive answered);
+    # the summary_gap diagnostic says it whole.
+    assert gap.reason is GapReason.UNAVAILABLE and "ContractViolationError" in gap.detail
+    (note,) = [d for d in result.diagnostics if d.code == "summary_gap"]
+    assert "not a sequence" in note.message
     archive.kind = archive.single = None
     healed = await rt.run(ANA, "s1", "Fact 6: the widget number 6 weighs 42 grams.")
     assert healed.summary is not None and healed.summary.gaps == ()
