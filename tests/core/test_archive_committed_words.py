@@ -131,3 +131,32 @@ async def test_a_summary_gap_names_the_archives_error_by_its_class_its_text_only
     assert FOREIGN.encode() not in _committed(sessions, archive) and b"globex" not in _committed(
         sessions, archive
     )
+
+
+class Unreadable(Sequence[object]):
+    """A sequence whose iterator raises an error naming another tenant's row."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i: Any) -> Any:
+        raise IndexError(i)
+
+    def __iter__(self) -> Any:
+        raise RuntimeError(f"cursor over {FOREIGN} of tenant globex was closed")
+
+
+def test_an_adapters_sequence_that_cannot_be_read_is_committed_by_its_errors_class() -> None:
+    # The refusal quotes the adapter's exception for the host; a stop it causes after tools ran
+    # commits it (retained.interruption.detail), where only the engine's words may go.
+    from agentium_harness._engine.adapter_lists import listed
+    from agentium_harness._engine.turn_commit import committed_text
+    from agentium_harness._errors import ContractViolationError
+
+    with pytest.raises(ContractViolationError) as caught:
+        listed(Unreadable(), 4, "archive InMemoryArchive.append", "receipts")
+    assert FOREIGN in str(caught.value)
+    committed = committed_text(caught.value)
+    assert FOREIGN not in committed and "globex" not in committed, committed
+    assert committed.startswith("ContractViolationError: archive InMemoryArchive.append returned"), committed
+    assert "(RuntimeError)" in committed, committed

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from .._errors import ContractViolationError
 from .._history import MessageGroup
-from .._text import error_text
+from .._text import clean_text, error_text
 
 __all__ = ["adapter_method", "bounded_list", "listed", "read_on"]
 
@@ -53,9 +53,16 @@ def listed(raw: object, limit: int, who: str, what: str = "items") -> list[objec
         # iterator yields is what is used, and it is never read past one item over the bound.
         return list(islice(iter(raw), max(limit, 0) + 1))
     except Exception as exc:
-        raise ContractViolationError(
+        error = ContractViolationError(
             f"{who} returned a sequence that could not be read ({error_text(exc)}); nothing of it was used"
-        ) from exc
+        )
+        # Committed (a stop after tools ran: turn_commit.committed_text) by the exception's class: its
+        # text is the adapter's and may name another tenant's rows. The message, the host's, keeps it.
+        error.committed_detail = (
+            f"ContractViolationError: {who} returned a sequence that could not be read "
+            f"({clean_text(type(exc).__name__)}); nothing of it was used"
+        )
+        raise error from exc
 
 
 def bounded_list(raw: object, limit: int, who: str, what: str, item: type[T]) -> list[T]:
