@@ -109,16 +109,38 @@ def _store(proxy: BlackHoleProxy) -> RedisRecallStore:
     return RedisRecallStore(RedisRecallConfig(url=proxy.url, key_prefix=new_prefix(), settle_timeout_s=5.0))
 
 
-async def test_another_tenants_stuck_settlement_neither_delays_nor_refuses_an_erase(
-    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
+# Each was refused, after waiting until just before its deadline: another tenant's, or another
+# user's, settlement was still being settled (a vector write's was started without its owners).
+OTHERS = [
+    pytest.param(SourceOwner("globex", "bo", "s9"), EraseTarget.tenant("acme"), False, id="tenant"),
+    pytest.param(SourceOwner("acme", "cy", "s2"), EraseTarget.user("acme", "ana"), False, id="user"),
+    pytest.param(SourceOwner("acme", "cy", "s2"), EraseTarget.user("acme", "ana"), True, id="user-vector"),
+]
+OWN = [
+    pytest.param(SourceOwner("acme", "cy", "s2"), EraseTarget.tenant("acme"), False, id="tenant"),
+    pytest.param(
+        SourceOwner("acme", "ana", "s1", "proj"),
+        EraseTarget.session("acme", "ana", "s1"),
+        False,
+        id="session",
+    ),
+    pytest.param(SourceOwner("acme", "ana", "s2"), EraseTarget.user("acme", "ana"), True, id="user-vector"),
+]
+
+
+@pytest.mark.parametrize(("cut_off", "target", "vector"), OTHERS)
+async def test_another_owners_stuck_settlement_neither_delays_nor_refuses_an_erase(
+    proxy: BlackHoleProxy,
+    request_loop: asyncio.AbstractEventLoop,
+    cut_off: SourceOwner,
+    target: EraseTarget,
+    vector: bool,
 ) -> None:
     store = _store(proxy)
     try:
-        _stuck_settlement(store, proxy, request_loop, SourceOwner("globex", "bo", "s9"))
+        _stuck_settlement(store, proxy, request_loop, cut_off, vector=vector)
         began = time.monotonic()
-        # Was refused, after waiting until just before its deadline: another tenant's settlement is still
-        # being settled.
-        report = await store.erase(EraseTarget.tenant("acme"), OpContext.with_timeout(2))
+        report = await store.erase(target, OpContext.with_timeout(2))
         assert time.monotonic() - began < 1.0  # not its wait's bound (1.6 s here)
         assert report.status is EraseStatus.COMPLETE
         assert report.counts == count_items(document=1)
@@ -127,77 +149,21 @@ async def test_another_tenants_stuck_settlement_neither_delays_nor_refuses_an_er
         await store.aclose()
 
 
-async def test_the_erased_tenants_own_stuck_settlement_still_refuses_the_erase(
-    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
+@pytest.mark.parametrize(("cut_off", "target", "vector"), OWN)
+async def test_the_erased_owners_own_stuck_settlement_still_refuses_the_erase(
+    proxy: BlackHoleProxy,
+    request_loop: asyncio.AbstractEventLoop,
+    cut_off: SourceOwner,
+    target: EraseTarget,
+    vector: bool,
 ) -> None:
     store = _store(proxy)
     try:
-        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "cy", "s2"))
+        _stuck_settlement(store, proxy, request_loop, cut_off, vector=vector)
         with pytest.raises(RedisRecallError) as refused:
-            await store.erase(EraseTarget.tenant("acme"), OpContext.with_timeout(0.6))
+            await store.erase(target, OpContext.with_timeout(0.6))
         text = str(refused.value)
         assert "still being settled" in text and "nothing was erased" in text, text
-    finally:
-        proxy.heal()
-        await store.aclose()
-
-
-async def test_another_users_stuck_settlement_neither_delays_nor_refuses_a_users_erase(
-    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
-) -> None:
-    store = _store(proxy)
-    try:
-        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "cy", "s2"))
-        began = time.monotonic()
-        report = await store.erase(EraseTarget.user("acme", "ana"), OpContext.with_timeout(2))  # was refused
-        assert time.monotonic() - began < 1.0
-        assert report.status is EraseStatus.COMPLETE
-        assert report.counts == count_items(document=1)
-    finally:
-        proxy.heal()
-        await store.aclose()
-
-
-async def test_the_erased_users_own_stuck_settlement_still_refuses_a_session_erase(
-    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
-) -> None:
-    store = _store(proxy)
-    try:
-        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "ana", "s1", "proj"))
-        with pytest.raises(RedisRecallError) as refused:
-            await store.erase(EraseTarget.session("acme", "ana", "s1"), OpContext.with_timeout(0.6))
-        assert "still being settled" in str(refused.value)
-    finally:
-        proxy.heal()
-        await store.aclose()
-
-
-async def test_another_users_stuck_vector_settlement_neither_delays_nor_refuses_a_users_erase(
-    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
-) -> None:
-    store = _store(proxy)
-    try:
-        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "cy", "s2"), vector=True)
-        began = time.monotonic()
-        # Was refused: a vector write's settlement was started without its sources' owners.
-        report = await store.erase(EraseTarget.user("acme", "ana"), OpContext.with_timeout(2))
-        assert time.monotonic() - began < 1.0
-        assert report.status is EraseStatus.COMPLETE
-        assert report.counts == count_items(document=1)
-    finally:
-        proxy.heal()
-        await store.aclose()
-
-
-async def test_the_erased_users_own_stuck_vector_settlement_still_refuses_a_users_erase(
-    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop
-) -> None:
-    store = _store(proxy)
-    try:
-        _stuck_settlement(store, proxy, request_loop, SourceOwner("acme", "ana", "s2"), vector=True)
-        with pytest.raises(RedisRecallError) as refused:
-            await store.erase(EraseTarget.user("acme", "ana"), OpContext.with_timeout(0.6))
-        assert "still being settled" in str(refused.value)
     finally:
         proxy.heal()
         await store.aclose()
