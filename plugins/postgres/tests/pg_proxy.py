@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-__all__ = ["HoldingProxy"]
+__all__ = ["CANCEL_REQUEST", "HoldingProxy"]
+
+#: A cancel request's first bytes (length 16, code 80877102), on a connection of its own.
+CANCEL_REQUEST = (16).to_bytes(4, "big") + (80877102).to_bytes(4, "big")
 
 
 class HoldingProxy:
@@ -17,6 +20,7 @@ class HoldingProxy:
 
     def __init__(self, port: int, hold: bytes) -> None:
         self.armed = False
+        self.cancel_delay = 0.0
         self._hold = hold
         self.held = asyncio.Event()
         self.release = asyncio.Event()
@@ -45,6 +49,8 @@ class HoldingProxy:
     async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await src.read(65536):
+                if upstream and self.cancel_delay and CANCEL_REQUEST in data:
+                    await asyncio.sleep(self.cancel_delay)
                 if upstream and self.armed and self._hold in data:
                     self.held.set()
                     await self.release.wait()

@@ -233,14 +233,27 @@ class ServerStop:
             await self._conn.cancel_safe(timeout=SETTLE_S)
 
     async def disarm(self) -> None:
-        """No request from now on; one on its way is waited for (shielded, until :func:`commit_wait`)."""
+        """No request from now on; one on its way is waited for (shielded, until :func:`commit_wait`).
+
+        One still on its way then fences the connection: its lock (which psycopg takes for every
+        statement) is held until the request has been handled, so the next statement on it, the
+        host's on a lent connection or another call's on a pooled one, is sent only once the
+        request can no longer stop it. Letting the connection go at once (as before), a request
+        reaching the server late (a slow network to its listener) cancelled that statement.
+        """
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         task, self._task = self._task, None
         if task is not None and not task.done():
-            with anyio.CancelScope(shield=True), anyio.move_on_after(commit_wait(self._ctx)):
-                await asyncio.wait({task})
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(commit_wait(self._ctx)):
+                    await asyncio.wait({task})
+                lock = self._conn.lock
+                if not task.done():  # free (the call's statement ended); a host's bound by the request's
+                    with anyio.move_on_after(SETTLE_S):
+                        await lock.acquire()
+                        task.add_done_callback(lambda _: lock.release())
 
 
 class StaleConnection(Exception):

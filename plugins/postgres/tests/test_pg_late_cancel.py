@@ -1,0 +1,63 @@
+"""A cancel request still on its way when the call's statement ended never stops a later statement.
+
+``calls.ServerStop`` sends the server a cancel request a margin before the call's deadline. The
+request cancels whatever the connection runs when it reaches the server: one that arrived after
+the call's statement ended (a slow network to the listener) stopped the next statement on that
+connection, the host's own on a lent connection or another call's on a pooled one. The call waited
+for it only until its margin (tens of milliseconds) and then let the connection go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+from pg_proxy import HoldingProxy
+
+from agentium_harness.plugin_api import OpContext, OperationCancelledError, SessionKey
+from agentium_postgres import PostgresConfig, PostgresSessionStore
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("acme", "ana", "s1")
+
+
+async def test_a_late_cancel_request_does_not_stop_the_hosts_next_statement_on_a_lent_connection(
+    app_config: PostgresConfig, pg_server: Any, schema: str
+) -> None:
+    # The load's statements are held on their way past the moment its cancel request is sent
+    # (0.25 s into a 0.3 s call), then answered; the request itself reaches the server 0.3 s later.
+    proxy = HoldingProxy(pg_server.port, b"SELECT revision")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    try:
+        with anyio.fail_after(10):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
+            proxy.cancel_delay = 0.3
+            proxy.armed = True
+
+            async def answer_late() -> None:
+                await proxy.held.wait()
+                await asyncio.sleep(0.28)
+                proxy.armed = False
+                proxy.release.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer_late)
+                try:
+                    await store.load(KEY, OpContext.with_timeout(0.3))
+                except OperationCancelledError:
+                    pass  # the deadline's: either way, the host's connection is its own again
+            assert proxy.held.is_set()
+            # The host's own statement, on its connection, right after the call: not cancelled.
+            cur = await conn.execute("SELECT pg_sleep(0.4), 7")
+            assert await cur.fetchone() == ("", 7)
+    finally:
+        await store.aclose()
+        await conn.close()
+        await proxy.close()
