@@ -18,6 +18,7 @@ import pytest
 from pg_proxy import HoldingProxy
 
 from agentium_harness.plugin_api import OpContext, OperationCancelledError, SessionKey
+from agentium_harness.testing import scoped_snapshot
 from agentium_postgres import PostgresConfig, PostgresSessionStore
 
 pytestmark = pytest.mark.anyio
@@ -57,6 +58,47 @@ async def test_a_late_cancel_request_does_not_stop_the_hosts_next_statement_on_a
             # The host's own statement, on its connection, right after the call: not cancelled.
             cur = await conn.execute("SELECT pg_sleep(0.4), 7")
             assert await cur.fetchone() == ("", 7)
+    finally:
+        await store.aclose()
+        await conn.close()
+        await proxy.close()
+
+
+async def test_a_late_cancel_request_before_a_writes_commit_stops_the_write_and_spares_the_next_statement(
+    app_config: PostgresConfig, pg_server: Any, schema: str
+) -> None:
+    # The save's UPDATE is held past its cancel request (0.25 s into a 0.3 s call), then answered;
+    # the request reaches the server 0.3 s later. Its COMMIT either went out ahead of the request
+    # (the host's next statement was cancelled) or waited behind it past the deadline (reported
+    # "outcome unknown", then committed late): the write is now stopped, nothing committed.
+    proxy = HoldingProxy(pg_server.port, b"UPDATE ")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    try:
+        with anyio.fail_after(10):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(5))
+            proxy.cancel_delay = 0.3
+            proxy.armed = True
+
+            async def answer_late() -> None:
+                await proxy.held.wait()
+                await asyncio.sleep(0.28)
+                proxy.armed = False
+                proxy.release.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer_late)
+                with pytest.raises(OperationCancelledError) as caught:
+                    await store.save(KEY, scoped_snapshot(KEY, " late"), base, OpContext.with_timeout(0.3))
+            assert proxy.held.is_set()
+            assert caught.value.reason == "deadline passed", repr(caught.value)
+            assert "nothing was committed" in str(caught.value), repr(caught.value)
+            cur = await conn.execute("SELECT pg_sleep(0.4), 7")  # the host's: not cancelled
+            assert await cur.fetchone() == ("", 7)
+            stored = await store.load(KEY, OpContext.with_timeout(5))
+            assert stored is not None and stored.revision == base
     finally:
         await store.aclose()
         await conn.close()

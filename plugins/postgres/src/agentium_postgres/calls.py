@@ -13,7 +13,8 @@ import contextlib
 import logging
 import math
 import weakref
-from typing import Any, Final
+from collections.abc import Awaitable
+from typing import Any, Final, TypeVar
 
 import anyio
 import attrs
@@ -197,6 +198,8 @@ def commit_wait(ctx: OpContext) -> float:
     return SETTLE_S if left is None else min(SETTLE_S, before_cancel(left))
 
 
+T = TypeVar("T")
+
 #: The cancel requests of :class:`ServerStop` on their way (asyncio keeps tasks weakly).
 _CANCELLING: set[asyncio.Task[None]] = set()
 
@@ -214,8 +217,11 @@ class ServerStop:
     stop those (the server ignores one arriving between statements).
     """
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], ctx: OpContext, outcome: Outcome) -> None:
+    def __init__(
+        self, conn: psycopg.AsyncConnection[Any], ctx: OpContext, outcome: Outcome, name: str, operation: str
+    ) -> None:
         self._conn, self._ctx, self._outcome = conn, ctx, outcome
+        self._what = (name, operation)  # for deadline_stop
         self._task: asyncio.Task[None] | None = None
         left = ctx.time_left()
         loop = asyncio.get_running_loop()
@@ -232,28 +238,62 @@ class ServerStop:
         with contextlib.suppress(Exception):  # a request that failed stopped nothing; the engine will
             await self._conn.cancel_safe(timeout=SETTLE_S)
 
-    async def disarm(self) -> None:
+    async def disarm(self, *, fence: bool = True, commit: bool = False) -> None:
         """No request from now on; one on its way is waited for (shielded, until :func:`commit_wait`).
 
-        One still on its way then fences the connection: its lock (which psycopg takes for every
-        statement) is held until the request has been handled, so the next statement on it, the
-        host's on a lent connection or another call's on a pooled one, is sent only once the
-        request can no longer stop it. Letting the connection go at once (as before), a request
-        reaching the server late (a slow network to its listener) cancelled that statement.
+        One still on its way then fences the connection (unless ``fence`` is false: see
+        :meth:`around`): its lock, which psycopg takes for every statement, is held until the
+        request has been handled, so the next statement on it, the host's on a lent connection or
+        another call's on a pooled one, is sent only once the request can no longer stop it.
+        Letting the connection go at once (as before), a request reaching the server late (a slow
+        network to its listener) cancelled that statement. With ``commit`` (before the call's
+        COMMIT) such a request stops the call instead (:func:`deadline_stop`, nothing committed:
+        its rollback follows, then the fence): the COMMIT would wait behind it past the deadline.
         """
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        task, self._task = self._task, None
+        task = self._task
         if task is not None and not task.done():
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(commit_wait(self._ctx)):
                     await asyncio.wait({task})
-                lock = self._conn.lock
-                if not task.done():  # free (the call's statement ended); a host's bound by the request's
-                    with anyio.move_on_after(SETTLE_S):
-                        await lock.acquire()
-                        task.add_done_callback(lambda _: lock.release())
+                if commit and not task.done():
+                    raise deadline_stop(*self._what)
+                if fence:
+                    await self._fence()
+
+    async def around(self, settle: Awaitable[T]) -> T:
+        """:meth:`disarm`, run ``settle`` (the call's rollback), then fence the connection.
+
+        The rollback is not held behind the request (a lent connection's is waited for inline: a
+        slow request held the call past the engine's grace), nor is one on a connection psycopg
+        closed when the call was cancelled (the rollback fails at once there).
+        """
+        await self.disarm(fence=False)
+        try:
+            return await settle
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._fence()
+
+    async def _fence(self) -> None:
+        task, self._task = self._task, None
+        lock = self._conn.lock
+        if task is None or task.done() or self._conn.closed:
+            return
+        if not lock.locked():  # the call's statements ended: taken at once, before anything else
+            await lock.acquire()
+            task.add_done_callback(lambda _: lock.release())
+            return
+
+        async def hold() -> None:  # behind a pooled rollback still running: its connection's next user
+            async with lock:  # queues behind this (the lock is first come, first served)
+                await asyncio.wait({task})
+
+        held = asyncio.get_running_loop().create_task(hold())
+        _CANCELLING.add(held)
+        held.add_done_callback(_CANCELLING.discard)
 
 
 class StaleConnection(Exception):

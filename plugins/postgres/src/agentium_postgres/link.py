@@ -407,7 +407,7 @@ class PgLink:
         # cancellable like any statement (a read commits nothing, so cutting it off loses nothing).
         pipeline = conn.pipeline()
         batch = await pipeline.__aenter__()
-        stop = ServerStop(conn, ctx, outcome)  # a statement begun late is stopped in time too
+        stop = ServerStop(conn, ctx, outcome, self._name, operation)  # a statement begun late too
         try:
             await conn.execute("BEGIN")
             await conn.execute(
@@ -417,7 +417,7 @@ class PgLink:
             result = await work(conn)
             if write:
                 await batch.sync()
-                await stop.disarm()
+                await stop.disarm(commit=True)
             ctx.raise_if_expired(operation)
             if not write:
                 await conn.execute("COMMIT")
@@ -425,8 +425,9 @@ class PgLink:
                 await stop.disarm()
                 return result
         except BaseException as exc:
-            await stop.disarm()
-            outcome.settling = await settle_in_time(conn, pipeline, exc, pooled, ctx, self._returning)
+            outcome.settling = await stop.around(
+                settle_in_time(conn, pipeline, exc, pooled, ctx, self._returning)
+            )
             raise
         # The work is done: commit it whole, even if the caller is cancelled meanwhile; but wait
         # for the server's answer no longer than the deadline allows (a stalled server must not
@@ -493,18 +494,17 @@ class PgLink:
     ) -> T:
         tx = conn.transaction()
         await tx.__aenter__()
-        stop = ServerStop(conn, ctx, outcome)
+        stop = ServerStop(conn, ctx, outcome, self._name, operation)
         try:
             await conn.execute(
                 "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true), " + _UTC,
                 (str(timeout_ms), TENANT_SETTING, tenant_key or ""),
             )
             result = await work(conn)
-            await stop.disarm()
+            await stop.disarm(commit=True)
             ctx.raise_if_expired(operation)
         except BaseException as exc:
-            await stop.disarm()
-            await settle_transaction(conn, tx, exc, pooled)
+            await stop.around(settle_transaction(conn, tx, exc, pooled))
             raise
         outcome.commit_sent = write
         if not pooled:
