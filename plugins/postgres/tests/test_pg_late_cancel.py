@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 import anyio
+import attrs
 import psycopg
 import pytest
 from pg_proxy import HoldingProxy
@@ -102,4 +103,51 @@ async def test_a_late_cancel_request_before_a_writes_commit_stops_the_write_and_
     finally:
         await store.aclose()
         await conn.close()
+        await proxy.close()
+
+
+async def test_a_late_cancel_request_does_not_stop_the_next_calls_statement_on_a_pooled_connection(
+    app_config: PostgresConfig, pg_server: Any, schema: str
+) -> None:
+    # As on a lent connection: the pool's one connection goes to the next call, a save whose UPDATE
+    # waits for a row lock (held until 0.5 s after the load) while the load's request arrives.
+    proxy = HoldingProxy(pg_server.port, b"SELECT revision")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1))
+    try:
+        with anyio.fail_after(10), psycopg.connect(pg_server.admin_dsn()) as holder:
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(5))
+            holder.execute(
+                f'SELECT 1 FROM "{schema}".session_snapshots WHERE tenant_key = %s AND user_key = %s '
+                "AND session_key = %s FOR UPDATE",
+                KEY.key_segments(),
+            )
+            proxy.cancel_delay = 0.3
+            proxy.armed = True
+
+            async def answer_late() -> None:
+                await proxy.held.wait()
+                await asyncio.sleep(0.28)
+                proxy.armed = False
+                proxy.release.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer_late)
+                try:
+                    await store.load(KEY, OpContext.with_timeout(0.3))
+                except OperationCancelledError:
+                    pass
+            assert proxy.held.is_set()
+
+            async def unlock_later() -> None:
+                await asyncio.sleep(0.5)
+                holder.rollback()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(unlock_later)
+                saved = await store.save(KEY, scoped_snapshot(KEY, " next"), base, OpContext.with_timeout(5))
+            assert saved == base + 1
+    finally:
+        await store.aclose()
         await proxy.close()
