@@ -151,3 +151,51 @@ async def test_a_late_cancel_request_does_not_stop_the_next_calls_statement_on_a
     finally:
         await store.aclose()
         await proxy.close()
+
+
+async def test_the_next_call_on_a_lent_connection_fenced_by_a_late_request_ends_in_time(
+    app_config: PostgresConfig, pg_server: Any, schema: str
+) -> None:
+    # The load's request, delayed 1 s, fences the host's connection. The next call (0.3 s) waited
+    # for the fence as it began its pipeline, until its client-side cut-off 0.25 s past its
+    # deadline (or the engine's cancellation at it). It now waits only until its margin, and ends
+    # with its own error, having sent nothing.
+    proxy = HoldingProxy(pg_server.port, b"SELECT revision")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    store = PostgresSessionStore(app_config, connection=conn)
+    try:
+        with anyio.fail_after(10):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
+            proxy.cancel_delay = 1.0
+            proxy.armed = True
+
+            async def answer_late() -> None:
+                await proxy.held.wait()
+                await asyncio.sleep(0.28)
+                proxy.armed = False
+                proxy.release.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer_late)
+                try:
+                    await store.load(KEY, OpContext.with_timeout(0.3))
+                except OperationCancelledError:
+                    pass
+            assert proxy.held.is_set()
+            began = anyio.current_time()
+            with pytest.raises(OperationCancelledError) as caught:
+                await store.load(KEY, OpContext.with_timeout(0.3))
+            took = anyio.current_time() - began
+            assert took < 0.3, took
+            assert caught.value.reason == "deadline passed", repr(caught.value)
+            assert "nothing was sent" in str(caught.value), repr(caught.value)
+            proxy.cancel_delay = 0
+            cur = await conn.execute("SELECT 7")  # the host's, once the request was handled
+            assert await cur.fetchone() == (7,)
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    finally:
+        await store.aclose()
+        await conn.close()
+        await proxy.close()

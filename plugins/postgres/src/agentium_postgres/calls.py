@@ -277,6 +277,31 @@ class ServerStop:
             with anyio.CancelScope(shield=True):
                 await self._fence()
 
+    @staticmethod
+    async def wait_cleared(
+        conn: psycopg.AsyncConnection[Any], ctx: OpContext, name: str, operation: str
+    ) -> None:
+        """Before a call sends anything: wait for a fence on ``conn`` until a margin before the deadline.
+
+        An earlier call's request still on its way holds the connection's lock (up to ``SETTLE_S``):
+        waited for in the call's first statement (or its pipeline's start), the call ran into its
+        deadline (the engine's cancellation, or the client's slack past it) instead of ending with
+        its own error a margin before it. Past that margin it ends here, nothing sent.
+        """
+        if not conn.lock.locked():
+            return
+        left = ctx.time_left()
+        with anyio.move_on_after(math.inf if left is None else before_cancel(left)) as waited:
+            async with conn.lock:
+                pass
+        if waited.cancelled_caught:
+            raise OperationCancelledError(
+                f"{name}: {operation} did not finish in time: its connection was still busy just before its "
+                "deadline (an earlier call's cancel request on its way to the server holds it); nothing "
+                "was sent or committed",
+                "deadline passed",
+            )
+
     async def _fence(self) -> None:
         task, self._task = self._task, None
         lock = self._conn.lock

@@ -212,17 +212,14 @@ class PgLink:
     ) -> T:
         """Run ``work(conn)`` in one transaction for tenant ``tenant_key`` under ``ctx``'s deadline.
 
-        ``tenant_key`` is the tenant's key segment (``None``: no tenant, no
-        tenant row is visible). ``write=False`` says the work only reads: its
-        statements and COMMIT may then travel in one round trip. A write's
-        statements are all executed (and cancellable) before its COMMIT is
-        sent, shielded, and waited for until a margin before the deadline:
-        past it the outcome is unknown to the call
-        (:class:`~agentium_postgres.errors.PostgresUnavailableError`). Raises
-        the plugin's typed errors;
-        :class:`~agentium_harness.plugin_api.OperationCancelledError` when the
-        context was cancelled or its deadline passed before any COMMIT was
-        sent (nothing committed).
+        ``tenant_key`` is the tenant's key segment (``None``: no tenant, no tenant row is visible).
+        ``write=False`` says the work only reads: its statements and COMMIT may then travel in one
+        round trip. A write's statements are all executed (and cancellable) before its COMMIT is
+        sent, shielded, and waited for until a margin before the deadline: past it the outcome is
+        unknown to the call (:class:`~agentium_postgres.errors.PostgresUnavailableError`). Raises
+        the plugin's typed errors; :class:`~agentium_harness.plugin_api.OperationCancelledError`
+        when the context was cancelled or its deadline passed before any COMMIT was sent (nothing
+        committed).
         """
         checked_ctx(ctx, operation).raise_if_expired(operation)
         require_asyncio(operation)
@@ -390,6 +387,7 @@ class PgLink:
         write: bool,
         outcome: Outcome,
     ) -> T:
+        await ServerStop.wait_cleared(conn, ctx, self._name, operation)  # an earlier call's request
         if self._facts is None:
             await self._first_use(conn, ctx, operation, outcome)
         timeout_ms = statement_timeout_ms(ctx, self._config.statement_timeout_s, outcome)
