@@ -20,7 +20,7 @@ from pg_proxy import HoldingProxy
 
 from agentium_harness.plugin_api import OpContext, OperationCancelledError, SessionKey
 from agentium_harness.testing import scoped_snapshot
-from agentium_postgres import PostgresConfig, PostgresSessionStore
+from agentium_postgres import PostgresConfig, PostgresSessionStore, PostgresUnavailableError
 
 pytestmark = pytest.mark.anyio
 
@@ -198,4 +198,58 @@ async def test_the_next_call_on_a_lent_connection_fenced_by_a_late_request_ends_
     finally:
         await store.aclose()
         await conn.close()
+        await proxy.close()
+
+
+async def test_a_lent_pool_that_checks_connections_does_not_hand_out_one_still_fenced(
+    app_config: PostgresConfig, pg_server: Any, schema: str
+) -> None:
+    # The host's pool checks each connection it hands out (a statement: it takes the connection's
+    # lock). Returned while its load's request (delayed 1 s) still fenced it, the connection was
+    # handed to the next call, whose check waited for the fence past that call's deadline. It now
+    # goes back once the fence cleared: the next call's wait for a connection ends at its margin.
+    from psycopg_pool import AsyncConnectionPool
+
+    proxy = HoldingProxy(pg_server.port, b"SELECT revision")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn,
+        min_size=0,
+        max_size=1,
+        open=False,
+        kwargs={"autocommit": True},
+        check=AsyncConnectionPool.check_connection,
+    )
+    await pool.open()
+    store = PostgresSessionStore(app_config, pool=pool)
+    try:
+        with anyio.fail_after(10):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
+            proxy.cancel_delay = 1.0
+            proxy.armed = True
+
+            async def answer_late() -> None:
+                await proxy.held.wait()
+                await asyncio.sleep(0.28)
+                proxy.armed = False
+                proxy.release.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer_late)
+                try:
+                    await store.load(KEY, OpContext.with_timeout(0.3))
+                except OperationCancelledError:
+                    pass
+            assert proxy.held.is_set()
+            began = anyio.current_time()
+            with pytest.raises(PostgresUnavailableError) as caught:  # none available in time
+                await store.load(KEY, OpContext.with_timeout(0.3))
+            took = anyio.current_time() - began
+            assert took < 0.3, (took, caught.value)
+            proxy.cancel_delay = 0
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # back once fenced off
+    finally:
+        await store.aclose()
+        await pool.close()
         await proxy.close()

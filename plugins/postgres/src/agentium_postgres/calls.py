@@ -477,13 +477,16 @@ async def check_if_idle(
 async def give_back(
     pool: Any, conn: psycopg.AsyncConnection[Any], outcome: Outcome, returning: set[asyncio.Task[None]]
 ) -> None:
-    """Return ``conn`` to ``pool``: now, or once the rollback still running on it ended.
+    """Return ``conn`` to ``pool``: now, or once the rollback still running on it, and a fence, ended.
 
+    A fence (:class:`ServerStop`: an earlier request still on its way holds the connection's lock)
+    is waited for too: handed out at once, the connection's next user waited for it, a pool's own
+    ``check`` of it first (outside the call's margin, and any bound of the pool's).
     ``returning`` keeps such a return's task referenced (asyncio holds tasks weakly) until it
     ends; ``aclose()`` waits for them.
     """
     settling, outcome.settling = outcome.settling, None
-    if settling is None or settling.done():
+    if (settling is None or settling.done()) and not conn.lock.locked():
         # Shielded: a call cancelled by now (its deadline, the runtime) whose return waited for the
         # pool's lock (another task returning or taking a connection) never returned it.
         with anyio.CancelScope(shield=True):
@@ -492,7 +495,11 @@ async def give_back(
 
     async def after() -> None:
         with anyio.CancelScope(shield=True):
-            await asyncio.wait({settling})
+            if settling is not None:
+                await asyncio.wait({settling})
+            with anyio.move_on_after(SETTLE_S):  # the fence is bounded itself; the pool closes it
+                async with conn.lock:  # first come, first served: after a fence queued behind a rollback
+                    pass
             await pool.putconn(conn)
 
     task = asyncio.get_running_loop().create_task(after())
