@@ -10,6 +10,7 @@ for it only until its margin (tens of milliseconds) and then let the connection 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -27,6 +28,35 @@ pytestmark = pytest.mark.anyio
 KEY = SessionKey("acme", "ana", "s1")
 
 
+async def held_past_its_request(
+    proxy: HoldingProxy, cancel_delay: float, call: Callable[[], Awaitable[object]]
+) -> OperationCancelledError | None:
+    """Run ``call`` (a 0.3 s call) with its statement held past its cancel request, then answered.
+
+    The request is sent 0.25 s into the call; the held statement is answered at 0.28 s, and the
+    request reaches the server ``cancel_delay`` later. Returns the call's ``OperationCancelledError``
+    (the deadline's), or ``None`` when it returned.
+    """
+    proxy.cancel_delay = cancel_delay
+    proxy.armed = True
+    caught: OperationCancelledError | None = None
+
+    async def answer_late() -> None:
+        await proxy.held.wait()
+        await asyncio.sleep(0.28)
+        proxy.armed = False
+        proxy.release.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer_late)
+        try:
+            await call()
+        except OperationCancelledError as exc:
+            caught = exc
+    assert proxy.held.is_set()
+    return caught
+
+
 async def test_a_late_cancel_request_does_not_stop_the_hosts_next_statement_on_a_lent_connection(
     app_config: PostgresConfig, pg_server: Any, schema: str
 ) -> None:
@@ -40,22 +70,7 @@ async def test_a_late_cancel_request_does_not_stop_the_hosts_next_statement_on_a
     try:
         with anyio.fail_after(10):
             assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
-            proxy.cancel_delay = 0.3
-            proxy.armed = True
-
-            async def answer_late() -> None:
-                await proxy.held.wait()
-                await asyncio.sleep(0.28)
-                proxy.armed = False
-                proxy.release.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(answer_late)
-                try:
-                    await store.load(KEY, OpContext.with_timeout(0.3))
-                except OperationCancelledError:
-                    pass  # the deadline's: either way, the host's connection is its own again
-            assert proxy.held.is_set()
+            await held_past_its_request(proxy, 0.3, lambda: store.load(KEY, OpContext.with_timeout(0.3)))
             # The host's own statement, on its connection, right after the call: not cancelled.
             cur = await conn.execute("SELECT pg_sleep(0.4), 7")
             assert await cur.fetchone() == ("", 7)
@@ -80,22 +95,14 @@ async def test_a_late_cancel_request_before_a_writes_commit_stops_the_write_and_
     try:
         with anyio.fail_after(10):
             base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(5))
-            proxy.cancel_delay = 0.3
-            proxy.armed = True
-
-            async def answer_late() -> None:
-                await proxy.held.wait()
-                await asyncio.sleep(0.28)
-                proxy.armed = False
-                proxy.release.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(answer_late)
-                with pytest.raises(OperationCancelledError) as caught:
-                    await store.save(KEY, scoped_snapshot(KEY, " late"), base, OpContext.with_timeout(0.3))
-            assert proxy.held.is_set()
-            assert caught.value.reason == "deadline passed", repr(caught.value)
-            assert "nothing was committed" in str(caught.value), repr(caught.value)
+            caught = await held_past_its_request(
+                proxy,
+                0.3,
+                lambda: store.save(KEY, scoped_snapshot(KEY, " late"), base, OpContext.with_timeout(0.3)),
+            )
+            assert caught is not None, "the late write was not stopped"
+            assert caught.reason == "deadline passed", repr(caught)
+            assert "nothing was committed" in str(caught), repr(caught)
             cur = await conn.execute("SELECT pg_sleep(0.4), 7")  # the host's: not cancelled
             assert await cur.fetchone() == ("", 7)
             stored = await store.load(KEY, OpContext.with_timeout(5))
@@ -123,22 +130,7 @@ async def test_a_late_cancel_request_does_not_stop_the_next_calls_statement_on_a
                 "AND session_key = %s FOR UPDATE",
                 KEY.key_segments(),
             )
-            proxy.cancel_delay = 0.3
-            proxy.armed = True
-
-            async def answer_late() -> None:
-                await proxy.held.wait()
-                await asyncio.sleep(0.28)
-                proxy.armed = False
-                proxy.release.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(answer_late)
-                try:
-                    await store.load(KEY, OpContext.with_timeout(0.3))
-                except OperationCancelledError:
-                    pass
-            assert proxy.held.is_set()
+            await held_past_its_request(proxy, 0.3, lambda: store.load(KEY, OpContext.with_timeout(0.3)))
 
             async def unlock_later() -> None:
                 await asyncio.sleep(0.5)
@@ -168,22 +160,7 @@ async def test_the_next_call_on_a_lent_connection_fenced_by_a_late_request_ends_
     try:
         with anyio.fail_after(10):
             assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
-            proxy.cancel_delay = 1.0
-            proxy.armed = True
-
-            async def answer_late() -> None:
-                await proxy.held.wait()
-                await asyncio.sleep(0.28)
-                proxy.armed = False
-                proxy.release.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(answer_late)
-                try:
-                    await store.load(KEY, OpContext.with_timeout(0.3))
-                except OperationCancelledError:
-                    pass
-            assert proxy.held.is_set()
+            await held_past_its_request(proxy, 1.0, lambda: store.load(KEY, OpContext.with_timeout(0.3)))
             began = anyio.current_time()
             with pytest.raises(OperationCancelledError) as caught:
                 await store.load(KEY, OpContext.with_timeout(0.3))
@@ -226,22 +203,7 @@ async def test_a_lent_pool_that_checks_connections_does_not_hand_out_one_still_f
     try:
         with anyio.fail_after(10):
             assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
-            proxy.cancel_delay = 1.0
-            proxy.armed = True
-
-            async def answer_late() -> None:
-                await proxy.held.wait()
-                await asyncio.sleep(0.28)
-                proxy.armed = False
-                proxy.release.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(answer_late)
-                try:
-                    await store.load(KEY, OpContext.with_timeout(0.3))
-                except OperationCancelledError:
-                    pass
-            assert proxy.held.is_set()
+            await held_past_its_request(proxy, 1.0, lambda: store.load(KEY, OpContext.with_timeout(0.3)))
             began = anyio.current_time()
             with pytest.raises(PostgresUnavailableError) as caught:  # none available in time
                 await store.load(KEY, OpContext.with_timeout(0.3))
