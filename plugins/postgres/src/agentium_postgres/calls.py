@@ -13,7 +13,7 @@ import contextlib
 import logging
 import math
 import weakref
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -200,8 +200,16 @@ def commit_wait(ctx: OpContext) -> float:
 
 T = TypeVar("T")
 
-#: The cancel requests of :class:`ServerStop` on their way (asyncio keeps tasks weakly).
+#: The cancel requests and fences of :class:`ServerStop` still running (asyncio keeps tasks weakly).
 _CANCELLING: set[asyncio.Task[None]] = set()
+
+
+def _kept(work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """``work`` in a task of its own, referenced from :data:`_CANCELLING` until it ends."""
+    task = asyncio.get_running_loop().create_task(work)
+    _CANCELLING.add(task)
+    task.add_done_callback(_CANCELLING.discard)
+    return task
 
 
 class ServerStop:
@@ -230,9 +238,7 @@ class ServerStop:
     def _fire(self) -> None:
         self._timer = None
         self._outcome.deadline_bound = True
-        self._task = task = asyncio.get_running_loop().create_task(self._cancel())
-        _CANCELLING.add(task)  # referenced until it ends, even once disarm() stopped waiting for it
-        task.add_done_callback(_CANCELLING.discard)
+        self._task = _kept(self._cancel())  # referenced until it ends, even once disarm() stopped waiting
 
     async def _cancel(self) -> None:
         with contextlib.suppress(Exception):  # a request that failed stopped nothing; the engine will
@@ -316,9 +322,7 @@ class ServerStop:
             async with lock:  # queues behind this (the lock is first come, first served)
                 await asyncio.wait({task})
 
-        held = asyncio.get_running_loop().create_task(hold())
-        _CANCELLING.add(held)
-        held.add_done_callback(_CANCELLING.discard)
+        _kept(hold())
 
 
 class StaleConnection(Exception):
@@ -381,15 +385,15 @@ async def settle_in_time(
     The task is kept in ``pending`` from the start, not only once the call ended: ``aclose()``
     waits for those, and one still waited for inside its call (a stalled network) was not.
     """
-    left = ctx.time_left()
-    if not pooled or left is None:
-        await abandon_pipeline(pipeline, exc)
-        await settle_manual(conn, exc, pooled)
-        return None
 
     async def settle() -> None:
         await abandon_pipeline(pipeline, exc)
         await settle_manual(conn, exc, pooled)
+
+    left = ctx.time_left()
+    if not pooled or left is None:
+        await settle()
+        return None
 
     task = asyncio.get_running_loop().create_task(settle())
     pending.add(task)
