@@ -30,7 +30,9 @@ else:
   commit fence's is: a ``recall_contract_violation`` WARNING each, listed
   in ``RunResult.recall.violations`` (a ``recall_note`` each), said once
   however many looks (the commit fence's validation among them) meet the
-  same answer; the model is told nothing more;
+  same answer, and not again when the dispatch fence said it; within the
+  run's one bound: the first 16 violations listed, one WARNING counting
+  every other (:mod:`.recall_findings`); the model is told nothing more;
 - after the last call no look of its own is made: the commit fence
   validates every included source anyway, and :meth:`DocumentFence.at_commit`
   reads its answers for the carried documents: one deleted (or forbidden)
@@ -73,11 +75,12 @@ from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, Va
 from .._scope import Scope
 from .lifecycle import Ticket
 from .memory.sources_write import names_facts
-from .recall import CLOSE_ABANDONED, CLOSE_FAILED, CLOSE_OVERRAN, revalidate
+from .recall import revalidate
 from .recall_checks import Failed
-from .recall_round import RecallUsage, listed_violations
+from .recall_findings import RunFindings
+from .recall_round import RecallUsage
 from .recall_turn import RecallOutcome
-from .results import CommitState, Diagnostic, Severity
+from .results import CommitState
 
 if TYPE_CHECKING:
     from .progress import RunProgress
@@ -90,30 +93,12 @@ _log = logging.getLogger("agentium.engine")
 DOCUMENT_PREFIX = "doc/"
 #: What a store says of a document taken away from the run since it was read.
 _GONE = frozenset({ValidationStatus.DELETED, ValidationStatus.FORBIDDEN})
-#: Diagnostic codes of what a look reports.
-_VIOLATION, _NOTE = "recall_contract_violation", "recall_note"
-
-
-def _said(diagnostic: Diagnostic) -> tuple[str, str]:
-    """What makes a look's finding the same as an earlier one's: a violation's text, a note's kind.
-
-    A note on the session's close says what varies from look to look (the seconds the caller's
-    deadline left, the store's error text, which may count or time something): by its text, the
-    same close overrunning at every look was a new note each time. Its kind is how it begins: a
-    close abandoned is a kind of its own, said even after an overrun was.
-    """
-    code, message = diagnostic.code, diagnostic.message
-    if code == _NOTE:
-        kinds = (CLOSE_OVERRAN, CLOSE_ABANDONED, CLOSE_FAILED)
-        kind = next((k for k in kinds if message.startswith(k)), message)
-        return code, kind
-    return code, message
 
 
 class DocumentFence:
     """One run's look, before each later model call, at the host documents its request carries."""
 
-    __slots__ = ("calls", "first", "limits", "refs", "reported", "run", "scope", "spent", "store")
+    __slots__ = ("calls", "findings", "first", "limits", "refs", "run", "scope", "spent", "store")
 
     def __init__(
         self,
@@ -129,9 +114,9 @@ class DocumentFence:
         self.store, self.scope, self.limits = store, scope, limits
         #: The run the looks report to: the store's contract violations and notes (:meth:`_report`).
         self.run = run
-        #: What the looks reported so far (:func:`_said`): a later look answered the same way says
-        #: nothing again.
-        self.reported: set[tuple[str, str]] = set()
+        #: What the run reported so far, the dispatch fence's violations among it: a later look (or the
+        #: commit fence) answered the same way says nothing again.
+        self.findings = RunFindings(run)
         #: What the run's recall has spent: recall's, each look's time added (one budget for the run).
         self.spent = spent
         #: The refs of the documents whose excerpts the request carries, at the revisions read.
@@ -190,42 +175,16 @@ class DocumentFence:
 
         A violation is a ``recall_contract_violation`` diagnostic (a WARNING record: its text, which
         may quote an id the store returned, only with content capture) listed in
-        ``RunResult.recall.violations``; a note is a ``recall_note``. Each is said once: the looks
-        validate the same refs again, and a store answering each tool round's look the same way is
-        one finding, not one per round. Neither the status, the uncertainty (what the model was
-        told) nor which documents stop the run changes: the violations are the host's.
+        ``RunResult.recall.violations``, within the run's one bound; a note is a ``recall_note``.
+        Each is said once (:class:`~.recall_findings.RunFindings`): the looks validate the refs
+        the dispatch fence validated, again, and a store answering each tool round's look the same
+        way is one finding, not one per round. Neither the status, the uncertainty (what the model
+        was told) nor which documents stop the run changes: the violations are the host's.
         """
-        found = [Diagnostic(_VIOLATION, v, Severity.WARNING) for v in violations]
-        found += [Diagnostic(_NOTE, n) for n in notes]
-        reported = self.reported
-        new = [d for d in found if _said(d) not in reported]  # one look's own repeats are each a violation
-        if not new:
-            return
-        reported.update(map(_said, new))
         run = self.run
-        run.diagnostics.extend(new)
-        listed = [d.message for d in new if d.code == _VIOLATION]
-        if listed and run.recall is not None:
-            # Within the run's bound: each look lists 16 at most, and a run may make many looks.
-            run.recall = attrs.evolve(run.recall, violations=listed_violations(run.recall.violations, listed))
-
-    def unsaid(
-        self, outcome: RecallOutcome, before: tuple[str, ...], found: list[Diagnostic]
-    ) -> tuple[RecallOutcome, list[Diagnostic]]:
-        """The commit fence's ``outcome`` and diagnostics ``found`` without what a look reported already.
-
-        The commit fence's validation is the documents' last look: a violation (or note) a look
-        between calls reported, met again in the same answer, is one finding, said once, as from
-        look to look. ``before``: ``outcome.violations`` as they were before the commit fence; its
-        own (one diagnostic each in ``found``) are added to them within the run's bound again.
-        """
-        reported = self.reported
-        if not reported:
-            return outcome, found
-        unsaid = [d for d in found if _said(d) not in reported]
-        fresh = [d.message for d in unsaid if d.code == _VIOLATION]
-        outcome = attrs.evolve(outcome, violations=listed_violations(before, fresh))
-        return outcome, unsaid
+        listed = self.findings.report(() if run.recall is None else run.recall.violations, violations, notes)
+        if run.recall is not None:
+            run.recall = attrs.evolve(run.recall, violations=listed)
 
     def counted(self, outcome: RecallOutcome) -> RecallOutcome:
         """``outcome`` with the looks' time in its usage: what the commit fence starts from.

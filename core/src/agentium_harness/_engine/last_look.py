@@ -38,6 +38,7 @@ from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import Scope
 from .effects import EffectsKeeper
 from .lifecycle import Ticket
+from .recall_findings import RunFindings
 from .recall_turn import RecallOutcome, RecallStep, recall_before_commit, uncommitted_result
 from .results import RunResult, RunStatus
 from .turn import TurnOutcome, executed
@@ -79,9 +80,9 @@ async def commit_run(
             limits=runtime.recall_limits,
             policy=runtime.recall_policy,
             outcome=before,
+            # What the dispatch fence (or a look between calls) said already is not said again.
+            findings=RunFindings(progress) if documents is None else documents.findings,
         )
-        if documents is not None:  # what a look between calls said already is not said again
-            progress.recall, fence_notes = documents.unsaid(progress.recall, before.violations, fence_notes)
         diagnostics.extend(fence_notes)
         if documents is not None:
             # The validations the commit fence added (it appends its own to recall's invalidated).

@@ -21,6 +21,7 @@ from .._ports.recall import RecallLimits
 from .._text import error_text, shorten
 from .lifecycle import Ticket
 from .recall_checks import Failed
+from .results import Diagnostic, Severity
 
 __all__ = [
     "MAX_FINDING_CHARS",
@@ -28,7 +29,10 @@ __all__ = [
     "MAX_LISTED_VIOLATIONS",
     "RecallUsage",
     "Round",
+    "VIOLATION",
     "adapter_call",
+    "add_violations",
+    "counts_violations",
     "listed_violations",
 ]
 
@@ -42,6 +46,8 @@ MAX_LISTED_VIOLATIONS = 16
 #: The line counting what a round (or the run) did not list: the engine's own words, read back to
 #: merge the counts (a violation's text starts with the operation that broke, never with "and ").
 _UNLISTED = re.compile(r"and (\d{1,18}) more contract violation\(s\) in this (?:round|run), not listed")
+#: The diagnostic code of a contract violation (a WARNING record each, an ``agentium.diagnostic`` event each).
+VIOLATION = "recall_contract_violation"
 #: Problems (reasons the status is not ``complete``) listed per round; the rest are counted in one more.
 MAX_LISTED_PROBLEMS = 32
 #: A finding (it may quote what an adapter returned) is cut to this many characters.
@@ -198,6 +204,45 @@ def listed_violations(listed: Sequence[str], found: Sequence[str]) -> tuple[str,
     if unlisted:
         kept.append(f"and {unlisted} more contract violation(s) in this run, not listed")
     return tuple(kept)
+
+
+def counts_violations(what: str) -> bool:
+    """Whether ``what`` is the line counting violations a round (or the run) did not list."""
+    return _UNLISTED.fullmatch(what) is not None
+
+
+def add_violations(
+    diagnostics: list[Diagnostic], listed: Sequence[str], found: Sequence[str]
+) -> tuple[str, ...]:
+    """The run's ``listed`` violations with ``found`` added (:func:`listed_violations`), said as listed.
+
+    ``diagnostics`` are the run's, holding one ``recall_contract_violation`` WARNING per line of
+    ``listed``: a violation newly listed adds one, and the line counting the rest replaces the
+    count already there (or is added). So a run that adds rounds (looks) says no more than it
+    lists, the first :data:`MAX_LISTED_VIOLATIONS` and one count for every other, and not one
+    WARNING (and span event) per violation of every round: a store answering each look with new
+    violations made the records grow with the looks.
+    """
+    if not found:
+        return tuple(listed)
+    merged = listed_violations(listed, found)
+    shown = sum(not counts_violations(what) for what in listed)
+    for what in merged[shown:]:
+        said = Diagnostic(VIOLATION, what, Severity.WARNING)
+        if counts_violations(what):
+            at = next(
+                (
+                    i
+                    for i in range(len(diagnostics) - 1, -1, -1)
+                    if diagnostics[i].code == VIOLATION and counts_violations(diagnostics[i].message)
+                ),
+                None,
+            )
+            if at is not None:
+                diagnostics[at] = said  # one count for the run: the total now
+                continue
+        diagnostics.append(said)
+    return merged
 
 
 async def adapter_call(

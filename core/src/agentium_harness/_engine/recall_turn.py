@@ -29,6 +29,7 @@ from .bounded import bounded
 from .embedding import Hybrid
 from .lifecycle import Ticket
 from .recall import Evidence, RecallUsage, gather_evidence, revalidate
+from .recall_findings import RunFindings
 from .recall_policy import (
     PolicyDecision,
     PolicyInput,
@@ -39,7 +40,7 @@ from .recall_policy import (
     RecallStatus,
 )
 from .recall_readback import GroupReader
-from .recall_round import listed_violations
+from .recall_round import VIOLATION, add_violations
 from .recall_view import source_view_revision
 from .results import CommitState, Diagnostic, EvictionStatus, RunResult, RunStatus, Severity
 from .sources import SourceStatus
@@ -195,8 +196,9 @@ def _status_block(uncertainty: tuple[str, ...], budget: int) -> SourceBlock:
     return _notice(_NOTICE_HEAD + ".")
 
 
-def _diagnostics(evidence: Evidence) -> list[Diagnostic]:
-    out = [Diagnostic("recall_contract_violation", v, Severity.WARNING) for v in evidence.violations]
+def _diagnostics(evidence: Evidence, *, violations: bool = True) -> list[Diagnostic]:
+    """What a dispatch round reports; ``violations=False``: but its contract violations (said as listed)."""
+    out = [Diagnostic(VIOLATION, v, Severity.WARNING) for v in evidence.violations] if violations else []
     out += [
         Diagnostic("recall_omitted", f"source {s} left out whole", Severity.WARNING) for s in evidence.omitted
     ]
@@ -355,9 +357,10 @@ async def _dispatch_fence(
             hybrid=hybrid,
             groups=groups,
         )
-        diagnostics.extend(_diagnostics(evidence))
-        # The run's list, as the later rounds add to it: the first round's violations are the run's too.
-        evidence = attrs.evolve(evidence, violations=listed_violations(first, evidence.violations))
+        # The run's list, as the later rounds add to it: the first round's violations are the run's too,
+        # and said as listed (the first 16 a WARNING each, one counting the rest), not each round's whole.
+        evidence = attrs.evolve(evidence, violations=add_violations(diagnostics, first, evidence.violations))
+        diagnostics.extend(_diagnostics(evidence, violations=False))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))
         if decision.decision is RecallDecision.CLARIFY:
             decision = PolicyDecision(RecallDecision.STOP, "at most one clarification per run")
@@ -486,8 +489,13 @@ async def recall_before_commit(
     limits: RecallLimits,
     policy: RecallPolicy,
     outcome: RecallOutcome,
+    findings: RunFindings,
 ) -> tuple[RecallOutcome, bool, list[Diagnostic]]:
-    """The commit fence: validate the included sources again; ``(outcome, stop, diagnostics)``."""
+    """The commit fence: validate the included sources again; ``(outcome, stop, diagnostics)``.
+
+    The store's contract violations and notes go to the run through ``findings`` (said once in
+    the run, within its bound); ``diagnostics`` are the fence's other findings.
+    """
     if not outcome.included:
         return outcome, False, []
     with observe.stage("recall_validation", span_name="agentium.recall.validate") as span:
@@ -500,10 +508,11 @@ async def recall_before_commit(
         if failure is not None:
             span.fail("validation_failed")
     # The store's violations here are the host's as the dispatch fence's are (a WARNING each, listed in
-    # ``violations``); the status is what the validations found: the answer was made from those sources.
-    diagnostics = [Diagnostic("recall_contract_violation", v, Severity.WARNING) for v in violations]
-    diagnostics += [Diagnostic("recall_note", n) for n in notes]
-    outcome = attrs.evolve(outcome, violations=listed_violations(outcome.violations, violations))
+    # ``violations``; one a look or the dispatch fence said is not said again); the status is what the
+    # validations found: the answer was made from those sources.
+    if violations or notes:
+        outcome = attrs.evolve(outcome, violations=findings.report(outcome.violations, violations, notes))
+    diagnostics: list[Diagnostic] = []
     if failure is None and not changed:
         return attrs.evolve(outcome, usage=usage), False, diagnostics
     # The host's reasons in full (the policy, the diagnostics); the committed uncertainty in the

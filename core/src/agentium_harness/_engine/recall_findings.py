@@ -1,0 +1,86 @@
+"""What a run's later recall rounds find the store breaking: each finding said once, all of them bounded.
+
+After the dispatch fence a run validates what recall included again: the
+document fence's look before each later model call
+(:mod:`.document_run_fence`), then the commit fence. Each is a round of its
+own, and a store answering every one the same way is one finding, not one
+per round. :class:`RunFindings` is the run's account of them:
+
+- a contract violation is the same as one the run reported before when its
+  text is (the dispatch fence's among them: a look validates the refs the
+  dispatch fence validated, and meets the same answer); a note when its kind
+  is (:func:`said_as`);
+- the line a round counts its unlisted violations in is never the same as an
+  earlier one: each counts violations of its own, none of them seen, so the
+  run counts them all;
+- what is new goes to the run's list within its one bound
+  (:func:`~.recall_round.add_violations`): a WARNING, and an
+  ``agentium.diagnostic`` event, for each violation the run lists (16 at
+  most), and one for the count of every other, however many rounds there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .recall import CLOSE_ABANDONED, CLOSE_FAILED, CLOSE_OVERRAN
+from .recall_round import VIOLATION, add_violations, counts_violations
+from .results import Diagnostic
+
+if TYPE_CHECKING:
+    from .progress import RunProgress
+
+__all__ = ["NOTE", "RunFindings", "said_as"]
+
+#: The diagnostic code of a recall note (an INFO record).
+NOTE = "recall_note"
+
+
+def said_as(code: str, message: str) -> tuple[str, str]:
+    """What makes a finding the same as an earlier one's: a violation's text, a note's kind.
+
+    A note on the session's close says what varies from look to look (the seconds the caller's
+    deadline left, the store's error text, which may count or time something): by its text, the
+    same close overrunning at every look was a new note each time. Its kind is how it begins: a
+    close abandoned is a kind of its own, said even after an overrun was.
+    """
+    if code == NOTE:
+        kinds = (CLOSE_OVERRAN, CLOSE_ABANDONED, CLOSE_FAILED)
+        return code, next((k for k in kinds if message.startswith(k)), message)
+    return code, message
+
+
+class RunFindings:
+    """One run's account of the contract violations and notes its later recall rounds report."""
+
+    __slots__ = ("reported", "run")
+
+    def __init__(self, run: RunProgress) -> None:
+        #: The run whose diagnostics the findings go to.
+        self.run = run
+        #: What was reported so far (:func:`said_as`): from the start, the violations the run lists
+        #: already (the dispatch fence's rounds').
+        listed = () if run.recall is None else run.recall.violations
+        self.reported: set[tuple[str, str]] = {
+            (VIOLATION, what) for what in listed if not counts_violations(what)
+        }
+
+    def report(
+        self, listed: tuple[str, ...], violations: Sequence[str], notes: Sequence[str]
+    ) -> tuple[str, ...]:
+        """Add what a round found that the run did not report yet; the run's ``listed`` violations after it.
+
+        Neither the status, the uncertainty (what the model was told) nor the decision changes:
+        the violations are the host's. One round's own repeats are each a finding (the store
+        broke its contract twice); only an earlier round's answer is not said again.
+        """
+        reported = self.reported
+        fresh = [v for v in violations if counts_violations(v) or (VIOLATION, v) not in reported]
+        said = [n for n in notes if said_as(NOTE, n) not in reported]
+        reported.update((VIOLATION, v) for v in fresh if not counts_violations(v))
+        reported.update(said_as(NOTE, n) for n in said)
+        diagnostics = self.run.diagnostics
+        listed = add_violations(diagnostics, listed, fresh)
+        diagnostics.extend(Diagnostic(NOTE, n) for n in said)
+        return listed

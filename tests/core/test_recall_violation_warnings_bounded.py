@@ -1,0 +1,202 @@
+"""A run's recall contract violations are WARNINGs (and span events) within the bound of their listing.
+
+``RunResult.recall.violations`` lists 16 per run and counts the rest in one
+line, however many rounds add to it (the document fence's look before each
+later model call, the commit fence). Three gaps:
+
+- each look still logged one WARNING (and added one ``agentium.diagnostic``
+  event) per violation it found, so their number grew with the looks; now a
+  run says what it lists: a WARNING for each of the 16 and one for the count;
+- a look's line counting what it did not list was said once by its text, so
+  two looks that each left 4 unlisted counted 4 in all; now the run's count is
+  the sum;
+- what the dispatch fence found was not among what the looks had said, so the
+  first look that met the same answer listed it (and warned) a second time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import pytest
+from _effects_support import DEPLOY
+from _recall_support import ANA, Scripted, ScriptedSession, runtime, sid
+from _telemetry_support import Telemetered
+
+from agentium_harness import (
+    EffectLevel,
+    PolicyDecision,
+    PolicyInput,
+    RecallDecision,
+    RecallLimits,
+    RecallPolicy,
+    Tool,
+    ToolRegistry,
+    current_session_recall_policy,
+)
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import (
+    Candidate,
+    OpContext,
+    SourceOwner,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+)
+
+pytestmark = pytest.mark.anyio
+
+VIOLATION = "recall_contract_violation"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def _run(store: Scripted, looks: int, caplog: pytest.LogCaptureFixture, **kw: Any) -> tuple[Any, Any]:
+    """A run making ``looks`` tool rounds (a document fence look before each later call); its result
+    and its telemetry, the WARNING records in ``caplog``."""
+
+    async def deploy(args: Any) -> str:
+        return "deployed"
+
+    t = Telemetered()
+    rt, _, _ = runtime(
+        store,
+        ScriptedProvider(replies=[DEPLOY] * looks + ["Deployed."]),
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        recall_policy=current_session_recall_policy(on_partial="continue"),
+        telemetry=t.telemetry(),
+        **kw,
+    )
+    async with rt:
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "Thursday?", grants=["deploy"])
+    assert result.committed, result.diagnostics
+    assert store.validate_calls == looks + 2  # recall's, each look's, the commit fence's
+    return result, t
+
+
+def _said(result: Any, caplog: pytest.LogCaptureFixture, t: Telemetered) -> list[str]:
+    """The run's violation diagnostics, checked to be one WARNING record and one span event each."""
+    found = [d.message for d in result.diagnostics if d.code == VIOLATION]
+    records = [r for r in caplog.records if getattr(r, "agentium_code", None) == VIOLATION]
+    assert all(r.levelno == logging.WARNING for r in records)
+    events = [e for _, _, e in t.events("agentium.diagnostic") if e["agentium.diagnostic.code"] == VIOLATION]
+    assert len(records) == len(events) == len(found), (len(records), len(events), len(found))
+    return found
+
+
+class NewRevisionEachLook(Scripted):
+    """At each look, calls every carried document current at a revision of that look: one violation
+    per document, each a new text per look; at recall and the commit fence, current as read."""
+
+    def __init__(self, docs: Sequence[tuple[str, str]], looks: int) -> None:
+        super().__init__(docs)
+        self.looks = looks
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        look = self.validate_calls
+        answers = super().validations(refs)
+        if 1 <= look <= self.looks:  # validate_calls is counted on: this call was the look-th look
+            return [Validation(r, ValidationStatus.CURRENT, f"r-look{look}") for r in refs]
+        return answers
+
+
+def _docs(n: int) -> list[tuple[str, str]]:
+    return [(f"rota-{i}", f"The release train {i} leaves on Thursday.") for i in range(n)]
+
+
+async def test_the_looks_warn_of_what_the_run_lists_and_once_of_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Three looks, 8 new violations each: 16 WARNINGs (and events) listed, one counting 8, not 24."""
+    result, t = await _run(NewRevisionEachLook(_docs(8), 3), 3, caplog)
+    found = _said(result, caplog, t)
+    assert len(found) == 17, len(found)
+    assert found == list(result.recall.violations), found
+    assert found[16] == "and 8 more contract violation(s) in this run, not listed"
+
+
+#: 20 documents carried, each validated at recall, at every look and at the commit fence.
+_WIDE = RecallLimits(max_candidates=20, max_validations=64, max_evidence_tokens=8192, max_latency_s=10.0)
+
+
+async def test_two_looks_leaving_as_many_unlisted_are_both_counted(caplog: pytest.LogCaptureFixture) -> None:
+    """Each look finds 20: lists 16 and counts 4 in the same words; the run counts 4 + 16 + 4."""
+    result, t = await _run(NewRevisionEachLook(_docs(20), 2), 2, caplog, recall_limits=_WIDE)
+    assert len(result.recall.included) == 20
+    listed = result.recall.violations
+    assert listed[16:] == ("and 24 more contract violation(s) in this run, not listed",), listed[16:]
+    assert _said(result, caplog, t) == list(listed)
+
+
+class OneExtraAnswer(Scripted):
+    """Every validate_current answers once more than asked: the same violation, in the same words,
+    at recall (the dispatch fence), at each look and at the commit fence."""
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        answers = super().validations(refs)
+        return [*answers, answers[-1]]
+
+
+@pytest.mark.parametrize("looks", [0, 2], ids=["commit-fence-only", "two-looks"])
+async def test_what_the_dispatch_fence_listed_is_not_listed_again_by_a_look(
+    caplog: pytest.LogCaptureFixture, looks: int
+) -> None:
+    """Said once, by the dispatch fence: not again by the looks, nor by the commit fence (the last look)."""
+    result, t = await _run(OneExtraAnswer(_docs(1)), looks, caplog)
+    once = "validate_current returned more than the 1 answers asked; the extra were ignored"
+    assert result.recall.violations == (once,), result.recall.violations
+    assert _said(result, caplog, t) == [once]
+
+
+def _clarify_then_continue(seen: PolicyInput) -> PolicyDecision:
+    if not seen.clarified:
+        return PolicyDecision(RecallDecision.CLARIFY, "ask", "Which train?")
+    return PolicyDecision(RecallDecision.CONTINUE, "go on")
+
+
+class _ForeignEachQuery(ScriptedSession):
+    """Every discovery returns 20 sources of another tenant first: 20 violations a round."""
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        nth = len(self.store.queries)
+        mine = await super().discover(query, max_candidates, ctx)
+        owner = SourceOwner("globex", "bob", "s9")
+        foreign = [
+            Candidate(SourceRef(sid(f"pay-{nth}-{i}", owner), "r1"), owner, 9.0, 10) for i in range(20)
+        ]
+        return [*foreign, *mine][:max_candidates]
+
+
+class ForeignEachQuery(Scripted):
+    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _ForeignEachQuery:
+        return _ForeignEachQuery(self)
+
+
+async def _answer(question: str) -> str:
+    return "the Thursday one"
+
+
+async def test_the_round_after_a_clarification_warns_within_the_runs_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two dispatch rounds of 20 violations each: 17 WARNINGs (16 and the count of 24), not 34."""
+    t = Telemetered()
+    limits = RecallLimits(max_queries=2, max_candidates=24)
+    policy = RecallPolicy(name="clarify-then-continue", decide=_clarify_then_continue)
+    rt, _, _ = runtime(
+        ForeignEachQuery(_docs(1)), recall_policy=policy, recall_limits=limits, telemetry=t.telemetry()
+    )
+    async with rt:
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "when?", clarify=_answer)
+    assert result.recall.clarification is not None
+    listed = result.recall.violations
+    assert listed[16:] == ("and 24 more contract violation(s) in this run, not listed",), listed[16:]
+    assert _said(result, caplog, t) == list(listed)
