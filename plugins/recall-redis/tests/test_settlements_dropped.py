@@ -105,6 +105,37 @@ async def test_a_dropped_task_is_closed_at_once_without_asyncio_errors(
     assert any("dropped unfinished" in m for m in said), said  # the store still says it
 
 
+async def test_a_settlement_dropped_with_its_loop_is_warned_of_when_the_loop_closes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A loop closed without cancelling its tasks (not asyncio.run, which cancels them: the settlement's
+    # own WARNING then). Before, the store said so only at its next write, erase or close (a sweep), so
+    # a host that closed a request's loop and made no further call never heard it.
+    settlements = Settlements()
+
+    async def settling() -> None:
+        await asyncio.sleep(60)
+
+    with caplog.at_level(logging.WARNING, logger="agentium.plugins.recall_redis"):
+        _closed_after(settlements, settling)  # the loop's thread stopped and closed it
+        said = [r.getMessage() for r in caplog.records if r.name == "agentium.plugins.recall_redis"]
+    assert any("dropped unfinished" in m for m in said), said  # nothing of the store was called since
+    assert not settlements._tasks  # dropped there too, its bound kept: an erase still counts it
+    assert (settlements._pending()[0].stranded, len(settlements)) == (1, 0)
+
+
+async def test_a_settlement_that_ended_cancels_its_loops_watch() -> None:
+    # The watch is a timer a day away on the settlement's loop: left there, each settlement kept one.
+    settlements = Settlements()
+    loop = asyncio.get_running_loop()
+    settlements.start(asyncio.sleep(0), settles_by=time.monotonic() + 5)
+    scheduled: list[asyncio.TimerHandle] = loop._scheduled  # type: ignore[attr-defined]
+    [watch] = [t for t in scheduled if t.when() > loop.time() + 3600]
+    assert not watch.cancelled()
+    assert await settlements.settle(1.0) == 0
+    assert watch.cancelled()
+
+
 async def test_a_collection_dropped_before_it_ran_does_not_stop_the_tenants_later_ones(
     server: ServerProcess,
 ) -> None:

@@ -10,7 +10,10 @@ tracks them under a thread lock.
 A closed loop never runs again: its tasks are dropped at once, finished or
 not, and an unfinished one's coroutine closed there and then (a host that
 closes a loop per request would otherwise keep each request's leftovers,
-and so its loop, for the store's lifetime). A loop that stopped
+and so its loop, for the store's lifetime). A settlement's loop is watched
+for that: closing the loop drops its tasks in ``loop.close()`` itself, with
+the WARNING that the write's outcome stays unknown
+(:meth:`Settlements._watch`); otherwise the store's next call does. A loop that stopped
 but is not closed may run again (``run_until_complete`` called again), so its
 tasks are kept. Either way the task cannot settle while its loop does not
 run: such a settlement is *stranded*. An erase refuses while a settlement is
@@ -48,6 +51,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Coroutine
 from typing import Any, Final
 
@@ -63,6 +67,22 @@ _WATCH_S: Final = 0.02
 
 #: How long :meth:`Settlements.drain` gives the work it cancelled to unwind, on any loop.
 _UNWIND_S: Final = 1.0
+
+#: The delay of the timer that watches a settlement's loop close (:meth:`Settlements._watch`): a day,
+#: past any settlement's bound, so it never fires while the settlement runs.
+_WATCH_CLOSE_S: Final = 86400.0
+
+
+def _watching() -> None:
+    """The watch timer's callback: nothing (only the timer's release matters)."""
+
+
+def _loop_closed(owner: weakref.ref[Settlements], loop: weakref.ref[asyncio.AbstractEventLoop]) -> None:
+    """A watch timer was released: if by its loop's close, drop that loop's work now (WARNING and all)."""
+    settlements, released = owner(), loop()
+    if settlements is not None and released is not None and released.is_closed():
+        with contextlib.suppress(Exception):  # raised in a finalizer, it would only be printed
+            settlements._sweep(lock_s=_UNWIND_S)
 
 
 def _close_dropped(tasks: list[asyncio.Task[Any]]) -> None:
@@ -143,6 +163,17 @@ class _Entry:
     settles_by: float | None
     scope: str | None = None
     owners: frozenset[str] | None = None
+    #: The finalizer of its loop's watch timer (a settlement's, see :meth:`Settlements._watch`).
+    closing: weakref.finalize[..., asyncio.TimerHandle] | None = None
+
+    def unwatch(self) -> None:
+        """Stop watching its loop: detach the finalizer, and cancel the timer if it is still scheduled.
+
+        Called on the task's loop (its done callback): a timer is not cancelled from another thread.
+        """
+        held = self.closing.detach() if self.closing is not None else None
+        if held is not None:
+            held[0].cancel()
 
     def counted(self, scope: str | None, under: str) -> bool:
         """Whether it counts for a wait of ``scope`` (``None``: every task) and owner-key prefix ``under``."""
@@ -209,14 +240,17 @@ class Settlements:
         # start more work), then added under it only if drain has not closed meanwhile: drain closes and
         # reads what to cancel under the same lock, so no task starts unseen by it.
         task = asyncio.get_running_loop().create_task(work)
+        entry = _Entry(settles_by, scope, owners)
         with self._lock:
             closed = self._closed
             if not closed:
-                self._tasks[task] = _Entry(settles_by, scope, owners)
+                self._tasks[task] = entry
         if closed:
             task.cancel()  # as a rule before its first step: a settlement's own WARNING is not reached
             self._refused(settles_by)
             return
+        if settles_by is not None:
+            self._watch(task, entry)
         task.add_done_callback(self._forget)
         self._sweep()  # a request's loop closed since: drop its leftovers here too, not only on erase
 
@@ -229,14 +263,44 @@ class Settlements:
                 "closing; the write's outcome stays unknown"
             )
 
+    def _watch(self, task: asyncio.Task[Any], entry: _Entry) -> None:
+        """Drop ``task`` (a settlement) as soon as its loop closes with it unfinished, saying so then.
+
+        A closed loop runs nothing more, so neither the task nor its done
+        callback can tell; only the store's next write, erase or close swept
+        it, and the WARNING that its write's outcome stays unknown came that
+        late (or never). But closing a loop discards the callbacks it has
+        scheduled: a timer of no other use, scheduled on the task's loop and
+        held nowhere else, is released in ``loop.close()`` itself, and its
+        finalizer sweeps there. The timer is cancelled when the task ends. A
+        loop whose timers take no weak reference is swept at the next call,
+        as before.
+        """
+        loop = task.get_loop()
+        timer = loop.call_later(_WATCH_CLOSE_S, _watching)
+        try:
+            entry.closing = weakref.finalize(timer, _loop_closed, weakref.ref(self), weakref.ref(loop))
+        except TypeError:  # not weakly referenceable (another loop implementation's timer)
+            timer.cancel()
+            return
+        entry.closing.atexit = False  # at exit nothing closed a loop: no sweep then
+
     def _forget(self, task: asyncio.Task[Any]) -> None:
         with self._lock:
-            self._tasks.pop(task, None)
+            entry = self._tasks.pop(task, None)
+        if entry is not None:
+            entry.unwatch()  # on the task's loop: its done callback
 
-    def _sweep(self) -> None:
-        """Drop the tasks of closed loops (they never end); keep each dropped settlement's bound."""
+    def _sweep(self, *, lock_s: float = -1) -> None:
+        """Drop the tasks of closed loops (they never end); keep each dropped settlement's bound.
+
+        ``lock_s``: how long to wait for the lock (``-1``: as long as it takes); a loop's close that
+        cannot get it by then (a finalizer run on a thread holding it) leaves its work to the next sweep.
+        """
         now = time.monotonic()
-        with self._lock:
+        if not self._lock.acquire(timeout=lock_s):
+            return
+        try:
             # Finished ones too: a task that ended in its loop's last iteration never ran the done
             # callback that forgets it (it was kept, and its loop, for the store's lifetime).
             gone = [(t, e) for t, e in self._tasks.items() if t.get_loop().is_closed()]
@@ -247,6 +311,8 @@ class Settlements:
             self._lost = [
                 lost for lost in self._lost if lost.settles_by is not None and lost.settles_by > now
             ]
+        finally:
+            self._lock.release()
         unfinished = [(t, e) for t, e in gone if not t.done()]
         if unfinished:
             _close_dropped([task for task, _ in unfinished])
