@@ -240,7 +240,7 @@ async def test_a_raise_again_refused_at_the_cap_says_what_the_call_erased_stays_
     pass erased rows; before, the refusal said nothing was erased."""
     tp = tenant_prefix(store.config.key_prefix, "acme")
     await store.index_document(ANA, "d", "kiwi text", _ctx())
-    original = erase_module._erase_entries
+    original = erase_module.erase_entries
     running = _holders(HOLDERS_CAP, "zz/", LATER)
 
     async def own_holder_ends_and_the_cap_fills(*args: Any, **kwargs: Any) -> Any:
@@ -251,7 +251,7 @@ async def test_a_raise_again_refused_at_the_cap_says_what_the_call_erased_stays_
         return erased
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(erase_module, "_erase_entries", own_holder_ends_and_the_cap_fills)
+        patch.setattr(erase_module, "erase_entries", own_holder_ends_and_the_cap_fills)
         with anyio.fail_after(30), pytest.raises(RedisRecallError, match="running holders") as caught:
             await store.erase(EraseTarget.user("acme", "ana"), _ctx())
     assert b"kiwi" not in await _raw(admin, store.config.key_prefix)  # the first pass erased the row

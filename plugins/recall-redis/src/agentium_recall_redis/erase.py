@@ -23,13 +23,15 @@ rows by number (:mod:`agentium_recall_redis.erase_sweep`) finds the rows a
 damaged index no longer leads to (a ``P:ids`` entry redirected, a group-set
 member removed), erases them by number and says so in the report.
 
-**Removing.** The ``ERASE`` script (atomic, token-fenced like every write,
-at most ``max_terms_per_call`` postings per call but at least one source)
-removes each source's row hash, text, canonical bytes, term list, group
-entry and *every* posting at once (never queued as garbage: a posting's key
-holds a word of the text), its ``P:ids`` and ``P:rev`` fields (no
-tombstone), and a bucket left empty with its owner key. Deletion
-tombstones of the target's earlier deleted documents go too. Once nothing
+**Removing.** The ``ERASE`` script (:mod:`agentium_recall_redis.erase_rows`;
+atomic, token-fenced like every write, at most ``max_terms_per_call``
+postings per call but at least one source) removes each source's row
+hash, text, canonical bytes, term list, group entry and *every* posting at
+once (never queued as garbage: a posting's key holds a word of the text),
+its ``P:ids`` and ``P:rev`` fields (no tombstone), and a bucket left empty
+with its owner key. Deletion tombstones of the target's earlier deleted
+documents go too, and so does one a delete wrote meanwhile for a row only
+the sweep found. Once nothing
 else of the target is left, stagings of its owners (a large source begun
 and never published) are given up; then queued garbage of the tenant
 (postings of rows removed, replaced or given up) is collected until none
@@ -104,6 +106,7 @@ from .erase_index import (
     listed,
     mark_indexed,
 )
+from .erase_rows import ERASE, erase_entries, owner_key_of
 from .erase_scripts import (
     FENCE,
     GROUP_SIDS,
@@ -114,18 +117,18 @@ from .erase_scripts import (
     scan_page,
 )
 from .erase_stagings import STAGING_SCRIPTS, abort_stagings, owner_prefix
-from .erase_sweep import MINE, SWEEP, SWEEP_END, VOUCHED, Backfill, Swept, noted, sweep_rows, walk_bounds
+from .erase_sweep import SWEEP, SWEEP_END, Backfill, Swept, noted, own_ids, sweep_rows, walk_bounds
 from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import Command, Link, as_text
-from .lua import CHECK, ROWS, Script
+from .lua import Script
 from .scripts import COLLECT
 
 if TYPE_CHECKING:
     from .config import RedisRecallConfig
     from .link import Reply
     from .server import Arg, ServerErrors
-    from .writes import Call, Writer
+    from .writes import Writer
 
 __all__ = [
     "ERASE",
@@ -185,8 +188,6 @@ class EraseOps:
     renew: Callable[[OpContext], Awaitable[None]] = _no_renew
 
 
-#: Sources one ``ERASE`` call is sent at most (its postings bound it further).
-_ROWS_PER_CALL: Final = 256
 #: ``COLLECT`` calls one erase makes at most to empty the tenant's garbage queue.
 _MAX_COLLECT: Final = 4096
 
@@ -198,97 +199,6 @@ LEFT_OUTSIDE: Final = (
     "Redis freed the keys at once; copies written before the erasure stay where the store cannot reach: "
     "the append-only file until it is rewritten (BGREWRITEAOF), an RDB snapshot until the next save, "
     "replicas and backups"
-)
-
-_TOKEN: Final = """
-local P = ARGV[1]
-local settled = redis.call('GET', KEYS[2])
-if settled then return {'settled', settled} end
-local function done(result, more)
-  redis.call('SET', KEYS[2], 'done:' .. result, 'PX', ARGV[2])
-  return {'ok', result, more}
-end
-"""
-
-#: Erase sources. KEYS: P:ids, token. ARGV: P, token ttl, postings budget, row count, tombstone count,
-#: (row sid, its owner key, row number or "") triples..., tombstone sids.... Removes rows in order while
-#: their postings fit the budget (at least one), all postings at once; HDELs covered tombstones. A row is
-#: the one ``P:ids`` names for the sid, or the given row number (a row the sweep found,
-#: :mod:`~agentium_recall_redis.erase_sweep`; its ``ids``/``rev`` entries go only if ``ids`` names that
-#: row). A row is dropped only when it is the sid's own (``MINE``): a ``P:ids`` entry edited to name
-#: another owner's row never erases that row (the entry goes, the row stays, and the line says "-"; the
-#: sweep then finds the target's own row). Returns
-#: {'ok', result, backlog}: result is "<rows taken>" then one line per taken row: its digest if it has
-#: the digest form, else "" (see ``VOUCHED``), or "-" for a row already gone. No id, text or field of
-#: another form goes into the result (the token keeps it for 10 minutes): a kind, seq or digest edited
-#: to hold a line break could otherwise shift the report onto another row.
-ERASE = Script(
-    "erase",
-    CHECK
-    + ROWS
-    + VOUCHED
-    + MINE
-    + _TOKEN
-    + """
-local budget, nr, nt = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
--- A source whose revision goes leaves the erasure index's id sets with it (best effort, as drop's).
-local function unlist(sid)
-  for _, key in ipairs(ix_keys(P, 'is', '', sid)) do
-    if type_of(key) == 'zset' then redis.call('ZREM', key, sid) end
-  end
-end
-for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') end
-need(P .. ':pend', 'zset')
-local plans, lines, used, taken = {}, {}, 0, 0
-for i = 1, nr do
-  local sid, okey, at = ARGV[3 + 3 * i], ARGV[4 + 3 * i], ARGV[5 + 3 * i]
-  local n = at
-  if at == '' then n = redis.call('HGET', P .. ':ids', sid) end
-  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'b', 'kind', 'terms', 'o')
-  if row and row[1] and mine(P .. ':m:' .. n, sid, okey) then
-    local d, cnt = plan_drop(P, n, row[1], row[2], row[3], math.huge)
-    if taken > 0 and used + cnt > budget then break end
-    used = used + cnt
-    plans[#plans + 1] = {d = d, sid = sid, o = row[4], at = at}
-    lines[#lines + 1] = vouched(P .. ':m:' .. n)
-  else
-    plans[#plans + 1] = {sid = sid, gone = true, at = at}
-    lines[#lines + 1] = '-'
-  end
-  taken = taken + 1
-end
-local buckets = {}
-for _, p in ipairs(plans) do
-  if p.d then
-    drop(P, p.d)
-    buckets[p.d.b] = p.o
-  end
-  if p.at == '' or redis.call('HGET', P .. ':ids', p.sid) == p.at then
-    redis.call('HDEL', P .. ':ids', p.sid)
-    redis.call('HDEL', P .. ':rev', p.sid)
-    unlist(p.sid)
-  end
-end
-for i = 1, nt do
-  local sid = ARGV[5 + 3 * nr + i]
-  local rev = redis.call('HGET', P .. ':rev', sid)
-  if rev and string.sub(rev, 1, 1) == '-' and not redis.call('HGET', P .. ':ids', sid) then
-    redis.call('HDEL', P .. ':rev', sid)
-    unlist(sid)
-  end
-end
--- A bucket left empty goes with its owner key, P:pend unread (that read had no bound): its stagings are its
--- owner's, given up before a call's first ERASE, and the fence refuses new ones. One begun in a lapse of the
--- fence is given up by a later give-up (no owner holds its bucket), and its COMMIT refuses (erase_stagings).
-for b, o in pairs(buckets) do
-  if tonumber(redis.call('HGET', P .. ':bn', b) or '0') <= 0 then
-    redis.call('HDEL', P .. ':bn', b)
-    if o and redis.call('HGET', P .. ':bk', o) == b then redis.call('HDEL', P .. ':bk', o) end
-    if type_of(P .. ':kb') == 'hash' then redis.call('HDEL', P .. ':kb', b) end
-  end
-end
-return done(fmt(taken) .. '\\n' .. table.concat(lines, '\\n'), backlog(P))
-""",
 )
 
 #: The erase scripts (not loaded at open: the first call of each sends its body once).
@@ -463,7 +373,7 @@ async def _erase_fenced(
     found: list[tuple[str, str]] = []  # (sid, digest) of rows removed
     # Each source as (id, owner key, row number: "" to find it through P:ids); the script drops a row
     # only when the row says the same id or owner key.
-    entries = [(sid, _owner_key_of(sid), "") for sid in rows]
+    entries = [(sid, owner_key_of(sid), "") for sid in rows]
     if dry_run:
         planned: list[str] = []  # row numbers the first pass takes
         if rows:
@@ -481,7 +391,7 @@ async def _erase_fenced(
             found.extend((row.report_sid, row.digest) for row in swept)
         report = _report(found, more, PhysicalErasure.REMOVED if not found else PhysicalErasure.UNREFERENCED)
         return noted(report, swept, dry_run=True)
-    found.extend(await _erase_entries(store, link, prefix, entries, tombs, ctx))
+    found.extend(await erase_entries(store, link, prefix, entries, ctx, tombs=tombs))
     swept = []
     await fence.hold(ctx)  # raised again before the sweep, whatever the time (renew also does, when due)
     if not more:
@@ -503,7 +413,9 @@ async def _erase_fenced(
         if swept:
             by_number = [(row.sid, row.okey, row.n) for row in swept]
             named = {row.n: row.report_sid for row in swept}
-            erased = await _erase_entries(store, link, prefix, by_number, [], ctx)
+            erased = await erase_entries(
+                store, link, prefix, by_number, ctx, swept_ids=own_ids(target, swept)
+            )
             found.extend((named[n], digest) for n, digest in erased)
     if not more:
         # Again once the rows are gone: a staging begun during the erasure (after the first abort) and
@@ -530,49 +442,6 @@ async def _erase_fenced(
             _join(report.detail, detail),
         )
     return report
-
-
-async def _erase_entries(
-    store: EraseOps,
-    link: Link,
-    prefix: str,
-    entries: Sequence[tuple[str, str, str]],
-    tombs: list[str],
-    ctx: OpContext,
-) -> list[tuple[str, str]]:
-    """Run ``ERASE`` over ``entries`` (id, owner key, row number or "") and ``tombs``; (key, digest) erased.
-
-    The key is an entry's id, or its row number when it has one (a row the sweep found).
-    """
-    room = store.config.max_terms_per_call
-    erased: list[tuple[str, str]] = []
-    pending = list(entries)
-    while pending or tombs:
-        batch = pending[:_ROWS_PER_CALL]
-        args = [arg for entry in batch for arg in entry]
-        await store.renew(ctx)
-        call: Call = (ERASE, [room, len(batch), len(tombs), *args, *tombs])
-        written = await store.writer.write(link, prefix, [call], ctx, "recall erase")
-        head, *lines = written.results[0].split("\n")
-        taken = int(head)
-        for (sid, _, n), line in zip(batch[:taken], lines, strict=False):
-            if line != "-":  # "-": the row was already gone
-                erased.append((n or sid, line))
-        pending = pending[taken:] if taken > 0 else pending[1:]
-        tombs = []
-        ctx.raise_if_expired("recall erase")
-    return erased
-
-
-def _owner_key_of(sid: str) -> str:
-    """The owner key a source id names (``""``, which no row holds, for an id no store makes).
-
-    For a tenant target too: an ``ids`` entry edited to name another row must not erase that row under
-    this id (its report line would carry the other source's digest). Every row of the tenant still
-    goes: the sweep (:mod:`~agentium_recall_redis.erase_sweep`) takes what no id vouched for.
-    """
-    owner = owner_of_source_id(sid)
-    return "" if owner is None else owner_key(owner)
 
 
 def _join(*parts: str) -> str:

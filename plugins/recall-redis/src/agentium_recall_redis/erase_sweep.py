@@ -82,6 +82,7 @@ __all__ = [
     "WalkBounds",
     "judge",
     "noted",
+    "own_ids",
     "sweep_rows",
     "walk_bounds",
 ]
@@ -364,6 +365,17 @@ def _covered(target: EraseTarget, sid: str) -> bool:
         key = SessionKey(owner.tenant, owner.user, owner.session)
         return target.covers_group(key, int(sid.rsplit("/", 1)[1]))
     return target.covers_owner(owner)
+
+
+def own_ids(target: EraseTarget, swept: Sequence[Swept]) -> frozenset[str]:
+    """The ids of ``swept`` rows that are ``target``'s own sources: the row's id, agreeing with its owner.
+
+    Only these may lose a deletion tombstone with their row (:mod:`.erase_rows`): a row's id edited to
+    name another owner's source never drops that source's tombstone.
+    """
+    return frozenset(
+        row.sid for row in swept if row.sid and row.report_sid == row.sid and _covered(target, row.sid)
+    )
 
 
 def judge(
