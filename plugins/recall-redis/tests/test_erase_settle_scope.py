@@ -17,6 +17,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Iterator
+from typing import Any
 
 import pytest
 from net_proxy import BlackHoleProxy
@@ -33,7 +34,8 @@ from agentium_harness.plugin_api import (
     count_items,
 )
 from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
-from agentium_recall_redis.writes import Settlements
+from agentium_recall_redis.errors import RedisRecallTimeoutError
+from agentium_recall_redis.writes import Settlements, Writer
 
 pytestmark = pytest.mark.anyio
 
@@ -169,6 +171,54 @@ async def test_the_erased_owners_own_stuck_settlement_still_refuses_the_erase(
         await store.aclose()
 
 
+async def test_a_cut_off_erases_own_late_call_refuses_erases_of_its_target_only(
+    proxy: BlackHoleProxy, request_loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A user's erase cut off by its deadline with its ERASE call in a black hole: that call's settlement
+    # was started without owners, so every other user's erase of the tenant waited for it and was refused.
+    store = _store(proxy)
+    original, holed = Writer.write, []
+
+    async def write(self_: Writer, *args: Any, **kwargs: Any) -> Any:
+        if args[4] == "recall erase" and not holed:  # the erase's first ERASE call: into the hole
+            holed.append(True)
+            proxy.black_hole()
+        return await original(self_, *args, **kwargs)
+
+    monkeypatch.setattr(Writer, "write", write)
+
+    async def cut_off_erase() -> None:
+        await store.index_document(KEPT, "kept", "apple", OpContext.with_timeout(10))
+        await store.index_document(
+            SourceOwner("acme", "cy", "s2"), "theirs", "kiwi", OpContext.with_timeout(10)
+        )
+        accepted = proxy.accepted
+        with pytest.raises(RedisRecallTimeoutError, match="outcome is unknown"):
+            await store.erase(EraseTarget.user("acme", "ana"), OpContext.with_timeout(0.6))
+        # New connections held in the hole: the erase's own settling, then the background settlement's
+        # and (unless its time was up) its fence's lowering, both started before the erase raised.
+        for _ in range(50):
+            if proxy.accepted >= accepted + 3:
+                break
+            await asyncio.sleep(0.01)
+        assert proxy.accepted >= accepted + 2, "the settlement opened no connection of its own"
+        await asyncio.sleep(0.05)
+
+    try:
+        asyncio.run_coroutine_threadsafe(cut_off_erase(), request_loop).result(10)
+        proxy.freeze_existing()
+        began = time.monotonic()
+        report = await store.erase(EraseTarget.user("acme", "cy"), OpContext.with_timeout(2))
+        assert time.monotonic() - began < 1.0  # was refused at its wait's bound (1.6 s here)
+        assert report.status is EraseStatus.COMPLETE and report.counts == count_items(document=1)
+        for own in (EraseTarget.user("acme", "ana"), EraseTarget.session("acme", "ana", "s1")):
+            with pytest.raises(RedisRecallError, match="still being settled"):  # its own target: as before
+                await store.erase(own, OpContext.with_timeout(0.3))
+    finally:
+        proxy.heal()
+        await store.aclose()
+
+
 async def test_a_wait_of_one_owner_prefix_counts_its_owners_and_unknown_ones_only() -> None:
     settlements = Settlements()
     bound = time.monotonic() + 5
@@ -180,6 +230,19 @@ async def test_a_wait_of_one_owner_prefix_counts_its_owners_and_unknown_ones_onl
         assert (await settlements.wait(0.0, scope="p:{a}")).settling == 2  # a tenant's erase: every owner
         settlements.start(asyncio.sleep(5), settles_by=bound, scope="p:{a}")  # owners unknown
         assert (await settlements.wait(0.05, scope="p:{a}", under="ana/s1/")).settling == 1
+    finally:
+        await settlements.drain(0.0)
+
+
+async def test_an_erases_own_call_counts_for_erases_of_targets_nested_with_its_own_only() -> None:
+    settlements = Settlements()
+    bound = time.monotonic() + 5
+    settlements.start(asyncio.sleep(5), settles_by=bound, scope="p:{a}", owners=frozenset({"ana/"}))
+    try:
+        assert not await settlements.wait(0.0, scope="p:{a}", under="cy/")  # another user's erase
+        assert not await settlements.wait(0.0, scope="p:{a}", under="an/")  # a prefix of the name only
+        for under in ("", "ana/", "ana/s1/", "ana/s1/~/~"):  # the tenant, the user, a session, its groups
+            assert (await settlements.wait(0.0, scope="p:{a}", under=under)).settling == 1, under
     finally:
         await settlements.drain(0.0)
 

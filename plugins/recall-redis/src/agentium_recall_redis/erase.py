@@ -56,7 +56,9 @@ owners unknown), at most ``settle_timeout_s``, so each such write has
 applied — and is erased — or been fenced and never applies; not for other
 tenants' or owners', nor for cleanup (a staging given up, garbage
 collected: it writes no words, and the erase does both itself;
-:mod:`agentium_recall_redis.settlements`). If one is still unsettled the
+:mod:`agentium_recall_redis.settlements`), nor for another erase's own
+cut-off ``ERASE`` call unless one target covers the other
+(:mod:`agentium_recall_redis.erase_rows`). If one is still unsettled the
 erase raises and removes nothing (the engine keeps the erasure pending;
 resume it), saying why: a settlement still running, or one stranded because
 its event loop stopped or closed first (it counts until ``settle_timeout_s``
@@ -391,7 +393,10 @@ async def _erase_fenced(
             found.extend((row.report_sid, row.digest) for row in swept)
         report = _report(found, more, PhysicalErasure.REMOVED if not found else PhysicalErasure.UNREFERENCED)
         return noted(report, swept, dry_run=True)
-    found.extend(await erase_entries(store, link, prefix, entries, ctx, tombs=tombs))
+    # A call cut off is settled in the background as this target's (erase_rows): another owner's erase
+    # does not wait for it.
+    owners = frozenset({owner_prefix(target)})
+    found.extend(await erase_entries(store, link, prefix, entries, ctx, owners=owners, tombs=tombs))
     swept = []
     await fence.hold(ctx)  # raised again before the sweep, whatever the time (renew also does, when due)
     if not more:
@@ -414,7 +419,7 @@ async def _erase_fenced(
             by_number = [(row.sid, row.okey, row.n) for row in swept]
             named = {row.n: row.report_sid for row in swept}
             erased = await erase_entries(
-                store, link, prefix, by_number, ctx, swept_ids=own_ids(target, swept)
+                store, link, prefix, by_number, ctx, owners=owners, swept_ids=own_ids(target, swept)
             )
             found.extend((named[n], digest) for n, digest in erased)
     if not more:

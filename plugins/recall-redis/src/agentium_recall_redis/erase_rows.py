@@ -6,6 +6,14 @@ a write (token-fenced, :mod:`agentium_recall_redis.writes`) of at most
 :data:`_ROWS_PER_CALL` sources and ``max_terms_per_call`` postings (but at
 least one source).
 
+**A call cut off.** A call whose reply is lost past the erase's deadline is
+settled in the background like any write. Its settlement is started with the
+erase's target as its owners (``owner_prefix``: ``""``, ``u/``, ``u/s/`` or a
+session's owner key), so an erase of another user or session of the tenant
+does not wait for it (a late copy only removes rows of this target), while an
+erase of the same target, or of one it covers or that covers it, still does
+(:class:`~agentium_recall_redis.settlements.Settlements`).
+
 **A swept row deleted meanwhile.** A row found only by the sweep (its
 revision entry damaged) is erased by number, and its ``ids`` and ``rev``
 entries go only if ``ids`` still names it. A ``DELETE`` of that document
@@ -136,6 +144,7 @@ async def erase_entries(
     entries: Sequence[tuple[str, str, str]],
     ctx: OpContext,
     *,
+    owners: frozenset[str],
     tombs: Sequence[str] = (),
     swept_ids: Collection[str] = (),
 ) -> list[tuple[str, str]]:
@@ -144,6 +153,7 @@ async def erase_entries(
     The key is an entry's id, or its row number when it has one (a row the sweep found). ``tombs``
     go with the first call. ``swept_ids``: ids of entries the sweep found that are the target's own;
     each goes as a tombstone to drop too with every call its entry is sent in (see the module).
+    ``owners``: the erase's target as :meth:`~.writes.Writer.write` takes it (see the module).
     """
     room = store.config.max_terms_per_call
     erased: list[tuple[str, str]] = []
@@ -157,7 +167,7 @@ async def erase_entries(
         dropped = list(dict.fromkeys([*first, *(sid for sid, _, n in batch if n and sid in swept_ids)]))
         await store.renew(ctx)
         call: Call = (ERASE, [room, len(batch), len(dropped), *args, *dropped])
-        written = await store.writer.write(link, prefix, [call], ctx, "recall erase")
+        written = await store.writer.write(link, prefix, [call], ctx, "recall erase", owners=owners)
         head, *lines = written.results[0].split("\n")
         taken = int(head)
         for (sid, _, n), line in zip(batch[:taken], lines, strict=False):

@@ -35,7 +35,11 @@ keys of the sources its write is of, where the writer knows them
 (``owners``): a user's or session's erase (``under``, the owner-key prefix
 its erasure fence covers) then waits only for those of its own owners, the
 owners its fence refuses the writes of; one started without owners counts
-for every erase of its tenant. An erase does not wait for cleanup
+for every erase of its tenant. An erase's own call cut off (its ``ERASE``
+only removes rows) is started with its target as its owners, an owner-key
+prefix (:mod:`agentium_recall_redis.erase_rows`): it counts for an erase
+whose target covers it or is covered by it, not for another user's or
+session's. An erase does not wait for cleanup
 (``cleanup=False``) at all: a staging given up (``ABORT``) and garbage
 collected (``COLLECT``) only remove postings and move a staging from the
 pending set to the garbage queue, never write words;
@@ -157,7 +161,8 @@ class _Entry:
     """A tracked task: ``settles_by`` is a settlement's bound (monotonic clock), ``None`` for cleanup.
 
     ``scope`` is the tenant key prefix it writes under (``None``: unknown, so it counts for every erase);
-    ``owners`` the owner keys of what it writes (``None``: unknown, it counts for every erase of the tenant).
+    ``owners`` the owner keys of what it writes, or owner-key prefixes (an erase's own call: its target),
+    ``None`` when unknown: it counts for every erase of the tenant.
     """
 
     settles_by: float | None
@@ -182,8 +187,14 @@ class _Entry:
         if self.scope != scope:
             return False
         # Owner keys are segments joined by "/" (none holds one): a prefix "u/" or "u/s/" names exactly
-        # that user's or session's owners, as the erasure fence reads it.
-        return not under or self.owners is None or any(o.startswith(under) for o in self.owners)
+        # that user's or session's owners, as the erasure fence reads it. An owner of the task may be such
+        # a prefix too (an erase's own call, of its target): counted when either covers the other.
+        return not under or self.owners is None or any(_nested(o, under) for o in self.owners)
+
+
+def _nested(owner: str, under: str) -> bool:
+    """Whether owner key (or owner-key prefix) ``owner`` and owner-key prefix ``under`` overlap."""
+    return owner.startswith(under) or under.startswith(owner)
 
 
 class Settlements:
@@ -225,8 +236,10 @@ class Settlements:
         a write's settlement with that bound; without it, it is cleanup.
         ``scope`` is the tenant key prefix ``work`` writes under (an erase of
         another tenant does not wait for it); without it, every erase does.
-        ``owners``: the owner keys of the sources it writes (an erase of other
-        owners of the tenant does not wait for it); without it, every erase
+        ``owners``: the owner keys of the sources it writes, or owner-key
+        prefixes (``u/``, ``u/s/``: every owner of that user or session; an
+        erase's own call is started with its target's); an erase of other
+        owners of the tenant does not wait for it. Without it, every erase
         of the tenant does.
         Once :meth:`drain` has begun closing, ``work`` is not run.
         """

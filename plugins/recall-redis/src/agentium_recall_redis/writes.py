@@ -266,9 +266,10 @@ class Writer:
         (deadline, cancellation, a broken connection) is settled, never
         re-sent: see :meth:`_send_write`. When its settlement finishes in
         the background, ``settled_later`` gets the round trip's outcome.
-        ``owners``: the owner keys of every source the calls write (or
-        ``None``), so an erase of other owners does not wait for the
-        settlement (:class:`Settlements`).
+        ``owners``: the owner keys of every source the calls write, or
+        owner-key prefixes (an erase's calls: its target), or ``None``, so an
+        erase of other owners does not wait for the settlement
+        (:class:`Settlements`).
         """
         from redis.exceptions import NoScriptError
 
