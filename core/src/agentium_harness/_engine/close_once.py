@@ -12,70 +12,34 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import logging
+import math
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from types import TracebackType
 
 import anyio
 
 from .._errors import OperationCancelledError, OperationTimeoutError
 from .._observe.spans import current_span_event
-from .loops import ThreadSafeEvent, current_library
+from .close_attempt import Attempt as _Attempt
+from .close_waits import close_waits_for_current_task, current_task_or_none
+from .loops import current_library
 
 __all__ = ["CloseOnce"]
 
 _log = logging.getLogger("agentium.adapters")
 
-# How often a later caller looks whether the close's event loop was closed under it.
+# How often a later caller looks whether the close's event loop was closed (or stopped) under it.
 _LOOK_S = 0.1
-# How often a caller about to run a cut-off close looks whether the loop that cut it off has finished.
+# How often a caller about to run a cut-off close looks whether the loop that cut it off has finished,
+# and a caller from a task the close started whether the close has come to wait for it.
 _END_S = 0.01
 
 # The CloseOnce objects whose close runs in this context (its task, and the tasks it starts): an
 # aclose() from inside its own close would wait for itself (wait_s, then a timeout).
 _INSIDE: ContextVar[frozenset[object]] = ContextVar("agentium_close_once_inside", default=frozenset())
-
-
-class _Attempt:
-    """One run of the close and its outcome, for the callers that took part in it."""
-
-    __slots__ = ("again", "context", "done", "kind", "loop", "problem", "task", "trace", "work")
-
-    def __init__(self) -> None:
-        self.done = ThreadSafeEvent()
-        self.problem: Exception | None = None  # what the close raised, for every caller
-        self.trace: TracebackType | None = None  # its traceback as the close raised it
-        self.context: BaseException | None = None  # its __context__ as the close raised it
-        self.kind = ""  # the type of what ended the close (its error, a cancellation): for the log
-        self.task: asyncio.Task[None] | None = None  # held: asyncio keeps weak references to tasks
-        # What close() returned; kept once ended only while none of it ran (see unbegun).
-        self.work: Awaitable[None] | None = None
-        self.again = False  # cut off before it began, and run again since by another caller
-        # The asyncio loop of the close's task (None on trio), kept only while the close is to be run
-        # again: not weakly, as an event loop class need not take weak references.
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    def unbegun(self) -> bool:
-        """True while the close's coroutine has not started: cut off then, another caller may run it."""
-        work = self.work
-        return inspect.iscoroutine(work) and inspect.getcoroutinestate(work) == inspect.CORO_CREATED
-
-    def __del__(self) -> None:
-        # A close no caller ever ran again goes with its CloseOnce: closed here, quietly. Left to the
-        # garbage collector it said "coroutine ... was never awaited" at a random later moment; the
-        # cut-off WARNING already said the close never began.
-        work = self.work
-        if inspect.iscoroutine(work) and inspect.getcoroutinestate(work) == inspect.CORO_CREATED:
-            work.close()
-
-    def end(self) -> None:
-        """Ended: a close that began is let go (its frames); one that never began is kept to run again."""
-        if not self.unbegun():
-            self.work = self.loop = None
-        self.done.set()
 
 
 class CloseOnce:
@@ -96,8 +60,8 @@ class CloseOnce:
       own, so a native ``Task.cancel()`` of the caller stops the caller's wait,
       not the close; on trio shielded in the caller's task (no asyncio task:
       trio's cancellations respect the shield);
-    - a later or concurrent caller waits (shielded, at most ``wait_s``) for that
-      close to end;
+    - a later or concurrent caller waits (shielded, at most ``wait_s`` in all)
+      for that close to end;
     - every caller then sees the same outcome: nothing, or the exception the
       close raised, re-raised (each caller a copy of it: the adapter's type,
       message, attributes and cause, over the close's traceback; one object
@@ -112,30 +76,45 @@ class CloseOnce:
       problem is logged at WARNING (the adapter's name and the exception's type,
       nothing else) and raised to the next caller.
 
-    A close cut off before any of its coroutine ran (its task cancelled before
-    its first step, as ``asyncio.run`` returning just after ``aclose()`` began
-    does, or its loop closed first) has released nothing: the next caller (one
-    waiting for it, or a later ``aclose()``) runs that coroutine itself, on its
-    own loop, once the loop that cut it off has finished (a caller of another
-    loop waits for that, shielded, at most ``wait_s``: a loop's own values are
-    then dropped, not scheduled onto it as it closes); the cut-off is logged
-    at WARNING. ``close()`` is not called again (its synchronous part ran):
-    this needs it to return a coroutine, as an ``async def`` does, which
-    awaits nothing of the first caller's loop (a task or future made there in
-    ``close()`` fails, or was cancelled with it, when run again).
+    A close cut off before any of it ran (its task cancelled before its first
+    step, as ``asyncio.run`` returning just after ``aclose()`` began does, or
+    its loop closed first, or stopped and not running again within a tenth of
+    a second) has released nothing: the next caller (one waiting for it, or a
+    later ``aclose()``) awaits what ``close()`` returned itself, on its own
+    loop, once the loop that cut it off has finished (a caller of another loop
+    waits for that, shielded, within its bound: a loop's own values are then
+    dropped, not scheduled onto it as it closes); the cut-off is logged at
+    WARNING, once. ``close()`` is not called again (its synchronous part ran):
+    this needs it to return a coroutine (as an ``async def`` does) or another
+    awaitable that runs the close when awaited, which awaits nothing of the
+    first caller's loop (a task or future made there in ``close()`` fails, or
+    was cancelled with it, when run again). A future (``asyncio.Future``,
+    work already under way on the loop that cut it off) cannot be awaited
+    again: every later caller gets :class:`OperationCancelledError` saying so.
 
     An ``aclose()`` made from inside the close itself (in its task, or a task
-    it started, in ``close()``'s synchronous part too: a wrapper it closes
-    that closes this adapter again) returns at once instead of waiting
-    ``wait_s`` for the close it is part of; the close's outcome goes to its
-    callers.
+    the close waits for: one it awaits, directly or through ``gather``,
+    ``wait`` or ``shield``, or one of a task group it opened, in ``close()``'s
+    synchronous part too: a wrapper it closes that closes this adapter again)
+    returns at once instead of waiting for the close it is part of; the
+    close's outcome goes to its callers. A task the close started and left
+    running is not part of it: its ``aclose()`` waits for the close as any
+    later caller does (never told "closed" while the close runs), and returns
+    at once only once the close comes to wait for that task.
 
-    A later caller whose wait ran out gets :class:`OperationTimeoutError`
-    (``operation`` ``"aclose"``), with a WARNING: the close is still running
-    (``wait_s`` is shorter than the close's own bound). A close
-    whose event loop was closed with it pending can never end: a later caller
-    finds that out (within a tenth of a second) and it is an
-    :class:`OperationCancelledError` for every later caller.
+    A later caller's whole wait (for the first's close, for the loop that cut
+    it off to finish, for a run again it makes or another caller makes) is
+    bounded by one ``wait_s``. Once it runs out the caller gets
+    :class:`OperationTimeoutError` (``operation`` ``"aclose"``), with a
+    WARNING: the close is still running (``wait_s`` is shorter than the
+    close's own bound; a run again goes on without the caller, its outcome
+    to the log and the next caller), or, cut off, has not run again yet (the
+    next caller runs it). So does a caller whose close began on a loop that
+    stopped (not closed) with it pending, within a tenth of a second: the
+    close may go on if that loop runs again. A close whose event loop was
+    closed with it pending can never end: a later caller finds that out
+    (within a tenth of a second) and it is an :class:`OperationCancelledError`
+    for every later caller.
     """
 
     __slots__ = ("_attempt", "_claimed", "_lock", "_log", "_token", "_wait_s", "_what")
@@ -167,41 +146,49 @@ class CloseOnce:
     async def run(self, close: Callable[[], Awaitable[None]]) -> None:
         """Close once (the first caller) or wait for that close (later ones); raise its problem if any."""
         inside = self._token in _INSIDE.get()
+        library = current_library()
+        # One bound for all this caller waits (the first run, the end of the loop that cut it off, a run
+        # again): not one per phase. Only the first caller's own close is bounded by the close alone.
+        deadline = time.monotonic() + self._wait_s
         while True:
-            await self._let_its_loop_finish()
-            claim = self._claim(close, inside)
-            if claim is None:
-                return  # from inside the close: waiting for it would wait for this very caller
-            attempt, start = claim
+            await self._let_its_loop_finish(deadline)
+            attempt, start, part_of_it = self._claim(close, inside, library)
+            if part_of_it:
+                return  # the close waits for this very caller: waiting for it would wait for itself
             if start is not None:
-                if current_library() == "asyncio":
-                    await self._run_in_task(attempt, start)
-                else:
+                bound = None if start is close else deadline  # a run again is a later caller's
+                if library == "asyncio":
+                    await self._run_in_task(attempt, start, bound)
+                elif bound is None:
                     await self._run_here(attempt, start)
-                break
-            await self._wait(attempt)
+                else:
+                    await self._run_aside(attempt, start, bound)
+            elif await self._wait(attempt, deadline, inside, library):
+                return  # the close has come to wait for this caller (a task it started, then awaited)
             if not (attempt.unbegun() or attempt.again):
-                break  # else cut off before it began while this caller waited: run (or wait for) it again
+                break  # else cut off before it began meanwhile: run (or wait for) it again
         self._raise_problem(attempt)
 
     def _claim(
-        self, close: Callable[[], Awaitable[None]], inside: bool
-    ) -> tuple[_Attempt, Callable[[], Awaitable[None]] | None] | None:
-        """The run to wait for, or a new one and what it runs; ``None`` for a call from inside the close."""
+        self, close: Callable[[], Awaitable[None]], inside: bool, library: str
+    ) -> tuple[_Attempt, Callable[[], Awaitable[None]] | None, bool]:
+        """The run to wait for, or a new one and what it runs; and whether the close waits for this caller."""
         with self._lock:
             attempt = self._attempt
             start: Callable[[], Awaitable[None]] | None = close
             if attempt is not None:
                 if inside and not attempt.done.is_set():
-                    return None
+                    # Inside the close: its own task, or a task it waits for, returns at once; a task it
+                    # started and left running waits for it as any caller does (it is not closed yet).
+                    return attempt, None, close_waits_for_current_task(attempt.owner, library)
                 start = self._take_over(attempt)
                 if start is None:
-                    return attempt, None
+                    return attempt, None, False
             self._claimed = True
             self._attempt = _Attempt()
-            return self._attempt, start
+            return self._attempt, start, False
 
-    async def _let_its_loop_finish(self) -> None:
+    async def _let_its_loop_finish(self, deadline: float) -> None:
         """Before running a close cut off before it began: wait for the loop that cut it off to finish.
 
         ``asyncio.run`` cuts the close off as it begins shutting its loop down,
@@ -209,7 +196,8 @@ class CloseOnce:
         from another thread, the close scheduled that loop's own values onto it,
         to be cut short as it closed, and waited its whole bound to report
         them unclosed. Once the loop has finished they are dropped instead. A
-        caller on that very loop runs it at once; at most ``wait_s`` (shielded).
+        caller on that very loop runs it at once; another waits until its
+        deadline (shielded), then raises rather than run it onto that loop.
         """
         attempt = self._attempt
         if attempt is None or attempt.loop is None or not attempt.done.is_set() or not attempt.unbegun():
@@ -217,10 +205,24 @@ class CloseOnce:
         loop = attempt.loop
         if loop is None or loop is _running_asyncio_loop():
             return
-        with anyio.move_on_after(self._wait_s, shield=True):
+        with anyio.move_on_after(_left(deadline), shield=True):
             # In slices: nothing says that a loop has closed. One stopped for good is not waited for.
             while loop.is_running() and not loop.is_closed():  # noqa: ASYNC110
                 await anyio.sleep(_END_S)
+        if loop.is_running() and not loop.is_closed():
+            # Out of this caller's time: not run onto a loop that is closing, nor reported "closed".
+            self._log.warning(
+                "%s: a later aclose() stopped waiting for the event loop that cut its close off to finish; "
+                "the close has not run again (the next aclose() runs it)",
+                self._what,
+            )
+            raise OperationTimeoutError(
+                f"{self._what}: its close was cut off before it began, and the event loop that cut it off "
+                f"was still finishing after {self._wait_s}s; nothing was closed yet "
+                "(the next aclose() runs it)",
+                "aclose",
+                self._wait_s,
+            )
 
     @staticmethod
     def _take_over(attempt: _Attempt) -> Callable[[], Awaitable[None]] | None:
@@ -238,13 +240,23 @@ class CloseOnce:
 
         return start
 
+    def _begin(self, attempt: _Attempt) -> bool:
+        """Mark the close begun, unless it was ended as cut off (its old task, its loop run again)."""
+        with self._lock:
+            if attempt.done.is_set() or attempt.orphaning or attempt.again:
+                return False  # the next caller runs it (or has): not this task of a loop that stopped
+            attempt.began = True
+            return True
+
     async def _run_here(self, attempt: _Attempt, close: Callable[[], Awaitable[None]]) -> None:
         """Trio: the close runs shielded in this task (no native cancellation passes the shield)."""
         mark = _INSIDE.set(_INSIDE.get() | {self._token})
+        attempt.owner = current_task_or_none("trio")
         try:
             with anyio.CancelScope(shield=True):
                 work = attempt.work = close()
-                await work
+                if self._begin(attempt):
+                    await work
         except BaseException as exc:
             self._keep(attempt, exc)
             if not isinstance(exc, Exception):
@@ -253,8 +265,46 @@ class CloseOnce:
             _INSIDE.reset(mark)
             attempt.end()
 
-    async def _run_in_task(self, attempt: _Attempt, close: Callable[[], Awaitable[None]]) -> None:
-        """Asyncio: the close runs in a task of its own; a natively cancelled caller stops waiting only."""
+    async def _run_aside(
+        self, attempt: _Attempt, close: Callable[[], Awaitable[None]], deadline: float
+    ) -> None:
+        """Trio, a close run again by a later caller: in a system task, waited for until the deadline."""
+        import trio
+
+        work = attempt.work = close()  # what the cut-off close returned: nothing of it runs here
+        left = False  # the caller stopped waiting: only the log (and the next caller) hear the problem
+
+        async def closing() -> None:
+            _INSIDE.set(_INSIDE.get() | {self._token})
+            attempt.owner = trio.lowlevel.current_task()
+            try:
+                if self._begin(attempt):
+                    await work
+            except BaseException as exc:
+                self._keep(attempt, exc)
+                if left:
+                    self._warn_unheard(attempt)
+                if isinstance(exc, trio.Cancelled):
+                    raise  # the run is ending: a system task ends cancelled, nothing else escapes it
+            finally:
+                attempt.end()
+
+        trio.lowlevel.spawn_system_task(closing)
+        with anyio.move_on_after(_left(deadline), shield=True):
+            await attempt.done.wait()
+        if not attempt.done.is_set():
+            left = True  # one thread: the task has not ended (it would have set done)
+            raise self._stop_waiting("ran its cut-off close again and stopped waiting for it")
+
+    async def _run_in_task(
+        self, attempt: _Attempt, close: Callable[[], Awaitable[None]], deadline: float | None
+    ) -> None:
+        """Asyncio: the close runs in a task of its own; a natively cancelled caller stops waiting only.
+
+        A close run again by a later caller is waited for until its ``deadline``
+        only; past it the caller stops waiting (the close goes on), as a
+        cancelled caller does.
+        """
         # Its synchronous part is the close too (as on trio): a task it starts is inside the close.
         mark = _INSIDE.set(_INSIDE.get() | {self._token})
         try:
@@ -272,7 +322,8 @@ class CloseOnce:
         async def closing() -> None:
             _INSIDE.set(_INSIDE.get() | {self._token})  # this task's own context, and its children's
             try:
-                await work
+                if self._begin(attempt):
+                    await work
             except BaseException as exc:
                 # A cancellation too (asyncio.run returning cancels the tasks left, this one among
                 # them): the close did not finish, and later callers must not be told it did.
@@ -300,10 +351,10 @@ class CloseOnce:
         # Held here until it ends (asyncio keeps weak references), even once the caller let go.
         loop = asyncio.get_running_loop()
         attempt.task, attempt.loop = loop.create_task(closing()), loop
-        task = attempt.task
+        task = attempt.owner = attempt.task
         task.add_done_callback(never_began)
         try:
-            with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(_left(deadline), shield=True):
                 await asyncio.shield(task)
         except BaseException as exc:
             if not (isinstance(exc, asyncio.CancelledError) and self._cancelled_on_its_own(task)):
@@ -320,6 +371,9 @@ class CloseOnce:
             # Not this caller's cancellation but its close's, which it hears as every caller does (below).
             if attempt.problem is None:
                 self._keep(attempt, asyncio.CancelledError())  # never began (see never_began)
+        if not task.done():  # a run again, past this caller's deadline: the close goes on without it
+            left = True
+            raise self._stop_waiting("ran its cut-off close again and stopped waiting for it")
         # Ended here rather than in the task: the first caller goes on before the waiting callers wake.
         attempt.end()
 
@@ -335,50 +389,97 @@ class CloseOnce:
         caller = asyncio.current_task()
         return task.done() and task.cancelled() and caller is not None and not caller.cancelling()
 
-    async def _wait(self, attempt: _Attempt) -> None:
-        """A later caller: wait, shielded and within ``wait_s``, for the first's close to end."""
-        with anyio.move_on_after(self._wait_s, shield=True):
-            # In slices: a close whose loop is closed under it never ends, nor says so (see _orphaned).
+    async def _wait(self, attempt: _Attempt, deadline: float, inside: bool, library: str) -> bool:
+        """A later caller: wait, shielded and until ``deadline``, for the first's close to end.
+
+        True when this caller is a task the close started that the close has
+        come to wait for (it returns at once then).
+        """
+        stalled = False
+        with anyio.move_on_after(_left(deadline), shield=True):
+            # In slices: a close whose loop is closed (or stopped) under it never ends, nor says so.
             while not self._orphaned(attempt):
-                with anyio.move_on_after(_LOOK_S):
+                if inside and close_waits_for_current_task(attempt.owner, library):
+                    return True
+                if self._stalled(attempt):
+                    stalled = True
+                    break
+                with anyio.move_on_after(_END_S if inside else _LOOK_S):
                     await attempt.done.wait()
                 if attempt.done.is_set():
                     break
-        if not attempt.done.is_set() and not self._orphaned(attempt):
-            self._log.warning(
-                "%s: a later aclose() stopped waiting for the first's close after %ss; it is still running",
-                self._what,
-                self._wait_s,
+        if attempt.done.is_set() or self._orphaned(attempt):
+            return False
+        if stalled:
+            raise self._stop_waiting(
+                "stopped waiting for the first's close: its event loop stopped with it pending"
             )
-            # Not "closed": the close still runs (its outcome goes to the first caller, or the log).
-            raise OperationTimeoutError(
-                f"{self._what}: the first aclose()'s close was still running after {self._wait_s}s; "
-                "it may not have closed yet",
-                "aclose",
-                self._wait_s,
-            )
+        raise self._stop_waiting(f"stopped waiting for the first's close after {self._wait_s}s")
+
+    def _stop_waiting(self, why: str) -> OperationTimeoutError:
+        """A caller stops waiting while the close still runs: a WARNING, and its error (never "closed")."""
+        self._log.warning("%s: a later aclose() %s; it is still running", self._what, why)
+        return OperationTimeoutError(
+            f"{self._what}: the first aclose()'s close was still running after {self._wait_s}s "
+            f"(this aclose() {why}); it may not have closed yet",
+            "aclose",
+            self._wait_s,
+        )
+
+    def _stopped_long(self, attempt: _Attempt, loop: asyncio.AbstractEventLoop) -> bool:
+        """True once the close's loop was seen not running twice, ``_LOOK_S`` apart (not between two runs)."""
+        if loop.is_running():
+            attempt.stopped_at = None
+            return False
+        now = time.monotonic()
+        if attempt.stopped_at is None:
+            attempt.stopped_at = now
+            return False
+        return now - attempt.stopped_at >= _LOOK_S
+
+    def _stalled(self, attempt: _Attempt) -> bool:
+        """True when the close began and its loop stopped (not closed): it may never go on."""
+        task = attempt.task
+        if task is None or task.done() or not attempt.began:
+            return False
+        loop = task.get_loop()
+        return not loop.is_closed() and self._stopped_long(attempt, loop)
 
     def _orphaned(self, attempt: _Attempt) -> bool:
-        """True once the close has ended, or its task's loop was closed with it pending (then ended here).
+        """True once the close has ended, or can never run on its loop (then ended here, once).
 
         A loop closed without cancelling its tasks (``run_until_complete``, then
         ``close()``) never runs the close again: it is ended as cut off, for every
-        caller (or, when none of it had run, run by the next caller).
+        caller (or, when none of it had run, run by the next caller). So is a
+        close none of which ran whose loop stopped (and is not running): the
+        next caller runs it rather than wait for a loop that may never run again.
         """
-        task = attempt.task
         if attempt.done.is_set():
             return True
-        if task is None or not task.get_loop().is_closed() or task.done():
+        task = attempt.task
+        if task is None or task.done():
             return False
-        attempt.task = None  # never to run again: the close's task (and what it holds) is let go
-        attempt.kind = "its event loop was closed"
+        loop = task.get_loop()
+        closed = loop.is_closed()
+        if not closed and (attempt.began or not self._stopped_long(attempt, loop)):
+            return False
+        with self._lock:
+            # Once, whichever caller (of whichever thread) finds it first: one outcome, one WARNING.
+            if attempt.done.is_set():
+                return True
+            if attempt.orphaning or (attempt.began and not closed):
+                return False  # another caller ends it now (its end wakes this one), or it began meanwhile
+            attempt.orphaning = True
+        how = "its event loop was closed" if closed else "its event loop stopped"
+        attempt.task = None  # not run by this loop again: the close's task (and what it holds) is let go
+        attempt.kind = how
         attempt.problem = OperationCancelledError(
-            f"{self._what}: its close did not finish (its event loop was closed with the close pending); "
+            f"{self._what}: its close did not finish ({how} with the close pending); "
             "what it had not closed may still be open",
             "close interrupted",
         )
         attempt.trace = attempt.context = None
-        if attempt.unbegun():
+        if not attempt.began:
             self._warn_unheard(attempt)
         attempt.end()
         return True
@@ -394,7 +495,13 @@ class CloseOnce:
         # Cancelled, or interrupted: what it had not closed stays open; no later caller is told "closed".
         attempt.problem = OperationCancelledError(
             f"{self._what}: its close did not finish ({type(exc).__name__}); "
-            "what it had not closed may still be open",
+            + (
+                "it was cut off before it began, and what close() returned (not a coroutine, nor an "
+                "awaitable never awaited: a future) cannot be awaited again; "
+                if attempt.refused()
+                else ""
+            )
+            + "what it had not closed may still be open",
             "close interrupted",
         )
         attempt.trace = attempt.context = None
@@ -422,7 +529,11 @@ class CloseOnce:
         return twin
 
     def _warn_unheard(self, attempt: _Attempt) -> None:
-        """The close failed (or was cut off) after its caller was cancelled: logged, then raised later."""
+        """The close failed (or was cut off) after its caller stopped waiting: logged once, raised later."""
+        with self._lock:
+            if attempt.warned:
+                return  # found by two callers (threads) at once: one WARNING for one cut-off
+            attempt.warned = True
         kind = attempt.kind
         if attempt.unbegun():
             self._log.warning(
@@ -430,14 +541,26 @@ class CloseOnce:
                 self._what,
                 kind,
             )
+        elif attempt.refused():
+            self._log.warning(
+                "%s: the close was cut off before it began (%s); what close() returned is not a coroutine "
+                "and cannot be run again: the next aclose() raises it",
+                self._what,
+                kind,
+            )
         else:
             self._log.warning(
-                "%s: closing failed (%s) after the aclose() caller that started it was cancelled; "
+                "%s: closing failed (%s) after the aclose() caller that started it stopped waiting; "
                 "the next aclose() raises it",
                 self._what,
                 kind,
             )
         current_span_event("agentium.close.unheard", {"error.type": kind})
+
+
+def _left(deadline: float | None) -> float:
+    """Seconds until ``deadline`` (a ``time.monotonic()`` value), none below zero; unbounded for ``None``."""
+    return math.inf if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:

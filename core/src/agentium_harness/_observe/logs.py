@@ -67,13 +67,17 @@ LOGGERS: dict[str, str] = {
     "agentium.adapters": (
         "adapters' closes (plugin_api.CloseOnce, unless the adapter passes its own logger, as the "
         "plugins below do): a close that failed, or was cut off (its task cancelled), after the "
-        "aclose() caller that started it was natively cancelled (the adapter's name and the error "
-        'type only; the next aclose() raises it, or, when none of the close had run, runs it: "cut '
-        "off before it began\", also said by the later caller that finds the close's event loop "
-        "closed before it began, its event loop was closed in place of the type; also the event "
-        "agentium.close.unheard with error.type (that same text then) on the span current when the "
-        "close began, or where that later caller found it, if it still records), a later caller "
-        "that stopped waiting for a close still running (WARNING)"
+        "aclose() caller that started it stopped waiting (natively cancelled, or a caller running a "
+        "cut-off close again out of its wait_s) (the adapter's name and the error type only; the next "
+        'aclose() raises it, or, when none of the close had run, runs it: "cut off before it began", '
+        "also said by the later caller that finds the close's event loop closed, or stopped, before it "
+        'began, its event loop was closed or its event loop stopped in place of the type; "cannot be '
+        'run again" when what close() returned is a future; logged once, whichever caller or thread '
+        "finds it; also the event agentium.close.unheard with error.type (that same text then) on the "
+        "span current when the close began, or where that later caller found it, if it still "
+        "records), a later caller that stopped waiting (its wait_s spent, or the close's event loop "
+        "stopped with it pending) for a close still running, or for the event loop that cut a close "
+        "off to finish (WARNING)"
     ),
     "agentium.telemetry": "the instrumentation itself: a span processor or metric reader that failed",
 }
