@@ -1,8 +1,9 @@
-"""``plugin_api.CloseOnce``: bounded waits, and no caller told "closed" early.
+"""``plugin_api.CloseOnce`` and ``LoopHandle.run_there``: bounded waits, and no caller told "closed" early.
 
 A close returning an awaitable other than a coroutine, a task the close starts
 and leaves running, two threads finding one cut-off, a loop stopped (not
-closed) under the close, one ``wait_s`` for all a caller waits.
+closed) under the close, one ``wait_s`` for all a caller waits, and a
+``run_there`` (and ``PerLoop.aclose``) whose loop closes under the work.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import anyio.lowlevel
 import pytest
 
 from agentium_harness import OperationCancelledError, OperationTimeoutError
-from agentium_harness.plugin_api import CloseOnce
+from agentium_harness.plugin_api import CloseOnce, LoopHandle, PerLoop
 
 
 class _Closing:
@@ -314,3 +315,68 @@ def test_a_callers_whole_wait_is_bounded_by_one_wait_s() -> None:
     assert began == []
     anyio.run(once.run, close)  # the next caller runs it, the loop that cut it off having finished
     assert began == [1]
+
+
+@pytest.mark.parametrize("how", ["closed under it", "cancelled by asyncio.run"])
+def test_run_there_ends_promptly_when_the_target_loop_finishes_under_the_work(how: str) -> None:
+    # A loop closed with the work pending: the caller waited its whole timeout. A loop whose
+    # asyncio.run cancelled the work as it returned: True, "finished in time".
+    handles: list[LoopHandle] = []
+    running = threading.Event()
+
+    async def target() -> None:
+        handles.append(LoopHandle.current())
+        running.set()
+        await asyncio.sleep(0.3)
+
+    def run_target() -> None:
+        if how == "cancelled by asyncio.run":
+            asyncio.run(target())
+            return
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(target())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            loop.close()  # the work's task still pending: never run again
+
+    thread = threading.Thread(target=run_target)
+    thread.start()
+    assert running.wait(5)
+    begun = time.monotonic()
+    finished = anyio.run(handles[0].run_there, lambda: asyncio.sleep(10), 1.5)
+    thread.join(5)
+    assert finished is False
+    assert time.monotonic() - begun < 0.8
+
+
+def test_per_loop_close_of_a_value_whose_loop_closes_under_it_is_dropped_at_once() -> None:
+    # The value's loop closed with its close pending: PerLoop.aclose waited its whole timeout, said
+    # "is that loop still running?", and left the value neither closed nor dropped.
+    released: list[str] = []
+    running = threading.Event()
+    values: PerLoop[object] = PerLoop(object, discard=lambda value: released.append("dropped"))
+
+    async def target() -> None:
+        values.get()
+        running.set()
+        await asyncio.sleep(0.3)
+
+    def run_target() -> None:
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(target())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            loop.close()  # the value's close still pending there
+
+    async def close(value: object) -> None:
+        await asyncio.sleep(10)
+
+    thread = threading.Thread(target=run_target)
+    thread.start()
+    assert running.wait(5)
+    begun = time.monotonic()
+    problems = anyio.run(values.aclose, close, 1.5)
+    thread.join(5)
+    assert time.monotonic() - begun < 0.8
+    assert problems == ["closing a object of another event loop did not finish: that loop finished first"]
+    assert released == ["dropped"]

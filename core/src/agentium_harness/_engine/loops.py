@@ -50,6 +50,9 @@ _CURRENT_TASKS: dict[Any, Any] | None = (
 
 _log = logging.getLogger("agentium.engine")
 
+# How often run_there looks whether the loop it waits for has finished under the work.
+_LOOK_S = 0.1
+
 # Tasks started on a loop from another thread, kept referenced until they end (asyncio holds weak ones).
 _STARTED: set[Any] = set()
 
@@ -185,26 +188,36 @@ class LoopHandle:
         """Run ``work()`` on this loop and wait up to ``timeout_s`` here; True if it finished in time.
 
         An exception ``work`` raises is re-raised here. Past ``timeout_s`` the
-        work is left running on its loop.
+        work is left running on its loop. A loop that finishes first (closed,
+        or cancelling the work as ``asyncio.run`` does when it returns) ends the
+        wait within a tenth of a second: False, the work did not finish.
         """
         done = ThreadSafeEvent()
         failure: list[BaseException] = []
+        cut = False  # cancelled (or interrupted) there: it did not finish
 
         async def run() -> None:
+            nonlocal cut
             try:
                 await work()
             except Exception as exc:  # handed to the waiter
                 failure.append(exc)
+            except BaseException:
+                cut = True
+                raise
             finally:
                 done.set()
 
         if not self.start(run):
             return False
         with anyio.move_on_after(timeout_s):
-            await done.wait()
+            # In slices: a loop closed under the work never runs it to its end, nor says so.
+            while not done.is_set() and not self.finished:
+                with anyio.move_on_after(_LOOK_S):
+                    await done.wait()
         if failure:
             raise failure[0]
-        return done.is_set()
+        return done.is_set() and not cut
 
     @property
     def finished(self) -> bool:
@@ -377,13 +390,24 @@ class PerLoop(Generic[T]):
                     if self._discard is not None:
                         self._discard(value)
                 elif not await loop.run_there(lambda: close(value), timeout_s):
-                    problems.append(
-                        (
-                            f"closing a {name} of another event loop did not finish within "
-                            f"{timeout_s}s (is that loop still running?)",
-                            f"{_kind(value)} of another loop timed out",
+                    if loop.finished:  # its loop finished first: what the close left is released here
+                        if self._discard is not None:
+                            self._discard(value)
+                        problems.append(
+                            (
+                                f"closing a {name} of another event loop did not finish: "
+                                "that loop finished first",
+                                f"{_kind(value)} of another loop cut off",
+                            )
                         )
-                    )
+                    else:
+                        problems.append(
+                            (
+                                f"closing a {name} of another event loop did not finish within "
+                                f"{timeout_s}s (is that loop still running?)",
+                                f"{_kind(value)} of another loop timed out",
+                            )
+                        )
             except TimeoutError:
                 problems.append(
                     (f"closing a {name} did not finish within {timeout_s}s", f"{_kind(value)} timed out")
