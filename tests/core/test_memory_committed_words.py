@@ -130,7 +130,7 @@ async def test_a_session_stores_typed_error_is_committed_by_its_class_alone() ->
     interruption = error.run_result.retained.interruption
     assert interruption is not None and interruption.cause is InterruptionCause.STEP_FAILED
     assert FOREIGN.encode() not in committed and b"globex" not in committed
-    assert interruption.detail.startswith("SessionStoreError (the session store's error"), interruption.detail
+    assert interruption.detail.startswith("SessionStoreError (the session save's error"), interruption.detail
 
 
 class OneErrorObject(InMemoryMemoryStore):

@@ -90,6 +90,7 @@ class AgentiumError(Exception):
     #: The error as the engine commits it with what ran (``retained.interruption.detail``), when its
     #: message quotes an adapter's words (a store's error text, which may name another tenant's rows):
     #: the engine's own words instead, the adapter's error by its class. ``None``: ``Type: message``.
+    #: Set by the engine only: one a store set on the exception it raised is never copied or committed.
     committed_detail: str | None = None
 
 

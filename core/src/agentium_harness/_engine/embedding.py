@@ -224,7 +224,9 @@ async def embed_texts(
     for start in range(0, len(cut), size):
         batch = cut[start : start + size]
         try:
-            raw = await ticket.call("embed", _embed_call(hybrid.embedder, batch), timeout_s=timeout)
+            raw = await ticket.call(
+                "embed", _embed_call(hybrid.embedder, batch), timeout_s=timeout, store=False
+            )
         except EmbeddingError:
             raise
         except Exception as exc:

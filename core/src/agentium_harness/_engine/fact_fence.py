@@ -133,10 +133,10 @@ class FactFence:
             except MemoryFactNotFoundError:
                 raise _forgotten(fact_id, what, before_commit) from None  # erased since: gone as well
             except AgentiumError as exc:
-                # The store's own object is never marked (its commit state, message, committed words):
-                # a store may raise one object again, in another run (another tenant's) that would
-                # take them for its own. A fresh one of its class and message is raised instead.
-                raise _unread(_own(exc), exc, at, len(self.fact_ids), what, before_commit) from exc
+                # Never the store's own object: Ticket.call raised a fresh one of its class and message
+                # (.store_errors), the engine's to mark; a store may raise one object again, in another
+                # run (another tenant's) that would take the marks for its own.
+                raise _unread(exc, exc, at, len(self.fact_ids), what, before_commit) from exc.__cause__
             except Exception as exc:  # a store's foreign exception reaches the host typed
                 error = MemoryStoreError(
                     f"memory forget fence: the store's history read failed: {error_text(exc)}; the {what} "
@@ -151,26 +151,6 @@ async def _history(
     store: MemoryStore, scope: MemoryScope, fact_id: str, ctx: OpContext
 ) -> Sequence[StoredFact]:
     return await store.history(scope, fact_id, ctx)
-
-
-#: What the engine marks on an error it raises; never copied from an object a store raised.
-_MARKS = frozenset({"commit_state", "run_result", "committed_detail"})
-
-
-def _own(error: AgentiumError) -> AgentiumError:
-    """A fresh error of ``error``'s class, message and fields, the engine's to mark; ``error`` untouched.
-
-    Made without calling the class's ``__init__`` (an adapter's may take other
-    arguments); one that cannot be made so is said as a :class:`MemoryStoreError`.
-    """
-    kind = type(error)
-    try:
-        fresh = kind.__new__(kind, *error.args)
-        fresh.args = error.args
-        fresh.__dict__.update({k: v for k, v in vars(error).items() if k not in _MARKS})
-    except Exception:
-        return MemoryStoreError(f"memory forget fence: the store's history read failed: {error_text(error)}")
-    return fresh
 
 
 def _unread(

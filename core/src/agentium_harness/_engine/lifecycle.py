@@ -25,6 +25,7 @@ import anyio
 import attrs
 
 from .._errors import (
+    AgentiumError,
     ErasureInProgressError,
     InvalidArgumentError,
     OperationCancelledError,
@@ -42,6 +43,7 @@ from .inline_call import bounded_inline
 from .late_calls import LateCalls, LateScope, covers
 from .loops import LoopHandle, ThreadSafeEvent, cancel_scope, current_library
 from .results import Diagnostic, Severity
+from .store_errors import store_error
 
 __all__ = [
     "check_closable",
@@ -166,6 +168,7 @@ class Ticket:
         traced: bool = True,
         late_scope: LateScope | None = None,
         hops_only: tuple[object, str] | None = None,
+        store: bool = True,
     ) -> T:
         """Run one adapter call under its deadline (R10, R12) and walk away from it past the deadline.
 
@@ -185,6 +188,10 @@ class Ticket:
         adapter's own class (not a subclass) lists it in ``_agentium_hops_only`` (it awaits
         nothing but its thread hops), the call runs in this task on asyncio
         (:func:`~.inline_call.bounded_inline`), under the same deadline and grace.
+        A typed error the call raises is raised as a fresh copy (:func:`~.store_errors.store_error`):
+        the store's object is never marked, and the copy is committed by its class, never its text.
+        ``store=False``: a model's call (a provider, verifier, summarizer, embedder), whose error is
+        raised as it came and committed as it is said.
         """
         timeout = self.op_timeout_s if timeout_s is None else timeout_s
         # What ``self.context(timeout, ...)`` makes, without the extra call (six adapter calls a turn).
@@ -217,10 +224,17 @@ class Ticket:
                     self.abandoned.append(abandonment(operation, timeout))
                     span.set("agentium.call.abandoned", True)
                 raise _timeout(operation, timeout, abandoned=over.abandoned) from None
-            except OperationCancelledError:
-                if ctx.signal.cancelled and ctx.signal.reason == "deadline passed":
+            except AgentiumError as exc:
+                if (
+                    isinstance(exc, OperationCancelledError)
+                    and ctx.signal.cancelled
+                    and ctx.signal.reason == "deadline passed"
+                ):
                     raise _timeout(operation, timeout) from None
-                raise
+                if not store:
+                    raise
+                # A store's words and object, not the engine's: a fresh copy, committed by its class.
+                raise store_error(exc, operation) from exc
             span.result(value)
             return value
 

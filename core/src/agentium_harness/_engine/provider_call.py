@@ -26,7 +26,7 @@ async def complete_bounded(
     """
     try:
         return await ticket.call(
-            "provider complete", lambda ctx: provider.complete(request, ctx), timeout_s=timeout_s
+            "provider complete", lambda ctx: provider.complete(request, ctx), timeout_s=timeout_s, store=False
         )
     except OperationTimeoutError as exc:
         raise ProviderTimeoutError(

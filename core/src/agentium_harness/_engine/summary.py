@@ -448,6 +448,7 @@ async def update_summary(
                 "summarize",
                 lambda ctx: summarizer.summarize(previous, tuple(offered), ctx),
                 timeout_s=summarize_timeout(limits, model_timeout_s),
+                store=False,
             )
             # Checked inside the failure handling: an answer that breaks the check itself (an
             # object whose fields raise when read) fails the update, never the committed run.

@@ -103,8 +103,10 @@ def committed_text(error: AgentiumError) -> str:
     An error whose message quotes a store (a document fence or a memory fact fence that could not
     look, an adapter's exception no stage typed) says why whole to the host; committed, it says it
     in the engine's words (``error.committed_detail``: the store's error by its class), as the recall
-    uncertainty does: the store's text may name another tenant's rows. A session store's, archive's
-    or memory store's typed error without such words is committed by its class alone.
+    uncertainty does: the store's text may name another tenant's rows. Every typed error a store call
+    raised, whatever its class, carries such words (:meth:`.lifecycle.Ticket.call` raises a fresh copy,
+    :mod:`.store_errors`, never a value the store set); one the engine raised in a session store's,
+    archive's or memory store's name without them is committed by its class alone.
     """
     if error.committed_detail is not None:
         return error.committed_detail

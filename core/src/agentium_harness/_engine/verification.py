@@ -524,7 +524,10 @@ async def _attempt(
     began = time.monotonic()
     try:
         result = await ticket.call(
-            "verifier verify", lambda op: verifier.verify(candidate, context(op)), timeout_s=timeout_s
+            "verifier verify",
+            lambda op: verifier.verify(candidate, context(op)),
+            timeout_s=timeout_s,
+            store=False,
         )
     except OperationTimeoutError as exc:
         detail = f"the verifier did not answer within {exc.timeout_s}s and was cancelled"

@@ -402,6 +402,7 @@ class Agent:
                 "provider complete",
                 lambda c: self.provider.complete(request, c),
                 timeout_s=self.model_timeout_s,
+                store=False,
             )
         except AgentiumError:
             raise
