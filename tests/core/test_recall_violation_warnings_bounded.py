@@ -11,7 +11,8 @@ later model call, the commit fence). Three gaps:
   two looks that each left 4 unlisted counted 4 in all; now the run's count is
   the sum;
 - what the dispatch fence found was not among what the looks had said, so the
-  first look that met the same answer listed it (and warned) a second time.
+  first look that met the same answer listed it (and warned) a second time;
+  so did the round after a clarification, of what the first round listed.
 """
 
 from __future__ import annotations
@@ -200,3 +201,24 @@ async def test_the_round_after_a_clarification_warns_within_the_runs_bound(
     listed = result.recall.violations
     assert listed[16:] == ("and 24 more contract violation(s) in this run, not listed",), listed[16:]
     assert _said(result, caplog, t) == list(listed)
+
+
+async def test_the_round_after_a_clarification_does_not_list_again_what_the_first_listed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both dispatch rounds validate the one source and meet the same answer: one violation, said once."""
+    t = Telemetered()
+    policy = RecallPolicy(name="clarify-then-continue", decide=_clarify_then_continue)
+    rt, _, _ = runtime(
+        OneExtraAnswer(_docs(1)),
+        recall_policy=policy,
+        recall_limits=RecallLimits(max_queries=2),
+        telemetry=t.telemetry(),
+    )
+    async with rt:
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "when?", clarify=_answer)
+    assert result.recall.clarification is not None
+    once = "validate_current returned more than the 1 answers asked; the extra were ignored"
+    assert result.recall.violations == (once,), result.recall.violations
+    assert _said(result, caplog, t) == [once]

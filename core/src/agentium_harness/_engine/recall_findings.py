@@ -31,7 +31,7 @@ from .results import Diagnostic
 if TYPE_CHECKING:
     from .progress import RunProgress
 
-__all__ = ["NOTE", "RunFindings", "said_as"]
+__all__ = ["NOTE", "RunFindings", "not_listed", "said_as"]
 
 #: The diagnostic code of a recall note (an INFO record).
 NOTE = "recall_note"
@@ -49,6 +49,18 @@ def said_as(code: str, message: str) -> tuple[str, str]:
         kinds = (CLOSE_OVERRAN, CLOSE_ABANDONED, CLOSE_FAILED)
         return code, next((k for k in kinds if message.startswith(k)), message)
     return code, message
+
+
+def not_listed(listed: Sequence[str], found: Sequence[str]) -> list[str]:
+    """``found`` without the violations ``listed`` holds already: an earlier round's same answer is said once.
+
+    The round after a clarification validates the sources the first round validated, and a store
+    answering both the same way broke its contract once, as from look to look. Kept: a line counting
+    what a round did not list (its violations are its own), and a round's own repeats of a text the
+    earlier rounds did not list (the store broke its contract twice).
+    """
+    said = {what for what in listed if not counts_violations(what)}
+    return [what for what in found if counts_violations(what) or what not in said]
 
 
 class RunFindings:

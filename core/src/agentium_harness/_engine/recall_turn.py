@@ -29,7 +29,7 @@ from .bounded import bounded
 from .embedding import Hybrid
 from .lifecycle import Ticket
 from .recall import Evidence, RecallUsage, gather_evidence, revalidate
-from .recall_findings import RunFindings
+from .recall_findings import RunFindings, not_listed
 from .recall_policy import (
     PolicyDecision,
     PolicyInput,
@@ -358,8 +358,10 @@ async def _dispatch_fence(
             groups=groups,
         )
         # The run's list, as the later rounds add to it: the first round's violations are the run's too,
-        # and said as listed (the first 16 a WARNING each, one counting the rest), not each round's whole.
-        evidence = attrs.evolve(evidence, violations=add_violations(diagnostics, first, evidence.violations))
+        # and said as listed (the first 16 a WARNING each, one counting the rest), not each round's whole;
+        # what the first round listed, met again, is not said again.
+        found = not_listed(first, evidence.violations)
+        evidence = attrs.evolve(evidence, violations=add_violations(diagnostics, first, found))
         diagnostics.extend(_diagnostics(evidence, violations=False))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))
         if decision.decision is RecallDecision.CLARIFY:
