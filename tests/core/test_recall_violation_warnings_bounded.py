@@ -34,14 +34,21 @@ from agentium_harness import (
     RecallDecision,
     RecallLimits,
     RecallPolicy,
+    ResidentLimits,
+    RuntimeLimits,
     Tool,
     ToolRegistry,
+    create_harness_runtime,
     current_session_recall_policy,
 )
-from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallSession, InMemoryRecallStore
+from agentium_harness.adapters.providers import ExtractiveProvider, ScriptedProvider
 from agentium_harness.plugin_api import (
     Candidate,
     OpContext,
+    RecallSession,
+    Scope,
     SourceOwner,
     SourceRef,
     Validation,
@@ -220,5 +227,51 @@ async def test_the_round_after_a_clarification_does_not_list_again_what_the_firs
             result = await rt.run(ANA, "s1", "when?", clarify=_answer)
     assert result.recall.clarification is not None
     once = "validate_current returned more than the 1 answers asked; the extra were ignored"
+    assert result.recall.violations == (once,), result.recall.violations
+    assert _said(result, caplog, t) == [once]
+
+
+class _OneExtraGroupAnswer(InMemoryRecallSession):
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        answers = list(await super().validate_current(refs, ctx))
+        return [*answers, answers[-1]]
+
+
+class OneExtraGroupAnswer(InMemoryRecallStore):
+    """Recalls the session's archived groups (no host document: no document fence), and answers
+    every validate_current once more than asked, at recall and at the commit fence alike."""
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        await super().open(scope, limits, ctx)
+        return _OneExtraGroupAnswer(self, scope)
+
+
+async def test_the_commit_fence_without_a_document_fence_does_not_list_again_what_dispatch_listed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only a recalled group is included: the commit fence reports without a document fence."""
+    t = Telemetered()
+    rt = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=OneExtraGroupAnswer(),
+        recall_policy=current_session_recall_policy(on_partial="continue"),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        telemetry=t.telemetry(),
+    )
+    async with rt:
+        with anyio.fail_after(30):
+            await rt.run(ANA, "s1", "The release train leaves on Thursday.")
+            for i in range(3):
+                await rt.run(ANA, "s1", f"Unrelated chatter number {i}.")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            t.exporter.clear()
+            result = await rt.run(ANA, "s1", "When does the release train leave?")
+    assert result.committed, result.diagnostics
+    included = [r.source_id for r in result.recall.included]
+    assert included and all(s.startswith("group/") for s in included), included
+    once = f"validate_current returned more than the {len(included)} answers asked; the extra were ignored"
     assert result.recall.violations == (once,), result.recall.violations
     assert _said(result, caplog, t) == [once]
