@@ -2,7 +2,7 @@
 
 ``RunResult.recall.violations`` lists 16 per run and counts the rest in one
 line, however many rounds add to it (the document fence's look before each
-later model call, the commit fence). Three gaps:
+later model call, the commit fence). Four gaps:
 
 - each look still logged one WARNING (and added one ``agentium.diagnostic``
   event) per violation it found, so their number grew with the looks; now a
@@ -12,7 +12,10 @@ later model call, the commit fence). Three gaps:
   the sum;
 - what the dispatch fence found was not among what the looks had said, so the
   first look that met the same answer listed it (and warned) a second time;
-  so did the round after a clarification, of what the first round listed.
+  so did the round after a clarification, of what the first round listed;
+- a round's count added up the violations it did not list, those an earlier
+  round met among them: the same 20 met at 3 looks and the commit fence were
+  counted 4 a round; now a round counts only what is new to the run.
 """
 
 from __future__ import annotations
@@ -275,3 +278,45 @@ async def test_the_commit_fence_without_a_document_fence_does_not_list_again_wha
     once = f"validate_current returned more than the {len(included)} answers asked; the extra were ignored"
     assert result.recall.violations == (once,), result.recall.violations
     assert _said(result, caplog, t) == [once]
+
+
+class SameAnswerEachLook(Scripted):
+    """After recall, calls every carried document current at one other revision, at every look and at
+    the commit fence alike: the same 20 violations each time (16 listed by a round, 4 counted)."""
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        later = self.validate_calls >= 1
+        answers = super().validations(refs)
+        return [Validation(r, ValidationStatus.CURRENT, "r-other") for r in refs] if later else answers
+
+
+async def test_the_same_answer_at_every_look_counts_its_unlisted_violations_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """3 looks and the commit fence meet the same 20 violations: 16 listed and 4 counted, not 4 a round."""
+    result, t = await _run(SameAnswerEachLook(_docs(20)), 3, caplog, recall_limits=_WIDE)
+    listed = result.recall.violations
+    assert len(set(listed[:16])) == 16, listed
+    assert listed[16:] == ("and 4 more contract violation(s) in this run, not listed",), listed[16:]
+    assert _said(result, caplog, t) == list(listed)
+
+
+class ForeignThenOneExtraAnswer(ForeignEachQuery):
+    """Recall meets 20 foreign sources (listed 16, counted 4), then validate_current answering once
+    more than asked (counted, the 21st); every look and the commit fence meet that answer again."""
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        answers = super().validations(refs)
+        return [*answers, answers[-1]]
+
+
+async def test_what_the_dispatch_fence_counted_is_not_counted_again_by_a_look(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The violation recall counted (past its 16) is the one each look meets: counted once, 5 not 8."""
+    result, t = await _run(
+        ForeignThenOneExtraAnswer(_docs(1)), 2, caplog, recall_limits=RecallLimits(max_candidates=24)
+    )
+    listed = result.recall.violations
+    assert listed[16:] == ("and 5 more contract violation(s) in this round, not listed",), listed[16:]
+    assert _said(result, caplog, t) == list(listed)

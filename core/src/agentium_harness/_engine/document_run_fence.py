@@ -154,7 +154,7 @@ class DocumentFence:
 
     async def _look(self, ticket: Ticket, what: str, *, before_commit: bool) -> Failed | None:
         validations, violations, notes, failure, usage = await revalidate(
-            ticket, self.store, self.scope, self.limits, self.refs, self.spent
+            ticket, self.store, self.scope, self.limits, self.refs, self.spent, said=self.findings.said
         )
         # Reported first: a look that stops the run, or cannot be made, reports what the store broke too.
         if violations or notes:

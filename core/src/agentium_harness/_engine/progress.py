@@ -43,6 +43,7 @@ class RunProgress(WriteProgress):
         "note",
         "outcome",
         "recall",
+        "recall_said",
         "scope",
         "snap",
         "stored",
@@ -56,6 +57,8 @@ class RunProgress(WriteProgress):
         self.snap: SessionSnapshot | None = None
         self.turn: TurnOutcome | None = None
         self.recall: RecallOutcome | None = None
+        #: Every recall contract violation the run met, listed or counted (.recall_findings).
+        self.recall_said: set[str] = set()
         self.diagnostics: list[Diagnostic] = []
         #: The group the run is committing, once built; ``outcome`` once committed.
         self.group: MessageGroup | None = None

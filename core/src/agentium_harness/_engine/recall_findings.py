@@ -6,13 +6,14 @@ document fence's look before each later model call
 own, and a store answering every one the same way is one finding, not one
 per round. :class:`RunFindings` is the run's account of them:
 
-- a contract violation is the same as one the run reported before when its
-  text is (the dispatch fence's among them: a look validates the refs the
-  dispatch fence validated, and meets the same answer); a note when its kind
-  is (:func:`said_as`);
-- the line a round counts its unlisted violations in is never the same as an
-  earlier one: each counts violations of its own, none of them seen, so the
-  run counts them all;
+- a contract violation is the same as one the run met before when its
+  text is (the dispatch fence's listed ones among them: a look validates the
+  refs the dispatch fence validated, and meets the same answer), whether the
+  run listed it or only counted it: the round meets it without listing or
+  counting it again (:attr:`RunFindings.said`, given to the round); a note
+  is the same when its kind is (:func:`said_as`);
+- the line a round counts its unlisted violations in counts only violations
+  new to the run, so the run adds every round's count up;
 - what is new goes to the run's list within its one bound
   (:func:`~.recall_round.add_violations`): a WARNING, and an
   ``agentium.diagnostic`` event, for each violation the run lists (16 at
@@ -21,11 +22,11 @@ per round. :class:`RunFindings` is the run's account of them:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from .recall import CLOSE_ABANDONED, CLOSE_FAILED, CLOSE_OVERRAN
-from .recall_round import VIOLATION, add_violations, counts_violations
+from .recall_round import add_violations, counts_violations
 from .results import Diagnostic
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def said_as(code: str, message: str) -> tuple[str, str]:
     return code, message
 
 
-def not_listed(listed: Sequence[str], found: Sequence[str]) -> list[str]:
+def not_listed(listed: Collection[str], found: Sequence[str]) -> list[str]:
     """``found`` without the violations ``listed`` holds already: an earlier round's same answer is said once.
 
     The round after a clarification validates the sources the first round validated, and a store
@@ -66,33 +67,33 @@ def not_listed(listed: Sequence[str], found: Sequence[str]) -> list[str]:
 class RunFindings:
     """One run's account of the contract violations and notes its later recall rounds report."""
 
-    __slots__ = ("reported", "run")
+    __slots__ = ("notes", "run", "said")
 
     def __init__(self, run: RunProgress) -> None:
         #: The run whose diagnostics the findings go to.
         self.run = run
-        #: What was reported so far (:func:`said_as`): from the start, the violations the run lists
-        #: already (the dispatch fence's rounds').
+        #: The violations the run met so far, listed or counted (the dispatch fence's rounds' from the
+        #: start): each later round is given it (``revalidate(said=...)``), meets them again without
+        #: listing or counting them, and adds its own.
         listed = () if run.recall is None else run.recall.violations
-        self.reported: set[tuple[str, str]] = {
-            (VIOLATION, what) for what in listed if not counts_violations(what)
-        }
+        self.said = run.recall_said
+        self.said.update(what for what in listed if not counts_violations(what))
+        #: The notes reported so far, by kind (:func:`said_as`).
+        self.notes: set[tuple[str, str]] = set()
 
     def report(
         self, listed: tuple[str, ...], violations: Sequence[str], notes: Sequence[str]
     ) -> tuple[str, ...]:
         """Add what a round found that the run did not report yet; the run's ``listed`` violations after it.
 
-        Neither the status, the uncertainty (what the model was told) nor the decision changes:
-        the violations are the host's. One round's own repeats are each a finding (the store
-        broke its contract twice); only an earlier round's answer is not said again.
+        ``violations`` are those of a round given :attr:`said`: what an earlier round met is not
+        among them, listed nor counted. Neither the status, the uncertainty (what the model was
+        told) nor the decision changes: the violations are the host's.
         """
-        reported = self.reported
-        fresh = [v for v in violations if counts_violations(v) or (VIOLATION, v) not in reported]
+        reported = self.notes
         said = [n for n in notes if said_as(NOTE, n) not in reported]
-        reported.update((VIOLATION, v) for v in fresh if not counts_violations(v))
         reported.update(said_as(NOTE, n) for n in said)
         diagnostics = self.run.diagnostics
-        listed = add_violations(diagnostics, listed, fresh)
+        listed = add_violations(diagnostics, listed, violations)
         diagnostics.extend(Diagnostic(NOTE, n) for n in said)
         return listed

@@ -80,9 +80,21 @@ class Round:
     """
 
     def __init__(
-        self, limits: RecallLimits, spent: RecallUsage, hidden: Callable[[str], bool] | None = None
+        self,
+        limits: RecallLimits,
+        spent: RecallUsage,
+        hidden: Callable[[str], bool] | None = None,
+        *,
+        said: set[str] | None = None,
+        once: bool = False,
     ) -> None:
         self.limits = limits
+        #: The contract violations the run's rounds met, listed or counted (``None``: not kept): each
+        #: this round meets is added. With ``once``, for a round that validates again what earlier ones
+        #: validated (:func:`~.recall.revalidate`), one they met is the violation they said, neither
+        #: listed nor counted again; met twice in this round, it is two (the store broke it twice).
+        self.said = said
+        self.earlier = frozenset(said) if said and once else frozenset()
         #: Source ids the session's view hides (retracted or cleared groups): left out, not read.
         self.hidden = hidden
         self.started = time.monotonic()
@@ -118,11 +130,20 @@ class Round:
         return max(0.0, min(self.deadline - time.monotonic(), ticket.op_timeout_s))
 
     def violation(self, what: str) -> None:
-        """Record a contract violation (it makes the round partial); past the cap it is only counted."""
+        """Record a contract violation (it makes the round partial); past the cap it is only counted.
+
+        One an earlier round of the run met (:attr:`said`, ``once``) is neither listed nor counted:
+        such a round's status is not made from its violations (the commit fence's is the validations').
+        """
+        what = shorten(what, MAX_FINDING_CHARS)
+        said = self.said
+        if said is not None:
+            if what in self.earlier:
+                return
+            said.add(what)
         if len(self.violations) >= MAX_LISTED_VIOLATIONS:
             self.unlisted += 1
             return
-        what = shorten(what, MAX_FINDING_CHARS)
         self.violations.append(what)
         self.problems.append(f"contract violation: {what}")
         if self.counted_at is None:

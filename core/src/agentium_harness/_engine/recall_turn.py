@@ -252,12 +252,14 @@ async def recall_before_dispatch(
     hidden: Callable[[str], bool] | None = None,
     hybrid: Hybrid | None = None,
     groups: GroupReader | None = None,
+    said: set[str] | None = None,
 ) -> RecallStep:
     """Gather evidence and apply the policy's decision at the dispatch fence (span ``retrieval``).
 
     ``hidden`` names the sources the session's view hides (see ``gather_evidence``); with
     ``hybrid``, discovery fuses lexical and vector candidates; ``groups`` reads
-    recalled groups back so their excerpts are rendered from them.
+    recalled groups back so their excerpts are rendered from them; ``said`` gets every contract
+    violation met, listed or counted (:class:`~.recall_findings.RunFindings`).
     """
     source = log_line(type(store).__name__)  # the adapter's to choose, in the span's name: escaped
     attributes = {"gen_ai.data_source.id": source}
@@ -275,6 +277,7 @@ async def recall_before_dispatch(
             hidden=hidden,
             hybrid=hybrid,
             groups=groups,
+            said=said,
         )
         _describe(span, step.outcome)
         if step.end is not None:
@@ -296,10 +299,11 @@ async def _dispatch_fence(
     hidden: Callable[[str], bool] | None = None,
     hybrid: Hybrid | None = None,
     groups: GroupReader | None = None,
+    said: set[str] | None = None,
 ) -> RecallStep:
     turn = QueryInput(user_input, history)
     evidence = await gather_evidence(
-        ticket, store, scope, limits, policy, turn, hidden=hidden, hybrid=hybrid, groups=groups
+        ticket, store, scope, limits, policy, turn, hidden=hidden, hybrid=hybrid, groups=groups, said=said
     )
     diagnostics = _diagnostics(evidence)
     clarification: tuple[str, str] | None = None
@@ -345,6 +349,7 @@ async def _dispatch_fence(
             )
         clarification = (question, answer)
         first = evidence.violations
+        met = first if said is None else frozenset(said)  # the first round's, listed or counted
         evidence = await gather_evidence(
             ticket,
             store,
@@ -356,11 +361,12 @@ async def _dispatch_fence(
             hidden=hidden,
             hybrid=hybrid,
             groups=groups,
+            said=said,
         )
         # The run's list, as the later rounds add to it: the first round's violations are the run's too,
         # and said as listed (the first 16 a WARNING each, one counting the rest), not each round's whole;
         # what the first round listed, met again, is not said again.
-        found = not_listed(first, evidence.violations)
+        found = not_listed(met, evidence.violations)
         evidence = attrs.evolve(evidence, violations=add_violations(diagnostics, first, found))
         diagnostics.extend(_diagnostics(evidence, violations=False))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))
@@ -502,7 +508,7 @@ async def recall_before_commit(
         return outcome, False, []
     with observe.stage("recall_validation", span_name="agentium.recall.validate") as span:
         validations, violations, notes, failure, usage = await revalidate(
-            ticket, store, scope, limits, outcome.included, outcome.usage
+            ticket, store, scope, limits, outcome.included, outcome.usage, said=findings.said
         )
         changed = [v for v in validations if v.status is not ValidationStatus.CURRENT]
         span.set("agentium.recall.validated", len(validations))

@@ -378,6 +378,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                 hidden=recall_hidden(key, snap.view, snap.erased),
                 hybrid=self.hybrid,
                 groups=session_groups(ticket, self.archive, self.session_store, key, snap),
+                said=progress.recall_said,
             )
             diagnostics.extend(step.diagnostics)
             progress.recall = step.outcome
