@@ -320,3 +320,46 @@ async def test_what_the_dispatch_fence_counted_is_not_counted_again_by_a_look(
     listed = result.recall.violations
     assert listed[16:] == ("and 5 more contract violation(s) in this round, not listed",), listed[16:]
     assert _said(result, caplog, t) == list(listed)
+
+
+class _SameForeignEachQuery(ScriptedSession):
+    """Every discovery returns the same 20 sources of another tenant first: the same 20 violations."""
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        mine = await super().discover(query, max_candidates, ctx)
+        owner = SourceOwner("globex", "bob", "s9")
+        foreign = [Candidate(SourceRef(sid(f"pay-{i}", owner), "r1"), owner, 9.0, 10) for i in range(20)]
+        return [*foreign, *mine][:max_candidates]
+
+
+class SameForeignEachQuery(Scripted):
+    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _SameForeignEachQuery:
+        return _SameForeignEachQuery(self)
+
+
+async def test_the_round_after_a_clarification_does_not_count_again_what_the_first_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both dispatch rounds meet the same 20 violations: 16 listed and 4 counted once, not 8."""
+    t = Telemetered()
+    policy = RecallPolicy(name="clarify-then-continue", decide=_clarify_then_continue)
+    rt, _, _ = runtime(
+        SameForeignEachQuery(_docs(1)),
+        recall_policy=policy,
+        recall_limits=RecallLimits(max_queries=2, max_candidates=24),
+        telemetry=t.telemetry(),
+    )
+    async with rt:
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "when?", clarify=_answer)
+    assert result.recall.clarification is not None
+    listed = result.recall.violations
+    assert len(set(listed[:16])) == 16, listed
+    assert len(listed) == 17 and listed[16].startswith("and 4 more contract violation(s) in this "), listed[
+        16:
+    ]
+    assert _said(result, caplog, t) == list(listed)
+    # The model is still told how often the store broke its contract in the round it sees.
+    assert any("answered out of contract 20 time(s)" in u for u in result.recall.uncertainty), (
+        result.recall.uncertainty
+    )

@@ -90,11 +90,12 @@ class Round:
     ) -> None:
         self.limits = limits
         #: The contract violations the run's rounds met, listed or counted (``None``: not kept): each
-        #: this round meets is added. With ``once``, for a round that validates again what earlier ones
-        #: validated (:func:`~.recall.revalidate`), one they met is the violation they said, neither
-        #: listed nor counted again; met twice in this round, it is two (the store broke it twice).
+        #: this round meets is added. One the earlier rounds met is the violation they said: not counted
+        #: again past the cap; with ``once``, for a round that validates again what they validated
+        #: (:func:`~.recall.revalidate`), not listed either. Met twice in this round, it is two.
         self.said = said
-        self.earlier = frozenset(said) if said and once else frozenset()
+        self.once = once
+        self.earlier = frozenset(said) if said else frozenset()
         #: Source ids the session's view hides (retracted or cleared groups): left out, not read.
         self.hidden = hidden
         self.started = time.monotonic()
@@ -119,6 +120,9 @@ class Round:
         self.erased_documents = ""
         #: Contract violations found past :data:`MAX_LISTED_VIOLATIONS` (counted by :meth:`finish`).
         self.unlisted = 0
+        #: Those an earlier round met (:attr:`said`): a problem of this round, not counted in its
+        #: violations again (``finish``).
+        self.again = 0
         #: Contract violations not yet counted in :attr:`shown` (one line says how many: ``finish``).
         self.broken = 0
         #: Where in :attr:`shown` that line goes: the place of the first violation among the problems,
@@ -132,17 +136,25 @@ class Round:
     def violation(self, what: str) -> None:
         """Record a contract violation (it makes the round partial); past the cap it is only counted.
 
-        One an earlier round of the run met (:attr:`said`, ``once``) is neither listed nor counted:
-        such a round's status is not made from its violations (the commit fence's is the validations').
+        Past the cap, one an earlier round of the run met (:attr:`said`) is a problem of this
+        round, not counted in its violations again (the run's count has it); within the cap it
+        is listed, and the caller drops what the run listed before
+        (:func:`~.recall_findings.not_listed`): the round's status and what the model is told
+        count it either way. With ``once`` it is neither listed nor counted: such a round's status
+        is not made from its violations (the commit fence's is the validations').
         """
         what = shorten(what, MAX_FINDING_CHARS)
         said = self.said
+        again = said is not None and what in self.earlier
+        if again and self.once:
+            return
         if said is not None:
-            if what in self.earlier:
-                return
             said.add(what)
         if len(self.violations) >= MAX_LISTED_VIOLATIONS:
-            self.unlisted += 1
+            if again:
+                self.again += 1  # counted by the round that met it first: the run's count has it
+            else:
+                self.unlisted += 1
             return
         self.violations.append(what)
         self.problems.append(f"contract violation: {what}")
@@ -164,12 +176,17 @@ class Round:
 
     def finish(self) -> None:
         """Close the findings before they leave the round: what was past each cap counted in one line."""
-        if self.unlisted:
-            what = f"and {self.unlisted} more contract violation(s) in this round, not listed"
-            self.violations.append(what)
-            self.problems.append(f"contract violation: {what}")
-            self.broken += self.unlisted
-            self.unlisted = 0
+        past = self.unlisted + self.again
+        if past:
+            if self.unlisted:
+                self.violations.append(
+                    f"and {self.unlisted} more contract violation(s) in this round, not listed"
+                )
+            self.problems.append(
+                f"contract violation: and {past} more contract violation(s) in this round, not listed"
+            )
+            self.broken += past
+            self.unlisted = self.again = 0
         if self.broken:
             # What a violation quotes is the adapter's answer (an id of another scope, a stray text).
             counted = (
