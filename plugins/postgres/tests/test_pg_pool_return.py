@@ -9,6 +9,7 @@ was never returned, and a pool of one had none left for any later call.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anyio
@@ -56,6 +57,46 @@ async def test_a_call_cancelled_while_it_returns_its_connection_still_returns_it
                     call_scope.cancel()  # the call is cancelled then (its deadline, the host)
                     await anyio.sleep(0.05)
                     pool._lock.release()
+            assert pool.get_stats()["pool_available"] == 1, pool.get_stats()
+            stored = await store.load(KEY, OpContext.with_timeout(1))  # the pool's one connection
+            assert stored is not None
+    finally:
+        await store.aclose()
+        await pool.close()
+
+
+async def test_a_call_natively_cancelled_while_it_returns_its_connection_still_returns_it(
+    app_config: PostgresConfig, pg_server: Any, schema: str
+) -> None:
+    # As above, with asyncio's own Task.cancel() (a host's, asyncio.wait_for's): it passes anyio's
+    # shield, and interrupted the return waiting for the pool's lock. The return now runs in a task
+    # of its own, which the call awaits: the cancellation stops the call's wait, not the return.
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        pg_server.app_dsn(), min_size=0, max_size=1, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open()
+    store = PostgresSessionStore(app_config, pool=pool)
+    try:
+        with anyio.fail_after(10):
+            base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext.with_timeout(5))
+            with psycopg.connect(pg_server.admin_dsn()) as holder:
+                holder.execute(f'SELECT 1 FROM "{schema}".session_snapshots FOR UPDATE')
+                save = asyncio.create_task(
+                    store.save(KEY, scoped_snapshot(KEY, " x"), base, OpContext.with_timeout(5))
+                )
+                await anyio.sleep(0.2)
+                await pool._lock.acquire()
+                holder.rollback()
+                await anyio.sleep(0.2)  # the save committed; its return waits for the lock
+                save.cancel()
+                await asyncio.sleep(0.05)
+                pool._lock.release()
+                with pytest.raises(asyncio.CancelledError):
+                    await save
+            for _ in range(100):  # the return ends in its own task
+                if pool.get_stats()["pool_available"] == 1:
+                    break
+                await asyncio.sleep(0.01)
             assert pool.get_stats()["pool_available"] == 1, pool.get_stats()
             stored = await store.load(KEY, OpContext.with_timeout(1))  # the pool's one connection
             assert stored is not None

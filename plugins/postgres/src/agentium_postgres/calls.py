@@ -488,13 +488,20 @@ async def give_back(
     ``check`` of it first (outside the call's margin, and any bound of the pool's).
     ``returning`` keeps such a return's task referenced (asyncio holds tasks weakly) until it
     ends; ``aclose()`` waits for them.
+
+    A return made at once runs in a task of its own too, which the call awaits: a call cancelled
+    meanwhile whose return waited for the pool's lock (another task returning or taking a
+    connection) never returned it. anyio's shield kept out the runtime's cancellation, not a native
+    asyncio ``Task.cancel()``, which interrupted the return there; now it stops only the call's
+    wait.
     """
     settling, outcome.settling = outcome.settling, None
     if (settling is None or settling.done()) and not conn.lock.locked():
-        # Shielded: a call cancelled by now (its deadline, the runtime) whose return waited for the
-        # pool's lock (another task returning or taking a connection) never returned it.
+        now = asyncio.get_running_loop().create_task(pool.putconn(conn))
+        returning.add(now)
+        now.add_done_callback(returning.discard)
         with anyio.CancelScope(shield=True):
-            await pool.putconn(conn)
+            await asyncio.shield(now)
         return
 
     async def after() -> None:
