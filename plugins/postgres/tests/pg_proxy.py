@@ -15,12 +15,15 @@ class HoldingProxy:
     """A TCP proxy to the server that, once ``armed``, holds the client's bytes from ``hold`` on.
 
     ``hold`` is a statement's text as the client sends it (``b"COMMIT\\x00"``); the bytes
-    held go through once ``release`` is set.
+    held go through once ``release`` is set. A cancel request is forwarded ``cancel_delay``
+    late, or, with ``drop_cancels``, never (held unanswered until ``close``: a black-holed listener).
     """
 
     def __init__(self, port: int, hold: bytes) -> None:
         self.armed = False
         self.cancel_delay = 0.0
+        self.drop_cancels = False
+        self._closing = asyncio.Event()
         self._hold = hold
         self.held = asyncio.Event()
         self.release = asyncio.Event()
@@ -36,6 +39,7 @@ class HoldingProxy:
     async def close(self) -> None:
         """Let everything through, then close every connection and the listener."""
         self.release.set()
+        self._closing.set()
         for writer in self._writers:
             writer.close()
         if self._server is not None:
@@ -49,6 +53,9 @@ class HoldingProxy:
     async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await src.read(65536):
+                if upstream and self.drop_cancels and CANCEL_REQUEST in data:
+                    await self._closing.wait()
+                    break
                 if upstream and self.cancel_delay and CANCEL_REQUEST in data:
                     await asyncio.sleep(self.cancel_delay)
                 if upstream and self.armed and self._hold in data:

@@ -28,6 +28,11 @@ pytestmark = pytest.mark.anyio
 KEY = SessionKey("acme", "ana", "s1")
 
 
+def slow_listener(config: PostgresConfig) -> PostgresConfig:
+    """``config`` waiting 3 s for a cancel request: these requests are slow (1 s), not lost."""
+    return attrs.evolve(config, cancel_timeout_s=3.0)
+
+
 async def held_past_its_request(
     proxy: HoldingProxy, cancel_delay: float, call: Callable[[], Awaitable[object]]
 ) -> OperationCancelledError | None:
@@ -152,11 +157,12 @@ async def test_the_next_call_on_a_lent_connection_fenced_by_a_late_request_ends_
     # for the fence as it began its pipeline, until its client-side cut-off 0.25 s past its
     # deadline (or the engine's cancellation at it). It now waits only until its margin, and ends
     # with its own error, having sent nothing.
+    config = slow_listener(app_config)
     proxy = HoldingProxy(pg_server.port, b"SELECT revision")
     port = await proxy.start()
     dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    store = PostgresSessionStore(app_config, connection=conn)
+    store = PostgresSessionStore(config, connection=conn)
     try:
         with anyio.fail_after(10):
             assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
@@ -187,6 +193,7 @@ async def test_a_lent_pool_that_checks_connections_does_not_hand_out_one_still_f
     # goes back once the fence cleared: the next call's wait for a connection ends at its margin.
     from psycopg_pool import AsyncConnectionPool
 
+    config = slow_listener(app_config)
     proxy = HoldingProxy(pg_server.port, b"SELECT revision")
     port = await proxy.start()
     dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
@@ -199,7 +206,7 @@ async def test_a_lent_pool_that_checks_connections_does_not_hand_out_one_still_f
         check=AsyncConnectionPool.check_connection,
     )
     await pool.open()
-    store = PostgresSessionStore(app_config, pool=pool)
+    store = PostgresSessionStore(config, pool=pool)
     try:
         with anyio.fail_after(10):
             assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
@@ -214,4 +221,36 @@ async def test_a_lent_pool_that_checks_connections_does_not_hand_out_one_still_f
     finally:
         await store.aclose()
         await pool.close()
+        await proxy.close()
+
+
+async def test_a_cancel_request_lost_on_its_way_holds_the_hosts_next_statement_only_its_own_bound(
+    app_config: PostgresConfig, pg_server: Any, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The load's cancel request goes to a black-holed listener (never answered). Its fence held the
+    # host's connection until the request's own wait ended, 10 s. It now gives up after
+    # cancel_timeout_s (0.3 s here) and closes the connection, as the request may still arrive:
+    # the host's next statement waits that long at most and fails at once (never stopped later).
+    config = attrs.evolve(app_config, cancel_timeout_s=0.3)
+    proxy = HoldingProxy(pg_server.port, b"SELECT revision")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    store = PostgresSessionStore(config, connection=conn)
+    try:
+        with anyio.fail_after(3):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
+            proxy.drop_cancels = True
+            await held_past_its_request(proxy, 0.0, lambda: store.load(KEY, OpContext.with_timeout(0.3)))
+            began = anyio.current_time()
+            with pytest.raises(psycopg.OperationalError, match="closed"):
+                await conn.execute("SELECT 7")  # the host's
+            took = anyio.current_time() - began
+        assert took < 0.6, took  # sent 0.25 s into the 0.3 s call, given up 0.3 s later (10 s before)
+        assert conn.closed
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("cancel request was not confirmed within 0.3s" in m for m in warned), warned
+    finally:
+        await store.aclose()
+        await conn.close()
         await proxy.close()

@@ -201,15 +201,20 @@ def commit_wait(ctx: OpContext) -> float:
 T = TypeVar("T")
 
 #: The cancel requests and fences of :class:`ServerStop` still running (asyncio keeps tasks weakly).
-_CANCELLING: set[asyncio.Task[None]] = set()
+_CANCELLING: set[asyncio.Task[Any]] = set()
 
 
-def _kept(work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+def _kept(work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     """``work`` in a task of its own, referenced from :data:`_CANCELLING` until it ends."""
     task = asyncio.get_running_loop().create_task(work)
     _CANCELLING.add(task)
     task.add_done_callback(_CANCELLING.discard)
     return task
+
+
+def _handled(task: asyncio.Task[bool]) -> bool:
+    """Whether the cancel request ``task`` sent ended for good: the server had it, or it was never sent."""
+    return task.done() and not task.cancelled() and task.result()
 
 
 class ServerStop:
@@ -223,14 +228,27 @@ class ServerStop:
     the call is noted deadline-bound). :meth:`disarm` before anything else is sent on the
     connection (COMMIT, ROLLBACK, a later call): a request on its way is waited for, so it cannot
     stop those (the server ignores one arriving between statements).
+
+    The request's own wait is bounded by ``cancel_s`` (the config's ``cancel_timeout_s``): one the
+    server has not confirmed by then (its listener black-holed) may still arrive, so the
+    connection is closed rather than fenced for longer (it held the next statement, the host's
+    on a lent connection, up to ``SETTLE_S``, 10 s).
     """
 
     def __init__(
-        self, conn: psycopg.AsyncConnection[Any], ctx: OpContext, outcome: Outcome, name: str, operation: str
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        ctx: OpContext,
+        outcome: Outcome,
+        name: str,
+        operation: str,
+        *,
+        cancel_s: float,
     ) -> None:
         self._conn, self._ctx, self._outcome = conn, ctx, outcome
         self._what = (name, operation)  # for deadline_stop
-        self._task: asyncio.Task[None] | None = None
+        self._cancel_s = cancel_s
+        self._task: asyncio.Task[bool] | None = None
         left = ctx.time_left()
         loop = asyncio.get_running_loop()
         self._timer = None if left is None else loop.call_later(before_cancel(left), self._fire)
@@ -240,9 +258,17 @@ class ServerStop:
         self._outcome.deadline_bound = True
         self._task = _kept(self._cancel())  # referenced until it ends, even once disarm() stopped waiting
 
-    async def _cancel(self) -> None:
-        with contextlib.suppress(Exception):  # a request that failed stopped nothing; the engine will
-            await self._conn.cancel_safe(timeout=SETTLE_S)
+    async def _cancel(self) -> bool:
+        """Send the request; False when it was not confirmed within ``cancel_s`` (it may still arrive)."""
+        with anyio.move_on_after(self._cancel_s):  # libpq < 17: cancel_safe ignores its timeout
+            try:
+                await self._conn.cancel_safe(timeout=self._cancel_s)
+            except psycopg.errors.CancellationTimeout:
+                return False
+            except Exception:  # a request that failed stopped nothing; the engine will
+                return True
+            return True
+        return False
 
     async def disarm(self, *, fence: bool = True, commit: bool = False) -> None:
         """No request from now on; one on its way is waited for (shielded, until :func:`commit_wait`).
@@ -260,14 +286,16 @@ class ServerStop:
             self._timer.cancel()
             self._timer = None
         task = self._task
-        if task is not None and not task.done():
-            with anyio.CancelScope(shield=True):
+        if task is None or _handled(task):
+            return
+        with anyio.CancelScope(shield=True):
+            if not task.done():
                 with anyio.move_on_after(commit_wait(self._ctx)):
                     await asyncio.wait({task})
-                if commit and not task.done():
-                    raise deadline_stop(*self._what)
-                if fence:
-                    await self._fence()
+            if commit and not _handled(task):  # on its way, or unconfirmed: it may stop the COMMIT
+                raise deadline_stop(*self._what)
+            if fence:
+                await self._fence()
 
     async def around(self, settle: Awaitable[T]) -> T:
         """:meth:`disarm`, run ``settle`` (the call's rollback), then fence the connection.
@@ -311,18 +339,36 @@ class ServerStop:
     async def _fence(self) -> None:
         task, self._task = self._task, None
         lock = self._conn.lock
-        if task is None or task.done() or self._conn.closed:
+        if task is None or _handled(task) or self._conn.closed:
             return
-        if not lock.locked():  # the call's statements ended: taken at once, before anything else
+        # The statements ended: taken at once (no yield when free), before anything else. Behind a
+        # pooled rollback still running, queued: its connection's next user queues behind this
+        # (the lock is first come, first served).
+        held = False
+        if not lock.locked():
+            held = await lock.acquire()
+        _kept(self._hold(task, held))
+
+    async def _hold(self, task: asyncio.Task[bool], held: bool) -> None:
+        """Hold the connection's lock until ``task`` ended; close the connection if it was not confirmed."""
+        lock = self._conn.lock
+        if not held:
             await lock.acquire()
-            task.add_done_callback(lambda _: lock.release())
-            return
-
-        async def hold() -> None:  # behind a pooled rollback still running: its connection's next user
-            async with lock:  # queues behind this (the lock is first come, first served)
-                await asyncio.wait({task})
-
-        _kept(hold())
+        try:
+            await asyncio.wait({task})
+            if not _handled(task) and not self._conn.closed:
+                # It may still reach the server and stop whatever runs then: no later statement is
+                # sent on this connection (psycopg does the same when its own cancelling fails).
+                self._conn.pgconn.finish()
+                logger.warning(
+                    "%s: a cancel request was not confirmed within %ss; its connection was closed so "
+                    "that it cannot stop a later statement",
+                    self._what[1],
+                    self._cancel_s,
+                    extra={"agentium_operation": self._what[1]},
+                )
+        finally:
+            lock.release()
 
 
 class StaleConnection(Exception):

@@ -214,6 +214,10 @@ class PostgresConfig:
     - ``connect_timeout_s``: bound on opening one connection.
     - ``statement_timeout_s``: ceiling of every statement
       (``SET LOCAL statement_timeout``); a call's own deadline narrows it.
+    - ``cancel_timeout_s``: how long a cancel request the client sends (a
+      margin before a call's deadline) waits for the server to take it; one
+      not confirmed by then may still arrive, so its connection is closed
+      (default 1 s).
     - ``max_row_bytes``: the largest group, snapshot or document written or
       read (default 16 MiB); larger ones are refused before any statement.
     - ``max_ranked_matches``: how many of the newest matches one recall
@@ -247,6 +251,7 @@ class PostgresConfig:
     max_pool_size: int = attrs.field(default=8, validator=bounded_count(ceiling=256))
     connect_timeout_s: float = attrs.field(default=5.0, validator=bounded_duration())
     statement_timeout_s: float = attrs.field(default=30.0, validator=bounded_duration())
+    cancel_timeout_s: float = attrs.field(default=1.0, validator=bounded_duration(ceiling=60.0))
     max_row_bytes: int = attrs.field(
         default=16 * 1024 * 1024, validator=bounded_count(minimum=1024, ceiling=1024**3)
     )

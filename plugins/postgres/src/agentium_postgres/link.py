@@ -405,7 +405,8 @@ class PgLink:
         # cancellable like any statement (a read commits nothing, so cutting it off loses nothing).
         pipeline = conn.pipeline()
         batch = await pipeline.__aenter__()
-        stop = ServerStop(conn, ctx, outcome, self._name, operation)  # a statement begun late too
+        # A statement begun late is stopped too.
+        stop = ServerStop(conn, ctx, outcome, self._name, operation, cancel_s=self._config.cancel_timeout_s)
         try:
             await conn.execute("BEGIN")
             await conn.execute(
@@ -492,7 +493,7 @@ class PgLink:
     ) -> T:
         tx = conn.transaction()
         await tx.__aenter__()
-        stop = ServerStop(conn, ctx, outcome, self._name, operation)
+        stop = ServerStop(conn, ctx, outcome, self._name, operation, cancel_s=self._config.cancel_timeout_s)
         try:
             await conn.execute(
                 "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true), " + _UTC,
