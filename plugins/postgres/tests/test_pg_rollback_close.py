@@ -20,11 +20,10 @@ import psycopg
 import pytest
 from pg_proxy import HoldingProxy
 
-from agentium_harness import AgentiumError
+from agentium_harness import AgentiumError, RuntimeLimits
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing import scoped_snapshot
 from agentium_postgres import PostgresConfig, PostgresSessionStore, PostgresSessionStoreError
-from agentium_postgres import link as pg_link
 
 pytestmark = pytest.mark.anyio
 
@@ -75,21 +74,17 @@ async def test_aclose_waits_for_a_rollback_still_held_inside_a_call(
 
 
 async def test_aclose_says_so_when_a_rollback_is_still_unanswered_at_its_bound(
-    app_config: PostgresConfig,
-    pg_server: Any,
-    schema: str,
-    admin: psycopg.Connection[Any],
-    monkeypatch: pytest.MonkeyPatch,
+    app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
-    # The wait for such a rollback is bounded (SETTLE_S, 10 s; 0.3 s here). Past it aclose() went on
-    # and returned as if all had closed, a connection still open under the unanswered ROLLBACK:
-    # it says so now, as it does of a pool that did not close.
-    monkeypatch.setattr(pg_link, "SETTLE_S", 0.3)
+    # The wait for such a rollback is bounded (close_timeout_s, 4 s; 0.3 s here). Past it aclose()
+    # went on and returned as if all had closed, a connection still open under the unanswered
+    # ROLLBACK: it says so now, as it does of a pool that did not close.
+    config = attrs.evolve(app_config, max_pool_size=1, close_timeout_s=0.3)
     refuse_snapshot_writes(admin, schema)
     proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
     port = await proxy.start()
     dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
-    store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1))
+    store = PostgresSessionStore(attrs.evolve(config, dsn=dsn))
     try:
         with anyio.fail_after(10):
             assert await store.load(KEY, OpContext.with_timeout(5)) is None
@@ -106,3 +101,46 @@ async def test_aclose_says_so_when_a_rollback_is_still_unanswered_at_its_bound(
     finally:
         await proxy.close()
         await asyncio.sleep(0.05)  # the held ROLLBACK ends; its connection is closed (the pool was)
+
+
+async def test_aclose_as_a_whole_ends_within_close_timeout_s_and_says_what_it_gave_up(
+    app_config: PostgresConfig,
+    pg_server: Any,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # aclose() waited for such a rollback 10 s, then for the pools 10 s, then for a lent COMMIT 10 s,
+    # one after the other: with a stalled server up to 30 s, past the runtime's close bound (5 s),
+    # which then gave up on the adapter. All of it now ends within the config's close_timeout_s
+    # (4 s by default, within the runtime's; 0.5 s here): the rollback still unanswered is given
+    # up, its connection closed, and that is said (the error, a WARNING), never "closed".
+    assert PostgresConfig(dsn="dbname=x").close_timeout_s < RuntimeLimits().close_timeout_s
+    config = attrs.evolve(app_config, max_pool_size=1, close_timeout_s=0.5)
+    refuse_snapshot_writes(admin, schema)
+    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(config, dsn=dsn))
+    try:
+        with anyio.fail_after(3):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None
+            proxy.armed = True
+            save = asyncio.create_task(
+                store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(0.5))
+            )
+            await proxy.held.wait()
+            began = anyio.current_time()
+            with pytest.raises(PostgresSessionStoreError) as caught:
+                await store.aclose()
+            took = anyio.current_time() - began
+            assert took < 0.5 + 0.3, took  # 10 s before
+            assert "rollback was still unanswered after 0.5s" in str(caught.value), str(caught.value)
+            assert "given up and its connection closed" in str(caught.value), str(caught.value)
+            warned = [r for r in caplog.records if r.levelname == "WARNING" and "closing:" in r.getMessage()]
+            assert len(warned) == 1 and "given up" in warned[0].getMessage(), warned
+            with pytest.raises(AgentiumError):
+                await save
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".session_snapshots').fetchone() == (0,)
+    finally:
+        await proxy.close()

@@ -430,11 +430,17 @@ async def settle_in_time(
     A lent connection (the host's) is settled inline as before: its next call would meet it.
     The task is kept in ``pending`` from the start, not only once the call ended: ``aclose()``
     waits for those, and one still waited for inside its call (a stalled network) was not.
+    ``aclose()`` gives up on one still unanswered at its bound by cancelling the task: the
+    connection is then closed (the server rolls the transaction back), never returned as is.
     """
 
     async def settle() -> None:
-        await abandon_pipeline(pipeline, exc)
-        await settle_manual(conn, exc, pooled)
+        try:
+            await abandon_pipeline(pipeline, exc)
+            await settle_manual(conn, exc, pooled)
+        except asyncio.CancelledError:  # aclose() gave up on it: the connection is out of step
+            conn.pgconn.finish()
+            raise
 
     left = ctx.time_left()
     if not pooled or left is None:

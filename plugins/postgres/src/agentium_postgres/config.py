@@ -218,6 +218,9 @@ class PostgresConfig:
       margin before a call's deadline) waits for the server to take it; one
       not confirmed by then may still arrive, so its connection is closed
       (default 1 s).
+    - ``close_timeout_s``: bound on ``aclose()`` as a whole (default 4 s,
+      within the runtime's own ``close_timeout_s`` of 5 s); what is still
+      unfinished then is given up and named in the error ``aclose()`` raises.
     - ``max_row_bytes``: the largest group, snapshot or document written or
       read (default 16 MiB); larger ones are refused before any statement.
     - ``max_ranked_matches``: how many of the newest matches one recall
@@ -252,6 +255,7 @@ class PostgresConfig:
     connect_timeout_s: float = attrs.field(default=5.0, validator=bounded_duration())
     statement_timeout_s: float = attrs.field(default=30.0, validator=bounded_duration())
     cancel_timeout_s: float = attrs.field(default=1.0, validator=bounded_duration(ceiling=60.0))
+    close_timeout_s: float = attrs.field(default=4.0, validator=bounded_duration(ceiling=600.0))
     max_row_bytes: int = attrs.field(
         default=16 * 1024 * 1024, validator=bounded_count(minimum=1024, ceiling=1024**3)
     )

@@ -85,11 +85,12 @@ from .calls import (
     stopped_by_close,
     unknown_commit,
 )
+from .closing import close_within
 from .config import PostgresConfig
 from .errors import PostgresError, PostgresUnavailableError
 from .first_use import ServerFacts, check_schema
-from .lent import LentCommitUnconfirmed, commit_lent, lent_settled, lent_turn
-from .loop_pools import LoopPool, close_pool, discard_pool, recording_connection_class
+from .lent import LentCommitUnconfirmed, commit_lent, lent_turn
+from .loop_pools import LoopPool, discard_pool, recording_connection_class
 from .schema import TENANT_SETTING
 from .translate import translate_error
 
@@ -141,13 +142,15 @@ class PgLink:
         self._facts: ServerFacts | None = None
         # One per loop (an anyio lock belongs to its loop); the first-use check is idempotent.
         self._ready_locks: PerLoop[anyio.Lock] = PerLoop(anyio.Lock)
-        # aclose() from any task, thread or loop: one closes, the others wait; all hear its outcome.
-        self._closing = CloseOnce(name, wait_s=2 * SETTLE_S, logger=logger)
+        # aclose() from any task, thread or loop: one closes, the others wait (a little past its
+        # bound, close_timeout_s); all hear its outcome.
+        self._closing = CloseOnce(name, wait_s=config.close_timeout_s + 1.0, logger=logger)
         # Each call in flight: its cancel scope, the loop it runs on and how far it got. aclose()
         # cancels them, so a call with no deadline on a frozen server does not wait forever.
         self._running: dict[anyio.CancelScope, tuple[asyncio.AbstractEventLoop, Outcome]] = {}
         # The rollbacks of failed transactions running in tasks of their own, and the returns of
-        # their connections to their pool once they ended: aclose() waits for both.
+        # connections to their pool (after such a rollback, or at once): aclose() waits for both.
+        self._settling: set[asyncio.Task[None]] = set()
         self._returning: set[asyncio.Task[None]] = set()
         # The owned pool's last failure to connect (None once a connection succeeded).
         self._last_connect_error: BaseException | None = None
@@ -425,7 +428,7 @@ class PgLink:
                 return result
         except BaseException as exc:
             outcome.settling = await stop.around(
-                settle_in_time(conn, pipeline, exc, pooled, ctx, self._returning)
+                settle_in_time(conn, pipeline, exc, pooled, ctx, self._settling)
             )
             raise
         # The work is done: commit it whole, even if the caller is cancelled meanwhile; but wait
@@ -557,8 +560,11 @@ class PgLink:
         has finished is dropped (its connections and workers went with the
         loop). A COMMIT still being finished on a lent connection (see
         :mod:`.lent`) is waited for, so the host may then close the connection.
-        Raises the adapter's error class (to every caller) when a pool did not
-        close in time, or that COMMIT, or a failed call's rollback, is still unanswered after 10 s.
+        All of it runs side by side within the config's ``close_timeout_s``
+        (:func:`~agentium_postgres.closing.close_within`): raises the adapter's
+        error class (to every caller), and logs a WARNING, when a pool did not
+        close by then, or that COMMIT or a failed call's rollback is still
+        unanswered (the rollback is given up and its connection closed).
         """
         await self._closing.run(self._begin_close)
 
@@ -568,21 +574,15 @@ class PgLink:
         return self._close_all()
 
     async def _close_all(self) -> None:
-        """Close the owned pools and wait for a lent connection's COMMIT; raise what did not close."""
-        here = running_loop()
-        # A rollback still running (in its call or after it) and its connection's return (which
-        # begins as it ends): looked for until none is left, SETTLE_S in all (past it, said).
-        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S) as waited:
-            # list() first: another loop's thread may change the set meanwhile.
-            while returning := [t for t in list(self._returning) if t.get_loop() is here and not t.done()]:
-                await asyncio.wait(returning)
-        problems = await self._owned.aclose(close_pool, SETTLE_S)
-        if waited.cancelled_caught:
-            problems.append("a failed call's rollback is still unanswered; its connection closes then")
-        # A COMMIT still being finished on the lent connection: waited for, so that the host may
-        # close the connection once aclose() returned (see lent_settled).
-        if self._lent_connection is not None and not await lent_settled(self._lent_connection, SETTLE_S):
-            problems.append("the lent connection still waits for a COMMIT's answer; do not close it yet")
+        """Close the pools, wait for rollbacks and a lent COMMIT in one bound; raise what did not close."""
+        problems = await close_within(
+            self._name,
+            self._config.close_timeout_s,
+            self._owned,
+            self._settling,
+            self._returning,
+            self._lent_connection,
+        )
         if problems:
             raise self._family(f"{self._name}: closing: " + "; ".join(problems))
 

@@ -30,15 +30,15 @@ class LoopPool:
     pool: AsyncConnectionPool[Any] | None = None
 
 
-async def close_pool(slot: LoopPool) -> None:
-    """Close the slot's pool on its own (running) loop and empty the slot."""
+async def close_pool(slot: LoopPool, wait_s: float = _CLOSE_WAIT_S) -> None:
+    """Close the slot's pool on its own (running) loop and empty the slot (workers: ``wait_s`` at most)."""
     pool, slot.pool = slot.pool, None
     if pool is not None:
         # Not shielded here: PerLoop.aclose shields the close from the caller's cancellation
         # and bounds it; a shield of its own kept that bound from cutting off a stuck close.
         # Its workers may be connecting to a stalled server: waited for briefly, then the
         # pool is closed anyway (a late connection is closed as it arrives).
-        await pool.close(timeout=_CLOSE_WAIT_S)
+        await pool.close(timeout=min(_CLOSE_WAIT_S, wait_s))
 
 
 def discard_pool(slot: LoopPool) -> None:
