@@ -124,6 +124,42 @@ async def test_a_settlement_dropped_with_its_loop_is_warned_of_when_the_loop_clo
     assert (settlements._pending()[0].stranded, len(settlements)) == (1, 0)
 
 
+def test_a_loop_closed_where_no_thread_can_start_still_warns_and_closes_its_settlements(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Closing a loop at interpreter shutdown (a host's atexit handler; Python 3.12 starts no thread
+    # there): the dropped coroutines were closed on a new thread only, so closing the loop raised inside
+    # the watch's finalizer, which swallowed it. No WARNING, the coroutine left to the collector (asyncio's
+    # "Task was destroyed but it is pending!" at ERROR), and its bound already moved: no later sweep said it.
+    settlements = Settlements()
+    loop = asyncio.new_event_loop()
+    cleaned: list[str] = []
+
+    async def settling() -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            cleaned.append("finally")
+
+    async def begin() -> None:
+        settlements.start(settling(), settles_by=time.monotonic() + 5)
+        await asyncio.sleep(0)  # its first step taken: it waits in its sleep
+
+    loop.run_until_complete(begin())
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    with caplog.at_level(logging.WARNING, logger="agentium.plugins.recall_redis"):
+        loop.close()  # no loop runs on this thread, as at exit
+    monkeypatch.undo()
+    said = [r.getMessage() for r in caplog.records if r.name == "agentium.plugins.recall_redis"]
+    assert any("dropped unfinished" in m for m in said), said
+    assert cleaned == ["finally"]  # closed there, on this thread
+    assert (settlements._pending()[0].stranded, len(settlements)) == (1, 0)
+
+
 async def test_a_settlement_that_ended_cancels_its_loops_watch() -> None:
     # The watch is a timer a day away on the settlement's loop: left there, each settlement kept one.
     settlements = Settlements()

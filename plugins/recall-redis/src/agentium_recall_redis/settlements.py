@@ -110,7 +110,15 @@ def _close_dropped(tasks: list[asyncio.Task[Any]]) -> None:
                     coro.close()
 
     closer = threading.Thread(target=close, name="agentium-recall-redis-dropped", daemon=True)
-    closer.start()
+    try:
+        closer.start()
+    except RuntimeError:  # no new thread: at interpreter shutdown (an atexit handler closing a loop)
+        # Raised from here, the sweep lost its WARNING (swallowed in a loop's close, or failing a store
+        # call) with the bounds already kept. Closed here when no loop runs on this thread, as at exit;
+        # else left to the collector.
+        if asyncio._get_running_loop() is None:
+            close()
+        return
     closer.join(1.0)  # our coroutines' cleanup does no I/O without a loop: this ends at once
 
 
