@@ -160,6 +160,29 @@ def test_a_loop_closed_where_no_thread_can_start_still_warns_and_closes_its_sett
     assert (settlements._pending()[0].stranded, len(settlements)) == (1, 0)
 
 
+def test_a_loop_closed_after_the_interpreters_exit_began_is_still_warned_of(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A host's atexit handler that closes its loop, registered before the first weakref.finalize was
+    # made, runs after weakref's own exit hook (last in, first out), which stops every finalizer from
+    # running. The watch was one: closing the loop there said nothing and dropped nothing (the task
+    # kept; asyncio's "Task was destroyed but it is pending!" at ERROR as the process ended).
+    settlements = Settlements()
+    loop = asyncio.new_event_loop()
+
+    async def begin() -> None:
+        settlements.start(asyncio.sleep(60), settles_by=time.monotonic() + 5)
+
+    loop.run_until_complete(begin())
+    monkeypatch.setattr(weakref.finalize, "_shutdown", True)  # as once weakref's exit hook has run
+    with caplog.at_level(logging.WARNING, logger="agentium.plugins.recall_redis"):
+        loop.close()
+    monkeypatch.undo()
+    said = [r.getMessage() for r in caplog.records if r.name == "agentium.plugins.recall_redis"]
+    assert any("dropped unfinished" in m for m in said), said
+    assert not settlements._tasks
+
+
 async def test_a_settlement_that_ended_cancels_its_loops_watch() -> None:
     # The watch is a timer a day away on the settlement's loop: left there, each settlement kept one.
     settlements = Settlements()

@@ -85,7 +85,7 @@ def _loop_closed(owner: weakref.ref[Settlements], loop: weakref.ref[asyncio.Abst
     """A watch timer was released: if by its loop's close, drop that loop's work now (WARNING and all)."""
     settlements, released = owner(), loop()
     if settlements is not None and released is not None and released.is_closed():
-        with contextlib.suppress(Exception):  # raised in a finalizer, it would only be printed
+        with contextlib.suppress(Exception):  # raised in a weakref callback, it would only be printed
             settlements._sweep(lock_s=_UNWIND_S)
 
 
@@ -176,17 +176,19 @@ class _Entry:
     settles_by: float | None
     scope: str | None = None
     owners: frozenset[str] | None = None
-    #: The finalizer of its loop's watch timer (a settlement's, see :meth:`Settlements._watch`).
-    closing: weakref.finalize[..., asyncio.TimerHandle] | None = None
+    #: The weak reference (with its callback) to its loop's watch timer (a settlement's, see
+    #: :meth:`Settlements._watch`); the callback runs only while this holds it.
+    closing: weakref.ref[asyncio.TimerHandle] | None = None
 
     def unwatch(self) -> None:
-        """Stop watching its loop: detach the finalizer, and cancel the timer if it is still scheduled.
+        """Stop watching its loop: drop the weak reference, and cancel the timer if it is still scheduled.
 
         Called on the task's loop (its done callback): a timer is not cancelled from another thread.
         """
-        held = self.closing.detach() if self.closing is not None else None
-        if held is not None:
-            held[0].cancel()
+        watch, self.closing = self.closing, None
+        timer = watch() if watch is not None else None
+        if timer is not None:
+            timer.cancel()
 
     def counted(self, scope: str | None, under: str) -> bool:
         """Whether it counts for a wait of ``scope`` (``None``: every task) and owner-key prefix ``under``."""
@@ -292,19 +294,22 @@ class Settlements:
         it, and the WARNING that its write's outcome stays unknown came that
         late (or never). But closing a loop discards the callbacks it has
         scheduled: a timer of no other use, scheduled on the task's loop and
-        held nowhere else, is released in ``loop.close()`` itself, and its
-        finalizer sweeps there. The timer is cancelled when the task ends. A
-        loop whose timers take no weak reference is swept at the next call,
-        as before.
+        held nowhere else, is released in ``loop.close()`` itself, and the
+        callback of the entry's weak reference to it sweeps there. The timer
+        is cancelled when the task ends. A loop whose timers take no weak
+        reference is swept at the next call, as before.
+
+        Not a ``weakref.finalize``: once its exit hook has run, no finalizer
+        runs, and a host's ``atexit`` handler registered before it (so run
+        after it) closed its loop with nothing said and nothing dropped.
         """
         loop = task.get_loop()
         timer = loop.call_later(_WATCH_CLOSE_S, _watching)
+        owner, of = weakref.ref(self), weakref.ref(loop)
         try:
-            entry.closing = weakref.finalize(timer, _loop_closed, weakref.ref(self), weakref.ref(loop))
+            entry.closing = weakref.ref(timer, lambda _: _loop_closed(owner, of))
         except TypeError:  # not weakly referenceable (another loop implementation's timer)
             timer.cancel()
-            return
-        entry.closing.atexit = False  # at exit nothing closed a loop: no sweep then
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         with self._lock:
@@ -316,7 +321,7 @@ class Settlements:
         """Drop the tasks of closed loops (they never end); keep each dropped settlement's bound.
 
         ``lock_s``: how long to wait for the lock (``-1``: as long as it takes); a loop's close that
-        cannot get it by then (a finalizer run on a thread holding it) leaves its work to the next sweep.
+        cannot get it by then (a watch callback run on a thread holding it) leaves its work to the next sweep.
         """
         now = time.monotonic()
         if not self._lock.acquire(timeout=lock_s):
