@@ -143,7 +143,7 @@ async def test_another_owners_stuck_settlement_neither_delays_nor_refuses_an_era
         _stuck_settlement(store, proxy, request_loop, cut_off, vector=vector)
         began = time.monotonic()
         report = await store.erase(target, OpContext.with_timeout(2))
-        assert time.monotonic() - began < 1.0  # not its wait's bound (1.6 s here)
+        assert time.monotonic() - began < 1.5  # under its wait's bound (1.6 s), loaded or not
         assert report.status is EraseStatus.COMPLETE
         assert report.counts == count_items(document=1)
     finally:
@@ -209,7 +209,7 @@ async def test_a_cut_off_erases_own_late_call_refuses_erases_of_its_target_only(
         proxy.freeze_existing()
         began = time.monotonic()
         report = await store.erase(EraseTarget.user("acme", "cy"), OpContext.with_timeout(2))
-        assert time.monotonic() - began < 1.0  # was refused at its wait's bound (1.6 s here)
+        assert time.monotonic() - began < 1.5  # was refused at its wait's bound (1.6 s)
         assert report.status is EraseStatus.COMPLETE and report.counts == count_items(document=1)
         for own in (EraseTarget.user("acme", "ana"), EraseTarget.session("acme", "ana", "s1")):
             with pytest.raises(RedisRecallError, match="still being settled"):  # its own target: as before
