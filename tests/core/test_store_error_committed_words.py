@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from agentium_harness import (
@@ -193,3 +194,41 @@ async def test_an_archive_calls_error_is_raised_as_a_fresh_copy_with_the_engines
         shared.commit_state is CommitState.COMMITTED
         and shared.committed_detail == f"ArchiveCorruptError: {SAID}"
     )
+
+
+@attrs.define(auto_exc=True)
+class RowLocked(SessionStoreError):
+    """A store's attrs error: its fields are kept in slots, not in its ``__dict__``."""
+
+    row: str
+    holder: str
+
+
+class Unreachable(SessionStoreError, ConnectionError):
+    """A store's error that is a ConnectionError too: ``errno``, ``strerror``, ``filename`` are OSError's."""
+
+
+@pytest.mark.parametrize(
+    ("error", "fields"),
+    [
+        (RowLocked(FOREIGN, "globex"), {"row": FOREIGN, "holder": "globex"}),
+        (Unreachable(111, "refused", "db.internal:5432"), {"errno": 111, "filename": "db.internal:5432"}),
+    ],
+    ids=["attrs-slots", "oserror-fields"],
+)
+async def test_the_copy_keeps_the_fields_a_stores_error_keeps_outside_its_dict(
+    error: SessionStoreError, fields: dict[str, object]
+) -> None:
+    # The copy took the store's __dict__ only: an attrs error's fields (slots) were missing (the host's
+    # read an AttributeError, its repr raised), a ConnectionError's filename None (its message changed).
+    async def fails(ctx: Any) -> None:
+        raise error
+
+    with pytest.raises(type(error)) as raised:
+        await Ticket(KEY, "run", 5.0).call("session load", fails)
+    copy = raised.value
+    assert copy is not error and type(copy) is type(error) and copy.__cause__ is error
+    assert {name: getattr(copy, name, "missing") for name in fields} == fields
+    assert str(copy) == str(error) and repr(copy) == repr(error)
+    said = f"{type(error).__name__} (the session load's error; its text is not committed)"
+    assert committed_text(copy) == said

@@ -15,6 +15,9 @@ name another tenant's rows; the message, the host's, keeps the text whole.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from types import MemberDescriptorType
+
 from .._errors import AgentiumError
 from .._text import clean_text, error_text
 
@@ -28,9 +31,10 @@ def fresh_copy(error: AgentiumError) -> AgentiumError | None:
     """A fresh error of ``error``'s class, message and fields, the engine's to mark; ``error`` untouched.
 
     Made without calling the class's ``__init__`` (an adapter's may take other
-    arguments). A class that cannot be made so gives way to its nearest
-    Agentium base class that can; ``None`` when none can (its ``args`` or
-    fields cannot be read).
+    arguments). Its fields are those in ``error``'s ``__dict__`` and those kept
+    outside it (:func:`_slot_fields`). A class that cannot be made so gives way
+    to its nearest Agentium base class that can; ``None`` when none can (its
+    ``args`` or fields cannot be read).
     """
     for kind in type(error).__mro__:
         if not issubclass(kind, AgentiumError):
@@ -39,10 +43,41 @@ def fresh_copy(error: AgentiumError) -> AgentiumError | None:
             fresh = kind.__new__(kind, *error.args)
             fresh.args = error.args
             fresh.__dict__.update({k: v for k, v in vars(error).items() if k not in _MARKS})
+            for field in _slot_fields(kind):
+                value = _held(field, error)
+                # A slot never set stays unset; an unset built-in one reads None, as the copy's does.
+                if value is not _UNSET and _held(field, fresh) is not value:
+                    field.__set__(fresh, value)
         except Exception:  # noqa: S112 - an adapter's class that cannot be made so: its base next
             continue
         return fresh
     return None
+
+
+def _held(field: MemberDescriptorType, error: AgentiumError) -> object:
+    """What ``error`` holds in ``field``; a sentinel for a slot never set."""
+    try:
+        return field.__get__(error, type(error))
+    except AttributeError:
+        return _UNSET
+
+
+_UNSET = object()
+
+
+def _slot_fields(kind: type) -> Iterator[MemberDescriptorType]:
+    """The fields ``kind``'s instances keep outside their ``__dict__``, none of the engine's marks.
+
+    Slots (an attrs class's fields) and a built-in base's own fields (a
+    ``ConnectionError``'s ``errno`` and ``filename``, which its message is
+    made from): a copy without them would lose them (read, an AttributeError;
+    its ``repr``, an attrs class's, raising) or say another message.
+    Dunder ones (``__suppress_context__``) are the raise's, not the error's.
+    """
+    for klass in kind.__mro__:
+        for name, value in vars(klass).items():
+            if isinstance(value, MemberDescriptorType) and not name.startswith("__") and name not in _MARKS:
+                yield value
 
 
 def store_error(error: AgentiumError, operation: str) -> AgentiumError:
