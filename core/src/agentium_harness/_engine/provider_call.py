@@ -11,6 +11,7 @@ from .._errors import ContractViolationError, OperationTimeoutError, ProviderErr
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse
 from .._text import error_text
 from .lifecycle import Ticket
+from .store_errors import fresh_copy
 
 __all__ = ["complete_bounded"]
 
@@ -22,7 +23,8 @@ async def complete_bounded(
 
     Any failure is a :class:`~agentium_harness._errors.ProviderError` (a
     :class:`~agentium_harness._errors.ProviderTimeoutError` naming the deadline
-    past it) whose message says the session was not changed.
+    past it) whose message says the session was not changed, or a fresh copy of
+    a :class:`~agentium_harness._errors.ContractViolationError` the provider raised.
     """
     try:
         return await ticket.call(
@@ -34,13 +36,15 @@ async def complete_bounded(
             exc.timeout_s,
         ) from exc
     except ContractViolationError as exc:
-        if exc.commit_state is None and exc.run_result is None:
-            raise
-        # One raised out of another run (a provider built on a nested runtime): its commit state
-        # and result are that run's. Passed on, this run would report them as its own and never
-        # commit what its tools did.
-        raise ContractViolationError(
-            f"provider failed: {error_text(exc)}; the session was not changed"
-        ) from exc
+        # Never the provider's own object: the engine marks the error it raises (commit state, result,
+        # "committed as group N"), and a provider may raise one object again, in another tenant's run.
+        # A fresh copy, committed as it is said (a committed_detail the provider set is not the engine's).
+        fresh = fresh_copy(exc) if exc.commit_state is None and exc.run_result is None else None
+        if fresh is None:
+            # One raised out of another run (a provider built on a nested runtime): its commit state
+            # and result are that run's. Passed on, this run would report them as its own and never
+            # commit what its tools did.
+            fresh = ContractViolationError(f"provider failed: {error_text(exc)}; the session was not changed")
+        raise fresh from exc
     except Exception as exc:
         raise ProviderError(f"provider failed: {error_text(exc)}; the session was not changed") from exc
