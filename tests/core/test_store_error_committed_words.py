@@ -232,3 +232,22 @@ async def test_the_copy_keeps_the_fields_a_stores_error_keeps_outside_its_dict(
     assert str(copy) == str(error) and repr(copy) == repr(error)
     said = f"{type(error).__name__} (the session load's error; its text is not committed)"
     assert committed_text(copy) == said
+
+
+async def test_a_note_a_host_adds_to_its_copy_is_neither_on_the_stores_object_nor_on_the_next_copy() -> None:
+    # The copy shared the store's __notes__ list: one host's add_note() appended to the store's object,
+    # and the next run's copy (another tenant's) carried that host's note.
+    shared = SessionStoreError(SAID)
+    shared.add_note("the store's note")
+
+    async def fails(ctx: Any) -> None:
+        raise shared
+
+    notes: list[list[str]] = []
+    for tenant in ("acme", "globex"):
+        with pytest.raises(SessionStoreError) as raised:
+            await Ticket(SessionKey(tenant, "ana", "s1"), "run", 5.0).call("session load", fails)
+        notes.append(list(raised.value.__notes__))
+        raised.value.add_note(f"{tenant}'s host: saving its session")
+    assert notes == [["the store's note"], ["the store's note"]]
+    assert shared.__notes__ == ["the store's note"]

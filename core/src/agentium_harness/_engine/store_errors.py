@@ -43,6 +43,11 @@ def fresh_copy(error: AgentiumError) -> AgentiumError | None:
             fresh = kind.__new__(kind, *error.args)
             fresh.args = error.args
             fresh.__dict__.update({k: v for k, v in vars(error).items() if k not in _MARKS})
+            notes = vars(error).get("__notes__")
+            if type(notes) is list:
+                # Its own list: a note a host adds (add_note) to its copy goes neither on the
+                # store's object nor on the next copy (another tenant's run).
+                fresh.__notes__ = list(notes)
             for field in _slot_fields(kind):
                 value = _held(field, error)
                 # A slot never set stays unset; an unset built-in one reads None, as the copy's does.
