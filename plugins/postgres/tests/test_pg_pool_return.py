@@ -103,3 +103,37 @@ async def test_a_call_natively_cancelled_while_it_returns_its_connection_still_r
     finally:
         await store.aclose()
         await pool.close()
+
+
+async def test_a_return_that_need_not_wait_costs_no_task(app_config: PostgresConfig, pg_server: Any) -> None:
+    # The native-cancel fix above ran every pooled call's return in a task of its own: a task and a
+    # loop iteration per call, on the hot path. A return that does not wait (the pool's lock free,
+    # the connection idle: the common case) now runs in the call's task, where nothing can
+    # interrupt it; only one that waits goes on in a task (the test above).
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        pg_server.app_dsn(), min_size=0, max_size=1, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open()
+    store = PostgresSessionStore(app_config, pool=pool)
+    loop = asyncio.get_running_loop()
+    before = loop.get_task_factory()
+    created: list[str] = []
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created.append(coro.__qualname__)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    try:
+        with anyio.fail_after(10):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # the first use's check
+            loop.set_task_factory(counting)
+            try:
+                for _ in range(3):
+                    assert await store.load(KEY, OpContext.with_timeout(5)) is None
+            finally:
+                loop.set_task_factory(before)
+            assert created == [], created
+            assert pool.get_stats()["pool_available"] == 1, pool.get_stats()
+    finally:
+        await store.aclose()
+        await pool.close()

@@ -38,7 +38,6 @@ __all__ = [
     "commit_wait",
     "deadline_stop",
     "discard",
-    "give_back",
     "read_unconfirmed",
     "require_asyncio",
     "require_idle",
@@ -528,43 +527,3 @@ async def check_if_idle(
     except psycopg.OperationalError as exc:
         await discard(conn, True)
         raise StaleConnection(exc) from exc
-
-
-async def give_back(
-    pool: Any, conn: psycopg.AsyncConnection[Any], outcome: Outcome, returning: set[asyncio.Task[None]]
-) -> None:
-    """Return ``conn`` to ``pool``: now, or once the rollback still running on it, and a fence, ended.
-
-    A fence (:class:`ServerStop`: an earlier request still on its way holds the connection's lock)
-    is waited for too: handed out at once, the connection's next user waited for it, a pool's own
-    ``check`` of it first (outside the call's margin, and any bound of the pool's).
-    ``returning`` keeps such a return's task referenced (asyncio holds tasks weakly) until it
-    ends; ``aclose()`` waits for them.
-
-    A return made at once runs in a task of its own too, which the call awaits: a call cancelled
-    meanwhile whose return waited for the pool's lock (another task returning or taking a
-    connection) never returned it. anyio's shield kept out the runtime's cancellation, not a native
-    asyncio ``Task.cancel()``, which interrupted the return there; now it stops only the call's
-    wait.
-    """
-    settling, outcome.settling = outcome.settling, None
-    if (settling is None or settling.done()) and not conn.lock.locked():
-        now = asyncio.get_running_loop().create_task(pool.putconn(conn))
-        returning.add(now)
-        now.add_done_callback(returning.discard)
-        with anyio.CancelScope(shield=True):
-            await asyncio.shield(now)
-        return
-
-    async def after() -> None:
-        with anyio.CancelScope(shield=True):
-            if settling is not None:
-                await asyncio.wait({settling})
-            with anyio.move_on_after(SETTLE_S):  # the fence is bounded itself; the pool closes it
-                async with conn.lock:  # first come, first served: after a fence queued behind a rollback
-                    pass
-            await pool.putconn(conn)
-
-    task = asyncio.get_running_loop().create_task(after())
-    returning.add(task)
-    task.add_done_callback(returning.discard)

@@ -74,7 +74,6 @@ from .calls import (
     commit_wait,
     deadline_stop,
     discard,
-    give_back,
     read_unconfirmed,
     require_asyncio,
     running_loop,
@@ -91,6 +90,7 @@ from .errors import PostgresError, PostgresUnavailableError
 from .first_use import ServerFacts, check_schema
 from .lent import LentCommitUnconfirmed, commit_lent, lent_turn
 from .loop_pools import LoopPool, discard_pool, recording_connection_class
+from .pool_return import give_back
 from .schema import TENANT_SETTING
 from .translate import translate_error
 
