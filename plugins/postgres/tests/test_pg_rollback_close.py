@@ -144,3 +144,38 @@ async def test_aclose_as_a_whole_ends_within_close_timeout_s_and_says_what_it_ga
         assert admin.execute(f'SELECT count(*) FROM "{schema}".session_snapshots').fetchone() == (0,)
     finally:
         await proxy.close()
+
+
+@pytest.mark.parametrize("lent", [True, False], ids=["lent-connection", "pooled-no-deadline"])
+async def test_aclose_waits_for_a_rollback_run_inside_its_call_too_and_says_what_it_gave_up(
+    app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any], lent: bool
+) -> None:
+    # A failed call's rollback runs inside the call (not in a task of its own) on a lent connection,
+    # and on a pooled one when the call has no deadline. aclose() did not know of it: it returned at
+    # once, "closed", the ROLLBACK still unanswered (on the host's connection, which the host may
+    # then close under it). It is now waited for, and given up at the bound, like any other.
+    refuse_snapshot_writes(admin, schema)
+    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    config = attrs.evolve(app_config, dsn=dsn, max_pool_size=1, close_timeout_s=0.5)
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True) if lent else None
+    store = PostgresSessionStore(config, connection=conn) if lent else PostgresSessionStore(config)
+    try:
+        with anyio.fail_after(3):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
+            proxy.armed = True
+            ctx = OpContext.with_timeout(5) if lent else OpContext()
+            save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, ctx))
+            await proxy.held.wait()  # the INSERT failed; its ROLLBACK is held on its way
+            began = anyio.current_time()
+            with pytest.raises(PostgresSessionStoreError, match=r"rollback was still unanswered after 0\.5s"):
+                await store.aclose()
+            assert anyio.current_time() - began < 0.5 + 0.3
+            with pytest.raises(AgentiumError):
+                await save
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".session_snapshots').fetchone() == (0,)
+    finally:
+        await proxy.close()
+        if conn is not None:
+            await conn.close()

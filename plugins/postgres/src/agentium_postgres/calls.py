@@ -44,6 +44,7 @@ __all__ = [
     "running_loop",
     "settle_transaction",
     "settle_in_time",
+    "settle_tracked",
     "settle_manual",
     "statement_timeout_ms",
     "stopped_by_close",
@@ -410,6 +411,53 @@ async def settle_manual(conn: psycopg.AsyncConnection[Any], exc: BaseException, 
         await discard(conn, pooled)
 
 
+def _settling(
+    conn: psycopg.AsyncConnection[Any], work: Coroutine[Any, Any, None], pending: set[asyncio.Task[None]]
+) -> asyncio.Task[None]:
+    """``work`` (a failed call's rollback) in a task kept in ``pending`` until it ends.
+
+    ``aclose()`` waits for the tasks of ``pending`` and gives up on one still unanswered at its
+    bound by cancelling it (natively): the connection is then closed (the server rolls the
+    transaction back), never used or returned as is.
+    """
+
+    async def settle() -> None:
+        try:
+            await work
+        except asyncio.CancelledError:  # aclose() gave up on it: the connection is out of step
+            conn.pgconn.finish()
+            raise
+
+    task = asyncio.get_running_loop().create_task(settle())
+    pending.add(task)
+    task.add_done_callback(pending.discard)
+    return task
+
+
+async def settle_tracked(
+    conn: psycopg.AsyncConnection[Any], work: Coroutine[Any, Any, None], pending: set[asyncio.Task[None]]
+) -> None:
+    """Run ``work`` (a failed call's rollback) to its end inside the call, known to ``aclose()``.
+
+    Run inside the call itself (a lent connection's, or a call with no deadline), it was unknown to
+    ``aclose()``, which returned at once, "closed", with its ROLLBACK still unanswered (on the
+    host's connection, which the host may then close under it). It now runs in a task of
+    ``pending`` (see :func:`_settling`) that the call waits for to its end (``work`` is bounded
+    itself), shielded: a native cancellation of the call is raised once it ended, so that the
+    call never ends, and the connection's next call never begins, with its rollback still running.
+    """
+    task = _settling(conn, work, pending)
+    cancelled = False
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 async def settle_in_time(
     conn: psycopg.AsyncConnection[Any],
     pipeline: Any,
@@ -426,29 +474,22 @@ async def settle_in_time(
     in a task of its own, waited for until a margin before the deadline
     (``plugin_api.before_cancel``; at once for a call already past it); a task still running
     then is returned, and the connection must go back to its pool only once it ended.
-    A lent connection (the host's) is settled inline as before: its next call would meet it.
+    A lent connection (the host's) is settled to its end inside the call as before (its next call
+    would meet it), as is a call with no deadline (:func:`settle_tracked`).
     The task is kept in ``pending`` from the start, not only once the call ended: ``aclose()``
     waits for those, and one still waited for inside its call (a stalled network) was not.
-    ``aclose()`` gives up on one still unanswered at its bound by cancelling the task: the
-    connection is then closed (the server rolls the transaction back), never returned as is.
     """
 
     async def settle() -> None:
-        try:
-            await abandon_pipeline(pipeline, exc)
-            await settle_manual(conn, exc, pooled)
-        except asyncio.CancelledError:  # aclose() gave up on it: the connection is out of step
-            conn.pgconn.finish()
-            raise
+        await abandon_pipeline(pipeline, exc)
+        await settle_manual(conn, exc, pooled)
 
     left = ctx.time_left()
     if not pooled or left is None:
-        await settle()
+        await settle_tracked(conn, settle(), pending)
         return None
 
-    task = asyncio.get_running_loop().create_task(settle())
-    pending.add(task)
-    task.add_done_callback(pending.discard)
+    task = _settling(conn, settle(), pending)
     with anyio.CancelScope(shield=True), anyio.move_on_after(before_cancel(left)):
         await asyncio.wait({task})
     return None if task.done() else task

@@ -1,8 +1,9 @@
 """``PgLink.aclose()``'s work once the calls in flight were cancelled: every part under one deadline.
 
 What is left of a link when it closes: the rollbacks of failed transactions
-still running in tasks of their own (``calls.settle_in_time``), the returns of
-their connections to their pool (``calls.give_back``), the owned pools (one
+still running in tasks of their own (``calls.settle_in_time``, ``calls.settle_tracked``:
+after their call, or inside it), the returns of
+their connections to their pool (``pool_return.give_back``), the owned pools (one
 per event loop) and a COMMIT still being finished on a lent connection
 (:mod:`.lent`). Each was waited for in turn, up to ``SETTLE_S`` (10 s) each:
 30 s with a stalled server, past the runtime's own close bound (5 s), which

@@ -79,6 +79,7 @@ from .calls import (
     running_loop,
     settle_in_time,
     settle_manual,
+    settle_tracked,
     settle_transaction,
     statement_timeout_ms,
     stopped_by_close,
@@ -506,7 +507,7 @@ class PgLink:
             await stop.disarm(commit=True)
             ctx.raise_if_expired(operation)
         except BaseException as exc:
-            await stop.around(settle_transaction(conn, tx, exc, pooled))
+            await stop.around(settle_tracked(conn, settle_transaction(conn, tx, exc, pooled), self._settling))
             raise
         outcome.commit_sent = write
         if not pooled:
