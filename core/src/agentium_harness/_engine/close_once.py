@@ -94,8 +94,10 @@ class CloseOnce:
 
     An ``aclose()`` made from inside the close itself (in its task, or a task
     the close waits for: one it awaits, directly or through ``gather``,
-    ``wait`` or ``shield``, or one of a task group it opened, in ``close()``'s
-    synchronous part too: a wrapper it closes that closes this adapter again)
+    ``wait`` or ``shield``, or one of a task group it opened, or a worker
+    thread it awaits through ``to_thread`` that runs the ``aclose()`` in
+    ``anyio.run`` or ``from_thread.run``; in ``close()``'s synchronous part
+    too: a wrapper it closes that closes this adapter again)
     returns at once instead of waiting for the close it is part of; the
     close's outcome goes to its callers. A task the close started and left
     running is not part of it: its ``aclose()`` waits for the close as any

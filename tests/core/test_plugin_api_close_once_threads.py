@@ -1,0 +1,86 @@
+"""``plugin_api.CloseOnce``: an ``aclose()`` from a worker thread the close hands work to.
+
+A close may close something through a thread (``to_thread``) that closes this
+adapter again (a synchronous wrapper's close, ``anyio.run(adapter.aclose)``, or
+``from_thread.run`` back on the close's loop). The close waits for that thread:
+its ``aclose()`` must return at once, not wait for the close that waits for it.
+A thread the close starts and leaves running still waits for the close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import pytest
+
+from agentium_harness.plugin_api import CloseOnce
+
+
+@pytest.mark.parametrize(
+    ("backend", "how"),
+    [
+        ("asyncio", "anyio.run on asyncio"),
+        ("asyncio", "anyio.run on trio"),
+        ("asyncio", "asyncio.to_thread, asyncio.run"),
+        ("asyncio", "from_thread.run"),
+        ("trio", "anyio.run on asyncio"),
+        ("trio", "anyio.run on trio"),
+    ],
+)
+def test_an_aclose_from_a_thread_the_close_waits_for_returns_at_once(backend: str, how: str) -> None:
+    # The thread's aclose() waited for the close, which waited for the thread: wait_s, then an
+    # OperationTimeoutError out of the close (and a WARNING that it was "still running").
+    once = CloseOnce("test adapter", wait_s=1)
+    steps: list[str] = []
+
+    def close_again() -> None:  # a synchronous wrapper's close, closing this adapter again
+        if how == "from_thread.run":
+            anyio.from_thread.run(once.run, close)
+        elif how == "asyncio.to_thread, asyncio.run":
+            asyncio.run(once.run(close))
+        else:
+            anyio.run(once.run, close, backend=how.rsplit(" ", 1)[-1])
+        steps.append("wrapper closed")
+
+    async def close() -> None:
+        if how == "asyncio.to_thread, asyncio.run":
+            await asyncio.to_thread(close_again)
+        else:
+            await anyio.to_thread.run_sync(close_again)
+        steps.append("closed")
+
+    begun = time.monotonic()
+    anyio.run(once.run, close, backend=backend)
+    assert steps == ["wrapper closed", "closed"]
+    assert time.monotonic() - begun < 0.8
+
+
+def test_an_aclose_from_a_thread_the_close_left_running_waits_for_the_close() -> None:
+    # Not waited for by the close: its aclose() must not be told "closed" while the close runs.
+    once = CloseOnce("test adapter", wait_s=1)
+    told: list[bool] = []
+    background: list[asyncio.Task[None]] = []
+
+    def elsewhere() -> None:
+        anyio.run(once.run, close)
+        told.append(once.ended)
+
+    def close() -> Awaitable[None]:
+        background.append(asyncio.get_running_loop().create_task(asyncio.to_thread(elsewhere)))
+
+        async def closed() -> None:
+            await asyncio.sleep(0.2)
+
+        return closed()
+
+    async def main() -> None:
+        await once.run(close)
+        await background[0]
+
+    asyncio.run(main())
+    assert told == [True]
