@@ -10,6 +10,7 @@ A thread the close starts and leaves running still waits for the close.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable
 
@@ -18,7 +19,7 @@ import anyio.from_thread
 import anyio.to_thread
 import pytest
 
-from agentium_harness.plugin_api import CloseOnce
+from agentium_harness.plugin_api import CloseOnce, PerLoop
 
 
 @pytest.mark.parametrize(
@@ -84,3 +85,31 @@ def test_an_aclose_from_a_thread_the_close_left_running_waits_for_the_close() ->
 
     asyncio.run(main())
     assert told == [True]
+
+
+def test_per_loop_close_of_a_value_whose_loop_cancels_it_as_asyncio_run_returns_drops_it() -> None:
+    # asyncio.run cancelled the value's close as it returned, and was still finishing (a job of its
+    # default executor): PerLoop.aclose said "did not finish within 1.5s (is that loop still
+    # running?)" at once, and the value was neither closed nor dropped.
+    released: list[str] = []
+    running = threading.Event()
+    values: PerLoop[object] = PerLoop(object, discard=lambda value: released.append("dropped"))
+
+    async def target() -> None:
+        values.get()
+        asyncio.get_running_loop().run_in_executor(None, time.sleep, 0.4)  # asyncio.run waits for it
+        running.set()
+        await asyncio.sleep(0.2)
+
+    async def close(value: object) -> None:
+        await asyncio.sleep(10)
+
+    thread = threading.Thread(target=asyncio.run, args=(target(),))
+    thread.start()
+    assert running.wait(5)
+    begun = time.monotonic()
+    problems = anyio.run(values.aclose, close, 1.5)
+    thread.join(5)
+    assert time.monotonic() - begun < 1.2
+    assert problems == ["closing a object of another event loop did not finish: that loop finished first"]
+    assert released == ["dropped"]

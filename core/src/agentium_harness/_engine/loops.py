@@ -190,8 +190,13 @@ class LoopHandle:
         An exception ``work`` raises is re-raised here. Past ``timeout_s`` the
         work is left running on its loop. A loop that finishes first (closed,
         or cancelling the work as ``asyncio.run`` does when it returns) ends the
-        wait within a tenth of a second: False, the work did not finish.
+        wait within a tenth of a second of its closing: False, the work did not
+        finish.
         """
+        return await self._run_there(work, timeout_s) == "finished"
+
+    async def _run_there(self, work: Callable[[], Awaitable[object]], timeout_s: float) -> str:
+        """:meth:`run_there`, saying how it ended: "finished", "cut" (by its loop) or "timed out"."""
         done = ThreadSafeEvent()
         failure: list[BaseException] = []
         cut = False  # cancelled (or interrupted) there: it did not finish
@@ -209,15 +214,21 @@ class LoopHandle:
                 done.set()
 
         if not self.start(run):
-            return False
+            return "cut"  # the loop has finished: nothing more runs there
         with anyio.move_on_after(timeout_s):
             # In slices: a loop closed under the work never runs it to its end, nor says so.
             while not done.is_set() and not self.finished:
                 with anyio.move_on_after(_LOOK_S):
                     await done.wait()
+            # Cancelled there: asyncio.run returning cancels the tasks left, then may go on a while
+            # (its default executor's jobs) before its loop is closed. Not "timed out" then.
+            while cut and not self.finished:  # noqa: ASYNC110
+                await anyio.sleep(_LOOK_S)
         if failure:
             raise failure[0]
-        return done.is_set() and not cut
+        if done.is_set() and not cut:
+            return "finished"
+        return "cut" if self.finished else "timed out"
 
     @property
     def finished(self) -> bool:
@@ -389,8 +400,8 @@ class PerLoop(Generic[T]):
                 elif loop.finished:
                     if self._discard is not None:
                         self._discard(value)
-                elif not await loop.run_there(lambda: close(value), timeout_s):
-                    if loop.finished:  # its loop finished first: what the close left is released here
+                elif (ended := await loop._run_there(lambda: close(value), timeout_s)) != "finished":
+                    if ended == "cut":  # its loop finished first: what the close left is released here
                         if self._discard is not None:
                             self._discard(value)
                         problems.append(
