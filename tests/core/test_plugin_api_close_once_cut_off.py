@@ -57,6 +57,19 @@ def test_a_close_cancelled_before_its_task_began_is_run_by_the_next_caller(
     assert time.monotonic() - begun < 0.5
 
 
+class _HeldLoop(asyncio.SelectorEventLoop):
+    """A loop its thread holds (seen running) from its stop until it closes it: never stopped for long.
+
+    A waiter ends a close none of which ran once its loop is seen stopped for a
+    tenth of a second: a test asserting that waiters still wait must not race that.
+    """
+
+    held = False
+
+    def is_running(self) -> bool:
+        return self.held or super().is_running()
+
+
 def test_a_waiting_caller_runs_a_close_whose_loop_was_closed_before_it_began() -> None:
     # The first caller's loop stopped (and was closed) with the close's task made but never run: the
     # caller waiting on another thread was told OperationCancelledError, and nothing closed.
@@ -67,10 +80,11 @@ def test_a_waiting_caller_runs_a_close_whose_loop_was_closed_before_it_began() -
         began.append(1)
         await anyio.lowlevel.checkpoint()
 
-    loop = asyncio.new_event_loop()
+    loop = _HeldLoop()
     first = loop.create_task(once.run(close))
     loop.call_soon(loop.stop)  # stops after the first caller's step, before the close's task runs
     loop.run_forever()
+    loop.held = True  # until it is closed (below): the waiters wait for it, however slow this thread is
     assert once.claimed and not once.ended and began == [] and not first.done()
     heard: list[str] = []
 
@@ -87,6 +101,7 @@ def test_a_waiting_caller_runs_a_close_whose_loop_was_closed_before_it_began() -
         waiter.start()
     time.sleep(0.05)  # they wait for the close
     assert heard == []
+    loop.held = False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the dead loop's tasks never ran
         loop.close()
