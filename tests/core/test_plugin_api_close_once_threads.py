@@ -113,3 +113,50 @@ def test_per_loop_close_of_a_value_whose_loop_cancels_it_as_asyncio_run_returns_
     assert time.monotonic() - begun < 1.2
     assert problems == ["closing a object of another event loop did not finish: that loop finished first"]
     assert released == ["dropped"]
+
+
+class _BlinkingLoop(asyncio.SelectorEventLoop):
+    """A loop that, once ``blink`` is set, says "not running" once: asked between two of its runs."""
+
+    blink = False
+
+    def is_running(self) -> bool:
+        if self.blink:
+            self.blink = False
+            return False
+        return super().is_running()
+
+
+def test_a_loop_seen_stopped_once_by_a_caller_is_not_taken_for_stopped_by_an_earlier_callers_look() -> None:
+    # An earlier caller's "first seen stopped" was kept on the close: a later caller looking once, as
+    # the close's loop was between two runs, found it "stopped for 0.1 s" at once, and stopped waiting
+    # (OperationTimeoutError) for a close that then finished.
+    once = CloseOnce("test adapter", wait_s=1.5)
+    heard: list[str] = []
+
+    async def close() -> None:
+        await asyncio.sleep(0.5)
+
+    def later() -> None:
+        try:
+            anyio.run(once.run, close)
+            heard.append("closed")
+        except Exception as exc:
+            heard.append(type(exc).__name__)
+
+    loop = _BlinkingLoop()
+    try:
+        first = loop.create_task(once.run(close))
+        loop.run_until_complete(asyncio.sleep(0.01))  # the close began; its loop stops after this
+        later()  # its loop stopped for good, as far as this caller can tell: it stops waiting
+        assert heard == ["OperationTimeoutError"]
+        runs = threading.Thread(target=loop.run_until_complete, args=(first,))
+        runs.start()  # the loop runs again, until the close ends
+        while not loop.is_running():
+            time.sleep(0.001)
+        loop.blink = True  # the next caller's first look finds it between two runs
+        later()
+        runs.join(5)
+        assert heard == ["OperationTimeoutError", "closed"]
+    finally:
+        loop.close()

@@ -25,7 +25,6 @@ class Attempt:
         "orphaning",
         "owner",
         "problem",
-        "stopped_at",
         "task",
         "trace",
         "warned",
@@ -48,7 +47,6 @@ class Attempt:
         self.orphaning = False  # a caller is ending it as cut off by its loop (once, see _orphaned)
         self.warned = False  # its WARNING was logged (once, whichever thread finds the problem)
         self.owner: object | None = None  # the task the close runs in (see close_waits)
-        self.stopped_at: float | None = None  # when its loop was first seen stopped (not closed)
         # The asyncio loop of the close's task (None on trio), kept only while the close is to be run
         # again: not weakly, as an event loop class need not take weak references.
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -398,19 +398,20 @@ class CloseOnce:
         come to wait for (it returns at once then).
         """
         stalled = False
+        stopped: list[float] = []  # when this caller first saw the close's loop not running (not another's)
         with anyio.move_on_after(_left(deadline), shield=True):
             # In slices: a close whose loop is closed (or stopped) under it never ends, nor says so.
-            while not self._orphaned(attempt):
+            while not self._orphaned(attempt, stopped):
                 if inside and close_waits_for_current_task(attempt.owner, library):
                     return True
-                if self._stalled(attempt):
+                if self._stalled(attempt, stopped):
                     stalled = True
                     break
                 with anyio.move_on_after(_END_S if inside else _LOOK_S):
                     await attempt.done.wait()
                 if attempt.done.is_set():
                     break
-        if attempt.done.is_set() or self._orphaned(attempt):
+        if attempt.done.is_set() or self._orphaned(attempt, stopped):
             return False
         if stalled:
             raise self._stop_waiting(
@@ -428,26 +429,30 @@ class CloseOnce:
             self._wait_s,
         )
 
-    def _stopped_long(self, attempt: _Attempt, loop: asyncio.AbstractEventLoop) -> bool:
-        """True once the close's loop was seen not running twice, ``_LOOK_S`` apart (not between two runs)."""
-        if loop.is_running():
-            attempt.stopped_at = None
-            return False
-        now = time.monotonic()
-        if attempt.stopped_at is None:
-            attempt.stopped_at = now
-            return False
-        return now - attempt.stopped_at >= _LOOK_S
+    @staticmethod
+    def _stopped_long(stopped: list[float], loop: asyncio.AbstractEventLoop) -> bool:
+        """True once this caller saw the close's loop not running twice, ``_LOOK_S`` apart.
 
-    def _stalled(self, attempt: _Attempt) -> bool:
+        Not between two of its runs: a look of another caller (long ago, the loop
+        has run since) does not count, as none of its runs in between was seen.
+        """
+        if loop.is_running():
+            stopped.clear()
+            return False
+        if not stopped:
+            stopped.append(time.monotonic())
+            return False
+        return time.monotonic() - stopped[0] >= _LOOK_S
+
+    def _stalled(self, attempt: _Attempt, stopped: list[float]) -> bool:
         """True when the close began and its loop stopped (not closed): it may never go on."""
         task = attempt.task
         if task is None or task.done() or not attempt.began:
             return False
         loop = task.get_loop()
-        return not loop.is_closed() and self._stopped_long(attempt, loop)
+        return not loop.is_closed() and self._stopped_long(stopped, loop)
 
-    def _orphaned(self, attempt: _Attempt) -> bool:
+    def _orphaned(self, attempt: _Attempt, stopped: list[float]) -> bool:
         """True once the close has ended, or can never run on its loop (then ended here, once).
 
         A loop closed without cancelling its tasks (``run_until_complete``, then
@@ -463,7 +468,7 @@ class CloseOnce:
             return False
         loop = task.get_loop()
         closed = loop.is_closed()
-        if not closed and (attempt.began or not self._stopped_long(attempt, loop)):
+        if not closed and (attempt.began or not self._stopped_long(stopped, loop)):
             return False
         with self._lock:
             # Once, whichever caller (of whichever thread) finds it first: one outcome, one WARNING.
