@@ -10,6 +10,7 @@ A thread the close starts and leaves running still waits for the close.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Awaitable
@@ -160,3 +161,43 @@ def test_a_loop_seen_stopped_once_by_a_caller_is_not_taken_for_stopped_by_an_ear
         assert heard == ["OperationTimeoutError", "closed"]
     finally:
         loop.close()
+
+
+class _Settings:
+    """An attribute-style mapping, as hosts keep settings in: a missing attribute is a KeyError."""
+
+    def __init__(self, **values: object) -> None:
+        self._values = values
+
+    def __getattr__(self, name: str) -> object:
+        return self.__dict__["_values"][name]
+
+
+@pytest.mark.parametrize("how", ["a closure", "a partial"])
+def test_a_done_callback_holding_an_object_that_refuses_attributes_does_not_fail_the_aclose(how: str) -> None:
+    # Following who waits for whom read attributes of whatever a done callback holds: one whose
+    # __getattr__ raised a KeyError made the aclose() from inside the close raise that KeyError.
+    once = CloseOnce("test adapter", wait_s=1)
+    settings = _Settings(name="x")
+    steps: list[str] = []
+
+    def noted(settings: _Settings, task: asyncio.Task[None]) -> None:
+        steps.append(f"noted {settings.name}")
+
+    async def wrapper() -> None:
+        await once.run(close)  # the wrapper closes what it wraps: this adapter
+        steps.append("wrapper closed")
+
+    async def close() -> None:
+        task = asyncio.get_running_loop().create_task(wrapper())
+        if how == "a closure":
+            task.add_done_callback(lambda task: noted(settings, task))
+        else:
+            task.add_done_callback(functools.partial(noted, settings))
+        await task
+        steps.append("closed")
+
+    begun = time.monotonic()
+    asyncio.run(once.run(close))
+    assert steps == ["wrapper closed", "noted x", "closed"]
+    assert time.monotonic() - begun < 0.5

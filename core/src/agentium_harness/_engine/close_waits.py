@@ -97,11 +97,16 @@ def _next(node: Any) -> list[Any]:
 
 def _owners(callback: Any) -> list[Any]:
     """The futures and tasks a done callback wakes: an awaiting task, a gather's future, a group's host."""
-    held: list[Any] = [getattr(callback, "__self__", None)]
-    if isinstance(callback, functools.partial):
-        held.extend(callback.args)
-        callback = callback.func
-    for cell in getattr(callback, "__closure__", None) or ():
+    held: list[Any] = []
+    try:  # a callable object whose __getattr__ raises is not followed (see _host_of)
+        held.append(getattr(callback, "__self__", None))
+        if isinstance(callback, functools.partial):
+            held.extend(callback.args)
+            callback = callback.func
+        cells = getattr(callback, "__closure__", None) or ()
+    except Exception:
+        cells = ()
+    for cell in cells:
         try:
             held.append(cell.cell_contents)
         except ValueError:  # an empty cell
@@ -112,12 +117,26 @@ def _owners(callback: Any) -> list[Any]:
             found.append(value)  # a task awaiting it, or a future one does (gather, wait, shield, a chain)
             continue
         # A task group: its host task waits for every task in it (asyncio's, then anyio's).
-        host = getattr(value, "_parent_task", None)
-        if host is None:
-            host = getattr(getattr(value, "cancel_scope", None), "_host_task", None)
+        host = _host_of(value)
         if isinstance(host, asyncio.Future):
             found.append(host)
     return found
+
+
+def _host_of(value: object) -> object:
+    """The task hosting ``value`` if it is a task group, else ``None``.
+
+    ``value`` is whatever a done callback holds: an object whose ``__getattr__``
+    raises (a KeyError of an attribute-style mapping) is not followed, never
+    an error of the ``aclose()`` that asked.
+    """
+    try:
+        host = getattr(value, "_parent_task", None)
+        if host is None:
+            host = getattr(getattr(value, "cancel_scope", None), "_host_task", None)
+    except Exception:
+        return None
+    return host
 
 
 _RUN_UNTIL_COMPLETE_CB = getattr(asyncio.base_events, "_run_until_complete_cb", None)
