@@ -119,6 +119,37 @@ def test_an_aclose_from_a_task_the_close_left_running_waits_for_the_close() -> N
     assert told == [True]
 
 
+def test_on_trio_an_aclose_from_a_task_the_close_left_in_the_callers_nursery_waits_for_the_close() -> None:
+    # On trio the close runs in the first caller's own task: a task the close started in a nursery
+    # that caller had open (a host's nursery the adapter keeps) counted as waited for by the close,
+    # and its aclose() returned at once while the close still ran.
+    import trio
+
+    once = CloseOnce("test adapter", wait_s=1)
+    told: list[bool] = []
+    host: list[trio.Nursery] = []
+
+    def close() -> Awaitable[None]:
+        async def elsewhere() -> None:
+            await once.run(close)
+            told.append(once.ended)  # returned: the close must have ended
+
+        host[0].start_soon(elsewhere)
+
+        async def closed() -> None:
+            await trio.sleep(0.1)
+
+        return closed()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            host.append(nursery)
+            await once.run(close)
+
+    trio.run(main)
+    assert told == [True]
+
+
 @pytest.mark.parametrize("how", ["gather", "task group"])
 def test_an_aclose_from_a_task_the_close_waits_for_still_returns_at_once(how: str) -> None:
     once = CloseOnce("test adapter", wait_s=1)

@@ -23,6 +23,7 @@ class Attempt:
         "kind",
         "loop",
         "orphaning",
+        "outer",
         "owner",
         "problem",
         "task",
@@ -47,6 +48,7 @@ class Attempt:
         self.orphaning = False  # a caller is ending it as cut off by its loop (once, see _orphaned)
         self.warned = False  # its WARNING was logged (once, whichever thread finds the problem)
         self.owner: object | None = None  # the task the close runs in (see close_waits)
+        self.outer: frozenset[int] = frozenset()  # ids of the trio nurseries it had open before the close
         # The asyncio loop of the close's task (None on trio), kept only while the close is to be run
         # again: not weakly, as an event loop class need not take weak references.
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -182,7 +182,7 @@ class CloseOnce:
                 if inside and not attempt.done.is_set():
                     # Inside the close: its own task, or a task it waits for, returns at once; a task it
                     # started and left running waits for it as any caller does (it is not closed yet).
-                    return attempt, None, close_waits_for_current_task(attempt.owner, library)
+                    return attempt, None, close_waits_for_current_task(attempt.owner, library, attempt.outer)
                 start = self._take_over(attempt)
                 if start is None:
                     return attempt, None, False
@@ -253,7 +253,9 @@ class CloseOnce:
     async def _run_here(self, attempt: _Attempt, close: Callable[[], Awaitable[None]]) -> None:
         """Trio: the close runs shielded in this task (no native cancellation passes the shield)."""
         mark = _INSIDE.set(_INSIDE.get() | {self._token})
-        attempt.owner = current_task_or_none("trio")
+        owner = attempt.owner = current_task_or_none("trio")
+        # The caller's own nurseries, open before its close: a task the close starts in one is left running.
+        attempt.outer = frozenset(id(nursery) for nursery in owner.child_nurseries)
         try:
             with anyio.CancelScope(shield=True):
                 work = attempt.work = close()
@@ -402,7 +404,7 @@ class CloseOnce:
         with anyio.move_on_after(_left(deadline), shield=True):
             # In slices: a close whose loop is closed (or stopped) under it never ends, nor says so.
             while not self._orphaned(attempt, stopped):
-                if inside and close_waits_for_current_task(attempt.owner, library):
+                if inside and close_waits_for_current_task(attempt.owner, library, attempt.outer):
                     return True
                 if self._stalled(attempt, stopped):
                     stalled = True

@@ -38,15 +38,20 @@ def current_task_or_none(library: str) -> Any:
     return None  # pragma: no cover - anyio runs asyncio or trio only
 
 
-def close_waits_for_current_task(closer: Any, library: str) -> bool:
-    """True when ``closer`` (the task running the close) cannot end before the current task does."""
+def close_waits_for_current_task(closer: Any, library: str, outer: frozenset[int] = frozenset()) -> bool:
+    """True when ``closer`` (the task running the close) cannot end before the current task does.
+
+    ``outer``: the ids of the trio nurseries ``closer`` had open as the close
+    began (on trio the first caller's own task runs the close): a task started
+    in one of those is not waited for by the close, only by the caller after it.
+    """
     task = current_task_or_none(library)
     if task is None or closer is None:
         return False
-    return _waits_for(closer, task)
+    return _waits_for(closer, task, outer)
 
 
-def _waits_for(waiter: Any, awaited: Any) -> bool:
+def _waits_for(waiter: Any, awaited: Any, outer: frozenset[int] = frozenset()) -> bool:
     """True when ``waiter`` waits for ``awaited``, through what each future, task or thread leads to."""
     seen: set[int] = set()
     todo: list[Any] = [awaited]
@@ -57,11 +62,11 @@ def _waits_for(waiter: Any, awaited: Any) -> bool:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        todo.extend(_next(node))
+        todo.extend(_next(node, outer))
     return False
 
 
-def _next(node: Any) -> list[Any]:
+def _next(node: Any, outer: frozenset[int]) -> list[Any]:
     """What waits for ``node`` to end: the futures and tasks it wakes, the task or thread ending after it."""
     if isinstance(node, asyncio.Future):
         found: list[Any] = []
@@ -86,7 +91,7 @@ def _next(node: Any) -> list[Any]:
         # A task of a nursery ends before the nursery's task goes on; the root task before its run does.
         nursery = node.parent_nursery
         if nursery is not None:
-            return [nursery.parent_task]
+            return [] if id(nursery) in outer else [nursery.parent_task]
         try:
             here = trio.lowlevel.current_root_task() is node
         except RuntimeError:  # not in a trio run: another thread's run is not followed
