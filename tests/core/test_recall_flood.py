@@ -109,7 +109,7 @@ async def test_a_flooding_store_gives_bounded_findings_logs_and_uncertainty(wher
     if where != "scope":
         assert any("more than the" in v and "asked" in v for v in violations)
     else:
-        assert any("more contract violation(s) in this round, not listed" in v for v in violations)
+        assert any("more contract violation(s) in this run, not listed" in v for v in violations)
 
 
 def test_the_status_notice_renders_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:

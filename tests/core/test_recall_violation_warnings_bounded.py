@@ -2,7 +2,7 @@
 
 ``RunResult.recall.violations`` lists 16 per run and counts the rest in one
 line, however many rounds add to it (the document fence's look before each
-later model call, the commit fence). Four gaps:
+later model call, the commit fence). Five gaps:
 
 - each look still logged one WARNING (and added one ``agentium.diagnostic``
   event) per violation it found, so their number grew with the looks; now a
@@ -15,7 +15,9 @@ later model call, the commit fence). Four gaps:
   so did the round after a clarification, of what the first round listed;
 - a round's count added up the violations it did not list, those an earlier
   round met among them: the same 20 met at 3 looks and the commit fence were
-  counted 4 a round; now a round counts only what is new to the run.
+  counted 4 a round; now a round counts only what is new to the run;
+- with nothing added after the dispatch fence the run's count line kept its
+  round's words ("in this round"); it speaks of the run.
 """
 
 from __future__ import annotations
@@ -318,7 +320,7 @@ async def test_what_the_dispatch_fence_counted_is_not_counted_again_by_a_look(
         ForeignThenOneExtraAnswer(_docs(1)), 2, caplog, recall_limits=RecallLimits(max_candidates=24)
     )
     listed = result.recall.violations
-    assert listed[16:] == ("and 5 more contract violation(s) in this round, not listed",), listed[16:]
+    assert listed[16:] == ("and 5 more contract violation(s) in this run, not listed",), listed[16:]
     assert _said(result, caplog, t) == list(listed)
 
 
@@ -363,3 +365,15 @@ async def test_the_round_after_a_clarification_does_not_count_again_what_the_fir
     assert any("answered out of contract 20 time(s)" in u for u in result.recall.uncertainty), (
         result.recall.uncertainty
     )
+
+
+async def test_a_run_listed_by_its_dispatch_fence_alone_counts_in_the_runs_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Recall meets 20 violations, nothing later adds one: the run's count line speaks of the run."""
+    result, t = await _run(
+        ForeignEachQuery(_docs(1)), 0, caplog, recall_limits=RecallLimits(max_candidates=24)
+    )
+    listed = result.recall.violations
+    assert listed[16:] == ("and 4 more contract violation(s) in this run, not listed",), listed[16:]
+    assert _said(result, caplog, t) == list(listed)

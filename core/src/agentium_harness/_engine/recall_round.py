@@ -34,6 +34,7 @@ __all__ = [
     "add_violations",
     "counts_violations",
     "listed_violations",
+    "run_worded",
 ]
 
 T = TypeVar("T")
@@ -45,7 +46,7 @@ T = TypeVar("T")
 MAX_LISTED_VIOLATIONS = 16
 #: The line counting what a round (or the run) did not list: the engine's own words, read back to
 #: merge the counts (a violation's text starts with the operation that broke, never with "and ").
-_UNLISTED = re.compile(r"and (\d{1,18}) more contract violation\(s\) in this (?:round|run), not listed")
+_UNLISTED = re.compile(r"and (\d{1,18}) more contract violation\(s\) in this (round|run), not listed")
 #: The diagnostic code of a contract violation (a WARNING record each, an ``agentium.diagnostic`` event each).
 VIOLATION = "recall_contract_violation"
 #: Problems (reasons the status is not ``complete``) listed per round; the rest are counted in one more.
@@ -242,6 +243,18 @@ def listed_violations(listed: Sequence[str], found: Sequence[str]) -> tuple[str,
     if unlisted:
         kept.append(f"and {unlisted} more contract violation(s) in this run, not listed")
     return tuple(kept)
+
+
+def run_worded(listed: tuple[str, ...]) -> tuple[str, ...]:
+    """A round's ``listed`` violations as the run's list: its count line counts what the run did not list.
+
+    The dispatch fence's first round starts the run's list: when no later round adds to it
+    (:func:`listed_violations` words the count for the run), its ``in this round`` line is the run's.
+    """
+    counted = _UNLISTED.fullmatch(listed[-1]) if listed else None
+    if counted is None or counted[2] == "run":
+        return listed
+    return (*listed[:-1], f"and {counted[1]} more contract violation(s) in this run, not listed")
 
 
 def counts_violations(what: str) -> bool:

@@ -40,7 +40,7 @@ from .recall_policy import (
     RecallStatus,
 )
 from .recall_readback import GroupReader
-from .recall_round import VIOLATION, add_violations
+from .recall_round import VIOLATION, add_violations, run_worded
 from .recall_view import source_view_revision
 from .results import CommitState, Diagnostic, EvictionStatus, RunResult, RunStatus, Severity
 from .sources import SourceStatus
@@ -305,6 +305,8 @@ async def _dispatch_fence(
     evidence = await gather_evidence(
         ticket, store, scope, limits, policy, turn, hidden=hidden, hybrid=hybrid, groups=groups, said=said
     )
+    if (runs := run_worded(evidence.violations)) is not evidence.violations:
+        evidence = attrs.evolve(evidence, violations=runs)  # the run's list: its count line the run's
     diagnostics = _diagnostics(evidence)
     clarification: tuple[str, str] | None = None
     decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=False))
