@@ -2,7 +2,7 @@
 
 ``RunResult.recall.violations`` lists 16 per run and counts the rest in one
 line, however many rounds add to it (the document fence's look before each
-later model call, the commit fence). Five gaps:
+later model call, the commit fence). Six gaps:
 
 - each look still logged one WARNING (and added one ``agentium.diagnostic``
   event) per violation it found, so their number grew with the looks; now a
@@ -16,6 +16,8 @@ later model call, the commit fence). Five gaps:
 - a round's count added up the violations it did not list, those an earlier
   round met among them: the same 20 met at 3 looks and the commit fence were
   counted 4 a round; now a round counts only what is new to the run;
+- a look's notes were deduped against other looks' only: the dispatch
+  fence's close failing, then a look's, said two notes of one kind;
 - with nothing added after the dispatch fence the run's count line kept its
   round's words ("in this round"); it speaks of the run.
 """
@@ -377,3 +379,33 @@ async def test_a_run_listed_by_its_dispatch_fence_alone_counts_in_the_runs_words
     listed = result.recall.violations
     assert listed[16:] == ("and 4 more contract violation(s) in this run, not listed",), listed[16:]
     assert _said(result, caplog, t) == list(listed)
+
+
+class CloseFails(Scripted):
+    """Every session's close fails, each time in other words: one note of one kind."""
+
+    closes = 0
+
+    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _CloseFails:
+        return _CloseFails(self)
+
+
+class _CloseFails(ScriptedSession):
+    def __init__(self, store: CloseFails) -> None:
+        super().__init__(store)
+        self.owner = store
+
+    async def close(self) -> None:
+        self.owner.closes += 1
+        raise RuntimeError(f"close number {self.owner.closes} refused")
+
+
+async def test_a_look_does_not_note_again_a_kind_the_dispatch_fence_noted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Recall's close, each look's and the commit fence's fail: one close note in the run, recall's."""
+    store = CloseFails(_docs(1))
+    result, _ = await _run(store, 2, caplog)
+    assert store.closes == 4  # recall's, each look's, the commit fence's
+    notes = [d.message for d in result.diagnostics if d.code == "recall_note"]
+    assert notes == ["recall session close failed: RuntimeError: close number 1 refused"], notes

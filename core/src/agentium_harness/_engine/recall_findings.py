@@ -11,7 +11,8 @@ per round. :class:`RunFindings` is the run's account of them:
   refs the dispatch fence validated, and meets the same answer), whether the
   run listed it or only counted it: the round meets it without listing or
   counting it again (:attr:`RunFindings.said`, given to the round); a note
-  is the same when its kind is (:func:`said_as`);
+  is the same when its kind is (:func:`said_as`), the dispatch fence's notes
+  among them;
 - the line a round counts its unlisted violations in counts only violations
   new to the run, so the run adds every round's count up;
 - what is new goes to the run's list within its one bound
@@ -78,8 +79,9 @@ class RunFindings:
         listed = () if run.recall is None else run.recall.violations
         self.said = run.recall_said
         self.said.update(what for what in listed if not counts_violations(what))
-        #: The notes reported so far, by kind (:func:`said_as`).
-        self.notes: set[tuple[str, str]] = set()
+        #: The notes said so far, by kind (:func:`said_as`); ``None`` until a round has notes: then the
+        #: run's (the dispatch fence's among them) are read once, and each round's added.
+        self.notes: set[tuple[str, str]] | None = None
 
     def report(
         self, listed: tuple[str, ...], violations: Sequence[str], notes: Sequence[str]
@@ -90,10 +92,14 @@ class RunFindings:
         among them, listed nor counted. Neither the status, the uncertainty (what the model was
         told) nor the decision changes: the violations are the host's.
         """
-        reported = self.notes
-        said = [n for n in notes if said_as(NOTE, n) not in reported]
-        reported.update(said_as(NOTE, n) for n in said)
         diagnostics = self.run.diagnostics
+        said: list[str] = []
+        if notes:
+            reported = self.notes
+            if reported is None:  # the dispatch fence's notes are the run's: their kinds are said
+                reported = self.notes = {said_as(NOTE, d.message) for d in diagnostics if d.code == NOTE}
+            said = [n for n in notes if said_as(NOTE, n) not in reported]
+            reported.update(said_as(NOTE, n) for n in said)
         listed = add_violations(diagnostics, listed, violations)
         diagnostics.extend(Diagnostic(NOTE, n) for n in said)
         return listed
