@@ -2,7 +2,7 @@
 
 ``RunResult.recall.violations`` lists 16 per run and counts the rest in one
 line, however many rounds add to it (the document fence's look before each
-later model call, the commit fence). Six gaps:
+later model call, the commit fence). Seven gaps:
 
 - each look still logged one WARNING (and added one ``agentium.diagnostic``
   event) per violation it found, so their number grew with the looks; now a
@@ -16,6 +16,9 @@ later model call, the commit fence). Six gaps:
 - a round's count added up the violations it did not list, those an earlier
   round met among them: the same 20 met at 3 looks and the commit fence were
   counted 4 a round; now a round counts only what is new to the run;
+- a violation was the same as an earlier one by its text, so the same answer
+  worded with the round's count ("more than the 2 answers asked" at recall,
+  "the 1" at a look) was listed twice; now by its misbehaviour and item;
 - a look's notes were deduped against other looks' only: the dispatch
   fence's close failing, then a look's, said two notes of one kind;
 - with nothing added after the dispatch fence the run's count line kept its
@@ -379,6 +382,46 @@ async def test_a_run_listed_by_its_dispatch_fence_alone_counts_in_the_runs_words
     listed = result.recall.violations
     assert listed[16:] == ("and 4 more contract violation(s) in this run, not listed",), listed[16:]
     assert _said(result, caplog, t) == list(listed)
+
+
+async def test_the_same_answer_asked_for_fewer_at_a_look_is_one_violation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Recall validates a recalled group and a document (2 answers asked), the look the document alone
+    (1 asked), the commit fence both again: one misbehaviour, listed once, whatever count it names."""
+
+    async def deploy(args: Any) -> str:
+        return "deployed"
+
+    t = Telemetered()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["Noted."] * 4 + [DEPLOY, "Deployed."]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=OneExtraGroupAnswer(),
+        recall_policy=current_session_recall_policy(on_partial="continue"),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        telemetry=t.telemetry(),
+    )
+    async with rt:
+        with anyio.fail_after(30):
+            await rt.index_document(
+                SourceOwner("acme", "ana", "s1"), "rota.md", "The release train leaves on Thursday."
+            )
+            await rt.run(ANA, "s1", "The release train leaves on Thursday.")
+            for i in range(3):
+                await rt.run(ANA, "s1", f"Unrelated chatter number {i}.")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            t.exporter.clear()
+            result = await rt.run(ANA, "s1", "When does the release train leave?", grants=["deploy"])
+    assert result.committed, result.diagnostics
+    kinds = sorted(r.source_id.split("/", 1)[0] for r in result.recall.included)
+    assert kinds == ["doc", "group"], result.recall.included
+    once = "validate_current returned more than the 2 answers asked; the extra were ignored"
+    assert result.recall.violations == (once,), result.recall.violations
+    assert _said(result, caplog, t) == [once]
 
 
 class CloseFails(Scripted):

@@ -57,8 +57,8 @@ class RunProgress(WriteProgress):
         self.snap: SessionSnapshot | None = None
         self.turn: TurnOutcome | None = None
         self.recall: RecallOutcome | None = None
-        #: Every recall contract violation the run met, listed or counted (.recall_findings).
-        self.recall_said: set[str] = set()
+        #: The key of every recall contract violation the run met, listed or counted (.recall_findings).
+        self.recall_said: set[tuple[str, str]] = set()
         self.diagnostics: list[Diagnostic] = []
         #: The group the run is committing, once built; ``outcome`` once committed.
         self.group: MessageGroup | None = None

@@ -290,7 +290,7 @@ async def gather_evidence(
     hidden: Callable[[str], bool] | None = None,
     hybrid: Hybrid | None = None,
     groups: GroupReader | None = None,
-    said: set[str] | None = None,
+    said: set[tuple[str, str]] | None = None,
 ) -> Evidence:
     """One round of recall for ``turn``: query, discover, rank, read, assemble, validate (fence 1).
 
@@ -304,8 +304,8 @@ async def gather_evidence(
     ``groups`` reads the session's groups back, digest-checked: each
     recalled group's excerpt is rendered from its group, one line per
     message (:mod:`.recall_groups`); without it, a group excerpt is shown on
-    one line, its roles unchecked, and the round is ``partial``. ``said`` gets every contract
-    violation the round met, listed or counted (what the run's later rounds do not say again).
+    one line, its roles unchecked, and the round is ``partial``. ``said`` gets the key of every
+    violation the round met, listed or counted; one met before is not listed again (:class:`Round`).
     """
     state = Round(limits, spent if spent is not None else RecallUsage(), hidden, said=said)
     try:
@@ -556,7 +556,7 @@ async def revalidate(
     refs: Sequence[SourceRef],
     spent: RecallUsage,
     *,
-    said: set[str] | None = None,
+    said: set[tuple[str, str]] | None = None,
 ) -> tuple[list[Validation], list[str], list[str], _Failed | None, RecallUsage]:
     """The commit fence (R24): validate the included sources again in a fresh, closed-on-every-path session.
 
@@ -566,7 +566,7 @@ async def revalidate(
     timed out, or a budget was spent), which counts as ``failed``: its text
     is the reason in full, its ``shown`` the engine's words alone (what may
     be committed or shown to the model); ``usage`` is the run's, this fence
-    included. ``said``: the violations the run met before, not said again (:class:`Round`).
+    included. ``said``: the keys of the violations the run met, not said again (:class:`Round`).
     """
     state = Round(limits, spent, said=said, once=True)
     session: RecallSession | None = None

@@ -54,8 +54,8 @@ class RoundState(Protocol):
     #: Which source ids the session's view hides (retracted or cleared), or ``None``.
     hidden: Callable[[str], bool] | None
 
-    def violation(self, what: str) -> None:
-        """Record a contract violation (it also makes the round partial)."""
+    def violation(self, what: str, key: tuple[str, str] | None = None) -> None:
+        """Record a contract violation (it also makes the round partial); ``key``: its ``(kind, item)``."""
 
     def problem(self, what: str, shown: str | None = None) -> None:
         """Record why the round is not ``complete`` (``shown``: as the model is told, see ``Failed``)."""
@@ -79,7 +79,11 @@ def capped(raw: object, asked: int, operation: str, what: str, state: RoundState
         ) from exc
     if len(items) <= asked:
         return items
-    state.violation(f"{operation} returned more than the {asked} {what} asked; the extra were ignored")
+    # The same misbehaviour whatever was asked: a look asks for fewer answers than recall did.
+    state.violation(
+        f"{operation} returned more than the {asked} {what} asked; the extra were ignored",
+        (f"{operation} returned more than asked", what),
+    )
     return items[:asked]
 
 
@@ -253,7 +257,8 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
         if size > limits.max_excerpt_bytes:
             state.violation(
                 f"read returned {size} bytes for {sid!r}, "
-                f"over max_excerpt_bytes={limits.max_excerpt_bytes}; dropped"
+                f"over max_excerpt_bytes={limits.max_excerpt_bytes}; dropped",
+                ("read over max_excerpt_bytes", sid),
             )
             continue
         if state.source_bytes + size > limits.max_source_bytes:

@@ -6,13 +6,16 @@ document fence's look before each later model call
 own, and a store answering every one the same way is one finding, not one
 per round. :class:`RunFindings` is the run's account of them:
 
-- a contract violation is the same as one the run met before when its
-  text is (the dispatch fence's listed ones among them: a look validates the
-  refs the dispatch fence validated, and meets the same answer), whether the
-  run listed it or only counted it: the round meets it without listing or
-  counting it again (:attr:`RunFindings.said`, given to the round); a note
-  is the same when its kind is (:func:`said_as`), the dispatch fence's notes
-  among them;
+- a contract violation is the same as one the run met before when its key
+  is, the misbehaviour and its item (:data:`~.recall_round.ViolationKey`),
+  not its text: a look asks for the carried documents' answers, recall for
+  every included source's, and "returned more than the N answers asked" is
+  one violation whatever N (the dispatch fence's among them: a look
+  validates the refs the dispatch fence validated, and meets the same
+  answer), whether the run listed it or only counted it: the round meets it
+  without listing or counting it again (:attr:`RunFindings.said`, given to
+  the round); a note is the same when its kind is (:func:`said_as`), the
+  dispatch fence's notes among them;
 - the line a round counts its unlisted violations in counts only violations
   new to the run, so the run adds every round's count up;
 - what is new goes to the run's list within its one bound
@@ -23,17 +26,17 @@ per round. :class:`RunFindings` is the run's account of them:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .recall import CLOSE_ABANDONED, CLOSE_FAILED, CLOSE_OVERRAN
-from .recall_round import add_violations, counts_violations
+from .recall_round import ViolationKey, add_violations
 from .results import Diagnostic
 
 if TYPE_CHECKING:
     from .progress import RunProgress
 
-__all__ = ["NOTE", "RunFindings", "not_listed", "said_as"]
+__all__ = ["NOTE", "RunFindings", "said_as"]
 
 #: The diagnostic code of a recall note (an INFO record).
 NOTE = "recall_note"
@@ -53,18 +56,6 @@ def said_as(code: str, message: str) -> tuple[str, str]:
     return code, message
 
 
-def not_listed(listed: Collection[str], found: Sequence[str]) -> list[str]:
-    """``found`` without the violations ``listed`` holds already: an earlier round's same answer is said once.
-
-    The round after a clarification validates the sources the first round validated, and a store
-    answering both the same way broke its contract once, as from look to look. Kept: a line counting
-    what a round did not list (its violations are its own), and a round's own repeats of a text the
-    earlier rounds did not list (the store broke its contract twice).
-    """
-    said = {what for what in listed if not counts_violations(what)}
-    return [what for what in found if counts_violations(what) or what not in said]
-
-
 class RunFindings:
     """One run's account of the contract violations and notes its later recall rounds report."""
 
@@ -73,12 +64,10 @@ class RunFindings:
     def __init__(self, run: RunProgress) -> None:
         #: The run whose diagnostics the findings go to.
         self.run = run
-        #: The violations the run met so far, listed or counted (the dispatch fence's rounds' from the
-        #: start): each later round is given it (``revalidate(said=...)``), meets them again without
-        #: listing or counting them, and adds its own.
-        listed = () if run.recall is None else run.recall.violations
-        self.said = run.recall_said
-        self.said.update(what for what in listed if not counts_violations(what))
+        #: The keys of the violations the run met so far, listed or counted (the dispatch fence's rounds'
+        #: from the start): each later round is given it (``revalidate(said=...)``), meets them again
+        #: without listing or counting them, and adds its own.
+        self.said: set[ViolationKey] = run.recall_said
         #: The notes said so far, by kind (:func:`said_as`); ``None`` until a round has notes: then the
         #: run's (the dispatch fence's among them) are read once, and each round's added.
         self.notes: set[tuple[str, str]] | None = None

@@ -30,6 +30,7 @@ __all__ = [
     "RecallUsage",
     "Round",
     "VIOLATION",
+    "ViolationKey",
     "adapter_call",
     "add_violations",
     "counts_violations",
@@ -47,6 +48,10 @@ MAX_LISTED_VIOLATIONS = 16
 #: The line counting what a round (or the run) did not list: the engine's own words, read back to
 #: merge the counts (a violation's text starts with the operation that broke, never with "and ").
 _UNLISTED = re.compile(r"and (\d{1,18}) more contract violation\(s\) in this (round|run), not listed")
+#: What makes a contract violation the same as one an earlier round met: ``(kind, item)``, the
+#: misbehaviour and what it is about (a source id), never the round's counts (how many were asked).
+#: A violation given none is its text (``("", text)``): one whose words hold nothing of the round.
+ViolationKey = tuple[str, str]
 #: The diagnostic code of a contract violation (a WARNING record each, an ``agentium.diagnostic`` event each).
 VIOLATION = "recall_contract_violation"
 #: Problems (reasons the status is not ``complete``) listed per round; the rest are counted in one more.
@@ -86,14 +91,15 @@ class Round:
         spent: RecallUsage,
         hidden: Callable[[str], bool] | None = None,
         *,
-        said: set[str] | None = None,
+        said: set[ViolationKey] | None = None,
         once: bool = False,
     ) -> None:
         self.limits = limits
-        #: The contract violations the run's rounds met, listed or counted (``None``: not kept): each
-        #: this round meets is added. One the earlier rounds met is the violation they said: not counted
-        #: again past the cap; with ``once``, for a round that validates again what they validated
-        #: (:func:`~.recall.revalidate`), not listed either. Met twice in this round, it is two.
+        #: The keys of the contract violations the run's rounds met, listed or counted (``None``: not
+        #: kept): each this round meets is added. One the earlier rounds met is the violation they said,
+        #: however this round words it: neither listed (``finish`` drops it) nor counted again; with
+        #: ``once``, for a round that validates again what they validated (:func:`~.recall.revalidate`),
+        #: not a problem of the round either. Met twice in this round, it is two.
         self.said = said
         self.once = once
         self.earlier = frozenset(said) if said else frozenset()
@@ -110,6 +116,9 @@ class Round:
         self.validations = spent.validations
         self.readback_bytes = spent.readback_bytes
         self.violations: list[str] = []
+        #: Where in :attr:`violations` those an earlier round met are: listed while the round runs (its
+        #: checks read the list), dropped by ``finish`` (the run listed them).
+        self.repeated: list[int] = []
         self.problems: list[str] = []
         #: The problems as the model's ``recall-status`` notice lists them: the engine's own words, no
         #: adapter's error text and no id an adapter returned (a violation may name another scope's).
@@ -134,29 +143,33 @@ class Round:
         """Seconds left for the next adapter call: the recall latency budget, within the operation's."""
         return max(0.0, min(self.deadline - time.monotonic(), ticket.op_timeout_s))
 
-    def violation(self, what: str) -> None:
+    def violation(self, what: str, key: ViolationKey | None = None) -> None:
         """Record a contract violation (it makes the round partial); past the cap it is only counted.
 
-        Past the cap, one an earlier round of the run met (:attr:`said`) is a problem of this
-        round, not counted in its violations again (the run's count has it); within the cap it
-        is listed, and the caller drops what the run listed before
-        (:func:`~.recall_findings.not_listed`): the round's status and what the model is told
-        count it either way. With ``once`` it is neither listed nor counted: such a round's status
-        is not made from its violations (the commit fence's is the validations').
+        ``key`` names the misbehaviour and its item (:data:`ViolationKey`; ``None``: the text is the
+        key): what makes it the one an earlier round of the run met (:attr:`said`), though this
+        round words it with its own counts. Such a one is a problem of this round, neither listed
+        (``finish``) nor counted in its violations again (the run's list has it): the round's status
+        and what the model is told count it either way. With ``once`` it is not even a problem: such
+        a round's status is not made from its violations (the commit fence's is the validations').
         """
         what = shorten(what, MAX_FINDING_CHARS)
         said = self.said
-        again = said is not None and what in self.earlier
-        if again and self.once:
-            return
+        again = False
         if said is not None:
-            said.add(what)
+            key = ("", what) if key is None else (key[0], shorten(key[1], MAX_FINDING_CHARS))
+            again = key in self.earlier
+            if again and self.once:
+                return
+            said.add(key)
         if len(self.violations) >= MAX_LISTED_VIOLATIONS:
             if again:
                 self.again += 1  # counted by the round that met it first: the run's count has it
             else:
                 self.unlisted += 1
             return
+        if again:
+            self.repeated.append(len(self.violations))
         self.violations.append(what)
         self.problems.append(f"contract violation: {what}")
         if self.counted_at is None:
@@ -176,7 +189,14 @@ class Round:
         self.shown.append(what if shown is None else shown)
 
     def finish(self) -> None:
-        """Close the findings before they leave the round: what was past each cap counted in one line."""
+        """Close the findings before they leave the round: what was past each cap counted in one line.
+
+        What an earlier round met (:attr:`repeated`) leaves the round's violations here: the run lists it.
+        """
+        if self.repeated:
+            again = set(self.repeated)
+            self.violations[:] = [v for at, v in enumerate(self.violations) if at not in again]
+            self.repeated.clear()
         past = self.unlisted + self.again
         if past:
             if self.unlisted:

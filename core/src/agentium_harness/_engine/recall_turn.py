@@ -29,7 +29,7 @@ from .bounded import bounded
 from .embedding import Hybrid
 from .lifecycle import Ticket
 from .recall import Evidence, RecallUsage, gather_evidence, revalidate
-from .recall_findings import RunFindings, not_listed
+from .recall_findings import RunFindings
 from .recall_policy import (
     PolicyDecision,
     PolicyInput,
@@ -252,14 +252,14 @@ async def recall_before_dispatch(
     hidden: Callable[[str], bool] | None = None,
     hybrid: Hybrid | None = None,
     groups: GroupReader | None = None,
-    said: set[str] | None = None,
+    said: set[tuple[str, str]] | None = None,
 ) -> RecallStep:
     """Gather evidence and apply the policy's decision at the dispatch fence (span ``retrieval``).
 
     ``hidden`` names the sources the session's view hides (see ``gather_evidence``); with
     ``hybrid``, discovery fuses lexical and vector candidates; ``groups`` reads
-    recalled groups back so their excerpts are rendered from them; ``said`` gets every contract
-    violation met, listed or counted (:class:`~.recall_findings.RunFindings`).
+    recalled groups back so their excerpts are rendered from them; ``said`` gets the key of every
+    contract violation met, listed or counted (:class:`~.recall_findings.RunFindings`).
     """
     source = log_line(type(store).__name__)  # the adapter's to choose, in the span's name: escaped
     attributes = {"gen_ai.data_source.id": source}
@@ -299,9 +299,10 @@ async def _dispatch_fence(
     hidden: Callable[[str], bool] | None = None,
     hybrid: Hybrid | None = None,
     groups: GroupReader | None = None,
-    said: set[str] | None = None,
+    said: set[tuple[str, str]] | None = None,
 ) -> RecallStep:
     turn = QueryInput(user_input, history)
+    said = set() if said is None else said  # the round after a clarification does not list it again
     evidence = await gather_evidence(
         ticket, store, scope, limits, policy, turn, hidden=hidden, hybrid=hybrid, groups=groups, said=said
     )
@@ -351,7 +352,6 @@ async def _dispatch_fence(
             )
         clarification = (question, answer)
         first = evidence.violations
-        met = first if said is None else frozenset(said)  # the first round's, listed or counted
         evidence = await gather_evidence(
             ticket,
             store,
@@ -367,9 +367,8 @@ async def _dispatch_fence(
         )
         # The run's list, as the later rounds add to it: the first round's violations are the run's too,
         # and said as listed (the first 16 a WARNING each, one counting the rest), not each round's whole;
-        # what the first round listed, met again, is not said again.
-        found = not_listed(met, evidence.violations)
-        evidence = attrs.evolve(evidence, violations=add_violations(diagnostics, first, found))
+        # what the first round met, met again, is not said again (the round leaves it out: ``said``).
+        evidence = attrs.evolve(evidence, violations=add_violations(diagnostics, first, evidence.violations))
         diagnostics.extend(_diagnostics(evidence, violations=False))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))
         if decision.decision is RecallDecision.CLARIFY:
