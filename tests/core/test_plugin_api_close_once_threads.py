@@ -163,6 +163,40 @@ def test_a_loop_seen_stopped_once_by_a_caller_is_not_taken_for_stopped_by_an_ear
         loop.close()
 
 
+def test_a_close_on_a_loop_run_now_and_then_is_waited_for_not_taken_for_stopped() -> None:
+    # A GUI host runs its loop a pass at a time (stop(), then run_forever(), between its own work):
+    # seen "not running" twice 0.1 s apart, a later caller took it for stopped and raised
+    # OperationTimeoutError (with a WARNING) 0.1 s into a close that went on and finished.
+    once = CloseOnce("test adapter", wait_s=3)
+    began = threading.Event()
+    ended = threading.Event()
+
+    async def close() -> None:
+        began.set()
+        await asyncio.sleep(0.4)
+
+    loop = asyncio.new_event_loop()
+
+    def pumped() -> None:
+        first = loop.create_task(once.run(close))
+        while not ended.is_set():
+            loop.call_soon(loop.stop)
+            loop.run_forever()  # one pass of what is ready
+            time.sleep(0.02)  # the host's own work between passes
+        loop.run_until_complete(first)
+
+    pump = threading.Thread(target=pumped)
+    pump.start()
+    try:
+        assert began.wait(5)
+        anyio.run(once.run, close)  # waits for the close and hears it closed
+        assert once.ended
+    finally:
+        ended.set()
+        pump.join(5)
+        loop.close()
+
+
 class _Settings:
     """An attribute-style mapping, as hosts keep settings in: a missing attribute is a KeyError."""
 

@@ -11,6 +11,7 @@ had closed. One helper, exported by ``plugin_api``, keeps them together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import math
@@ -400,7 +401,8 @@ class CloseOnce:
         come to wait for (it returns at once then).
         """
         stalled = False
-        stopped: list[float] = []  # when this caller first saw the close's loop not running (not another's)
+        # When this caller first saw the close's loop not running (not another's), and whether it ran since.
+        stopped: list[tuple[float, list[bool]]] = []
         with anyio.move_on_after(_left(deadline), shield=True):
             # In slices: a close whose loop is closed (or stopped) under it never ends, nor says so.
             while not self._orphaned(attempt, stopped):
@@ -432,21 +434,26 @@ class CloseOnce:
         )
 
     @staticmethod
-    def _stopped_long(stopped: list[float], loop: asyncio.AbstractEventLoop) -> bool:
-        """True once this caller saw the close's loop not running twice, ``_LOOK_S`` apart.
+    def _stopped_long(stopped: list[tuple[float, list[bool]]], loop: asyncio.AbstractEventLoop) -> bool:
+        """True once this caller saw the close's loop not running twice, ``_LOOK_S`` apart, nor run between.
 
         Not between two of its runs: a look of another caller (long ago, the loop
-        has run since) does not count, as none of its runs in between was seen.
+        has run since) does not count, nor a loop run a pass at a time (a GUI
+        host's ``stop()`` then ``run_forever()``): a callback put on it at the
+        first look has run by the second.
         """
-        if loop.is_running():
+        if loop.is_running() or (stopped and stopped[0][1]):
             stopped.clear()
             return False
         if not stopped:
-            stopped.append(time.monotonic())
+            ran: list[bool] = []
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: the caller finds it so
+                loop.call_soon_threadsafe(ran.append, True)
+            stopped.append((time.monotonic(), ran))
             return False
-        return time.monotonic() - stopped[0] >= _LOOK_S
+        return time.monotonic() - stopped[0][0] >= _LOOK_S
 
-    def _stalled(self, attempt: _Attempt, stopped: list[float]) -> bool:
+    def _stalled(self, attempt: _Attempt, stopped: list[tuple[float, list[bool]]]) -> bool:
         """True when the close began and its loop stopped (not closed): it may never go on."""
         task = attempt.task
         if task is None or task.done() or not attempt.began:
@@ -454,7 +461,7 @@ class CloseOnce:
         loop = task.get_loop()
         return not loop.is_closed() and self._stopped_long(stopped, loop)
 
-    def _orphaned(self, attempt: _Attempt, stopped: list[float]) -> bool:
+    def _orphaned(self, attempt: _Attempt, stopped: list[tuple[float, list[bool]]]) -> bool:
         """True once the close has ended, or can never run on its loop (then ended here, once).
 
         A loop closed without cancelling its tasks (``run_until_complete``, then
