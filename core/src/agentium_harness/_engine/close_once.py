@@ -419,15 +419,19 @@ class CloseOnce:
             return False
         if stalled:
             raise self._stop_waiting(
-                "stopped waiting for the first's close: its event loop stopped with it pending"
+                "stopped waiting for the first's close: its event loop stopped with it pending", waited=False
             )
         raise self._stop_waiting(f"stopped waiting for the first's close after {self._wait_s}s")
 
-    def _stop_waiting(self, why: str) -> OperationTimeoutError:
-        """A caller stops waiting while the close still runs: a WARNING, and its error (never "closed")."""
+    def _stop_waiting(self, why: str, *, waited: bool = True) -> OperationTimeoutError:
+        """A caller stops waiting while the close still runs: a WARNING, and its error (never "closed").
+
+        ``waited``: the caller waited its whole ``wait_s`` (not when it found the close's loop stopped).
+        """
         self._log.warning("%s: a later aclose() %s; it is still running", self._what, why)
+        after = f" after {self._wait_s}s" if waited else ""
         return OperationTimeoutError(
-            f"{self._what}: the first aclose()'s close was still running after {self._wait_s}s "
+            f"{self._what}: the first aclose()'s close was still running{after} "
             f"(this aclose() {why}); it may not have closed yet",
             "aclose",
             self._wait_s,
