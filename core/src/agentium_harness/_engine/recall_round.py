@@ -8,6 +8,7 @@ budget, any failure turned into :class:`.recall_checks.Failed`).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +37,7 @@ __all__ = [
     "counts_violations",
     "listed_violations",
     "run_worded",
+    "violation_key",
 ]
 
 T = TypeVar("T")
@@ -51,6 +53,7 @@ _UNLISTED = re.compile(r"and (\d{1,18}) more contract violation\(s\) in this (ro
 #: What makes a contract violation the same as one an earlier round met: ``(kind, item)``, the
 #: misbehaviour and what it is about (a source id), never the round's counts (how many were asked).
 #: A violation given none is its text (``("", text)``): one whose words hold nothing of the round.
+#: The item is whole, never cut as the listed text is (:func:`violation_key`).
 ViolationKey = tuple[str, str]
 #: The diagnostic code of a contract violation (a WARNING record each, an ``agentium.diagnostic`` event each).
 VIOLATION = "recall_contract_violation"
@@ -153,11 +156,10 @@ class Round:
         and what the model is told count it either way. With ``once`` it is not even a problem: such
         a round's status is not made from its violations (the commit fence's is the validations').
         """
-        what = shorten(what, MAX_FINDING_CHARS)
         said = self.said
         again = False
         if said is not None:
-            key = ("", what) if key is None else (key[0], shorten(key[1], MAX_FINDING_CHARS))
+            key = violation_key(("", what) if key is None else key)  # of the whole text: never cut
             again = key in self.earlier
             if again and self.once:
                 return
@@ -170,6 +172,7 @@ class Round:
             return
         if again:
             self.repeated.append(len(self.violations))
+        what = shorten(what, MAX_FINDING_CHARS)
         self.violations.append(what)
         self.problems.append(f"contract violation: {what}")
         if self.counted_at is None:
@@ -237,6 +240,20 @@ class Round:
             latency_s=round(self.spent_latency + time.monotonic() - self.started, 6),
             readback_bytes=self.readback_bytes,
         )
+
+
+def violation_key(key: ViolationKey) -> ViolationKey:
+    """``key`` as a round keeps it: an item over :data:`MAX_FINDING_CHARS` by a digest of all of it.
+
+    Not cut as a listed text is: a source id can be longer than that (each of up to five 256-character
+    ids encoded, a non-ASCII character nine characters), and two documents whose ids share their first
+    400 characters, or two revisions a store gave past them, were one key, the later violation never
+    listed, warned of or counted. The digest's kind is marked, so no short item can be taken for one.
+    """
+    kind, item = key
+    if len(item) <= MAX_FINDING_CHARS:
+        return key
+    return f"{kind}#", hashlib.blake2b(item.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def listed_violations(listed: Sequence[str], found: Sequence[str]) -> tuple[str, ...]:

@@ -1,0 +1,114 @@
+"""Two different contract violations are never taken for one: a violation's key is its whole text.
+
+A violation is the one an earlier round met by its key (its misbehaviour and
+item, or its text), but the key was cut as the text is listed (400
+characters): a source id past that length (a document named in CJK, each
+character nine once encoded) left the key the same for two documents whose
+names share their first words, and for two revisions a store gave one
+document. The later violation was never listed, warned of or made a span event.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import pytest
+from _effects_support import DEPLOY
+from _recall_support import ANA, Scripted, runtime
+from _telemetry_support import Telemetered
+
+from agentium_harness import (
+    EffectLevel,
+    Tool,
+    ToolRegistry,
+    current_session_recall_policy,
+)
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import SourceRef, Validation, ValidationStatus
+
+pytestmark = pytest.mark.anyio
+
+VIOLATION = "recall_contract_violation"
+
+#: Two document names sharing their first 45 characters: their source ids, each over 400 characters
+#: once encoded (a CJK character is three UTF-8 bytes, each ``%XX``), differ only past the 400th.
+_SHARED = "週次リリース列車の時刻表と担当者一覧プラットフォームチーム二〇二六年版の運用手順書および連絡先一覧"
+_DOCS = [(f"{_SHARED}-{part}", f"The release train {part} leaves on Thursday.") for part in ("a", "b")]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def _run(store: Scripted, looks: int, caplog: pytest.LogCaptureFixture) -> tuple[Any, list[str]]:
+    """A run making ``looks`` tool rounds (a look before each later call); its result and its violations,
+    checked to be one WARNING record and one span event each."""
+
+    async def deploy(args: Any) -> str:
+        return "deployed"
+
+    t = Telemetered()
+    rt, _, _ = runtime(
+        store,
+        ScriptedProvider(replies=[DEPLOY] * looks + ["Deployed."]),
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        recall_policy=current_session_recall_policy(on_partial="continue"),
+        telemetry=t.telemetry(),
+    )
+    async with rt:
+        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "Thursday?", grants=["deploy"])
+    assert result.committed, result.diagnostics
+    assert len(result.recall.included) == 2, result.recall
+    assert all(len(r.source_id) > 400 for r in result.recall.included)
+    found = [d.message for d in result.diagnostics if d.code == VIOLATION]
+    records = [r for r in caplog.records if getattr(r, "agentium_code", None) == VIOLATION]
+    events = [e for _, _, e in t.events("agentium.diagnostic") if e["agentium.diagnostic.code"] == VIOLATION]
+    assert len(records) == len(events) == len(found), (len(records), len(events), len(found))
+    assert found == list(result.recall.violations)
+    return result, found
+
+
+class OneDocumentALook(Scripted):
+    """Look ``n`` calls the ``n``-th carried document current at another revision (a violation); recall
+    and the commit fence answer as read."""
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        look = self.validate_calls
+        answers = super().validations(refs)
+        if look in (1, 2):
+            odd = refs[look - 1]
+            return [
+                Validation(r, ValidationStatus.CURRENT, "r-other") if r == odd else a
+                for r, a in zip(refs, answers, strict=True)
+            ]
+        return answers
+
+
+async def test_two_documents_whose_long_ids_share_a_prefix_are_two_violations(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Look 1 breaks on one document, look 2 on the other: two violations, listed and warned of."""
+    _, found = await _run(OneDocumentALook(_DOCS), 2, caplog)
+    assert len(found) == 2, found
+
+
+class NewRevisionEachLook(Scripted):
+    """Each look calls the first carried document current at a revision of its own: a new violation each."""
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        look = self.validate_calls
+        answers = super().validations(refs)
+        if look in (1, 2):
+            return [Validation(refs[0], ValidationStatus.CURRENT, f"r-look{look}"), *answers[1:]]
+        return answers
+
+
+async def test_two_revisions_of_one_long_id_are_two_violations(caplog: pytest.LogCaptureFixture) -> None:
+    """As with a short id (the bounded-warnings tests): a revision per look, one violation each."""
+    _, found = await _run(NewRevisionEachLook(_DOCS), 2, caplog)
+    assert len(found) == 2, found
