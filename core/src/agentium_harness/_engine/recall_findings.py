@@ -36,7 +36,7 @@ from .results import Diagnostic
 if TYPE_CHECKING:
     from .progress import RunProgress
 
-__all__ = ["NOTE", "RunFindings", "said_as"]
+__all__ = ["NOTE", "RunFindings", "said_as", "unsaid"]
 
 #: The diagnostic code of a recall note (an INFO record).
 NOTE = "recall_note"
@@ -54,6 +54,16 @@ def said_as(code: str, message: str) -> tuple[str, str]:
         kinds = (CLOSE_OVERRAN, CLOSE_ABANDONED, CLOSE_FAILED)
         return code, next((k for k in kinds if message.startswith(k)), message)
     return code, message
+
+
+def unsaid(said: Sequence[str], notes: Sequence[str]) -> tuple[str, ...]:
+    """``notes`` but those of a kind (:func:`said_as`) one of ``said`` is: what a round notes after them.
+
+    The round after a clarification opens and closes a session of its own: a close failing at both
+    dispatch rounds is one note in the run, as at the looks (:class:`RunFindings`).
+    """
+    kinds = {said_as(NOTE, n) for n in said}
+    return tuple(n for n in notes if said_as(NOTE, n) not in kinds)
 
 
 class RunFindings:

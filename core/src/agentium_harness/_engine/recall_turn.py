@@ -29,7 +29,7 @@ from .bounded import bounded
 from .embedding import Hybrid
 from .lifecycle import Ticket
 from .recall import Evidence, RecallUsage, gather_evidence, revalidate
-from .recall_findings import RunFindings
+from .recall_findings import RunFindings, unsaid
 from .recall_policy import (
     PolicyDecision,
     PolicyInput,
@@ -351,7 +351,7 @@ async def _dispatch_fence(
                 tuple(diagnostics),
             )
         clarification = (question, answer)
-        first = evidence.violations
+        first, noted = evidence.violations, evidence.notes
         evidence = await gather_evidence(
             ticket,
             store,
@@ -367,8 +367,10 @@ async def _dispatch_fence(
         )
         # The run's list, as the later rounds add to it: the first round's violations are the run's too,
         # and said as listed (the first 16 a WARNING each, one counting the rest), not each round's whole;
-        # what the first round met, met again, is not said again (the round leaves it out: ``said``).
-        evidence = attrs.evolve(evidence, violations=add_violations(diagnostics, first, evidence.violations))
+        # what the first round met, met again, is not said again (the round leaves it out: ``said``); nor
+        # is a note of a kind the first round noted (its session's close failing: one note in the run).
+        violations = add_violations(diagnostics, first, evidence.violations)
+        evidence = attrs.evolve(evidence, violations=violations, notes=unsaid(noted, evidence.notes))
         diagnostics.extend(_diagnostics(evidence, violations=False))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))
         if decision.decision is RecallDecision.CLARIFY:
