@@ -112,3 +112,34 @@ async def test_two_revisions_of_one_long_id_are_two_violations(caplog: pytest.Lo
     """As with a short id (the bounded-warnings tests): a revision per look, one violation each."""
     _, found = await _run(NewRevisionEachLook(_DOCS), 2, caplog)
     assert len(found) == 2, found
+
+
+class NotAskedThenTwice(Scripted):
+    """Recall (refs A, B, C) gets an answer for A at a revision not asked, none for B; the commit fence
+    (refs A, C) two answers for A, none for C: four violations, two of them about A."""
+
+    def validations(self, refs: Sequence[SourceRef]) -> list[Any]:
+        first = self.validate_calls == 0
+        answers = super().validations(refs)
+        a = answers[0]
+        if first:
+            return [
+                a,
+                Validation(SourceRef(a.ref.source_id, "r9"), ValidationStatus.CURRENT, "r9"),
+                answers[2],
+            ]
+        return [a, a]
+
+
+async def test_an_answer_not_asked_and_one_given_twice_are_two_violations() -> None:
+    """Worded alike ("not asked (or twice)"), the commit fence's answer twice was the one recall met."""
+    docs = [(f"rota-{i}", f"The release train {i} leaves on Thursday.") for i in range(3)]
+    rt, _, _ = runtime(
+        NotAskedThenTwice(docs), recall_policy=current_session_recall_policy(on_partial="continue")
+    )
+    async with rt:
+        with anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "Thursday?")
+    about_a = [v for v in result.recall.violations if "answered for" in v]
+    assert len(about_a) == 2 and len(set(about_a)) == 2, result.recall.violations
+    assert len(result.recall.violations) == 4, result.recall.violations

@@ -521,10 +521,11 @@ async def validate_refs(
             continue
         assert isinstance(item, Validation)
         item = exact_validation(item)  # compared, kept and named as the plain text it holds
-        if item.ref not in refs or item.ref in answers:
-            state.violation(
-                f"validate_current answered for {item.ref.source_id!r}, which was not asked (or twice)"
+        if item.ref not in refs or item.ref in answers:  # worded apart: a violation is keyed by its text
+            why = (
+                "twice" if item.ref in answers else f"at revision {item.ref.revision!r}, which was not asked"
             )
+            state.violation(f"validate_current answered for {item.ref.source_id!r} {why}")
             continue
         if (
             item.status is ValidationStatus.CURRENT
