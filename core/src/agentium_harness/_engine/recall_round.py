@@ -245,8 +245,8 @@ class Round:
 def violation_key(key: ViolationKey) -> ViolationKey:
     """``key`` as a round keeps it: an item over :data:`MAX_FINDING_CHARS` by a digest of all of it.
 
-    Not cut as a listed text is: a source id can be longer than that (each of up to five 256-character
-    ids encoded, a non-ASCII character nine characters), and two documents whose ids share their first
+    Not cut as a listed text is: a source id can be longer than that (a document's names six ids of up
+    to 256 characters, encoded: a non-ASCII character is nine), and two documents whose ids share their first
     400 characters, or two revisions a store gave past them, were one key, the later violation never
     listed, warned of or counted. The digest's kind is marked, so no short item can be taken for one.
     """
