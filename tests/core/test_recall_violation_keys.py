@@ -17,17 +17,18 @@ from typing import Any
 import anyio
 import pytest
 from _effects_support import DEPLOY
-from _recall_support import ANA, Scripted, runtime
+from _recall_support import ANA, Scripted, runtime, sid
 from _telemetry_support import Telemetered
 
 from agentium_harness import (
     EffectLevel,
+    RecallLimits,
     Tool,
     ToolRegistry,
     current_session_recall_policy,
 )
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import SourceRef, Validation, ValidationStatus
+from agentium_harness.plugin_api import Excerpt, SourceOwner, SourceRef, Validation, ValidationStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -143,3 +144,34 @@ async def test_an_answer_not_asked_and_one_given_twice_are_two_violations() -> N
     about_a = [v for v in result.recall.violations if "answered for" in v]
     assert len(about_a) == 2 and len(set(about_a)) == 2, result.recall.violations
     assert len(result.recall.violations) == 4, result.recall.violations
+
+
+class SkipsOneMislabelsAnother(Scripted):
+    """Reads every document but ``rota-1`` (not returned: discovered but not read), and returns
+    ``rota-10`` under another owner than discovery reported (a violation naming it)."""
+
+    def excerpts(self, refs: Sequence[SourceRef]) -> list[Any]:
+        out = []
+        for e in super().excerpts(refs):
+            if e.ref.source_id == sid("rota-1"):
+                continue
+            out.append(
+                Excerpt(e.ref, SourceOwner("acme", "ana"), e.text) if e.ref.source_id == sid("rota-10") else e
+            )
+        return out
+
+
+async def test_a_violation_naming_a_source_whose_id_extends_anothers_does_not_hide_the_other_unread() -> None:
+    """``rota-10``'s violation names an id ``rota-1``'s is the start of: rota-1 is still said not read."""
+    docs = [(f"rota-{i}", f"The release train {i} leaves on Thursday.") for i in range(11)]
+    rt, _, _ = runtime(
+        SkipsOneMislabelsAnother(docs),
+        recall_policy=current_session_recall_policy(on_partial="continue"),
+        recall_limits=RecallLimits(max_candidates=11, max_validations=32),
+    )
+    async with rt:
+        with anyio.fail_after(30):
+            result = await rt.run(ANA, "s1", "Thursday?")
+    assert any(sid("rota-10") in v and "another owner" in v for v in result.recall.violations)
+    unread = f"source {sid('rota-1')} was discovered but not read"
+    assert any(u.endswith(unread) for u in result.recall.uncertainty), result.recall.uncertainty

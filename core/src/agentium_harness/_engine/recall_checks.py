@@ -274,7 +274,8 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
         state.tokens += tokens
         got[ref] = Excerpt(ref, item.owner, text, item.completeness, item.omitted)
     for candidate in asked:
-        if candidate.ref not in got and not any(candidate.ref.source_id in v for v in state.violations):
+        named = repr(candidate.ref.source_id)  # quoted, as a violation names it: 'rota-1' is not in 'rota-10'
+        if candidate.ref not in got and not any(named in v for v in state.violations):
             state.problem(f"source {candidate.ref.source_id} was discovered but not read")
     # Rank order is the ranker's, whatever order the store answered in.
     return [got[c.ref] for c in asked if c.ref in got]
