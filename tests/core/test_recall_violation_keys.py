@@ -1,11 +1,14 @@
-"""Two different contract violations are never taken for one: a violation's key is its whole text.
+"""Two different contract violations are never taken for one, nor a violation naming one source for another.
 
 A violation is the one an earlier round met by its key (its misbehaviour and
 item, or its text), but the key was cut as the text is listed (400
 characters): a source id past that length (a document named in CJK, each
 character nine once encoded) left the key the same for two documents whose
 names share their first words, and for two revisions a store gave one
-document. The later violation was never listed, warned of or made a span event.
+document. An answer not asked for and one given twice were worded alike. The
+later violation was never listed, warned of or made a span event. And a read
+violation naming ``rota-10`` was taken to name ``rota-1``, which was then
+never said discovered but not read.
 """
 
 from __future__ import annotations
