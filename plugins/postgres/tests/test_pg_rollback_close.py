@@ -179,3 +179,75 @@ async def test_aclose_waits_for_a_rollback_run_inside_its_call_too_and_says_what
         await proxy.close()
         if conn is not None:
             await conn.close()
+
+
+def refuse_snapshot_commits(admin: psycopg.Connection[Any], schema: str) -> None:
+    """Every write of a snapshot is refused at its COMMIT (a deferred check): the COMMIT fails."""
+    admin.execute(
+        f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql '
+        "AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
+    )
+    admin.execute(
+        f'CREATE CONSTRAINT TRIGGER refuse AFTER INSERT OR UPDATE ON "{schema}".session_snapshots '
+        f'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()'
+    )
+
+
+@pytest.mark.parametrize("deadline_s", [None, 5.0], ids=["no-deadline", "deadline"])
+async def test_aclose_waits_for_the_rollback_after_a_pooled_write_whose_commit_failed(
+    app_config: PostgresConfig,
+    pg_server: Any,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    deadline_s: float | None,
+) -> None:
+    # A pooled write whose COMMIT the server refused (a deferred check) was rolled back inside its
+    # call, shielded, for up to 10 s (past its deadline), and unknown to aclose(): with the ROLLBACK
+    # unanswered aclose() returned at once, "closed". It is now settled like any failed call's.
+    refuse_snapshot_commits(admin, schema)
+    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1, close_timeout_s=0.5))
+    try:
+        with anyio.fail_after(3):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
+            proxy.armed = True
+            ctx = OpContext() if deadline_s is None else OpContext.with_timeout(deadline_s)
+            save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, ctx))
+            await proxy.held.wait()  # the COMMIT failed; the ROLLBACK after it is held on its way
+            began = anyio.current_time()
+            with pytest.raises(PostgresSessionStoreError, match=r"rollback was still unanswered"):
+                await store.aclose()
+            assert anyio.current_time() - began < 0.5 + 0.3
+            with pytest.raises(AgentiumError):
+                await save
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".session_snapshots').fetchone() == (0,)
+    finally:
+        await proxy.close()
+
+
+async def test_a_pooled_write_whose_commit_failed_ends_by_its_deadline_with_its_rollback_unanswered(
+    app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    # That rollback held the call, shielded, up to 10 s past its 1 s deadline (where the engine
+    # reports a call abandoned); it ends a margin before the deadline now, the rollback going on.
+    refuse_snapshot_commits(admin, schema)
+    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1))
+    try:
+        assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
+        proxy.armed = True
+        began = anyio.current_time()
+        with anyio.fail_after(2), pytest.raises(AgentiumError):
+            await store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(1.0))
+        assert proxy.held.is_set() and anyio.current_time() - began < 1.5  # 10 s before
+        proxy.armed = False
+        proxy.release.set()
+        with anyio.fail_after(2):
+            assert await store.load(KEY, OpContext.with_timeout(1)) is None  # the pool's one connection
+    finally:
+        await store.aclose()
+        await proxy.close()

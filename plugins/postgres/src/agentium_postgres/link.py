@@ -460,9 +460,8 @@ class PgLink:
         if commit_cut_off(settle, failure):
             await discard(conn, pooled)
             raise unknown_commit(self._name, operation, "the server did not confirm it in time")
-        if failure is not None:
-            await abandon_pipeline(pipeline, failure)
-            await settle_manual(conn, failure, pooled)
+        if failure is not None:  # rolled back as any failed call is: known to aclose(), within the deadline
+            outcome.settling = await settle_in_time(conn, pipeline, failure, pooled, ctx, self._settling)
             raise failure
         outcome.committed, outcome.result = True, result
         return result
