@@ -251,3 +251,67 @@ async def test_a_pooled_write_whose_commit_failed_ends_by_its_deadline_with_its_
     finally:
         await store.aclose()
         await proxy.close()
+
+
+async def test_aclose_waits_for_a_call_it_stopped_and_so_for_the_rollback_it_starts_after_aclose_began(
+    app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    # aclose() cancels the calls in flight, then looked for their rollbacks once, at once. A call it
+    # could not stop at once (its COMMIT shielded, unanswered) went on after aclose() had returned
+    # "closed": the COMMIT refused, its ROLLBACK then ran unknown to anyone. aclose() now waits for
+    # the calls it stopped to end, and so for their rollbacks, within close_timeout_s.
+    refuse_snapshot_commits(admin, schema)
+    proxy = HoldingProxy(pg_server.port, b"COMMIT\x00")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1, close_timeout_s=1.0))
+    try:
+        with anyio.fail_after(3):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
+            proxy.armed = True
+            save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext()))
+            await proxy.held.wait()  # its COMMIT is held on its way
+            began = anyio.current_time()
+            closing = asyncio.create_task(store.aclose())
+            await asyncio.sleep(0.2)
+            assert not closing.done(), "aclose() returned while a call it stopped still waited for its COMMIT"
+            # The COMMIT goes through (and is refused); the ROLLBACK after it is held.
+            commit_held, proxy.release, proxy.held = proxy.release, asyncio.Event(), asyncio.Event()
+            proxy._hold = b"ROLLBACK\x00"
+            commit_held.set()
+            await proxy.held.wait()
+            with pytest.raises(PostgresSessionStoreError, match="rollback was still unanswered"):
+                await closing
+            assert anyio.current_time() - began < 1.0 + 0.3
+            with pytest.raises(AgentiumError):
+                await save
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".session_snapshots').fetchone() == (0,)
+    finally:
+        await proxy.close()
+
+
+async def test_aclose_names_a_call_it_stopped_still_running_at_its_bound(
+    app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    # Such a call whose COMMIT stays unanswered outlasts the close's bound: that is said, never "closed".
+    proxy = HoldingProxy(pg_server.port, b"COMMIT\x00")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1, close_timeout_s=0.5))
+    try:
+        with anyio.fail_after(3):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
+            proxy.armed = True
+            save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext()))
+            await proxy.held.wait()  # its COMMIT is held on its way
+            began = anyio.current_time()
+            with pytest.raises(
+                PostgresSessionStoreError, match=r"a call it stopped was still running after 0\.5s"
+            ):
+                await store.aclose()
+            assert anyio.current_time() - began < 0.5 + 0.3
+            proxy.release.set()
+            await save  # its COMMIT, answered once let through, is confirmed to it
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".session_snapshots').fetchone() == (1,)
+    finally:
+        await proxy.close()

@@ -137,6 +137,8 @@ class Outcome:
     result: Any = None
     #: aclose() cancelled the call (rather than its deadline).
     stopped_by_close: bool = False
+    #: Set by :meth:`PgLink.run` when the call ended, for an ``aclose()`` on its loop waiting for it.
+    ended: asyncio.Future[None] | None = None
     #: The rollback of its failed transaction, still running (on a pooled connection) when the call
     #: had to end: the connection goes back to its pool once it ends (:func:`settle_in_time`).
     settling: asyncio.Task[None] | None = None

@@ -1,10 +1,12 @@
 """``PgLink.aclose()``'s work once the calls in flight were cancelled: every part under one deadline.
 
-What is left of a link when it closes: the rollbacks of failed transactions
-still running in tasks of their own (``calls.settle_in_time``, ``calls.settle_tracked``:
-after their call, or inside it), the returns of
-their connections to their pool (``pool_return.give_back``), the owned pools (one
-per event loop) and a COMMIT still being finished on a lent connection
+What is left of a link when it closes: the calls it cancelled (on its loop:
+:func:`stop_running`), which may begin a rollback only as they end, the
+rollbacks of failed transactions still running in tasks of their own
+(``calls.settle_in_time``, ``calls.settle_tracked``: after their call, or
+inside it), the returns of their connections to their pool
+(``pool_return.give_back``), the owned pools (one per event loop) and a COMMIT
+still being finished on a lent connection
 (:mod:`.lent`). Each was waited for in turn, up to ``SETTLE_S`` (10 s) each:
 30 s with a stalled server, past the runtime's own close bound (5 s), which
 then gave up on the adapter. They now run side by side under one deadline,
@@ -16,6 +18,7 @@ and the error ``aclose()`` raises), never reported closed. Split from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any, Final
 
@@ -24,11 +27,11 @@ import psycopg
 
 from agentium_harness.plugin_api import PerLoop
 
-from .calls import running_loop
+from .calls import Outcome, running_loop
 from .lent import lent_settled
 from .loop_pools import LoopPool, close_pool
 
-__all__ = ["close_within"]
+__all__ = ["close_within", "stop_running"]
 
 logger = logging.getLogger("agentium.plugins.postgres")
 
@@ -38,14 +41,40 @@ _GIVE_UP_S: Final = 0.25
 _RECANCEL_S: Final = 0.01
 
 
+def stop_running(
+    running: dict[anyio.CancelScope, tuple[asyncio.AbstractEventLoop, Outcome]],
+) -> list[asyncio.Future[None]]:
+    """Cancel every call in flight, each on its own event loop; the ends of those on this loop.
+
+    ``aclose()`` may run on another loop (or under trio): a call of another loop is cancelled
+    there and not waited for. One of this loop is: cancelled, it may still end a while later (its
+    COMMIT shielded, psycopg's cancelling of a statement) and begin its rollback only then, which
+    a close that looked for rollbacks once, at once, never knew of (it returned "closed").
+    """
+    here = running_loop()
+    ends: list[asyncio.Future[None]] = []
+    for scope, (loop, outcome) in list(running.items()):
+        outcome.stopped_by_close = True
+        if loop is here:
+            outcome.ended = loop.create_future()  # set by the call's run() as it ends
+            ends.append(outcome.ended)
+            scope.cancel()
+        else:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: its call is gone
+                loop.call_soon_threadsafe(scope.cancel)
+    return ends
+
+
 def _ours(tasks: set[asyncio.Task[None]], here: asyncio.AbstractEventLoop | None) -> list[asyncio.Task[None]]:
     """The tasks of ``tasks`` still running on this loop (list() first: another thread may change the set)."""
     return [t for t in list(tasks) if t.get_loop() is here and not t.done()]
 
 
-async def _wait_for(here: asyncio.AbstractEventLoop | None, *sets: set[asyncio.Task[None]]) -> None:
-    """Wait until no task of ``sets`` runs on this loop (looked for again as each ends: calls add some)."""
-    while running := [t for tasks in sets for t in _ours(tasks, here)]:
+async def _wait_for(
+    here: asyncio.AbstractEventLoop | None, calls: list[asyncio.Future[None]], *sets: set[asyncio.Task[None]]
+) -> None:
+    """Wait until ``calls`` ended and no task of ``sets`` runs on this loop (looked again as each ends)."""
+    while running := [t for tasks in sets for t in _ours(tasks, here)] + [c for c in calls if not c.done()]:
         await asyncio.wait(running)
 
 
@@ -69,11 +98,16 @@ async def close_within(
     name: str,
     close_s: float,
     owned: PerLoop[LoopPool],
+    calls: list[asyncio.Future[None]],
     settling: set[asyncio.Task[None]],
     returning: set[asyncio.Task[None]],
     lent: psycopg.AsyncConnection[Any] | None,
 ) -> list[str]:
-    """Close the owned pools, wait for rollbacks, returns and a lent COMMIT, all within ``close_s``.
+    """Close the owned pools, wait for ``calls``, rollbacks, returns, a lent COMMIT, all within ``close_s``.
+
+    ``calls`` are the ends of the calls the close cancelled on this loop (:func:`stop_running`):
+    a rollback one begins as it ends is waited for too (once looked for at once only, it was
+    missed). One still running at the deadline is named.
 
     Shielded from the caller's cancellation. Returns the problems (empty when all closed): a pool
     that did not close, a rollback still unanswered a moment before the deadline (given up: its
@@ -97,7 +131,7 @@ async def close_within(
 
     async def rollbacks() -> None:
         with anyio.move_on_after(cut - anyio.current_time()):
-            await _wait_for(here, settling, returning)
+            await _wait_for(here, calls, settling, returning)
 
     with anyio.CancelScope(shield=True):
         async with anyio.create_task_group() as tg:
@@ -114,7 +148,12 @@ async def close_within(
                 "stopped; its connection closes when it ends"
             )
         with anyio.move_on_after(deadline - anyio.current_time()):
-            await _wait_for(here, returning)
+            await _wait_for(here, calls, returning)
+        if any(not c.done() for c in calls):
+            cut_off.append(
+                f"a call it stopped was still running after {close_s}s (waiting for the server); it ends "
+                "at its own bound"
+            )
         if _ours(returning, here):
             cut_off.append(
                 f"a connection was still waiting to go back to its pool after {close_s}s (behind a cancel "

@@ -40,7 +40,6 @@ row-level security, under the same statement timeout as a call.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import weakref
@@ -76,7 +75,6 @@ from .calls import (
     discard,
     read_unconfirmed,
     require_asyncio,
-    running_loop,
     settle_in_time,
     settle_manual,
     settle_tracked,
@@ -85,7 +83,7 @@ from .calls import (
     stopped_by_close,
     unknown_commit,
 )
-from .closing import close_within
+from .closing import close_within, stop_running
 from .config import PostgresConfig
 from .errors import PostgresError, PostgresUnavailableError
 from .first_use import ServerFacts, check_schema
@@ -253,6 +251,8 @@ class PgLink:
                 raise error from None
             finally:
                 self._running.pop(scope, None)
+                if outcome.ended is not None and not outcome.ended.done():  # an aclose() waits for it
+                    outcome.ended.set_result(None)
         # Only reached when the scope was cancelled: by its deadline, or by aclose().
         assert scope.cancelled_caught
         if outcome.committed:
@@ -555,11 +555,13 @@ class PgLink:
         event loop): it raises the adapter's error class saying the adapter
         was closed and nothing was committed, or, when its COMMIT was already
         sent, :class:`~agentium_postgres.errors.PostgresUnavailableError`
-        (outcome unknown). Without this, a call with no deadline on a stalled
-        server kept waiting after ``aclose`` returned. A pool of a loop that
-        has finished is dropped (its connections and workers went with the
-        loop). A COMMIT still being finished on a lent connection (see
-        :mod:`.lent`) is waited for, so the host may then close the connection.
+        (outcome unknown); one of this loop is waited for to its end (and so
+        its rollback, which may begin only then), within the bound. Without
+        this, a call with no deadline on a stalled server kept waiting after
+        ``aclose`` returned. A pool of a loop that has finished is dropped
+        (its connections and workers went with the loop). A COMMIT still
+        being finished on a lent connection (see :mod:`.lent`) is waited for,
+        so the host may then close the connection.
         All of it runs side by side within the config's ``close_timeout_s``
         (:func:`~agentium_postgres.closing.close_within`): raises the adapter's
         error class (to every caller), and logs a WARNING, when a pool did not
@@ -570,29 +572,18 @@ class PgLink:
 
     def _begin_close(self) -> Awaitable[None]:
         """Cancel the calls in flight now (in the first ``aclose()`` caller), then close the pools."""
-        self._stop_running()
-        return self._close_all()
+        return self._close_all(stop_running(self._running))
 
-    async def _close_all(self) -> None:
-        """Close the pools, wait for rollbacks and a lent COMMIT in one bound; raise what did not close."""
+    async def _close_all(self, calls: list[asyncio.Future[None]]) -> None:
+        """Close the pools, wait for the calls stopped, rollbacks and a lent COMMIT in one bound."""
         problems = await close_within(
             self._name,
             self._config.close_timeout_s,
             self._owned,
+            calls,
             self._settling,
             self._returning,
             self._lent_connection,
         )
         if problems:
             raise self._family(f"{self._name}: closing: " + "; ".join(problems))
-
-    def _stop_running(self) -> None:
-        """Cancel every call in flight, each on its own event loop (aclose may run on another)."""
-        here = running_loop()
-        for scope, (loop, outcome) in list(self._running.items()):
-            outcome.stopped_by_close = True
-            if loop is here:
-                scope.cancel()
-            else:
-                with contextlib.suppress(RuntimeError):  # that loop is closed: its call is gone
-                    loop.call_soon_threadsafe(scope.cancel)
