@@ -23,7 +23,7 @@ import anyio
 import pytest
 from _recall_support import KEY, MINE, Scripted, ScriptedSession, runtime, sid
 
-from agentium_harness._engine import recall as recall_engine
+from agentium_harness._engine import recall_close
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness._engine.recall import RecallUsage, revalidate
 from agentium_harness.plugin_api import OpContext, RecallLimits, RecallSession, Scope, SourceRef, Validation
@@ -79,7 +79,7 @@ async def test_a_close_that_never_returns_ends_within_its_callers_bound(
     """The look after a cancelled call (a deadline), or the keep's commit (a shielded deadline)."""
     # The close's own bound made long, so the old overrun (that whole bound) is far past a tolerance
     # a loaded CI worker keeps to: at 0.1 s the tolerance had to be 0.05 s, and load passed it.
-    monkeypatch.setattr(recall_engine, "CLOSE_TIMEOUT_S", LONG_CLOSE_S)
+    monkeypatch.setattr(recall_close, "CLOSE_TIMEOUT_S", LONG_CLOSE_S)
     assert TOLERANCE_S < LONG_CLOSE_S  # the premise: the old overrun (the close's own bound) exceeds it
     store = HangsThenNeverCloses(threaded=threaded)
     ticket = Ticket(KEY, "run", 30.0, 30.0)
@@ -221,7 +221,7 @@ async def test_a_close_left_to_finish_ends_before_the_runtime_closed(monkeypatch
     raised to 2 s and the close takes 0.3 s, so a loaded machine neither ends the close before the
     premise is checked nor cuts it off at its bound (0.1 s against a 0.08 s close did, once).
     """
-    monkeypatch.setattr(recall_engine, "CLOSE_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(recall_close, "CLOSE_TIMEOUT_S", 2.0)
     store = HangsThenClosesLater()
     rt, _, _ = runtime(store)
     refs = [SourceRef(sid("doc-1", MINE), "r1")]

@@ -19,7 +19,7 @@ import pytest
 
 from agentium_harness._engine.embedding import Hybrid, _stored_count, warm_embedder
 from agentium_harness._engine.lifecycle import Ticket
-from agentium_harness._engine.recall import _close_late
+from agentium_harness._engine.recall_close import close_late
 from agentium_harness.adapters.embedders import HashingEmbedder
 from agentium_harness.plugin_api import EmbeddingLimits, OpContext
 
@@ -49,7 +49,7 @@ class _ClosesBadly:
 
 async def test_a_late_recall_sessions_failed_close_is_one_line(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="agentium.engine.recall"):
-        await _close_late(_ClosesBadly())
+        await close_late(_ClosesBadly())
     _one_line(caplog, "opened past its deadline could not be closed")
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .recall import CLOSE_ABANDONED, CLOSE_FAILED, CLOSE_OVERRAN
+from .recall_close import CLOSE_ABANDONED, CLOSE_FAILED, CLOSE_OVERRAN
 from .recall_round import ViolationKey, add_violations
 from .results import Diagnostic
 
