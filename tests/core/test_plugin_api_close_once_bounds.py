@@ -417,5 +417,5 @@ def test_per_loop_close_of_a_value_whose_loop_closes_under_it_is_dropped_at_once
     problems = anyio.run(values.aclose, close, 1.5)
     thread.join(5)
     assert time.monotonic() - begun < 0.8
-    assert problems == ["closing a object of another event loop did not finish: that loop finished first"]
+    assert problems == []  # released, not a problem (a WARNING says so: test_per_loop_finished_loops)
     assert released == ["dropped"]

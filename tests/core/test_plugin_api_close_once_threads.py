@@ -112,7 +112,7 @@ def test_per_loop_close_of_a_value_whose_loop_cancels_it_as_asyncio_run_returns_
     problems = anyio.run(values.aclose, close, 1.5)
     thread.join(5)
     assert time.monotonic() - begun < 1.2
-    assert problems == ["closing a object of another event loop did not finish: that loop finished first"]
+    assert problems == []  # released, not a problem (a WARNING says so: test_per_loop_finished_loops)
     assert released == ["dropped"]
 
 

@@ -35,6 +35,7 @@ import anyio.lowlevel
 import sniffio
 
 from .._observe.logs import one_line
+from .._observe.spans import current_span_event
 from .._observe.state import error_type
 from .._text import error_text
 
@@ -375,7 +376,13 @@ class PerLoop(Generic[T]):
 
         This loop's value is closed here; a value of another loop that still
         runs (another thread's) is closed there, scheduled thread-safe, and
-        waited for; a value of a finished loop is discarded. The values are
+        waited for. A value whose loop has finished, before its close or while
+        it ran there (``asyncio.run`` returning cancels it), is released: given
+        to ``discard``, with one WARNING (``agentium.engine``: their count and
+        classes) and the span event ``agentium.per_loop.released`` for them all,
+        and not returned as a problem (which way the race went decides nothing,
+        and an adapter raising it from its ``CloseOnce`` close raised it again
+        on every later ``aclose()``). The values are
         closed concurrently, each bounded by ``timeout_s``, so the whole close
         takes about ``timeout_s`` however many loops are stuck (not one bound
         per loop). Shielded from the caller's cancellation; on asyncio the closes
@@ -390,6 +397,16 @@ class PerLoop(Generic[T]):
             self._values.clear()
         # Each problem twice: its whole text (for the caller) and its kind (for the log).
         problems: list[tuple[str, str]] = []
+        # The kinds of the values released because their loop finished (before or during their close).
+        released: list[str] = []
+
+        def release(value: T) -> None:
+            # Its loop finished, before the close or under it (whichever won the race): the same outcome
+            # either way. Not a problem for the caller: no later close can do better, and an adapter
+            # raising it from its CloseOnce close raised it again on every retry of its aclose().
+            if self._discard is not None:
+                self._discard(value)
+            released.append(_kind(value))
 
         async def close_one(loop: LoopHandle, value: T) -> None:
             name = type(value).__name__
@@ -398,27 +415,17 @@ class PerLoop(Generic[T]):
                     with anyio.fail_after(timeout_s):
                         await close(value)
                 elif loop.finished:
-                    if self._discard is not None:
-                        self._discard(value)
-                elif (ended := await loop._run_there(lambda: close(value), timeout_s)) != "finished":
-                    if ended == "cut":  # its loop finished first: what the close left is released here
-                        if self._discard is not None:
-                            self._discard(value)
-                        problems.append(
-                            (
-                                f"closing a {name} of another event loop did not finish: "
-                                "that loop finished first",
-                                f"{_kind(value)} of another loop cut off",
-                            )
+                    release(value)
+                elif (ended := await loop._run_there(lambda: close(value), timeout_s)) == "cut":
+                    release(value)  # what the close left is released here
+                elif ended != "finished":
+                    problems.append(
+                        (
+                            f"closing a {name} of another event loop did not finish within "
+                            f"{timeout_s}s (is that loop still running?)",
+                            f"{_kind(value)} of another loop timed out",
                         )
-                    else:
-                        problems.append(
-                            (
-                                f"closing a {name} of another event loop did not finish within "
-                                f"{timeout_s}s (is that loop still running?)",
-                                f"{_kind(value)} of another loop timed out",
-                            )
-                        )
+                    )
             except TimeoutError:
                 problems.append(
                     (f"closing a {name} did not finish within {timeout_s}s", f"{_kind(value)} timed out")
@@ -436,6 +443,8 @@ class PerLoop(Generic[T]):
                 async with anyio.create_task_group() as tg:
                     for loop, value in held:
                         tg.start_soon(close_one, loop, value)
+            if released:  # said here, once: the caller may have stopped waiting (natively cancelled)
+                _warn_released(released)
             return problems
 
         if current_library() != "asyncio":  # trio: its cancellations respect the shield
@@ -482,3 +491,18 @@ def _warn_unheard(problems: list[tuple[str, str]]) -> None:
         len(problems),
         "; ".join(kind for _text, kind in problems),
     )
+
+
+def _warn_released(kinds: list[str]) -> None:
+    """Values given to ``discard`` unclosed, their loop having finished: a WARNING and a span event.
+
+    Their count and classes only (no ids). Once per :meth:`PerLoop.aclose`,
+    which forgets them: a later ``aclose()`` has nothing to say about them.
+    """
+    _log.warning(
+        "per-loop values released without being closed (their event loop finished before their "
+        "close did): %d: %s",
+        len(kinds),
+        "; ".join(kinds),
+    )
+    current_span_event("agentium.per_loop.released", {"agentium.per_loop.released": len(kinds)})

@@ -1,0 +1,122 @@
+"""``plugin_api.PerLoop.aclose``: a value whose event loop finished is released, with one WARNING.
+
+A value of another thread's loop that finished while its close ran there was
+released but reported as a close problem; an adapter raising it from its
+``CloseOnce`` close then raised it on every later ``aclose()``, so the host's
+retries never closed it. The same value on a loop that finished just before
+the close was released with nothing said. Both are now the same outcome: the
+value is given to ``discard``, one WARNING says so (count and classes), and
+``aclose()`` returns no problem for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import anyio
+import pytest
+from _telemetry_support import Telemetered
+
+from agentium_harness import create_harness_runtime
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import CloseOnce, PerLoop, runtime_span
+
+_WARNING = (
+    "per-loop values released without being closed (their event loop finished before their close "
+    "did): 1: _Client"
+)
+
+
+class _Client:
+    """A loop-bound value (a client whose connections belong to the loop that made it)."""
+
+
+class _Adapter:
+    """An adapter as the plugins write them: a CloseOnce close raising PerLoop.aclose's problems."""
+
+    def __init__(self, released: list[_Client]) -> None:
+        self.values: PerLoop[_Client] = PerLoop(_Client, discard=released.append)
+        self.once = CloseOnce("test adapter", wait_s=2)
+        self.closing = threading.Event()  # a close runs on the value's loop
+        self.target_loop: list[asyncio.AbstractEventLoop] = []
+
+    async def aclose(self) -> None:
+        await self.once.run(self._close)
+
+    async def _close(self) -> None:
+        problems = await self.values.aclose(self._close_value, 1.5)
+        if problems:
+            raise RuntimeError("; ".join(problems))
+
+    async def _close_value(self, value: _Client) -> None:
+        self.closing.set()
+        await asyncio.sleep(10)  # cut short there: its loop finishes under it
+
+
+@pytest.mark.parametrize("when", ["during its close", "before its close"])
+def test_a_value_whose_loop_finished_is_released_with_one_warning_and_no_problem(
+    when: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    released: list[_Client] = []
+    adapter = _Adapter(released)
+    made: list[_Client] = []
+    ready = threading.Event()
+
+    async def target() -> None:
+        made.append(adapter.values.get())
+        if when == "during its close":
+            ready.set()
+            # asyncio.run returns (cancelling the close pending here) once the close has begun.
+            while not adapter.closing.is_set():  # noqa: ASYNC110 - set from this very loop
+                await asyncio.sleep(0.005)
+
+    thread = threading.Thread(target=asyncio.run, args=(target(),))
+    thread.start()
+    if when == "during its close":
+        assert ready.wait(5)
+    else:
+        thread.join(5)
+    with caplog.at_level(logging.WARNING, logger="agentium.engine"):
+        anyio.run(adapter.aclose)  # was: RuntimeError "... that loop finished first"
+        anyio.run(adapter.aclose)  # a retry: was the same RuntimeError again, every time
+    thread.join(5)
+    assert not thread.is_alive()
+    assert adapter.closing.is_set() is (when == "during its close")
+    assert released == made  # given to discard, once
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [_WARNING]  # once, its count and class only
+
+
+def test_the_release_is_an_event_on_the_span_current_in_the_close() -> None:
+    # Observable by default: next to its WARNING, an event (its count only) on the closing call's span.
+    t = Telemetered()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=t.telemetry(),
+    )
+    values: PerLoop[_Client] = PerLoop(_Client)
+
+    async def target() -> None:
+        values.get()
+
+    thread = threading.Thread(target=asyncio.run, args=(target(),))
+    thread.start()
+    thread.join(5)
+
+    async def close_values(value: _Client) -> None:
+        raise AssertionError("not closed: its loop has finished")
+
+    async def main() -> list[str]:
+        with runtime_span(runtime, "host.close"):
+            return await values.aclose(close_values, 1.5)
+
+    assert asyncio.run(main()) == []
+    [span] = t.named("host.close")
+    assert [(e.name, dict(e.attributes or {})) for e in span.events] == [
+        ("agentium.per_loop.released", {"agentium.per_loop.released": 1})
+    ]
