@@ -33,7 +33,7 @@ from agentium_harness.plugin_api import OpContext
 
 from .erase_sweep import MINE, VOUCHED
 from .keys import owner_key, owner_of_source_id
-from .lua import CHECK, ROWS, Script
+from .lua import CHECK, ROWS, TOKEN, Script
 
 if TYPE_CHECKING:
     from .erase import EraseOps
@@ -44,16 +44,6 @@ __all__ = ["ERASE", "erase_entries", "owner_key_of"]
 
 #: Sources one ``ERASE`` call is sent at most (its postings bound it further).
 _ROWS_PER_CALL: Final = 256
-
-_TOKEN: Final = """
-local P = ARGV[1]
-local settled = redis.call('GET', KEYS[2])
-if settled then return {'settled', settled} end
-local function done(result, more)
-  redis.call('SET', KEYS[2], 'done:' .. result, 'PX', ARGV[2])
-  return {'ok', result, more}
-end
-"""
 
 #: Erase sources. KEYS: P:ids, token. ARGV: P, token ttl, postings budget, row count, tombstone count,
 #: (row sid, its owner key, row number or "") triples..., tombstone sids.... Removes rows in order while
@@ -73,7 +63,7 @@ ERASE = Script(
     + ROWS
     + VOUCHED
     + MINE
-    + _TOKEN
+    + TOKEN
     + """
 local budget, nr, nt = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 -- A source whose revision goes leaves the erasure index's id sets with it (best effort, as drop's).

@@ -44,6 +44,7 @@ __all__ = [
     "LEASE_MS",
     "MODEL_KEY",
     "ROWS",
+    "TOKEN",
     "TOKEN_TTL_MS",
     "Script",
 ]
@@ -63,6 +64,20 @@ ERASED_LAYOUT: Final = 5
 
 #: How long a write's settlement token lives: far longer than any write can stay in flight.
 TOKEN_TTL_MS: Final = 600_000
+
+#: The settlement token's preamble, for every script a write or erase settles once (KEYS[2] the token,
+#: ARGV[1] the tenant prefix ``P``, ARGV[2] the token's ttl in ms): a call already settled returns
+#: {'settled', value} before doing anything; ``done(result, more)`` records the call's result in the
+#: token and returns {'ok', result, more}.
+TOKEN: Final = """
+local P = ARGV[1]
+local settled = redis.call('GET', KEYS[2])
+if settled then return {'settled', settled} end
+local function done(result, more)
+  redis.call('SET', KEYS[2], 'done:' .. result, 'PX', ARGV[2])
+  return {'ok', result, more}
+end
+"""
 
 #: How long a staged source (a source written over several calls) may take before it is abandoned and
 #: its postings collected. A staged write that outlives it fails, having written nothing visible.

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .lua import CHECK, ROWS, Script
+from .lua import CHECK, ROWS, TOKEN, Script
 
 __all__ = [
     "ABORT",
@@ -47,16 +47,6 @@ __all__ = [
     "VECTORS",
     "WRITE_SCRIPTS",
 ]
-
-_TOKEN = """
-local P = ARGV[1]
-local settled = redis.call('GET', KEYS[2])
-if settled then return {'settled', settled} end
-local function done(result, more)
-  redis.call('SET', KEYS[2], 'done:' .. result, 'PX', ARGV[2])
-  return {'ok', result, more}
-end
-"""
 
 # Writing a row's hash, text and canonical bytes, and making it the source's current row.
 _PUBLISH = """
@@ -139,7 +129,7 @@ local function bucket_mine(P, b, okey, newb)
 end
 """
 
-_PRELUDE = CHECK + ROWS + _TOKEN + _PUBLISH
+_PRELUDE = CHECK + ROWS + TOKEN + _PUBLISH
 
 #: Index a batch of sources. KEYS: P:ids, token. ARGV: P, token ttl, room, count, then per source sid,
 #: rev, kind (d|g), owner key, title, text, canonical bytes, seq, receipt digest, block digests, term
@@ -394,7 +384,7 @@ return done('1', backlog(P))
 VECTORS = Script(
     "vectors",
     CHECK
-    + _TOKEN
+    + TOKEN
     + """
 local model, count = ARGV[3], tonumber(ARGV[4])
 need(P .. ':ids', 'hash')
