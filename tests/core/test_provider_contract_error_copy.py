@@ -16,19 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import pytest
+from _committed_words_support import committed_detail, failed_runs, noting_runtime
 
 from agentium_harness import (
     AgentiumError,
-    CommitState,
     ContractViolationError,
-    EffectLevel,
     InterruptionCause,
-    Tool,
-    ToolRegistry,
     VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
@@ -61,31 +56,13 @@ class FailsAfterATool(ScriptedProvider):
 
 async def _runs(error: ContractViolationError, identities: list[VerifiedIdentity]) -> list[AgentiumError]:
     """One run per identity, each in its own session: its tool runs, then the provider raises ``error``."""
-
-    async def note(args: Any) -> str:
-        return "noted"
-
-    rt = create_harness_runtime(
-        provider=FailsAfterATool(error),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        tools=ToolRegistry([Tool("note", note, EffectLevel.WRITE)]),
-    )
-    caught: list[AgentiumError] = []
-    async with rt:
-        for i, identity in enumerate(identities):
-            with anyio.fail_after(30), pytest.raises(AgentiumError) as raised:
-                await rt.run(identity, f"s{i}", "note it", grants=["note"])
-            caught.append(raised.value)
-    return caught
+    rt = noting_runtime(FailsAfterATool(error), InMemoryArchive(), InMemorySessionStore())
+    return await failed_runs(rt, identities)
 
 
 def _detail(error: AgentiumError) -> str:
     """The committed ``provider_failed`` detail of the run ``error`` stopped (its tool run committed)."""
-    assert error.commit_state is CommitState.COMMITTED and error.run_result is not None, repr(error)
-    stopped = error.run_result.retained.interruption
-    assert stopped is not None and stopped.cause is InterruptionCause.PROVIDER_FAILED
-    return stopped.detail
+    return committed_detail(error, InterruptionCause.PROVIDER_FAILED)
 
 
 async def test_a_providers_reused_error_is_never_marked_so_another_tenants_run_commits_its_words() -> None:

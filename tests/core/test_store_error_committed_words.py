@@ -17,21 +17,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import attrs
 import pytest
+from _committed_words_support import committed_detail, failed_runs, noting_runtime
 
 from agentium_harness import (
     AgentiumError,
     CommitState,
-    EffectLevel,
     InterruptionCause,
     InvalidArgumentError,
     SessionStoreError,
-    Tool,
-    ToolRegistry,
     VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness._engine.turn_commit import committed_text
@@ -91,31 +87,16 @@ async def _tool_runs(
 ) -> list[AgentiumError]:
     """One turn per error, its one tool run, its commit's first save raising the error; their errors."""
 
-    async def note(args: Any) -> str:
-        return "noted"
+    def arm(i: int) -> None:
+        sessions.error = errors[i]
 
-    rt = create_harness_runtime(
-        provider=ScriptedProvider(replies=list(TOOL_TURN), cycle=True),
-        archive=archive,
-        session_store=sessions,
-        tools=ToolRegistry([Tool("note", note, EffectLevel.WRITE)]),
-    )
-    caught: list[AgentiumError] = []
-    async with rt:
-        for i, error in enumerate(errors):
-            sessions.error = error
-            with anyio.fail_after(30), pytest.raises(AgentiumError) as raised:
-                await rt.run(ANA, f"s{i}", "note it", grants=["note"])
-            caught.append(raised.value)
-    return caught
+    rt = noting_runtime(ScriptedProvider(replies=list(TOOL_TURN), cycle=True), archive, sessions)
+    return await failed_runs(rt, [ANA] * len(errors), before=arm)
 
 
 def _interruption_detail(error: AgentiumError) -> str:
     """The committed ``step_failed`` detail of the turn ``error`` stopped (its tool run committed)."""
-    assert error.commit_state is CommitState.COMMITTED and error.run_result is not None, repr(error)
-    interruption = error.run_result.retained.interruption
-    assert interruption is not None and interruption.cause is InterruptionCause.STEP_FAILED
-    return interruption.detail
+    return committed_detail(error, InterruptionCause.STEP_FAILED)
 
 
 async def test_a_session_stores_error_of_another_class_is_committed_by_its_class_alone() -> None:
