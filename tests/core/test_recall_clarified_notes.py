@@ -12,18 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import pytest
-from _recall_support import ANA, Scripted, ScriptedSession, runtime
+from _recall_support import Scripted
+from _recall_violation_support import CloseFails, clarified_run
 
 from agentium_harness import (
-    PolicyDecision,
-    PolicyInput,
-    RecallDecision,
     RecallLimits,
-    RecallPolicy,
 )
-from agentium_harness.plugin_api import OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -35,43 +30,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _clarify_then_continue(seen: PolicyInput) -> PolicyDecision:
-    if not seen.clarified:
-        return PolicyDecision(RecallDecision.CLARIFY, "ask", "Which train?")
-    return PolicyDecision(RecallDecision.CONTINUE, "go on")
-
-
-async def _answer(question: str) -> str:
-    return "the Thursday one"
-
-
-class CloseFails(Scripted):
-    """Every session's close fails, each time in other words."""
-
-    closes = 0
-
-    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _CloseFails:
-        return _CloseFails(self)
-
-
-class _CloseFails(ScriptedSession):
-    def __init__(self, store: CloseFails) -> None:
-        super().__init__(store)
-        self.owner = store
-
-    async def close(self) -> None:
-        self.owner.closes += 1
-        raise RuntimeError(f"close number {self.owner.closes} refused")
-
-
 async def _run(store: Scripted, user_input: str, limits: RecallLimits) -> Any:
-    policy = RecallPolicy(name="clarify-then-continue", decide=_clarify_then_continue)
-    rt, _, _ = runtime(store, recall_policy=policy, recall_limits=limits)
-    async with rt:
-        with anyio.fail_after(30):
-            result = await rt.run(ANA, "s1", user_input, clarify=_answer)
-    assert result.recall.clarification is not None
-    return result
+    return await clarified_run(store, user_input, limits)
 
 
 async def test_a_close_failing_at_both_dispatch_rounds_is_one_note() -> None:

@@ -13,29 +13,21 @@ never said discovered but not read.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import anyio
 import pytest
-from _effects_support import DEPLOY
 from _recall_support import ANA, Scripted, runtime, sid
-from _telemetry_support import Telemetered
+from _recall_violation_support import deploy_run, said
 
 from agentium_harness import (
-    EffectLevel,
     RecallLimits,
-    Tool,
-    ToolRegistry,
     current_session_recall_policy,
 )
-from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import Excerpt, SourceOwner, SourceRef, Validation, ValidationStatus
 
 pytestmark = pytest.mark.anyio
-
-VIOLATION = "recall_contract_violation"
 
 #: Two document names sharing their first 45 characters: their source ids, each over 400 characters
 #: once encoded (a CJK character is three UTF-8 bytes, each ``%XX``), differ only past the 400th.
@@ -51,28 +43,10 @@ def anyio_backend() -> str:
 async def _run(store: Scripted, looks: int, caplog: pytest.LogCaptureFixture) -> tuple[Any, list[str]]:
     """A run making ``looks`` tool rounds (a look before each later call); its result and its violations,
     checked to be one WARNING record and one span event each."""
-
-    async def deploy(args: Any) -> str:
-        return "deployed"
-
-    t = Telemetered()
-    rt, _, _ = runtime(
-        store,
-        ScriptedProvider(replies=[DEPLOY] * looks + ["Deployed."]),
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
-        recall_policy=current_session_recall_policy(on_partial="continue"),
-        telemetry=t.telemetry(),
-    )
-    async with rt:
-        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
-            result = await rt.run(ANA, "s1", "Thursday?", grants=["deploy"])
-    assert result.committed, result.diagnostics
+    result, t = await deploy_run(store, looks, caplog)
     assert len(result.recall.included) == 2, result.recall
     assert all(len(r.source_id) > 400 for r in result.recall.included)
-    found = [d.message for d in result.diagnostics if d.code == VIOLATION]
-    records = [r for r in caplog.records if getattr(r, "agentium_code", None) == VIOLATION]
-    events = [e for _, _, e in t.events("agentium.diagnostic") if e["agentium.diagnostic.code"] == VIOLATION]
-    assert len(records) == len(events) == len(found), (len(records), len(events), len(found))
+    found = said(result, caplog, t)
     assert found == list(result.recall.violations)
     return result, found
 

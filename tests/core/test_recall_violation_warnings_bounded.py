@@ -34,16 +34,13 @@ from typing import Any
 import anyio
 import pytest
 from _effects_support import DEPLOY
-from _recall_support import ANA, Scripted, ScriptedSession, runtime, sid
+from _recall_support import ANA, Scripted, ScriptedSession, sid
+from _recall_violation_support import CloseFails, clarified_run, deploy_run, said
 from _telemetry_support import Telemetered
 
 from agentium_harness import (
     EffectLevel,
-    PolicyDecision,
-    PolicyInput,
-    RecallDecision,
     RecallLimits,
-    RecallPolicy,
     ResidentLimits,
     RuntimeLimits,
     Tool,
@@ -67,8 +64,6 @@ from agentium_harness.plugin_api import (
 
 pytestmark = pytest.mark.anyio
 
-VIOLATION = "recall_contract_violation"
-
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -78,35 +73,9 @@ def anyio_backend() -> str:
 async def _run(store: Scripted, looks: int, caplog: pytest.LogCaptureFixture, **kw: Any) -> tuple[Any, Any]:
     """A run making ``looks`` tool rounds (a document fence look before each later call); its result
     and its telemetry, the WARNING records in ``caplog``."""
-
-    async def deploy(args: Any) -> str:
-        return "deployed"
-
-    t = Telemetered()
-    rt, _, _ = runtime(
-        store,
-        ScriptedProvider(replies=[DEPLOY] * looks + ["Deployed."]),
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
-        recall_policy=current_session_recall_policy(on_partial="continue"),
-        telemetry=t.telemetry(),
-        **kw,
-    )
-    async with rt:
-        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
-            result = await rt.run(ANA, "s1", "Thursday?", grants=["deploy"])
-    assert result.committed, result.diagnostics
+    result, t = await deploy_run(store, looks, caplog, **kw)
     assert store.validate_calls == looks + 2  # recall's, each look's, the commit fence's
     return result, t
-
-
-def _said(result: Any, caplog: pytest.LogCaptureFixture, t: Telemetered) -> list[str]:
-    """The run's violation diagnostics, checked to be one WARNING record and one span event each."""
-    found = [d.message for d in result.diagnostics if d.code == VIOLATION]
-    records = [r for r in caplog.records if getattr(r, "agentium_code", None) == VIOLATION]
-    assert all(r.levelno == logging.WARNING for r in records)
-    events = [e for _, _, e in t.events("agentium.diagnostic") if e["agentium.diagnostic.code"] == VIOLATION]
-    assert len(records) == len(events) == len(found), (len(records), len(events), len(found))
-    return found
 
 
 class NewRevisionEachLook(Scripted):
@@ -134,7 +103,7 @@ async def test_the_looks_warn_of_what_the_run_lists_and_once_of_the_rest(
 ) -> None:
     """Three looks, 8 new violations each: 16 WARNINGs (and events) listed, one counting 8, not 24."""
     result, t = await _run(NewRevisionEachLook(_docs(8), 3), 3, caplog)
-    found = _said(result, caplog, t)
+    found = said(result, caplog, t)
     assert len(found) == 17, len(found)
     assert found == list(result.recall.violations), found
     assert found[16] == "and 8 more contract violation(s) in this run, not listed"
@@ -150,7 +119,7 @@ async def test_two_looks_leaving_as_many_unlisted_are_both_counted(caplog: pytes
     assert len(result.recall.included) == 20
     listed = result.recall.violations
     assert listed[16:] == ("and 24 more contract violation(s) in this run, not listed",), listed[16:]
-    assert _said(result, caplog, t) == list(listed)
+    assert said(result, caplog, t) == list(listed)
 
 
 class OneExtraAnswer(Scripted):
@@ -170,13 +139,7 @@ async def test_what_the_dispatch_fence_listed_is_not_listed_again_by_a_look(
     result, t = await _run(OneExtraAnswer(_docs(1)), looks, caplog)
     once = "validate_current returned more than the 1 answers asked; the extra were ignored"
     assert result.recall.violations == (once,), result.recall.violations
-    assert _said(result, caplog, t) == [once]
-
-
-def _clarify_then_continue(seen: PolicyInput) -> PolicyDecision:
-    if not seen.clarified:
-        return PolicyDecision(RecallDecision.CLARIFY, "ask", "Which train?")
-    return PolicyDecision(RecallDecision.CONTINUE, "go on")
+    assert said(result, caplog, t) == [once]
 
 
 class _ForeignEachQuery(ScriptedSession):
@@ -197,27 +160,16 @@ class ForeignEachQuery(Scripted):
         return _ForeignEachQuery(self)
 
 
-async def _answer(question: str) -> str:
-    return "the Thursday one"
-
-
 async def test_the_round_after_a_clarification_warns_within_the_runs_bound(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Two dispatch rounds of 20 violations each: 17 WARNINGs (16 and the count of 24), not 34."""
     t = Telemetered()
     limits = RecallLimits(max_queries=2, max_candidates=24)
-    policy = RecallPolicy(name="clarify-then-continue", decide=_clarify_then_continue)
-    rt, _, _ = runtime(
-        ForeignEachQuery(_docs(1)), recall_policy=policy, recall_limits=limits, telemetry=t.telemetry()
-    )
-    async with rt:
-        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
-            result = await rt.run(ANA, "s1", "when?", clarify=_answer)
-    assert result.recall.clarification is not None
+    result = await clarified_run(ForeignEachQuery(_docs(1)), "when?", limits, caplog, telemetry=t.telemetry())
     listed = result.recall.violations
     assert listed[16:] == ("and 24 more contract violation(s) in this run, not listed",), listed[16:]
-    assert _said(result, caplog, t) == list(listed)
+    assert said(result, caplog, t) == list(listed)
 
 
 async def test_the_round_after_a_clarification_does_not_list_again_what_the_first_listed(
@@ -225,20 +177,11 @@ async def test_the_round_after_a_clarification_does_not_list_again_what_the_firs
 ) -> None:
     """Both dispatch rounds validate the one source and meet the same answer: one violation, said once."""
     t = Telemetered()
-    policy = RecallPolicy(name="clarify-then-continue", decide=_clarify_then_continue)
-    rt, _, _ = runtime(
-        OneExtraAnswer(_docs(1)),
-        recall_policy=policy,
-        recall_limits=RecallLimits(max_queries=2),
-        telemetry=t.telemetry(),
-    )
-    async with rt:
-        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
-            result = await rt.run(ANA, "s1", "when?", clarify=_answer)
-    assert result.recall.clarification is not None
+    limits = RecallLimits(max_queries=2)
+    result = await clarified_run(OneExtraAnswer(_docs(1)), "when?", limits, caplog, telemetry=t.telemetry())
     once = "validate_current returned more than the 1 answers asked; the extra were ignored"
     assert result.recall.violations == (once,), result.recall.violations
-    assert _said(result, caplog, t) == [once]
+    assert said(result, caplog, t) == [once]
 
 
 class _OneExtraGroupAnswer(InMemoryRecallSession):
@@ -284,7 +227,7 @@ async def test_the_commit_fence_without_a_document_fence_does_not_list_again_wha
     assert included and all(s.startswith("group/") for s in included), included
     once = f"validate_current returned more than the {len(included)} answers asked; the extra were ignored"
     assert result.recall.violations == (once,), result.recall.violations
-    assert _said(result, caplog, t) == [once]
+    assert said(result, caplog, t) == [once]
 
 
 class SameAnswerEachLook(Scripted):
@@ -305,7 +248,7 @@ async def test_the_same_answer_at_every_look_counts_its_unlisted_violations_once
     listed = result.recall.violations
     assert len(set(listed[:16])) == 16, listed
     assert listed[16:] == ("and 4 more contract violation(s) in this run, not listed",), listed[16:]
-    assert _said(result, caplog, t) == list(listed)
+    assert said(result, caplog, t) == list(listed)
 
 
 class ForeignThenOneExtraAnswer(ForeignEachQuery):
@@ -326,7 +269,7 @@ async def test_what_the_dispatch_fence_counted_is_not_counted_again_by_a_look(
     )
     listed = result.recall.violations
     assert listed[16:] == ("and 5 more contract violation(s) in this run, not listed",), listed[16:]
-    assert _said(result, caplog, t) == list(listed)
+    assert said(result, caplog, t) == list(listed)
 
 
 class _SameForeignEachQuery(ScriptedSession):
@@ -349,23 +292,16 @@ async def test_the_round_after_a_clarification_does_not_count_again_what_the_fir
 ) -> None:
     """Both dispatch rounds meet the same 20 violations: 16 listed and 4 counted once, not 8."""
     t = Telemetered()
-    policy = RecallPolicy(name="clarify-then-continue", decide=_clarify_then_continue)
-    rt, _, _ = runtime(
-        SameForeignEachQuery(_docs(1)),
-        recall_policy=policy,
-        recall_limits=RecallLimits(max_queries=2, max_candidates=24),
-        telemetry=t.telemetry(),
+    limits = RecallLimits(max_queries=2, max_candidates=24)
+    result = await clarified_run(
+        SameForeignEachQuery(_docs(1)), "when?", limits, caplog, telemetry=t.telemetry()
     )
-    async with rt:
-        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
-            result = await rt.run(ANA, "s1", "when?", clarify=_answer)
-    assert result.recall.clarification is not None
     listed = result.recall.violations
     assert len(set(listed[:16])) == 16, listed
     assert len(listed) == 17 and listed[16].startswith("and 4 more contract violation(s) in this "), listed[
         16:
     ]
-    assert _said(result, caplog, t) == list(listed)
+    assert said(result, caplog, t) == list(listed)
     # The model is still told how often the store broke its contract in the round it sees.
     assert any("answered out of contract 20 time(s)" in u for u in result.recall.uncertainty), (
         result.recall.uncertainty
@@ -381,7 +317,7 @@ async def test_a_run_listed_by_its_dispatch_fence_alone_counts_in_the_runs_words
     )
     listed = result.recall.violations
     assert listed[16:] == ("and 4 more contract violation(s) in this run, not listed",), listed[16:]
-    assert _said(result, caplog, t) == list(listed)
+    assert said(result, caplog, t) == list(listed)
 
 
 async def test_the_same_answer_asked_for_fewer_at_a_look_is_one_violation(
@@ -421,26 +357,7 @@ async def test_the_same_answer_asked_for_fewer_at_a_look_is_one_violation(
     assert kinds == ["doc", "group"], result.recall.included
     once = "validate_current returned more than the 2 answers asked; the extra were ignored"
     assert result.recall.violations == (once,), result.recall.violations
-    assert _said(result, caplog, t) == [once]
-
-
-class CloseFails(Scripted):
-    """Every session's close fails, each time in other words: one note of one kind."""
-
-    closes = 0
-
-    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _CloseFails:
-        return _CloseFails(self)
-
-
-class _CloseFails(ScriptedSession):
-    def __init__(self, store: CloseFails) -> None:
-        super().__init__(store)
-        self.owner = store
-
-    async def close(self) -> None:
-        self.owner.closes += 1
-        raise RuntimeError(f"close number {self.owner.closes} refused")
+    assert said(result, caplog, t) == [once]
 
 
 async def test_a_look_does_not_note_again_a_kind_the_dispatch_fence_noted(
