@@ -1,8 +1,8 @@
 """``plugin_api.CloseOnce`` and ``LoopHandle.run_there``: bounded waits, and no caller told "closed" early.
 
-A close returning an awaitable other than a coroutine, a task the close starts
-and leaves running, two threads finding one cut-off, a loop stopped (not
-closed) under the close, one ``wait_s`` for all a caller waits, and a
+A close returning an awaitable other than a coroutine, a task of a host's
+nursery the close leaves running (on trio), two threads finding one cut-off, a
+loop stopped (not closed) under the close, one ``wait_s`` for all a caller waits, and a
 ``run_there`` (and ``PerLoop.aclose``) whose loop closes under the work.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from _close_once_support import counting_close, cut_off, hear, warnings_said
 
 from agentium_harness import OperationCancelledError, OperationTimeoutError
 from agentium_harness.plugin_api import CloseOnce, LoopHandle, PerLoop
@@ -38,19 +39,6 @@ class _Closing:
         await anyio.lowlevel.checkpoint()
 
 
-def _cut_off(once: CloseOnce, close: Any) -> None:
-    """``asyncio.run`` returns as ``aclose()`` began: the close's task is cancelled before its first step."""
-
-    async def main() -> None:
-        asyncio.get_running_loop().create_task(once.run(close))
-
-    asyncio.run(main())
-
-
-def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-
-
 def test_an_awaitable_close_cut_off_before_it_began_is_run_by_the_next_caller() -> None:
     # Only a coroutine was kept to run again: an awaitable object close() returned was dropped, and
     # every later caller was told OperationCancelledError, with nothing ever closed.
@@ -62,7 +50,7 @@ def test_an_awaitable_close_cut_off_before_it_began_is_run_by_the_next_caller() 
         calls.append(1)
         return _Closing(began)
 
-    _cut_off(once, close)
+    cut_off(once, close)
     assert began == [] and once.ended
     anyio.run(once.run, close)  # runs it: no error
     anyio.run(once.run, close, backend="trio")  # and once only
@@ -82,41 +70,14 @@ def test_a_future_close_cut_off_before_it_began_is_refused_as_not_runnable_again
         return asyncio.get_running_loop().create_future()
 
     with caplog.at_level(logging.WARNING, logger="agentium.adapters"):
-        _cut_off(once, close)
+        cut_off(once, close)
         with pytest.raises(OperationCancelledError, match="cannot be awaited again"):
             anyio.run(once.run, close)
     assert calls == [1]
-    assert _warnings(caplog) == [
+    assert warnings_said(caplog) == [
         "test adapter: the close was cut off before it began (CancelledError); what close() returned is not "
         "a coroutine and cannot be run again: the next aclose() raises it"
     ]
-
-
-def test_an_aclose_from_a_task_the_close_left_running_waits_for_the_close() -> None:
-    # A task the close started and did not wait for was "inside the close": its aclose() returned at
-    # once, while the close still ran, and its caller went on as if the adapter were closed.
-    once = CloseOnce("test adapter", wait_s=1)
-    told: list[bool] = []
-    background: list[asyncio.Task[None]] = []
-
-    def close() -> Awaitable[None]:
-        async def elsewhere() -> None:
-            await once.run(close)
-            told.append(once.ended)  # returned: the close must have ended
-
-        background.append(asyncio.get_running_loop().create_task(elsewhere()))
-
-        async def closed() -> None:
-            await asyncio.sleep(0.1)
-
-        return closed()
-
-    async def main() -> None:
-        await once.run(close)
-        await background[0]
-
-    asyncio.run(main())
-    assert told == [True]
 
 
 def test_on_trio_an_aclose_from_a_task_the_close_left_in_the_callers_nursery_waits_for_the_close() -> None:
@@ -203,10 +164,7 @@ def test_two_waiters_on_other_threads_log_one_cut_off_once(caplog: pytest.LogCap
     # cut-off: two threads looking at once, two WARNINGs (and two span events) for one cut-off.
     once = CloseOnce("test adapter", wait_s=1.5)
     began: list[int] = []
-
-    async def close() -> None:
-        began.append(1)
-        await anyio.lowlevel.checkpoint()
+    close = counting_close(began)
 
     loop = _SlowToSayClosed()
     loop.create_task(once.run(close))
@@ -217,12 +175,7 @@ def test_two_waiters_on_other_threads_log_one_cut_off_once(caplog: pytest.LogCap
         loop.close()
     loop.meet = threading.Barrier(2)
     heard: list[str] = []
-
-    def later() -> None:
-        anyio.run(once.run, close)
-        heard.append("returned")
-
-    waiters = [threading.Thread(target=later) for _ in range(2)]
+    waiters = [threading.Thread(target=hear, args=(once, close, heard)) for _ in range(2)]
     slow = _SlowSink()  # a log handler writing somewhere slow: the first WARNING takes a while
     logging.getLogger("agentium.adapters").addHandler(slow)
     try:
@@ -235,7 +188,7 @@ def test_two_waiters_on_other_threads_log_one_cut_off_once(caplog: pytest.LogCap
         loop.meet = None
         logging.getLogger("agentium.adapters").removeHandler(slow)
     assert heard == ["returned"] * 2 and began == [1]
-    assert _warnings(caplog) == [
+    assert warnings_said(caplog) == [
         "test adapter: the close was cut off before it began (its event loop was closed); "
         "the next aclose() runs it"
     ]
@@ -248,10 +201,7 @@ def test_a_close_cut_off_on_a_stopped_loop_is_run_by_the_next_caller_without_wai
     # its whole wait_s for a loop that never ran again, then heard "still running".
     once = CloseOnce("test adapter", wait_s=1.5)
     began: list[int] = []
-
-    async def close() -> None:
-        began.append(1)
-        await anyio.lowlevel.checkpoint()
+    close = counting_close(began)
 
     loop = asyncio.new_event_loop()
     try:
@@ -263,7 +213,7 @@ def test_a_close_cut_off_on_a_stopped_loop_is_run_by_the_next_caller_without_wai
             anyio.run(once.run, close)  # runs it: nothing else ever would
         assert time.monotonic() - begun < 0.6
         assert began == [1] and once.ended
-        assert any("cut off before it began (its event loop stopped)" in m for m in _warnings(caplog))
+        assert any("cut off before it began (its event loop stopped)" in m for m in warnings_said(caplog))
         loop.run_until_complete(first)  # the loop runs again: its old task does not close a second time
         assert began == [1] and first.exception() is None
     finally:
@@ -292,7 +242,7 @@ def test_a_close_suspended_on_a_stopped_loop_is_not_waited_for_its_whole_bound(
         assert time.monotonic() - begun < 0.6
         assert "after 1.5s" not in str(caught.value)  # it did not wait its wait_s, and does not say so
         assert not once.ended and not first.done()  # not "closed": it may go on if its loop runs again
-        assert any("still running" in m for m in _warnings(caplog))
+        assert any("still running" in m for m in warnings_said(caplog))
     finally:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -304,10 +254,7 @@ def test_a_callers_whole_wait_is_bounded_by_one_wait_s() -> None:
     # finish, then the whole run again: about three times its bound.
     once = CloseOnce("test adapter", wait_s=0.4)
     began: list[int] = []
-
-    async def close() -> None:
-        began.append(1)
-        await asyncio.sleep(0.3)
+    close = counting_close(began, 0.3)
 
     heard: list[BaseException | None] = []
     took: list[float] = []

@@ -19,6 +19,7 @@ from collections.abc import Awaitable
 import anyio
 import anyio.lowlevel
 import pytest
+from _close_once_support import counting_close, cut_off, hear, warnings_said
 
 from agentium_harness import OperationCancelledError
 from agentium_harness.plugin_api import CloseOnce, PerLoop
@@ -41,12 +42,9 @@ def test_a_close_cancelled_before_its_task_began_is_run_by_the_next_caller(
     async def close() -> None:
         began.append(anyio.get_current_task().name)  # the close's own code, wherever it runs
 
-    async def main() -> None:
-        # Its first step runs as the loop stops: it makes the close's task, which never runs.
-        asyncio.get_running_loop().create_task(once.run(close))
-
     with caplog.at_level(logging.WARNING, logger="agentium.adapters"):
-        asyncio.run(main())
+        # Its first step runs as the loop stops: it makes the close's task, which never runs.
+        cut_off(once, close)
     assert began == [] and once.ended
     assert any("cut off before it began (CancelledError)" in r.getMessage() for r in caplog.records)
     begun = time.monotonic()
@@ -75,10 +73,7 @@ def test_a_waiting_caller_runs_a_close_whose_loop_was_closed_before_it_began() -
     # caller waiting on another thread was told OperationCancelledError, and nothing closed.
     once = CloseOnce("test adapter", wait_s=2)
     began: list[int] = []
-
-    async def close() -> None:
-        began.append(1)
-        await anyio.lowlevel.checkpoint()
+    close = counting_close(began)
 
     loop = _HeldLoop()
     first = loop.create_task(once.run(close))
@@ -88,15 +83,11 @@ def test_a_waiting_caller_runs_a_close_whose_loop_was_closed_before_it_began() -
     assert once.claimed and not once.ended and began == [] and not first.done()
     heard: list[str] = []
 
-    def later(backend: str) -> None:
-        try:
-            anyio.run(once.run, close, backend=backend)
-            heard.append("returned")
-        except Exception as exc:
-            heard.append(type(exc).__name__)
-
     # Two waiters: one runs the close, the other waits for that run (not told the first was cut off).
-    waiters = [threading.Thread(target=later, args=(backend,)) for backend in ("trio", "asyncio")]
+    waiters = [
+        threading.Thread(target=hear, args=(once, close, heard), kwargs={"backend": backend})
+        for backend in ("trio", "asyncio")
+    ]
     for waiter in waiters:
         waiter.start()
     time.sleep(0.05)  # they wait for the close
@@ -127,10 +118,7 @@ def test_a_caller_not_cancelled_whose_close_ends_cancelled_hears_operation_cance
 
         return closed()
 
-    async def main() -> None:
-        asyncio.get_running_loop().create_task(once.run(close))  # cut off before it began
-
-    asyncio.run(main())
+    cut_off(once, close)  # cut off before it began
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="agentium.adapters"):
         with pytest.raises(OperationCancelledError, match=r"did not finish \(CancelledError\)"):
@@ -158,22 +146,15 @@ def test_the_cut_off_warning_says_so_when_another_caller_runs_the_close_at_once(
     # aclose() caller that started it was cancelled; the next aclose() raises it", neither true.
     once = CloseOnce("test adapter", wait_s=2)
     began: list[int] = []
-
-    async def close() -> None:
-        began.append(1)
-        await anyio.lowlevel.checkpoint()
+    close = counting_close(began)
 
     heard: list[str] = []
-
-    def later() -> None:
-        anyio.run(once.run, close)
-        heard.append("returned")
 
     def take_over_at_once() -> None:
         # Called as the close is marked ended: a caller on another thread runs it before this one goes on
         # (or would: it waits for this loop to finish first, so this one goes on after a while).
         attempt = once._attempt
-        threading.Thread(target=later).start()
+        threading.Thread(target=hear, args=(once, close, heard)).start()
         deadline = time.monotonic() + 0.3
         while attempt is not None and not attempt.again and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -193,7 +174,7 @@ def test_the_cut_off_warning_says_so_when_another_caller_runs_the_close_at_once(
         while not heard and time.monotonic() < deadline:
             time.sleep(0.01)
     assert heard == ["returned"] and began == [1]
-    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+    assert warnings_said(caplog) == [
         "test adapter: the close was cut off before it began (CancelledError); the next aclose() runs it"
     ]
 
@@ -221,14 +202,7 @@ def test_a_waiter_runs_a_cut_off_close_once_the_loop_that_cut_it_off_has_finishe
     heard: list[str] = []
     waiting = threading.Event()
 
-    def later() -> None:
-        try:
-            anyio.run(once.run, close)
-            heard.append("returned")
-        except Exception as exc:
-            heard.append(type(exc).__name__)
-
-    waiter = threading.Thread(target=later)
+    waiter = threading.Thread(target=hear, args=(once, close, heard))
 
     def start_the_waiter() -> None:  # runs after the first caller's step, before the close's task
         waiter.start()
@@ -264,10 +238,7 @@ def test_a_cut_off_close_no_caller_ever_runs_is_dropped_without_a_never_awaited_
     async def close() -> None:
         await anyio.lowlevel.checkpoint()
 
-    async def main() -> None:
-        asyncio.get_running_loop().create_task(held[0].run(close))
-
-    asyncio.run(main())
+    cut_off(held[0], close)
     assert held[0].ended
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

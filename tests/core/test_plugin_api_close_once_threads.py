@@ -4,7 +4,7 @@ A close may close something through a thread (``to_thread``) that closes this
 adapter again (a synchronous wrapper's close, ``anyio.run(adapter.aclose)``, or
 ``from_thread.run`` back on the close's loop). The close waits for that thread:
 its ``aclose()`` must return at once, not wait for the close that waits for it.
-A thread the close starts and leaves running still waits for the close.
+A thread (or task) the close starts and leaves running still waits for the close.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 import pytest
+from _close_once_support import hear
 
 from agentium_harness.plugin_api import CloseOnce, PerLoop
 
@@ -62,21 +63,30 @@ def test_an_aclose_from_a_thread_the_close_waits_for_returns_at_once(backend: st
     assert time.monotonic() - begun < 0.8
 
 
-def test_an_aclose_from_a_thread_the_close_left_running_waits_for_the_close() -> None:
-    # Not waited for by the close: its aclose() must not be told "closed" while the close runs.
+@pytest.mark.parametrize("where", ["a task", "a thread"])
+def test_an_aclose_from_a_task_or_thread_the_close_left_running_waits_for_the_close(where: str) -> None:
+    # A task the close started and did not wait for was "inside the close": its aclose() returned at
+    # once, while the close still ran, and its caller went on as if the adapter were closed. A thread
+    # it left running is not waited for by the close either: its aclose() must not be told "closed"
+    # while the close runs.
     once = CloseOnce("test adapter", wait_s=1)
     told: list[bool] = []
     background: list[asyncio.Task[None]] = []
 
-    def elsewhere() -> None:
+    async def in_a_task() -> None:
+        await once.run(close)
+        told.append(once.ended)  # returned: the close must have ended
+
+    def in_a_thread() -> None:
         anyio.run(once.run, close)
         told.append(once.ended)
 
     def close() -> Awaitable[None]:
-        background.append(asyncio.get_running_loop().create_task(asyncio.to_thread(elsewhere)))
+        elsewhere = in_a_task() if where == "a task" else asyncio.to_thread(in_a_thread)
+        background.append(asyncio.get_running_loop().create_task(elsewhere))
 
         async def closed() -> None:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.1 if where == "a task" else 0.2)
 
         return closed()
 
@@ -139,11 +149,7 @@ def test_a_loop_seen_stopped_once_by_a_caller_is_not_taken_for_stopped_by_an_ear
         await asyncio.sleep(0.5)
 
     def later() -> None:
-        try:
-            anyio.run(once.run, close)
-            heard.append("closed")
-        except Exception as exc:
-            heard.append(type(exc).__name__)
+        hear(once, close, heard, "closed")
 
     loop = _BlinkingLoop()
     try:
