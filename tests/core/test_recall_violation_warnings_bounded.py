@@ -143,21 +143,27 @@ async def test_what_the_dispatch_fence_listed_is_not_listed_again_by_a_look(
 
 
 class _ForeignEachQuery(ScriptedSession):
-    """Every discovery returns 20 sources of another tenant first: 20 violations a round."""
+    """Every discovery returns 20 sources of another tenant first: 20 violations a round, other
+    sources each round, or with ``same`` the same 20 each round."""
+
+    def __init__(self, store: Scripted, same: bool) -> None:
+        super().__init__(store)
+        self.same = same
 
     async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
         nth = len(self.store.queries)
         mine = await super().discover(query, max_candidates, ctx)
         owner = SourceOwner("globex", "bob", "s9")
-        foreign = [
-            Candidate(SourceRef(sid(f"pay-{nth}-{i}", owner), "r1"), owner, 9.0, 10) for i in range(20)
-        ]
+        names = [f"pay-{i}" if self.same else f"pay-{nth}-{i}" for i in range(20)]
+        foreign = [Candidate(SourceRef(sid(name, owner), "r1"), owner, 9.0, 10) for name in names]
         return [*foreign, *mine][:max_candidates]
 
 
 class ForeignEachQuery(Scripted):
+    same_sources = False
+
     async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _ForeignEachQuery:
-        return _ForeignEachQuery(self)
+        return _ForeignEachQuery(self, self.same_sources)
 
 
 async def test_the_round_after_a_clarification_warns_within_the_runs_bound(
@@ -272,19 +278,10 @@ async def test_what_the_dispatch_fence_counted_is_not_counted_again_by_a_look(
     assert said(result, caplog, t) == list(listed)
 
 
-class _SameForeignEachQuery(ScriptedSession):
+class SameForeignEachQuery(ForeignEachQuery):
     """Every discovery returns the same 20 sources of another tenant first: the same 20 violations."""
 
-    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
-        mine = await super().discover(query, max_candidates, ctx)
-        owner = SourceOwner("globex", "bob", "s9")
-        foreign = [Candidate(SourceRef(sid(f"pay-{i}", owner), "r1"), owner, 9.0, 10) for i in range(20)]
-        return [*foreign, *mine][:max_candidates]
-
-
-class SameForeignEachQuery(Scripted):
-    async def open(self, scope: Any, limits: Any, ctx: OpContext) -> _SameForeignEachQuery:
-        return _SameForeignEachQuery(self)
+    same_sources = True
 
 
 async def test_the_round_after_a_clarification_does_not_count_again_what_the_first_counted(
