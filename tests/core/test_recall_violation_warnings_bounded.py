@@ -205,30 +205,52 @@ class OneExtraGroupAnswer(InMemoryRecallStore):
         return _OneExtraGroupAnswer(self, scope)
 
 
-async def test_the_commit_fence_without_a_document_fence_does_not_list_again_what_dispatch_listed(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Only a recalled group is included: the commit fence reports without a document fence."""
+async def _deploy(args: Any) -> str:
+    return "deployed"
+
+
+async def _group_recalled_run(
+    caplog: pytest.LogCaptureFixture, provider: Any, with_document: bool = False
+) -> tuple[Any, Telemetered]:
+    """Four runs archiving groups (one resident: the release train's first, then three unrelated),
+    then, the WARNING records and span events cleared, one asking when the train leaves: recalled
+    through ``OneExtraGroupAnswer``; its result (committed) and telemetry. ``with_document``: a host
+    document on the train is indexed first, and the last run may deploy (a tool round: a look)."""
     t = Telemetered()
+    tools = ToolRegistry([Tool("deploy", _deploy, EffectLevel.WRITE)]) if with_document else None
     rt = create_harness_runtime(
-        provider=ExtractiveProvider(),
+        provider=provider,
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         recall=OneExtraGroupAnswer(),
         recall_policy=current_session_recall_policy(on_partial="continue"),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        tools=tools,
         telemetry=t.telemetry(),
     )
     async with rt:
         with anyio.fail_after(30):
+            if with_document:
+                await rt.index_document(
+                    SourceOwner("acme", "ana", "s1"), "rota.md", "The release train leaves on Thursday."
+                )
             await rt.run(ANA, "s1", "The release train leaves on Thursday.")
             for i in range(3):
                 await rt.run(ANA, "s1", f"Unrelated chatter number {i}.")
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
             t.exporter.clear()
-            result = await rt.run(ANA, "s1", "When does the release train leave?")
+            grants = ["deploy"] if with_document else []
+            result = await rt.run(ANA, "s1", "When does the release train leave?", grants=grants)
     assert result.committed, result.diagnostics
+    return result, t
+
+
+async def test_the_commit_fence_without_a_document_fence_does_not_list_again_what_dispatch_listed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only a recalled group is included: the commit fence reports without a document fence."""
+    result, t = await _group_recalled_run(caplog, ExtractiveProvider())
     included = [r.source_id for r in result.recall.included]
     assert included and all(s.startswith("group/") for s in included), included
     once = f"validate_current returned more than the {len(included)} answers asked; the extra were ignored"
@@ -322,34 +344,8 @@ async def test_the_same_answer_asked_for_fewer_at_a_look_is_one_violation(
 ) -> None:
     """Recall validates a recalled group and a document (2 answers asked), the look the document alone
     (1 asked), the commit fence both again: one misbehaviour, listed once, whatever count it names."""
-
-    async def deploy(args: Any) -> str:
-        return "deployed"
-
-    t = Telemetered()
-    rt = create_harness_runtime(
-        provider=ScriptedProvider(replies=["Noted."] * 4 + [DEPLOY, "Deployed."]),
-        archive=InMemoryArchive(),
-        session_store=InMemorySessionStore(),
-        recall=OneExtraGroupAnswer(),
-        recall_policy=current_session_recall_policy(on_partial="continue"),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
-        telemetry=t.telemetry(),
-    )
-    async with rt:
-        with anyio.fail_after(30):
-            await rt.index_document(
-                SourceOwner("acme", "ana", "s1"), "rota.md", "The release train leaves on Thursday."
-            )
-            await rt.run(ANA, "s1", "The release train leaves on Thursday.")
-            for i in range(3):
-                await rt.run(ANA, "s1", f"Unrelated chatter number {i}.")
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="agentium"), anyio.fail_after(30):
-            t.exporter.clear()
-            result = await rt.run(ANA, "s1", "When does the release train leave?", grants=["deploy"])
-    assert result.committed, result.diagnostics
+    provider = ScriptedProvider(replies=["Noted."] * 4 + [DEPLOY, "Deployed."])
+    result, t = await _group_recalled_run(caplog, provider, with_document=True)
     kinds = sorted(r.source_id.split("/", 1)[0] for r in result.recall.included)
     assert kinds == ["doc", "group"], result.recall.included
     once = "validate_current returned more than the 2 answers asked; the extra were ignored"
