@@ -106,3 +106,31 @@ async def test_a_close_left_past_its_callers_deadline_that_fails_is_an_event_on_
     carried = re.sub(r"[0-9a-f]{16,}", "<id>", " ".join([*t.carried(), *said]))
     for text in ("release train", "Thursday", "disk gone", "leaves at 9"):
         assert text not in carried, text
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_close_left_past_its_callers_deadline_cut_short_as_its_loop_ends_is_said_too(
+    backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A request's loop ended (asyncio.run returning, a trio run ending) while the close its recall
+    # left running still ran: the close was cancelled there, and nothing said so (no WARNING, no
+    # event), while a late-opened session's close cut short is both (close_late).
+    t = Telemetered()
+    store = ClosesBadlyLate(hang=True)
+    refs = [SourceRef(sid("doc-1", MINE), "r1")]
+
+    async def request() -> None:
+        with using(t.telemetry().resolve()), internal_span("caller"):
+            with anyio.move_on_after(0.01):
+                ticket = Ticket(KEY, "run", 30.0, 30.0)
+                await revalidate(ticket, store, SCOPE, RecallLimits(max_latency_s=30.0), refs, RecallUsage())
+        assert not store.failed.is_set()  # the premise: its caller left it running; the loop ends now
+
+    with caplog.at_level(logging.WARNING, logger="agentium.engine.recall"):
+        anyio.run(request, backend=backend)
+    assert store.failed.is_set()  # cut short by its loop's end
+    [late] = t.named(LATE)
+    assert outcome_events(late) == [("agentium.recall.close_failed", {"error.type": "cancelled"})]
+    assert late.status.status_code is StatusCode.ERROR
+    said = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.recall"]
+    assert "a recall session close left to finish past its caller's deadline failed: cancelled" in said, said

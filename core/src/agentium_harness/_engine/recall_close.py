@@ -91,8 +91,9 @@ class _Detached:
     connection given back) would be cut at its first await and what the session
     acquired left held; detached, it gets its :data:`CLOSE_TIMEOUT_S` (and the
     abandon grace) whoever waits for it. A close that fails or overruns after
-    its caller left is a WARNING on ``agentium.engine.recall`` (its class, or
-    ``timeout``: no content), there being no turn left to note it on, and the
+    its caller left (or is cut short there, its loop ending: ``cancelled``) is
+    a WARNING on ``agentium.engine.recall`` (its class, or ``timeout``: no
+    content), there being no turn left to note it on, and the
     event ``agentium.recall.close_failed`` on an ``agentium.recall.late_close``
     span of its own (its caller's recall span may have ended), which ends
     ERROR, as a late-opened session's close does (:func:`close_late`).
@@ -109,20 +110,25 @@ class _Detached:
         self.left = False  # the caller stopped waiting: this close reports its own failure
 
     async def run(self) -> None:
+        cut: BaseException | None = None
         try:
             await bounded(self.closer, CLOSE_TIMEOUT_S)  # a close blocked in a worker thread is abandoned
         except Exception as exc:  # Overrun too: said by the caller if it still waits, else below
             self.failure = exc
+        except BaseException as exc:  # cancelled: its loop ended under it (asyncio.run returning)
+            cut = exc
+            raise
         finally:
             self.ended.set()  # no await from here on: ``left`` cannot change
             try:
-                if self.left and self.failure is not None:
-                    self._said_late(self.failure)
+                said = self.failure if self.failure is not None else cut
+                if self.left and said is not None:  # cut short too: the session was not closed
+                    self._said_late(said)
             finally:
                 self.finished.set()  # after the report: an aclose() waiting for it returns with it said
 
     @staticmethod
-    def _said_late(failure: Exception) -> None:
+    def _said_late(failure: BaseException) -> None:
         kind = "timeout" if isinstance(failure, Overrun) else error_type(failure)
         _log.warning("a recall session close left to finish past its caller's deadline failed: %s", kind)
         # Under the telemetry of the round that left it (its context was copied when it was spawned).
