@@ -376,13 +376,15 @@ class PerLoop(Generic[T]):
 
         This loop's value is closed here; a value of another loop that still
         runs (another thread's) is closed there, scheduled thread-safe, and
-        waited for. A value whose loop has finished, before its close or while
-        it ran there (``asyncio.run`` returning cancels it), is released: given
-        to ``discard``, with one WARNING (``agentium.engine``: their count and
-        classes) and the span event ``agentium.per_loop.released`` for them all,
-        and not returned as a problem (which way the race went decides nothing,
-        and an adapter raising it from its ``CloseOnce`` close raised it again
-        on every later ``aclose()``). The values are
+        waited for. A value whose loop finished before its close is released
+        (given to ``discard``) as :meth:`get` drops such values: nothing is said.
+        One whose close its loop's end cut short there (``asyncio.run``
+        returning cancels it) is released too, with one WARNING
+        (``agentium.engine``: their count and classes) and the span event
+        ``agentium.per_loop.released`` for them all: a close begun and not
+        finished. Neither is returned as a problem (an adapter raising it from
+        its ``CloseOnce`` close raised it again on every later ``aclose()``,
+        and no later close could close it better). The values are
         closed concurrently, each bounded by ``timeout_s``, so the whole close
         takes about ``timeout_s`` however many loops are stuck (not one bound
         per loop). Shielded from the caller's cancellation; on asyncio the closes
@@ -397,16 +399,18 @@ class PerLoop(Generic[T]):
             self._values.clear()
         # Each problem twice: its whole text (for the caller) and its kind (for the log).
         problems: list[tuple[str, str]] = []
-        # The kinds of the values released because their loop finished (before or during their close).
+        # The kinds of the values whose close their loop's end cut short (released, said once).
         released: list[str] = []
 
-        def release(value: T) -> None:
-            # Its loop finished, before the close or under it (whichever won the race): the same outcome
-            # either way. Not a problem for the caller: no later close can do better, and an adapter
-            # raising it from its CloseOnce close raised it again on every retry of its aclose().
+        def release(value: T, cut: bool) -> None:
+            # Its loop finished: not a problem for the caller (no later close can do better, and an
+            # adapter raising it from its CloseOnce close raised it again on every retry of its
+            # aclose()). Finished before the close: dropped as get() drops such values, silently (the
+            # values of a host's earlier asyncio.run calls are); a close begun and cut short is said.
             if self._discard is not None:
                 self._discard(value)
-            released.append(_kind(value))
+            if cut:
+                released.append(_kind(value))
 
         async def close_one(loop: LoopHandle, value: T) -> None:
             name = type(value).__name__
@@ -415,9 +419,9 @@ class PerLoop(Generic[T]):
                     with anyio.fail_after(timeout_s):
                         await close(value)
                 elif loop.finished:
-                    release(value)
+                    release(value, cut=False)
                 elif (ended := await loop._run_there(lambda: close(value), timeout_s)) == "cut":
-                    release(value)  # what the close left is released here
+                    release(value, cut=True)  # what the close left is released here
                 elif ended != "finished":
                     problems.append(
                         (
@@ -494,14 +498,13 @@ def _warn_unheard(problems: list[tuple[str, str]]) -> None:
 
 
 def _warn_released(kinds: list[str]) -> None:
-    """Values given to ``discard`` unclosed, their loop having finished: a WARNING and a span event.
+    """Values given to ``discard`` unclosed, their close cut short by their loop's end: WARNING, span event.
 
     Their count and classes only (no ids). Once per :meth:`PerLoop.aclose`,
     which forgets them: a later ``aclose()`` has nothing to say about them.
     """
     _log.warning(
-        "per-loop values released without being closed (their event loop finished before their "
-        "close did): %d: %s",
+        "per-loop values released without being closed (their event loop finished under their close): %d: %s",
         len(kinds),
         "; ".join(kinds),
     )
