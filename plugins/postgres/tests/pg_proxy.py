@@ -16,13 +16,17 @@ class HoldingProxy:
 
     ``hold`` is a statement's text as the client sends it (``b"COMMIT\\x00"``); the bytes
     held go through once ``release`` is set. A cancel request is forwarded ``cancel_delay``
-    late, or, with ``drop_cancels``, never (held unanswered until ``close``: a black-holed listener).
+    late, or, with ``drop_cancels``, never (held unanswered until ``close``: a black-holed listener),
+    or, with ``hold_cancels``, once ``cancel_release`` is set (``cancel_held`` says one arrived).
     """
 
     def __init__(self, port: int, hold: bytes) -> None:
         self.armed = False
         self.cancel_delay = 0.0
         self.drop_cancels = False
+        self.hold_cancels = False
+        self.cancel_held = asyncio.Event()
+        self.cancel_release = asyncio.Event()
         self._closing = asyncio.Event()
         self._hold = hold
         self.held = asyncio.Event()
@@ -39,6 +43,7 @@ class HoldingProxy:
     async def close(self) -> None:
         """Let everything through, then close every connection and the listener."""
         self.release.set()
+        self.cancel_release.set()
         self._closing.set()
         for writer in self._writers:
             writer.close()
@@ -56,6 +61,9 @@ class HoldingProxy:
                 if upstream and self.drop_cancels and CANCEL_REQUEST in data:
                     await self._closing.wait()
                     break
+                if upstream and self.hold_cancels and CANCEL_REQUEST in data:
+                    self.cancel_held.set()
+                    await self.cancel_release.wait()
                 if upstream and self.cancel_delay and CANCEL_REQUEST in data:
                     await asyncio.sleep(self.cancel_delay)
                 if upstream and self.armed and self._hold in data:

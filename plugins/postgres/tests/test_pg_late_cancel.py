@@ -22,6 +22,7 @@ from pg_proxy import HoldingProxy
 from agentium_harness.plugin_api import OpContext, OperationCancelledError, SessionKey
 from agentium_harness.testing import scoped_snapshot
 from agentium_postgres import PostgresConfig, PostgresSessionStore, PostgresUnavailableError
+from agentium_postgres.calls import ServerStop
 
 pytestmark = pytest.mark.anyio
 
@@ -250,6 +251,71 @@ async def test_a_cancel_request_lost_on_its_way_holds_the_hosts_next_statement_o
         assert conn.closed
         warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert any("cancel request was not confirmed within 0.3s" in m for m in warned), warned
+    finally:
+        await store.aclose()
+        await conn.close()
+        await proxy.close()
+
+
+@pytest.mark.parametrize("autocommit", [True, False], ids=["pipeline", "managed"])
+async def test_a_native_cancel_while_a_failed_call_waits_for_its_request_still_rolls_it_back(
+    app_config: PostgresConfig,
+    pg_server: Any,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    autocommit: bool,
+) -> None:
+    # A save refused by the server (a trigger) fails while its cancel request (sent 0.25 s into the
+    # 0.3 s call) is held on its way: its rollback first waits for the request (disarm). A host's
+    # Task.cancel() landing in that wait ended the call there, its rollback never begun ("coroutine
+    # was never awaited"), the host's connection left in the failed transaction: the host's next
+    # statement, and every later call ("the lent connection is not idle"), refused. The
+    # cancellation is now raised once the rollback ended.
+    admin.execute(
+        f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql '
+        "AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
+    )
+    admin.execute(
+        f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".session_snapshots '
+        f'FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()'
+    )
+    disarming = asyncio.Event()
+    disarm = ServerStop.disarm
+
+    async def noted(stop: ServerStop, *, fence: bool = True, commit: bool = False) -> None:
+        if not fence:  # around()'s, before the rollback: the request is still held, so it waits
+            disarming.set()
+        await disarm(stop, fence=fence, commit=commit)
+
+    monkeypatch.setattr(ServerStop, "disarm", noted)
+    proxy = HoldingProxy(pg_server.port, b"WITH w AS")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit)
+    store = PostgresSessionStore(slow_listener(app_config), connection=conn)
+    try:
+        with anyio.fail_after(5):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
+            proxy.armed = proxy.hold_cancels = True
+            save = asyncio.create_task(
+                store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(0.3))
+            )
+            await proxy.cancel_held.wait()  # the write is held, its request held on its way
+            proxy.armed = False
+            proxy.release.set()  # the write reaches the server, which refuses it
+            await disarming.wait()
+            save.cancel()  # at the call's next step: inside disarm's wait for the request
+            with pytest.raises(asyncio.CancelledError):
+                await save
+            status = conn.info.transaction_status
+            assert status == psycopg.pq.TransactionStatus.IDLE, f"left {status.name}: not rolled back"
+            proxy.cancel_release.set()  # reaches the server between statements: stops nothing
+            cur = await conn.execute("SELECT 7")  # the host's, once the request was handled
+            assert await cur.fetchone() == (7,)
+            if not autocommit:
+                await conn.rollback()  # the host ends its own transaction
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # the next call too
     finally:
         await store.aclose()
         await conn.close()

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import math
 import weakref
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -299,19 +299,32 @@ class ServerStop:
             if fence:
                 await self._fence()
 
-    async def around(self, settle: Awaitable[T]) -> T:
-        """:meth:`disarm`, run ``settle`` (the call's rollback), then fence the connection.
+    async def around(self, settle: Callable[[], Awaitable[None]]) -> None:
+        """:meth:`disarm`, run ``settle()`` (the call's rollback), then fence the connection: as one unit.
 
         The rollback is not held behind the request (a lent connection's is waited for inline: a
         slow request held the call past the engine's grace), nor is one on a connection psycopg
         closed when the call was cancelled (the rollback fails at once there).
+
+        The unit runs in a task of its own that the call waits for to its end (:func:`_wait_out`):
+        a native ``Task.cancel()`` landing while :meth:`disarm` waited for a request on its way
+        (anyio's shield does not stop asyncio's) ended the call there, its rollback never begun
+        (a coroutine never awaited), the lent connection left in its failed transaction. The
+        cancellation is now raised once the rollback ended; ``settle`` is called only after disarm.
         """
-        await self.disarm(fence=False)
-        try:
-            return await settle
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._fence()
+
+        async def unit() -> None:
+            await self.disarm(fence=False)
+            try:
+                await settle()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._fence()
+
+        task = asyncio.get_running_loop().create_task(unit())
+        if await _wait_out(task):
+            raise asyncio.CancelledError
+        task.result()
 
     @staticmethod
     async def wait_cleared(
@@ -413,6 +426,23 @@ async def settle_manual(conn: psycopg.AsyncConnection[Any], exc: BaseException, 
         await discard(conn, pooled)
 
 
+async def _wait_out(task: asyncio.Task[None]) -> bool:
+    """Wait for ``task`` to its end, whatever cancels the waiting task; whether asyncio's ``cancel()`` did.
+
+    Shielded from anyio's cancellation (a deadline, ``aclose()``); a native one (a host's
+    ``Task.cancel()``, ``wait_for``) is noted and the wait goes on: the caller raises it once
+    ``task`` ended, so the call never ends with ``task``'s work still running or never begun.
+    """
+    cancelled = False
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                cancelled = True
+    return cancelled
+
+
 def _settling(
     conn: psycopg.AsyncConnection[Any], work: Coroutine[Any, Any, None], pending: set[asyncio.Task[None]]
 ) -> asyncio.Task[None]:
@@ -448,15 +478,7 @@ async def settle_tracked(
     itself), shielded: a native cancellation of the call is raised once it ended, so that the
     call never ends, and the connection's next call never begins, with its rollback still running.
     """
-    task = _settling(conn, work, pending)
-    cancelled = False
-    with anyio.CancelScope(shield=True):
-        while not task.done():
-            try:
-                await asyncio.wait({task})
-            except asyncio.CancelledError:
-                cancelled = True
-    if cancelled:
+    if await _wait_out(_settling(conn, work, pending)):
         raise asyncio.CancelledError
 
 

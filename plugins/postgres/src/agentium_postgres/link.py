@@ -428,9 +428,12 @@ class PgLink:
                 await stop.disarm()
                 return result
         except BaseException as exc:
-            outcome.settling = await stop.around(
-                settle_in_time(conn, pipeline, exc, pooled, ctx, self._settling)
-            )
+            failed = exc  # for the rollback, begun only once disarmed (whatever cancelled the call)
+
+            async def roll_back() -> None:
+                outcome.settling = await settle_in_time(conn, pipeline, failed, pooled, ctx, self._settling)
+
+            await stop.around(roll_back)
             raise
         # The work is done: commit it whole, even if the caller is cancelled meanwhile; but wait
         # for the server's answer no longer than the deadline allows (a stalled server must not
@@ -506,7 +509,10 @@ class PgLink:
             await stop.disarm(commit=True)
             ctx.raise_if_expired(operation)
         except BaseException as exc:
-            await stop.around(settle_tracked(conn, settle_transaction(conn, tx, exc, pooled), self._settling))
+            failed = exc  # for the rollback, begun only once disarmed (whatever cancelled the call)
+            await stop.around(
+                lambda: settle_tracked(conn, settle_transaction(conn, tx, failed, pooled), self._settling)
+            )
             raise
         outcome.commit_sent = write
         if not pooled:
