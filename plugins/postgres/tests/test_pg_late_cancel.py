@@ -10,6 +10,7 @@ for it only until its margin (tens of milliseconds) and then let the connection 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -257,21 +258,16 @@ async def test_a_cancel_request_lost_on_its_way_holds_the_hosts_next_statement_o
         await proxy.close()
 
 
-@pytest.mark.parametrize("autocommit", [True, False], ids=["pipeline", "managed"])
-async def test_a_native_cancel_while_a_failed_call_waits_for_its_request_still_rolls_it_back(
-    app_config: PostgresConfig,
-    pg_server: Any,
-    schema: str,
-    admin: psycopg.Connection[Any],
-    monkeypatch: pytest.MonkeyPatch,
-    autocommit: bool,
+async def cancelled_in_disarm(
+    proxy: HoldingProxy, store: PostgresSessionStore, schema: str, admin: psycopg.Connection[Any], patch: Any
 ) -> None:
-    # A save refused by the server (a trigger) fails while its cancel request (sent 0.25 s into the
-    # 0.3 s call) is held on its way: its rollback first waits for the request (disarm). A host's
-    # Task.cancel() landing in that wait ended the call there, its rollback never begun ("coroutine
-    # was never awaited"), the host's connection left in the failed transaction: the host's next
-    # statement, and every later call ("the lent connection is not idle"), refused. The
-    # cancellation is now raised once the rollback ended.
+    """A save refused by the server while its cancel request is held, natively cancelled in disarm's wait.
+
+    The request (sent 0.25 s into the 0.3 s call) is held on its way, then the write reaches the
+    server, which refuses it (a trigger): the rollback first waits for the request (disarm), and
+    ``task.cancel()`` lands at the call's next step, inside that wait. The request stays held until
+    the call ended. Raises unless the call ended with the ``CancelledError``.
+    """
     admin.execute(
         f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql '
         "AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
@@ -288,7 +284,32 @@ async def test_a_native_cancel_while_a_failed_call_waits_for_its_request_still_r
             disarming.set()
         await disarm(stop, fence=fence, commit=commit)
 
-    monkeypatch.setattr(ServerStop, "disarm", noted)
+    patch.setattr(ServerStop, "disarm", noted)
+    assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
+    proxy.armed = proxy.hold_cancels = True
+    save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(0.3)))
+    await proxy.cancel_held.wait()  # the write is held, its request held on its way
+    proxy.armed = False
+    proxy.release.set()  # the write reaches the server, which refuses it
+    await disarming.wait()
+    save.cancel()  # at the call's next step: inside disarm's wait for the request
+    with pytest.raises(asyncio.CancelledError):
+        await save
+
+
+@pytest.mark.parametrize("autocommit", [True, False], ids=["pipeline", "managed"])
+async def test_a_native_cancel_while_a_failed_call_waits_for_its_request_still_rolls_it_back(
+    app_config: PostgresConfig,
+    pg_server: Any,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    autocommit: bool,
+) -> None:
+    # A host's Task.cancel() landing while a failed call's rollback waited for its cancel request
+    # on its way ended the call there, its rollback never begun ("coroutine was never awaited"),
+    # the host's connection left in the failed transaction: the host's next statement, and every
+    # later call ("the lent connection is not idle"), refused. It is now raised once the rollback ended.
     proxy = HoldingProxy(pg_server.port, b"WITH w AS")
     port = await proxy.start()
     dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
@@ -296,18 +317,7 @@ async def test_a_native_cancel_while_a_failed_call_waits_for_its_request_still_r
     store = PostgresSessionStore(slow_listener(app_config), connection=conn)
     try:
         with anyio.fail_after(5):
-            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use checked
-            proxy.armed = proxy.hold_cancels = True
-            save = asyncio.create_task(
-                store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(0.3))
-            )
-            await proxy.cancel_held.wait()  # the write is held, its request held on its way
-            proxy.armed = False
-            proxy.release.set()  # the write reaches the server, which refuses it
-            await disarming.wait()
-            save.cancel()  # at the call's next step: inside disarm's wait for the request
-            with pytest.raises(asyncio.CancelledError):
-                await save
+            await cancelled_in_disarm(proxy, store, schema, admin, monkeypatch)
             status = conn.info.transaction_status
             assert status == psycopg.pq.TransactionStatus.IDLE, f"left {status.name}: not rolled back"
             proxy.cancel_release.set()  # reaches the server between statements: stops nothing
@@ -319,4 +329,30 @@ async def test_a_native_cancel_while_a_failed_call_waits_for_its_request_still_r
     finally:
         await store.aclose()
         await conn.close()
+        await proxy.close()
+
+
+async def test_a_native_cancel_while_a_failed_pooled_call_waits_for_its_request_still_rolls_it_back(
+    app_config: PostgresConfig,
+    pg_server: Any,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # As on a lent connection: the rollback was skipped and the connection went back to its pool in
+    # its failed transaction, still in pipeline mode (the pool rolled it back, with a WARNING).
+    proxy = HoldingProxy(pg_server.port, b"WITH w AS")
+    port = await proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    store = PostgresSessionStore(attrs.evolve(slow_listener(app_config), dsn=dsn, max_pool_size=1))
+    try:
+        with anyio.fail_after(5), caplog.at_level(logging.WARNING):
+            await cancelled_in_disarm(proxy, store, schema, admin, monkeypatch)
+            proxy.cancel_release.set()
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # its one connection, next
+        returned = [r.getMessage() for r in caplog.records if r.name.startswith("psycopg.pool")]
+        assert not returned, returned
+    finally:
+        await store.aclose()
         await proxy.close()
