@@ -17,6 +17,7 @@ error, a timeout (``reason`` "deadline passed"), before the engine cancels it.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -71,9 +72,16 @@ def holding_snapshot_lock(dsn: str, schema: str, key: SessionKey) -> Iterator[No
             conn.rollback()
 
 
-def app_backends(admin: psycopg.Connection[Any]) -> set[int]:
-    """The application role's server processes (one per open connection)."""
-    rows = admin.execute("SELECT pid FROM pg_stat_activity WHERE usename = %s", (APP_USER,)).fetchall()
+def app_backends(admin: psycopg.Connection[Any], application_name: str) -> set[int]:
+    """The application role's server processes named ``application_name`` (one per open connection).
+
+    Only those of one test's store: a connection of an earlier test (same role, same server) may
+    still be closing while this one counts, and gone by its next count.
+    """
+    rows = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE usename = %s AND application_name = %s",
+        (APP_USER, application_name),
+    ).fetchall()
     return {int(r[0]) for r in rows}
 
 
@@ -90,7 +98,9 @@ async def test_a_statement_still_running_at_the_deadline_ends_with_the_stores_ti
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     archive = PostgresArchive(app_config)
-    store = PostgresSessionStore(attrs.evolve(app_config, max_pool_size=1))
+    name = f"kept-{uuid.uuid4().hex[:12]}"  # counts this store's backends only (see app_backends)
+    store_dsn = psycopg.conninfo.make_conninfo(app_config.dsn, application_name=name)
+    store = PostgresSessionStore(attrs.evolve(app_config, dsn=store_dsn, max_pool_size=1))
     runtime = create_harness_runtime(
         provider=ExtractiveProvider(),
         archive=archive,
@@ -105,7 +115,8 @@ async def test_a_statement_still_running_at_the_deadline_ends_with_the_stores_ti
             with holding_snapshot_lock(pg_server.admin_dsn(), schema, KEY):
                 for i in range(3):  # the store's UPDATE waits for the lock past its deadline
                     assert await store.load(KEY, OpContext.with_timeout(5)) is not None  # pool settled
-                    before = app_backends(admin)
+                    before = app_backends(admin, name)
+                    assert len(before) == 1, before  # its one pooled connection
                     caplog.clear()
                     with caplog.at_level(logging.WARNING), pytest.raises(OperationCancelledError) as caught:
                         await runtime.append(ANA, "s1", [Message(Role.USER, f"blocked {i}")])
@@ -120,7 +131,7 @@ async def test_a_statement_still_running_at_the_deadline_ends_with_the_stores_ti
                     if isinstance(error, OperationTimeoutError):
                         continue
                     # The store's own stop: its one pooled connection rolled back and kept, not replaced.
-                    assert app_backends(admin) == before
+                    assert app_backends(admin, name) == before
                     assert not [m for m in said(caplog) if "cancellation interrupted" in m]
                     kept += 1
                     if kept == 2:
