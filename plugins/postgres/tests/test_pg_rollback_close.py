@@ -12,6 +12,7 @@ proxy between the client and the real server.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import anyio
@@ -23,7 +24,7 @@ from pg_proxy import HoldingProxy
 from agentium_harness import AgentiumError, RuntimeLimits
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing import scoped_snapshot
-from agentium_postgres import PostgresConfig, PostgresSessionStore, PostgresSessionStoreError
+from agentium_postgres import PostgresConfig, PostgresSessionStore, PostgresSessionStoreError, calls
 
 pytestmark = pytest.mark.anyio
 
@@ -323,3 +324,53 @@ async def test_aclose_names_a_call_it_stopped_still_running_at_its_bound(
         assert admin.execute(f'SELECT count(*) FROM "{schema}".session_snapshots').fetchone() == (1,)
     finally:
         await proxy.close()
+
+
+async def test_a_native_cancel_while_a_pooled_call_waits_for_its_rollback_after_a_failed_commit(
+    app_config: PostgresConfig,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A write whose COMMIT failed waits for its rollback (a task of its own) until a margin before
+    # its deadline. A host's Task.cancel() in that wait (anyio's shield does not stop it) ended the
+    # call before the task was noted in its outcome: the connection went back to its pool with the
+    # rollback still to run on it, in its failed transaction (psycopg_pool: "rolling back returned
+    # connection"), and the pool handed it out. The rollback's first step is held here until the
+    # test lets it go (a loaded loop, a slow network): the call is cancelled first.
+    refuse_snapshot_commits(admin, schema)
+    store = PostgresSessionStore(attrs.evolve(app_config, max_pool_size=1))
+    settling, go_on = calls._settling, asyncio.Event()
+
+    def cancelled_in_its_wait(conn: Any, work: Any, pending: set[asyncio.Task[None]]) -> asyncio.Task[None]:
+        async def held() -> None:
+            await go_on.wait()
+            await work
+
+        task = settling(conn, held(), pending)
+        current = asyncio.current_task()
+        assert current is not None
+        current.cancel()  # the call's (natively): it lands in its next step, its wait for ``task``
+        return task
+
+    monkeypatch.setattr(calls, "_settling", cancelled_in_its_wait)
+    try:
+        with anyio.fail_after(3), caplog.at_level(logging.WARNING):
+            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
+            save = asyncio.create_task(
+                store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(5))
+            )
+            with pytest.raises(asyncio.CancelledError):
+                await save
+            # The rollback has not run: the pool's one connection is not handed out meanwhile.
+            with pytest.raises(AgentiumError):
+                await store.load(KEY, OpContext.with_timeout(0.3))
+            go_on.set()
+            assert await store.load(KEY, OpContext.with_timeout(2)) is None  # once it ran: the next call's
+        returned = [r.getMessage() for r in caplog.records if r.name.startswith("psycopg.pool")]
+        assert not returned, returned
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".session_snapshots').fetchone() == (0,)
+    finally:
+        go_on.set()
+        await store.aclose()

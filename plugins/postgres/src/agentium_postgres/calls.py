@@ -489,15 +489,18 @@ async def settle_in_time(
     pooled: bool,
     ctx: OpContext,
     pending: set[asyncio.Task[None]],
-) -> asyncio.Task[None] | None:
-    """Leave the pipeline and roll back after a failure; the task doing it if it outlasts the call.
+    outcome: Outcome,
+) -> None:
+    """Leave the pipeline and roll back after a failure; ``outcome.settling``: the task doing it.
 
     The rollback is a round trip, shielded, of up to ``SETTLE_S``: a server stalled then held
     the call past the engine's grace, which reported it abandoned ("blocked in a worker
     thread?") instead of the call's own error. On a pooled connection with a deadline it runs
     in a task of its own, waited for until a margin before the deadline
     (``plugin_api.before_cancel``; at once for a call already past it); a task still running
-    then is returned, and the connection must go back to its pool only once it ended.
+    then is in ``outcome.settling``, and the connection must go back to its pool only once it
+    ended. Set before the wait: a native ``Task.cancel()`` there (anyio's shield does not stop it)
+    ended the call with it unset, and the connection went back to its pool under its rollback.
     A lent connection (the host's) is settled to its end inside the call as before (its next call
     would meet it), as is a call with no deadline (:func:`settle_tracked`).
     The task is kept in ``pending`` from the start, not only once the call ended: ``aclose()``
@@ -511,12 +514,11 @@ async def settle_in_time(
     left = ctx.time_left()
     if not pooled or left is None:
         await settle_tracked(conn, settle(), pending)
-        return None
+        return
 
-    task = _settling(conn, settle(), pending)
+    outcome.settling = _settling(conn, settle(), pending)
     with anyio.CancelScope(shield=True), anyio.move_on_after(before_cancel(left)):
-        await asyncio.wait({task})
-    return None if task.done() else task
+        await asyncio.wait({outcome.settling})
 
 
 async def settle_transaction(

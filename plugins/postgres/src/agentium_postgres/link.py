@@ -431,7 +431,7 @@ class PgLink:
             failed = exc  # for the rollback, begun only once disarmed (whatever cancelled the call)
 
             async def roll_back() -> None:
-                outcome.settling = await settle_in_time(conn, pipeline, failed, pooled, ctx, self._settling)
+                await settle_in_time(conn, pipeline, failed, pooled, ctx, self._settling, outcome)
 
             await stop.around(roll_back)
             raise
@@ -464,7 +464,7 @@ class PgLink:
             await discard(conn, pooled)
             raise unknown_commit(self._name, operation, "the server did not confirm it in time")
         if failure is not None:  # rolled back as any failed call is: known to aclose(), within the deadline
-            outcome.settling = await settle_in_time(conn, pipeline, failure, pooled, ctx, self._settling)
+            await settle_in_time(conn, pipeline, failure, pooled, ctx, self._settling, outcome)
             raise failure
         outcome.committed, outcome.result = True, result
         return result
