@@ -160,3 +160,40 @@ def test_a_value_whose_loop_finished_before_its_close_is_dropped_as_get_drops_it
 
 async def _get(values: PerLoop[_Client]) -> None:
     values.get()
+
+
+def _raises(value: _Client) -> None:
+    raise OSError("a discard broke its contract")
+
+
+def test_a_discard_that_raises_is_a_warning_never_a_problem_a_retry_meets_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # discard must not raise. One that did, for a value released at aclose(), made a problem the
+    # adapter's CloseOnce close raised on every later aclose(); at get() it was passed over silently.
+    values: PerLoop[_Client] = PerLoop(_Client, discard=_raises)
+    once = CloseOnce("test adapter", wait_s=2)
+
+    async def close_values(value: _Client) -> None:
+        raise AssertionError("not closed: its loop has finished")
+
+    async def close() -> None:
+        problems = await values.aclose(close_values, 1.5)
+        if problems:
+            raise RuntimeError("; ".join(problems))
+
+    async def aclose() -> None:
+        await once.run(close)
+
+    for _ in range(2):  # once released by a later get(), once by aclose()
+        thread = threading.Thread(target=asyncio.run, args=(_get(values),))
+        thread.start()
+        thread.join(5)
+    with caplog.at_level(logging.WARNING, logger="agentium.engine"):
+        asyncio.run(_get(values))  # drops the first finished loop's value
+        anyio.run(aclose)  # was: OSError out of aclose(), and again at every retry
+        anyio.run(aclose)
+    said = [r.getMessage() for r in caplog.records if r.name == "agentium.engine"]
+    failed = "discarding a per-loop value of a finished event loop failed: _Client (OSError)"
+    assert said.count(failed) >= 2, said  # the get() drop and the aclose() release each said
+    assert all("a discard broke its contract" not in m for m in said)  # its class, not its text

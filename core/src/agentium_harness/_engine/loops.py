@@ -307,7 +307,8 @@ class PerLoop(Generic[T]):
     ended) can never be used or closed properly again: whenever a new value is
     made, such values are dropped, each passed to ``discard`` first (a
     synchronous, best-effort release, for example closing raw sockets; it must
-    not raise). :meth:`aclose` closes every value on its own loop.
+    not raise: one that does is a WARNING on ``agentium.engine``, never an
+    error of the caller). :meth:`aclose` closes every value on its own loop.
     """
 
     __slots__ = ("_discard", "_factory", "_lock", "_values")
@@ -365,11 +366,25 @@ class PerLoop(Generic[T]):
             for key, _value in dead:
                 self._values.pop(key, None)
         for _key, value in dead:
-            if self._discard is not None:
-                try:
-                    self._discard(value)
-                except Exception:  # noqa: S110 - best effort: the loop that owned it is gone
-                    pass
+            self._release(value)
+
+    def _release(self, value: T) -> None:
+        """Pass ``value`` (its loop gone) to ``discard``; one that raises is a WARNING, never a problem.
+
+        Best effort: the loop that owned it is gone, and ``discard`` must not raise. One that does
+        raise is said (the value's and the error's class), not left to make every later
+        :meth:`aclose` fail (an adapter raising ``aclose``'s problems from its ``CloseOnce`` close).
+        """
+        if self._discard is None:
+            return
+        try:
+            self._discard(value)
+        except Exception as exc:
+            _log.warning(
+                "discarding a per-loop value of a finished event loop failed: %s (%s)",
+                _kind(value),
+                error_type(exc),
+            )
 
     async def aclose(self, close: Callable[[T], Awaitable[None]], timeout_s: float) -> list[str]:
         """Close every value on its own loop and forget it; returns the problems (empty when all closed).
@@ -407,8 +422,7 @@ class PerLoop(Generic[T]):
             # adapter raising it from its CloseOnce close raised it again on every retry of its
             # aclose()). Finished before the close: dropped as get() drops such values, silently (the
             # values of a host's earlier asyncio.run calls are); a close begun and cut short is said.
-            if self._discard is not None:
-                self._discard(value)
+            self._release(value)
             if cut:
                 released.append(_kind(value))
 

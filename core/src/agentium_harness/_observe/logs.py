@@ -30,8 +30,8 @@ LOGGERS: dict[str, str] = {
         "a late result's release that failed, per-loop values (plugin_api.PerLoop) whose close had "
         "problems after its caller stopped waiting (their count, each value's and error's class: the "
         "texts go to the caller), or that it released unclosed, their event loop having finished "
-        "under their close (their count and classes; also the event agentium.per_loop.released) "
-        "(WARNING)"
+        "under their close (their count and classes; also the event agentium.per_loop.released), "
+        "or whose discard raised (the value's and the error's class) (WARNING)"
     ),
     "agentium.engine.admission": "refused admissions: session busy, runtime closing (DEBUG)",
     "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",
