@@ -31,6 +31,22 @@ pytestmark = pytest.mark.anyio
 KEY = SessionKey("acme", "ana", "s1")
 
 
+async def proxied(pg_server: Any, held: bytes) -> tuple[HoldingProxy, str]:
+    """A started proxy to the server that holds the message ``held`` once armed, and the DSN through it."""
+    proxy = HoldingProxy(pg_server.port, held)
+    port = await proxy.start()
+    return proxy, psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+
+
+async def held_save(store: PostgresSessionStore, proxy: HoldingProxy, ctx: OpContext) -> asyncio.Task[int]:
+    """A save started (after the store's first use) and run until the proxy holds its message."""
+    assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
+    proxy.armed = True
+    save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, ctx))
+    await proxy.held.wait()
+    return save
+
+
 def refuse_snapshot_writes(admin: psycopg.Connection[Any], schema: str) -> None:
     """Every write of a snapshot fails in the server: the call's transaction is rolled back."""
     admin.execute(
@@ -47,18 +63,12 @@ async def test_aclose_waits_for_a_rollback_still_held_inside_a_call(
     app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
     refuse_snapshot_writes(admin, schema)
-    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
-    port = await proxy.start()
-    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    proxy, dsn = await proxied(pg_server, b"ROLLBACK\x00")
     store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1))
     try:
         with anyio.fail_after(10):
-            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
-            proxy.armed = True
-            save = asyncio.create_task(
-                store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(1.0))
-            )
-            await proxy.held.wait()  # the INSERT failed; its ROLLBACK is held on its way
+            # the INSERT failed; its ROLLBACK is held on its way
+            save = await held_save(store, proxy, OpContext.with_timeout(1.0))
             closing = asyncio.create_task(store.aclose())
             await asyncio.sleep(0.25)
             assert not closing.done(), "aclose() returned while a call's rollback was still unanswered"
@@ -82,18 +92,11 @@ async def test_aclose_says_so_when_a_rollback_is_still_unanswered_at_its_bound(
     # ROLLBACK: it says so now, as it does of a pool that did not close.
     config = attrs.evolve(app_config, max_pool_size=1, close_timeout_s=0.3)
     refuse_snapshot_writes(admin, schema)
-    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
-    port = await proxy.start()
-    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    proxy, dsn = await proxied(pg_server, b"ROLLBACK\x00")
     store = PostgresSessionStore(attrs.evolve(config, dsn=dsn))
     try:
         with anyio.fail_after(10):
-            assert await store.load(KEY, OpContext.with_timeout(5)) is None
-            proxy.armed = True
-            save = asyncio.create_task(
-                store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(0.5))
-            )
-            await proxy.held.wait()
+            save = await held_save(store, proxy, OpContext.with_timeout(0.5))
             with pytest.raises(PostgresSessionStoreError, match="rollback") as caught:
                 await store.aclose()
             assert "still unanswered" in str(caught.value), str(caught.value)
@@ -119,18 +122,11 @@ async def test_aclose_as_a_whole_ends_within_close_timeout_s_and_says_what_it_ga
     assert PostgresConfig(dsn="dbname=x").close_timeout_s < RuntimeLimits().close_timeout_s
     config = attrs.evolve(app_config, max_pool_size=1, close_timeout_s=0.5)
     refuse_snapshot_writes(admin, schema)
-    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
-    port = await proxy.start()
-    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    proxy, dsn = await proxied(pg_server, b"ROLLBACK\x00")
     store = PostgresSessionStore(attrs.evolve(config, dsn=dsn))
     try:
         with anyio.fail_after(3):
-            assert await store.load(KEY, OpContext.with_timeout(5)) is None
-            proxy.armed = True
-            save = asyncio.create_task(
-                store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext.with_timeout(0.5))
-            )
-            await proxy.held.wait()
+            save = await held_save(store, proxy, OpContext.with_timeout(0.5))
             began = anyio.current_time()
             with pytest.raises(PostgresSessionStoreError) as caught:
                 await store.aclose()
@@ -158,19 +154,15 @@ async def test_aclose_waits_for_a_rollback_run_inside_its_call_too_and_says_what
     # once, "closed", the ROLLBACK still unanswered (on the host's connection, which the host may
     # then close under it). It is now waited for, and given up at the bound, like any other.
     refuse_snapshot_writes(admin, schema)
-    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
-    port = await proxy.start()
-    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    proxy, dsn = await proxied(pg_server, b"ROLLBACK\x00")
     config = attrs.evolve(app_config, dsn=dsn, max_pool_size=1, close_timeout_s=0.5)
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True) if lent else None
     store = PostgresSessionStore(config, connection=conn) if lent else PostgresSessionStore(config)
     try:
         with anyio.fail_after(3):
-            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
-            proxy.armed = True
             ctx = OpContext.with_timeout(5) if lent else OpContext()
-            save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, ctx))
-            await proxy.held.wait()  # the INSERT failed; its ROLLBACK is held on its way
+            # the INSERT failed; its ROLLBACK is held on its way
+            save = await held_save(store, proxy, ctx)
             began = anyio.current_time()
             with pytest.raises(PostgresSessionStoreError, match=r"rollback was still unanswered after 0\.5s"):
                 await store.aclose()
@@ -210,17 +202,13 @@ async def test_aclose_waits_for_the_rollback_after_a_pooled_write_whose_commit_f
     # call, shielded, for up to 10 s (past its deadline), and unknown to aclose(): with the ROLLBACK
     # unanswered aclose() returned at once, "closed". It is now settled like any failed call's.
     refuse_snapshot_commits(admin, schema)
-    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
-    port = await proxy.start()
-    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    proxy, dsn = await proxied(pg_server, b"ROLLBACK\x00")
     store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1, close_timeout_s=0.5))
     try:
         with anyio.fail_after(3):
-            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
-            proxy.armed = True
             ctx = OpContext() if deadline_s is None else OpContext.with_timeout(deadline_s)
-            save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, ctx))
-            await proxy.held.wait()  # the COMMIT failed; the ROLLBACK after it is held on its way
+            # the COMMIT failed; the ROLLBACK after it is held on its way
+            save = await held_save(store, proxy, ctx)
             began = anyio.current_time()
             with pytest.raises(PostgresSessionStoreError, match=r"rollback was still unanswered"):
                 await store.aclose()
@@ -240,9 +228,7 @@ async def test_a_pooled_write_whose_commit_failed_ends_by_its_deadline_with_its_
     # That rollback held the call, shielded, up to 10 s past its 1 s deadline (where the engine
     # reports a call abandoned); it ends a margin before the deadline now, the rollback going on.
     refuse_snapshot_commits(admin, schema)
-    proxy = HoldingProxy(pg_server.port, b"ROLLBACK\x00")
-    port = await proxy.start()
-    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    proxy, dsn = await proxied(pg_server, b"ROLLBACK\x00")
     store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1))
     try:
         assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
@@ -268,16 +254,12 @@ async def test_aclose_waits_for_a_call_it_stopped_and_so_for_the_rollback_it_sta
     # "closed": the COMMIT refused, its ROLLBACK then ran unknown to anyone. aclose() now waits for
     # the calls it stopped to end, and so for their rollbacks, within close_timeout_s.
     refuse_snapshot_commits(admin, schema)
-    proxy = HoldingProxy(pg_server.port, b"COMMIT\x00")
-    port = await proxy.start()
-    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    proxy, dsn = await proxied(pg_server, b"COMMIT\x00")
     store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1, close_timeout_s=1.0))
     try:
         with anyio.fail_after(3):
-            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
-            proxy.armed = True
-            save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext()))
-            await proxy.held.wait()  # its COMMIT is held on its way
+            # its COMMIT is held on its way
+            save = await held_save(store, proxy, OpContext())
             began = anyio.current_time()
             closing = asyncio.create_task(store.aclose())
             await asyncio.sleep(0.2)
@@ -303,16 +285,12 @@ async def test_aclose_names_a_call_it_stopped_still_running_at_its_bound(
     app_config: PostgresConfig, pg_server: Any, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
     # Such a call whose COMMIT stays unanswered outlasts the close's bound: that is said, never "closed".
-    proxy = HoldingProxy(pg_server.port, b"COMMIT\x00")
-    port = await proxy.start()
-    dsn = psycopg.conninfo.make_conninfo(pg_server.app_dsn(), port=port)
+    proxy, dsn = await proxied(pg_server, b"COMMIT\x00")
     store = PostgresSessionStore(attrs.evolve(app_config, dsn=dsn, max_pool_size=1, close_timeout_s=0.5))
     try:
         with anyio.fail_after(3):
-            assert await store.load(KEY, OpContext.with_timeout(5)) is None  # first use done
-            proxy.armed = True
-            save = asyncio.create_task(store.save(KEY, scoped_snapshot(KEY, " x"), None, OpContext()))
-            await proxy.held.wait()  # its COMMIT is held on its way
+            # its COMMIT is held on its way
+            save = await held_save(store, proxy, OpContext())
             began = anyio.current_time()
             with pytest.raises(
                 PostgresSessionStoreError, match=r"a call it stopped was still running after 0\.5s"
